@@ -1,0 +1,117 @@
+"""Multi-launch and multi-rank merge: several ``Trace``s -> one, on one time axis.
+
+Each rank has its own clock. Traces of the same rank (launches captured in separate
+buffers) share that clock, so they are put on one axis exactly, from the raw ticks.
+Different ranks can only be aligned by an event they share: by default each rank's
+first stamp is its 0 (``align=None``); ``align="stage"`` or ``"stage:phase"``
+shifts every rank so that the earliest ``phase`` (default ``hint``: the wait for
+producers is over) of that stage coincides, which for an all-reduce stage is the
+moment the last rank's partial arrived, the same instant on every rank up to the
+mailbox latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline import schema as S
+from timeline.trace import Trace
+
+
+class MergeError(ValueError):
+    """Traces that cannot share one time axis (other stages or phases, bad alignment)."""
+
+
+def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) -> pa.Table:
+    """Recompute every ``<phase>_ns`` column from the raw ticks: ns = (tick - origin
+    of the row's rank) in ns + offset of that rank; null where the tick is 0."""
+    rank = tasks.column("rank").to_numpy()
+    cols = {}
+    for p in spec_of_rank[next(iter(spec_of_rank))].phases:
+        tick = tasks.column(f"{p}_tick").to_numpy()
+        ns = np.zeros(tick.shape, dtype=np.int64)
+        for r, sp in spec_of_rank.items():
+            m = rank == r
+            ns[m] = S.ticks_to_ns(tick[m] - origins[r], sp.clock) + offsets.get(r, 0)
+        cols[f"{p}_ns"] = pa.array(ns, mask=tick == 0)
+    for name, arr in cols.items():
+        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, arr)
+    return tasks
+
+
+def _align_offsets(tasks: pa.Table, ranks, align: str, phases) -> dict:
+    stage, _, phase = align.partition(":")
+    phase = phase or ("hint" if "hint" in phases else phases[0])
+    if phase not in phases:
+        raise MergeError(f"cannot align on phase {phase!r}: the phases are {list(phases)}")
+    col = f"{phase}_ns"
+    sel = tasks.filter(pc.equal(pc.cast(tasks.column("stage"), pa.string()), stage))
+    if sel.num_rows == 0:
+        raise MergeError(f"cannot align on stage {stage!r}: no rows of it in the traces")
+    at = {}
+    for r in ranks:
+        v = pc.min(sel.filter(pc.equal(sel.column("rank"), r)).column(col)).as_py()
+        if v is None:
+            raise MergeError(f"cannot align rank {r} on {stage}:{phase}: it has no such stamp")
+        at[r] = v
+    ref = max(at.values())
+    return {r: ref - v for r, v in at.items()}
+
+
+def merge(traces, *, align: str | None = None) -> Trace:
+    """One Trace from several: any mix of ranks and launches of one kernel spec.
+
+    Same rank twice: both buffers' launches go on that rank's clock; colliding launch
+    numbers of the later trace are renumbered after the earlier's. ``align``: see
+    the module docstring."""
+    traces = list(traces)
+    if not traces:
+        raise MergeError("nothing to merge: give at least one trace")
+    first = traces[0].spec
+    for t in traces[1:]:
+        if t.spec.stages != first.stages or t.spec.phases != first.phases:
+            raise MergeError(
+                f"cannot merge traces of different builds: {first.kernel!r} has stages "
+                f"{list(first.stage_names)} / phases {list(first.phases)}, {t.spec.kernel!r} has "
+                f"{list(t.spec.stage_names)} / {list(t.spec.phases)}")
+    spec_of_rank, parts, anomalies, seen_launch = {}, [], [], {}
+    for t in traces:
+        for sp in t.specs:
+            old = spec_of_rank.setdefault(sp.rank, sp)
+            if old.clock != sp.clock:
+                raise MergeError(f"rank {sp.rank} appears with two clocks: {old.clock} and {sp.clock}")
+        tasks = t.tasks
+        # renumber launches that collide with an earlier trace of the same rank
+        launch = tasks.column("launch").to_numpy().copy()
+        rank = tasks.column("rank").to_numpy()
+        for r in np.unique(rank):
+            m = rank == r
+            used = seen_launch.setdefault(int(r), set())
+            mine = set(np.unique(launch[m]).tolist())
+            if used & mine:
+                launch[m] += max(used) + 1
+            used.update(np.unique(launch[m]).tolist())
+        tasks = tasks.set_column(tasks.schema.get_field_index("launch"), "launch", pa.array(launch))
+        parts.append(tasks)
+        anomalies.append(t.anomalies)
+    tasks = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
+    tasks = tasks.select(S.tasks_schema(first.phases).names).cast(S.tasks_schema(first.phases))
+    # each rank's origin: its earliest stamp over all its traces
+    origins = {}
+    rank = tasks.column("rank").to_numpy()
+    for r in spec_of_rank:
+        m = rank == r
+        mins = [tasks.column(f"{p}_tick").to_numpy()[m] for p in first.phases]
+        allt = np.concatenate(mins)
+        allt = allt[allt != 0]
+        origins[r] = int(allt.min()) if allt.size else 0
+    tasks = retime(tasks, spec_of_rank, origins, {})
+    offsets = {}
+    if align:
+        offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first.phases)
+        tasks = retime(tasks, spec_of_rank, origins, offsets)
+    specs = [spec_of_rank[r] for r in sorted(spec_of_rank)]
+    return Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
+                 synthetic=any(t.synthetic for t in traces))

@@ -1,0 +1,455 @@
+"""The stamp-buffer contract: what a timeline build records, where each stamp lives
+in the buffer a kernel writes, how the placement word is packed, and the Arrow
+schemas the collector produces.
+
+This module is the single source of the layout arithmetic. The device helpers of
+both backends (``instrument.flydsl``, ``instrument.triton``) call ``word_offset`` /
+``placement_hi`` at trace time with their own traced integers, the collector calls
+them with numpy arrays, so a kernel and its decoder cannot disagree. Every function
+that a device helper calls uses only ``+ * << |`` on its arguments for that reason.
+
+Layout version 1 (docs/FORMAT.md has the picture):
+
+- the buffer is int64, shape ``(launches, rows, waves, cols)``, zeroed before a launch;
+- ``rows`` is the tasks of all stages, stage after stage: ``row = first[stage] + task``;
+- ``waves`` is how many waves stamp one task (1: the CTA's lead thread only);
+- ``cols`` is one placement word, then one tick per phase, padded to an even count so
+  that every record starts 16-byte aligned and the placement word plus the first
+  phase's tick go out in one 16-byte store;
+- a tick of 0 means "not written"; a placement word carries a nonzero version nibble,
+  so 0 means "not written" there too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+LAYOUT_VERSION = 1
+FORMAT_NAME = "mono-timeline"
+
+DEFAULT_PHASES = ("start", "hint", "staged", "compute", "end")
+PLACEMENT_COL = 0
+
+
+class Clock(NamedTuple):
+    """A device clock: its name and its rate in ticks per second."""
+
+    name: str
+    hz: int
+
+
+CLOCKS = {
+    "memrealtime": Clock("memrealtime", 100_000_000),  # AMD s_memrealtime, 10 ns a tick
+    "globaltimer": Clock("globaltimer", 1_000_000_000),  # NVIDIA %globaltimer, ns
+}
+
+
+class SpecError(ValueError):
+    """A spec that cannot describe a timeline build (bad names, counts, clock)."""
+
+
+def clock_of(value) -> Clock:
+    """A Clock from a Clock, a known name ('memrealtime', 'globaltimer'), a
+    ``(name, hz)`` pair or a ``{"name", "hz"}`` dict. Unknown names need a rate."""
+    if isinstance(value, Clock):
+        return value
+    if isinstance(value, str):
+        if value not in CLOCKS:
+            raise SpecError(
+                f"unknown clock {value!r}: known are {sorted(CLOCKS)}; "
+                "give another clock as (name, hz)"
+            )
+        return CLOCKS[value]
+    if isinstance(value, dict):
+        return Clock(str(value["name"]), int(value["hz"]))
+    name, hz = value
+    return Clock(str(name), int(hz))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a timeline build records.
+
+    ``stages`` is ``((name, task_count), ...)`` in stage order; ``phases`` the phase
+    names in the order a task passes them; ``waves`` how many waves stamp each task
+    (1 = the CTA's lead thread only, W = lane 0 of every wave); ``launches`` how many
+    launch slots one buffer holds (several layers per step); ``clock`` the device
+    clock; ``arch`` the target (``gfx942``, ``gfx950``, ``sm_90``, ...) which also
+    says how the hardware part of the placement word decodes; ``rank`` / ``world``
+    the tensor-parallel position of the GPU that wrote the buffer."""
+
+    kernel: str
+    stages: tuple
+    phases: tuple = DEFAULT_PHASES
+    waves: int = 1
+    launches: int = 1
+    clock: Clock = CLOCKS["memrealtime"]
+    arch: str = "gfx942"
+    rank: int = 0
+    world: int = 1
+    grid: int = 0  # CTAs in the launch grid, 0 when not known
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        stages = tuple((str(n), int(c)) for n, c in self.stages)
+        object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "phases", tuple(str(p) for p in self.phases))
+        object.__setattr__(self, "clock", clock_of(self.clock))
+        names = [n for n, _ in stages]
+        if not stages:
+            raise SpecError("a spec needs at least one stage: stages=[('name', tasks), ...]")
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise SpecError(f"stage names must be unique; repeated: {dup}")
+        bad = [(n, c) for n, c in stages if c < 1 or not n]
+        if bad:
+            raise SpecError(f"every stage needs a name and at least one task; got {bad}")
+        if len(self.phases) < 1 or len(set(self.phases)) != len(self.phases):
+            raise SpecError(f"phases must be distinct names, at least one; got {self.phases}")
+        reserved = {"placement"}
+        if reserved & set(self.phases):
+            raise SpecError(f"phase names {sorted(reserved)} are reserved")
+        if not 1 <= self.waves <= 64:
+            raise SpecError(f"waves must be 1..64 (stamping waves per task); got {self.waves}")
+        if self.launches < 1:
+            raise SpecError(f"launches must be at least 1; got {self.launches}")
+        if not 0 <= self.rank < max(self.world, 1):
+            raise SpecError(f"rank {self.rank} is outside world size {self.world}")
+        if self.clock.hz <= 0:
+            raise SpecError(f"clock rate must be positive; got {self.clock}")
+
+    # -- derived --------------------------------------------------------------
+    @property
+    def stage_names(self) -> tuple:
+        return tuple(n for n, _ in self.stages)
+
+    @property
+    def layout(self) -> "Layout":
+        return layout_of(self)
+
+    def stage_index(self, stage) -> int:
+        """Index of a stage given by name or index; a clear error for an unknown one."""
+        if isinstance(stage, (int, np.integer)):
+            if not 0 <= stage < len(self.stages):
+                raise SpecError(f"stage index {stage} out of range 0..{len(self.stages) - 1}")
+            return int(stage)
+        try:
+            return self.stage_names.index(stage)
+        except ValueError:
+            raise SpecError(
+                f"unknown stage {stage!r}; this spec's stages are {list(self.stage_names)}"
+            ) from None
+
+    def phase_index(self, phase) -> int:
+        """Index of a phase given by name or index."""
+        if isinstance(phase, (int, np.integer)):
+            if not 0 <= phase < len(self.phases):
+                raise SpecError(f"phase index {phase} out of range 0..{len(self.phases) - 1}")
+            return int(phase)
+        try:
+            return self.phases.index(phase)
+        except ValueError:
+            raise SpecError(f"unknown phase {phase!r}; this spec's phases are {list(self.phases)}") from None
+
+    def replace(self, **changes) -> "Spec":
+        d = self.to_dict()
+        d.update(changes)
+        return Spec.from_dict(d)
+
+    # -- JSON -------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT_NAME,
+            "layout_version": LAYOUT_VERSION,
+            "kernel": self.kernel,
+            "stages": [[n, c] for n, c in self.stages],
+            "phases": list(self.phases),
+            "waves": self.waves,
+            "launches": self.launches,
+            "clock": {"name": self.clock.name, "hz": self.clock.hz},
+            "arch": self.arch,
+            "rank": self.rank,
+            "world": self.world,
+            "grid": self.grid,
+            "extra": dict(self.extra),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Spec":
+        version = d.get("layout_version", LAYOUT_VERSION)
+        if version != LAYOUT_VERSION:
+            raise SpecError(
+                f"spec is for layout version {version}; this mono-timeline reads version "
+                f"{LAYOUT_VERSION}. Decode it with the mono-timeline release that wrote it."
+            )
+        known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch",
+                 "rank", "world", "grid", "extra"}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Spec":
+        return cls.from_dict(json.loads(text))
+
+
+class Layout(NamedTuple):
+    """The stamp buffer's shape ``(launches, rows, waves, cols)`` and each stage's
+    first row. Build it with ``layout_of(spec)``."""
+
+    launches: int
+    rows: int
+    waves: int
+    cols: int
+    first: tuple  # first row of each stage, in stage order
+
+    @property
+    def shape(self) -> tuple:
+        return (self.launches, self.rows, self.waves, self.cols)
+
+    @property
+    def words(self) -> int:
+        return self.launches * self.rows * self.waves * self.cols
+
+    @property
+    def nbytes(self) -> int:
+        return self.words * 8
+
+
+def layout_of(spec: Spec) -> Layout:
+    """The buffer layout a spec implies: rows = all tasks of all stages, cols = one
+    placement word + one tick per phase, rounded up to even (16-byte records)."""
+    first, row = [], 0
+    for _, count in spec.stages:
+        first.append(row)
+        row += count
+    cols = 1 + len(spec.phases)
+    cols += cols % 2
+    return Layout(spec.launches, row, spec.waves, cols, tuple(first))
+
+
+def phase_col(phase_index):
+    """Column of phase ``phase_index`` within a record (column 0 is placement)."""
+    return phase_index + 1
+
+
+def record_index(layout: Layout, launch, stage_index: int, task, wave=0):
+    """Record (launch, row, wave) number: ``((launch*rows + first[stage] + task)*waves
+    + wave``. ``stage_index`` is a Python int (a stage is a compile-time choice in
+    the kernel); launch / task / wave may be traced device integers."""
+    row = layout.first[stage_index] + task
+    return (launch * layout.rows + row) * layout.waves + wave
+
+
+def word_offset(layout: Layout, launch, stage_index: int, task, wave, col):
+    """The int64 word a stamp goes to: ``record_index * cols + col``. The one formula
+    both device backends and the decoder use."""
+    return record_index(layout, launch, stage_index, task, wave) * layout.cols + col
+
+
+# -- the placement word ---------------------------------------------------------
+class Field(NamedTuple):
+    """A bit field: ``(word >> lo) & ((1 << width) - 1)``."""
+
+    name: str
+    lo: int
+    width: int
+
+
+# High 32 bits of the placement word, built on the device (version | cta | wave | xcc).
+PLACEMENT_HI_FIELDS = (
+    Field("xcc", 0, 4),
+    Field("wave", 4, 6),
+    Field("cta", 10, 18),
+    Field("version", 28, 3),  # < 8 keeps the word positive as int64
+)
+# The low 32 bits hold the raw hardware word: AMD HW_ID register, NVIDIA %smid.
+AMD_HW_ID_FIELDS = (
+    Field("wave_slot", 0, 4),
+    Field("simd", 4, 2),
+    Field("cu", 8, 4),
+    Field("sh", 12, 1),
+    Field("se", 13, 2),
+)
+MAX_CTA = (1 << 18) - 1
+MAX_WAVE = (1 << 6) - 1
+
+
+def placement_hi(cta, wave, xcc=0):
+    """High 32 bits of the placement word: ``version << 28 | cta << 10 | wave << 4 |
+    xcc``. Duck-typed so a device helper can build it from its own integers (cta
+    < 2**18, wave < 64, xcc < 16; the caller masks what the hardware may exceed)."""
+    return (LAYOUT_VERSION << 28) | (cta << 10) | (wave << 4) | xcc
+
+
+def pack_placement(cta, wave, hw=0, xcc=0):
+    """The 64-bit placement word (host side, numpy or int): high half from
+    ``placement_hi``, low half the raw hardware word (HW_ID or SM id)."""
+    if isinstance(cta, np.ndarray) or isinstance(hw, np.ndarray):
+        hi = placement_hi(np.asarray(cta, np.int64), np.asarray(wave, np.int64), np.asarray(xcc, np.int64))
+        return (hi << 32) | (np.asarray(hw, np.int64) & 0xFFFFFFFF)
+    return (placement_hi(int(cta), int(wave), int(xcc)) << 32) | (int(hw) & 0xFFFFFFFF)
+
+
+def _bits(words, lo, width):
+    return (words >> lo) & ((1 << width) - 1)
+
+
+def vendor_of(arch: str) -> str:
+    """'amd' for gfx targets, 'nvidia' for sm_ targets, 'other' otherwise."""
+    a = (arch or "").lower()
+    if a.startswith("gfx"):
+        return "amd"
+    if a.startswith("sm") or a.startswith("cuda"):
+        return "nvidia"
+    return "other"
+
+
+def unpack_placement(words: np.ndarray, arch: str) -> dict:
+    """Decode placement words (int64 array) into int arrays: version, cta, wave, xcc,
+    and by vendor either se/sh/cu/simd/wave_slot (AMD HW_ID) or sm (NVIDIA), plus
+    ``hw_unit``, one global compute-unit number (AMD: XCC, SE, SH, CU flattened;
+    NVIDIA: the SM)."""
+    words = np.asarray(words, dtype=np.int64)
+    hi = (words >> 32) & 0xFFFFFFFF
+    lo = words & 0xFFFFFFFF
+    out = {f.name: _bits(hi, f.lo, f.width) for f in PLACEMENT_HI_FIELDS}
+    vendor = vendor_of(arch)
+    if vendor == "amd":
+        for f in AMD_HW_ID_FIELDS:
+            out[f.name] = _bits(lo, f.lo, f.width)
+        out["hw_unit"] = ((out["xcc"] * 4 + out["se"]) * 2 + out["sh"]) * 16 + out["cu"]
+    else:
+        out["sm"] = lo
+        out["hw_unit"] = lo
+    return out
+
+
+# -- time -----------------------------------------------------------------------
+def ticks_to_ns(ticks, clock: Clock):
+    """Tick counts (relative to an origin, so small) to integer nanoseconds, exact
+    when the rate divides 1 GHz (both known clocks), else rounded down."""
+    if 1_000_000_000 % clock.hz == 0:
+        return ticks * (1_000_000_000 // clock.hz)
+    return (np.asarray(ticks, dtype=np.float64) * (1e9 / clock.hz)).astype(np.int64)
+
+
+def tick_ns(clock: Clock) -> float:
+    """Nanoseconds one tick lasts (the clock's resolution at best)."""
+    return 1e9 / clock.hz
+
+
+# -- anomalies and row flags ----------------------------------------------------
+class Flag:
+    """Bits of the ``flags`` column of the tasks table (a row kept, but marked)."""
+
+    MISSING_PHASE = 1  # a phase tick is 0; intervals inherit the previous phase
+    BACKWARDS = 2  # a later phase's tick is before an earlier one's
+    NO_PLACEMENT = 4  # ticks written but no placement word
+    MISPLACED = 8  # the placement word's wave differs from the record's wave
+
+
+# Anomaly kinds: each names stamps (or slots) the collector did not turn into a clean row.
+ANOMALY_KINDS = {
+    "unwritten": "a task slot with no stamp at all (the task never ran, or its stamps were lost)",
+    "missing_phase": "a phase not stamped in a row that has other stamps; it inherits the previous phase",
+    "backwards": "a phase stamped before the phase it follows; its interval is left out",
+    "no_placement": "ticks written but the placement word is 0; CTA/wave unknown",
+    "bad_placement": "the placement word's version is not this layout's; the row is dropped",
+    "misplaced": "the placement word's wave is not the record's wave; the stamp went to the wrong slot",
+    "impossible_tick": "a negative tick; the row is dropped",
+    "outside_window": "a row whose ticks lie outside its launch's window (stale data of another run?); dropped",
+    "overflow": "nonzero words in padding columns or past the spec's size: the kernel wrote outside the layout",
+    "size_mismatch": "the buffer is larger than the spec says",
+}
+
+ANOMALIES_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int16()),
+        ("kind", pa.string()),
+        ("launch", pa.int32()),
+        ("stage", pa.string()),
+        ("phase", pa.string()),
+        ("count", pa.int64()),
+        ("stamps", pa.int64()),  # stamps (nonzero ticks) this anomaly accounts for
+    ]
+)
+
+# -- Arrow tables ---------------------------------------------------------------
+DICT_STR = pa.dictionary(pa.int32(), pa.string())
+PLACEMENT_COLUMNS = ("cta", "wave", "xcc", "se", "sh", "cu", "simd", "wave_slot", "sm", "hw_unit")
+
+
+def tasks_schema(phases) -> pa.Schema:
+    """Schema of the ``tasks`` table: one row per (rank, launch, stage, task, wave);
+    ``<phase>_ns`` is ns from the trace origin (null where unwritten) and
+    ``<phase>_tick`` the raw tick (0 where unwritten)."""
+    cols = [
+        ("rank", pa.int16()),
+        ("launch", pa.int32()),
+        ("stage", DICT_STR),
+        ("stage_index", pa.int16()),
+        ("task", pa.int32()),
+        ("slot_wave", pa.int16()),
+        ("cta", pa.int32()),
+        ("wave", pa.int16()),
+        ("xcc", pa.int16()),
+        ("se", pa.int16()),
+        ("sh", pa.int16()),
+        ("cu", pa.int16()),
+        ("simd", pa.int16()),
+        ("wave_slot", pa.int16()),
+        ("sm", pa.int16()),
+        ("hw_unit", pa.int32()),
+        ("placement", pa.int64()),
+        ("flags", pa.int32()),
+    ]
+    cols += [(f"{p}_ns", pa.int64()) for p in phases]
+    cols += [(f"{p}_tick", pa.int64()) for p in phases]
+    return pa.schema(cols)
+
+
+INTERVALS_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int16()),
+        ("launch", pa.int32()),
+        ("stage", DICT_STR),
+        ("stage_index", pa.int16()),
+        ("task", pa.int32()),
+        ("cta", pa.int32()),
+        ("wave", pa.int16()),
+        ("hw_unit", pa.int32()),
+        ("xcc", pa.int16()),
+        ("se", pa.int16()),
+        ("cu", pa.int16()),
+        ("sm", pa.int16()),
+        ("phase", DICT_STR),  # "start→hint"
+        ("phase_index", pa.int16()),  # index of the interval's first phase
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("duration_ns", pa.int64()),
+        ("inherited", pa.bool_()),  # an end point was a missing phase, inherited
+    ]
+)
+
+
+def interval_names(phases) -> tuple:
+    """Names of the consecutive phase pairs: ``start→hint``, ``hint→staged``, ..."""
+    return tuple(f"{a}→{b}" for a, b in zip(phases[:-1], phases[1:]))
+
+
+# Schema metadata keys (bytes, as Arrow stores them).
+META_SPEC = b"mono_timeline.spec"
+META_SPECS = b"mono_timeline.specs"  # a merged trace: one spec per (rank)
+META_ANOMALIES = b"mono_timeline.anomalies"
+META_CLOCK = b"mono_timeline.clock"
+META_ORIGIN = b"mono_timeline.origin"
+META_VERSION = b"mono_timeline.version"
+META_LAYOUT = b"mono_timeline.layout_version"
+META_SYNTHETIC = b"mono_timeline.synthetic"
