@@ -1,0 +1,25 @@
+"""Hand-built stamp buffers for tests: records written with the layout functions of
+``timeline.schema`` (the ones the device helpers call), so a test states exactly
+which ticks land where."""
+
+import numpy as np
+
+from timeline import schema as S
+
+
+def empty(spec: S.Spec) -> np.ndarray:
+    """A zeroed flat int64 buffer of the spec's size."""
+    return np.zeros(spec.layout.words, dtype=np.int64)
+
+
+def put(buf, spec: S.Spec, *, stage, task, ticks, launch=0, wave=0, cta=0, hw=0, xcc=0,
+        placement=None):
+    """Write one record: the placement word and one tick per phase (0 = not written)."""
+    lay = spec.layout
+    s = spec.stage_index(stage)
+    base = S.word_offset(lay, launch, s, task, wave, 0)
+    buf[base + S.PLACEMENT_COL] = (S.pack_placement(cta, wave, hw, xcc)
+                                   if placement is None else placement)
+    for j, t in enumerate(ticks):
+        buf[S.word_offset(lay, launch, s, task, wave, S.phase_col(j))] = t
+    return buf
