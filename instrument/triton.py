@@ -1,0 +1,214 @@
+"""Device stamp helpers for Triton kernels on NVIDIA GPUs (sm_90 and later).
+
+A timeline build of a Triton kernel takes the stamp buffer (``instrument.alloc(spec)``,
+its ``.tensor``) as one pointer argument and a ``tl.constexpr`` switch; each phase
+of each task calls ``stamp(...)``, which reads ``%globaltimer`` (ns, 1 GHz) and
+stores it into the slot ``timeline.schema.word_offset`` names. The first phase's
+stamp also stores the placement word (CTA, warp, SM). With the switch off the
+helpers emit nothing: no timer read, no store, no use of the buffer argument (pass
+``None`` for it), so a normal build is the kernel without instrumentation.
+
+The layout arithmetic is not restated here: ``word_offset`` / ``record_index`` /
+``placement_hi`` are the schema's own functions, compiled for the device by
+``_device`` (the same code object; the globals they read re-bound as
+``tl.constexpr``, which is all Triton lets a kernel read). So the decoder and the
+kernel cannot disagree.
+
+Two granularities, chosen by the spec's ``waves``:
+
+- ``waves == 1``: lead-thread stamping; thread 0 of the CTA stores its reading
+  (Triton stores a scalar from one thread).
+- ``waves == num_warps``: per-warp stamping; lane 0 of every warp stores its own
+  reading into record ``wave = warp``. The warp comes from ``%tid.x``, not from a
+  tensor layout, so it is the hardware's warp whatever layout Triton picks.
+
+This module imports triton; ``instrument`` itself does not.
+"""
+
+from __future__ import annotations
+
+import types
+
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import num_warps as _num_warps
+
+from timeline import schema as S
+
+CLOCK = S.CLOCKS["globaltimer"]
+DEFAULT_ARCH = "sm_90"
+
+
+# -- the schema's functions, compiled for the device --------------------------------
+def _device(fn, **rebind):
+    """``fn`` (a ``timeline.schema`` function) as a ``triton.jit`` function: the same
+    code object, with the names in ``rebind`` replaced in its globals (module
+    constants as ``tl.constexpr``, schema functions it calls by their device
+    versions). Triton compiles a function from its source and reads only constexpr
+    globals; re-binding rather than restating keeps one formula for both sides."""
+    g = dict(fn.__globals__)
+    g.update(rebind)
+    clone = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__module__ = fn.__module__
+    clone.__qualname__ = fn.__qualname__
+    clone.__doc__ = fn.__doc__
+    return triton.jit(clone)
+
+
+record_index = _device(S.record_index)
+word_offset = _device(S.word_offset, record_index=record_index)
+phase_col = _device(S.phase_col)
+placement_hi = _device(S.placement_hi, LAYOUT_VERSION=tl.constexpr(S.LAYOUT_VERSION))
+
+_MAX_CTA = tl.constexpr(S.MAX_CTA)
+_MAX_WAVE = tl.constexpr(S.MAX_WAVE)
+_PLACEMENT_COL = tl.constexpr(S.PLACEMENT_COL)
+
+
+# -- hardware readings -----------------------------------------------------------------
+@triton.jit
+def globaltimer():
+    """``%globaltimer``: the GPU's global nanosecond timer (int64). Not pure: every
+    call is a fresh read, kept in program order with the other side effects."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def globaltimer_like(x):
+    """``%globaltimer`` read by every thread that holds an element of ``x`` (a tensor
+    of the shape wanted; its values are unused). For per-warp stamps."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def smid():
+    """``%smid``: the SM this CTA runs on (int32)."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def thread_id_like(x):
+    """``%tid.x`` of the thread holding each element of ``x`` (int32)."""
+    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,r", [x], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+# -- pure arithmetic (no asm; the interpreter can run these) ---------------------------
+@triton.jit
+def placement_word(cta, wave, sm):
+    """The 64-bit placement word: ``placement_hi(cta, wave, 0) << 32 | sm``, cta and
+    wave masked to their field widths (the schema's ``MAX_CTA`` / ``MAX_WAVE``)."""
+    hi = placement_hi(cta & _MAX_CTA, wave & _MAX_WAVE, 0)
+    return (hi.to(tl.int64) << 32) | (sm.to(tl.int64) & 0xFFFFFFFF)
+
+
+@triton.jit
+def stamp_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave, PHASE: tl.constexpr):
+    """Word offset of phase ``PHASE``'s tick of (launch, stage, task, wave)."""
+    return word_offset(LAYOUT, launch, STAGE, task, wave, phase_col(PHASE))
+
+
+@triton.jit
+def placement_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave):
+    """Word offset of the placement word of (launch, stage, task, wave)."""
+    return word_offset(LAYOUT, launch, STAGE, task, wave, _PLACEMENT_COL)
+
+
+# -- stamps ----------------------------------------------------------------------------------
+@triton.jit
+def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
+    """Lead-thread stamp (``LAYOUT.waves == 1``): one timer read stored by one
+    thread into (launch, STAGE, task, wave 0, PHASE); phase 0 also stores the
+    placement word. Returns the reading (int64)."""
+    t = globaltimer()
+    tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t)
+    if PHASE == 0:
+        place = placement_word(tl.program_id(0), 0, smid())
+        tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place)
+    return t
+
+
+@triton.jit
+def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
+    """Per-warp stamp (``LAYOUT.waves == num_warps``): lane 0 of each warp stores its
+    own timer read into record ``wave = warp`` (``%tid.x >> 5``); phase 0 also
+    stores each warp's placement word."""
+    NW: tl.constexpr = _num_warps()
+    tl.static_assert(LAYOUT.waves == NW,
+                     "per-warp stamps need spec.waves == the kernel's num_warps")
+    lanes = tl.arange(0, NW * 32)
+    tid = thread_id_like(lanes)
+    warp = tid >> 5
+    lead = (tid & 31) == 0
+    t = globaltimer_like(lanes)
+    tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, PHASE), t, mask=lead)
+    if PHASE == 0:
+        place = placement_word(tl.program_id(0), warp, smid())
+        tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead)
+
+
+@triton.jit
+def stamp(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr,
+          ON: tl.constexpr):
+    """Stamp phase ``PHASE`` of task ``task`` of stage ``STAGE`` (indices in the
+    spec) in launch slot ``launch``, when ``ON``; nothing at all when not.
+
+    ``LAYOUT`` is ``spec.layout`` passed as a constexpr. Lead thread or per warp
+    follows ``LAYOUT.waves``. Stamp phase 0 of every task you stamp: it carries
+    the placement word. Returns nothing; use ``stamp_lead`` for the reading."""
+    if ON:
+        if LAYOUT.waves == 1:
+            stamp_lead(stamps, LAYOUT, launch, STAGE, task, PHASE)
+        else:
+            stamp_warps(stamps, LAYOUT, launch, STAGE, task, PHASE)
+
+
+# -- host side -------------------------------------------------------------------------------
+def arch_of(device=None) -> str:
+    """``sm_XY`` of a CUDA device (torch), e.g. ``sm_90`` for an H100 / H200."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def spec(kernel: str, stages, *, phases=S.DEFAULT_PHASES, waves=1, launches=1, grid=0,
+         arch=DEFAULT_ARCH, rank=0, world=1, extra=None) -> S.Spec:
+    """A ``Spec`` for a Triton timeline build: clock ``globaltimer`` (1 GHz), NVIDIA
+    arch. ``waves`` is 1 (lead thread) or the kernel's ``num_warps`` (per warp)."""
+    if S.vendor_of(arch) != "nvidia":
+        raise S.SpecError(f"a Triton timeline build on NVIDIA needs an sm_XY arch; got {arch!r}")
+    if waves > S.MAX_WAVE + 1:
+        raise S.SpecError(f"waves={waves}: the placement word holds at most {S.MAX_WAVE + 1} warps")
+    if grid > S.MAX_CTA + 1:
+        raise S.SpecError(f"grid={grid}: the placement word holds CTA ids below {S.MAX_CTA + 1}")
+    return S.Spec(kernel, stages, phases=phases, waves=waves, launches=launches, clock=CLOCK,
+                  arch=arch, rank=rank, world=world, grid=grid, extra=dict(extra or {}))
+
+
+def check_launch(spec_: S.Spec, num_warps: int) -> None:
+    """Raise if a kernel launched with ``num_warps`` cannot fill ``spec_``'s records:
+    per-warp stamping needs ``waves == num_warps`` (fewer would drop warps, more
+    would leave records unwritten)."""
+    if spec_.waves not in (1, num_warps):
+        raise S.SpecError(
+            f"spec {spec_.kernel!r} has waves={spec_.waves} but the kernel runs {num_warps} "
+            f"warps: use waves=1 (lead thread) or waves={num_warps} (per warp)")
+
+
+def compile_ptx(fn, signature: dict, constexprs: dict, *, capability=90, num_warps=4,
+                num_stages=3) -> str:
+    """PTX of ``fn`` for ``sm_<capability>``, compiled without a GPU (for checks:
+    a normal build must hold no ``%globaltimer``). ``signature`` maps every
+    parameter to a Triton type string (``"*i64"``, ``"i32"``, ``"constexpr"``)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    target = GPUTarget("cuda", capability, 32)
+    compiled = triton.compile(src, target=target, options={"num_warps": num_warps,
+                                                           "num_stages": num_stages})
+    return compiled.asm["ptx"]
