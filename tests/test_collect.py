@@ -66,7 +66,10 @@ def test_clean_buffer_decodes_exactly():
     iv = tr.intervals
     assert iv.num_rows == 6 * 4
     assert set(iv.column("duration_ns").to_pylist()) == {100}
-    assert iv.column("phase").to_pylist()[:4] == ["start→hint", "hint→staged", "staged→compute", "compute→end"]
+    # grouped by phase pair, tasks order within a pair
+    assert iv.column("phase").to_pylist() == [p for p in ["start→hint", "hint→staged", "staged→compute",
+                                                          "compute→end"] for _ in range(6)]
+    assert iv.column("task").to_pylist()[:6] == [0, 1, 0, 1, 2, 0]
     assert not any(iv.column("inherited").to_pylist())
 
 

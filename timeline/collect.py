@@ -113,29 +113,49 @@ def collect(
         if pad_nz:
             anomalies.append((spec.rank, "overflow", -1, "", "padding", pad_nz, pad_nz))
 
-    place = recs[:, S.PLACEMENT_COL]
-    ticks = recs[:, 1: 1 + P]
+    # one transposing copy: every column contiguous (column-wise ops beat axis=1
+    # reductions over P ~ 5, and Arrow takes contiguous columns without a copy)
+    cols_t = np.ascontiguousarray(recs[:, : 1 + P].T)
+    place = cols_t[S.PLACEMENT_COL]
+    tcol = [cols_t[1 + j] for j in range(P)]
     n = recs.shape[0]
 
-    # -- record coordinates (launch, row -> stage/task, wave) --------------------------
+    # -- record coordinates (launch, row -> stage/task, wave), built by broadcasting --
     counts = np.array([c for _, c in spec.stages], dtype=np.int64)
     stage_of_row = np.repeat(np.arange(nst, dtype=np.int16), counts)
-    task_of_row = np.arange(lay.rows, dtype=np.int64) - np.repeat(np.array(lay.first, dtype=np.int64), counts)
-    idx = np.arange(n, dtype=np.int64)
-    wave_of = (idx % lay.waves).astype(np.int16)
-    row_of = (idx // lay.waves) % lay.rows
-    launch_of = (idx // (lay.waves * lay.rows)).astype(np.int32)
-    stage_of = stage_of_row[row_of]
+    task_of_row = (np.arange(lay.rows, dtype=np.int32)
+                   - np.repeat(np.array(lay.first, dtype=np.int32), counts))
+    shape3 = (lay.launches, lay.rows, lay.waves)
 
-    written = ticks != 0
-    nw = written.sum(axis=1)
+    def coord(values, axis, dtype):
+        view = [1, 1, 1]
+        view[axis] = -1
+        return np.broadcast_to(np.asarray(values, dtype).reshape(view), shape3).reshape(-1)
+
+    launch_of = coord(np.arange(lay.launches), 0, np.int32)
+    stage_of = coord(stage_of_row, 1, np.int16)
+    wave_of = coord(np.arange(lay.waves), 2, np.int16)
+
+    written = [t != 0 for t in tcol]
+    nw = np.zeros(n, dtype=np.int8)
+    for w in written:
+        nw += w
     has = nw > 0
-    stage_launch_key = launch_of.astype(np.int64) * nst + stage_of
+    row_hi = tcol[0].copy()
+    row_min = tcol[0].copy()
+    for t in tcol[1:]:
+        np.maximum(row_hi, t, out=row_hi)
+        np.minimum(row_min, t, out=row_min)
+
+    stage_launch_key = None
 
     def per_stage(kind, mask, stamps=None, phase=""):
         """Append one anomaly line per (launch, stage) where ``mask`` holds."""
+        nonlocal stage_launch_key
         if not mask.any():
             return
+        if stage_launch_key is None:
+            stage_launch_key = launch_of.astype(np.int64) * nst + stage_of
         cnt = np.bincount(stage_launch_key[mask], minlength=lay.launches * nst)
         st = (np.bincount(stage_launch_key[mask], weights=stamps[mask], minlength=lay.launches * nst)
               if stamps is not None else np.zeros_like(cnt))
@@ -146,83 +166,114 @@ def collect(
     per_stage("unwritten", ~has)
     keep = has.copy()
 
-    bad_tick = has & (ticks < 0).any(axis=1)
+    bad_tick = has & (row_min < 0)
     per_stage("impossible_tick", bad_tick, nw)
     keep &= ~bad_tick
 
-    fields = S.unpack_placement(place, spec.arch)
-    bad_place = keep & (place != 0) & (fields["version"] != S.LAYOUT_VERSION)
+    version_field = S.PLACEMENT_HI_FIELDS[-1]
+    version = (place >> (32 + version_field.lo)) & ((1 << version_field.width) - 1)
+    bad_place = keep & (place != 0) & (version != S.LAYOUT_VERSION)
     per_stage("bad_placement", bad_place, nw)
     keep &= ~bad_place
 
     # -- launch windows -----------------------------------------------------------
     gap = max(1, int(window_gap_ms * 1e-3 * spec.clock.hz))
-    big = np.iinfo(np.int64).max
-    row_lo = np.where(written, ticks, big).min(axis=1)
-    row_hi = ticks.max(axis=1)
-    outside = np.zeros(n, dtype=bool)
+    full = nw == P
+    if full.all():
+        row_lo = row_min  # every tick written: the smallest is the smallest nonzero
+    else:
+        big = np.iinfo(np.int64).max
+        row_lo = np.where(written[0], tcol[0], big)
+        for w, t in zip(written[1:], tcol[1:]):
+            np.minimum(row_lo, np.where(w, t, big), out=row_lo)
+    outside = None
+    per_launch = lay.rows * lay.waves
     for launch in range(lay.launches):
-        sel = keep & (launch_of == launch)
+        sl = slice(launch * per_launch, (launch + 1) * per_launch)
+        sel = keep[sl]
         if not sel.any():
             continue
         if windows is not None:
             lo, hi = (int(v) for v in windows[launch])
         else:
-            lo, hi = int(row_lo[sel].min()), int(row_hi[sel].max())
+            lo, hi = int(row_lo[sl][sel].min()), int(row_hi[sl][sel].max())
             if hi - lo <= gap:
                 continue
-            lt = ticks[sel]
+            lt = np.concatenate([t[sl][sel] for t in tcol])
             lo, hi = _cluster_window(lt[lt != 0], gap)
-        outside |= sel & ((row_lo < lo) | (row_hi > hi))
-    per_stage("outside_window", outside, nw)
-    keep &= ~outside
+        out = sel & ((row_lo[sl] < lo) | (row_hi[sl] > hi))
+        if out.any():
+            if outside is None:
+                outside = np.zeros(n, dtype=bool)
+            outside[sl] |= out
+    if outside is not None:
+        per_stage("outside_window", outside, nw)
+        keep &= ~outside
 
     # -- rows kept: flags --------------------------------------------------------------
     flags = np.zeros(n, dtype=np.int32)
-    missing = keep[:, None] & ~written
-    flags[missing.any(axis=1)] |= S.Flag.MISSING_PHASE
-    for j in np.flatnonzero(missing.any(axis=0)):
-        per_stage("missing_phase", missing[:, j], phase=spec.phases[j])
+    if not full[keep].all():
+        for j, w in enumerate(written):
+            miss = keep & ~w
+            if miss.any():
+                flags[miss] |= S.Flag.MISSING_PHASE
+                per_stage("missing_phase", miss, phase=spec.phases[j])
 
     # the mono kernels' rule: a missing mark inherits the previous column's value
-    ff = _ffill_zero(ticks)
-    back = np.zeros_like(written)
-    back[:, 1:] = keep[:, None] & written[:, 1:] & (ff[:, 1:] < ff[:, :-1]) & (ff[:, :-1] != 0)
-    flags[back.any(axis=1)] |= S.Flag.BACKWARDS
-    for j in np.flatnonzero(back.any(axis=0)):
-        per_stage("backwards", back[:, j], phase=spec.phases[j])
+    ff = tcol[0]
+    for j in range(1, P):
+        cur = tcol[j] if full.all() else np.where(written[j], tcol[j], ff)
+        back = keep & written[j] & (cur < ff) & (ff != 0)
+        if back.any():
+            flags[back] |= S.Flag.BACKWARDS
+            per_stage("backwards", back, phase=spec.phases[j])
+        ff = cur
 
     no_place = keep & (place == 0)
-    flags[no_place] |= S.Flag.NO_PLACEMENT
-    per_stage("no_placement", no_place)
+    if no_place.any():
+        flags[no_place] |= S.Flag.NO_PLACEMENT
+        per_stage("no_placement", no_place)
 
+    all_kept = bool(keep.all())
+    k = slice(None) if all_kept else np.flatnonzero(keep)
+    kplace = place[k]
+    fields = S.unpack_placement(kplace, spec.arch)
+    pmiss = no_place[k]
     if lay.waves > 1:
-        mis = keep & ~no_place & (fields["wave"] != wave_of)
-        flags[mis] |= S.Flag.MISPLACED
-        per_stage("misplaced", mis)
+        mis = ~pmiss & (fields["wave"] != wave_of[k])
+        if mis.any():
+            kflags = flags[k]
+            kflags[mis] |= S.Flag.MISPLACED
+            flags[k] = kflags
+            mis_full = np.zeros(n, dtype=bool)
+            mis_full[np.arange(n)[k][mis]] = True
+            per_stage("misplaced", mis_full)
 
     # -- the tasks table ---------------------------------------------------------------
-    k = np.flatnonzero(keep)
-    kt = ticks[k]
-    kw = written[k]
-    origin = int(kt[kw].min()) if kw.any() else 0
-    ns = S.ticks_to_ns(kt - origin, spec.clock)
-    pmiss = no_place[k]
+    kt = [t[k] for t in tcol]
+    kw = [w[k] for w in written]
+    origin = 0
+    mins = [int(t[w].min()) for t, w in zip(kt, kw) if w.any()]
+    if mins:
+        origin = min(mins)
+    any_pmiss = bool(pmiss.any())
+    nkeep = len(kplace)
 
     def placed(name, dtype):
-        v = fields[name][k].astype(dtype) if name in fields else None
-        if v is None:
-            return pa.nulls(k.size, pa.from_numpy_dtype(dtype))
-        return pa.array(v, mask=pmiss)
+        if name not in fields:
+            return pa.nulls(nkeep, pa.from_numpy_dtype(dtype))
+        v = fields[name].astype(dtype)
+        return pa.array(v, mask=pmiss) if any_pmiss else pa.array(v)
 
     stage_dict = pa.DictionaryArray.from_arrays(
         pa.array(stage_of[k].astype(np.int32)), pa.array(list(spec.stage_names), pa.string()))
+    row_of_k = coord(np.arange(lay.rows), 1, np.int32)[k]
     cols = {
-        "rank": pa.array(np.full(k.size, spec.rank, np.int16)),
+        "rank": pa.array(np.full(nkeep, spec.rank, np.int16)),
         "launch": pa.array(launch_of[k]),
         "stage": stage_dict,
         "stage_index": pa.array(stage_of[k]),
-        "task": pa.array(task_of_row[row_of[k]].astype(np.int32)),
+        "task": pa.array(task_of_row[row_of_k]),
         "slot_wave": pa.array(wave_of[k]),
         "cta": placed("cta", np.int32),
         "wave": placed("wave", np.int16),
@@ -234,30 +285,21 @@ def collect(
         "wave_slot": placed("wave_slot", np.int16),
         "sm": placed("sm", np.int16),
         "hw_unit": placed("hw_unit", np.int32),
-        "placement": pa.array(place[k]),
+        "placement": pa.array(kplace),
         "flags": pa.array(flags[k]),
     }
     for j, p in enumerate(spec.phases):
-        cols[f"{p}_ns"] = pa.array(ns[:, j], mask=~kw[:, j])
+        ns = kt[j] - origin
+        ns = S.ticks_to_ns(ns, spec.clock) if spec.clock.hz != 1_000_000_000 else ns
+        cols[f"{p}_ns"] = pa.array(ns) if kw[j].all() else pa.array(ns, mask=~kw[j])
     for j, p in enumerate(spec.phases):
-        cols[f"{p}_tick"] = pa.array(kt[:, j])
+        cols[f"{p}_tick"] = pa.array(kt[j])
     tasks = pa.table(cols, schema=S.tasks_schema(spec.phases))
 
     report = anomalies_table(anomalies)
     if strict and report.num_rows:
         raise CollectError(_strict_message(spec, report))
     return Trace(tasks, [spec], report, origins={spec.rank: origin}, synthetic=synthetic)
-
-
-def _ffill_zero(ticks: np.ndarray) -> np.ndarray:
-    """Forward-fill zeros along each row (the inherit-previous-phase rule); leading
-    zeros stay 0."""
-    P = ticks.shape[1]
-    colidx = np.where(ticks != 0, np.arange(P), 0)
-    np.maximum.accumulate(colidx, axis=1, out=colidx)
-    out = np.take_along_axis(ticks, colidx, axis=1)
-    out[(ticks == 0) & (colidx == 0)] = 0  # nothing written at or before this column
-    return out
 
 
 def _strict_message(spec, report) -> str:

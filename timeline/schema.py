@@ -315,19 +315,22 @@ def unpack_placement(words: np.ndarray, arch: str) -> dict:
     """Decode placement words (int64 array) into int arrays: version, cta, wave, xcc,
     and by vendor either se/sh/cu/simd/wave_slot (AMD HW_ID) or sm (NVIDIA), plus
     ``hw_unit``, one global compute-unit number (AMD: XCC, SE, SH, CU flattened;
-    NVIDIA: the SM)."""
-    words = np.asarray(words, dtype=np.int64)
-    hi = (words >> 32) & 0xFFFFFFFF
-    lo = words & 0xFFFFFFFF
-    out = {f.name: _bits(hi, f.lo, f.width) for f in PLACEMENT_HI_FIELDS}
+    NVIDIA: the SM). Works on the two 32-bit halves (half the memory traffic of
+    int64 shifts; the collector decodes millions of words)."""
+    words = np.ascontiguousarray(words, dtype=np.int64)
+    halves = words.view(np.uint32).reshape(-1, 2)
+    lo, hi = halves[:, 0], halves[:, 1]  # little-endian: the low word comes first
+    if words.dtype.byteorder == ">" or (words.dtype.byteorder == "=" and np.little_endian is False):
+        lo, hi = hi, lo  # pragma: no cover - big-endian hosts
+    out = {f.name: _bits(hi, f.lo, f.width).astype(np.int32) for f in PLACEMENT_HI_FIELDS}
     vendor = vendor_of(arch)
     if vendor == "amd":
         for f in AMD_HW_ID_FIELDS:
-            out[f.name] = _bits(lo, f.lo, f.width)
+            out[f.name] = _bits(lo, f.lo, f.width).astype(np.int32)
         out["hw_unit"] = ((out["xcc"] * 4 + out["se"]) * 2 + out["sh"]) * 16 + out["cu"]
     else:
-        out["sm"] = lo
-        out["hw_unit"] = lo
+        out["sm"] = lo.astype(np.int64)
+        out["hw_unit"] = lo.astype(np.int64)
     return out
 
 

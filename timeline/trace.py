@@ -38,7 +38,10 @@ def _column_np(tasks: pa.Table, name: str, fill) -> np.ndarray:
 
 
 def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
-    """One row per consecutive phase pair of every task row (``start→hint``, ...).
+    """One row per consecutive phase pair of every task row (``start→hint``, ...),
+    grouped by pair (all ``start→hint`` rows in tasks order, then ``hint→staged``,
+    ...): each group's placement columns are the tasks table's own, zero-copy where
+    every row has the pair.
 
     The mono kernels' rule for a missing mark: it inherits the previous phase's time
     (the interval into it has duration 0, the next one starts where the last
@@ -47,35 +50,40 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
     out (the anomaly report counts them)."""
     P = len(phases)
     names = S.interval_names(phases)
-    n = tasks.num_rows
-    if P < 2 or n == 0:
+    if P < 2 or tasks.num_rows == 0:
         return S.INTERVALS_SCHEMA.empty_table()
-    sentinel = np.iinfo(np.int64).min
-    ns = np.stack([_column_np(tasks, f"{p}_ns", sentinel) for p in phases], axis=1)
-    written = ns != sentinel
-    ff = ns.copy()
-    for j in range(1, P):
-        miss = ~written[:, j]
-        ff[miss, j] = ff[miss, j - 1]
-    start, end = ff[:, :-1], ff[:, 1:]
-    valid = (start != sentinel) & (end >= start)
-    inherited = ~written[:, :-1] | ~written[:, 1:]
-    row, pair = np.nonzero(valid)  # row-major: a task's intervals stay together
     keep_cols = ["rank", "launch", "stage", "stage_index", "task", "cta", "wave",
                  "hw_unit", "xcc", "se", "cu", "sm"]
-    base = tasks.select(keep_cols).take(pa.array(row))
-    s = start[row, pair]
-    e = end[row, pair]
-    phase = pa.DictionaryArray.from_arrays(pa.array(pair.astype(np.int32)), pa.array(list(names)))
-    cols = [base.column(c) for c in keep_cols] + [
-        phase,
-        pa.array(pair.astype(np.int16)),
-        pa.array(s),
-        pa.array(e),
-        pa.array(e - s),
-        pa.array(inherited[row, pair]),
-    ]
-    return pa.Table.from_arrays(cols, schema=S.INTERVALS_SCHEMA)
+    base = tasks.select(keep_cols)
+    sentinel = np.iinfo(np.int64).min
+    dictionary = pa.array(list(names))
+    parts = []
+    prev = _column_np(tasks, f"{phases[0]}_ns", sentinel)
+    prev_written = prev != sentinel
+    for j in range(P - 1):
+        cur = _column_np(tasks, f"{phases[j + 1]}_ns", sentinel)
+        cur_written = cur != sentinel
+        end = np.where(cur_written, cur, prev)  # a missing mark inherits
+        valid = (prev != sentinel) & (end >= prev)
+        inherited = ~(prev_written & cur_written)
+        if valid.all():
+            b, s, e, inh = base, prev, end, inherited
+        else:
+            b = base.filter(pa.array(valid))
+            s, e, inh = prev[valid], end[valid], inherited[valid]
+        m = len(s)
+        phase = pa.DictionaryArray.from_arrays(pa.array(np.full(m, j, np.int32)), dictionary)
+        cols = [b.column(c) for c in keep_cols] + [
+            pa.chunked_array([phase]),
+            pa.chunked_array([pa.array(np.full(m, j, np.int16))]),
+            pa.chunked_array([pa.array(s)]),
+            pa.chunked_array([pa.array(e)]),
+            pa.chunked_array([pa.array(e - s)]),
+            pa.chunked_array([pa.array(inh)]),
+        ]
+        parts.append(pa.Table.from_arrays(cols, schema=S.INTERVALS_SCHEMA))
+        prev, prev_written = end, cur_written
+    return pa.concat_tables(parts)
 
 
 class Trace:

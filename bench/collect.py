@@ -1,0 +1,117 @@
+"""Collector throughput: stamps/s and peak memory of ``timeline.collect`` against a
+straightforward per-record Python decoder of the same buffer, side by side in one
+run (the machine is noisy: the ratio is the figure).
+
+    python bench/collect.py            # 1 M and 10 M stamps
+    python bench/collect.py --sizes 1e6 --naive-max 2e6
+
+Buffers are SYNTHETIC (``timeline.synth``: GLM-5 stage list, 8 waves, grid 256).
+Each measurement runs in a fresh process so peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def make_buffer(stamps: int):
+    from timeline import synth
+
+    per_launch = sum(c for _, c in synth.GLM5_STAGES) * 8 * 5
+    launches = max(1, -(-stamps // per_launch))
+    spec = synth.glm5_spec(waves=8, launches=launches)
+    (sp, buf), = synth.synth_buffers(spec, grid=256, seed=1)
+    return sp, buf
+
+
+def naive_decode(buf, spec):
+    """The obvious decoder: a Python loop over records, a dict per row."""
+    import pyarrow as pa
+
+    from timeline import schema as S
+
+    lay = spec.layout
+    P = len(spec.phases)
+    rows = []
+    words = buf.tolist()
+    origin = None
+    for rec in range(lay.launches * lay.rows * lay.waves):
+        base = rec * lay.cols
+        ticks = words[base + 1: base + 1 + P]
+        if not any(ticks):
+            continue
+        place = words[base]
+        launch, rest = divmod(rec, lay.rows * lay.waves)
+        row, wave = divmod(rest, lay.waves)
+        stage = max(i for i, f in enumerate(lay.first) if f <= row)
+        hi = place >> 32
+        d = {"launch": launch, "stage": spec.stages[stage][0], "task": row - lay.first[stage],
+             "slot_wave": wave, "cta": (hi >> 10) & 0x3FFFF, "wave": (hi >> 4) & 0x3F,
+             "xcc": hi & 0xF, "placement": place}
+        for p, t in zip(spec.phases, ticks):
+            d[f"{p}_tick"] = t
+            if t and (origin is None or t < origin):
+                origin = t
+        rows.append(d)
+    for d in rows:
+        for p in spec.phases:
+            t = d[f"{p}_tick"]
+            d[f"{p}_ns"] = S.ticks_to_ns(t - origin, spec.clock) if t else None
+    return pa.Table.from_pylist(rows)
+
+
+def one(mode: str, stamps: int) -> dict:
+    sp, buf = make_buffer(stamps)
+    n = int(np.count_nonzero(buf.reshape(-1, sp.layout.cols)[:, 1:]))
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    if mode == "collect":
+        from timeline import collect
+
+        tr = collect(buf, sp)
+        rows = tr.tasks.num_rows
+        _ = tr.intervals.num_rows
+        t_iv = time.perf_counter()
+    else:
+        rows = naive_decode(buf, sp).num_rows
+        t_iv = time.perf_counter()
+    dt = t_iv - t0
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"mode": mode, "stamps": n, "rows": rows, "seconds": dt, "stamps_per_s": n / dt,
+            "buffer_mb": buf.nbytes / 2**20, "peak_extra_mb": (rss1 - rss0) / 1024}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="*", type=float, default=[1e6, 1e7])
+    ap.add_argument("--naive-max", type=float, default=1e7, help="skip the naive decoder above this many stamps")
+    ap.add_argument("--one", nargs=2, metavar=("MODE", "STAMPS"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(a.one[0], int(float(a.one[1])))))
+        return
+    print("timeline.collect vs a per-record Python decoder (SYNTHETIC buffers, one process each)")
+    print(f"{'stamps':>10} {'decoder':>8} {'seconds':>8} {'Mstamps/s':>10} {'peak+MB':>8} {'buffer MB':>9} {'speedup':>8}")
+    for size in a.sizes:
+        res = {}
+        for mode in ("collect", "naive"):
+            if mode == "naive" and size > a.naive_max:
+                continue
+            out = subprocess.run([sys.executable, __file__, "--one", mode, str(int(size))],
+                                 capture_output=True, text=True, check=True)
+            res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        for mode, r in res.items():
+            ratio = (res["naive"]["seconds"] / r["seconds"]) if "naive" in res else float("nan")
+            print(f"{r['stamps']:>10} {mode:>8} {r['seconds']:>8.3f} {r['stamps_per_s'] / 1e6:>10.1f} "
+                  f"{r['peak_extra_mb']:>8.0f} {r['buffer_mb']:>9.1f} {ratio if mode == 'collect' else 1.0:>7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
