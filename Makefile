@@ -1,0 +1,59 @@
+# mono-timeline: two commands on a fresh machine.
+#   make demo   set up, then open the dashboard on the bundled real H200 trace
+#   make test   set up (test extras, FlyDSL, Chromium, lld, speedscope), then run every test
+# Everything lands in .venv/ and .cache/ inside the checkout.
+
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+CACHE   := .cache
+TRACE   ?= traces/h200_mono_demo.arrow
+HOST    ?= 127.0.0.1
+PORT    ?= 8050
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test setup setup-test bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# core + dashboard
+$(VENV)/.core: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# test extras, FlyDSL + CPU torch (compile-only AMD checks), Triton (sm_90 PTX checks)
+$(VENV)/.test: pyproject.toml $(VENV)/.core
+	$(BIN)/pip install -q -e '.[test,amd,nvidia-compile]'
+	touch $@
+
+# system tools the tests drive: Debian's Chromium + driver (dashboard tests), lld (FlyDSL link step)
+$(CACHE)/.apt:
+	mkdir -p $(CACHE)
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || [ ! -x /usr/lib/llvm-19/bin/ld.lld ]; then \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver lld-19; fi
+	touch $@
+
+# speedscope's Chrome-trace importer, a real client for the Chrome export test
+$(CACHE)/node/node_modules/speedscope/package.json:
+	mkdir -p $(CACHE)/node
+	npm install --silent --no-audit --no-fund --prefix $(CACHE)/node speedscope@1.25.0
+
+setup: $(VENV)/.core
+setup-test: $(VENV)/.test $(CACHE)/.apt $(CACHE)/node/node_modules/speedscope/package.json
+
+demo: setup
+	$(BIN)/timeline-view $(TRACE) --host $(HOST) --port $(PORT)
+
+test: setup-test
+	$(BIN)/pytest -q
+
+bench: setup-test
+	$(BIN)/python bench/collect.py
+	$(BIN)/python bench/export.py
+	$(BIN)/python bench/viewer.py
+	$(BIN)/python bench/isa_cost.py
+
+clean:
+	rm -rf $(VENV) $(CACHE) .pytest_cache
