@@ -177,7 +177,9 @@ def _write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng
     W = lay.waves
     flat = bufs.reshape(R, -1)
     for w in range(W):
-        jit = rng.uniform(0, 120, size=(R, sel.size)) if W > 1 else 0.0
+        # per-wave lag behind the CTA's times; kept below the smallest gap between a
+        # CTA's tasks (50 ns) so that a wave never starts a task before its last one ended
+        jit = rng.uniform(0, 40, size=(R, sel.size)) if W > 1 else 0.0
         rec = S.record_index(lay, launch, s, sel, w)  # numpy: the same formula the kernel uses
         flat[:, rec * lay.cols + S.PLACEMENT_COL] = placement[c, w][None, :]
         prev = None
