@@ -586,9 +586,16 @@ def main(argv=None) -> int:
     from timeline.merge import MergeError
     from timeline.trace import TraceFileError
 
+    known = [UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError]
+    try:  # the exporters' own error, where that package has it
+        from timeline.export._common import ExportError
+
+        known.append(ExportError)
+    except ImportError:  # pragma: no cover
+        pass
     try:
         return args.func(args)
-    except (UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError) as e:
+    except tuple(known) as e:
         print(f"timeline {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # unreadable input, unwritable output

@@ -1,0 +1,280 @@
+"""The ``timeline`` command line: every subcommand in-process through ``main(argv)``
+(exit status, files written, numbers printed), the errors (exit 2, one line, no
+traceback), and the console entry once as a real subprocess (``python -m timeline``)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from timeline import analysis as A
+from timeline import schema as S
+from timeline import synth
+from timeline.cli import format_table, main
+from timeline.collect import collect
+from timeline.merge import merge
+from timeline.trace import load
+
+T0 = 3_000_000
+#            start  hint  staged  compute   end     (ticks after T0, 10 ns each)
+HAND = {
+    ("a", 0): (0, 100, 300, 700, 800),
+    ("a", 1): (50, 250, None, 650, 1000),  # staged missing: inherits hint
+    ("a", 2): (120, 180, 380, 980, 1100),
+    ("b", 0): (900, 1300, 1400, 1900, 2000),
+    ("b", 1): (1000, 1500, 1650, 2050, 2400),
+}
+
+
+def hand_buffer(spec):
+    buf = np.zeros(spec.layout.words, dtype=np.int64)
+    lay = spec.layout
+    for (stage, task), ticks in HAND.items():
+        s = spec.stage_index(stage)
+        buf[S.word_offset(lay, 0, s, task, 0, S.PLACEMENT_COL)] = S.pack_placement(task, 0)
+        for j, t in enumerate(ticks):
+            buf[S.word_offset(lay, 0, s, task, 0, S.phase_col(j))] = 0 if t is None else T0 + t
+    return buf
+
+
+@pytest.fixture
+def hand(tmp_path):
+    """A spec JSON and its raw .bin stamp buffer, as a user would dump them."""
+    spec = S.Spec("hand", [("a", 3), ("b", 2)])
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    buf = hand_buffer(spec)
+    buf.tofile(tmp_path / "stamps.bin")
+    return spec, buf, tmp_path
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_of(argv, capsys):
+    """A command that must fail cleanly: exit 2, one ``error:`` line, no traceback."""
+    code, out, err = run(argv, capsys)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err
+    assert "error:" in err
+    return err
+
+
+# -- convert -----------------------------------------------------------------------------
+def test_convert_bin_and_npy_give_the_collectors_tables(hand, capsys):
+    spec, buf, d = hand
+    code, out, err = run(["convert", d / "stamps.bin", "--spec", d / "spec.json", "-o", d / "t.arrow"], capsys)
+    assert code == 0
+    assert "5 task rows" in out
+    assert "missing_phase" in err  # the anomaly is reported, not fatal
+    want = collect(buf, spec)
+    got = load(d / "t.arrow")
+    assert got.tasks.equals(want.tasks)
+    assert got.anomaly_summary() == {"missing_phase": 1}
+    np.save(d / "stamps.npy", buf.reshape(spec.layout.shape))
+    code, _, _ = run(["convert", d / "stamps.npy", "--spec", d / "spec.json", "-o", d / "t.parquet",
+                      "--rank", "3"], capsys)
+    assert code == 0
+    got = load(d / "t.parquet")
+    assert got.ranks == [3] and got.spec.rank == 3 and got.spec.world == 4
+    assert got.tasks.column("end_ns").to_pylist() == want.tasks.column("end_ns").to_pylist()
+
+
+def test_convert_strict_fails_on_the_anomaly(hand, capsys):
+    _, _, d = hand
+    err = error_of(["convert", d / "stamps.bin", "--spec", d / "spec.json", "-o", d / "t.arrow", "--strict"],
+                   capsys)
+    assert "missing_phase" in err and "stage a" in err
+    assert not (d / "t.arrow").exists()
+
+
+def test_convert_errors_say_what_is_wrong(hand, capsys):
+    spec, buf, d = hand
+    spec_json = d / "spec.json"
+    assert "does not exist" in error_of(["convert", d / "nope.bin", "--spec", spec_json, "-o", d / "t.arrow"],
+                                        capsys)
+    buf[:-6].tofile(d / "short.bin")  # one record short: the wrong shape for this spec
+    err = error_of(["convert", d / "short.bin", "--spec", spec_json, "-o", d / "t.arrow"], capsys)
+    assert f"holds {buf.size - 6} int64 words" in err and f"needs {buf.size}" in err
+    (d / "odd.bin").write_bytes(b"\1" * 12)
+    assert "not a whole number of int64 words" in error_of(
+        ["convert", d / "odd.bin", "--spec", spec_json, "-o", d / "t.arrow"], capsys)
+    (d / "bad.json").write_text("{not json")
+    assert "not valid JSON" in error_of(["convert", d / "stamps.bin", "--spec", d / "bad.json", "-o",
+                                         d / "t.arrow"], capsys)
+    (d / "other.json").write_text(json.dumps({"name": "x"}))
+    assert "needs at least \"kernel\" and \"stages\"" in error_of(
+        ["convert", d / "stamps.bin", "--spec", d / "other.json", "-o", d / "t.arrow"], capsys)
+    (d / "dup.json").write_text(json.dumps({"kernel": "k", "stages": [["a", 1], ["a", 2]]}))
+    assert "repeated: ['a']" in error_of(
+        ["convert", d / "stamps.bin", "--spec", d / "dup.json", "-o", d / "t.arrow"], capsys)
+    assert ".arrow (Arrow IPC) or .parquet" in error_of(
+        ["convert", d / "stamps.bin", "--spec", spec_json, "-o", d / "t.csv"], capsys)
+    assert "does not exist" in error_of(
+        ["convert", d / "stamps.bin", "--spec", spec_json, "-o", d / "no" / "t.arrow"], capsys)
+    assert "spec file" in error_of(["convert", d / "stamps.bin", "--spec", d / "none.json", "-o",
+                                    d / "t.arrow"], capsys)
+
+
+# -- summary ------------------------------------------------------------------------------
+def converted(hand, capsys):
+    _, _, d = hand
+    assert run(["convert", d / "stamps.bin", "--spec", d / "spec.json", "-o", d / "t.arrow"], capsys)[0] == 0
+    return d / "t.arrow"
+
+
+def test_summary_legacy_prints_the_hand_computed_report(hand, capsys):
+    path = converted(hand, capsys)
+    code, out, _ = run(["summary", path, "--legacy"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    head = next(i for i, s in enumerate(lines) if s.split()[:2] == ["stage", "first_start"])
+    assert lines[head].split() == ["stage", "first_start", "hint_median", "last_end", "hint_wait",
+                                   "staging", "compute", "epilogue"]
+    # the numbers of tests/test_analysis.py's hand computation, in µs
+    assert lines[head + 1].split() == ["a", "0.00", "1.80", "11.00", "1.00", "2.00", "4.00", "1.20"]
+    assert lines[head + 2].split() == ["b", "9.00", "14.00", "24.00", "4.50", "1.25", "4.50", "2.25"]
+    code, out, _ = run(["summary", path, "--legacy", "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["report"] == "legacy" and doc["synthetic"] is False
+    assert doc["rows"][1] == {"rank": 0, "launch": 0, "stage": "b", "first_start_us": 9.0,
+                              "hint_median_us": 14.0, "last_end_us": 24.0, "hint_wait_us": 4.5,
+                              "staging_us": 1.25, "compute_us": 4.5, "epilogue_us": 2.25}
+
+
+def test_summary_stage_report_text_and_json(hand, capsys):
+    path = converted(hand, capsys)
+    code, out, _ = run(["summary", path], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert "anomalies: {'missing_phase': 1}" in out
+    head = next(i for i, s in enumerate(lines) if s.split()[:2] == ["stage", "tasks"])
+    assert lines[head - 1].split() == ["start→hint", "hint→staged", "staged→compute", "compute→end"]
+    assert lines[head].split()[:6] == ["stage", "tasks", "first_start", "last_end", "span", "share"]
+    assert lines[head + 2].split()[:8] == ["b", "2", "9.00", "24.00", "15.00", "62.5%", "4.50", "4.90"]
+    code, out, _ = run(["summary", path, "--json", "--by-launch"], capsys)
+    doc = json.loads(out)
+    want = A.stage_report(load(path), by_launch=True).to_pylist()
+    assert doc["rows"] == json.loads(json.dumps(want))
+    assert doc["rows"][0]["start→hint p90_us"] == pytest.approx(1.8)
+    assert "rank [4] not in this trace" in error_of(["summary", path, "--rank", "4"], capsys)
+    assert "not a list of integers" in run(["summary", path, "--launch", "x"], capsys)[2]
+
+
+# -- synth, info, merge ------------------------------------------------------------------------
+def test_synth_writes_a_labelled_synthetic_trace(tmp_path, capsys):
+    out = tmp_path / "s.arrow"
+    code, text, _ = run(["synth", "-o", out, "--ranks", "2", "--launches", "2", "--grid", "16", "--waves", "2",
+                         "--seed", "4"], capsys)
+    assert code == 0 and "SYNTHETIC" in text
+    tr = load(out)
+    assert tr.synthetic and tr.ranks == [0, 1] and tr.launches == [0, 1]
+    n = sum(c for _, c in synth.GLM5_STAGES)
+    assert tr.tasks.num_rows == 2 * 2 * 2 * n
+    want = synth.synth_trace(synth.glm5_spec(waves=2, launches=2, world=2), grid=16, seed=4)
+    assert tr.tasks.equals(want.tasks)
+    assert "power of two" in error_of(["synth", "-o", out, "--grid", "48"], capsys)
+
+
+def test_info_text_and_json(hand, tmp_path, capsys):
+    path = converted(hand, capsys)
+    code, out, _ = run(["info", path], capsys)
+    assert code == 0
+    assert "kernel     hand" in out and "a(3), b(2)" in out
+    assert "5 task rows, 20 intervals" in out  # 5 rows x 4 phase pairs (inherited ones kept)
+    assert "missing_phase" in out and S.ANOMALY_KINDS["missing_phase"] in out
+    assert "SYNTHETIC" not in out
+    code, out, _ = run(["info", path, "--json"], capsys)
+    d = json.loads(out)
+    assert d["task_rows"] == 5 and d["anomaly_totals"] == {"missing_phase": 1}
+    assert d["rows_per_rank_launch"] == [{"rank": 0, "launch": 0, "rows": 5}]
+    assert d["time"]["span_us"] == pytest.approx(24.0)
+    assert d["synthetic"] is False and d["spec"]["stages"] == [["a", 3], ["b", 2]]
+    syn = tmp_path / "s.parquet"
+    assert run(["synth", "-o", syn, "--grid", "8"], capsys)[0] == 0
+    code, out, _ = run(["info", syn], capsys)
+    assert "SYNTHETIC  yes" in out and "(parquet," in out
+
+
+def test_merge_matches_the_library_merge(tmp_path, capsys):
+    spec = synth.glm5_spec(world=2)
+    traces = [collect(b, sp, synthetic=True) for sp, b in synth.synth_buffers(spec, grid=16, seed=2)]
+    paths = [traces[r].save(tmp_path / f"r{r}.arrow") for r in (0, 1)]
+    out = tmp_path / "m.arrow"
+    code, text, _ = run(["merge", *paths, "-o", out, "--align", "o"], capsys)
+    assert code == 0 and "aligned on o" in text
+    got, want = load(out), merge(traces, align="o")
+    assert got.ranks == [0, 1] and got.offsets == want.offsets and any(want.offsets.values())
+    assert got.tasks.equals(want.tasks)
+    assert "cannot align on stage 'zz'" in error_of(["merge", *paths, "-o", out, "--align", "zz"], capsys)
+
+
+# -- export -------------------------------------------------------------------------------
+def test_export_chrome_with_filters(tmp_path, capsys):
+    trace = synth.synth_trace(synth.glm5_spec(launches=2), grid=16, seed=1)
+    path = trace.save(tmp_path / "s.arrow")
+    js = tmp_path / "s.json"
+    code, out, _ = run(["export", path, "--chrome", js, "--stage", "router,gating", "--launch", "1"], capsys)
+    assert code == 0 and "SYNTHETIC" in out
+    events = json.loads(js.read_text())["traceEvents"]
+    assert f"wrote {js}: {len(events)} events" in out
+    tasks = [e for e in events if e["ph"] == "X" and e["cat"] != "phase"]
+    assert sorted({e["name"] for e in tasks}) == ["gating", "router"]
+    assert len(tasks) == 32 + 32  # one launch of each stage's tasks
+    assert "unknown stage 'nope'" in error_of(["export", path, "--chrome", js, "--stage", "nope"], capsys)
+    assert "launch [5] not in this trace" in error_of(["export", path, "--chrome", js, "--launch", "5"], capsys)
+    assert "nothing to export" in error_of(["export", path], capsys)
+
+
+# -- errors, help, the console entry --------------------------------------------------------
+def test_non_trace_inputs_fail_cleanly(tmp_path, capsys):
+    (tmp_path / "x.txt").write_text("hello")
+    assert "neither an Arrow IPC file nor a Parquet file" in error_of(["info", tmp_path / "x.txt"], capsys)
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "plain.parquet")
+    assert "not a mono-timeline trace" in error_of(["summary", tmp_path / "plain.parquet"], capsys)
+    assert "does not exist" in error_of(["export", tmp_path / "none.arrow", "--chrome", tmp_path / "o.json"],
+                                        capsys)
+    assert "is a directory" in error_of(["info", tmp_path], capsys)
+    code, _, err = run([], capsys)
+    assert code == 2 and "COMMAND" in err
+
+
+def test_help_has_examples(capsys):
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0 and "examples:" in out and "timeline convert stamps.bin" in out
+    for cmd in ("convert", "summary", "export", "info", "merge", "synth"):
+        code, out, _ = run([cmd, "--help"], capsys)
+        assert code == 0 and "examples:" in out and f"timeline {cmd} " in out, cmd
+
+
+def test_format_table_aligns_groups_and_nulls():
+    t = pa.table({"stage": ["a", "bb"], "x_us": [1.0, None], "share": [0.5, 0.25],
+                  "s→e p50_us": [1.234, 2.0], "s→e p90_us": [3.0, 4.0]})
+    assert format_table(t).splitlines() == [
+        "                       s→e",
+        "stage     x  share   p50   p90",
+        "a      1.00  50.0%  1.23  3.00",
+        "bb        -  25.0%  2.00  4.00",
+    ]
+
+
+def test_console_entry_runs_as_a_subprocess(hand, tmp_path):
+    path = tmp_path / "t.arrow"
+    spec, buf, d = hand
+    collect(buf, spec).save(path)
+    r = subprocess.run([sys.executable, "-m", "timeline", "summary", str(path), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [x["tasks"] for x in rows] == [3, 2]
+    r = subprocess.run([sys.executable, "-m", "timeline", "summary", str(tmp_path / "none.arrow")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"timeline summary: error: trace file '{tmp_path / 'none.arrow'}' does not exist"
