@@ -89,7 +89,7 @@ def test_legacy_report_reads_the_lead_wave_and_the_chosen_launch():
     rep1 = A.legacy_report(trace, launch=1)  # every time doubled, from launch 1's own start
     assert col(rep1, "first_start_us") == pytest.approx([0.0, 18.0])
     assert col(rep1, "compute_us") == pytest.approx([8.0, 9.0])
-    with pytest.raises(A.AnalysisError, match=r"launchs \[0, 1\]: say which launch"):
+    with pytest.raises(A.AnalysisError, match=r"say which launch to report: it has launches \[0, 1\]"):
         A.legacy_report(trace)
 
 

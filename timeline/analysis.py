@@ -62,8 +62,15 @@ def _check_values(trace, what: str, values, present) -> list | None:
     values = [int(v) for v in values]
     missing = sorted(set(values) - set(present))
     if missing:
-        raise AnalysisError(f"{what} {missing} not in this trace; it has {what}s {present}")
+        raise AnalysisError(f"{what} {missing} not in this trace; {_has(what, present)}")
     return values
+
+
+def _has(what: str, present: list) -> str:
+    """``"it has launches [0, 1]"``, or why it has none."""
+    if not present:
+        return "it has no task rows at all (every slot unwritten or dropped: see its anomaly report)"
+    return f"it has {what}{'es' if what.endswith('h') else 's'} {present}"
 
 
 def _select(table: pa.Table, trace, ranks, launches) -> pa.Table:
@@ -184,6 +191,8 @@ class _Sweep(NamedTuple):
     def segments(self):
         """The union of each group's intervals: ``(gid, start, end)`` per maximal busy
         segment, in (group, time) order."""
+        if self.start.size == 0:
+            return self.gid, self.start, self.end
         first = np.flatnonzero(self.new_segment)
         last = np.append(first[1:], self.start.size) - 1
         seg_end = _running_max_end(self)[last]
@@ -363,10 +372,10 @@ def _only(present: list, value, what: str) -> int:
     """``value`` if present in the trace; the only one when ``value`` is None."""
     if value is None:
         if len(present) != 1:
-            raise AnalysisError(f"this trace has {what}s {present}: say which {what} to report")
+            raise AnalysisError(f"say which {what} to report: {_has(what, present)}")
         return int(present[0])
     if int(value) not in present:
-        raise AnalysisError(f"{what} {value} not in this trace; it has {what}s {present}")
+        raise AnalysisError(f"{what} {value} not in this trace; {_has(what, present)}")
     return int(value)
 
 

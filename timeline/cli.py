@@ -49,6 +49,7 @@ class Progress:
 
     def __init__(self, desc: str, total=None, enabled: bool = True):
         self._bar = None
+        self._stepping = False
         if enabled:
             try:
                 from tqdm import tqdm
@@ -70,9 +71,12 @@ class Progress:
             self._bar.update(n)
 
     def step(self, desc: str):
+        """Start the next coarse step (the one before it counts as done)."""
         if self._bar is not None:
+            if self._stepping:
+                self._bar.update(1)
+            self._stepping = True
             self._bar.set_description_str(desc)
-            self._bar.update(1)
 
     def close(self):
         if self._bar is not None:
@@ -170,7 +174,8 @@ def _check_in(trace, what: str, values, present) -> list | None:
         return None
     missing = sorted(set(values) - set(present))
     if missing:
-        raise UsageError(f"{what} {missing} not in this trace; it has {what}s {present}")
+        raise UsageError(f"{what} {missing} not in this trace; it has "
+                         f"{what}{'es' if what.endswith('h') else 's'} {present}")
     return values
 
 
