@@ -278,3 +278,21 @@ def test_console_entry_runs_as_a_subprocess(hand, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip() == f"timeline summary: error: trace file '{tmp_path / 'none.arrow'}' does not exist"
+
+
+def test_export_perfetto_and_chrome_in_one_run(tmp_path, capsys):
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    trace = synth.synth_trace(synth.glm5_spec(world=2), grid=16, seed=1)
+    path = trace.save(tmp_path / "s.arrow")
+    pf, js = tmp_path / "s.pftrace", tmp_path / "s.json"
+    code, out, _ = run(["export", path, "--perfetto", pf, "--chrome", js, "--rank", "1", "--stage", "router"],
+                       capsys)
+    assert code == 0
+    parsed = pb.Trace()
+    parsed.ParseFromString(pf.read_bytes())
+    begins = [p for p in parsed.packet if p.HasField("track_event") and p.track_event.type == 1]
+    ends = [p for p in parsed.packet if p.HasField("track_event") and p.track_event.type == 2]
+    assert len(begins) == len(ends) == 32 * 5  # router's 32 tasks of rank 1, each with 4 phases
+    assert f"wrote {pf}: {len(begins)} events" in out
+    chrome = json.loads(js.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in chrome) == 32 * 5
