@@ -378,9 +378,9 @@ def info_dict(trace, path: Path) -> dict:
     counts = (trace.tasks.group_by(["rank", "launch"]).aggregate([("task", "count")])
               .sort_by([("rank", "ascending"), ("launch", "ascending")]))
     span = {}
-    starts = [trace.tasks.column(f"{p}_ns") for p in trace.phases]
-    lo = min((pc.min(c).as_py() for c in starts if c.null_count < len(c)), default=None)
-    hi = max((pc.max(c).as_py() for c in starts if c.null_count < len(c)), default=None)
+    phase_cols = [trace.tasks.column(f"{p}_ns") for p in trace.phases]
+    lo = min((pc.min(c).as_py() for c in phase_cols if c.null_count < len(c)), default=None)
+    hi = max((pc.max(c).as_py() for c in phase_cols if c.null_count < len(c)), default=None)
     if lo is not None:
         span = {"first_ns": lo, "last_ns": hi, "span_us": (hi - lo) / 1000.0}
     return {
