@@ -1,4 +1,4 @@
-"""Demo mono kernels: small persistent kernels with the structure of the real ones
-(stages, rotation task assignment, tagged-pair mailboxes) and a timeline build,
-so the whole pipeline runs on real stamps. Each backend's demo imports its own
-compiler lazily; this package imports nothing."""
+"""FlyDSL demo kernels for the timeline build: ``flydsl_mono`` (a persistent
+three-stage mono kernel with a torch reference and ``--check``), ``probes`` (small
+kernels whose ISA the tests and ``bench/isa_cost.py`` read), and ``isa`` (compile a
+kernel for gfx942 / gfx950 without a GPU and read its final ISA)."""

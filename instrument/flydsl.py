@@ -1,0 +1,367 @@
+"""Device side of a timeline build for FlyDSL kernels on AMD (gfx942, gfx950).
+
+A kernel builds one ``Timeline`` per launch from its stamp-buffer argument (an
+``fx.Int64`` address), the ``timeline.schema.Spec`` the host allocated the buffer for,
+and a compile-time switch; then it marks the phases of each task::
+
+    tl = Timeline(SPEC, stamps, TIMELINE, launch=layer)
+    for t in range(first, n, G):
+        with tl.task("gemv", t):        # stamps "start" (+ placement) here ...
+            ...wait for producers...
+            tl.hint()
+            ...load operands...
+            tl.staged()
+            ...math...
+            tl.compute()
+            ...publish...
+                                        # ... and "end" here
+or by hand: ``tl.stamp("gemv", t, "hint")``. Both forms compile to the same stores.
+
+Contract:
+
+- ``enabled`` is a Python bool (an ``fx.Constexpr[bool]`` kernel parameter). With it
+  False every method returns at trace time: the ISA is the ISA of the same kernel
+  with the stamp calls deleted (no clock read, no store, no register, no use of the
+  stamp argument); tests/test_flydsl_isa.py checks it on gfx942 and gfx950.
+- A stamp reads ``s_memrealtime`` (the 100 MHz device clock) and stores the tick at
+  ``timeline.schema.word_offset`` (the layout arithmetic lives there only). The
+  spec's first phase also writes the placement word (``placement_hi(cta, wave,
+  XCC_ID) << 32 | HW_ID``) into column 0, beside its tick in column 1: one 16-byte
+  ``buffer_store_dwordx4``. Later phases store the tick alone
+  (``buffer_store_dwordx2``, the column in the immediate offset). Placement is
+  written once per task: a record has one placement column, a wave never leaves its
+  CU, and the placement costs 6 instructions more than a plain stamp
+  (bench/isa_cost.py), which every later phase would pay again for the same word.
+- Stamps add no control flow. The stores go through a buffer resource whose size is
+  the stamp buffer's for a wave that stamps and 0 for every other wave (and for a
+  null ``stamps`` address): the hardware drops an out-of-range buffer store. CTA mode
+  (``spec.waves == 1``): the wave holding thread ``lead`` stamps. Per-wave mode
+  (``spec.waves > 1``): every wave below ``spec.waves`` stamps its own record. All
+  lanes of a stamping wave store the same bytes to the same address, which leaves
+  in memory exactly what one lane's store would. ``pred`` (a traced Boolean) moves a
+  stamp's offset out of range where it is false.
+- ``fence`` (default on) puts ``rocdl.sched_barrier(0)`` before the clock read, so
+  the scheduler keeps the stamp in program order: without a branch around it, a
+  stamp is otherwise free to drift (measured: a ``compute`` stamp scheduled before
+  the math it follows). It costs no instruction. A stamp marks when the wave reaches
+  that point: loads issued before it may still be in flight.
+- ``task`` and ``launch`` must be CTA-uniform, as a mono kernel's task index is: the
+  record offset is read from the first active lane (``readfirstlane``, free for a
+  value that already is a scalar).
+- Limits: a stamp buffer below 2 GiB (``MAX_BYTES``).
+
+Only FlyDSL's published ``flydsl.expr`` API (``fx.rocdl.make_buffer_ptr``,
+``raw_ptr_buffer_store``, ``readfirstlane``, ``sched_barrier``) and LLVM intrinsics
+through ``flydsl._mlir.dialects.llvm`` (``s_memrealtime``, ``s_getreg``) are used, as
+the mono kernels' ``ops.py`` does. flydsl is imported on first use:
+``import instrument.flydsl`` and the host-side checks work without it.
+"""
+
+from __future__ import annotations
+
+from timeline import schema as S
+
+WAVE_LANES = 64  # gfx942 / gfx950 run wave64
+
+HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
+HW_REG_XCC_ID = 20
+MAX_BYTES = 1 << 31  # buffer offsets are 32-bit, and OUT_OF_RANGE must stay out of range
+OUT_OF_RANGE = 1 << 31  # a buffer offset past any stamp buffer: the store is dropped
+
+
+class InstrumentError(ValueError):
+    """A timeline build asked for something the layout or the device cannot do."""
+
+
+def hwreg(reg_id: int, offset: int = 0, size: int = 32) -> int:
+    """The ``s_getreg_b32`` simm16 operand reading ``size`` bits of hardware register
+    ``reg_id`` from bit ``offset``: ``id | offset << 6 | (size - 1) << 11``."""
+    if not (0 <= reg_id < 64 and 0 <= offset < 32 and 1 <= size <= 32 - offset):
+        raise InstrumentError(f"no such hwreg field: id={reg_id} offset={offset} size={size}")
+    return reg_id | (offset << 6) | ((size - 1) << 11)
+
+
+HW_ID_SIMM16 = hwreg(HW_REG_HW_ID)  # all of HW_ID: the placement word's low half
+XCC_ID_SIMM16 = hwreg(HW_REG_XCC_ID, 0, 4)  # XCC_ID[3:0]: the XCC (die) number
+
+
+def check_spec(spec: S.Spec) -> S.Layout:
+    """The spec's layout, or a clear error when a FlyDSL timeline build cannot
+    address it (host side; ``Timeline`` calls it at trace time)."""
+    if not isinstance(spec, S.Spec):
+        raise InstrumentError(f"a timeline build needs a timeline.schema.Spec, got {type(spec).__name__}")
+    layout = spec.layout
+    if layout.nbytes >= MAX_BYTES:
+        raise InstrumentError(
+            f"spec {spec.kernel!r} needs a {layout.nbytes}-byte stamp buffer; a FlyDSL timeline "
+            f"build addresses at most {MAX_BYTES - 1} bytes: use fewer launch slots or waves")
+    if spec.grid and spec.grid > S.MAX_CTA + 1:
+        raise InstrumentError(f"spec {spec.kernel!r} has grid {spec.grid}; the placement word holds "
+                              f"CTA numbers below {S.MAX_CTA + 1}")
+    return layout
+
+
+# -- device primitives (call inside a @flyc.kernel body) ----------------------------
+def _fx():
+    import flydsl.expr as fx
+
+    return fx
+
+
+def memrealtime():
+    """``s_memrealtime``: the 100 MHz device clock, an ``fx.Int64`` (no FlyDSL
+    wrapper exists; a scalar memory read, waited for at its first use)."""
+    fx = _fx()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr.typing import T
+
+    return fx.Int64(llvm.call_intrinsic(T.i64, "llvm.amdgcn.s.memrealtime", [], [], []))
+
+
+def getreg(simm16: int):
+    """``s_getreg_b32`` of the hardware-register field ``simm16`` (see ``hwreg``),
+    an ``fx.Int32`` in a scalar register."""
+    fx = _fx()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr import arith
+    from flydsl.expr.typing import T
+
+    imm = arith.unwrap(arith.constant(int(simm16), type=T.i32))
+    return fx.Int32(llvm.call_intrinsic(T.i32, "llvm.amdgcn.s.getreg", [imm], [], []))
+
+
+def sched_fence():
+    """``rocdl.sched_barrier(0)``: the scheduler moves no instruction across it."""
+    _fx().rocdl.sched_barrier(0)
+
+
+def uniform(v):
+    """``v`` (an Int32) read from the first active lane: one scalar for the wave.
+    Free when ``v`` already lives in a scalar register."""
+    fx = _fx()
+    from flydsl.expr.typing import T
+
+    return fx.Int32(fx.rocdl.readfirstlane(T.i32, fx.Int32(v)))
+
+
+def uniform64(v):
+    """``v`` (an Int64) read from the first active lane (see ``uniform``)."""
+    fx = _fx()
+    from flydsl.expr.typing import T
+
+    return fx.Int64(fx.rocdl.readfirstlane(T.i64, fx.Int64(v)))
+
+
+def wave_id():
+    """This thread's wave within its CTA, a scalar: ``readfirstlane(tid) >> 6``.
+    Each call is a fresh ``v_readfirstlane``; LLVM neither hoists nor merges it."""
+    return uniform(_fx().thread_idx.x) >> 6
+
+
+def _known_block_waves():
+    """Waves in a CTA when the kernel's block size is known at trace time, else None."""
+    try:
+        x, y, z = _fx().gpu.known_block_size()
+    except RuntimeError:
+        return None
+    return -(-(x * y * z) // WAVE_LANES)
+
+
+def _and(a, b):
+    """Conjunction of two conditions, each a Python bool or a traced Boolean."""
+    if isinstance(a, bool):
+        return b if a else False
+    if isinstance(b, bool):
+        return a if b else False
+    return a & b
+
+
+# -- the handle -------------------------------------------------------------------
+# -- the handle -------------------------------------------------------------------
+class Timeline:
+    """A kernel's stamp handle for one launch (see the module docstring).
+
+    ``spec``: the ``Spec`` the host allocated the buffer for. ``stamps``: the kernel's
+    stamp-buffer argument (the ``fx.Int64`` address; 0 means "do not stamp").
+    ``enabled``: the compile-time switch, a Python bool (a traced value is refused:
+    it would be a runtime branch). ``launch``: the launch slot
+    (``StampBuffer.launch_slot``), a Python int or a CTA-uniform ``fx.Int32``.
+    ``lead``: the thread whose wave stamps in CTA mode, by default. ``cta``: the CTA
+    number of the placement word (default ``block_idx.x``).
+
+    Built in a timeline build, the handle costs a few scalar instructions at kernel
+    start (the wave number, the buffer resource) and 4 SGPRs for the resource."""
+
+    def __init__(self, spec: S.Spec, stamps=None, enabled: bool = False, *, launch=0, lead: int = 0, cta=None):
+        if not isinstance(enabled, bool):
+            raise InstrumentError(
+                f"Timeline(enabled=...) must be a Python bool (an fx.Constexpr[bool] kernel "
+                f"parameter), got {type(enabled).__name__}: a traced switch would be a runtime "
+                "branch, and a normal build would no longer be free")
+        self.layout = check_spec(spec)
+        self.spec = spec
+        self.enabled = enabled
+        self.lead = lead
+        self._scope = None
+        if not enabled:
+            return
+        if stamps is None:
+            raise InstrumentError(
+                "Timeline(spec, stamps, True) needs the stamp-buffer argument (the fx.Int64 address)")
+        if not isinstance(lead, int) or not 0 <= lead:
+            raise InstrumentError(f"Timeline(lead=...) is a thread number, a Python int >= 0; got {lead!r}")
+        fx = _fx()
+        self._fx = fx
+        self.base = fx.Int64(stamps)
+        self.launch = launch
+        self.cta = fx.Int32(fx.block_idx.x) if cta is None else fx.Int32(cta)
+        if spec.waves > 1:
+            # per-wave mode: the wave number addresses the record; read once here,
+            # where it dominates every stamp of the kernel
+            self.wave = wave_id()
+            block_waves = _known_block_waves()
+            live = True if block_waves is not None and block_waves <= spec.waves else self.wave < spec.waves
+        else:
+            live = wave_id() == lead // WAVE_LANES
+        self.rsrc = self._rsrc(live)
+
+    # -- FlyDSL's carried-state protocol ------------------------------------------
+    # FlyDSL's AST rewriter carries every local that a loop or branch body calls a
+    # method on (``tl.hint()``) through the scf op as state. A handle has no value
+    # that changes inside a kernel (its SSA values are defined before any loop), so
+    # it carries nothing: no iter_args, the same IR as a kernel without it.
+    def __extract_to_ir_values__(self):
+        return []
+
+    def __get_ir_types__(self):
+        return []
+
+    @classmethod
+    def __construct_from_ir_values__(cls, values, exemplar=None):
+        return exemplar
+
+    # -- who stamps, and where ---------------------------------------------------
+    def _rsrc(self, live):
+        """A buffer resource over the stamp buffer, sized ``layout.nbytes`` where
+        ``live`` holds and the base address is not 0, else 0 bytes: every store
+        through it from a wave that must not stamp is out of range and dropped."""
+        fx = self._fx
+        ok = self.base != 0
+        ok = ok if isinstance(live, bool) and live else _and(live, ok)
+        nbytes = ok.select(fx.Int64(self.layout.nbytes), fx.Int64(0))
+        pt = fx.PointerType.get(fx.Int64.ir_type, address_space=fx.AddressSpace.Global, alignment=16)
+        buf = fx.rocdl.make_buffer_ptr(fx.inttoptr(pt, self.base), num_records_bytes=nbytes)
+        return fx.rocdl.get_buffer_rsrc(buf)
+
+    def _stamper(self, lead):
+        """(buffer resource, record wave index, placement wave) for a stamp."""
+        if self.spec.waves > 1:
+            return self.rsrc, self.wave, self.wave
+        if lead is None or (isinstance(lead, int) and lead // WAVE_LANES == self.lead // WAVE_LANES):
+            return self.rsrc, 0, self.lead // WAVE_LANES
+        lead_wave = lead // WAVE_LANES if isinstance(lead, int) else uniform(lead) >> 6
+        return self._rsrc(wave_id() == lead_wave), 0, lead_wave
+
+    def _record(self, si, task, rec_wave):
+        """The record's byte offset in the buffer, an Int32: ``word_offset(..., col=0)
+        * 8``, the same expression for every stamp of a task (computed once)."""
+        word = S.word_offset(self.layout, self.launch, si, task, rec_wave, S.PLACEMENT_COL)
+        return self._fx.Int32(word) * 8
+
+    def _placement(self, wave):
+        """The placement word, an Int64: ``placement_hi(cta, wave, XCC_ID) << 32 |
+        HW_ID``, both registers read by the stamping wave where the task starts."""
+        fx = self._fx
+        hw = getreg(HW_ID_SIMM16)
+        xcc = getreg(XCC_ID_SIMM16)
+        hi = fx.Int32(S.placement_hi(self.cta, wave, xcc))
+        return (fx.Int64(hi) << 32) | fx.Int64(fx.Uint32(hw))
+
+    # -- the stamp -------------------------------------------------------------------
+    def stamp(self, stage, task, phase, lead=None, pred=None, fence=True):
+        """Stamp ``phase`` of task ``task`` of ``stage``: the stamping wave (see the
+        module docstring) reads ``s_memrealtime`` and stores the tick at
+        ``word_offset(layout, launch, stage, task, wave, phase_col(phase))``; the
+        spec's first phase stores the placement word with it (one 16-byte store).
+        ``stage`` / ``phase``: names or indices, fixed at trace time. ``lead``: the
+        thread whose wave stamps in CTA mode (default: the handle's; ignored
+        per-wave). ``pred``: a traced Boolean; where false, nothing is written.
+        ``fence``: ``sched_barrier(0)`` before the clock read. A no-op in a normal
+        build."""
+        if not self.enabled:
+            return
+        si = self.spec.stage_index(stage)
+        pi = self.spec.phase_index(phase)
+        fx = self._fx
+        rsrc, rec_wave, place_wave = self._stamper(lead)
+        off = uniform(self._record(si, fx.Int32(task), rec_wave))
+        voff = fx.Int32(0) if pred is None else pred.select(fx.Int32(0), fx.Int32(OUT_OF_RANGE))
+        if fence:
+            sched_fence()
+        tick = memrealtime()
+        if pi == 0:
+            data = fx.Vector.from_elements([self._placement(place_wave), tick], fx.Int64)
+            fx.rocdl.raw_ptr_buffer_store(data.ir_value(), rsrc, voff.ir_value(), off.ir_value())
+        else:
+            # the column as the voffset's constant part: LLVM folds it into the
+            # instruction's immediate offset
+            col = voff + S.phase_col(pi) * 8
+            fx.rocdl.raw_ptr_buffer_store(tick.ir_value(), rsrc, col.ir_value(), off.ir_value())
+
+    # -- the structured form ---------------------------------------------------
+    def task(self, stage, task, lead=None, pred=None, fence=True):
+        """``with tl.task(stage, t):`` stamps the spec's first phase on entry and its
+        last on a clean exit; inside, ``tl.hint()`` / ``tl.staged()`` /
+        ``tl.compute()`` (or ``tl.mark(phase)``) stamp the phases between. ``lead`` /
+        ``pred`` / ``fence`` apply to every stamp of the task. The same stores as
+        ``stamp`` calls at the same points."""
+        if self.enabled:
+            self.spec.stage_index(stage)  # a bad stage fails at the `with`, not later
+        return _TaskScope(self, stage, task, lead, pred, fence)
+
+    def mark(self, phase):
+        """Stamp ``phase`` of the innermost ``with tl.task(...)`` block."""
+        if not self.enabled:
+            return
+        scope = self._scope
+        if scope is None:
+            raise InstrumentError(
+                f"tl.mark({phase!r}) outside a `with tl.task(stage, task):` block; "
+                "use tl.stamp(stage, task, phase) there")
+        self.stamp(scope.stage, scope.task, phase, scope.lead, scope.pred, scope.fence)
+
+    def hint(self):
+        """Stamp ``hint``: the wait for producers is over."""
+        self.mark("hint")
+
+    def staged(self):
+        """Stamp ``staged``: the task's operands are loaded."""
+        self.mark("staged")
+
+    def compute(self):
+        """Stamp ``compute``: the task's math is done."""
+        self.mark("compute")
+
+
+class _TaskScope:
+    """The context manager ``Timeline.task`` returns."""
+
+    def __init__(self, tl, stage, task, lead, pred, fence):
+        self.tl, self.stage, self.task = tl, stage, task
+        self.lead, self.pred, self.fence = lead, pred, fence
+        self._outer = None
+
+    def __enter__(self):
+        tl = self.tl
+        if tl.enabled:
+            self._outer, tl._scope = tl._scope, self
+            tl.stamp(self.stage, self.task, 0, self.lead, self.pred, self.fence)
+        return tl
+
+    def __exit__(self, exc_type, exc, tb):
+        tl = self.tl
+        if tl.enabled:
+            tl._scope = self._outer
+            if exc_type is None:
+                tl.stamp(self.stage, self.task, len(tl.spec.phases) - 1, self.lead, self.pred, self.fence)
+        return False
