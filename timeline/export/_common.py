@@ -1,0 +1,216 @@
+"""What every export shares: choosing the rows (ranks / launches / stages, checked
+against the trace), numbering processes and threads so that rows appear in CTA
+order, naming them, and cutting the ``tasks`` table into chunks of task records,
+each with its phase intervals laid out as one column per consecutive phase pair.
+
+The exports draw from the ``tasks`` table a chunk at a time (a task and its
+intervals must land together in one streamed record); the intervals follow
+``timeline.trace.intervals_from_tasks``'s rule exactly (a missing mark inherits
+the previous phase's time and is flagged ``inherited``; an interval before a
+row's first written phase, or one that would run backwards, is left out), and
+the tests check that every interval of ``Trace.intervals`` is exported once.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline import schema as S
+from timeline.trace import Trace
+
+CHUNK_ROWS = 1 << 15  # task rows per streamed chunk: bounds memory, keeps numpy ops large
+
+
+class ExportError(ValueError):
+    """An export request that names rows the trace does not have, or an unwritable target."""
+
+
+def select(trace: Trace, *, ranks=None, launches=None, stages=None) -> Trace:
+    """The trace restricted to the given ranks / launches / stage names (None: all).
+
+    A value the trace does not hold is an error naming what it does hold, so a
+    typo cannot silently export an empty file."""
+    checks = (("rank", ranks, trace.ranks), ("launch", launches, trace.launches),
+              ("stage", stages, sorted({n for sp in trace.specs for n in sp.stage_names})))
+    for what, asked, known in checks:
+        if asked is None:
+            continue
+        if isinstance(asked, (str, int, np.integer)):
+            raise ExportError(f"{what}s must be a list, e.g. [{asked!r}]; got {asked!r}")
+        missing = [a for a in asked if a not in known]
+        if missing:
+            raise ExportError(
+                f"unknown {what}{'s' if len(missing) > 1 else ''} {missing}: this trace has "
+                f"{what}s {known}")
+    if ranks is None and launches is None and stages is None:
+        return trace
+    return trace.filter(ranks=ranks, launches=launches, stages=stages)
+
+
+class Numbering(NamedTuple):
+    """Process and thread ids of an export. A process is one (rank, launch), a
+    thread one (CTA, wave); both count from 1 in rank, launch, CTA, wave order, so a
+    viewer that sorts by id or sort index shows ranks, then launches, then CTAs."""
+
+    launches: int  # launch slots per rank (the largest launch number + 1)
+    waves: int  # waves per CTA (the largest wave number + 1)
+
+    def pid(self, rank, launch):
+        return np.asarray(rank, np.int64) * self.launches + np.asarray(launch, np.int64) + 1
+
+    def tid(self, cta, wave):
+        return np.asarray(cta, np.int64) * self.waves + np.asarray(wave, np.int64) + 1
+
+
+def numbering(trace: Trace) -> Numbering:
+    """The numbering for a trace, from the whole trace (not a selection of it), so
+    that exports of different selections give a rank / CTA the same ids."""
+    t = trace.tasks
+    max_launch = pc.max(t.column("launch")).as_py() if t.num_rows else 0
+    max_wave = pc.max(t.column("wave")).as_py() if t.num_rows else 0
+    launches = max([max_launch or 0] + [sp.launches - 1 for sp in trace.specs]) + 1
+    waves = max([max_wave or 0] + [sp.waves - 1 for sp in trace.specs]) + 1
+    return Numbering(int(launches), int(waves))
+
+
+def process_name(rank: int, launch: int, synthetic: bool) -> str:
+    return f"rank {rank} · launch {launch}" + (" · SYNTHETIC" if synthetic else "")
+
+
+def thread_name(cta: int, wave: int) -> str:
+    return f"CTA {cta} · wave {wave}"
+
+
+def placement_keys(trace: Trace) -> tuple:
+    """The placement columns worth showing for this trace's hardware: XCC / SE / CU
+    for AMD, the SM for NVIDIA (``hw_unit``, one flat unit number, always)."""
+    vendors = {S.vendor_of(sp.arch) for sp in trace.specs}
+    keys = []
+    if "amd" in vendors:
+        keys += ["xcc", "se", "cu"]
+    if "nvidia" in vendors:
+        keys += ["sm"]
+    return tuple(keys) + ("hw_unit",)
+
+
+class Records(NamedTuple):
+    """A chunk of task rows that have at least one phase interval, as numpy arrays.
+
+    Per task: ``rank, launch, stage_index, task, cta, wave`` and the placement
+    columns in ``place`` (name -> (values, null mask)); ``first`` / ``last``, the
+    task's span (first interval start, last interval end, ns). Per task and
+    consecutive phase pair j (shape ``(n, P - 1)``): ``start``, ``end`` (ns),
+    ``valid`` (the interval exists) and ``inherited`` (an end point was missing)."""
+
+    rank: np.ndarray
+    launch: np.ndarray
+    stage_index: np.ndarray
+    task: np.ndarray
+    cta: np.ndarray
+    wave: np.ndarray
+    place: dict
+    first: np.ndarray
+    last: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    valid: np.ndarray
+    inherited: np.ndarray
+    rows: int  # task rows of the table this chunk covers (kept or not), for progress
+
+    @property
+    def n(self) -> int:
+        return len(self.rank)
+
+
+def _int_column(table: pa.Table, name: str, fill=0):
+    col = table.column(name)
+    if col.null_count:
+        return pc.fill_null(col, fill).to_numpy(), pc.is_null(col).to_numpy(zero_copy_only=False)
+    return col.to_numpy(), None
+
+
+def phase_intervals(ns: np.ndarray, written: np.ndarray):
+    """``(start, end, valid, inherited)``, each ``(n, P - 1)``, from a task row's
+    phase times ``ns`` ``(n, P)`` and which of them were written: the interval rule
+    of ``timeline.trace.intervals_from_tasks`` (see the module docstring)."""
+    P = ns.shape[1]
+    ff = ns.copy()
+    have = written.copy()
+    for j in range(1, P):  # a missing mark inherits the previous phase's time
+        miss = ~written[:, j]
+        ff[miss, j] = ff[miss, j - 1]
+        have[miss, j] = have[miss, j - 1]
+    start, end = ff[:, :-1], ff[:, 1:]
+    valid = have[:, :-1] & (end >= start)
+    inherited = ~(written[:, :-1] & written[:, 1:])
+    return start, end, valid, inherited
+
+
+def track_order(tasks: pa.Table, phases) -> np.ndarray:
+    """Row order of ``tasks`` by track, then time: rank, launch, CTA, wave, the row's
+    first written phase (then stage and task for ties). Written in this order, each
+    track's events are already in time order, so a reader that sorts by timestamp
+    (stably) keeps an end that touches the next begin in front of it."""
+    if tasks.num_rows == 0:
+        return np.zeros(0, np.int64)
+    first = pc.coalesce(*[tasks.column(f"{p}_ns") for p in phases])
+    first = pc.fill_null(first, np.iinfo(np.int64).max).to_numpy()
+    col = {c: tasks.column(c).to_numpy() for c in ("rank", "launch", "cta", "wave", "stage_index", "task")}
+    return np.lexsort((col["task"], col["stage_index"], first, col["wave"], col["cta"],
+                       col["launch"], col["rank"]))
+
+
+def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
+    """The trace's task rows as ``Records`` chunks of at most ``chunk_rows`` rows, in
+    ``track_order``; rows with no interval (fewer than two usable phases) are left
+    out, so a chunk may hold no record."""
+    tasks = trace.tasks
+    phases = trace.phases
+    keys = placement_keys(trace)
+    order = track_order(tasks, phases)
+    for lo in range(0, tasks.num_rows, chunk_rows):
+        t = tasks.take(pa.array(order[lo:lo + chunk_rows]))
+        cols = [_int_column(t, f"{p}_ns") for p in phases]
+        ns = np.stack([c[0] for c in cols], axis=1).astype(np.int64, copy=False)
+        written = np.stack([np.ones(t.num_rows, bool) if c[1] is None else ~c[1] for c in cols], axis=1)
+        start, end, valid, inherited = phase_intervals(ns, written)
+        keep = valid.any(axis=1)
+        big = np.iinfo(np.int64).max
+        first = np.where(valid, start, big).min(axis=1)
+        last = np.where(valid, end, -big).max(axis=1)
+        k = None if keep.all() else keep
+
+        def pick(a, k=k):
+            return a if k is None else a[k]
+
+        def col(name):
+            return pick(t.column(name).to_numpy())
+
+        place = {}
+        for name in keys:
+            v, null = _int_column(t, name)
+            place[name] = (pick(v), None if null is None else pick(null))
+        yield Records(col("rank"), col("launch"), col("stage_index"), col("task"), col("cta"),
+                      col("wave"), place, pick(first), pick(last), pick(start), pick(end),
+                      pick(valid), pick(inherited), t.num_rows)
+
+
+def threads(trace: Trace, num: Numbering):
+    """The (pid, tid) pairs the export draws on, sorted, with their rank, launch, CTA
+    and wave: ``(pid, tid, rank, launch, cta, wave)`` int64 arrays."""
+    t = trace.tasks
+    if t.num_rows == 0:
+        z = np.zeros(0, np.int64)
+        return z, z, z, z, z, z
+    rank, launch = t.column("rank").to_numpy(), t.column("launch").to_numpy()
+    cta, wave = t.column("cta").to_numpy(), t.column("wave").to_numpy()
+    pid, tid = num.pid(rank, launch), num.tid(cta, wave)
+    key = np.unique((pid << 32) | tid)
+    pid_u, tid_u = key >> 32, key & 0xFFFFFFFF
+    rank_u, launch_u = (pid_u - 1) // num.launches, (pid_u - 1) % num.launches
+    cta_u, wave_u = (tid_u - 1) // num.waves, (tid_u - 1) % num.waves
+    return pid_u, tid_u, rank_u, launch_u, cta_u, wave_u
