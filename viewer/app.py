@@ -1,0 +1,758 @@
+"""``timeline-view``: the Dash dashboard of per-CTA, per-wave Gantt timelines.
+
+    timeline-view [TRACE ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--debug]
+
+It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
+With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (the bundled
+real trace in ``traces/``), or the first trace file there while that file is not
+in the repository. The page can open any trace file inside ``--trace-dir`` or
+named on the command line (``?trace=NAME`` or the picker), never a file outside
+them (``viewer.sources``). Dash debug mode (the in-page traceback) is off unless
+``--debug``; a failing callback shows a one-line message in the page and logs
+its traceback on the server.
+
+The page: a Gantt of rows = CTA x wave, grouped by rank and launch, hardware
+placement or stage (``viewer.model``), drawn as WebGL bars or, with more
+intervals in view than ``figures.BAR_LIMIT``, as a server-rendered occupancy
+image that turns into bars as one zooms in (``viewer.figures``); the stage
+concurrency chart on the same time axis; the stage report, idle time per CTA
+and anomaly report of ``timeline.analysis``; a compare tab; Chrome-trace export.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import math
+import sys
+import urllib.parse
+from pathlib import Path
+
+import dash
+import numpy as np
+import pyarrow as pa
+from dash import Input, Output, State, dash_table, dcc, html
+
+from timeline import schema as S
+from viewer import figures as F
+from viewer import model as M
+from viewer.sources import Catalog, SourceError, Store, scan
+
+DEFAULT_TRACE_DIR = Path(__file__).resolve().parent.parent / "traces"
+DEFAULT_TRACE = "h200_mono_demo.arrow"  # the bundled real trace (traces/), opened with no TRACE
+VIEW_CACHE = 4  # row layouts (model.View) kept per trace
+ANALYSIS_CACHE = 16  # analysis tables kept per trace
+CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
+GANTT_PX = (1000, 560)  # default plot-area width x height in pixels (the raster's size)
+
+log = logging.getLogger("timeline-view")
+
+try:  # the analyses are a sibling module; the dashboard degrades to a message without them
+    from timeline import analysis as A
+except ImportError:  # pragma: no cover - only while timeline.analysis is not on main
+    A = None
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _msg(text: str, kind: str = "error") -> html.Div:
+    """A message box; ``kind`` is error, warning, info or synthetic (its CSS class)."""
+    return html.Div(text, className=f"msg msg-{kind}")
+
+
+def guarded(*fallback):
+    """Wrap a callback: an exception is logged with its traceback on the server and
+    the callback returns ``fallback`` with the message put wherever a fallback item
+    is the ``_ERROR`` placeholder, so the browser never sees a traceback."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args):
+            try:
+                return fn(*args)
+            except dash.exceptions.PreventUpdate:
+                raise
+            except Exception as e:  # noqa: BLE001 - every failure becomes a message
+                log.exception("callback %s failed", fn.__name__)
+                text = str(e) if isinstance(e, (SourceError, M.ViewError, ValueError)) else \
+                    f"{type(e).__name__}: {e}"
+                out = tuple(_msg(f"{fn.__name__.replace('_', ' ')}: {text}") if f is _ERROR else f
+                            for f in fallback)
+                return out if len(out) > 1 else out[0]
+
+        return inner
+
+    return wrap
+
+
+_ERROR = object()
+NO = dash.no_update
+
+
+def _lru_get(cache, key, make, size):
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = make()
+    cache[key] = value
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return value
+
+
+def _opt_list(values):
+    return None if values is None else tuple(sorted(int(v) for v in values))
+
+
+def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
+    """The filters as cache keys: sorted tuples, ``None`` for "all" (an empty rank or
+    launch choice, every stage, every phase, the full CTA range), so that the same
+    selection always finds the same cached row layout and analysis tables."""
+    def norm(values, present):
+        v = _opt_list(values) if values else None
+        return None if v is None or set(v) >= set(present) else v
+
+    ranks = norm(ranks, np.unique(data.rank).tolist())
+    launches = norm(launches, np.unique(data.launch).tolist())
+    stages = None if stages is None else _opt_list(stages)
+    if stages is not None and set(stages) >= set(range(len(data.stage_names))):
+        stages = None
+    phases = None if phases is None else _opt_list(phases)
+    if phases is not None and set(phases) >= set(range(len(data.interval_names))):
+        phases = None
+    if ctas:
+        lo, hi = int(min(ctas)), int(max(ctas))
+        ctas = None if data.n == 0 or (lo <= int(data.cta.min()) and hi >= int(data.cta.max())) else (lo, hi)
+    else:
+        ctas = None
+    return ranks, launches, stages, phases, ctas
+
+
+def _table_records(table, digits: int = 3):
+    """An Arrow table as DataTable ``columns`` and ``data`` (floats rounded)."""
+    cols = [{"name": c, "id": c, "type": "numeric" if table.schema.field(c).type != "string" else "text"}
+            for c in table.column_names]
+    rows = table.to_pylist()
+    for r in rows:
+        for k, v in r.items():
+            if isinstance(v, float):
+                r[k] = None if math.isnan(v) else round(v, digits)
+    return cols, rows
+
+
+# -- layout ---------------------------------------------------------------------------------
+CSS = """
+body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 0; color: #222; }
+.top { display: flex; align-items: center; gap: 16px; padding: 8px 14px; background: #1f2d3d; color: #fff; }
+.top h1 { font-size: 18px; margin: 0; }
+.top .picker { width: 360px; color: #222; }
+.info { font-size: 12px; opacity: .85; }
+.msg { padding: 8px 14px; margin: 6px 14px; border-radius: 4px; font-weight: 600; }
+.msg-error { background: #fde2e1; color: #8a1c17; border: 1px solid #e15759; }
+.msg-warning { background: #fff3cd; color: #7a5500; border: 1px solid #edc948; }
+.msg-synthetic { background: #ffe8cc; color: #8a4b00; border: 2px dashed #f28e2b; font-size: 15px; letter-spacing: .04em; }
+.msg-info { background: #e8f1fa; color: #1f4e79; }
+.body { display: flex; gap: 10px; padding: 6px 14px; }
+.side { width: 250px; flex: none; font-size: 13px; }
+.side label.head { display: block; font-weight: 700; margin: 10px 0 3px; }
+.main { flex: 1; min-width: 0; }
+.details { width: 260px; flex: none; font-size: 12px; border-left: 1px solid #ddd; padding-left: 10px; }
+.details table { border-collapse: collapse; width: 100%; }
+.details td { padding: 1px 4px; border-bottom: 1px solid #eee; }
+.status { font-size: 12px; color: #555; min-height: 16px; }
+.tabs { padding: 0 14px 20px; }
+.win input { width: 100px; }
+"""
+
+
+def _controls():
+    return html.Div(className="side", children=[
+        html.Label("Rows", className="head"),
+        dcc.RadioItems(id="grouping", value="rank", options=[
+            {"label": " rank · launch · CTA · wave", "value": "rank"},
+            {"label": " hardware placement (XCC → CU / SM)", "value": "placement"},
+            {"label": " stage", "value": "stage"}]),
+        html.Label("Ranks", className="head"),
+        dcc.Dropdown(id="ranks", multi=True, placeholder="all ranks"),
+        html.Label("Launches", className="head"),
+        dcc.Dropdown(id="launches", multi=True, placeholder="all launches"),
+        html.Label("Stages", className="head"),
+        dcc.Checklist(id="stages", inputStyle={"marginRight": "4px"}),
+        html.Label("Phases", className="head"),
+        dcc.Checklist(id="phases", inputStyle={"marginRight": "4px"}),
+        html.Label("CTA range", className="head"),
+        dcc.RangeSlider(id="ctas", min=0, max=1, step=1, value=[0, 1], allowCross=False,
+                        tooltip={"placement": "bottom"}),
+        html.Label("Time window (µs)", className="head"),
+        html.Div(className="win", children=[
+            dcc.Input(id="t0", type="number", debounce=True, placeholder="from"), " – ",
+            dcc.Input(id="t1", type="number", debounce=True, placeholder="to"),
+            html.Button("full", id="reset", n_clicks=0, style={"marginLeft": "4px"})]),
+        html.Label("Export the selection", className="head"),
+        html.Button("Chrome trace JSON", id="export-chrome", n_clicks=0),
+        dcc.Download(id="download"),
+        html.Div(id="export-msg"),
+        html.Div("PNG: the camera icon of the figure's toolbar.", style={"fontSize": "11px", "color": "#666"}),
+    ])
+
+
+def _tabs():
+    return dcc.Tabs(id="tabs", className="tabs", value="report", children=[
+        dcc.Tab(label="Stage report", value="report", children=[
+            dcc.Checklist(id="by-launch", options=[{"label": " per rank and launch", "value": "y"}], value=[]),
+            html.Div(id="report-msg"),
+            dash_table.DataTable(id="stage-report", sort_action="native", page_size=40,
+                                 style_table={"overflowX": "auto"},
+                                 style_cell={"fontSize": 12, "padding": "2px 6px"})]),
+        dcc.Tab(label="Idle per CTA", value="idle", children=[
+            html.Div(id="idle-msg"),
+            dcc.Graph(id="idle-graph", config={"displaylogo": False}),
+            dash_table.DataTable(id="idle-table", sort_action="native", page_size=15,
+                                 style_cell={"fontSize": 12, "padding": "2px 6px"})]),
+        dcc.Tab(label="Anomalies", value="anomalies", children=[html.Div(id="anomalies")]),
+        dcc.Tab(label="Compare", value="compare", children=[
+            html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
+                html.Div([html.Label("A (before)"), dcc.Dropdown(id="cmp-a")], style={"width": "320px"}),
+                html.Div([html.Label("B (after)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
+            html.Div(id="cmp-msg"),
+            dcc.Graph(id="cmp-graph", config={"displaylogo": False}),
+            dash_table.DataTable(id="cmp-table", sort_action="native",
+                                 style_cell={"fontSize": 12, "padding": "2px 6px"})]),
+    ])
+
+
+def layout():
+    return html.Div([
+        dcc.Location(id="url"),
+        dcc.Store(id="trace-key"),
+        dcc.Store(id="view-state"),
+        dcc.Store(id="panel-key"),
+        dcc.Store(id="px"),
+        html.Div(className="top", children=[
+            html.H1("timeline-view"),
+            html.Div(className="picker", children=dcc.Dropdown(id="trace-select", clearable=False)),
+            html.Div(id="trace-info", className="info")]),
+        html.Div(id="banners"),
+        html.Div(className="body", children=[
+            _controls(),
+            html.Div(className="main", children=[
+                html.Div(id="gantt-status", className="status"),
+                dcc.Graph(id="gantt", style={"height": "820px"}, config={
+                    "displaylogo": False, "scrollZoom": True,
+                    "toImageButtonOptions": {"format": "png", "filename": "timeline", "scale": 2}})]),
+            html.Div(className="details", children=[
+                html.B("Pinned task"), html.Div(id="details", children="Click a bar to pin its task here.")])]),
+        _tabs(),
+    ])
+
+
+# -- the server-side pieces, pure enough to test without a browser ----------------------------
+class App:
+    """The dashboard's server state: the catalog of openable traces, the loaded ones,
+    and the callbacks' logic as plain methods (the Dash wiring is ``build``)."""
+
+    def __init__(self, catalog: Catalog, default: str | None):
+        self.catalog = catalog
+        self.store = Store(catalog)
+        self.default = default
+
+    # trace selection ---------------------------------------------------------------------
+    def requested(self, search: str | None) -> str | None:
+        """The trace named by the page's query string (``?trace=NAME``), else the default."""
+        q = urllib.parse.parse_qs((search or "").lstrip("?"))
+        return q["trace"][0] if q.get("trace") else self.default
+
+    def view(self, item, grouping, ranks, launches, ctas, stages):
+        key = (grouping, ranks, launches, ctas, stages if grouping == "stage" else None)
+        return _lru_get(item.views, key, lambda: M.build_view(
+            item.data, grouping, ranks=ranks, launches=launches, ctas=ctas,
+            stages=stages if grouping == "stage" else None), VIEW_CACHE)
+
+    def analysis(self, item, key, make):
+        return _lru_get(item.cache, key, make, ANALYSIS_CACHE)
+
+    def banners(self, item) -> list:
+        """The prominent notes on a trace: synthetic, anomalies, empty."""
+        tr = item.trace
+        out = []
+        if tr.synthetic:
+            out.append(_msg("SYNTHETIC trace: made by timeline.synth, not measured on a GPU", "synthetic"))
+        summary = tr.anomaly_summary()
+        if summary:
+            parts = ", ".join(f"{k} ×{v}" for k, v in sorted(summary.items()))
+            out.append(_msg(f"⚠ This trace has {tr.anomaly_count} anomalies ({parts}): some stamps are "
+                            "missing or doubtful; see the Anomalies tab.", "warning"))
+        if item.data.n == 0:
+            out.append(_msg(f"This trace has no intervals ({tr.tasks.num_rows} task rows): nothing to draw.",
+                            "warning"))
+        return out
+
+    def info(self, item) -> str:
+        tr, d = item.trace, item.data
+        sp = tr.spec
+        return (f"{sp.kernel} · {sp.arch} · {sp.clock.name} · ranks {len(tr.ranks)} · launches "
+                f"{len(tr.launches)} · {tr.tasks.num_rows:,} task rows · {d.n:,} intervals · "
+                f"{(d.t_max - d.t_min) / 1e3:,.1f} µs")
+
+    # the Gantt -----------------------------------------------------------------------------
+    @staticmethod
+    def parse_relayout(rel: dict | None):
+        """``(x range µs or None, y range or None, autorange)`` from plotly's
+        relayoutData (either time axis: the Gantt's ``xaxis`` or the concurrency
+        chart's ``xaxis2``)."""
+        if not rel:
+            return None, None, False
+        auto = any(rel.get(f"{a}.autorange") for a in ("xaxis", "yaxis", "xaxis2"))
+        x = y = None
+        for ax in ("xaxis", "xaxis2"):
+            if f"{ax}.range[0]" in rel and f"{ax}.range[1]" in rel:
+                x = (float(rel[f"{ax}.range[0]"]), float(rel[f"{ax}.range[1]"]))
+            elif isinstance(rel.get(f"{ax}.range"), list):
+                x = tuple(float(v) for v in rel[f"{ax}.range"][:2])
+        if "yaxis.range[0]" in rel and "yaxis.range[1]" in rel:
+            y = (float(rel["yaxis.range[0]"]), float(rel["yaxis.range[1]"]))
+        elif isinstance(rel.get("yaxis.range"), list):
+            y = tuple(float(v) for v in rel["yaxis.range"][:2])
+        return x, y, auto
+
+    def concurrency_table(self, item, ranks, launches, t0, t1, bins):
+        """The concurrency analysis for the window: sliced from one full-range table of
+        ``CONC_BINS`` bins (cached per selection) while the window still spans at
+        least ``bins / 2`` of its bins, else computed for the window itself."""
+        if A is None or item.data.n == 0:
+            return None
+        full = self.analysis(item, ("conc", ranks, launches), lambda: A.concurrency(
+            item.trace, bins=CONC_BINS, t0_ns=item.data.t_min, t1_ns=item.data.t_max + 1,
+            ranks=ranks, launches=launches))
+        bin_ns = max(1, -(-(item.data.t_max + 1 - item.data.t_min) // CONC_BINS))
+        if (t1 - t0) / bin_ns >= bins / 2:
+            tns = full.column("time_ns").to_numpy()
+            keep = (tns + bin_ns > t0) & (tns <= t1)
+            return coarsen(full.filter(pa.array(keep)), max(1, int((t1 - t0) / bin_ns) // bins))
+        return self.analysis(item, ("conc", ranks, launches, t0, t1, bins), lambda: A.concurrency(
+            item.trace, bins=bins, t0_ns=t0, t1_ns=t1, ranks=ranks, launches=launches))
+
+    def gantt(self, name, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0_in, t1_in,
+              px, state):
+        """The Gantt callback's logic: ``(figure, new state, t0, t1, status)``.
+
+        ``state`` carries the last window (``r0 r1 t0 t1`` and the filter key);
+        ``trigger`` says which input fired: a zoom (``gantt``), the time inputs,
+        ``reset``, or a filter / trace change (rows start over, the time window
+        stays unless the trace changed)."""
+        item = self.store.get(name)
+        d = item.data
+        grouping = grouping or "rank"
+        ranks, launches, stages_t, phases_t, ctas_t = normalize(d, ranks, launches, stages, phases, ctas)
+        view = self.view(item, grouping, ranks, launches, ctas_t, stages_t)
+        fkey = repr([name, grouping, ranks, launches, ctas_t, stages_t if grouping == "stage" else None])
+        state = state or {}
+        full_t = (d.t_min, d.t_max)
+        same_trace = state.get("name") == name
+        t0, t1 = (state.get("t0"), state.get("t1")) if same_trace else full_t
+        if t0 is None:
+            t0, t1 = full_t
+        r0, r1 = (state.get("r0", 0), state.get("r1", view.n_rows)) if state.get("fkey") == fkey \
+            else (0, view.n_rows)
+        if trigger == "gantt":
+            x, y, auto = self.parse_relayout(rel)
+            if auto:
+                t0, t1, r0, r1 = d.t_min, d.t_max, 0, view.n_rows
+            elif x is None and y is None:
+                raise dash.exceptions.PreventUpdate  # autosize and other non-zoom events
+            if x is not None:
+                t0, t1 = int(min(x) * 1e3), int(math.ceil(max(x) * 1e3))
+            if y is not None:
+                r0 = max(0, int(math.floor(min(y) + 0.5)))
+                r1 = min(view.n_rows, int(math.ceil(max(y) + 0.5)))
+        elif trigger in ("t0", "t1"):
+            if t0_in is not None:
+                t0 = int(float(t0_in) * 1e3)
+            if t1_in is not None:
+                t1 = int(float(t1_in) * 1e3)
+        elif trigger == "reset":
+            t0, t1, r0, r1 = d.t_min, d.t_max, 0, view.n_rows
+        if t1 <= t0:
+            t1 = t0 + 1
+        if r1 <= r0:
+            r0, r1 = 0, view.n_rows
+        width, height = (px or GANTT_PX)
+        cls = M.class_mask(d, stages_t, phases_t)
+        shown = list(stages_t) if stages_t is not None else list(range(len(d.stage_names)))
+        conc = self.concurrency_table(item, ranks, launches, int(t0), int(t1), int(width))
+        note = ""
+        if d.n == 0:
+            note = "this trace has no intervals"
+        fig, info = F.gantt_figure(d, view, r0=r0, r1=r1, t0_ns=int(t0), t1_ns=int(t1), class_ok=cls,
+                                   stages=shown, width_px=int(width), height_px=int(height),
+                                   concurrency=conc, note=note)
+        if info["mode"] == "empty" and not note:
+            fig["layout"]["annotations"].append({
+                "text": "nothing in this window with these filters", "xref": "paper", "yref": "paper",
+                "x": 0.5, "y": 0.6, "showarrow": False, "font": {"size": 15, "color": "#666"}})
+        if info["mode"] == "raster":
+            status = (f"aggregated view: {info['intervals']:,} intervals in {info['rows']:,} rows, drawn as "
+                      f"occupancy per pixel; zoom in (≤ {F.BAR_LIMIT:,} intervals) for exact bars")
+        elif info["mode"] == "bars":
+            status = f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars"
+        else:
+            status = "nothing to draw"
+        new_state = {"name": name, "fkey": fkey, "t0": int(t0), "t1": int(t1), "r0": int(r0), "r1": int(r1),
+                     "panels": [name, ranks, launches]}
+        return fig, new_state, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status
+
+    def details(self, name, click):
+        """The pinned-task panel for a clicked hover point (customdata[0] = task id)."""
+        item = self.store.get(name)
+        d = item.data
+        pts = (click or {}).get("points") or []
+        if not pts or "customdata" not in pts[0]:
+            return "Click a bar to pin its task here."
+        tid = int(pts[0]["customdata"][0])
+        if not 0 <= tid < d.n_tasks:
+            return "Click a bar to pin its task here."
+        ivs = d.task_intervals(tid)
+        i = int(ivs[0])
+        place = M.placement_text(d.vendor, int(d.xcc[i]), int(d.se[i]), int(d.cu[i]), int(d.sm[i]))
+        head = [("stage", d.stage_names[d.stage[i]]), ("task", int(d.task[i])), ("rank", int(d.rank[i])),
+                ("launch", int(d.launch[i])), ("CTA", int(d.cta[i])), ("wave", int(d.wave[i])),
+                ("placement", place), ("start", f"{d.start[ivs[0]] / 1e3:,.3f} µs"),
+                ("end", f"{d.end[ivs[-1]] / 1e3:,.3f} µs"),
+                ("duration", f"{(d.end[ivs[-1]] - d.start[ivs[0]]) / 1e3:,.3f} µs")]
+        rows = [html.Tr([html.Td(k), html.Td(str(v))]) for k, v in head]
+        rows += [html.Tr([html.Td(d.interval_names[d.phase[j]]),
+                          html.Td(f"{(d.end[j] - d.start[j]) / 1e3:,.3f} µs")]) for j in ivs]
+        return html.Table(html.Tbody(rows), id="details-table")
+
+    # the panels ------------------------------------------------------------------------------
+    def stage_report(self, name, ranks, launches, by_launch):
+        item = self.store.get(name)
+        if A is None:
+            return [], [], _msg("the stage report needs timeline.analysis, which is not installed", "warning")
+        ranks, launches = _opt_list(ranks), _opt_list(launches)
+        if item.data.n == 0:
+            return [], [], _msg("no intervals: no stage report", "info")
+        t = self.analysis(item, ("report", ranks, launches, bool(by_launch)), lambda: A.stage_report(
+            item.trace, by_launch=bool(by_launch), ranks=ranks, launches=launches))
+        if not by_launch:
+            t = t.drop_columns([c for c in ("rank", "launch") if c in t.column_names])
+        cols, rows = _table_records(t)
+        return cols, rows, None
+
+    def idle(self, name, ranks, launches):
+        item = self.store.get(name)
+        if A is None:
+            return F.idle_figure(None), [], [], _msg("idle time needs timeline.analysis", "warning")
+        ranks, launches = _opt_list(ranks), _opt_list(launches)
+        if item.data.n == 0:
+            return F.idle_figure(None), [], [], None
+        t = self.analysis(item, ("idle", ranks, launches), lambda: A.idle_per_cta(
+            item.trace, ranks=ranks, launches=launches))
+        top = t.take(np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)),
+                                kind="stable")[:200])
+        cols, rows = _table_records(top)
+        return F.idle_figure(t), cols, rows, None
+
+    @staticmethod
+    def anomalies(item):
+        tr = item.trace
+        if tr.anomalies.num_rows == 0:
+            return _msg("No anomalies: every stamp of the buffer is in a clean task row.", "info")
+        rows = tr.anomalies.to_pylist()
+        head = html.Tr([html.Th(c) for c in ("rank", "kind", "launch", "stage", "phase", "count", "stamps",
+                                             "meaning")])
+        body = [html.Tr([html.Td(str(r[c])) for c in ("rank", "kind", "launch", "stage", "phase", "count",
+                                                      "stamps")] + [html.Td(S.ANOMALY_KINDS.get(r["kind"], ""))])
+                for r in rows]
+        return html.Div([
+            _msg(f"{tr.anomaly_count} anomalies; rows the collector could not vouch for are left out of "
+                 "the figures.", "warning"),
+            html.Table([html.Thead(head), html.Tbody(body)], id="anomaly-table",
+                       style={"fontSize": "12px", "borderCollapse": "collapse"})])
+
+    def compare(self, a, b):
+        """Overlaid stage spans of traces ``a`` and ``b`` and the per-stage delta table
+        (B - A) of span and each interval's p50."""
+        if not a or not b:
+            return {"data": [], "layout": {"height": 60}}, [], [], _msg(
+                "pick two traces (A before, B after) to compare", "info")
+        if A is None:
+            return {"data": [], "layout": {}}, [], [], _msg("compare needs timeline.analysis", "warning")
+        ia, ib = self.store.get(a), self.store.get(b)
+        if ia.trace.spec.stage_names != ib.trace.spec.stage_names:
+            note = _msg(f"the traces have different stages ({len(ia.trace.spec.stage_names)} vs "
+                        f"{len(ib.trace.spec.stage_names)}); only stages of both are compared", "warning")
+        else:
+            note = None
+        ra = self.analysis(ia, ("report", None, None, False), lambda: A.stage_report(ia.trace))
+        rb = self.analysis(ib, ("report", None, None, False), lambda: A.stage_report(ib.trace))
+        table = compare_table(ra, rb)
+        spans = {}
+        for label, r in ((f"A: {a}", ra), (f"B: {b}", rb)):
+            spans[label] = {s: (f, e) for s, f, e in zip(r.column("stage").to_pylist(),
+                                                         r.column("first_start_us").to_pylist(),
+                                                         r.column("last_end_us").to_pylist())
+                            if f is not None and e is not None}
+        order = [s for s in ia.trace.spec.stage_names if s in set(ib.trace.spec.stage_names)]
+        cols = [{"name": k, "id": k, "type": "text" if k == "stage" else "numeric"} for k in table[0]] \
+            if table else []
+        return F.stage_span_figure(spans, order), cols, table, note
+
+    def export(self, name, ranks, launches, stages):
+        from timeline.export.chrome import write_chrome
+
+        item = self.store.get(name)
+        ranks, launches = _opt_list(ranks), _opt_list(launches)
+        names = None if stages is None else [item.data.stage_names[int(s)] for s in stages]
+        stem = Path(name).stem
+        return dcc.send_bytes(lambda f: write_chrome(item.trace, f, ranks=ranks, launches=launches, stages=names),
+                              f"{stem}.chrome.json")
+
+
+def coarsen(conc: pa.Table, k: int) -> pa.Table:
+    """A concurrency table (``time_ns, stage, ctas``; per stage, bins in time order)
+    with every ``k`` consecutive bins of a stage merged: their mean ``ctas`` (the
+    bins are of equal width, so the mean of time-weighted means is the
+    time-weighted mean) at the first bin's time. Fewer points to send and draw."""
+    if k <= 1 or conc.num_rows == 0:
+        return conc
+    st = conc.column("stage")
+    st = st.cast(pa.string()) if pa.types.is_dictionary(st.type) else st
+    names = np.asarray(st.to_pylist(), dtype=object)
+    t = conc.column("time_ns").to_numpy()
+    c = conc.column("ctas").to_numpy().astype(np.float64)
+    cut = np.flatnonzero(names[1:] != names[:-1]) + 1
+    starts = np.concatenate(([0], cut))
+    pos = np.arange(t.size) - np.repeat(starts, np.diff(np.concatenate((starts, [t.size]))))
+    group = np.cumsum(np.concatenate(([True], (names[1:] != names[:-1]) | (pos[1:] % k == 0))) ) - 1
+    counts = np.bincount(group)
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return pa.table({"time_ns": t[firsts], "stage": names[firsts].tolist(),
+                     "ctas": np.bincount(group, weights=c) / counts})
+
+
+def compare_table(ra, rb) -> list:
+    """Per stage present in both stage reports (``by_launch=False``): A and B span,
+    their difference and ratio, and each interval's p50 in A, B and B - A."""
+    def rows(t):
+        return {r["stage"]: r for r in t.to_pylist()}
+
+    a, b = rows(ra), rows(rb)
+    p50 = [c for c in ra.column_names if c.endswith(" p50_us") and c in rb.column_names]
+    out = []
+    for stage in [s for s in a if s in b]:
+        x, y = a[stage], b[stage]
+        row = {"stage": stage, "A span_us": x["span_us"], "B span_us": y["span_us"]}
+        if x["span_us"] is not None and y["span_us"] is not None:
+            row["Δ span_us"] = y["span_us"] - x["span_us"]
+            row["B/A span"] = (y["span_us"] / x["span_us"]) if x["span_us"] else None
+        else:
+            row["Δ span_us"] = row["B/A span"] = None
+        for c in p50:
+            name = c[: -len(" p50_us")]
+            row[f"Δ {name} p50_us"] = (y[c] - x[c]) if x[c] is not None and y[c] is not None else None
+        for k, v in row.items():
+            if isinstance(v, float):
+                row[k] = None if math.isnan(v) else round(v, 3)
+        out.append(row)
+    return out
+
+
+# -- Dash wiring ------------------------------------------------------------------------------
+def build(app_state: App) -> dash.Dash:
+    """The Dash app: layout and callbacks over ``app_state``."""
+    app = dash.Dash("timeline-view", title="timeline-view", update_title=None,
+                    serve_locally=True, assets_folder=str(Path(__file__).parent / "assets_unused"))
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
+    app.layout = layout
+    st = app_state
+
+    app.clientside_callback(
+        """function(_) { var g = document.getElementById('gantt');
+            var w = g ? Math.max(400, Math.min(3000, g.clientWidth - 210)) : 1000;
+            return [Math.round(w), 560]; }""",
+        Output("px", "data"), Input("url", "pathname"))
+
+    @app.callback(
+        Output("trace-select", "value"), Output("trace-select", "options"), Output("trace-key", "data"),
+        Output("trace-info", "children"), Output("banners", "children"),
+        Output("ranks", "options"), Output("ranks", "value"),
+        Output("launches", "options"), Output("launches", "value"),
+        Output("stages", "options"), Output("stages", "value"),
+        Output("phases", "options"), Output("phases", "value"),
+        Output("ctas", "max"), Output("ctas", "value"), Output("ctas", "marks"),
+        Output("anomalies", "children"), Output("cmp-a", "options"), Output("cmp-b", "options"),
+        Output("cmp-a", "value"),
+        Input("url", "search"), Input("trace-select", "value"))
+    def on_trace(search, picked):
+        trig = dash.ctx.triggered_id
+        names = st.catalog.names()
+        opts = [{"label": n, "value": n} for n in names]
+        name = picked if trig == "trace-select" and picked else st.requested(search)
+        empty = (name, opts, {"name": None}, "", None, [], None, [], None, [], None, [], None,
+                 1, [0, 1], {}, None, opts, opts, None)
+        if name is None:
+            out = list(empty)
+            out[4] = _msg("No trace to show: put a trace file in the trace directory or name one on the "
+                          "command line (timeline-view TRACE).")
+            return tuple(out)
+        try:
+            item = st.store.get(name)
+        except SourceError as e:
+            out = list(empty)
+            out[0] = None
+            out[4] = _msg(f"Cannot open trace: {e}")
+            return tuple(out)
+        except Exception as e:  # noqa: BLE001
+            log.exception("loading %s", name)
+            out = list(empty)
+            out[0] = None
+            out[4] = _msg(f"Cannot open trace {name!r}: {type(e).__name__}: {e}")
+            return tuple(out)
+        tr, d = item.trace, item.data
+        ranks = tr.ranks
+        launches = tr.launches
+        max_cta = int(d.cta.max()) if d.n else 0
+        marks = {int(v): str(int(v)) for v in np.unique(np.linspace(0, max(max_cta, 1), 5).round())}
+        return (name, opts, {"name": name}, st.info(item), st.banners(item),
+                [{"label": f"rank {r}", "value": r} for r in ranks], None,
+                [{"label": f"launch {la}", "value": la} for la in launches], None,
+                [{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
+                 for i, s in enumerate(d.stage_names)], list(range(len(d.stage_names))),
+                [{"label": f" {p}" + (" (wait for producers)" if i == 0 else ""), "value": i}
+                 for i, p in enumerate(d.interval_names)], list(range(len(d.interval_names))),
+                max(max_cta, 1), [0, max(max_cta, 1)], marks, st.anomalies(item), opts, opts, name)
+
+    @app.callback(
+        Output("gantt", "figure"), Output("view-state", "data"), Output("t0", "value"), Output("t1", "value"),
+        Output("gantt-status", "children"), Output("panel-key", "data"),
+        Input("trace-key", "data"), Input("grouping", "value"), Input("ranks", "value"),
+        Input("launches", "value"), Input("stages", "value"), Input("phases", "value"),
+        Input("ctas", "value"), Input("gantt", "relayoutData"), Input("t0", "value"), Input("t1", "value"),
+        Input("reset", "n_clicks"), State("px", "data"), State("view-state", "data"))
+    @guarded({"data": [], "layout": {}}, NO, NO, NO, _ERROR, NO)
+    def on_gantt(key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
+        if not key or not key.get("name"):
+            return {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}, \
+                None, None, None, "", None
+        trig = dash.ctx.triggered_id
+        trigger = {"gantt": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(trig, "filters")
+        fig, new, a, b, status = st.gantt(key["name"], grouping, ranks, launches, stages, phases, ctas,
+                                          trigger, rel, t0, t1, px, state)
+        # the panels below follow the rank / launch selection, and only after the Gantt is drawn
+        panels = NO if (state or {}).get("panels") == new["panels"] else new["panels"]
+        return fig, new, a, b, status, panels
+
+    @app.callback(Output("details", "children"), Input("gantt", "clickData"), State("trace-key", "data"),
+                  prevent_initial_call=True)
+    @guarded(_ERROR)
+    def on_click(click, key):
+        if not key or not key.get("name"):
+            return "No trace."
+        return st.details(key["name"], click)
+
+    @app.callback(Output("stage-report", "columns"), Output("stage-report", "data"), Output("report-msg", "children"),
+                  Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"))
+    @guarded([], [], _ERROR)
+    def on_report(panels, by_launch, tab):
+        if tab != "report":
+            raise dash.exceptions.PreventUpdate
+        if not panels:
+            return [], [], None
+        return st.stage_report(panels[0], panels[1], panels[2], bool(by_launch))
+
+    @app.callback(Output("idle-graph", "figure"), Output("idle-table", "columns"), Output("idle-table", "data"),
+                  Output("idle-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"))
+    @guarded(F.idle_figure(None), [], [], _ERROR)
+    def on_idle(panels, tab):
+        if tab != "idle":
+            raise dash.exceptions.PreventUpdate
+        if not panels:
+            return F.idle_figure(None), [], [], None
+        return st.idle(panels[0], panels[1], panels[2])
+
+    @app.callback(Output("cmp-graph", "figure"), Output("cmp-table", "columns"), Output("cmp-table", "data"),
+                  Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"))
+    @guarded({"data": [], "layout": {}}, [], [], _ERROR)
+    def on_compare(a, b):
+        return st.compare(a, b)
+
+    @app.callback(Output("download", "data"), Output("export-msg", "children"),
+                  Input("export-chrome", "n_clicks"), State("trace-key", "data"), State("ranks", "value"),
+                  State("launches", "value"), State("stages", "value"), prevent_initial_call=True)
+    @guarded(NO, _ERROR)
+    def on_export(_n, key, ranks, launches, stages):
+        if not key or not key.get("name"):
+            return NO, _msg("no trace to export")
+        return st.export(key["name"], ranks or None, launches or None, stages), None
+
+    return app
+
+
+# -- command line -----------------------------------------------------------------------------
+def default_trace(trace_dir: Path | None) -> str | None:
+    """``DEFAULT_TRACE`` if it is in ``trace_dir``, else the first trace file there."""
+    files = scan(trace_dir)
+    for p in files:
+        if p.name == DEFAULT_TRACE:
+            return p.name
+    return files[0].name if files else None
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="timeline-view",
+        description="Dash dashboard of mono-kernel timelines (per-CTA, per-wave Gantt, stage analytics).")
+    p.add_argument("traces", nargs="*", metavar="TRACE", help="trace files (.arrow / .parquet) to open")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    p.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
+                   help=f"directory whose trace files the page may open (default {DEFAULT_TRACE_DIR})")
+    p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader); never in production")
+    return p, p.parse_args(argv)
+
+
+def prepare(argv=None) -> tuple:
+    """Parse the command line and load the first trace, so that every bad input is
+    reported here (on the command line, exit status 2) before anything is served.
+    Returns ``(App, args, name of the trace shown first)``."""
+    parser, args = parse_args(argv)
+    trace_dir = args.trace_dir
+    if not trace_dir.is_dir():
+        if args.trace_dir != DEFAULT_TRACE_DIR or not args.traces:
+            parser.error(f"--trace-dir {str(trace_dir)!r} is not a directory")
+        trace_dir = None
+    for t in args.traces:
+        if not Path(t).exists():
+            parser.error(f"trace file {t!r} does not exist")
+    catalog = Catalog(trace_dir, args.traces)
+    first = next(iter(catalog.given), None) or default_trace(trace_dir)
+    if first is None:
+        parser.error(f"no trace given and none in {str(trace_dir)!r}: name a trace file "
+                     "(timeline-view TRACE.arrow) or point --trace-dir at a directory of them")
+    state = App(catalog, first)
+    for name in list(catalog.given) or [first]:
+        try:
+            st_item = state.store.get(name)
+        except SourceError as e:
+            parser.error(str(e))
+        if name == first:  # warm the default row layout and concurrency: the first paint only draws
+            state.view(st_item, "rank", None, None, None, None)
+            state.concurrency_table(st_item, None, None, st_item.data.t_min, st_item.data.t_max + 1,
+                                    GANTT_PX[0])
+    return state, args, first
+
+
+def main(argv=None) -> int:
+    """Console entry point ``timeline-view``."""
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    state, args, first = prepare(argv)
+    app = build(state)
+    url = f"http://{args.host}:{args.port}/"
+    print(f"timeline-view: {first} at {url}" + ("  (debug mode)" if args.debug else ""), flush=True)
+    app.run(host=args.host, port=args.port, debug=args.debug)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

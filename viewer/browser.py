@@ -1,0 +1,122 @@
+"""Headless Chromium for the dashboard's end-to-end tests and its README screenshot:
+serve a ``viewer.app`` in a thread, drive Debian's ``/usr/bin/chromium`` through
+``/usr/bin/chromedriver`` with Selenium. Nothing here downloads a browser: a
+missing binary is a clear ``BrowserUnavailable``. Needs the ``test`` extra
+(selenium); the dashboard itself never imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+CHROMIUM = os.environ.get("TIMELINE_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("TIMELINE_CHROMEDRIVER", "/usr/bin/chromedriver")
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run", "--enable-unsafe-swiftshader", "--use-angle=swiftshader",
+    "--hide-scrollbars", "--force-device-scale-factor=1",
+)
+
+
+class BrowserUnavailable(RuntimeError):
+    """Chromium, chromedriver or selenium is not installed here."""
+
+
+def available() -> str | None:
+    """None when a browser test can run, else why not."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not (Path(path).exists() or shutil.which(path)):
+            return f"{path} not found (apt-get install chromium chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install 'mono-timeline[test]')"
+    return None
+
+
+@contextmanager
+def serve(dash_app, host: str = "127.0.0.1"):
+    """Serve a Dash app on a free port in a daemon thread; yields its base URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server(host, 0, dash_app.server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_port}/"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+@contextmanager
+def chromium(width: int = 1600, height: int = 1200):
+    """A headless Chromium WebDriver with a fresh profile, logging the console."""
+    why = available()
+    if why:
+        raise BrowserUnavailable(why)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="timeline-view-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS + (f"--user-data-dir={profile}", f"--window-size={width},{height}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def wait_for(driver, script: str, timeout: float = 30.0, what: str = ""):
+    """Run ``script`` (JavaScript returning a value) until it returns something
+    truthy; that value, or ``TimeoutError`` naming ``what``. Polls the page, the
+    only way to wait for Dash's asynchronous callbacks."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: d.execute_script(script))
+    except Exception as e:
+        raise TimeoutError(f"timed out after {timeout} s waiting for {what or script}") from e
+
+
+GANTT_META = "var g=document.querySelector('#gantt .js-plotly-plot'); return g && g.layout && g.layout.meta ? g.layout.meta : null;"
+
+
+def gantt_ready(driver, timeout: float = 60.0, previous=None):
+    """Wait until the Gantt holds a figure (its ``layout.meta`` set by the server)
+    different from ``previous``; returns the meta."""
+    prev = "null" if previous is None else repr(str(previous))
+    script = ("var g=document.querySelector('#gantt .js-plotly-plot');"
+              "if(!g||!g.layout||!g.layout.meta) return null;"
+              "var m=JSON.stringify(g.layout.meta)+'|'+JSON.stringify(g.data.map(t=>t.meta));"
+              f"if({prev}!==null && m==={prev}) return null; return m;")
+    return wait_for(driver, script, timeout, "the Gantt figure")
+
+
+def next_frames(driver, frames: int = 2):
+    """Return once the page has painted ``frames`` animation frames (WebGL draws on
+    the frame after plotly's promise resolves): a wait on the page, not a sleep."""
+    driver.set_script_timeout(30)
+    driver.execute_async_script(
+        "var done=arguments[arguments.length-1], n=%d;"
+        "function f(){ if(--n<=0) done(true); else requestAnimationFrame(f); } requestAnimationFrame(f);" % frames)
+
+
+def screenshot(driver, out: Path) -> Path:
+    """Save the page as a PNG at ``out`` after the next painted frames."""
+    next_frames(driver)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(out))
+    return out

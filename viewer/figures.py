@@ -1,0 +1,385 @@
+"""Figure builders of the dashboard, as plain plotly.js figure dicts.
+
+Dicts rather than ``plotly.graph_objects`` because the Gantt carries up to a few
+hundred thousand numbers per update: numpy arrays go out as plotly.js typed arrays
+(``{"dtype", "bdata"}``, base64) built here directly, without the validation pass
+and list conversion of graph objects. Every builder is a pure function of
+``TraceData`` / ``View`` / Arrow tables and a few numbers, so tests can check the
+figure it returns without a browser.
+
+The Gantt has two modes, chosen by how many intervals the window holds:
+
+- ``bars``: each interval a WebGL line segment (``scattergl``, one trace per
+  stage x interval kind, NaN between segments) in its stage's colour, the producer
+  wait (the first interval, ``start→hint``) lighter, the last one darker; plus one
+  invisible marker per interval carrying the hover text of its task;
+- ``raster``: one server-rendered PNG (``viewer.raster``) of occupancy by stage,
+  ``width x height`` pixels, rows aggregated into pixel rows.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pyarrow as pa
+
+from viewer import model as M
+from viewer import raster as R
+
+# Tableau-like qualitative palette: distinct on white, colour-blind friendlier than
+# plotly's default; stage i takes colour i mod len.
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
+    "#b07aa1", "#ff9da7", "#9c755f", "#17becf", "#bcbd22", "#7f7f7f",
+)
+WAIT_LIGHTEN = 0.62  # how much of white the producer-wait interval mixes in
+LAST_DARKEN = 0.22  # how much of black the last interval (epilogue) mixes in
+BAR_LIMIT = 40_000  # intervals in view above which the Gantt is rasterized
+MAX_ROW_TICKS = 48
+MAX_SEPARATORS = 96
+GANTT_DOMAIN = (0.30, 1.0)
+CONC_DOMAIN = (0.0, 0.22)
+
+
+def typed(a: np.ndarray) -> dict:
+    """A numpy array as a plotly.js typed array (base64 of its bytes); float64,
+    float32, int32, int16, uint8 only."""
+    a = np.ascontiguousarray(a)
+    code = {"float64": "f8", "float32": "f4", "int32": "i4", "int16": "i2", "uint8": "u1"}[str(a.dtype)]
+    out = {"dtype": code, "bdata": base64.b64encode(a.tobytes()).decode("ascii")}
+    if a.ndim > 1:
+        out["shape"] = ", ".join(str(d) for d in a.shape)
+    return out
+
+
+def hex_rgb(h: str) -> np.ndarray:
+    return np.array([int(h[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.float64) / 255.0
+
+
+def rgb_hex(c) -> str:
+    return "#" + "".join(f"{int(round(float(v) * 255)):02x}" for v in np.clip(c, 0, 1))
+
+
+def stage_colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def class_rgb(n_stages: int, n_intervals: int) -> np.ndarray:
+    """RGB (0..1) of every class ``stage * n_intervals + interval``: the stage's
+    colour; the first interval (the wait for producers) mixed with white, the
+    last (publishing) with black, middle ones alternately a little lighter so that
+    phase boundaries show inside a bar."""
+    n_i = max(n_intervals, 1)
+    out = np.zeros((n_stages * n_i, 3))
+    for s in range(n_stages):
+        base = hex_rgb(stage_colour(s))
+        for p in range(n_i):
+            if p == 0 and n_i > 1:
+                c = base + (1 - base) * WAIT_LIGHTEN
+            elif p == n_i - 1 and n_i > 1:
+                c = base * (1 - LAST_DARKEN)
+            elif p % 2 == 1:
+                c = base + (1 - base) * 0.18
+            else:
+                c = base
+            out[s * n_i + p] = c
+    return out
+
+
+def _xdtype(t_max_ns: int):
+    """float32 µs keep 1 ns resolution below 2**24 ns (16.7 ms); float64 beyond."""
+    return np.float32 if t_max_ns < (1 << 24) else np.float64
+
+
+def _segments(s_us: np.ndarray, e_us: np.ndarray, y: np.ndarray, xdt):
+    """x and y of line segments separated by NaN: ``s0 e0 nan s1 e1 nan ...``."""
+    n = s_us.size
+    x = np.empty(3 * n, dtype=xdt)
+    x[0::3], x[1::3], x[2::3] = s_us, e_us, np.nan
+    yy = np.empty(3 * n, dtype=np.float32)
+    yy[0::3], yy[1::3], yy[2::3] = y, y, np.nan
+    return x, yy
+
+
+def hover_columns(data: M.TraceData) -> list:
+    """Names of the hover customdata columns (what ``_hover_data`` puts in each)."""
+    place = ["sm", "-", "-"] if data.vendor == "nvidia" else ["xcc", "se", "cu"]
+    return ["tid", "task", "cta", "wave", "rank", "launch", *place, *data.interval_names]
+
+
+def _hover_data(data: M.TraceData, idx: np.ndarray) -> np.ndarray:
+    """customdata (float32, one row per interval): its task id (for click), task,
+    CTA, wave, rank, launch, placement (3 numbers), then every interval duration
+    (µs) of its task."""
+    tid = data.tid[idx]
+    place = ((data.sm[idx], np.full(idx.size, -1), np.full(idx.size, -1)) if data.vendor == "nvidia"
+             else (data.xcc[idx], data.se[idx], data.cu[idx]))
+    cols = [tid, data.task[idx], data.cta[idx], data.wave[idx], data.rank[idx], data.launch[idx], *place]
+    cd = np.empty((idx.size, len(cols) + len(data.interval_names)), dtype=np.float32)
+    for j, c in enumerate(cols):
+        cd[:, j] = c
+    cd[:, len(cols):] = data.task_dur[tid]
+    return cd
+
+
+def _hovertemplate(data: M.TraceData, stage: str) -> str:
+    where = ("SM %{customdata[6]}" if data.vendor == "nvidia"
+             else "XCC %{customdata[6]} SE %{customdata[7]} CU %{customdata[8]}")
+    lines = [f"<b>{stage}</b> task %{{customdata[1]}}",
+             "rank %{customdata[4]} · launch %{customdata[5]} · CTA %{customdata[2]} · wave %{customdata[3]}",
+             where]
+    lines += [f"{name}: %{{customdata[{9 + j}]:.3f}} µs" for j, name in enumerate(data.interval_names)]
+    return "<br>".join(lines) + "<extra></extra>"
+
+
+def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float) -> list:
+    """The ``bars`` mode traces for sorted positions ``pos`` of ``view``: one
+    scattergl segment trace per class present (name ``stage · interval``), then one
+    hover-marker trace per stage present. ``row_px``: the pixel height of a row,
+    which sets the line width (a bar fills 80 % of its row)."""
+    idx = view.order[pos]
+    y = view.row[pos]
+    cls = view.cls[pos]
+    n_i = max(len(data.interval_names), 1)
+    rgb = class_rgb(len(data.stage_names), n_i)
+    xdt = _xdtype(data.t_max)
+    s_us = data.start[idx] / 1e3
+    e_us = data.end[idx] / 1e3
+    width = float(np.clip(row_px * 0.8, 1.0, 40.0))
+    traces = []
+    by = np.argsort(cls, kind="stable")
+    cuts = np.flatnonzero(np.diff(cls[by])) + 1
+    for part in np.split(by, cuts) if by.size else []:
+        c = int(cls[part[0]])
+        s, p = divmod(c, n_i)
+        x, yy = _segments(s_us[part], e_us[part], y[part], xdt)
+        traces.append({
+            "type": "scattergl", "mode": "lines", "x": typed(x), "y": typed(yy),
+            "line": {"color": rgb_hex(rgb[c]), "width": width},
+            "name": f"{data.stage_names[s]} · {data.interval_names[p] if data.interval_names else ''}",
+            "legendgroup": data.stage_names[s], "showlegend": False, "hoverinfo": "skip",
+            "connectgaps": False, "xaxis": "x", "yaxis": "y",
+            "meta": {"kind": "bars", "stage": data.stage_names[s], "interval": int(p)},
+        })
+    st = data.stage[idx]
+    by = np.argsort(st, kind="stable")
+    cuts = np.flatnonzero(np.diff(st[by])) + 1
+    for part in np.split(by, cuts) if by.size else []:
+        s = int(st[part[0]])
+        mid = ((s_us[part] + e_us[part]) / 2).astype(xdt)
+        traces.append({
+            "type": "scattergl", "mode": "markers", "x": typed(mid),
+            "y": typed(y[part].astype(np.float32)),
+            "marker": {"size": max(4.0, width), "color": "rgba(0,0,0,0)"},
+            "customdata": typed(_hover_data(data, idx[part])),
+            "hovertemplate": _hovertemplate(data, data.stage_names[s]),
+            "hoverlabel": {"bgcolor": stage_colour(s)},
+            "name": data.stage_names[s], "legendgroup": data.stage_names[s], "showlegend": False,
+            "xaxis": "x", "yaxis": "y", "meta": {"kind": "hover", "stage": data.stage_names[s]},
+        })
+    return traces
+
+
+def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: int,
+                 t0_ns: int, t1_ns: int, width: int, height: int) -> dict:
+    """The ``raster`` mode trace: an image trace of ``width`` columns over
+    ``[t0_ns, t1_ns]`` and ``min(height, rows)`` pixel rows over rows ``[r0, r1)``
+    (each pixel row aggregates ``rows / pixel rows`` Gantt rows)."""
+    n_rows = max(r1 - r0, 1)
+    h = int(min(height, n_rows))
+    w = int(max(width, 1))
+    row = view.row[pos].astype(np.int64)
+    prow = ((row - r0) * h) // n_rows
+    rows_per_px = np.bincount((np.arange(r0, r1) - r0) * h // n_rows, minlength=h).astype(np.float64)
+    idx = view.order[pos]
+    palette = class_rgb(len(data.stage_names), max(len(data.interval_names), 1))
+    cov = R.coverage(data.start[idx].astype(np.float64), data.end[idx].astype(np.float64), prow,
+                     view.cls[pos], palette, float(t0_ns), float(t1_ns), w, h)
+    png = R.png_bytes(R.shade(cov, rows_per_px))
+    dx = (t1_ns - t0_ns) / 1e3 / w
+    dy = n_rows / h
+    return {
+        "type": "image", "source": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+        "x0": t0_ns / 1e3 + dx / 2, "dx": dx, "y0": r0 - 0.5 + dy / 2, "dy": dy,
+        "hoverinfo": "x+y", "xaxis": "x", "yaxis": "y", "name": "occupancy",
+        "meta": {"kind": "raster", "width": w, "height": h, "intervals": int(pos.size)},
+    }
+
+
+def legend_traces(data: M.TraceData, stages) -> list:
+    """One legend entry per shown stage (empty SVG traces, so that a raster view
+    starts no WebGL context; the data traces stay out of the legend so the legend
+    reads as the stage colour key in both modes)."""
+    return [{"type": "scatter", "mode": "markers", "x": [None], "y": [None], "name": data.stage_names[s],
+             "marker": {"color": stage_colour(s), "size": 10, "symbol": "square"},
+             "legendgroup": data.stage_names[s], "showlegend": True, "hoverinfo": "skip",
+             "xaxis": "x", "yaxis": "y", "meta": {"kind": "legend"}} for s in stages]
+
+
+def row_ticks(data: M.TraceData, view: M.View, r0: int, r1: int):
+    """Tick positions and labels of the Gantt's y axis for rows ``[r0, r1)``: one
+    per row when few rows are in view, else one per group start (rank, launch and
+    the grouping's unit), thinned to ``MAX_ROW_TICKS``; and the group boundaries
+    in view (for separator lines)."""
+    r0, r1 = max(r0, 0), min(r1, view.n_rows)
+    if r1 <= r0:
+        return [], [], []
+    g = view.group_id[r0:r1]
+    bounds = (np.flatnonzero(np.diff(g)) + 1 + r0).tolist()
+    if r1 - r0 <= MAX_ROW_TICKS:
+        vals = list(range(r0, r1))
+        return vals, [M.row_label(data, view, r) for r in vals], bounds
+    starts = [r0] + bounds
+    step = max(1, -(-len(starts) // MAX_ROW_TICKS))
+    vals = starts[::step]
+    return vals, [M.group_label(data, view, r) for r in vals], bounds
+
+
+def concurrency_traces(table: pa.Table | None, data: M.TraceData, stages) -> list:
+    """Stacked step areas of CTAs inside each shown stage over time, from the
+    ``concurrency`` analysis table (``time_ns, stage, ctas``), on the lower axes."""
+    if table is None or table.num_rows == 0:
+        return []
+    t = table.column("time_ns").to_numpy() / 1e3
+    st = table.column("stage")
+    if pa.types.is_dictionary(st.type):
+        st = st.cast(pa.string())
+    st = np.asarray(st.to_pylist(), dtype=object)
+    c = table.column("ctas").to_numpy().astype(np.float32)
+    out = []
+    for s in stages:
+        name = data.stage_names[s]
+        m = st == name
+        if not m.any():
+            continue
+        xdt = _xdtype(data.t_max)
+        out.append({
+            "type": "scatter", "mode": "lines", "x": typed(t[m].astype(xdt)), "y": typed(c[m]),
+            "stackgroup": "conc", "line": {"width": 0.5, "shape": "hv", "color": stage_colour(s)},
+            "fillcolor": stage_colour(s), "name": name, "legendgroup": name, "showlegend": False,
+            "hovertemplate": f"{name}: %{{y}} CTAs<extra></extra>",
+            "xaxis": "x2", "yaxis": "y2", "meta": {"kind": "concurrency", "stage": name},
+        })
+    return out
+
+
+def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: int, t1_ns: int,
+                 class_ok=None, stages=None, width_px: int = 1200, height_px: int = 560,
+                 bar_limit: int = BAR_LIMIT, concurrency: pa.Table | None = None,
+                 title: str = "", note: str = "") -> tuple:
+    """The Gantt (rows ``[r0, r1)`` x ``[t0_ns, t1_ns]``) above the stage
+    concurrency chart on a shared time axis. Returns ``(figure dict, info)``;
+    ``info`` holds ``mode`` (``bars``/``raster``/``empty``), ``intervals`` and
+    ``rows`` in view."""
+    stages = list(range(len(data.stage_names))) if stages is None else list(stages)
+    r0, r1 = max(int(r0), 0), min(int(r1), view.n_rows)
+    pos = M.window(view, r0, r1, t0_ns, t1_ns, data.t_min, class_ok)
+    n_rows = max(r1 - r0, 0)
+    if pos.size == 0:
+        mode, traces = "empty", []
+    elif pos.size <= bar_limit:
+        mode, traces = "bars", bar_traces(data, view, pos, height_px / max(n_rows, 1))
+    else:
+        mode = "raster"
+        traces = [raster_trace(data, view, pos, r0, r1, t0_ns, t1_ns, width_px, height_px)]
+    traces = traces + concurrency_traces(concurrency, data, stages) + legend_traces(data, stages)
+    vals, text, bounds = row_ticks(data, view, r0, r1)
+    shapes = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": b - 0.5,
+               "y1": b - 0.5, "line": {"color": "#555", "width": 1}} for b in bounds[:MAX_SEPARATORS]]
+    x_range = [t0_ns / 1e3, t1_ns / 1e3]
+    annotations = []
+    if note:
+        annotations.append({"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                            "showarrow": False, "font": {"size": 16, "color": "#666"}})
+    if concurrency is None:
+        annotations.append({"text": "stage concurrency: not available (timeline.analysis missing)",
+                            "xref": "x2 domain", "yref": "y2 domain", "x": 0.5, "y": 0.5,
+                            "showarrow": False, "font": {"color": "#888"}})
+    layout = {
+        "template": {"layout": {"font": {"family": "Inter, Helvetica, Arial, sans-serif", "size": 12}}},
+        "title": {"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
+        "height": int(height_px / (GANTT_DOMAIN[1] - GANTT_DOMAIN[0])) + 60,
+        "margin": {"l": 190, "r": 20, "t": 40 if title else 20, "b": 40},
+        "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
+        "hovermode": "closest", "hoverdistance": 30, "dragmode": "zoom",
+        "showlegend": True, "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0,
+                                       "itemclick": False, "itemdoubleclick": False},
+        "xaxis": {"domain": [0, 1], "anchor": "y", "range": x_range, "matches": "x2", "showticklabels": False,
+                  "showgrid": True, "gridcolor": "#eee", "zeroline": False, "showspikes": True,
+                  "spikemode": "across", "spikethickness": 1},
+        "yaxis": {"domain": list(GANTT_DOMAIN), "range": [r1 - 0.5, r0 - 0.5] if n_rows else [0.5, -0.5],
+                  "tickmode": "array", "tickvals": vals, "ticktext": text, "showgrid": False,
+                  "zeroline": False, "automargin": False, "tickfont": {"size": 10},
+                  "scaleanchor": False},  # an image trace would otherwise lock the aspect ratio
+        "xaxis2": {"domain": [0, 1], "anchor": "y2", "range": x_range,
+                   "title": {"text": "time (µs from trace origin)"}, "showgrid": True, "gridcolor": "#eee",
+                   "zeroline": False},
+        "yaxis2": {"domain": list(CONC_DOMAIN), "title": {"text": "CTAs in stage"}, "fixedrange": True,
+                   "rangemode": "tozero", "showgrid": True, "gridcolor": "#eee"},
+        "shapes": shapes, "annotations": annotations,
+        "meta": {"mode": mode, "intervals": int(pos.size), "rows": [r0, r1], "n_rows": view.n_rows,
+                 "window_ns": [int(t0_ns), int(t1_ns)]},
+    }
+    if mode == "raster":
+        layout["yaxis"]["autorange"] = False
+    info = {"mode": mode, "intervals": int(pos.size), "rows": n_rows}
+    return {"data": traces, "layout": layout}, info
+
+
+# -- the side panels ------------------------------------------------------------
+def idle_figure(table: pa.Table | None) -> dict:
+    """Idle share of every CTA as a heat strip: x = CTA, y = rank · launch, colour =
+    idle / (last end - first start), hover with busy / idle / largest gap (µs);
+    from the ``idle_per_cta`` analysis table."""
+    if table is None or table.num_rows == 0:
+        return {"data": [], "layout": {"height": 120, "annotations": [{
+            "text": "no idle-time data", "showarrow": False, "xref": "paper", "yref": "paper",
+            "x": 0.5, "y": 0.5}], "xaxis": {"visible": False}, "yaxis": {"visible": False}}}
+    rank = table.column("rank").to_numpy().astype(np.int64)
+    launch = table.column("launch").to_numpy().astype(np.int64)
+    cta = table.column("cta").to_numpy().astype(np.int64)
+    share = table.column("idle_share").to_numpy().astype(np.float64)
+    idle = table.column("idle_ns").to_numpy() / 1e3
+    busy = table.column("busy_ns").to_numpy() / 1e3
+    gap = table.column("max_gap_ns").to_numpy() / 1e3
+    keys = sorted(set(zip(rank.tolist(), launch.tolist())))
+    ki = {k: i for i, k in enumerate(keys)}
+    y = np.array([ki[(r, la)] for r, la in zip(rank.tolist(), launch.tolist())], dtype=np.int64)
+    n_cta = int(cta.max()) + 1 if cta.size else 1
+    z = np.full((len(keys), n_cta), np.nan)
+    cd = np.full((len(keys), n_cta, 3), np.nan)
+    ok = cta >= 0
+    z[y[ok], cta[ok]] = share[ok]
+    cd[y[ok], cta[ok]] = np.stack([busy, idle, gap], axis=1)[ok]
+    return {
+        "data": [{"type": "heatmap", "z": z.tolist(), "x": list(range(n_cta)),
+                  "y": [f"r{r} L{la}" for r, la in keys], "customdata": cd.round(3).tolist(),
+                  "colorscale": "YlOrRd", "zmin": 0, "zmax": max(float(np.nanmax(share)), 1e-9),
+                  "colorbar": {"title": {"text": "idle share"}},
+                  "hovertemplate": ("%{y} CTA %{x}<br>idle share %{z:.1%}<br>busy %{customdata[0]} µs"
+                                    "<br>idle %{customdata[1]} µs<br>largest gap %{customdata[2]} µs<extra></extra>")}],
+        "layout": {"height": max(160, 26 * len(keys) + 90), "margin": {"l": 70, "r": 20, "t": 10, "b": 40},
+                   "xaxis": {"title": {"text": "CTA"}}, "yaxis": {"autorange": "reversed"}},
+    }
+
+
+def stage_span_figure(spans: dict, stage_order) -> dict:
+    """Compare: each stage's span (first start -> last end, µs) per trace as
+    overlaid horizontal bars. ``spans``: ``{label: {stage: (first_start_us,
+    last_end_us)}}``, in drawing order (the first is drawn wider, behind)."""
+    data = []
+    colours = ("#4e79a7", "#e15759", "#59a14f")
+    for k, (label, per_stage) in enumerate(spans.items()):
+        names = [s for s in stage_order if s in per_stage]
+        base = [per_stage[s][0] for s in names]
+        length = [per_stage[s][1] - per_stage[s][0] for s in names]
+        data.append({"type": "bar", "orientation": "h", "y": names, "x": length, "base": base,
+                     "name": label, "marker": {"color": colours[k % len(colours)], "opacity": 0.55},
+                     "width": 0.8 if k == 0 else 0.45, "offsetgroup": "spans",
+                     "hovertemplate": f"{label}<br>%{{y}}: from %{{base:.2f}} µs, span %{{x:.2f}} µs<extra></extra>"})
+    return {"data": data, "layout": {
+        "barmode": "overlay", "height": max(220, 28 * len(stage_order) + 90),
+        "margin": {"l": 90, "r": 20, "t": 10, "b": 40}, "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+        "xaxis": {"title": {"text": "µs from trace origin"}},
+        "yaxis": {"autorange": "reversed", "categoryorder": "array", "categoryarray": list(stage_order)}}}
