@@ -251,16 +251,54 @@ class App:
     """The dashboard's server state: the catalog of openable traces, the loaded ones,
     and the callbacks' logic as plain methods (the Dash wiring is ``build``)."""
 
-    def __init__(self, catalog: Catalog, default: str | None):
+    def __init__(self, catalog: Catalog, default: str | None, *, bar_limit: int = F.BAR_LIMIT):
         self.catalog = catalog
         self.store = Store(catalog)
         self.default = default
+        self.bar_limit = bar_limit
 
     # trace selection ---------------------------------------------------------------------
     def requested(self, search: str | None) -> str | None:
         """The trace named by the page's query string (``?trace=NAME``), else the default."""
         q = urllib.parse.parse_qs((search or "").lstrip("?"))
         return q["trace"][0] if q.get("trace") else self.default
+
+    def select(self, search, picked, by_picker: bool) -> tuple:
+        """The trace callback's logic: which trace the page shows (the picker's
+        choice, else ``?trace=NAME``, else the default) and everything that follows
+        from it: picker, banners, filter options, anomaly panel. A trace that cannot
+        be opened gives a message in the banner and empty controls."""
+        names = self.catalog.names()
+        opts = [{"label": n, "value": n} for n in names]
+        name = picked if by_picker and picked else self.requested(search)
+        empty = [name, opts, {"name": None}, "", None, [], None, [], None, [], None, [], None,
+                 1, [0, 1], {}, None, opts, opts, None]
+        if name is None:
+            empty[4] = _msg("No trace to show: put a trace file in the trace directory or name one on the "
+                            "command line (timeline-view TRACE).")
+            return tuple(empty)
+        try:
+            item = self.store.get(name)
+        except SourceError as e:
+            empty[0] = None
+            empty[4] = _msg(f"Cannot open trace: {e}")
+            return tuple(empty)
+        except Exception as e:  # noqa: BLE001 - a message, never a traceback, in the page
+            log.exception("loading %s", name)
+            empty[0] = None
+            empty[4] = _msg(f"Cannot open trace {name!r}: {type(e).__name__}: {e}")
+            return tuple(empty)
+        tr, d = item.trace, item.data
+        max_cta = int(d.cta.max()) if d.n else 0
+        marks = {int(v): str(int(v)) for v in np.unique(np.linspace(0, max(max_cta, 1), 5).round())}
+        return (name, opts, {"name": name}, self.info(item), self.banners(item),
+                [{"label": f"rank {r}", "value": r} for r in tr.ranks], None,
+                [{"label": f"launch {la}", "value": la} for la in tr.launches], None,
+                [{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
+                 for i, s in enumerate(d.stage_names)], list(range(len(d.stage_names))),
+                [{"label": f" {p}" + (" (wait for producers)" if i == 0 else ""), "value": i}
+                 for i, p in enumerate(d.interval_names)], list(range(len(d.interval_names))),
+                max(max_cta, 1), [0, max(max_cta, 1)], marks, self.anomalies(item), opts, opts, name)
 
     def view(self, item, grouping, ranks, launches, ctas, stages):
         key = (grouping, ranks, launches, ctas, stages if grouping == "stage" else None)
@@ -385,14 +423,14 @@ class App:
             note = "this trace has no intervals"
         fig, info = F.gantt_figure(d, view, r0=r0, r1=r1, t0_ns=int(t0), t1_ns=int(t1), class_ok=cls,
                                    stages=shown, width_px=int(width), height_px=int(height),
-                                   concurrency=conc, note=note)
+                                   bar_limit=self.bar_limit, concurrency=conc, note=note)
         if info["mode"] == "empty" and not note:
             fig["layout"]["annotations"].append({
                 "text": "nothing in this window with these filters", "xref": "paper", "yref": "paper",
                 "x": 0.5, "y": 0.6, "showarrow": False, "font": {"size": 15, "color": "#666"}})
         if info["mode"] == "raster":
             status = (f"aggregated view: {info['intervals']:,} intervals in {info['rows']:,} rows, drawn as "
-                      f"occupancy per pixel; zoom in (≤ {F.BAR_LIMIT:,} intervals) for exact bars")
+                      f"occupancy per pixel; zoom in (≤ {self.bar_limit:,} intervals) for exact bars")
         elif info["mode"] == "bars":
             status = f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars"
         else:
@@ -585,43 +623,7 @@ def build(app_state: App) -> dash.Dash:
         Output("cmp-a", "value"),
         Input("url", "search"), Input("trace-select", "value"))
     def on_trace(search, picked):
-        trig = dash.ctx.triggered_id
-        names = st.catalog.names()
-        opts = [{"label": n, "value": n} for n in names]
-        name = picked if trig == "trace-select" and picked else st.requested(search)
-        empty = (name, opts, {"name": None}, "", None, [], None, [], None, [], None, [], None,
-                 1, [0, 1], {}, None, opts, opts, None)
-        if name is None:
-            out = list(empty)
-            out[4] = _msg("No trace to show: put a trace file in the trace directory or name one on the "
-                          "command line (timeline-view TRACE).")
-            return tuple(out)
-        try:
-            item = st.store.get(name)
-        except SourceError as e:
-            out = list(empty)
-            out[0] = None
-            out[4] = _msg(f"Cannot open trace: {e}")
-            return tuple(out)
-        except Exception as e:  # noqa: BLE001
-            log.exception("loading %s", name)
-            out = list(empty)
-            out[0] = None
-            out[4] = _msg(f"Cannot open trace {name!r}: {type(e).__name__}: {e}")
-            return tuple(out)
-        tr, d = item.trace, item.data
-        ranks = tr.ranks
-        launches = tr.launches
-        max_cta = int(d.cta.max()) if d.n else 0
-        marks = {int(v): str(int(v)) for v in np.unique(np.linspace(0, max(max_cta, 1), 5).round())}
-        return (name, opts, {"name": name}, st.info(item), st.banners(item),
-                [{"label": f"rank {r}", "value": r} for r in ranks], None,
-                [{"label": f"launch {la}", "value": la} for la in launches], None,
-                [{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
-                 for i, s in enumerate(d.stage_names)], list(range(len(d.stage_names))),
-                [{"label": f" {p}" + (" (wait for producers)" if i == 0 else ""), "value": i}
-                 for i, p in enumerate(d.interval_names)], list(range(len(d.interval_names))),
-                max(max_cta, 1), [0, max(max_cta, 1)], marks, st.anomalies(item), opts, opts, name)
+        return st.select(search, picked, dash.ctx.triggered_id == "trace-select")
 
     @app.callback(
         Output("gantt", "figure"), Output("view-state", "data"), Output("t0", "value"), Output("t1", "value"),

@@ -36,6 +36,7 @@ PALETTE = (
 WAIT_LIGHTEN = 0.62  # how much of white the producer-wait interval mixes in
 LAST_DARKEN = 0.22  # how much of black the last interval (epilogue) mixes in
 BAR_LIMIT = 40_000  # intervals in view above which the Gantt is rasterized
+HOVER_PER_INTERVAL = 2_000  # tasks in view up to which every interval gets a hover point
 MAX_ROW_TICKS = 48
 MAX_SEPARATORS = 96
 GANTT_DOMAIN = (0.30, 1.0)
@@ -133,11 +134,17 @@ def _hovertemplate(data: M.TraceData, stage: str) -> str:
     return "<br>".join(lines) + "<extra></extra>"
 
 
-def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float) -> list:
+def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float,
+               hover_per_task: bool | None = None) -> list:
     """The ``bars`` mode traces for sorted positions ``pos`` of ``view``: one
     scattergl segment trace per class present (name ``stage · interval``), then one
-    hover-marker trace per stage present. ``row_px``: the pixel height of a row,
-    which sets the line width (a bar fills 80 % of its row)."""
+    invisible hover-marker trace per stage present, whose points carry the hover
+    text of their task (``_hover_data``). ``row_px``: the pixel height of a row,
+    which sets the line width (a bar fills 80 % of its row).
+
+    Hover points sit at the middle of every interval while few tasks are in view
+    (``HOVER_PER_INTERVAL`` or fewer: a wide bar answers along its whole length),
+    else at the middle of every task (a quarter of the payload)."""
     idx = view.order[pos]
     y = view.row[pos]
     cls = view.cls[pos]
@@ -162,21 +169,32 @@ def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float) 
             "connectgaps": False, "xaxis": "x", "yaxis": "y",
             "meta": {"kind": "bars", "stage": data.stage_names[s], "interval": int(p)},
         })
-    st = data.stage[idx]
+    tid = data.tid[idx]
+    if hover_per_task is None:
+        hover_per_task = np.unique(tid).size > HOVER_PER_INTERVAL
+    if hover_per_task:  # one point per task: the middle of its intervals in view
+        order = np.argsort(tid, kind="stable")
+        first = np.flatnonzero(np.concatenate(([True], tid[order][1:] != tid[order][:-1])))
+        lo = np.minimum.reduceat(s_us[order], first)
+        hi = np.maximum.reduceat(e_us[order], first)
+        h_idx, h_y, h_x = idx[order][first], y[order][first], (lo + hi) / 2
+    else:
+        h_idx, h_y, h_x = idx, y, (s_us + e_us) / 2
+    st = data.stage[h_idx]
     by = np.argsort(st, kind="stable")
     cuts = np.flatnonzero(np.diff(st[by])) + 1
     for part in np.split(by, cuts) if by.size else []:
         s = int(st[part[0]])
-        mid = ((s_us[part] + e_us[part]) / 2).astype(xdt)
         traces.append({
-            "type": "scattergl", "mode": "markers", "x": typed(mid),
-            "y": typed(y[part].astype(np.float32)),
+            "type": "scattergl", "mode": "markers", "x": typed(h_x[part].astype(xdt)),
+            "y": typed(h_y[part].astype(np.float32)),
             "marker": {"size": max(4.0, width), "color": "rgba(0,0,0,0)"},
-            "customdata": typed(_hover_data(data, idx[part])),
+            "customdata": typed(_hover_data(data, h_idx[part])),
             "hovertemplate": _hovertemplate(data, data.stage_names[s]),
             "hoverlabel": {"bgcolor": stage_colour(s)},
             "name": data.stage_names[s], "legendgroup": data.stage_names[s], "showlegend": False,
-            "xaxis": "x", "yaxis": "y", "meta": {"kind": "hover", "stage": data.stage_names[s]},
+            "xaxis": "x", "yaxis": "y",
+            "meta": {"kind": "hover", "stage": data.stage_names[s], "per": "task" if hover_per_task else "interval"},
         })
     return traces
 
