@@ -295,7 +295,7 @@ class Timeline:
         fx = self._fx
         rsrc, rec_wave, place_wave = self._stamper(lead)
         off = uniform(self._record(si, fx.Int32(task), rec_wave))
-        voff = fx.Int32(0) if pred is None else pred.select(fx.Int32(0), fx.Int32(OUT_OF_RANGE))
+        voff = fx.Int32(0) if pred is None else fx.Int32(pred.select(fx.Int32(0), fx.Int32(OUT_OF_RANGE)))
         if fence:
             sched_fence()
         tick = memrealtime()

@@ -1,20 +1,25 @@
 """Probe kernels: the smallest persistent task loops that exercise every kind of
-stamp, compiled (never run here) by tests/test_flydsl_isa.py and bench/isa_cost.py.
+stamp. tests/test_flydsl_isa.py and bench/isa_cost.py compile them (never run them)
+and read their ISA.
 
 Each kernel takes ``MODE`` (compile time): ``NORMAL`` (a normal build: the
-``Timeline`` is off), ``TIMELINE`` (stamps on) or ``KTRACE`` (FlyDSL's own KTRACE,
-one ``ktrace`` range per phase interval, through ``KtracePhases``, which has the
-``Timeline`` interface; it needs ``FLYDSL_KTRACE_ENABLE=1`` when compiled).
+``Timeline`` is off), ``TIMELINE`` (stamps on) or ``KTRACE`` (FlyDSL's own KTRACE
+through ``KtracePhases``, which has the ``Timeline`` interface and records one
+``ktrace`` range per phase interval; compile it with ``FLYDSL_KTRACE_ENABLE=1``).
 
-- ``probe_cta``: CTA-mode stamps through ``with tl.task(...)`` and marks;
-- ``probe_cta_explicit``: the same kernel with ``tl.stamp(...)`` calls by hand;
+- ``probe_cta``: CTA mode, the structured form (``with tl.task`` + marks);
+- ``probe_sites``: CTA mode, explicit ``tl.stamp`` calls at the phases whose bits
+  are set in ``SITES`` (bit i = phase i), optionally under a ``pred``; with
+  ``SITES = ALL`` it is ``probe_cta`` written by hand;
 - ``probe_waves``: per-wave mode (``spec.waves`` = the CTA's 4 waves).
 
-The work between stamps is a load, a multiply-add and a store per thread: enough to
-see whether a stamp disturbs the code around it, small enough to count by hand.
+The work between the phases is a load, a multiply-add and a store per thread:
+enough to see whether a stamp disturbs the code around it, small enough to read.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import flydsl.compiler as flyc
 import flydsl.expr as fx
@@ -26,20 +31,24 @@ NORMAL, TIMELINE, KTRACE = 0, 1, 2
 G = 8  # CTAs (a power of two)
 THREADS = 256  # 4 waves
 TASKS = 64
-SPEC = Spec("probe_cta", stages=[("work", TASKS)], arch="gfx942", grid=G)
-SPEC_WAVES = Spec("probe_waves", stages=[("work", TASKS)], waves=THREADS // 64, arch="gfx942", grid=G)
-STAMPS_PER_TASK = len(SPEC.phases)  # start, hint, staged, compute, end
+SPEC = Spec("probe_cta", stages=[("work", TASKS)], grid=G)
+SPEC_WAVES = Spec("probe_waves", stages=[("work", TASKS)], waves=THREADS // 64, grid=G)
+ALL = (1 << len(SPEC.phases)) - 1  # SITES: every phase
+START_END = 0b10001
+HINT_END = 0b10010
 
 
 class KtracePhases:
-    """FlyDSL's KTRACE behind the ``Timeline`` interface: ``task()`` opens a range
-    for the first phase interval, each mark closes the open range and opens the
-    next, the exit closes the last: one ``ktrace`` range per phase interval."""
+    """FlyDSL's KTRACE behind the ``Timeline`` interface. A task's stamps at the
+    phases ``sites`` (bit mask) become ranges between consecutive stamped phases:
+    the first stamp pushes a range, a middle one pops it and pushes the next, the
+    last pops. ``sites`` defaults to every phase (the structured form)."""
 
-    def __init__(self, spec: Spec):
+    def __init__(self, spec: Spec, sites: int = -1):
         self.spec = spec
+        n = len(spec.phases)
+        self.sites = [i for i in range(n) if sites >> i & 1]
         self._scope = None
-        self._next = 1
 
     def __extract_to_ir_values__(self):
         return []
@@ -51,27 +60,28 @@ class KtracePhases:
     def __construct_from_ir_values__(cls, values, exemplar=None):
         return exemplar
 
-    def _name(self, stage, i):
-        p = self.spec.phases
-        return f"{stage}:{p[i]}->{p[i + 1]}"
+    def stamp(self, stage, task, phase, **_):
+        i = self.spec.phase_index(phase)
+        k = self.sites.index(i)
+        if k > 0:
+            fx.ktrace.range_pop()
+        if k < len(self.sites) - 1:
+            nxt = self.spec.phases[self.sites[k + 1]]
+            fx.ktrace.range_push(f"{stage}:{self.spec.phases[i]}->{nxt}")
 
     def task(self, stage, task, **_):
-        import contextlib
-
         @contextlib.contextmanager
         def scope():
-            self._scope, self._next = stage, 1
-            fx.ktrace.range_push(self._name(stage, 0))
+            self._scope = (stage, task)
+            self.stamp(stage, task, 0)
             yield self
-            fx.ktrace.range_pop()
+            self.stamp(stage, task, len(self.spec.phases) - 1)
             self._scope = None
 
         return scope()
 
     def mark(self, phase):
-        i = self.spec.phase_index(phase)
-        fx.ktrace.range_pop()
-        fx.ktrace.range_push(self._name(self._scope, i))
+        self.stamp(*self._scope, phase)
 
     def hint(self):
         self.mark("hint")
@@ -83,10 +93,10 @@ class KtracePhases:
         self.mark("compute")
 
 
-def phases(mode, spec, stamps):
+def phases(mode, spec, stamps, sites=ALL):
     """The kernel's phase handle for a build mode (see the module docstring)."""
     if mode == KTRACE:
-        return KtracePhases(spec)
+        return KtracePhases(spec, sites)
     return Timeline(spec, stamps, mode == TIMELINE)
 
 
@@ -112,20 +122,27 @@ def probe_cta(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[
 
 
 @flyc.kernel
-def probe_cta_explicit(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int]):
-    tl = phases(MODE, SPEC, stamps)
+def probe_sites(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int],
+                SITES: fx.Constexpr[int], PRED: fx.Constexpr[bool]):
+    tl = phases(MODE, SPEC, stamps, SITES)
     bid = fx.Int32(fx.block_idx.x)
     tid = fx.Int32(fx.thread_idx.x)
     for t in range(bid, n, G):
-        tl.stamp("work", t, "start")
+        ok = (t < n - 1) if PRED else None
+        if SITES & 1:
+            tl.stamp("work", t, "start", pred=ok)
         p = _f32_ptr(data + fx.Int64(t * THREADS + tid) * 4)
-        tl.stamp("work", t, "hint")
+        if SITES & 2:
+            tl.stamp("work", t, "hint", pred=ok)
         v = fx.ptr_load(p)
-        tl.stamp("work", t, "staged")
+        if SITES & 4:
+            tl.stamp("work", t, "staged", pred=ok)
         v = v * v + 1.0
-        tl.stamp("work", t, "compute")
+        if SITES & 8:
+            tl.stamp("work", t, "compute", pred=ok)
         fx.ptr_store(v, p)
-        tl.stamp("work", t, "end")
+        if SITES & 16:
+            tl.stamp("work", t, "end", pred=ok)
 
 
 @flyc.kernel
@@ -144,16 +161,19 @@ def probe_waves(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexp
             fx.ptr_store(v, p)
 
 
-def _launcher(kernel):
-    @flyc.jit
-    def launch(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int],
+@flyc.jit
+def launch_cta(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int],
                stream: fx.Stream = fx.Stream(None)):
-        kernel(stamps, data, n, MODE).launch(grid=(G,), block=(THREADS,), stream=stream)
-
-    launch.__name__ = f"launch_{kernel.__name__ if hasattr(kernel, '__name__') else 'probe'}"
-    return launch
+    probe_cta(stamps, data, n, MODE).launch(grid=(G,), block=(THREADS,), stream=stream)
 
 
-launch_cta = _launcher(probe_cta)
-launch_cta_explicit = _launcher(probe_cta_explicit)
-launch_waves = _launcher(probe_waves)
+@flyc.jit
+def launch_sites(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int],
+                 SITES: fx.Constexpr[int], PRED: fx.Constexpr[bool], stream: fx.Stream = fx.Stream(None)):
+    probe_sites(stamps, data, n, MODE, SITES, PRED).launch(grid=(G,), block=(THREADS,), stream=stream)
+
+
+@flyc.jit
+def launch_waves(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int],
+                 stream: fx.Stream = fx.Stream(None)):
+    probe_waves(stamps, data, n, MODE).launch(grid=(G,), block=(THREADS,), stream=stream)
