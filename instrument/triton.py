@@ -47,6 +47,7 @@ def _device(fn, **rebind):
     versions). Triton compiles a function from its source and reads only constexpr
     globals; re-binding rather than restating keeps one formula for both sides."""
     g = dict(fn.__globals__)
+    g["_triton_language"] = tl  # Triton's interpreter patches the tl it finds in globals
     g.update(rebind)
     clone = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
     clone.__module__ = fn.__module__
@@ -197,6 +198,49 @@ def check_launch(spec_: S.Spec, num_warps: int) -> None:
         raise S.SpecError(
             f"spec {spec_.kernel!r} has waves={spec_.waves} but the kernel runs {num_warps} "
             f"warps: use waves=1 (lead thread) or waves={num_warps} (per warp)")
+
+
+class _NoGpuDriver:
+    """Stands in for Triton's active driver while ``compile_launch`` compiles: a
+    device key of its own, stream 0, and the target asked for."""
+
+    def __init__(self, target):
+        self.target = target
+        self.device = f"mono-timeline-compile-only-{target.arch}"
+
+    def get_current_device(self):
+        return self.device
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return self.target
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+
+def compile_launch(kernel, *args, grid, capability=90, **kwargs):
+    """Compile ``kernel[grid](*args, **kwargs)`` for ``sm_<capability>`` through
+    Triton's own launch path (argument binding, specialization, constexprs) without
+    a GPU and without launching; returns the compiled kernel (``.asm["ptx"]``).
+    Tensor arguments may be given as torch dtypes. The kernel's cache entry for
+    the stand-in device is dropped afterwards, so a later real launch compiles
+    for the real device."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    fake = _NoGpuDriver(GPUTarget("cuda", capability, 32))
+    previous = driver._active  # Triton keeps no public getter that avoids creating one
+    driver.set_active(fake)
+    try:
+        return kernel.warmup(*args, grid=grid, **kwargs)
+    finally:
+        driver.set_active(previous)
+        kernel.device_caches.pop(fake.device, None)
 
 
 def compile_ptx(fn, signature: dict, constexprs: dict, *, capability=90, num_warps=4,

@@ -1,0 +1,73 @@
+"""The calibration kernel: phases of known length, the truth test of the timeline.
+
+Stage ``spin_<N>ns`` has one task a CTA; every phase interval of a task spins on
+``%globaltimer`` until N ns have passed since the previous phase's stamp, then
+stamps the next phase with a fresh read. So every decoded interval of that stage
+must come out as N plus the clock's step at most (the stamp store, the spin's
+last read and the next read fall within one or two steps of the 32 ns timer):
+decode, tick->ns conversion, column order and slot arithmetic all show in it.
+
+The calibration cannot see the timer's rate (it measures the timer with itself);
+``bench/gpu_run.py`` times calibration launches of 0.75 to 75 ms with CUDA events
+for that. The plain-Python parts (stage names, the error table) live in
+``triton_plan``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from instrument import triton as itl
+from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
+    SPIN_NS, interval_errors, spin_of, stage_name)
+
+
+def spec(grid: int, spin_ns=SPIN_NS, *, launches=1, arch=itl.DEFAULT_ARCH, extra=None):
+    """Spec of the calibration kernel: one stage per spin length, ``grid`` tasks each."""
+    return itl.spec("triton_calibration", [(stage_name(n), grid) for n in spin_ns],
+                    launches=launches, grid=grid, arch=arch,
+                    extra={"spin_ns": list(spin_ns), **(extra or {})})
+
+
+@triton.jit
+def spin_until(target):
+    """Read ``%globaltimer`` until it reaches ``target``; returns the last reading."""
+    now = itl.globaltimer()
+    while now < target:
+        now = itl.globaltimer()
+    return now
+
+
+@triton.jit(do_not_specialize=["launch"])
+def calib_kernel(stamps, spins, launch, LAYOUT: tl.constexpr, STAGES: tl.constexpr,
+                 PHASES: tl.constexpr):
+    """Task ``bid`` of every stage s: stamp phase 0, then for each later phase spin
+    ``spins[s]`` ns past the previous stamp and stamp it (lead thread)."""
+    bid = tl.program_id(0)
+    for s in tl.static_range(STAGES):
+        n = tl.load(spins + s)
+        prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, 0)
+        for p in tl.static_range(1, PHASES):
+            spin_until(prev + n)
+            prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, p)
+
+
+def spins_tensor(spins_ns, *, scale=1, device="cuda"):
+    """The spin lengths (ns, times ``scale``) as the int64 device tensor the kernel reads."""
+    import torch
+
+    return torch.tensor([int(n) * scale for n in spins_ns], dtype=torch.int64, device=device)
+
+
+def run(buffer, spins, *, launch=0, num_warps=4):
+    """Launch the calibration kernel into ``buffer``'s slot ``launch`` (one CTA a
+    task, ``spec.grid`` CTAs). ``spins``: lengths in ns, one a stage (a sequence,
+    or a ``spins_tensor`` to keep the host-to-device copy out of a timed region)."""
+    sp = buffer.spec
+    if len(spins) != len(sp.stages):
+        raise ValueError(f"{len(spins)} spin lengths for {len(sp.stages)} calibration stages")
+    if not hasattr(spins, "data_ptr"):
+        spins = spins_tensor(spins, device=buffer.tensor.device)
+    calib_kernel[(sp.grid,)](buffer.tensor, spins, buffer.launch_slot(launch), buffer.layout,
+                             len(sp.stages), len(sp.phases), num_warps=num_warps)

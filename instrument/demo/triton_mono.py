@@ -1,0 +1,209 @@
+"""A persistent demo mono kernel in Triton, with a timeline build.
+
+One FFN block of a transformer layer as three stages of one launch, the structure
+of the mono kernels:
+
+- ``up``   (``(M/BM)·(F/BN)`` tasks): ``H = X @ W1``, one BM×BN tile a task;
+- ``norm`` (``M/R`` tasks): ``A = silu(H · rsqrt(mean(H², row) + eps))``, R rows a
+  task; waits for the F/BN ``up`` tiles of its row block;
+- ``down`` (``(M/BM)·(D/BN)`` tasks): ``Y = A @ W2``; waits for the BM/R ``norm``
+  tasks of its rows.
+
+The grid is persistent (G CTAs, G a power of two no larger than the SMs, so every
+CTA is resident and spinning on another cannot deadlock). A CTA starts stage s at
+task ``(bid + G - base[s]) & (G - 1)`` and strides by G; ``base[s]`` is the task
+count of the stages before s, mod G, so a stage's first tasks go to the CTAs that
+the stage before left idle first. Dependencies are tagged-pair mailboxes: a
+producer publishes ``(task + 1) << 32 | tag`` with a release exchange after a CTA
+barrier; a consumer spins on acquire loads until the low half is this launch's
+tag, so mailboxes are never reset (every launch brings a new tag).
+
+Phases stamped per task: ``start`` (task picked), ``hint`` (its producers'
+mailboxes carry this launch's tag; right after ``start`` in ``up``), ``staged``
+(first K block of both operands loaded for the GEMMs: the timer is read after
+the loads are issued; for ``norm``: the sum-of-squares pass over the rows is
+done), ``compute`` (the GEMM's accumulation / the normalized rows written),
+``end`` (tile stored and mailbox published).
+"""
+
+from __future__ import annotations
+
+
+import triton
+import triton.language as tl
+
+from instrument import triton as itl
+from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
+    STAGES, Shape, bases, check_shape, cta_of, task_counts)
+
+EPS = 1e-6
+MAX_SPIN = 1 << 20  # acquire loads one wait may take (about a second) before it reports a hang
+
+
+def spec(shape: Shape = Shape(), *, waves=1, launches=1, arch=itl.DEFAULT_ARCH, extra=None):
+    """The timeline spec of this kernel: stages up/norm/down with their task counts."""
+    return itl.spec("triton_mono_ffn", list(zip(STAGES, task_counts(shape))), waves=waves,
+                    launches=launches, grid=shape.G, arch=arch,
+                    extra={"shape": shape._asdict(), **(extra or {})})
+
+
+# -- device code ---------------------------------------------------------------------
+@triton.jit
+def publish(box, tag, value):
+    """Make this CTA's stores visible, then post ``value << 32 | tag`` with a release
+    exchange (one thread; the barrier orders the other threads' stores before it)."""
+    tl.debug_barrier()
+    tl.atomic_xchg(box, (value.to(tl.int64) << 32) | tag, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_tag(box, tag, err, MAX: tl.constexpr):
+    """Spin with acquire loads until the mailbox's low half is ``tag``; after MAX
+    tries give up and count the hang in ``err`` (the host fails the run on it)."""
+    seen = tl.atomic_add(box, 0, sem="acquire", scope="gpu")
+    n = 0
+    while ((seen & 0xFFFFFFFF) != tag) & (n < MAX):
+        seen = tl.atomic_add(box, 0, sem="acquire", scope="gpu")
+        n += 1
+    if n >= MAX:
+        tl.atomic_add(err, 1)
+
+
+@triton.jit
+def _gemm_tile(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, t, TL: tl.constexpr,
+               a_ptr, b_ptr, c_ptr, K: tl.constexpr, N: tl.constexpr,
+               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """``C[tile t] = A[rows] @ B[:, cols]`` (A row-major M×K, B K×N, C M×N, fp16 with
+    fp32 accumulation), stamping staged and compute. Returns nothing."""
+    tiles_n: tl.constexpr = N // BN
+    pm = t // tiles_n
+    pn = t % tiles_n
+    offs_m = pm * BM + tl.arange(0, BM)
+    offs_n = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    pa = a_ptr + offs_m[:, None] * K + rk[None, :]
+    pb = b_ptr + rk[:, None] * N + offs_n[None, :]
+    a0 = tl.load(pa)
+    b0 = tl.load(pb)
+    itl.stamp(stamps, LAYOUT, launch, STAGE, t, 2, TL)
+    acc = tl.dot(a0, b0)
+    for k in range(BK, K, BK):
+        acc = tl.dot(tl.load(pa + k), tl.load(pb + k * N), acc)
+    out = acc.to(tl.float16)
+    itl.stamp(stamps, LAYOUT, launch, STAGE, t, 3, TL)
+    tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], out)
+
+
+@triton.jit(do_not_specialize=["launch", "tag"])
+def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
+                    M: tl.constexpr, D: tl.constexpr, F: tl.constexpr,
+                    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    R: tl.constexpr, BF: tl.constexpr, G: tl.constexpr,
+                    LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr):
+    """One launch of the FFN block (module docstring). ``TL`` switches the timeline
+    build; ``stamps`` is the stamp buffer (``None`` when off), ``launch`` its slot,
+    ``tag`` this launch's mailbox tag (nonzero, new every launch)."""
+    bid = tl.program_id(0)
+    UP_N: tl.constexpr = F // BN
+    N_UP: tl.constexpr = (M // BM) * UP_N
+    N_NORM: tl.constexpr = M // R
+    DN_N: tl.constexpr = D // BN
+    N_DOWN: tl.constexpr = (M // BM) * DN_N
+    BASE_NORM: tl.constexpr = N_UP % G
+    BASE_DOWN: tl.constexpr = (N_UP + N_NORM) % G
+    NORM_PER_BM: tl.constexpr = BM // R
+
+    # stage 0: up-projection tiles; no producers
+    for t in range(bid, N_UP, G):
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 0, TL)
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 1, TL)
+        _gemm_tile(stamps, LAYOUT, launch, 0, t, TL, x, w1, h, D, F, BM, BN, BK)
+        publish(mbox + t, tag, t + 1)
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 4, TL)
+
+    # stage 1: RMS norm + SiLU over R rows; needs every up tile of its row block
+    cols = tl.arange(0, BF)
+    for t in range((bid + G - BASE_NORM) & (G - 1), N_NORM, G):
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 0, TL)
+        rb = (t * R) // BM
+        for j in range(UP_N):
+            wait_tag(mbox + rb * UP_N + j, tag, err, MAX)
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
+        rows = t * R + tl.arange(0, R)
+        ss = tl.zeros([R], dtype=tl.float32)
+        for c in range(0, F, BF):
+            v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
+            ss += tl.sum(v * v, axis=1)
+        rs = tl.rsqrt(ss / F + 1e-6)
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
+        for c in range(0, F, BF):
+            v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
+            hn = v * rs[:, None]
+            tl.store(a + rows[:, None] * F + c + cols[None, :], (hn * tl.sigmoid(hn)).to(tl.float16))
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 3, TL)
+        publish(mbox + N_UP + t, tag, t + 1)
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
+
+    # stage 2: down-projection tiles; need the norm tasks of their rows
+    for t in range((bid + G - BASE_DOWN) & (G - 1), N_DOWN, G):
+        itl.stamp(stamps, LAYOUT, launch, 2, t, 0, TL)
+        pm = t // DN_N
+        for j in range(NORM_PER_BM):
+            wait_tag(mbox + N_UP + pm * NORM_PER_BM + j, tag, err, MAX)
+        itl.stamp(stamps, LAYOUT, launch, 2, t, 1, TL)
+        _gemm_tile(stamps, LAYOUT, launch, 2, t, TL, a, w2, y, F, D, BM, BN, BK)
+        publish(mbox + N_UP + N_NORM + t, tag, t + 1)
+        itl.stamp(stamps, LAYOUT, launch, 2, t, 4, TL)
+
+
+# -- host side ---------------------------------------------------------------------------
+class MonoFFN:
+    """The demo kernel's weights and work buffers on one GPU, and its launches.
+    ``run(x, y, ...)`` computes ``y = ffn(x)`` in one launch; ``tag`` advances by
+    one every launch."""
+
+    def __init__(self, shape: Shape = Shape(), *, device="cuda", seed=0):
+        import torch
+
+        self.shape = s = shape
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        check_shape(s, sms)
+        g = torch.Generator(device=device).manual_seed(seed)
+        self.w1 = (torch.randn(s.D, s.F, device=device, generator=g) / s.D ** 0.5).half()
+        self.w2 = (torch.randn(s.F, s.D, device=device, generator=g) / s.F ** 0.5).half()
+        self.h = torch.empty(s.M, s.F, device=device, dtype=torch.float16)
+        self.a = torch.empty(s.M, s.F, device=device, dtype=torch.float16)
+        self.mbox = torch.zeros(sum(task_counts(s)), device=device, dtype=torch.int64)
+        self.err = torch.zeros(1, device=device, dtype=torch.int32)
+        self.tag = 0
+        self._off_layout = spec(s).layout
+
+    def run(self, x, y, *, buffer=None, launch=0):
+        """One launch: ``y = ffn(x)``. ``buffer``: a ``StampBuffer`` for this kernel's
+        spec (timeline build) or ``None`` (normal build); ``launch``: its slot."""
+        s = self.shape
+        self.tag += 1
+        on = buffer is not None
+        if on:
+            itl.check_launch(buffer.spec, s.num_warps)
+            layout, stamps, slot = buffer.layout, buffer.tensor, buffer.launch_slot(launch)
+        else:
+            layout, stamps, slot = self._off_layout, None, 0
+        mono_ffn_kernel[(s.G,)](
+            x, self.w1, self.h, self.a, self.w2, y, self.mbox, self.err, stamps, slot, self.tag,
+            s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, layout, on, MAX_SPIN,
+            num_warps=s.num_warps, num_stages=s.num_stages)
+
+    def hangs(self) -> int:
+        """Waits that gave up (must be 0; a nonzero count means a lost mailbox post)."""
+        return int(self.err.item())
+
+
+def reference(x, w1, w2):
+    """The FFN block in float32 from fp16 inputs: ``(H, A, Y)``."""
+    import torch
+
+    hf = x.float() @ w1.float()
+    hn = hf * torch.rsqrt(hf.pow(2).mean(dim=1, keepdim=True) + EPS)
+    af = hn * torch.sigmoid(hn)
+    return hf, af, af @ w2.float()
