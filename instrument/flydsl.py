@@ -20,18 +20,24 @@ or by hand: ``tl.stamp("gemv", t, "hint")``. Both forms compile to the same stor
 Contract:
 
 - ``enabled`` is a Python bool (an ``fx.Constexpr[bool]`` kernel parameter). With it
-  False every method returns at trace time: the ISA is the ISA of the same kernel
-  with the stamp calls deleted (no clock read, no store, no register, no use of the
-  stamp argument); tests/test_flydsl_isa.py checks it on gfx942 and gfx950.
+  False no method emits anything: the ISA is the ISA of the same kernel with the
+  stamp calls deleted (no clock read, no store, no register, no use of the stamp
+  argument); tests/test_flydsl_isa.py checks it on gfx942 and gfx950. Stage and
+  phase names are checked in both builds (plain Python at trace time).
 - A stamp reads ``s_memrealtime`` (the 100 MHz device clock) and stores the tick at
   ``timeline.schema.word_offset`` (the layout arithmetic lives there only). The
   spec's first phase also writes the placement word (``placement_hi(cta, wave,
   XCC_ID) << 32 | HW_ID``) into column 0, beside its tick in column 1: one 16-byte
   ``buffer_store_dwordx4``. Later phases store the tick alone
-  (``buffer_store_dwordx2``, the column in the immediate offset). Placement is
-  written once per task: a record has one placement column, a wave never leaves its
-  CU, and the placement costs 6 instructions more than a plain stamp
-  (bench/isa_cost.py), which every later phase would pay again for the same word.
+  (``buffer_store_dwordx2``, the column in the immediate offset).
+- Placement is written once per task, with the first phase. Measured
+  (bench/isa_cost.py, gfx942 and gfx950): a plain stamp is 4 instructions
+  (``s_memrealtime``, ``s_waitcnt``, ``v_mov_b64``, ``buffer_store_dwordx2``), a
+  first-phase stamp 13 (two ``s_getreg_b32``, the packing, two more moves, the
+  16-byte store); a placement with every stamp would make all five stamps of a task
+  cost 13, 65 instead of 29 instructions, to write the same word again (a wave never
+  leaves its CU) into a layout that has one placement column per record. The
+  registers are read per task, not held: no long-lived SGPR or VGPR.
 - Stamps add no control flow. The stores go through a buffer resource whose size is
   the stamp buffer's for a wave that stamps and 0 for every other wave (and for a
   null ``stamps`` address): the hardware drops an out-of-range buffer store. CTA mode
@@ -67,6 +73,7 @@ HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
 HW_REG_XCC_ID = 20
 MAX_BYTES = 1 << 31  # buffer offsets are 32-bit, and OUT_OF_RANGE must stay out of range
 OUT_OF_RANGE = 1 << 31  # a buffer offset past any stamp buffer: the store is dropped
+_OUT_OF_RANGE_I32 = OUT_OF_RANGE - (1 << 32)  # the same 32 bits as a signed Int32
 
 
 class InstrumentError(ValueError):
@@ -286,16 +293,16 @@ class Timeline:
         ``stage`` / ``phase``: names or indices, fixed at trace time. ``lead``: the
         thread whose wave stamps in CTA mode (default: the handle's; ignored
         per-wave). ``pred``: a traced Boolean; where false, nothing is written.
-        ``fence``: ``sched_barrier(0)`` before the clock read. A no-op in a normal
-        build."""
+        ``fence``: ``sched_barrier(0)`` before the clock read. Emits nothing in a
+        normal build (the names are still checked)."""
+        si = self.spec.stage_index(stage)  # checked in a normal build too: a typo
+        pi = self.spec.phase_index(phase)  # fails in every build, at trace time
         if not self.enabled:
             return
-        si = self.spec.stage_index(stage)
-        pi = self.spec.phase_index(phase)
         fx = self._fx
         rsrc, rec_wave, place_wave = self._stamper(lead)
         off = uniform(self._record(si, fx.Int32(task), rec_wave))
-        voff = fx.Int32(0) if pred is None else fx.Int32(pred.select(fx.Int32(0), fx.Int32(OUT_OF_RANGE)))
+        voff = fx.Int32(0) if pred is None else fx.Int32(pred.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
         if fence:
             sched_fence()
         tick = memrealtime()
@@ -315,14 +322,11 @@ class Timeline:
         ``tl.compute()`` (or ``tl.mark(phase)``) stamp the phases between. ``lead`` /
         ``pred`` / ``fence`` apply to every stamp of the task. The same stores as
         ``stamp`` calls at the same points."""
-        if self.enabled:
-            self.spec.stage_index(stage)  # a bad stage fails at the `with`, not later
+        self.spec.stage_index(stage)  # a bad stage fails at the `with`, in every build
         return _TaskScope(self, stage, task, lead, pred, fence)
 
     def mark(self, phase):
         """Stamp ``phase`` of the innermost ``with tl.task(...)`` block."""
-        if not self.enabled:
-            return
         scope = self._scope
         if scope is None:
             raise InstrumentError(
@@ -353,15 +357,13 @@ class _TaskScope:
 
     def __enter__(self):
         tl = self.tl
-        if tl.enabled:
-            self._outer, tl._scope = tl._scope, self
-            tl.stamp(self.stage, self.task, 0, self.lead, self.pred, self.fence)
+        self._outer, tl._scope = tl._scope, self
+        tl.stamp(self.stage, self.task, 0, self.lead, self.pred, self.fence)
         return tl
 
     def __exit__(self, exc_type, exc, tb):
         tl = self.tl
-        if tl.enabled:
-            tl._scope = self._outer
-            if exc_type is None:
-                tl.stamp(self.stage, self.task, len(tl.spec.phases) - 1, self.lead, self.pred, self.fence)
+        tl._scope = self._outer
+        if exc_type is None:
+            tl.stamp(self.stage, self.task, len(tl.spec.phases) - 1, self.lead, self.pred, self.fence)
         return False

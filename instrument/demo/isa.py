@@ -301,6 +301,45 @@ def strip_stamps(source: str, handle: str = "tl") -> str:
     return ast.unparse(tree) + "\n"
 
 
+class Sites(NamedTuple):
+    """Stamp sites in a kernel's source: ``first`` stamps of the spec's first phase
+    (each writes the placement too), ``other`` every other stamp."""
+
+    first: int
+    other: int
+
+    @property
+    def total(self) -> int:
+        return self.first + self.other
+
+
+def stamp_sites(source: str, function: str, handle: str = "tl", first_phase: str = "start") -> Sites:
+    """Count the stamp sites of ``function`` in ``source``: a ``with <handle>.task(...)``
+    is one first-phase and one other stamp (entry and exit), ``<handle>.hint/staged/
+    compute/mark(...)`` one other, ``<handle>.stamp(stage, task, phase)`` one of
+    either by its literal phase (``first_phase`` or 0 counts as first)."""
+    tree = ast.parse(source)
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function), None)
+    if fn is None:
+        raise ValueError(f"no function {function!r} in this source")
+    first = other = 0
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == handle):
+            continue
+        method = node.func.attr
+        if method == "task":
+            first, other = first + 1, other + 1
+        elif method in ("hint", "staged", "compute", "mark"):
+            other += 1
+        elif method == "stamp":
+            phase = node.args[2] if len(node.args) > 2 else next(k.value for k in node.keywords if k.arg == "phase")
+            if not isinstance(phase, ast.Constant):
+                raise ValueError(f"line {node.lineno}: a stamp's phase is not a literal; cannot count it")
+            first, other = (first + 1, other) if phase.value in (first_phase, 0) else (first, other + 1)
+    return Sites(first, other)
+
+
 def write_stripped(module: str, out_dir) -> str:
     """Write the stamp-free copy of ``module`` (a dotted name under this repo) to
     ``out_dir`` and return its path (a ``Job.module``)."""

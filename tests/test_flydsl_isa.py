@@ -1,0 +1,184 @@
+"""The FlyDSL timeline build, proven on the final ISA for gfx942 and gfx950.
+
+Compiles (COMPILE_ONLY=1, no GPU) the probe kernels of ``instrument.demo.probes``
+and the demo mono kernel ``instrument.demo.flydsl_mono`` in three builds each:
+timeline, normal, and the "same kernel with the stamp calls deleted" (the source
+through ``instrument.demo.isa.strip_stamps``). Everything is compiled once per
+session (one child process per target, in parallel, ~15 s) and shared.
+
+Skipped, with the reason, where flydsl, torch or ld.lld is missing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from instrument.demo import isa as I
+
+pytestmark = pytest.mark.flydsl
+
+REPO = Path(__file__).resolve().parents[1]
+PROBES = "instrument.demo.probes"
+DEMO = "instrument.demo.flydsl_mono"
+DEMO_ARGS = (0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 64)  # addresses 0, tag 1, layer 0, G = 64
+# kernel -> (module, kernel function, launcher, args before MODE/TIMELINE, normal, timeline)
+KERNELS = {
+    "cta": (PROBES, "probe_cta", "launch_cta", (0, 0, 64), 0, 1),
+    "waves": (PROBES, "probe_waves", "launch_waves", (0, 0, 64), 0, 1),
+    "demo": (DEMO, "mono_kernel", "launch", DEMO_ARGS, False, True),
+}
+ALL_SITES = 0b11111
+
+
+def _jobs(stripped):
+    jobs = []
+    for name, (module, _, launcher, args, normal, timeline) in KERNELS.items():
+        jobs += [
+            I.Job(f"{name}/normal", module, launcher, args + (normal,)),
+            I.Job(f"{name}/timeline", module, launcher, args + (timeline,)),
+            I.Job(f"{name}/stripped", stripped[module], launcher, args + (normal,)),
+        ]
+    jobs += [
+        I.Job("sites/timeline", PROBES, "launch_sites", (0, 0, 64, 1, ALL_SITES, False)),
+        I.Job("sites_pred/timeline", PROBES, "launch_sites", (0, 0, 64, 1, ALL_SITES, True)),
+        I.Job("sites_pred/normal", PROBES, "launch_sites", (0, 0, 64, 0, ALL_SITES, True)),
+    ]
+    return jobs
+
+
+@pytest.fixture(scope="session")
+def isa(tmp_path_factory):
+    """``{(arch, "kernel/build"): Isa}`` for every build on both targets."""
+    try:
+        I.check_toolchain()
+    except I.ToolchainMissing as e:
+        pytest.skip(f"FlyDSL ISA tests need the compile toolchain: {e}")
+    work = tmp_path_factory.mktemp("flydsl_isa")
+    stripped = {m: I.write_stripped(m, work / "stripped") for m in (PROBES, DEMO)}
+    texts = I.compile_all(_jobs(stripped), I.ARCHES, work)
+    return {key: I.parse_isa(text) for key, text in texts.items()}
+
+
+def _sites(kernel):
+    module, function = KERNELS[kernel][:2]
+    return I.stamp_sites((REPO / (module.replace(".", "/") + ".py")).read_text(), function)
+
+
+ARCH_KERNEL = [(a, k) for a in I.ARCHES for k in KERNELS]
+
+
+# -- a normal build emits nothing ----------------------------------------------------
+@pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
+def test_normal_build_is_the_kernel_without_stamps(isa, arch, kernel):
+    normal, stripped = isa[(arch, f"{kernel}/normal")], isa[(arch, f"{kernel}/stripped")]
+    assert normal.count("s_memrealtime") == 0
+    assert normal.count("s_getreg_b32") == 0
+    assert normal.count("buffer_store*") == 0
+    # the whole file: instructions, register use, kernel descriptor, metadata
+    assert normal.text == stripped.text
+
+
+# -- a timeline build: one clock read per site, the stores the layout implies --------
+@pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
+def test_one_clock_read_per_stamp_site(isa, arch, kernel):
+    sites = _sites(kernel)
+    tl = isa[(arch, f"{kernel}/timeline")]
+    assert sites.total == {"cta": 5, "waves": 5, "demo": 15}[kernel]
+    assert tl.count("s_memrealtime") == sites.total
+
+
+@pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
+def test_stores_placement_with_first_tick_and_ticks_alone(isa, arch, kernel):
+    sites = _sites(kernel)
+    tl, normal = isa[(arch, f"{kernel}/timeline")], isa[(arch, f"{kernel}/normal")]
+    # placement + first tick: one 16-byte store; every other phase: one 8-byte store
+    assert tl.count("buffer_store_dwordx4") == sites.first
+    assert tl.count("buffer_store_dwordx2") == sites.other
+    assert tl.count("buffer_store*") == sites.total
+    # the kernel's own memory traffic is untouched
+    for kind in ("global_store*", "global_load*", "global_atomic*", "buffer_load*"):
+        assert tl.count(kind) == normal.count(kind), kind
+    # the tick columns are immediate offsets 16, 24, ... of one record
+    offsets = sorted({int(m) for m in re.findall(r"buffer_store_dwordx2 .* offset:(\d+)", "\n".join(tl.instructions))})
+    assert offsets == [16, 24, 32, 40], offsets
+
+
+@pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
+def test_placement_reads_hw_id_and_xcc_id(isa, arch, kernel):
+    sites = _sites(kernel)
+    tl = isa[(arch, f"{kernel}/timeline")]
+    getregs = [i for i in tl.instructions if i.startswith("s_getreg_b32")]
+    assert sum("hwreg(HW_REG_HW_ID)" in i for i in getregs) == sites.first
+    assert sum("hwreg(HW_REG_XCC_ID, 0, 4)" in i for i in getregs) == sites.first
+    assert len(getregs) == 2 * sites.first
+
+
+@pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
+def test_stamps_add_no_control_flow(isa, arch, kernel):
+    tl, normal = isa[(arch, f"{kernel}/timeline")], isa[(arch, f"{kernel}/normal")]
+    for kind in ("s_cbranch*", "s_branch", "s_and_saveexec_b64", "s_barrier"):
+        assert tl.count(kind) == normal.count(kind), kind
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_both_forms_compile_to_the_same_stores(isa, arch):
+    structured, explicit = isa[(arch, "cta/timeline")], isa[(arch, "sites/timeline")]
+    assert explicit.body() == structured.body()
+    assert (explicit.vgprs, explicit.sgprs) == (structured.vgprs, structured.sgprs)
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_stamps_stay_in_program_order(isa, arch):
+    """start, hint | load | staged | math | compute | store | end: the fence keeps each
+    clock read where the source put it (the math is not moved past 'compute')."""
+    ins = isa[(arch, "cta/timeline")].instructions
+    clock = [k for k, i in enumerate(ins) if i.startswith("s_memrealtime")]
+    assert len(clock) == 5
+
+    def at(prefix):
+        hits = [k for k, i in enumerate(ins) if i.startswith(prefix)]
+        assert len(hits) == 1, (prefix, hits)
+        return hits[0]
+
+    assert clock[1] < at("global_load_dword ") < clock[2]
+    assert clock[2] < at("v_mul_f32") < clock[3]
+    assert clock[2] < at("v_add_f32") < clock[3]
+    assert clock[3] < at("global_store_dword ") < clock[4]
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_pred_moves_the_offset_out_of_range_without_a_branch(isa, arch):
+    tl, normal = isa[(arch, "sites_pred/timeline")], isa[(arch, "sites_pred/normal")]
+    assert tl.count("s_memrealtime") == 5
+    assert tl.count("s_cbranch*") == normal.count("s_cbranch*")
+    stores = [i for i in tl.instructions if i.startswith("buffer_store")]
+    assert len(stores) == 5 and all(" offen" in s for s in stores), stores
+    assert any("0x80000000" in i for i in tl.instructions)
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_per_wave_mode_addresses_records_by_wave(isa, arch):
+    """Per-wave: every wave stamps (no lead-wave test in the buffer size), and the
+    record offset depends on the wave number (a readfirstlane of the thread id)."""
+    waves, cta = isa[(arch, "waves/timeline")], isa[(arch, "cta/timeline")]
+    assert waves.count("s_memrealtime") == 5
+    # CTA mode tests the lead wave (tid < 64) once; per-wave mode does not
+    assert any(re.match(r"s_cmp_lt_u32 s\d+, 64$", i) for i in cta.instructions)
+    assert not any(re.match(r"s_cmp_lt_u32 s\d+, 64$", i) for i in waves.instructions)
+    assert waves.count("v_readfirstlane_b32") >= 1
+
+
+@pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
+def test_register_use_of_both_builds(isa, arch, kernel, record_property):
+    tl, normal = isa[(arch, f"{kernel}/timeline")], isa[(arch, f"{kernel}/normal")]
+    for build, x in (("normal", normal), ("timeline", tl)):
+        record_property(f"{arch}.{kernel}.{build}", {"vgpr": x.vgprs, "sgpr": x.sgprs,
+                                                     "instructions": len(x.instructions)})
+    # a stamp's tick lives in 2 VGPRs only until its store; the placement word is
+    # read per task, never held: the timeline build may not grow the VGPR budget more
+    assert tl.vgprs - normal.vgprs <= 2
+    assert 0 < tl.sgprs - normal.sgprs <= 12
+    assert len(tl.instructions) > len(normal.instructions)
