@@ -198,6 +198,16 @@ def test_processes_and_threads_named_and_sorted_in_cta_order(trace, exported):
     assert p.doc["otherData"]["synthetic"] is True and p.doc["displayTimeUnit"] == "ns"
 
 
+def test_names_are_exact_for_multi_digit_ids():
+    """Thread and process names carry no padding, whatever the widest id."""
+    tr = synth.synth_trace(synth.glm5_spec(waves=1, world=1), grid=16, seed=1)
+    p = Parsed(export_text(tr))
+    names = {e["args"]["name"] for e in p.meta if e["name"] == "thread_name"}
+    assert names == {f"CTA {c} · wave 0" for c in range(16)}
+    tasks, _ = p.slices()
+    assert {e["args"]["cta"] for e in tasks} == set(range(16))
+
+
 def test_trace_longer_than_a_second_keeps_every_ns_digit(long_trace):
     text = export_text(long_trace)
     raw = json.loads(text, parse_float=str)["traceEvents"]

@@ -190,7 +190,8 @@ def _header(trace: Trace) -> bytes:
 
 def _metadata(trace: Trace, num: C.Numbering) -> list:
     """``ph: M`` text naming and ordering every process and thread that has rows, as
-    a list of byte blocks (the thread lines built like the events, column-wise)."""
+    byte blocks, each line starting with its comma (one line per process or thread
+    and key: thousands, not millions, so plain string formatting)."""
     pid, tid, rank, launch, cta, wave = C.threads(trace, num)
     lines = []
     for p in np.unique(pid).tolist():
@@ -198,16 +199,11 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
         name = _json(C.process_name(r, la, trace.synthetic))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n')
-    blocks = ["".join(lines).encode()]
-    if len(pid):
-        P, T = digits(pid), digits(tid)
-        cw = _json(C.thread_name(0, 0)).split("0")  # '"CTA ', ' · wave ', '"'
-        blocks.append(assemble(len(pid), [
-            b',{"ph":"M","pid":', P, b',"tid":', T, b',"name":"thread_name","args":{"name":',
-            cw[0].encode(), digits(cta), cw[1].encode(), digits(wave), cw[2].encode(), b'}}\n',
-            b',{"ph":"M","pid":', P, b',"tid":', T, b',"name":"thread_sort_index","args":{"sort_index":',
-            T, b'}}\n']).reshape(-1).tobytes())
-    return blocks
+    for p, t, c, w in zip(pid.tolist(), tid.tolist(), cta.tolist(), wave.tolist()):
+        name = _json(C.thread_name(c, w))
+        lines.append(f',{{"ph":"M","pid":{p},"tid":{t},"name":"thread_name","args":{{"name":{name}}}}}\n'
+                     f',{{"ph":"M","pid":{p},"tid":{t},"name":"thread_sort_index","args":{{"sort_index":{t}}}}}\n')
+    return ["".join(lines).encode()]
 
 
 def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool):
