@@ -229,12 +229,12 @@ def test_bars_of_a_known_trace(tiny):
     a = next(t for t in hov if t["meta"]["stage"] == "a")
     cd = untyped(a["customdata"])
     x = untyped(a["x"])
-    assert cd.shape == (8, 9 + 4)
+    assert cd.shape == (8, 8 + 4)
     cols = F.hover_columns(tiny)
     row = [i for i in range(8) if cd[i, cols.index("cta")] == 1 and x[i] < 0.2][0]  # a/1's start→hint
     assert x[row] == pytest.approx(0.15)
     assert cd[row, cols.index("task")] == 1 and cd[row, cols.index("xcc")] == 1
-    assert cd[row, 9:].tolist() == pytest.approx([0.3, 0.1, 0.3, 0.05])
+    assert cd[row, 8:].tolist() == pytest.approx([0.3, 0.1, 0.3, 0.05])
     assert "start→hint" in a["hovertemplate"] and "CTA" in a["hovertemplate"]
     # y axis: one tick per row when few rows are in view
     assert fig["layout"]["yaxis"]["tickvals"] == [0, 1]
@@ -444,16 +444,21 @@ def test_autosize_does_not_redraw(state):
 
 def test_click_pins_the_task(state):
     d = state.store.get("small.arrow").data
-    tid = int(d.tid[123])
-    panel = state.details("small.arrow", {"points": [{"customdata": [tid, 0, 0]}]})
+    _, st, *_ = state.gantt("small.arrow", "stage", None, None, None, None, None, "filters", None, None, None,
+                            None, None)
+    view = state.view(state.store.get("small.arrow"), "stage", None, None, None, None)
+    pos = 1234
+    i = int(view.order[pos])
+    click = {"points": [{"x": (d.start[i] + d.end[i]) / 2e3, "y": int(view.row[pos])}]}
+    panel = state.details("small.arrow", click, st)
     cells = [_text(tr.children[1]) for tr in panel.children.children]
-    ivs = d.task_intervals(tid)
-    i = ivs[0]
+    ivs = d.task_intervals(int(d.tid[i]))
+    assert i in ivs.tolist()
     assert cells[:6] == [d.stage_names[d.stage[i]], str(d.task[i]), str(d.rank[i]), str(d.launch[i]),
                          str(d.cta[i]), str(d.wave[i])]
     assert cells[6].startswith("XCC ")
     assert cells[-4:] == [f"{(d.end[j] - d.start[j]) / 1e3:,.3f} µs" for j in ivs]
-    assert _text(state.details("small.arrow", None)).startswith("Click a bar")
+    assert _text(state.details("small.arrow", None, st)).startswith("Click a bar")
 
 
 def test_stage_report_idle_and_compare(state):

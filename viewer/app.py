@@ -198,19 +198,19 @@ def _controls():
 
 def _tabs():
     return dcc.Tabs(id="tabs", className="tabs", value="report", children=[
-        dcc.Tab(label="Stage report", value="report", children=[
+        dcc.Tab(label="Stage report", value="report", id="tab-report", children=[
             dcc.Checklist(id="by-launch", options=[{"label": " per rank and launch", "value": "y"}], value=[]),
             html.Div(id="report-msg"),
             dash_table.DataTable(id="stage-report", sort_action="native", page_size=40,
                                  style_table={"overflowX": "auto"},
                                  style_cell={"fontSize": 12, "padding": "2px 6px"})]),
-        dcc.Tab(label="Idle per CTA", value="idle", children=[
+        dcc.Tab(label="Idle per CTA", value="idle", id="tab-idle", children=[
             html.Div(id="idle-msg"),
             dcc.Graph(id="idle-graph", config={"displaylogo": False}),
             dash_table.DataTable(id="idle-table", sort_action="native", page_size=15,
                                  style_cell={"fontSize": 12, "padding": "2px 6px"})]),
-        dcc.Tab(label="Anomalies", value="anomalies", children=[html.Div(id="anomalies")]),
-        dcc.Tab(label="Compare", value="compare", children=[
+        dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
+        dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
                 html.Div([html.Label("A (before)"), dcc.Dropdown(id="cmp-a")], style={"width": "320px"}),
                 html.Div([html.Label("B (after)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
@@ -436,19 +436,30 @@ class App:
         else:
             status = "nothing to draw"
         new_state = {"name": name, "fkey": fkey, "t0": int(t0), "t1": int(t1), "r0": int(r0), "r1": int(r1),
-                     "panels": [name, ranks, launches]}
+                     "panels": [name, ranks, launches], "grouping": grouping, "ranks": ranks,
+                     "launches": launches, "ctas": ctas_t, "stages": stages_t if grouping == "stage" else None}
         return fig, new_state, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status
 
-    def details(self, name, click):
-        """The pinned-task panel for a clicked hover point (customdata[0] = task id)."""
+    def details(self, name, click, state):
+        """The pinned-task panel for a click on the Gantt: the task whose interval in
+        the clicked row (``y``) is nearest the clicked time (``x``, a hover point is
+        the middle of an interval or task). Found again on the server from the
+        current row layout (``state``), as Dash's clickData does not carry typed-array
+        customdata."""
         item = self.store.get(name)
         d = item.data
         pts = (click or {}).get("points") or []
-        if not pts or "customdata" not in pts[0]:
+        if not pts or "x" not in pts[0] or "y" not in pts[0] or not state or state.get("name") != name:
             return "Click a bar to pin its task here."
-        tid = int(pts[0]["customdata"][0])
-        if not 0 <= tid < d.n_tasks:
+        view = self.view(item, state["grouping"], *(tuple(v) if v is not None else None for v in (
+            state["ranks"], state["launches"], state["ctas"], state["stages"])))
+        row, t = int(round(float(pts[0]["y"]))), float(pts[0]["x"]) * 1e3
+        if not 0 <= row < view.n_rows:
             return "Click a bar to pin its task here."
+        a, b = int(view.row_start[row]), int(view.row_start[row + 1])
+        idx = view.order[a:b]
+        gap = np.maximum(np.maximum(d.start[idx] - t, t - d.end[idx]), 0)
+        tid = int(d.tid[idx[int(np.argmin(gap))]])
         ivs = d.task_intervals(tid)
         i = int(ivs[0])
         place = M.placement_text(d.vendor, int(d.xcc[i]), int(d.se[i]), int(d.cu[i]), int(d.sm[i]))
@@ -646,12 +657,12 @@ def build(app_state: App) -> dash.Dash:
         return fig, new, a, b, status, panels
 
     @app.callback(Output("details", "children"), Input("gantt", "clickData"), State("trace-key", "data"),
-                  prevent_initial_call=True)
+                  State("view-state", "data"), prevent_initial_call=True)
     @guarded(_ERROR)
-    def on_click(click, key):
+    def on_click(click, key, state):
         if not key or not key.get("name"):
             return "No trace."
-        return st.details(key["name"], click)
+        return st.details(key["name"], click, state)
 
     @app.callback(Output("stage-report", "columns"), Output("stage-report", "data"), Output("report-msg", "children"),
                   Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"))

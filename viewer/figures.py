@@ -106,17 +106,16 @@ def _segments(s_us: np.ndarray, e_us: np.ndarray, y: np.ndarray, xdt):
 def hover_columns(data: M.TraceData) -> list:
     """Names of the hover customdata columns (what ``_hover_data`` puts in each)."""
     place = ["sm", "-", "-"] if data.vendor == "nvidia" else ["xcc", "se", "cu"]
-    return ["tid", "task", "cta", "wave", "rank", "launch", *place, *data.interval_names]
+    return ["task", "cta", "wave", "rank", "launch", *place, *data.interval_names]
 
 
 def _hover_data(data: M.TraceData, idx: np.ndarray) -> np.ndarray:
-    """customdata (float32, one row per interval): its task id (for click), task,
-    CTA, wave, rank, launch, placement (3 numbers), then every interval duration
-    (µs) of its task."""
+    """customdata (float32, one row per hover point): task, CTA, wave, rank, launch,
+    placement (3 numbers), then every interval duration (µs) of the point's task."""
     tid = data.tid[idx]
     place = ((data.sm[idx], np.full(idx.size, -1), np.full(idx.size, -1)) if data.vendor == "nvidia"
              else (data.xcc[idx], data.se[idx], data.cu[idx]))
-    cols = [tid, data.task[idx], data.cta[idx], data.wave[idx], data.rank[idx], data.launch[idx], *place]
+    cols = [data.task[idx], data.cta[idx], data.wave[idx], data.rank[idx], data.launch[idx], *place]
     cd = np.empty((idx.size, len(cols) + len(data.interval_names)), dtype=np.float32)
     for j, c in enumerate(cols):
         cd[:, j] = c
@@ -125,12 +124,12 @@ def _hover_data(data: M.TraceData, idx: np.ndarray) -> np.ndarray:
 
 
 def _hovertemplate(data: M.TraceData, stage: str) -> str:
-    where = ("SM %{customdata[6]}" if data.vendor == "nvidia"
-             else "XCC %{customdata[6]} SE %{customdata[7]} CU %{customdata[8]}")
-    lines = [f"<b>{stage}</b> task %{{customdata[1]}}",
-             "rank %{customdata[4]} · launch %{customdata[5]} · CTA %{customdata[2]} · wave %{customdata[3]}",
+    where = ("SM %{customdata[5]}" if data.vendor == "nvidia"
+             else "XCC %{customdata[5]} SE %{customdata[6]} CU %{customdata[7]}")
+    lines = [f"<b>{stage}</b> task %{{customdata[0]}}",
+             "rank %{customdata[3]} · launch %{customdata[4]} · CTA %{customdata[1]} · wave %{customdata[2]}",
              where]
-    lines += [f"{name}: %{{customdata[{9 + j}]:.3f}} µs" for j, name in enumerate(data.interval_names)]
+    lines += [f"{name}: %{{customdata[{8 + j}]:.3f}} µs" for j, name in enumerate(data.interval_names)]
     return "<br>".join(lines) + "<extra></extra>"
 
 

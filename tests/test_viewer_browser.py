@@ -1,0 +1,196 @@
+"""The dashboard end to end in headless Chromium (Debian's /usr/bin/chromium and
+chromedriver through Selenium; nothing downloads a browser): the default trace
+loads with the expected rows, filters and zoom change what is drawn, hover and
+click show a task, bad requests give a message and never a traceback or a file
+from outside the trace directory, and the console stays free of errors."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from viewer import app as V
+from viewer import browser as B
+
+from test_viewer import make_trace_dir
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(B.available() is not None, reason=f"no headless browser: {B.available()}")]
+
+BARS = ("var g=document.querySelector('#gantt .js-plotly-plot');"
+        "return g.data.filter(t=>t.meta&&t.meta.kind=='bars').map(t=>t.meta.stage);")
+ROWS = ("var g=document.querySelector('#gantt .js-plotly-plot'); var rows={};"
+        "g._fullData.filter(t=>t.meta&&t.meta.kind=='bars').forEach(t=>{ for(var i=0;i<t.y.length;i++)"
+        "{ if(!isNaN(t.y[i])) rows[t.y[i]]=1; } }); return Object.keys(rows).map(Number).sort((a,b)=>a-b);")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The dashboard started as ``timeline-view --trace-dir DIR`` with no TRACE, DIR
+    holding the test traces and a copy of small.arrow under the bundled trace's name."""
+    root = tmp_path_factory.mktemp("site")
+    d, secret = make_trace_dir(root)
+    shutil.copy(d / "small.arrow", d / V.DEFAULT_TRACE)
+    state, _, first = V.prepare(["--trace-dir", str(d)])
+    assert first == V.DEFAULT_TRACE
+    with B.serve(V.build(state)) as url, B.chromium(1400, 1100) as driver:
+        yield {"url": url, "driver": driver, "state": state, "dir": d}
+
+
+@pytest.fixture
+def page(site):
+    """The site, and after the test: the browser console held no error."""
+    driver = site["driver"]
+    driver.get_log("browser")  # drop what earlier tests left
+    yield site
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, f"browser console errors: {errors}"
+
+
+def meta(driver):
+    return json.loads(B.gantt_ready(driver).split("|")[0])
+
+
+def text_of(driver, element_id):
+    return driver.find_element("id", element_id).text
+
+
+def test_default_trace_loads_with_its_rows(page, tmp_path):
+    from PIL import Image
+
+    driver, state = page["driver"], page["state"]
+    driver.get(page["url"])
+    m = meta(driver)
+    d = state.store.get(V.DEFAULT_TRACE).data
+    assert m["mode"] == "bars" and m["intervals"] == d.n and m["n_rows"] == 2 * 8 * 2
+    assert driver.execute_script(ROWS) == list(range(32))  # one row per rank x CTA x wave, all drawn
+    assert set(driver.execute_script(BARS)) == set(d.stage_names)
+    assert V.DEFAULT_TRACE in driver.find_element("id", "trace-select").text
+    assert "SYNTHETIC" in text_of(driver, "banners")
+    ticks = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').layout.yaxis.ticktext")
+    assert len(ticks) == 32 and ticks[0] == "r0 L0 · cta 0 w0" and ticks[17] == "r1 L0 · cta 0 w1"
+    shot = B.screenshot(driver, tmp_path / "dashboard.png")
+    img = np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64)
+    assert img.shape[0] > 500 and img.std() > 20  # not blank
+    gantt = driver.find_element("id", "gantt").rect
+    crop = img[int(gantt["y"]) + 60:int(gantt["y"] + gantt["height"] * 0.6), int(gantt["x"]) + 200:]
+    colours = {tuple(c) for c in crop[::7, ::7].astype(int).reshape(-1, 3)}
+    assert len(colours) > 20  # the bars are drawn (WebGL), in many stage / phase shades
+
+
+def test_stage_filter_changes_what_is_drawn(page):
+    driver = page["driver"]
+    driver.get(page["url"])
+    before = meta(driver)
+    driver.find_element("xpath", "//div[@id='stages']//label[contains(., 'qkv_a')]//input").click()
+    after = _wait_changed(driver, before)
+    d = page["state"].store.get(V.DEFAULT_TRACE).data
+    assert after["intervals"] == before["intervals"] - int((d.stage == 0).sum())
+    assert "qkv_a" not in driver.execute_script(BARS)
+    driver.find_element("xpath", "//div[@id='phases']//label[contains(., 'start→hint')]//input").click()
+    third = _wait_changed(driver, after)
+    assert third["intervals"] == int(((d.stage != 0) & (d.phase != 0)).sum())
+
+
+def _wait_changed(driver, before):
+    """The Gantt's meta once it differs from ``before``."""
+    prev = json.dumps(before, separators=(",", ":"))
+    return json.loads(B.wait_for(
+        driver, "var g=document.querySelector('#gantt .js-plotly-plot');"
+                f"var m=g&&g.layout&&JSON.stringify(g.layout.meta); return m && m!=={json.dumps(prev)} ? m : null;",
+        60, "the Gantt to change"))
+
+
+def test_hover_and_click_show_the_task(page):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver = page["driver"]
+    driver.get(page["url"])
+    meta(driver)
+    # the screen position of a hover point: the first one of the first hover trace
+    pt = driver.execute_script(
+        "var g=document.querySelector('#gantt .js-plotly-plot'), L=g._fullLayout;"
+        "var t=g._fullData.find(t=>t.meta&&t.meta.kind=='hover'); var r=g.getBoundingClientRect();"
+        "var i=Math.floor(t.x.length/2);"
+        "return {x: r.left+L._size.l+L.xaxis.l2p(t.x[i]), y: r.top+L.yaxis._offset+L.yaxis.l2p(t.y[i]),"
+        " stage: t.meta.stage};")
+    ActionChains(driver).move_to_location(int(pt["x"]), int(pt["y"])).perform()  # viewport coordinates
+    hover = B.wait_for(driver, "var h=document.querySelector('#gantt .hoverlayer .hovertext');"
+                               "return h ? h.textContent : null;", 20, "the hover label")
+    assert pt["stage"] in hover and "task" in hover and "CTA" in hover and "XCC" in hover
+    assert "start→hint" in hover and "compute→end" in hover and "µs" in hover
+    ActionChains(driver).click().perform()
+    details = B.wait_for(driver, "var t=document.getElementById('details-table'); return t ? t.innerText : null;",
+                         20, "the pinned task")
+    assert pt["stage"] in details and "placement" in details and "start→hint" in details
+
+
+def test_zoom_turns_the_raster_into_bars(page):
+    driver, state = page["driver"], page["state"]
+    state.bar_limit = 3000
+    try:
+        driver.get(page["url"])
+        m = meta(driver)
+        assert m["mode"] == "raster"
+        img = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').data[0].type")
+        assert img == "image"
+        assert "aggregated view" in text_of(driver, "gantt-status")
+        lo, hi = (v / 1e3 for v in m["window_ns"])
+        driver.execute_script(  # what a drag-zoom does: relayout the x and y ranges
+            "Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'),"
+            "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1],"
+            " 'yaxis.range[0]': 7.5, 'yaxis.range[1]': -0.5});", lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.5)
+        z = _wait_changed(driver, m)
+        assert z["mode"] == "bars" and z["rows"] == [0, 8] and 0 < z["intervals"] <= 3000
+        assert set(driver.execute_script(ROWS)) <= set(range(8))
+        t0 = float(driver.find_element("id", "t0").get_attribute("value"))
+        assert t0 == pytest.approx(lo + (hi - lo) * 0.4, abs=1e-3)  # the time inputs follow the zoom
+        driver.find_element("id", "reset").click()
+        assert _wait_changed(driver, z)["mode"] == "raster"
+    finally:
+        state.bar_limit = V.F.BAR_LIMIT
+
+
+@pytest.mark.parametrize("query, message", [
+    ("?trace=../outside/secret.arrow", "outside the trace directory"),
+    ("?trace=%2E%2E/outside/secret.arrow", "outside the trace directory"),
+    ("?trace=corrupt.arrow", "could not be read as a trace"),
+    ("?trace=plain.parquet", "not a mono-timeline trace"),
+])
+def test_bad_requests_show_a_message(page, query, message):
+    driver = page["driver"]
+    driver.get(page["url"] + query)
+    banner = B.wait_for(driver, "var b=document.getElementById('banners'); return b && b.innerText || null;",
+                        30, "the error banner")
+    assert message in banner and "Traceback" not in driver.page_source
+    assert "SECRET_KERNEL" not in driver.page_source
+
+
+def test_anomalies_and_empty_traces_say_so(page):
+    driver = page["driver"]
+    driver.get(page["url"] + "?trace=anomalies.arrow")
+    banner = B.wait_for(driver, "var b=document.getElementById('banners'); var t=b&&b.innerText;"
+                                "return t && t.includes('anomalies') ? t : null;", 30, "the anomaly banner")
+    assert "missing_phase" in banner and "no_placement" in banner
+    driver.find_element("id", "tab-anomalies").click()
+    table = B.wait_for(driver, "var t=document.getElementById('anomaly-table'); return t ? t.innerText : null;",
+                       20, "the anomaly table")
+    assert "missing_phase" in table and "placement word is 0" in table
+    driver.get(page["url"] + "?trace=empty.arrow")
+    banner = B.wait_for(driver, "var b=document.getElementById('banners'); var t=b&&b.innerText;"
+                                "return t && t.includes('no intervals') ? t : null;", 30, "the empty-trace banner")
+    assert "no intervals" in banner
+
+
+def test_panels_idle_and_compare(page):
+    driver = page["driver"]
+    driver.get(page["url"])
+    meta(driver)
+    rows = B.wait_for(driver, "return document.querySelectorAll('#stage-report tbody tr').length > 5 ? "
+                              "document.querySelector('#stage-report').innerText : null;", 30, "the stage report")
+    assert "qkv_a" in rows and "span_us" in rows
+    driver.find_element("id", "tab-idle").click()
+    kind = B.wait_for(driver, "var g=document.querySelector('#idle-graph .js-plotly-plot');"
+                              "return g && g.data && g.data.length ? g.data[0].type : null;", 30, "the idle chart")
+    assert kind == "heatmap"
