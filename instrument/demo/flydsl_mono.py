@@ -25,7 +25,11 @@ polls the whole input it needs itself.
 
 Phases stamped (``Timeline`` of ``instrument.flydsl``): ``start`` (task taken),
 ``hint`` (producers' words all carry this launch's tag; CTA barrier), ``staged``
-(operands loaded), ``compute`` (math done), ``end`` (results published).
+(operands in registers: an ``s_waitcnt vmcnt(0)`` precedes it, else the stamp would
+mark when the loads were issued), ``compute`` (math done), ``end`` (results
+published). The timeline build and the normal build are the same kernel but for
+the stamps (tests/test_flydsl_isa.py compares the normal build's ISA with the
+source's stamp calls deleted).
 """
 
 from __future__ import annotations
@@ -150,6 +154,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
             ga, gb = load4(gamma, lane * D_LANE), load4(gamma, lane * D_LANE + 4)
             xs = [xa[k] for k in range(4)] + [xb[k] for k in range(4)]
             gs = [ga[k] for k in range(4)] + [gb[k] for k in range(4)]
+            fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
             ss = xs[0] * xs[0]
             for k in fx.range_constexpr(1, D_LANE):
@@ -170,6 +175,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
             wa, wb = load4(w1, n * D + lane * D_LANE), load4(w1, n * D + lane * D_LANE + 4)
             ws = [wa[k] for k in range(4)] + [wb[k] for k in range(4)]
             hv = [value_of(poll(hbox, i)) for i in hwords]
+            fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
             ys = []
             for m in fx.range_constexpr(M):
@@ -190,6 +196,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
             p = t * WAVES + wave
             wv = load4(w2, p * N + lane * N_LANE)
             yv = [value_of(poll(ybox, i)) for i in ywords]
+            fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
             outs = []
             for m in fx.range_constexpr(M):
