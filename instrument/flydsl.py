@@ -151,17 +151,8 @@ def uniform(v):
     return fx.Int32(fx.rocdl.readfirstlane(T.i32, fx.Int32(v)))
 
 
-def uniform64(v):
-    """``v`` (an Int64) read from the first active lane (see ``uniform``)."""
-    fx = _fx()
-    from flydsl.expr.typing import T
-
-    return fx.Int64(fx.rocdl.readfirstlane(T.i64, fx.Int64(v)))
-
-
 def wave_id():
-    """This thread's wave within its CTA, a scalar: ``readfirstlane(tid) >> 6``.
-    Each call is a fresh ``v_readfirstlane``; LLVM neither hoists nor merges it."""
+    """This thread's wave within its CTA, a scalar: ``readfirstlane(tid) >> 6``."""
     return uniform(_fx().thread_idx.x) >> 6
 
 
@@ -183,7 +174,6 @@ def _and(a, b):
     return a & b
 
 
-# -- the handle -------------------------------------------------------------------
 # -- the handle -------------------------------------------------------------------
 class Timeline:
     """A kernel's stamp handle for one launch (see the module docstring).
@@ -253,9 +243,11 @@ class Timeline:
         ``live`` holds and the base address is not 0, else 0 bytes: every store
         through it from a wave that must not stamp is out of range and dropped."""
         fx = self._fx
-        ok = self.base != 0
-        ok = ok if isinstance(live, bool) and live else _and(live, ok)
-        nbytes = ok.select(fx.Int64(self.layout.nbytes), fx.Int64(0))
+        ok = _and(live, self.base != 0)
+        if isinstance(ok, bool):
+            nbytes = fx.Int64(self.layout.nbytes if ok else 0)
+        else:
+            nbytes = fx.Int64(ok.select(fx.Int64(self.layout.nbytes), fx.Int64(0)))
         pt = fx.PointerType.get(fx.Int64.ir_type, address_space=fx.AddressSpace.Global, alignment=16)
         buf = fx.rocdl.make_buffer_ptr(fx.inttoptr(pt, self.base), num_records_bytes=nbytes)
         return fx.rocdl.get_buffer_rsrc(buf)
