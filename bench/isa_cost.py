@@ -81,13 +81,12 @@ def derive(isa: dict) -> dict:
 
 
 def table(arch: str, isa: dict) -> str:
-    base = {"normal": "normal", "per-wave": "per-wave normal", "demo": "demo normal"}
+    """The builds of one target, each against its normal build."""
+    base = {"per-wave": "per-wave normal", "demo": "demo normal"}  # else the probe's "normal"
     rows = [f"{'build (' + arch + ')':<32} {'instrs':>7} {'+instr':>7} {'SGPRs':>6} {'+SGPR':>6} "
             f"{'VGPRs':>6} {'+VGPR':>6} {'memrt':>6} {'stores':>7}"]
     for name, x in isa.items():
         ref = isa[next((v for k, v in base.items() if name.startswith(k)), "normal")]
-        if name.startswith("ktrace") or name.startswith("timeline"):
-            ref = isa["normal"]
         d = len(x.instructions) - len(ref.instructions)
         stores = x.count("buffer_store*") + x.count("s_buffer_store*")
         rows.append(f"{name:<32} {len(x.instructions):>7} {d:>+7} {x.sgprs:>6} {x.sgprs - ref.sgprs:>+6} "
