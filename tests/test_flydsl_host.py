@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from instrument import flydsl as F
@@ -154,7 +155,7 @@ def test_buffer_round_trip_into_a_trace():
     tasks = cap.trace.tasks
     assert tasks.num_rows == 2 * (4 + 64 + 16)
     assert cap.trace.anomalies.num_rows == 0
-    stage = np.asarray(tasks["stage"].cast(__import__("pyarrow").string()))
+    stage = np.asarray(tasks["stage"].cast(pa.string()))
     task = np.asarray(tasks["task"])
     want = np.array([(t + base[s]) & (G - 1) for s, t in zip(stage, task)])
     assert (np.asarray(tasks["cta"]) == want).all()
