@@ -217,12 +217,16 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
     task = digits(rec.task)
     si = rec.stage_index.astype(np.int64)
 
-    def head(ph):
-        return [f',{{"ph":"{ph}","pid":'.encode(), pid, b',"tid":', tid, b',"ts":']
+    heads = {}
+
+    def head(ph):  # one pre-assembled block a kind: a few wide copies beat many narrow ones
+        if ph not in heads:
+            heads[ph] = assemble(n, [f',{{"ph":"{ph}","pid":'.encode(), pid, b',"tid":', tid, b',"ts":'])
+        return [heads[ph]]
 
     stage_task = strings([f'"name":{_json(s)},"cat":{_json(s)},"args":{{"stage":{_json(s)}'
                           for s in stage_names])[si]
-    stage_only = strings([_json(s) for s in stage_names])[si]
+    stage_task_args = assemble(n, [strings([_json(s) for s in stage_names])[si], b',"task":', task])
     names = S.interval_names(phases)
     dur = rec.end - rec.start
     dur_text = [micros(dur[:, j], null=~rec.valid[:, j]) for j in range(len(names))]
@@ -244,9 +248,8 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
     slots = []
     for j, name in enumerate(names):
         lo = _width_of(pieces)
-        pbody = [f',"name":{_json(name)},"cat":"phase","args":{{"stage":'.encode(), stage_only,
-                 b',"task":', task, b',"inherited":', inherited[rec.inherited[:, j].astype(np.int64)],
-                 b"}}\n"]
+        pbody = [f',"name":{_json(name)},"cat":"phase","args":{{"stage":'.encode(), stage_task_args,
+                 b',"inherited":', inherited[rec.inherited[:, j].astype(np.int64)], b"}}\n"]
         start = micros(rec.start[:, j])
         if complete:
             pieces += head("X") + [start, b',"dur":', dur_text[j]] + pbody
