@@ -142,6 +142,12 @@ def test_rows_of_each_grouping(tiny, mid):
     assert all((st[a:b] == st[a]).all() for a, b in zip(s.row_start[:-1], s.row_start[1:]))
     key = set(zip(mid.rank.tolist(), mid.launch.tolist(), mid.stage.tolist(), mid.cta.tolist(), mid.wave.tolist()))
     assert s.n_rows == len(key)
+    # cta: launches share a row, one per (rank, CTA, wave), in time order
+    c = M.build_view(mid, "cta")
+    assert c.n_rows == len(set(zip(mid.rank.tolist(), mid.cta.tolist(), mid.wave.tolist())))
+    launches = mid.launch[c.order]
+    assert all(set(launches[a:b].tolist()) == {0, 1} for a, b in zip(c.row_start[:-1], c.row_start[1:]))
+    assert M.row_label(mid, c, 0) == "r0 · cta 0 w0"
     # inside a row, intervals are sorted by start
     starts = mid.start[s.order]
     same_row = s.row[1:] == s.row[:-1]
@@ -280,7 +286,13 @@ def test_raster_mode_above_the_bar_limit(mid):
     assert info["mode"] == "bars" and len(bars_of(fig)) == info["intervals"]
     # many rows in view: ticks at group starts (rank, launch), separators between groups
     fig, _ = F.gantt_figure(mid, v, r0=0, r1=v.n_rows, t0_ns=0, t1_ns=mid.t_max, bar_limit=1000)
-    assert fig["layout"]["yaxis"]["ticktext"] == ["r0 L0", "r0 L1", "r1 L0", "r1 L1"]
+    ya = fig["layout"]["yaxis"]
+    groups = {v: t for v, t in zip(ya["tickvals"], ya["ticktext"]) if not t.startswith("cta")}
+    assert groups == {0: "r0 L0", 64: "r0 L1", 128: "r1 L0", 192: "r1 L1"}
+    between = [v for v, t in zip(ya["tickvals"], ya["ticktext"]) if t.startswith("cta")]
+    assert 10 < len(between) <= F.MAX_ROW_TICKS // 2
+    assert all(t == M.row_label(mid, v, r).split(" · ", 1)[1] for r, t in zip(ya["tickvals"], ya["ticktext"])
+               if t.startswith("cta"))
     assert [s["y0"] for s in fig["layout"]["shapes"]] == [63.5, 127.5, 191.5]
 
 
@@ -433,6 +445,20 @@ def test_gantt_zoom_keeps_the_window(state):
     # a rank filter starts the rows over
     _, st5, *_ = state.gantt(name, "rank", [1], None, None, None, None, "filters", None, None, None, None, st)
     assert (st5["r0"], st5["r1"]) == (0, 16) and st5["panels"] == ["small.arrow", (1,), None]
+    r1 = d.rank == 1  # ... and fits the time window to the selection
+    assert (st5["t0"], st5["t1"]) == (d.start[r1].min(), d.end[r1].max())
+
+
+def test_query_string_preselects_the_view(state):
+    assert state.initial("?trace=a.arrow&ranks=1,7,x&launches=0&grouping=cta", [0, 1], [0]) == ([1], [0], "cta")
+    assert state.initial("?grouping=sideways", [0], [0]) == (None, None, "rank")
+    out = state.select("?trace=small.arrow&ranks=1&grouping=stage", None, False)
+    assert out[6] == [1] and out[-1] == "stage"
+
+
+def test_bad_time_window_says_why(state):
+    with pytest.raises(ValueError, match="'from' box holds 'abc', not a number of µs"):
+        state.gantt("small.arrow", "rank", None, None, None, None, None, "t0", None, "abc", None, None, None)
 
 
 def test_autosize_does_not_redraw(state):

@@ -104,6 +104,24 @@ def _opt_list(values):
     return None if values is None else tuple(sorted(int(v) for v in values))
 
 
+def extent(data: M.TraceData, view: M.View) -> tuple:
+    """First start and last end (ns) of the intervals in a row layout: the time
+    window that shows all of a selection."""
+    if view.n == 0:
+        return data.t_min, max(data.t_max, data.t_min + 1)
+    return int(data.start[view.order].min()), int(data.end[view.order].max())
+
+
+def _us_to_ns(text, what: str, current: int) -> int:
+    """A time-window box (µs, as typed) to ns; empty keeps ``current``."""
+    if text is None or str(text).strip() == "":
+        return current
+    try:
+        return int(round(float(str(text).replace(",", "")) * 1e3))
+    except ValueError:
+        raise ValueError(f"the time window's {what!r} box holds {str(text)!r}, not a number of µs") from None
+
+
 def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
     """The filters as cache keys: sorted tuples, ``None`` for "all" (an empty rank or
     launch choice, every stage, every phase, the full CTA range), so that the same
@@ -161,7 +179,7 @@ body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 0; color: #222;
 .details td { padding: 1px 4px; border-bottom: 1px solid #eee; }
 .status { font-size: 12px; color: #555; min-height: 16px; }
 .tabs { padding: 0 14px 20px; }
-.win input { width: 100px; }
+.win input { width: 84px; padding: 3px 4px; border: 1px solid #bbb; border-radius: 3px; }
 """
 
 
@@ -170,6 +188,7 @@ def _controls():
         html.Label("Rows", className="head"),
         dcc.RadioItems(id="grouping", value="rank", options=[
             {"label": " rank · launch · CTA · wave", "value": "rank"},
+            {"label": " rank · CTA · wave (launches side by side)", "value": "cta"},
             {"label": " hardware placement (XCC → CU / SM)", "value": "placement"},
             {"label": " stage", "value": "stage"}]),
         html.Label("Ranks", className="head"),
@@ -185,8 +204,10 @@ def _controls():
                         tooltip={"placement": "bottom"}),
         html.Label("Time window (µs)", className="head"),
         html.Div(className="win", children=[
-            dcc.Input(id="t0", type="number", debounce=True, placeholder="from"), " – ",
-            dcc.Input(id="t1", type="number", debounce=True, placeholder="to"),
+            dcc.Input(id="t0", type="text", inputMode="decimal", debounce=True, placeholder="from",
+                      style={"width": "80px"}), " – ",
+            dcc.Input(id="t1", type="text", inputMode="decimal", debounce=True, placeholder="to",
+                      style={"width": "80px"}),
             html.Button("full", id="reset", n_clicks=0, style={"marginLeft": "4px"})]),
         html.Label("Export the selection", className="head"),
         html.Button("Chrome trace JSON", id="export-chrome", n_clicks=0),
@@ -263,6 +284,28 @@ class App:
         q = urllib.parse.parse_qs((search or "").lstrip("?"))
         return q["trace"][0] if q.get("trace") else self.default
 
+    @staticmethod
+    def initial(search: str | None, present_ranks, present_launches) -> tuple:
+        """Initial ranks, launches and row grouping from the query string
+        (``&ranks=0,1&launches=3&grouping=cta``), so that a view can be linked; values
+        the trace does not have are dropped, an unknown grouping gives the default."""
+        q = urllib.parse.parse_qs((search or "").lstrip("?"))
+
+        def ints(key, present):
+            out = []
+            for part in ",".join(q.get(key, [])).split(","):
+                try:
+                    v = int(part)
+                except ValueError:
+                    continue
+                if v in present and v not in out:
+                    out.append(v)
+            return out or None
+
+        grouping = q.get("grouping", ["rank"])[0]
+        return (ints("ranks", set(present_ranks)), ints("launches", set(present_launches)),
+                grouping if grouping in M.GROUPINGS else "rank")
+
     def select(self, search, picked, by_picker: bool) -> tuple:
         """The trace callback's logic: which trace the page shows (the picker's
         choice, else ``?trace=NAME``, else the default) and everything that follows
@@ -272,7 +315,7 @@ class App:
         opts = [{"label": n, "value": n} for n in names]
         name = picked if by_picker and picked else self.requested(search)
         empty = [name, opts, {"name": None}, "", None, [], None, [], None, [], None, [], None,
-                 1, [0, 1], {}, None, opts, opts, None]
+                 1, [0, 1], {}, None, opts, opts, None, "rank"]
         if name is None:
             empty[4] = _msg("No trace to show: put a trace file in the trace directory or name one on the "
                             "command line (timeline-view TRACE).")
@@ -291,14 +334,15 @@ class App:
         tr, d = item.trace, item.data
         max_cta = int(d.cta.max()) if d.n else 0
         marks = {int(v): str(int(v)) for v in np.unique(np.linspace(0, max(max_cta, 1), 5).round())}
+        ranks, launches, grouping = self.initial(search if not by_picker else "", tr.ranks, tr.launches)
         return (name, opts, {"name": name}, self.info(item), self.banners(item),
-                [{"label": f"rank {r}", "value": r} for r in tr.ranks], None,
-                [{"label": f"launch {la}", "value": la} for la in tr.launches], None,
+                [{"label": f"rank {r}", "value": r} for r in tr.ranks], ranks,
+                [{"label": f"launch {la}", "value": la} for la in tr.launches], launches,
                 [{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
                  for i, s in enumerate(d.stage_names)], list(range(len(d.stage_names))),
                 [{"label": f" {p}" + (" (wait for producers)" if i == 0 else ""), "value": i}
                  for i, p in enumerate(d.interval_names)], list(range(len(d.interval_names))),
-                max(max_cta, 1), [0, max(max_cta, 1)], marks, self.anomalies(item), opts, opts, name)
+                max(max_cta, 1), [0, max(max_cta, 1)], marks, self.anomalies(item), opts, opts, name, grouping)
 
     def view(self, item, grouping, ranks, launches, ctas, stages):
         key = (grouping, ranks, launches, ctas, stages if grouping == "stage" else None)
@@ -376,8 +420,9 @@ class App:
 
         ``state`` carries the last window (``r0 r1 t0 t1`` and the filter key);
         ``trigger`` says which input fired: a zoom (``gantt``), the time inputs,
-        ``reset``, or a filter / trace change (rows start over, the time window
-        stays unless the trace changed)."""
+        ``reset``, or a filter / trace change (rows start over; the time window
+        stays, unless the trace, ranks or launches changed: then it fits the
+        selection)."""
         item = self.store.get(name)
         d = item.data
         grouping = grouping or "rank"
@@ -385,9 +430,10 @@ class App:
         view = self.view(item, grouping, ranks, launches, ctas_t, stages_t)
         fkey = repr([name, grouping, ranks, launches, ctas_t, stages_t if grouping == "stage" else None])
         state = state or {}
-        full_t = (d.t_min, d.t_max)
-        same_trace = state.get("name") == name
-        t0, t1 = (state.get("t0"), state.get("t1")) if same_trace else full_t
+        full_t = extent(d, view)
+        same_selection = state.get("name") == name and state.get("ranks") == ranks \
+            and state.get("launches") == launches
+        t0, t1 = (state.get("t0"), state.get("t1")) if same_selection else full_t
         if t0 is None:
             t0, t1 = full_t
         r0, r1 = (state.get("r0", 0), state.get("r1", view.n_rows)) if state.get("fkey") == fkey \
@@ -395,7 +441,7 @@ class App:
         if trigger == "gantt":
             x, y, auto = self.parse_relayout(rel)
             if auto:
-                t0, t1, r0, r1 = d.t_min, d.t_max, 0, view.n_rows
+                (t0, t1), r0, r1 = full_t, 0, view.n_rows
             elif x is None and y is None:
                 raise dash.exceptions.PreventUpdate  # autosize and other non-zoom events
             if x is not None:
@@ -404,12 +450,10 @@ class App:
                 r0 = max(0, int(math.floor(min(y) + 0.5)))
                 r1 = min(view.n_rows, int(math.ceil(max(y) + 0.5)))
         elif trigger in ("t0", "t1"):
-            if t0_in is not None:
-                t0 = int(float(t0_in) * 1e3)
-            if t1_in is not None:
-                t1 = int(float(t1_in) * 1e3)
+            t0 = _us_to_ns(t0_in, "from", t0)
+            t1 = _us_to_ns(t1_in, "to", t1)
         elif trigger == "reset":
-            t0, t1, r0, r1 = d.t_min, d.t_max, 0, view.n_rows
+            (t0, t1), r0, r1 = full_t, 0, view.n_rows
         if t1 <= t0:
             t1 = t0 + 1
         if r1 <= r0:
@@ -631,7 +675,7 @@ def build(app_state: App) -> dash.Dash:
         Output("phases", "options"), Output("phases", "value"),
         Output("ctas", "max"), Output("ctas", "value"), Output("ctas", "marks"),
         Output("anomalies", "children"), Output("cmp-a", "options"), Output("cmp-b", "options"),
-        Output("cmp-a", "value"),
+        Output("cmp-a", "value"), Output("grouping", "value"),
         Input("url", "search"), Input("trace-select", "value"))
     def on_trace(search, picked):
         return st.select(search, picked, dash.ctx.triggered_id == "trace-select")
@@ -643,7 +687,7 @@ def build(app_state: App) -> dash.Dash:
         Input("launches", "value"), Input("stages", "value"), Input("phases", "value"),
         Input("ctas", "value"), Input("gantt", "relayoutData"), Input("t0", "value"), Input("t1", "value"),
         Input("reset", "n_clicks"), State("px", "data"), State("view-state", "data"))
-    @guarded({"data": [], "layout": {}}, NO, NO, NO, _ERROR, NO)
+    @guarded(NO, NO, NO, NO, _ERROR, NO)  # a bad input keeps the figure and says why
     def on_gantt(key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
         if not key or not key.get("name"):
             return {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}, \

@@ -235,22 +235,36 @@ def legend_traces(data: M.TraceData, stages) -> list:
 
 
 def row_ticks(data: M.TraceData, view: M.View, r0: int, r1: int):
-    """Tick positions and labels of the Gantt's y axis for rows ``[r0, r1)``: one
-    per row when few rows are in view, else one per group start (rank, launch and
-    the grouping's unit), thinned to ``MAX_ROW_TICKS``; and the group boundaries
-    in view (for separator lines)."""
+    """The Gantt's y axis for rows ``[r0, r1)``: ``(tick rows, tick labels,
+    separators)``. Few rows in view: a tick per row (``r0 L1 · cta 5 w2``).
+    Otherwise a tick at each group start (rank, launch and the grouping's unit;
+    thinned to ``MAX_ROW_TICKS``) and, while there are few groups, evenly spaced
+    ``cta N wW`` ticks between them. Separators: ``(row, major)`` at every change
+    of rank or launch (major) and, while few, of the grouping's unit."""
     r0, r1 = max(r0, 0), min(r1, view.n_rows)
     if r1 <= r0:
         return [], [], []
     g = view.group_id[r0:r1]
-    bounds = (np.flatnonzero(np.diff(g)) + 1 + r0).tolist()
+    minor = (np.flatnonzero(np.diff(g)) + 1 + r0).tolist()
+    rl = view.rows["rank"][r0:r1].astype(np.int64) * (1 << 32) + view.rows["launch"][r0:r1]
+    major = set((np.flatnonzero(np.diff(rl)) + 1 + r0).tolist())
+    seps = [(b, b in major) for b in minor if b in major or len(minor) <= MAX_ROW_TICKS // 2]
     if r1 - r0 <= MAX_ROW_TICKS:
         vals = list(range(r0, r1))
-        return vals, [M.row_label(data, view, r) for r in vals], bounds
-    starts = [r0] + bounds
-    step = max(1, -(-len(starts) // MAX_ROW_TICKS))
-    vals = starts[::step]
-    return vals, [M.group_label(data, view, r) for r in vals], bounds
+        return vals, [M.row_label(data, view, r) for r in vals], seps
+    starts = [r0] + minor
+    if len(starts) > MAX_ROW_TICKS // 2:
+        step = -(-len(starts) // MAX_ROW_TICKS)
+        vals = starts[::step]
+        return vals, [M.group_label(data, view, r) for r in vals], seps
+    ticks = {r: M.group_label(data, view, r) for r in starts}
+    every = max(1, -(-(r1 - r0) // (MAX_ROW_TICKS // 2)))
+    near = max(1, every // 2)
+    for r in range(r0, r1, every):
+        if all(abs(r - s) >= near for s in starts):
+            ticks[r] = f"cta {int(view.rows['cta'][r])} w{int(view.rows['wave'][r])}"
+    vals = sorted(ticks)
+    return vals, [ticks[r] for r in vals], seps
 
 
 def concurrency_traces(table: pa.Table | None, data: M.TraceData, stages) -> list:
@@ -303,7 +317,8 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
     traces = traces + concurrency_traces(concurrency, data, stages) + legend_traces(data, stages)
     vals, text, bounds = row_ticks(data, view, r0, r1)
     shapes = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": b - 0.5,
-               "y1": b - 0.5, "line": {"color": "#555", "width": 1}} for b in bounds[:MAX_SEPARATORS]]
+               "y1": b - 0.5, "line": {"color": "#444" if major else "#bbb", "width": 1.2 if major else 0.6}}
+              for b, major in bounds[:MAX_SEPARATORS]]
     x_range = [t0_ns / 1e3, t1_ns / 1e3]
     annotations = []
     if note:

@@ -11,6 +11,8 @@ in view instead of a scan. A row is one CTA x wave of one rank and launch; the
 grouping only decides the row order and the group a row is labelled with:
 
 - ``rank``: rank, launch, CTA, wave;
+- ``cta``: rank, CTA, wave: a CTA x wave keeps one row across launches, which
+  follow each other in time on it (a row is then one CTA x wave of one rank);
 - ``placement``: rank, launch, hardware unit (AMD: XCC -> SE -> CU flattened;
   NVIDIA: the SM), CTA, wave;
 - ``stage``: rank, launch, stage, CTA, wave (a CTA x wave row per stage it ran).
@@ -30,7 +32,7 @@ import pyarrow.compute as pc
 from timeline import schema as S
 from timeline.trace import Trace
 
-GROUPINGS = ("rank", "placement", "stage")
+GROUPINGS = ("rank", "cta", "placement", "stage")
 KEY_BITS = 41  # ns of trace span a search key holds: 2**41 ns ~ 36 minutes
 KEY_SPAN = 1 << KEY_BITS
 MAX_ROWS = 1 << (62 - KEY_BITS)  # rows a search key holds
@@ -178,8 +180,11 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
         lo, hi = ctas
         keep &= (data.cta >= lo) & (data.cta <= hi)
     idx = np.flatnonzero(keep)
-    mid_all = {"rank": None, "placement": data.hw_unit, "stage": data.stage}[grouping]
-    cols = [data.rank[idx], data.launch[idx]]
+    mid_all = {"rank": None, "cta": None, "placement": data.hw_unit, "stage": data.stage}[grouping]
+    launch_all = None if grouping == "cta" else data.launch
+    cols = [data.rank[idx]]
+    if launch_all is not None:
+        cols.append(launch_all[idx])
     if mid_all is not None:
         cols.append(mid_all[idx])
     cols += [data.cta[idx], data.wave[idx]]
@@ -205,7 +210,7 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
     first = order[row_start[:-1]]
     rows = {
         "rank": data.rank[first],
-        "launch": data.launch[first],
+        "launch": data.launch[first] if launch_all is not None else np.full(n_rows, -1, np.int32),
         "group": mid_all[first] if mid_all is not None else np.full(n_rows, -1, np.int32),
         "cta": data.cta[first],
         "wave": data.wave[first],
@@ -282,10 +287,10 @@ def placement_text(vendor: str, xcc, se, cu, sm) -> str:
 
 
 def group_label(data: TraceData, view: View, r: int) -> str:
-    """The label of row ``r``'s group: ``rank 0 · launch 1`` plus the hardware unit
-    or stage of the grouping."""
+    """The label of row ``r``'s group: ``r0 L1`` (rank, launch) plus the hardware
+    unit or stage of the grouping; ``r0`` alone when launches share rows."""
     rk, la, g = (int(view.rows[k][r]) for k in ("rank", "launch", "group"))
-    head = f"r{rk} L{la}"
+    head = f"r{rk}" if view.grouping == "cta" else f"r{rk} L{la}"
     if view.grouping == "stage":
         return f"{head} · {data.stage_names[g] if 0 <= g < len(data.stage_names) else g}"
     if view.grouping == "placement":
