@@ -28,11 +28,12 @@ $(VENV)/.test: pyproject.toml $(VENV)/.core
 	$(BIN)/pip install -q -e '.[test,amd,nvidia-compile]'
 	touch $@
 
-# system tools the tests drive: Debian's Chromium + driver (dashboard tests), lld (FlyDSL link step)
+# system tools the tests drive: Debian's Chromium + driver (dashboard tests), lld (FlyDSL link
+# step), node + npm (speedscope) where the machine has none
 $(CACHE)/.apt:
 	mkdir -p $(CACHE)
-	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || [ ! -x /usr/lib/llvm-19/bin/ld.lld ]; then \
-	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver lld-19; fi
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || [ ! -x /usr/lib/llvm-19/bin/ld.lld ] || ! command -v npm >/dev/null; then \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver lld-19 $$(command -v npm >/dev/null || echo nodejs npm); fi
 	touch $@
 
 # speedscope's Chrome-trace importer, a real client for the Chrome export test

@@ -360,7 +360,7 @@ def cmd_export(args) -> int:
 
         with Progress("perfetto", enabled=not args.quiet) as bar:
             n = write_perfetto(trace, args.perfetto, progress=bar, **sel)
-        print(f"wrote {args.perfetto}: {n} events (Perfetto protobuf: ui.perfetto.dev)")
+        print(f"wrote {args.perfetto}: {n} slices (Perfetto protobuf: ui.perfetto.dev)")
     if trace.synthetic:
         print("note: SYNTHETIC trace (timeline.synth model), not measured on a GPU")
     return 0
