@@ -293,6 +293,6 @@ def test_export_perfetto_and_chrome_in_one_run(tmp_path, capsys):
     begins = [p for p in parsed.packet if p.HasField("track_event") and p.track_event.type == 1]
     ends = [p for p in parsed.packet if p.HasField("track_event") and p.track_event.type == 2]
     assert len(begins) == len(ends) == 32 * 5  # router's 32 tasks of rank 1, each with 4 phases
-    assert f"wrote {pf}: {len(begins)} events" in out
+    assert f"wrote {pf}: {len(begins)} slices" in out
     chrome = json.loads(js.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" for e in chrome) == 32 * 5
