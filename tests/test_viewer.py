@@ -452,8 +452,11 @@ def test_gantt_zoom_keeps_the_window(state):
 def test_query_string_preselects_the_view(state):
     assert state.initial("?trace=a.arrow&ranks=1,7,x&launches=0&grouping=cta", [0, 1], [0]) == ([1], [0], "cta")
     assert state.initial("?grouping=sideways", [0], [0]) == (None, None, "rank")
-    out = state.select("?trace=small.arrow&ranks=1&grouping=stage", None, False)
-    assert out[6] == [1] and out[-1] == "stage"
+    out = state.select("?trace=small.arrow&ranks=1&grouping=stage&compare=anomalies.arrow&tab=compare",
+                       None, False)
+    assert out[6] == [1] and out[-3:] == ("stage", "anomalies.arrow", "compare")
+    out = state.select("?trace=small.arrow&compare=../outside/secret.arrow&tab=nope", None, False)
+    assert out[-2] is None and out[-1] is V.NO  # only catalog names, only known tabs
 
 
 def test_bad_time_window_says_why(state):
@@ -493,8 +496,17 @@ def test_stage_report_idle_and_compare(state):
     assert "start→hint p50_us" in [c["id"] for c in cols] and "rank" not in [c["id"] for c in cols]
     fig, cols, rows, msg = state.idle("small.arrow", None, None)
     assert msg is None and len(rows) == 2 * 8 and fig["data"][0]["type"] == "heatmap"
-    fig, cols, rows, msg = state.compare("small.arrow", "small.arrow")
-    assert all(r["Δ span_us"] == 0 for r in rows) and len(fig["data"]) == 2
+    for scope in ("launch", "trace"):
+        fig, cols, rows, msg = state.compare("small.arrow", "small.arrow", scope)
+        assert all(r["Δ span_us"] == 0 for r in rows) and len(fig["data"]) == 2 and len(rows) == 11
+
+
+def test_median_per_stage():
+    r = pa.table({"rank": [0, 0, 1, 1, 0], "launch": [0, 0, 0, 0, 1], "stage": ["a", "b", "a", "b", "a"],
+                  "tasks": [4, 2, 4, 2, 4], "span_us": [1.0, 5.0, 3.0, None, 8.0]})
+    m = V.median_per_stage(r)
+    assert m.column("stage").to_pylist() == ["a", "b"]
+    assert m.column("span_us").to_pylist() == [3.0, 5.0] and m.column("tasks").to_pylist() == [4.0, 2.0]
 
 
 def test_compare_table_deltas():
@@ -527,3 +539,16 @@ def test_export_chrome_json_of_the_selection(state):
     assert {e["cat"] for e in task_events} == {"qkv_a"} and len(task_events) == len(want)
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert names and all("rank 1" in n for n in names)
+
+
+def test_concurrency_is_stacked_and_pruned(tiny):
+    # bins at 0, 10, 20, 30, 40 ns: stage a 2, 2, 2, 0, 0 CTAs; stage b 0, 1, 1, 1, 0
+    t = pa.table({"time_ns": [0, 10, 20, 30, 40] * 2, "stage": ["a"] * 5 + ["b"] * 5,
+                  "ctas": [2.0, 2, 2, 0, 0, 0, 1, 1, 1, 0]})
+    a, b = F.concurrency_traces(t, tiny, [0, 1])
+    assert (untyped(a["x"]) * 1e3).round().tolist() == [0, 30, 40]  # only where a's value changes
+    assert untyped(a["y"]).tolist() == [2, 0, 0] and a["fill"] == "tozeroy"
+    assert (untyped(b["x"]) * 1e3).round().tolist() == [0, 10, 30, 40]
+    assert untyped(b["y"]).tolist() == [2, 3, 1, 0]  # a + b: stacked on the server
+    assert untyped(b["customdata"]).tolist() == [0, 1, 1, 0] and b["fill"] == "tonexty"
+    assert F.concurrency_traces(t, tiny, [1])[0]["meta"]["stage"] == "b"

@@ -44,6 +44,7 @@ DEFAULT_TRACE = "h200_mono_demo.arrow"  # the bundled real trace (traces/), open
 VIEW_CACHE = 4  # row layouts (model.View) kept per trace
 ANALYSIS_CACHE = 16  # analysis tables kept per trace
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
+TABS = ("report", "idle", "anomalies", "compare")
 GANTT_PX = (1000, 560)  # default plot-area width x height in pixels (the raster's size)
 
 log = logging.getLogger("timeline-view")
@@ -235,6 +236,9 @@ def _tabs():
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
                 html.Div([html.Label("A (before)"), dcc.Dropdown(id="cmp-a")], style={"width": "320px"}),
                 html.Div([html.Label("B (after)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
+            dcc.RadioItems(id="cmp-scope", value="launch", inline=True, options=[
+                {"label": " a typical launch (median over launches) ", "value": "launch"},
+                {"label": " each trace whole", "value": "trace"}]),
             html.Div(id="cmp-msg"),
             dcc.Graph(id="cmp-graph", config={"displaylogo": False}),
             dash_table.DataTable(id="cmp-table", sort_action="native",
@@ -258,7 +262,7 @@ def layout():
             _controls(),
             html.Div(className="main", children=[
                 html.Div(id="gantt-status", className="status"),
-                dcc.Graph(id="gantt", style={"height": "820px"}, config={
+                dcc.Graph(id="gantt", style={"height": f"{F.figure_height(GANTT_PX[1])}px"}, config={
                     "displaylogo": False, "scrollZoom": True,
                     "toImageButtonOptions": {"format": "png", "filename": "timeline", "scale": 2}})]),
             html.Div(className="details", children=[
@@ -288,7 +292,9 @@ class App:
     def initial(search: str | None, present_ranks, present_launches) -> tuple:
         """Initial ranks, launches and row grouping from the query string
         (``&ranks=0,1&launches=3&grouping=cta``), so that a view can be linked; values
-        the trace does not have are dropped, an unknown grouping gives the default."""
+        the trace does not have are dropped, an unknown grouping gives the default.
+        (``&compare=OTHER&tab=compare`` preselect the compare tab's B trace and the
+        panel shown, see ``select``.)"""
         q = urllib.parse.parse_qs((search or "").lstrip("?"))
 
         def ints(key, present):
@@ -315,7 +321,7 @@ class App:
         opts = [{"label": n, "value": n} for n in names]
         name = picked if by_picker and picked else self.requested(search)
         empty = [name, opts, {"name": None}, "", None, [], None, [], None, [], None, [], None,
-                 1, [0, 1], {}, None, opts, opts, None, "rank"]
+                 1, [0, 1], {}, None, opts, opts, None, "rank", None, NO]
         if name is None:
             empty[4] = _msg("No trace to show: put a trace file in the trace directory or name one on the "
                             "command line (timeline-view TRACE).")
@@ -334,7 +340,13 @@ class App:
         tr, d = item.trace, item.data
         max_cta = int(d.cta.max()) if d.n else 0
         marks = {int(v): str(int(v)) for v in np.unique(np.linspace(0, max(max_cta, 1), 5).round())}
-        ranks, launches, grouping = self.initial(search if not by_picker else "", tr.ranks, tr.launches)
+        query = search if not by_picker else ""
+        ranks, launches, grouping = self.initial(query, tr.ranks, tr.launches)
+        q = urllib.parse.parse_qs((query or "").lstrip("?"))
+        other = q.get("compare", [None])[0]
+        other = other if other in names else None
+        tab = q.get("tab", [None])[0]
+        tab = tab if tab in TABS else NO
         return (name, opts, {"name": name}, self.info(item), self.banners(item),
                 [{"label": f"rank {r}", "value": r} for r in tr.ranks], ranks,
                 [{"label": f"launch {la}", "value": la} for la in tr.launches], launches,
@@ -342,7 +354,8 @@ class App:
                  for i, s in enumerate(d.stage_names)], list(range(len(d.stage_names))),
                 [{"label": f" {p}" + (" (wait for producers)" if i == 0 else ""), "value": i}
                  for i, p in enumerate(d.interval_names)], list(range(len(d.interval_names))),
-                max(max_cta, 1), [0, max(max_cta, 1)], marks, self.anomalies(item), opts, opts, name, grouping)
+                max(max_cta, 1), [0, max(max_cta, 1)], marks, self.anomalies(item), opts, opts, name, grouping,
+                other, tab)
 
     def view(self, item, grouping, ranks, launches, ctas, stages):
         key = (grouping, ranks, launches, ctas, stages if grouping == "stage" else None)
@@ -563,9 +576,11 @@ class App:
             html.Table([html.Thead(head), html.Tbody(body)], id="anomaly-table",
                        style={"fontSize": "12px", "borderCollapse": "collapse"})])
 
-    def compare(self, a, b):
+    def compare(self, a, b, scope="launch"):
         """Overlaid stage spans of traces ``a`` and ``b`` and the per-stage delta table
-        (B - A) of span and each interval's p50."""
+        (B - A) of span and each interval's p50. ``scope="launch"``: a typical
+        launch, the median over the (rank, launch) pairs of each trace (traces of
+        different launch counts compare fairly); ``"trace"``: each trace whole."""
         if not a or not b:
             return {"data": [], "layout": {"height": 60}}, [], [], _msg(
                 "pick two traces (A before, B after) to compare", "info")
@@ -577,19 +592,27 @@ class App:
                         f"{len(ib.trace.spec.stage_names)}); only stages of both are compared", "warning")
         else:
             note = None
-        ra = self.analysis(ia, ("report", None, None, False), lambda: A.stage_report(ia.trace))
-        rb = self.analysis(ib, ("report", None, None, False), lambda: A.stage_report(ib.trace))
+        per_launch = scope != "trace"
+        reports = []
+        for item in (ia, ib):
+            r = self.analysis(item, ("report", None, None, per_launch), functools.partial(
+                A.stage_report, item.trace, by_launch=per_launch))
+            reports.append(median_per_stage(r) if per_launch else r)
+        ra, rb = reports
         table = compare_table(ra, rb)
         spans = {}
         for label, r in ((f"A: {a}", ra), (f"B: {b}", rb)):
             spans[label] = {s: (f, e) for s, f, e in zip(r.column("stage").to_pylist(),
                                                          r.column("first_start_us").to_pylist(),
                                                          r.column("last_end_us").to_pylist())
-                            if f is not None and e is not None}
+                            if f is not None and e is not None and not (math.isnan(f) or math.isnan(e))}
         order = [s for s in ia.trace.spec.stage_names if s in set(ib.trace.spec.stage_names)]
         cols = [{"name": k, "id": k, "type": "text" if k == "stage" else "numeric"} for k in table[0]] \
             if table else []
-        return F.stage_span_figure(spans, order), cols, table, note
+        fig = F.stage_span_figure(spans, order)
+        fig["layout"]["xaxis"]["title"]["text"] = ("µs from the launch's first start (median over launches)"
+                                                   if per_launch else "µs from the trace's first start")
+        return fig, cols, table, note
 
     def export(self, name, ranks, launches, stages):
         from timeline.export.chrome import write_chrome
@@ -622,6 +645,28 @@ def coarsen(conc: pa.Table, k: int) -> pa.Table:
     firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     return pa.table({"time_ns": t[firsts], "stage": names[firsts].tolist(),
                      "ctas": np.bincount(group, weights=c) / counts})
+
+
+def median_per_stage(report: pa.Table) -> pa.Table:
+    """A ``stage_report(by_launch=True)`` table reduced to one row per stage (in
+    first-seen order): the median over (rank, launch) of every numeric column
+    (a stage's typical launch); NaN where a stage has no value."""
+    stages = report.column("stage").to_pylist()
+    order = list(dict.fromkeys(stages))
+    keys = np.array([order.index(s) for s in stages])
+    out = {"stage": order}
+    for c in report.column_names:
+        if c in ("stage", "rank", "launch") or not pa.types.is_floating(report.schema.field(c).type) and \
+                not pa.types.is_integer(report.schema.field(c).type):
+            continue
+        v = np.array([np.nan if x is None else float(x) for x in report.column(c).to_pylist()])
+        med = []
+        for k in range(len(order)):
+            vals = v[keys == k]
+            vals = vals[~np.isnan(vals)]
+            med.append(float(np.median(vals)) if vals.size else math.nan)
+        out[c] = med
+    return pa.table(out)
 
 
 def compare_table(ra, rb) -> list:
@@ -675,7 +720,7 @@ def build(app_state: App) -> dash.Dash:
         Output("phases", "options"), Output("phases", "value"),
         Output("ctas", "max"), Output("ctas", "value"), Output("ctas", "marks"),
         Output("anomalies", "children"), Output("cmp-a", "options"), Output("cmp-b", "options"),
-        Output("cmp-a", "value"), Output("grouping", "value"),
+        Output("cmp-a", "value"), Output("grouping", "value"), Output("cmp-b", "value"), Output("tabs", "value"),
         Input("url", "search"), Input("trace-select", "value"))
     def on_trace(search, picked):
         return st.select(search, picked, dash.ctx.triggered_id == "trace-select")
@@ -729,10 +774,11 @@ def build(app_state: App) -> dash.Dash:
         return st.idle(panels[0], panels[1], panels[2])
 
     @app.callback(Output("cmp-graph", "figure"), Output("cmp-table", "columns"), Output("cmp-table", "data"),
-                  Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"))
+                  Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
+                  Input("cmp-scope", "value"))
     @guarded({"data": [], "layout": {}}, [], [], _ERROR)
-    def on_compare(a, b):
-        return st.compare(a, b)
+    def on_compare(a, b, scope):
+        return st.compare(a, b, scope)
 
     @app.callback(Output("download", "data"), Output("export-msg", "children"),
                   Input("export-chrome", "n_clicks"), State("trace-key", "data"), State("ranks", "value"),

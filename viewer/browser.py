@@ -43,8 +43,11 @@ def available() -> str | None:
 @contextmanager
 def serve(dash_app, host: str = "127.0.0.1"):
     """Serve a Dash app on a free port in a daemon thread; yields its base URL."""
+    import logging
+
     from werkzeug.serving import make_server
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     server = make_server(host, 0, dash_app.server, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

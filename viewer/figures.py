@@ -36,11 +36,17 @@ PALETTE = (
 WAIT_LIGHTEN = 0.62  # how much of white the producer-wait interval mixes in
 LAST_DARKEN = 0.22  # how much of black the last interval (epilogue) mixes in
 BAR_LIMIT = 40_000  # intervals in view above which the Gantt is rasterized
-HOVER_PER_INTERVAL = 2_000  # tasks in view up to which every interval gets a hover point
+HOVER_PER_INTERVAL = 500  # tasks in view up to which every interval gets a hover point
 MAX_ROW_TICKS = 48
 MAX_SEPARATORS = 96
 GANTT_DOMAIN = (0.30, 1.0)
 CONC_DOMAIN = (0.0, 0.22)
+
+
+def figure_height(gantt_px: int) -> int:
+    """Pixel height of the Gantt + concurrency figure whose Gantt plot area is
+    ``gantt_px`` high (the page sizes the graph to it)."""
+    return int(gantt_px / (GANTT_DOMAIN[1] - GANTT_DOMAIN[0])) + 60
 
 
 def typed(a: np.ndarray) -> dict:
@@ -269,27 +275,41 @@ def row_ticks(data: M.TraceData, view: M.View, r0: int, r1: int):
 
 def concurrency_traces(table: pa.Table | None, data: M.TraceData, stages) -> list:
     """Stacked step areas of CTAs inside each shown stage over time, from the
-    ``concurrency`` analysis table (``time_ns, stage, ctas``), on the lower axes."""
+    ``concurrency`` analysis table (``time_ns, stage, ctas``), on the lower axes.
+
+    Stacked on the server (each stage's line is the running sum in stage order,
+    filled down to the previous one) so that a stage's line keeps only the bins
+    where its value or the sum changes: a step line needs no more, and narrow
+    zooms send a few points instead of a full row of bins per stage."""
     if table is None or table.num_rows == 0:
         return []
-    t = table.column("time_ns").to_numpy() / 1e3
+    t_ns = table.column("time_ns").to_numpy()
     st = table.column("stage")
     if pa.types.is_dictionary(st.type):
         st = st.cast(pa.string())
     st = np.asarray(st.to_pylist(), dtype=object)
-    c = table.column("ctas").to_numpy().astype(np.float32)
+    c = table.column("ctas").to_numpy().astype(np.float64)
+    times = np.unique(t_ns)
+    col = np.searchsorted(times, t_ns)
+    own = np.zeros((len(stages), times.size))
+    for k, s in enumerate(stages):
+        m = st == data.stage_names[s]
+        own[k, col[m]] = c[m]
+    cum = np.cumsum(own, axis=0)
+    x = (times / 1e3).astype(_xdtype(data.t_max))
     out = []
-    for s in stages:
-        name = data.stage_names[s]
-        m = st == name
-        if not m.any():
+    for k, s in enumerate(stages):
+        if not own[k].any():
             continue
-        xdt = _xdtype(data.t_max)
+        keep = np.ones(times.size, dtype=bool)
+        keep[1:-1] = (cum[k, 1:-1] != cum[k, :-2]) | (own[k, 1:-1] != own[k, :-2])
+        name = data.stage_names[s]
         out.append({
-            "type": "scatter", "mode": "lines", "x": typed(t[m].astype(xdt)), "y": typed(c[m]),
-            "stackgroup": "conc", "line": {"width": 0.5, "shape": "hv", "color": stage_colour(s)},
+            "type": "scatter", "mode": "lines", "x": typed(x[keep]), "y": typed(cum[k, keep].astype(np.float32)),
+            "customdata": typed(own[k, keep].astype(np.float32)),
+            "fill": "tonexty" if out else "tozeroy", "line": {"width": 0.5, "shape": "hv", "color": stage_colour(s)},
             "fillcolor": stage_colour(s), "name": name, "legendgroup": name, "showlegend": False,
-            "hovertemplate": f"{name}: %{{y}} CTAs<extra></extra>",
+            "hovertemplate": f"{name}: %{{customdata:.1f}} CTAs<extra></extra>",
             "xaxis": "x2", "yaxis": "y2", "meta": {"kind": "concurrency", "stage": name},
         })
     return out
@@ -331,7 +351,7 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
     layout = {
         "template": {"layout": {"font": {"family": "Inter, Helvetica, Arial, sans-serif", "size": 12}}},
         "title": {"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
-        "height": int(height_px / (GANTT_DOMAIN[1] - GANTT_DOMAIN[0])) + 60,
+        "height": figure_height(height_px),
         "margin": {"l": 190, "r": 20, "t": 40 if title else 20, "b": 40},
         "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
         "hovermode": "closest", "hoverdistance": 30, "dragmode": "zoom",
@@ -387,7 +407,7 @@ def idle_figure(table: pa.Table | None) -> dict:
     return {
         "data": [{"type": "heatmap", "z": z.tolist(), "x": list(range(n_cta)),
                   "y": [f"r{r} L{la}" for r, la in keys], "customdata": cd.round(3).tolist(),
-                  "colorscale": "YlOrRd", "zmin": 0, "zmax": max(float(np.nanmax(share)), 1e-9),
+                  "colorscale": "YlOrRd", "reversescale": True, "zmin": 0, "zmax": max(float(np.nanmax(share)), 1e-9),
                   "colorbar": {"title": {"text": "idle share"}},
                   "hovertemplate": ("%{y} CTA %{x}<br>idle share %{z:.1%}<br>busy %{customdata[0]} µs"
                                     "<br>idle %{customdata[1]} µs<br>largest gap %{customdata[2]} µs<extra></extra>")}],

@@ -1,0 +1,213 @@
+"""Dashboard speed at scale: the server side of every interaction of ``timeline-view``
+(load, first figure, zooms, grouping and filter changes) at about 10 k, 100 k and
+1 M intervals, with the bytes each response sends to the browser, side by side
+with the goals (first paint <= 3 s, a zoom's callback <= 0.5 s) and with what
+drawing every interval as a bar would send instead.
+
+    python bench/viewer.py                 # 10 k, 100 k, 1 M intervals
+    python bench/viewer.py --sizes 1m --browser   # also time the first paint in headless Chromium
+
+Traces are SYNTHETIC (``timeline.synth``, GLM-5 stage list). Each size runs in a
+fresh process so its peak RSS is its own; the machine is shared and noisy, so each
+callback is timed ``--repeat`` times and the median is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# (label, synth spec kwargs, grid): interval counts printed as measured
+SIZES = {
+    "10k": (dict(waves=1, world=1, launches=1), 64),
+    "100k": (dict(waves=2, world=2, launches=3), 64),
+    "1m": (dict(waves=8, world=8, launches=2), 256),
+}
+GOAL_FIRST_PAINT_S = 3.0
+GOAL_ZOOM_S = 0.5
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _median_time(fn, repeat):
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def run_size(label: str, repeat: int, browser: bool) -> dict:
+    """One size, in this process: returns the measurements as a dict."""
+    from dash._utils import to_json
+
+    from timeline import synth
+    from viewer import app as V
+    from viewer import figures as F
+
+    kw, grid = SIZES[label]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-viewer-"))
+    path = tmp / f"synth_{label}.arrow"
+    synth.synth_trace(synth.glm5_spec(**kw), grid=grid, seed=7).save(path)
+    rss0 = _rss_mb()
+    out = {"label": label, "file_mb": path.stat().st_size / 1e6}
+
+    t = time.perf_counter()
+    state, _, name = V.prepare([str(path), "--trace-dir", str(tmp)])
+    out["startup_s"] = time.perf_counter() - t  # load + TraceData + row layout + concurrency
+    item = state.store.get(name)
+    d = item.data
+    out["intervals"] = d.n
+    out["tasks"] = d.n_tasks
+    out["rows"] = state.view(item, "rank", None, None, None, None).n_rows
+    out["rss_after_load_mb"] = _rss_mb() - rss0
+    px = list(V.GANTT_PX)
+
+    def call(trigger, rel=None, grouping="rank", stages=None, st=None):
+        def go():
+            fig, new, *_ = state.gantt(name, grouping, None, None, stages, None, None, trigger, rel,
+                                       None, None, px, st)
+            text = to_json(fig)
+            return fig, new, text
+        secs, (fig, new, text) = _median_time(go, repeat)
+        return {"s": secs, "bytes": len(text), "mode": fig["layout"]["meta"]["mode"],
+                "in_view": fig["layout"]["meta"]["intervals"]}, new
+
+    first, st = call("filters")
+    out["first"] = first
+    t0, t1 = st["t0"], st["t1"]
+    span = t1 - t0
+    zooms = {}
+    for frac, rows in ((0.5, None), (0.1, None), (0.02, None), (0.1, (0, max(1, out["rows"] // 16))),
+                       (0.005, (0, max(1, out["rows"] // 64)))):
+        a = t0 + span * 0.3
+        rel = {"xaxis.range[0]": a / 1e3, "xaxis.range[1]": (a + span * frac) / 1e3}
+        if rows:
+            rel.update({"yaxis.range[0]": rows[1] - 0.5, "yaxis.range[1]": rows[0] - 0.5})
+        key = f"x {frac:g}" + (f", rows 1/{out['rows'] // rows[1]}" if rows else "")
+        zooms[key], _ = call("gantt", rel, st=st)
+    out["zooms"] = zooms
+    out["groupings"] = {g: call("filters", grouping=g, st=st)[0] for g in ("cta", "placement", "stage")}
+    out["stage_filter"], _ = call("filters", stages=[0, 2, 4], st=st)
+    # what sending every interval of the first view as WebGL bars would cost
+    view = state.view(item, "rank", None, None, None, None)
+    secs, fig = _median_time(lambda: F.gantt_figure(d, view, r0=0, r1=view.n_rows, t0_ns=d.t_min,
+                                                    t1_ns=d.t_max, bar_limit=10 ** 12)[0], 1)
+    out["all_bars"] = {"s": secs, "bytes": len(to_json(fig))}
+    panels = {}
+    for key, fn in (("stage report", lambda: state.stage_report(name, None, None, False)),
+                    ("idle per CTA", lambda: state.idle(name, None, None))):
+        item.cache.clear()
+        t = time.perf_counter()
+        res = fn()
+        panels[key] = {"s": time.perf_counter() - t, "bytes": len(to_json(list(res)))}
+    out["panels"] = panels
+    out["rss_peak_mb"] = _rss_mb() - rss0
+    if browser:
+        out["first_paint_s"] = first_paint(state)
+    return out
+
+
+def first_paint(state) -> list:
+    """Seconds from navigation to the Gantt drawn (and painted), in headless Chromium,
+    three page loads after startup: the first with a cold browser cache."""
+    from viewer import app as V
+    from viewer import browser as B
+
+    times = []
+    with B.serve(V.build(state)) as url, B.chromium(1600, 1100) as driver:
+        for _ in range(3):
+            t = time.perf_counter()
+            driver.get(url)
+            B.gantt_ready(driver, 120)
+            B.next_frames(driver)
+            times.append(time.perf_counter() - t)
+    return times
+
+
+def fmt_bytes(n: int) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+def report(results: list):
+    print()
+    print("timeline-view server side (SYNTHETIC traces; median of repeats; s = seconds)")
+    for r in results:
+        f = r["first"]
+        print(f"\n== {r['label']}: {r['intervals']:,} intervals, {r['tasks']:,} tasks, {r['rows']:,} rows "
+              f"(file {r['file_mb']:.1f} MB)")
+        print(f"  startup (load, rows, concurrency)  {r['startup_s']:7.3f} s")
+        print(f"  first figure                       {f['s']:7.3f} s  {fmt_bytes(f['bytes']):>9}  {f['mode']:6} "
+              f"{f['in_view']:>9,} in view   first paint budget {GOAL_FIRST_PAINT_S:.0f} s: "
+              f"{'ok' if f['s'] < GOAL_FIRST_PAINT_S else 'OVER'}")
+        if "first_paint_s" in r:
+            cold, *warm = r["first_paint_s"]
+            print(f"  first paint in Chromium            {cold:7.3f} s  cold browser cache, "
+                  f"{statistics.median(warm):.3f} s warm (goal {GOAL_FIRST_PAINT_S:.0f} s: "
+                  f"{'ok' if cold <= GOAL_FIRST_PAINT_S else 'OVER'})")
+        worst = 0.0
+        for k, z in r["zooms"].items():
+            worst = max(worst, z["s"])
+            print(f"  zoom {k:<28}  {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6} {z['in_view']:>9,} in view")
+        print(f"  worst zoom / goal {GOAL_ZOOM_S} s               {worst / GOAL_ZOOM_S:7.2f}x of the budget")
+        for g, z in r["groupings"].items():
+            print(f"  grouping -> {g:<22}  {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6}")
+        z = r["stage_filter"]
+        print(f"  stage filter (3 stages)            {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6} "
+              f"{z['in_view']:>9,} in view")
+        for k, z in r["panels"].items():
+            print(f"  panel {k:<28} {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}")
+        a = r["all_bars"]
+        print(f"  every interval as bars instead     {a['s']:7.3f} s  {fmt_bytes(a['bytes']):>9}  "
+              f"= {a['bytes'] / max(f['bytes'], 1):.0f}x the first figure's bytes")
+        print(f"  memory: +{r['rss_after_load_mb']:.0f} MB after load, +{r['rss_peak_mb']:.0f} MB peak "
+              f"({r['rss_peak_mb'] * 1e6 / r['intervals']:.0f} B per interval)")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10k,100k,1m", help="comma list of " + ",".join(SIZES))
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--browser", action="store_true", help="also time the first paint in headless Chromium")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--json", type=Path, help="also write the results as JSON")
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_size(args.child, args.repeat, args.browser)))
+        return 0
+    results = []
+    for label in args.sizes.lower().split(","):
+        if label not in SIZES:
+            p.error(f"unknown size {label!r}; choose from {', '.join(SIZES)}")
+        cmd = [sys.executable, __file__, "--child", label, "--repeat", str(args.repeat)]
+        if args.browser:
+            cmd.append("--browser")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode:
+            sys.stderr.write(proc.stderr)
+            return proc.returncode
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(f"measured {label}", file=sys.stderr)
+    report(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
