@@ -252,6 +252,7 @@ def layout():
         dcc.Store(id="trace-key"),
         dcc.Store(id="view-state"),
         dcc.Store(id="panel-key"),
+        dcc.Store(id="zoom"),
         dcc.Store(id="px"),
         html.Div(className="top", children=[
             html.H1("timeline-view"),
@@ -725,12 +726,20 @@ def build(app_state: App) -> dash.Dash:
     def on_trace(search, picked):
         return st.select(search, picked, dash.ctx.triggered_id == "trace-select")
 
+    # only zooms and pans reach the server: plotly's autosize and other layout events
+    # stay in the browser (a late autosize would otherwise cancel a zoom in flight)
+    app.clientside_callback(
+        """function(rel) { if (!rel) return window.dash_clientside.no_update;
+            var zoom = Object.keys(rel).some(k => /^(xaxis2?|yaxis)\\.(range|autorange)/.test(k));
+            return zoom ? rel : window.dash_clientside.no_update; }""",
+        Output("zoom", "data"), Input("gantt", "relayoutData"))
+
     @app.callback(
         Output("gantt", "figure"), Output("view-state", "data"), Output("t0", "value"), Output("t1", "value"),
         Output("gantt-status", "children"), Output("panel-key", "data"),
         Input("trace-key", "data"), Input("grouping", "value"), Input("ranks", "value"),
         Input("launches", "value"), Input("stages", "value"), Input("phases", "value"),
-        Input("ctas", "value"), Input("gantt", "relayoutData"), Input("t0", "value"), Input("t1", "value"),
+        Input("ctas", "value"), Input("zoom", "data"), Input("t0", "value"), Input("t1", "value"),
         Input("reset", "n_clicks"), State("px", "data"), State("view-state", "data"))
     @guarded(NO, NO, NO, NO, _ERROR, NO)  # a bad input keeps the figure and says why
     def on_gantt(key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
@@ -738,7 +747,7 @@ def build(app_state: App) -> dash.Dash:
             return {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}, \
                 None, None, None, "", None
         trig = dash.ctx.triggered_id
-        trigger = {"gantt": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(trig, "filters")
+        trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(trig, "filters")
         fig, new, a, b, status = st.gantt(key["name"], grouping, ranks, launches, stages, phases, ctas,
                                           trigger, rel, t0, t1, px, state)
         # the panels below follow the rank / launch selection, and only after the Gantt is drawn
