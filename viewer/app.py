@@ -488,7 +488,8 @@ class App:
                 "x": 0.5, "y": 0.6, "showarrow": False, "font": {"size": 15, "color": "#666"}})
         if info["mode"] == "raster":
             status = (f"aggregated view: {info['intervals']:,} intervals in {info['rows']:,} rows, drawn as "
-                      f"occupancy per pixel; zoom in (≤ {self.bar_limit:,} intervals) for exact bars")
+                      f"occupancy per pixel; zoom in (≤ {self.bar_limit:,} intervals, ≤ "
+                      f"{F.ROWS_PER_PX * int(height):,} rows) for exact bars")
         elif info["mode"] == "bars":
             status = f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars"
         else:

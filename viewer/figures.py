@@ -36,6 +36,7 @@ PALETTE = (
 WAIT_LIGHTEN = 0.62  # how much of white the producer-wait interval mixes in
 LAST_DARKEN = 0.22  # how much of black the last interval (epilogue) mixes in
 BAR_LIMIT = 40_000  # intervals in view above which the Gantt is rasterized
+ROWS_PER_PX = 2  # rows per pixel row above which the Gantt is rasterized (bars would overdraw)
 HOVER_PER_INTERVAL = 500  # tasks in view up to which every interval gets a hover point
 MAX_ROW_TICKS = 48
 MAX_SEPARATORS = 96
@@ -320,7 +321,9 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
                  bar_limit: int = BAR_LIMIT, concurrency: pa.Table | None = None,
                  title: str = "", note: str = "") -> tuple:
     """The Gantt (rows ``[r0, r1)`` x ``[t0_ns, t1_ns]``) above the stage
-    concurrency chart on a shared time axis. Returns ``(figure dict, info)``;
+    concurrency chart on a shared time axis: exact bars while the window holds at
+    most ``bar_limit`` intervals in at most ``ROWS_PER_PX`` rows per pixel row of
+    ``height_px``, else the raster. Returns ``(figure dict, info)``;
     ``info`` holds ``mode`` (``bars``/``raster``/``empty``), ``intervals`` and
     ``rows`` in view."""
     stages = list(range(len(data.stage_names))) if stages is None else list(stages)
@@ -329,7 +332,7 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
     n_rows = max(r1 - r0, 0)
     if pos.size == 0:
         mode, traces = "empty", []
-    elif pos.size <= bar_limit:
+    elif pos.size <= bar_limit and n_rows <= ROWS_PER_PX * height_px:
         mode, traces = "bars", bar_traces(data, view, pos, height_px / max(n_rows, 1))
     else:
         mode = "raster"

@@ -217,7 +217,10 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
     }
     g = _pack([rows["rank"], rows["launch"], rows["group"]])
     group_id = np.concatenate(([0], np.cumsum(g[1:] != g[:-1]))).astype(np.int32)
-    return View(grouping, order, row, skey, ekey, data.classes(order), row_start, rows, group_id)
+    # compact dtypes: a view costs 4 + 4 + 8 + 8 + 2 = 26 bytes per interval
+    order = order.astype(np.int32) if data.n < (1 << 31) else order
+    cls = data.classes(order).astype(np.int16 if data.n_classes < (1 << 15) else np.int32)
+    return View(grouping, order, row, skey, ekey, cls, row_start, rows, group_id)
 
 
 def window(view: View, r0: int, r1: int, t0_ns: int, t1_ns: int, t_min: int,
