@@ -43,12 +43,14 @@ def _rss_mb() -> float:
 
 
 def _median_time(fn, repeat):
+    """(median seconds, first call's seconds, result): the first call of an
+    interaction may build a row layout or an analysis that later ones find cached."""
     times, out = [], None
     for _ in range(repeat):
         t = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+    return statistics.median(times), times[0], out
 
 
 def run_size(label: str, repeat: int, browser: bool) -> dict:
@@ -83,8 +85,8 @@ def run_size(label: str, repeat: int, browser: bool) -> dict:
                                        None, None, px, st)
             text = to_json(fig)
             return fig, new, text
-        secs, (fig, new, text) = _median_time(go, repeat)
-        return {"s": secs, "bytes": len(text), "mode": fig["layout"]["meta"]["mode"],
+        secs, first_s, (fig, new, text) = _median_time(go, repeat)
+        return {"s": secs, "first_s": first_s, "bytes": len(text), "mode": fig["layout"]["meta"]["mode"],
                 "in_view": fig["layout"]["meta"]["intervals"]}, new
 
     first, st = call("filters")
@@ -105,8 +107,9 @@ def run_size(label: str, repeat: int, browser: bool) -> dict:
     out["stage_filter"], _ = call("filters", stages=[0, 2, 4], st=st)
     # what sending every interval of the first view as WebGL bars would cost
     view = state.view(item, "rank", None, None, None, None)
-    secs, fig = _median_time(lambda: F.gantt_figure(d, view, r0=0, r1=view.n_rows, t0_ns=d.t_min,
-                                                    t1_ns=d.t_max, bar_limit=10 ** 12)[0], 1)
+    secs, _, fig = _median_time(lambda: F.gantt_figure(d, view, r0=0, r1=view.n_rows, t0_ns=d.t_min,
+                                                       t1_ns=d.t_max, bar_limit=10 ** 12,
+                                                       height_px=10 ** 9)[0], 1)
     out["all_bars"] = {"s": secs, "bytes": len(to_json(fig))}
     panels = {}
     for key, fn in (("stage report", lambda: state.stage_report(name, None, None, False)),
@@ -165,9 +168,10 @@ def report(results: list):
             print(f"  zoom {k:<28}  {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6} {z['in_view']:>9,} in view")
         print(f"  worst zoom / goal {GOAL_ZOOM_S} s               {worst / GOAL_ZOOM_S:7.2f}x of the budget")
         for g, z in r["groupings"].items():
-            print(f"  grouping -> {g:<22}  {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6}")
+            print(f"  grouping -> {g:<22}  {z['first_s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6} "
+                  f"(first time, new row layout; {z['s']:.3f} s cached)")
         z = r["stage_filter"]
-        print(f"  stage filter (3 stages)            {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6} "
+        print(f"  stage filter (3 stages)            {z['first_s']:7.3f} s  {fmt_bytes(z['bytes']):>9}  {z['mode']:6} "
               f"{z['in_view']:>9,} in view")
         for k, z in r["panels"].items():
             print(f"  panel {k:<28} {z['s']:7.3f} s  {fmt_bytes(z['bytes']):>9}")

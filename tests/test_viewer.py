@@ -244,7 +244,7 @@ def test_bars_of_a_known_trace(tiny):
     assert "start→hint" in a["hovertemplate"] and "CTA" in a["hovertemplate"]
     # y axis: one tick per row when few rows are in view
     assert fig["layout"]["yaxis"]["tickvals"] == [0, 1]
-    assert fig["layout"]["yaxis"]["ticktext"] == ["r0 L0 · cta 0 w0", "r0 L0 · cta 1 w0"]
+    assert fig["layout"]["yaxis"]["ticktext"] == ["r0 L0 · cta 0", "r0 L0 · cta 1"]  # one wave: no "w0"
 
 
 def test_window_stage_and_phase_filters_change_the_bars(tiny):
@@ -281,6 +281,10 @@ def test_raster_mode_above_the_bar_limit(mid):
     assert pix.shape == (100, 300, 3) and pix.std() > 10
     assert img["dy"] == pytest.approx(v.n_rows / 100)
     assert not any(t["type"] == "scattergl" for t in fig["data"])  # no WebGL for an image
+    # few intervals but more rows than the plot has pixel rows: still the raster
+    fig, info = F.gantt_figure(mid, v, r0=0, r1=v.n_rows, t0_ns=mid.t_min, t1_ns=mid.t_min + 500,
+                               height_px=100, bar_limit=1000)
+    assert 0 < info["intervals"] <= 1000 and info["mode"] == "raster"
     # zoomed in to few intervals: exact bars again
     fig, info = F.gantt_figure(mid, v, r0=0, r1=4, t0_ns=mid.t_min, t1_ns=mid.t_max, bar_limit=1000)
     assert info["mode"] == "bars" and len(bars_of(fig)) == info["intervals"]

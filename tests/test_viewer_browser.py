@@ -108,14 +108,7 @@ def test_hover_and_click_show_the_task(page):
     driver = page["driver"]
     driver.get(page["url"])
     meta(driver)
-    # the screen position of a hover point: the first one of the first hover trace
-    pt = driver.execute_script(
-        "var g=document.querySelector('#gantt .js-plotly-plot'), L=g._fullLayout;"
-        "var t=g._fullData.find(t=>t.meta&&t.meta.kind=='hover'); var r=g.getBoundingClientRect();"
-        "var i=Math.floor(t.x.length/2);"
-        "return {x: r.left+L._size.l+L.xaxis.l2p(t.x[i]), y: r.top+L.yaxis._offset+L.yaxis.l2p(t.y[i]),"
-        " stage: t.meta.stage};")
-    ActionChains(driver).move_to_location(int(pt["x"]), int(pt["y"])).perform()  # viewport coordinates
+    pt = B.hover_bar(driver, 0.5)
     hover = B.wait_for(driver, "var h=document.querySelector('#gantt .hoverlayer .hovertext');"
                                "return h ? h.textContent : null;", 20, "the hover label")
     assert pt["stage"] in hover and "task" in hover and "CTA" in hover and "XCC" in hover

@@ -107,6 +107,25 @@ def gantt_ready(driver, timeout: float = 60.0, previous=None):
     return wait_for(driver, script, timeout, "the Gantt figure")
 
 
+def hover_bar(driver, which: float = 0.5, stage: str | None = None) -> dict:
+    """Move the mouse onto a bar of the Gantt: the hover point at fraction ``which``
+    of the first hover trace (of ``stage`` if given). Returns its screen position
+    and stage; the hover label then shows (wait for ``#gantt .hoverlayer
+    .hovertext``)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    pt = driver.execute_script(
+        "var g=document.querySelector('#gantt .js-plotly-plot'), L=g._fullLayout, want=arguments[1];"
+        "var t=g._fullData.find(t=>t.meta&&t.meta.kind=='hover'&&(!want||t.meta.stage==want));"
+        "if(!t) return null; var r=g.getBoundingClientRect(); var i=Math.floor((t.x.length-1)*arguments[0]);"
+        "return {x: r.left+L._size.l+L.xaxis.l2p(t.x[i]), y: r.top+L.yaxis._offset+L.yaxis.l2p(t.y[i]),"
+        " stage: t.meta.stage};", which, stage)
+    if pt is None:
+        raise ValueError("the Gantt has no hover points (raster view, or no such stage)")
+    ActionChains(driver).move_to_location(int(pt["x"]), int(pt["y"])).perform()  # viewport coordinates
+    return pt
+
+
 def next_frames(driver, frames: int = 2):
     """Return once the page has painted ``frames`` animation frames (WebGL draws on
     the frame after plotly's promise resolves): a wait on the page, not a sleep."""

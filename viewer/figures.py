@@ -269,7 +269,7 @@ def row_ticks(data: M.TraceData, view: M.View, r0: int, r1: int):
     near = max(1, every // 2)
     for r in range(r0, r1, every):
         if all(abs(r - s) >= near for s in starts):
-            ticks[r] = f"cta {int(view.rows['cta'][r])} w{int(view.rows['wave'][r])}"
+            ticks[r] = M.cta_label(data, view, r)
     vals = sorted(ticks)
     return vals, [ticks[r] for r in vals], seps
 

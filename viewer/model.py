@@ -83,6 +83,7 @@ class TraceData:
         self.phase = _np(iv, "phase_index", np.int16)
         self.start = _np(iv, "start_ns", np.int64, 0)
         self.end = _np(iv, "end_ns", np.int64, 0)
+        self.multi_wave = bool(self.n and self.wave.max() > 0)  # rows say "w1" only if waves differ
         self.t_min = int(self.start.min()) if self.n else 0
         self.t_max = int(self.end.max()) if self.n else 0
         if self.t_max - self.t_min >= KEY_SPAN:
@@ -302,6 +303,12 @@ def group_label(data: TraceData, view: View, r: int) -> str:
     return head
 
 
+def cta_label(data: TraceData, view: View, r: int) -> str:
+    """``cta 5 w2`` (``cta 5`` when the trace has one stamping wave per task)."""
+    wave = f" w{int(view.rows['wave'][r])}" if data.multi_wave else ""
+    return f"cta {int(view.rows['cta'][r])}{wave}"
+
+
 def row_label(data: TraceData, view: View, r: int) -> str:
     """The label of one row: its group, CTA and wave."""
-    return f"{group_label(data, view, r)} · cta {int(view.rows['cta'][r])} w{int(view.rows['wave'][r])}"
+    return f"{group_label(data, view, r)} · {cta_label(data, view, r)}"

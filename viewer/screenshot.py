@@ -1,8 +1,14 @@
 """``python -m viewer.screenshot TRACE OUT.png``: the dashboard on ``TRACE`` in headless
-Chromium, saved as a PNG (the README's docs/dashboard.png is made this way).
+Chromium, saved as a PNG. The README's ``docs/dashboard.png`` is made with
 
-Options: ``--tab report|idle|anomalies|compare`` (the panel shown under the Gantt),
-``--size 1600x1200`` (the browser window), ``--scroll`` (scroll down to the tabs).
+    python -m viewer.screenshot traces/h200_mono_demo.arrow docs/dashboard.png \\
+        --query "launches=3" --pin 0.3 --hover 0.62 --colors 128
+
+``--query`` preselects the view (``ranks=``, ``launches=``, ``grouping=``,
+``compare=``, ``tab=``, as in the page's address); ``--pin F`` clicks the bar at
+fraction F of the hover points (its task goes to the side panel), ``--hover F``
+leaves the mouse on one (its hover label shows); ``--colors N`` stores the PNG
+with an N-colour palette (needs Pillow), a fraction of the size.
 """
 
 from __future__ import annotations
@@ -19,18 +25,37 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m viewer.screenshot", description=__doc__.splitlines()[0])
     p.add_argument("trace", type=Path)
     p.add_argument("out", type=Path)
-    p.add_argument("--size", default="1600x1200", help="browser window, WIDTHxHEIGHT")
-    p.add_argument("--query", default="", help="extra query string, e.g. grouping is set in the page")
+    p.add_argument("--size", default="1600x1000", help="browser window, WIDTHxHEIGHT (default 1600x1000)")
+    p.add_argument("--query", default="", help="query string preselecting the view, e.g. 'launches=3'")
+    p.add_argument("--pin", type=float, help="click the bar at this fraction of the hover points")
+    p.add_argument("--hover", type=float, help="hover the bar at this fraction of the hover points")
+    p.add_argument("--colors", type=int, help="palette PNG with this many colours (Pillow)")
     args = p.parse_args(argv)
     w, h = (int(v) for v in args.size.lower().split("x"))
     state, _, first = V.prepare([str(args.trace), "--trace-dir", str(args.trace.resolve().parent)])
-    app = V.build(state)
-    with B.serve(app) as url, B.chromium(w, h) as driver:
-        driver.get(url + (("?" + args.query) if args.query else ""))
+    with B.serve(V.build(state)) as url, B.chromium(w, h) as driver:
+        driver.get(url + "?" + "&".join(q for q in (f"trace={first}", args.query) if q))
         B.gantt_ready(driver)
+        if args.pin is not None:
+            from selenium.webdriver.common.action_chains import ActionChains
+
+            B.hover_bar(driver, args.pin)
+            ActionChains(driver).click().perform()
+            B.wait_for(driver, "return document.getElementById('details-table')", 30, "the pinned task")
+        if args.hover is not None:
+            B.hover_bar(driver, args.hover)
+            B.wait_for(driver, "return document.querySelector('#gantt .hoverlayer .hovertext')", 30,
+                       "the hover label")
         B.screenshot(driver, args.out)
-    print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes) of {first}")
-    return 0
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    if args.colors:
+        from PIL import Image
+
+        img = Image.open(args.out).convert("RGB").quantize(colors=args.colors, method=Image.Quantize.MEDIANCUT)
+        img.save(args.out, optimize=True)
+    print(f"wrote {args.out} ({args.out.stat().st_size:,} bytes) of {first}"
+          + (f"; browser console errors: {errors}" if errors else ""))
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
