@@ -556,3 +556,17 @@ def test_concurrency_is_stacked_and_pruned(tiny):
     assert untyped(b["y"]).tolist() == [2, 3, 1, 0]  # a + b: stacked on the server
     assert untyped(b["customdata"]).tolist() == [0, 1, 1, 0] and b["fill"] == "tonexty"
     assert F.concurrency_traces(t, tiny, [1])[0]["meta"]["stage"] == "b"
+
+
+def test_a_failing_callback_shows_a_message_not_a_traceback():
+    @V.guarded(V.NO, V._ERROR)
+    def on_something(x):
+        raise KeyError("boom")
+
+    out = on_something(1)
+    assert out[0] is V.NO and _text(out[1]) == "on something: KeyError: 'boom'"
+
+
+def test_concurrency_note_when_there_is_nothing_to_bin(state):
+    item = state.store.get("empty.arrow")
+    assert state.concurrency_table(item, None, None, 0, 100, 50) == (None, "")

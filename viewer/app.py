@@ -90,14 +90,19 @@ _ERROR = object()
 NO = dash.no_update
 
 
-def _lru_get(cache, key, make, size):
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
+def _lru_get(cache, lock, key, make, size):
+    """``cache[key]``, made by ``make()`` on a miss; at most ``size`` entries, least
+    recently used first out. ``lock`` guards the dict (callbacks run in threads);
+    ``make`` runs outside it, so two threads may both make a value: the last wins."""
+    with lock:
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
     value = make()
-    cache[key] = value
-    while len(cache) > size:
-        cache.popitem(last=False)
+    with lock:
+        cache[key] = value
+        while len(cache) > size:
+            cache.popitem(last=False)
     return value
 
 
@@ -110,7 +115,7 @@ def extent(data: M.TraceData, view: M.View) -> tuple:
     window that shows all of a selection."""
     if view.n == 0:
         return data.t_min, max(data.t_max, data.t_min + 1)
-    return int(data.start[view.order].min()), int(data.end[view.order].max())
+    return view.t_first, max(view.t_last, view.t_first + 1)
 
 
 def _us_to_ns(text, what: str, current: int) -> int:
@@ -131,8 +136,8 @@ def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
         v = _opt_list(values) if values else None
         return None if v is None or set(v) >= set(present) else v
 
-    ranks = norm(ranks, np.unique(data.rank).tolist())
-    launches = norm(launches, np.unique(data.launch).tolist())
+    ranks = norm(ranks, data.ranks)
+    launches = norm(launches, data.launches)
     stages = None if stages is None else _opt_list(stages)
     if stages is not None and set(stages) >= set(range(len(data.stage_names))):
         stages = None
@@ -360,12 +365,12 @@ class App:
 
     def view(self, item, grouping, ranks, launches, ctas, stages):
         key = (grouping, ranks, launches, ctas, stages if grouping == "stage" else None)
-        return _lru_get(item.views, key, lambda: M.build_view(
+        return _lru_get(item.views, item.lock, key, lambda: M.build_view(
             item.data, grouping, ranks=ranks, launches=launches, ctas=ctas,
             stages=stages if grouping == "stage" else None), VIEW_CACHE)
 
     def analysis(self, item, key, make):
-        return _lru_get(item.cache, key, make, ANALYSIS_CACHE)
+        return _lru_get(item.cache, item.lock, key, make, ANALYSIS_CACHE)
 
     def banners(self, item) -> list:
         """The prominent notes on a trace: synthetic, anomalies, empty."""
@@ -412,21 +417,28 @@ class App:
         return x, y, auto
 
     def concurrency_table(self, item, ranks, launches, t0, t1, bins):
-        """The concurrency analysis for the window: sliced from one full-range table of
-        ``CONC_BINS`` bins (cached per selection) while the window still spans at
-        least ``bins / 2`` of its bins, else computed for the window itself."""
-        if A is None or item.data.n == 0:
-            return None
-        full = self.analysis(item, ("conc", ranks, launches), lambda: A.concurrency(
-            item.trace, bins=CONC_BINS, t0_ns=item.data.t_min, t1_ns=item.data.t_max + 1,
-            ranks=ranks, launches=launches))
-        bin_ns = max(1, -(-(item.data.t_max + 1 - item.data.t_min) // CONC_BINS))
-        if (t1 - t0) / bin_ns >= bins / 2:
-            tns = full.column("time_ns").to_numpy()
-            keep = (tns + bin_ns > t0) & (tns <= t1)
-            return coarsen(full.filter(pa.array(keep)), max(1, int((t1 - t0) / bin_ns) // bins))
-        return self.analysis(item, ("conc", ranks, launches, t0, t1, bins), lambda: A.concurrency(
-            item.trace, bins=bins, t0_ns=t0, t1_ns=t1, ranks=ranks, launches=launches))
+        """``(table, note)``: the concurrency analysis for the window, sliced from one
+        full-range table of ``CONC_BINS`` bins (cached per selection) while the window
+        still spans at least ``bins / 2`` of its bins, else computed for the window
+        itself; ``note`` says why there is no table (no analysis module, nothing to
+        bin, the analysis refused)."""
+        if A is None:
+            return None, "stage concurrency: not available (timeline.analysis is not installed)"
+        if item.data.n == 0:
+            return None, ""
+        try:
+            full = self.analysis(item, ("conc", ranks, launches), lambda: A.concurrency(
+                item.trace, bins=CONC_BINS, t0_ns=item.data.t_min, t1_ns=item.data.t_max + 1,
+                ranks=ranks, launches=launches))
+            bin_ns = max(1, -(-(item.data.t_max + 1 - item.data.t_min) // CONC_BINS))
+            if (t1 - t0) / bin_ns >= bins / 2:
+                tns = full.column("time_ns").to_numpy()
+                keep = (tns + bin_ns > t0) & (tns <= t1)
+                return coarsen(full.filter(pa.array(keep)), max(1, int((t1 - t0) / bin_ns) // bins)), ""
+            return self.analysis(item, ("conc", ranks, launches, t0, t1, bins), lambda: A.concurrency(
+                item.trace, bins=bins, t0_ns=t0, t1_ns=t1, ranks=ranks, launches=launches)), ""
+        except A.AnalysisError as e:
+            return None, f"stage concurrency: {e}"
 
     def gantt(self, name, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0_in, t1_in,
               px, state):
@@ -475,13 +487,14 @@ class App:
         width, height = (px or GANTT_PX)
         cls = M.class_mask(d, stages_t, phases_t)
         shown = list(stages_t) if stages_t is not None else list(range(len(d.stage_names)))
-        conc = self.concurrency_table(item, ranks, launches, int(t0), int(t1), int(width))
+        conc, conc_note = self.concurrency_table(item, ranks, launches, int(t0), int(t1), int(width))
         note = ""
         if d.n == 0:
             note = "this trace has no intervals"
         fig, info = F.gantt_figure(d, view, r0=r0, r1=r1, t0_ns=int(t0), t1_ns=int(t1), class_ok=cls,
                                    stages=shown, width_px=int(width), height_px=int(height),
-                                   bar_limit=self.bar_limit, concurrency=conc, note=note)
+                                   bar_limit=self.bar_limit, concurrency=conc, concurrency_note=conc_note,
+                                   note=note)
         if info["mode"] == "empty" and not note:
             fig["layout"]["annotations"].append({
                 "text": "nothing in this window with these filters", "xref": "paper", "yref": "paper",
@@ -701,8 +714,10 @@ def compare_table(ra, rb) -> list:
 # -- Dash wiring ------------------------------------------------------------------------------
 def build(app_state: App) -> dash.Dash:
     """The Dash app: layout and callbacks over ``app_state``."""
-    app = dash.Dash("timeline-view", title="timeline-view", update_title=None,
-                    serve_locally=True, assets_folder=str(Path(__file__).parent / "assets_unused"))
+    # no assets folder: Dash would otherwise serve (and inject into the page) whatever an
+    # ``assets/`` directory beside the working directory holds; the CSS is inline below
+    app = dash.Dash("timeline-view", title="timeline-view", update_title=None, serve_locally=True,
+                    assets_folder=str(Path(__file__).parent / "no-assets"), assets_ignore=".*")
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
     app.layout = layout
     st = app_state

@@ -319,7 +319,7 @@ def concurrency_traces(table: pa.Table | None, data: M.TraceData, stages) -> lis
 def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: int, t1_ns: int,
                  class_ok=None, stages=None, width_px: int = 1200, height_px: int = 560,
                  bar_limit: int = BAR_LIMIT, concurrency: pa.Table | None = None,
-                 title: str = "", note: str = "") -> tuple:
+                 concurrency_note: str = "", title: str = "", note: str = "") -> tuple:
     """The Gantt (rows ``[r0, r1)`` x ``[t0_ns, t1_ns]``) above the stage
     concurrency chart on a shared time axis: exact bars while the window holds at
     most ``bar_limit`` intervals in at most ``ROWS_PER_PX`` rows per pixel row of
@@ -347,8 +347,8 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
     if note:
         annotations.append({"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
                             "showarrow": False, "font": {"size": 16, "color": "#666"}})
-    if concurrency is None:
-        annotations.append({"text": "stage concurrency: not available (timeline.analysis missing)",
+    if concurrency_note:
+        annotations.append({"text": concurrency_note,
                             "xref": "x2 domain", "yref": "y2 domain", "x": 0.5, "y": 0.5,
                             "showarrow": False, "font": {"color": "#888"}})
     layout = {

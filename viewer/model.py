@@ -84,6 +84,8 @@ class TraceData:
         self.start = _np(iv, "start_ns", np.int64, 0)
         self.end = _np(iv, "end_ns", np.int64, 0)
         self.multi_wave = bool(self.n and self.wave.max() > 0)  # rows say "w1" only if waves differ
+        self.ranks = np.unique(self.rank).tolist()
+        self.launches = np.unique(self.launch).tolist()
         self.t_min = int(self.start.min()) if self.n else 0
         self.t_max = int(self.end.max()) if self.n else 0
         if self.t_max - self.t_min >= KEY_SPAN:
@@ -144,6 +146,8 @@ class View(NamedTuple):
     row_start: np.ndarray
     rows: dict
     group_id: np.ndarray
+    t_first: int = 0  # first start and last end (ns) of the view's intervals
+    t_last: int = 0
 
     @property
     def n_rows(self) -> int:
@@ -221,7 +225,9 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
     # compact dtypes: a view costs 4 + 4 + 8 + 8 + 2 = 26 bytes per interval
     order = order.astype(np.int32) if data.n < (1 << 31) else order
     cls = data.classes(order).astype(np.int16 if data.n_classes < (1 << 15) else np.int32)
-    return View(grouping, order, row, skey, ekey, cls, row_start, rows, group_id)
+    t_first = int(data.start[order].min())
+    return View(grouping, order, row, skey, ekey, cls, row_start, rows, group_id,
+                t_first, int(data.end[order].max()))
 
 
 def window(view: View, r0: int, r1: int, t0_ns: int, t1_ns: int, t_min: int,

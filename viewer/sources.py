@@ -105,6 +105,7 @@ class Loaded:
         self.data = TraceData(trace)
         self.views = OrderedDict()  # view key -> model.View, small LRU (see App.view)
         self.cache = OrderedDict()  # analysis results by key, small LRU
+        self.lock = threading.Lock()  # guards both dicts
 
 
 def open_trace(path: Path, name: str | None = None) -> Loaded:
