@@ -570,3 +570,12 @@ def test_a_failing_callback_shows_a_message_not_a_traceback():
 def test_concurrency_note_when_there_is_nothing_to_bin(state):
     item = state.store.get("empty.arrow")
     assert state.concurrency_table(item, None, None, 0, 100, 50) == (None, "")
+
+
+def test_export_refuses_a_huge_or_empty_selection(state, monkeypatch):
+    monkeypatch.setattr(V, "EXPORT_LIMIT", 100)
+    with pytest.raises(ValueError, match=r"too large a download.*timeline export .*small.arrow --chrome OUT.json "
+                                         r"--rank 1 --stage qkv_a"):
+        state.export("small.arrow", [1], None, [0])
+    with pytest.raises(ValueError, match="nothing to export"):
+        state.export("small.arrow", None, None, [])

@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 from dash import Input, Output, State, dash_table, dcc, html
 
+from timeline import analysis as A
 from timeline import schema as S
 from viewer import figures as F
 from viewer import model as M
@@ -45,14 +46,11 @@ VIEW_CACHE = 4  # row layouts (model.View) kept per trace
 ANALYSIS_CACHE = 16  # analysis tables kept per trace
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
 TABS = ("report", "idle", "anomalies", "compare")
+EXPORT_LIMIT = 250_000  # intervals a Chrome-trace download may hold (about 55 MB of JSON)
 GANTT_PX = (1000, 560)  # default plot-area width x height in pixels (the raster's size)
 
 log = logging.getLogger("timeline-view")
 
-try:  # the analyses are a sibling module; the dashboard degrades to a message without them
-    from timeline import analysis as A
-except ImportError:  # pragma: no cover - only while timeline.analysis is not on main
-    A = None
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -420,10 +418,7 @@ class App:
         """``(table, note)``: the concurrency analysis for the window, sliced from one
         full-range table of ``CONC_BINS`` bins (cached per selection) while the window
         still spans at least ``bins / 2`` of its bins, else computed for the window
-        itself; ``note`` says why there is no table (no analysis module, nothing to
-        bin, the analysis refused)."""
-        if A is None:
-            return None, "stage concurrency: not available (timeline.analysis is not installed)"
+        itself; ``note`` says why there is no table (the analysis refused)."""
         if item.data.n == 0:
             return None, ""
         try:
@@ -548,8 +543,6 @@ class App:
     # the panels ------------------------------------------------------------------------------
     def stage_report(self, name, ranks, launches, by_launch):
         item = self.store.get(name)
-        if A is None:
-            return [], [], _msg("the stage report needs timeline.analysis, which is not installed", "warning")
         ranks, launches = _opt_list(ranks), _opt_list(launches)
         if item.data.n == 0:
             return [], [], _msg("no intervals: no stage report", "info")
@@ -562,8 +555,6 @@ class App:
 
     def idle(self, name, ranks, launches):
         item = self.store.get(name)
-        if A is None:
-            return F.idle_figure(None), [], [], _msg("idle time needs timeline.analysis", "warning")
         ranks, launches = _opt_list(ranks), _opt_list(launches)
         if item.data.n == 0:
             return F.idle_figure(None), [], [], None
@@ -599,8 +590,6 @@ class App:
         if not a or not b:
             return {"data": [], "layout": {"height": 60}}, [], [], _msg(
                 "pick two traces (A before, B after) to compare", "info")
-        if A is None:
-            return {"data": [], "layout": {}}, [], [], _msg("compare needs timeline.analysis", "warning")
         ia, ib = self.store.get(a), self.store.get(b)
         if ia.trace.spec.stage_names != ib.trace.spec.stage_names:
             note = _msg(f"the traces have different stages ({len(ia.trace.spec.stage_names)} vs "
@@ -630,11 +619,28 @@ class App:
         return fig, cols, table, note
 
     def export(self, name, ranks, launches, stages):
+        """The selection (ranks, launches, stages) as a Chrome trace JSON download
+        (``timeline.export.chrome.write_chrome``). A download goes through the page
+        as base64, so a selection of more than ``EXPORT_LIMIT`` intervals is refused
+        with the command that writes it to a file instead."""
         from timeline.export.chrome import write_chrome
 
         item = self.store.get(name)
-        ranks, launches = _opt_list(ranks), _opt_list(launches)
-        names = None if stages is None else [item.data.stage_names[int(s)] for s in stages]
+        d = item.data
+        ranks, launches, stages_t, _, _ = normalize(d, ranks, launches, stages, None, None)
+        keep = np.ones(d.n, dtype=bool)
+        for arr, vals in ((d.rank, ranks), (d.launch, launches), (d.stage, stages_t)):
+            if vals is not None:
+                keep &= np.isin(arr, vals)
+        n = int(keep.sum())
+        names = None if stages_t is None else [d.stage_names[s] for s in stages_t]
+        if n > EXPORT_LIMIT:
+            opts = "".join(f" --{k} {','.join(map(str, v))}" for k, v in
+                           (("rank", ranks), ("launch", launches), ("stage", names)) if v is not None)
+            raise ValueError(f"{n:,} intervals is too large a download (limit {EXPORT_LIMIT:,}); narrow the "
+                             f"ranks / launches / stages, or run: timeline export {item.path} --chrome OUT.json{opts}")
+        if n == 0:
+            raise ValueError("nothing to export: the selection has no intervals")
         stem = Path(name).stem
         return dcc.send_bytes(lambda f: write_chrome(item.trace, f, ranks=ranks, launches=launches, stages=names),
                               f"{stem}.chrome.json")
