@@ -146,9 +146,11 @@ def fmt_bytes(n: int) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
-def report(results: list):
+def report(results: list, load: tuple):
     print()
     print("timeline-view server side (SYNTHETIC traces; median of repeats; s = seconds)")
+    print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} before / {load[1]:.2f} after "
+          "(the browser's first paint is the figure most sensitive to other load)")
     for r in results:
         f = r["first"]
         print(f"\n== {r['label']}: {r['intervals']:,} intervals, {r['tasks']:,} tasks, {r['rows']:,} rows "
@@ -194,6 +196,7 @@ def main(argv=None) -> int:
         print(json.dumps(run_size(args.child, args.repeat, args.browser)))
         return 0
     results = []
+    load0 = os.getloadavg()[0]
     for label in args.sizes.lower().split(","):
         if label not in SIZES:
             p.error(f"unknown size {label!r}; choose from {', '.join(SIZES)}")
@@ -207,7 +210,7 @@ def main(argv=None) -> int:
             return proc.returncode
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"measured {label}", file=sys.stderr)
-    report(results)
+    report(results, (load0, os.getloadavg()[0]))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
