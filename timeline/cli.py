@@ -587,8 +587,10 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from timeline.analysis import AnalysisError
-    from timeline.collect import CollectError
+    from timeline.collect import CollectError, no_hugepage_madvise
     from timeline.merge import MergeError
+
+    no_hugepage_madvise()  # our own process: no compaction stalls on big decodes
     from timeline.trace import TraceFileError
 
     known = [UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError]

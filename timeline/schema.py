@@ -298,6 +298,11 @@ def pack_placement(cta, wave, hw=0, xcc=0):
 
 
 def _bits(words, lo, width):
+    """Field ``[lo, lo + width)`` of each word; on a numpy array one temporary, done in place."""
+    if isinstance(words, np.ndarray):
+        out = np.right_shift(words, lo, dtype=words.dtype)
+        np.bitwise_and(out, (1 << width) - 1, out=out)
+        return out
     return (words >> lo) & ((1 << width) - 1)
 
 
@@ -322,11 +327,12 @@ def unpack_placement(words: np.ndarray, arch: str) -> dict:
     lo, hi = halves[:, 0], halves[:, 1]  # little-endian: the low word comes first
     if words.dtype.byteorder == ">" or (words.dtype.byteorder == "=" and np.little_endian is False):
         lo, hi = hi, lo  # pragma: no cover - big-endian hosts
-    out = {f.name: _bits(hi, f.lo, f.width).astype(np.int32) for f in PLACEMENT_HI_FIELDS}
+    # fields are < 2**31: the uint32 result is reinterpreted, not copied
+    out = {f.name: _bits(hi, f.lo, f.width).view(np.int32) for f in PLACEMENT_HI_FIELDS}
     vendor = vendor_of(arch)
     if vendor == "amd":
         for f in AMD_HW_ID_FIELDS:
-            out[f.name] = _bits(lo, f.lo, f.width).astype(np.int32)
+            out[f.name] = _bits(lo, f.lo, f.width).view(np.int32)
         out["hw_unit"] = ((out["xcc"] * 4 + out["se"]) * 2 + out["sh"]) * 16 + out["cu"]
     else:
         out["sm"] = lo.astype(np.int64)
@@ -335,11 +341,16 @@ def unpack_placement(words: np.ndarray, arch: str) -> dict:
 
 
 # -- time -----------------------------------------------------------------------
-def ticks_to_ns(ticks, clock: Clock):
+def ticks_to_ns(ticks, clock: Clock, *, inplace: bool = False):
     """Tick counts (relative to an origin, so small) to integer nanoseconds, exact
-    when the rate divides 1 GHz (both known clocks), else rounded down."""
+    when the rate divides 1 GHz (both known clocks), else rounded down. ``inplace``:
+    overwrite ``ticks`` (an int64 array the caller owns) where the rate allows."""
     if 1_000_000_000 % clock.hz == 0:
-        return ticks * (1_000_000_000 // clock.hz)
+        mul = 1_000_000_000 // clock.hz
+        if inplace:  # the caller's own temporary (tick - origin): no second array
+            ticks *= mul
+            return ticks
+        return ticks * mul
     return (np.asarray(ticks, dtype=np.float64) * (1e9 / clock.hz)).astype(np.int64)
 
 
