@@ -355,7 +355,7 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
         "template": {"layout": {"font": {"family": "Inter, Helvetica, Arial, sans-serif", "size": 12}}},
         "title": {"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
         "height": figure_height(height_px),
-        "margin": {"l": 190, "r": 20, "t": 40 if title else 20, "b": 40},
+        "margin": {"l": 150, "r": 20, "t": 40 if title else 20, "b": 40},
         "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
         "hovermode": "closest", "hoverdistance": 30, "dragmode": "zoom",
         "showlegend": True, "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0,
