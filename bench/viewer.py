@@ -6,8 +6,10 @@ drawing every interval as a bar would send instead.
 
     python bench/viewer.py                 # 10 k, 100 k, 1 M intervals
     python bench/viewer.py --sizes 1m --browser   # also time the first paint in headless Chromium
+    python bench/viewer.py --sizes '' --trace traces/h200_mono_demo.arrow   # first paint on a real trace
 
-Traces are SYNTHETIC (``timeline.synth``, GLM-5 stage list). Each size runs in a
+The sizes' traces are SYNTHETIC (``timeline.synth``, GLM-5 stage list); ``--trace``
+adds real trace files (startup, first figure, first paint). Each size runs in a
 fresh process so its peak RSS is its own; the machine is shared and noisy, so each
 callback is timed ``--repeat`` times and the median is printed.
 """
@@ -53,7 +55,7 @@ def _median_time(fn, repeat):
     return statistics.median(times), times[0], out
 
 
-def run_size(label: str, repeat: int, browser: bool) -> dict:
+def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from dash._utils import to_json
 
@@ -121,29 +123,76 @@ def run_size(label: str, repeat: int, browser: bool) -> dict:
     out["panels"] = panels
     out["rss_peak_mb"] = _rss_mb() - rss0
     if browser:
-        out["first_paint_s"] = first_paint(state)
+        out["first_paint"] = first_paint(state, colds)
     return out
 
 
-def first_paint(state) -> list:
-    """Seconds from navigation to the Gantt drawn (and painted), in headless Chromium,
-    three page loads after startup: the first with a cold browser cache."""
+def first_paint(state, colds: int = 3, url_query: str = "") -> dict:
+    """Seconds from navigation to the Gantt drawn (and painted) in headless Chromium:
+    ``colds`` page loads each in a fresh browser (cold cache, as a first visit),
+    then two warm reloads in the last one; with the browser's account of the cold
+    loads (``viewer.browser.paint_timings``: bundles, layout, callbacks, plotly.js
+    evaluation, main-thread busy time)."""
     from viewer import app as V
     from viewer import browser as B
 
-    times = []
-    with B.serve(V.build(state)) as url, B.chromium(1600, 1100) as driver:
-        for _ in range(3):
-            t = time.perf_counter()
-            driver.get(url)
-            B.gantt_ready(driver, 120)
-            B.next_frames(driver)
-            times.append(time.perf_counter() - t)
-    return times
+    cold, warm, parts = [], [], []
+    with B.serve(V.build(state)) as url:
+        for i in range(colds):
+            with B.chromium(1600, 1100) as driver:
+                for j in range(1 if i < colds - 1 else 3):
+                    t = time.perf_counter()
+                    driver.get(url + url_query)
+                    B.gantt_ready(driver, 120)
+                    B.next_frames(driver)
+                    (warm if j else cold).append(time.perf_counter() - t)
+                    if not j:
+                        parts.append(B.paint_timings(driver))
+    return {"cold": cold, "warm": warm, "parts": parts}
+
+
+def run_trace(path: Path, colds: int) -> dict:
+    """A real trace file: startup, first figure and first paint (cold and warm)."""
+    from dash._utils import to_json
+
+    from viewer import app as V
+
+    t = time.perf_counter()
+    state, _, name = V.prepare([str(path), "--trace-dir", str(path.resolve().parent)])
+    out = {"label": path.name, "startup_s": time.perf_counter() - t}
+    d = state.store.get(name).data
+    out["intervals"], out["tasks"] = d.n, d.n_tasks
+    secs, _, (fig, text) = _median_time(lambda: (lambda f: (f, to_json(f)))(state.gantt(
+        name, "rank", None, None, None, None, None, "filters", None, None, None, list(V.GANTT_PX), None)[0]), 3)
+    out["first"] = {"s": secs, "bytes": len(text), "mode": fig["layout"]["meta"]["mode"],
+                    "in_view": fig["layout"]["meta"]["intervals"]}
+    out["first_paint"] = first_paint(state, colds)
+    return out
 
 
 def fmt_bytes(n: int) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
+
+
+def print_paint(fp: dict):
+    cold, warm = fp["cold"], fp["warm"]
+    print(f"  first paint in Chromium            {statistics.median(cold):7.3f} s  cold browser cache (median of "
+          f"{len(cold)}: {', '.join(f'{c:.2f}' for c in cold)}), {statistics.median(warm):.3f} s warm "
+          f"(goal {GOAL_FIRST_PAINT_S:.0f} s: {'ok' if max(cold) <= GOAL_FIRST_PAINT_S else 'OVER'})")
+    med = {k: statistics.median(p[k] or 0 for p in fp["parts"]) for k in fp["parts"][0]}
+    print(f"    cold, in the browser (median): bundles {med['scripts_ms'] / 1e3:.2f} s, layout "
+          f"{med['layout_ms'] / 1e3:.2f} s, {med['callbacks']:.0f} callbacks ({med['callback_ms'] / 1e3:.2f} s "
+          f"server round trips), plotly.js evaluation {med['plotly_ms'] / 1e3:.2f} s, main thread busy "
+          f"{med['main_busy_ms'] / 1e3:.2f} s, {fmt_bytes(med['bytes'])} transferred")
+
+
+def report_trace(r: dict):
+    f = r["first"]
+    print(f"\n== real trace {r['label']}: {r['intervals']:,} intervals, {r['tasks']:,} tasks")
+    print(f"  startup (load, rows, concurrency)  {r['startup_s']:7.3f} s")
+    print(f"  first figure                       {f['s']:7.3f} s  {fmt_bytes(f['bytes']):>9}  {f['mode']:6} "
+          f"{f['in_view']:>9,} in view")
+    print_paint(r["first_paint"])
 
 
 def report(results: list, load: tuple):
@@ -152,6 +201,9 @@ def report(results: list, load: tuple):
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} before / {load[1]:.2f} after "
           "(the browser's first paint is the figure most sensitive to other load)")
     for r in results:
+        if "tasks" in r and "zooms" not in r:
+            report_trace(r)
+            continue
         f = r["first"]
         print(f"\n== {r['label']}: {r['intervals']:,} intervals, {r['tasks']:,} tasks, {r['rows']:,} rows "
               f"(file {r['file_mb']:.1f} MB)")
@@ -159,11 +211,8 @@ def report(results: list, load: tuple):
         print(f"  first figure                       {f['s']:7.3f} s  {fmt_bytes(f['bytes']):>9}  {f['mode']:6} "
               f"{f['in_view']:>9,} in view   first paint budget {GOAL_FIRST_PAINT_S:.0f} s: "
               f"{'ok' if f['s'] < GOAL_FIRST_PAINT_S else 'OVER'}")
-        if "first_paint_s" in r:
-            cold, *warm = r["first_paint_s"]
-            print(f"  first paint in Chromium            {cold:7.3f} s  cold browser cache, "
-                  f"{statistics.median(warm):.3f} s warm (goal {GOAL_FIRST_PAINT_S:.0f} s: "
-                  f"{'ok' if cold <= GOAL_FIRST_PAINT_S else 'OVER'})")
+        if "first_paint" in r:
+            print_paint(r["first_paint"])
         worst = 0.0
         for k, z in r["zooms"].items():
             worst = max(worst, z["s"])
@@ -189,20 +238,33 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="10k,100k,1m", help="comma list of " + ",".join(SIZES))
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--browser", action="store_true", help="also time the first paint in headless Chromium")
+    p.add_argument("--trace", type=Path, action="append", default=[],
+                   help="also time the first paint on this trace file (e.g. traces/h200_mono_demo.arrow); "
+                        "repeatable; --sizes '' for the traces alone")
+    p.add_argument("--colds", type=int, default=3, help="cold-cache page loads per first-paint timing (default 3)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-trace", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, help="also write the results as JSON")
     args = p.parse_args(argv)
+    if args.child_trace:
+        print(json.dumps(run_trace(args.child_trace, args.colds)))
+        return 0
     if args.child:
-        print(json.dumps(run_size(args.child, args.repeat, args.browser)))
+        print(json.dumps(run_size(args.child, args.repeat, args.browser, args.colds)))
         return 0
     results = []
     load0 = os.getloadavg()[0]
-    for label in args.sizes.lower().split(","):
+    jobs = []
+    for label in [x for x in args.sizes.lower().split(",") if x]:
         if label not in SIZES:
             p.error(f"unknown size {label!r}; choose from {', '.join(SIZES)}")
-        cmd = [sys.executable, __file__, "--child", label, "--repeat", str(args.repeat)]
-        if args.browser:
-            cmd.append("--browser")
+        jobs.append((label, ["--child", label, "--repeat", str(args.repeat)] + (["--browser"] if args.browser else [])))
+    for path in args.trace:
+        if not path.is_file():
+            p.error(f"--trace {str(path)!r} is not a file")
+        jobs.append((path.name, ["--child-trace", str(path.resolve())]))
+    for label, child in jobs:
+        cmd = [sys.executable, __file__, *child, "--colds", str(args.colds)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode:

@@ -135,6 +135,36 @@ def next_frames(driver, frames: int = 2):
         "function f(){ if(--n<=0) done(true); else requestAnimationFrame(f); } requestAnimationFrame(f);" % frames)
 
 
+PAINT_TIMINGS = r"""
+var ents = performance.getEntries(), out = {scripts_ms: 0, layout_ms: null, callbacks: 0, callback_ms: 0,
+    plotly_ms: 0, main_busy_ms: 0, bytes: 0};
+var lay = ents.find(e => /_dash-layout/.test(e.name));
+ents.forEach(function(e) {
+  if (e.entryType == 'resource') {
+    out.bytes += e.transferSize || 0;
+    if (/\.js(\?|$)/.test(e.name) && (!lay || e.startTime < lay.startTime))
+      out.scripts_ms = Math.max(out.scripts_ms, e.responseEnd);
+    if (/_dash-update-component/.test(e.name)) { out.callbacks += 1; out.callback_ms += e.responseEnd - e.requestStart; }
+  } else if (e.entryType == 'long-animation-frame') {
+    out.main_busy_ms += e.duration;
+    (e.scripts || []).forEach(function(s) { if (/plotly[^/]*\.js/.test(s.sourceURL) && /plotly/.test(s.invoker))
+      out.plotly_ms += s.duration; });
+  }
+});
+if (lay) out.layout_ms = lay.responseEnd;
+return out;"""
+
+
+def paint_timings(driver) -> dict:
+    """Where the page's load went, from the browser's Performance API (call it once
+    the Gantt is drawn): ``scripts_ms`` (the initial script bundles downloaded),
+    ``layout_ms`` (Dash's layout received), ``callbacks`` and ``callback_ms`` (server
+    round trips so far and their summed request-to-response time), ``plotly_ms``
+    (plotly.js evaluating itself), ``main_busy_ms`` (the main thread's long frames:
+    JavaScript, style, layout, paint) and ``bytes`` (transferred)."""
+    return driver.execute_script(PAINT_TIMINGS)
+
+
 def screenshot(driver, out: Path) -> Path:
     """Save the page as a PNG at ``out`` after the next painted frames."""
     next_frames(driver)
