@@ -30,9 +30,10 @@ import urllib.parse
 from pathlib import Path
 
 import dash
+import flask
 import numpy as np
 import pyarrow as pa
-from dash import Input, Output, State, dash_table, dcc, html
+from dash import ALL, Input, Output, State, dcc, html
 
 from timeline import analysis as A
 from timeline import schema as S
@@ -50,6 +51,18 @@ EXPORT_LIMIT = 250_000  # intervals a Chrome-trace download may hold (about 55 M
 GANTT_PX = (1000, 560)  # default plot-area width x height in pixels (the raster's size)
 
 log = logging.getLogger("timeline-view")
+
+# what the trace callback and the Gantt callback set, in their return order; the page's
+# initial layout carries the same values for its first view (``App.first_view``)
+TRACE_OUTPUTS = (
+    ("trace-select", "value"), ("trace-select", "options"), ("trace-key", "data"), ("trace-info", "children"),
+    ("banners", "children"), ("ranks", "options"), ("ranks", "value"), ("launches", "options"),
+    ("launches", "value"), ("stages", "options"), ("stages", "value"), ("phases", "options"),
+    ("phases", "value"), ("ctas", "max"), ("ctas", "value"), ("ctas", "marks"), ("anomalies", "children"),
+    ("cmp-a", "options"), ("cmp-b", "options"), ("cmp-a", "value"), ("grouping", "value"), ("cmp-b", "value"),
+    ("tabs", "value"))
+GANTT_OUTPUTS = (("gantt", "figure"), ("view-state", "data"), ("t0", "value"), ("t1", "value"),
+                 ("gantt-status", "children"), ("panel-key", "data"))
 
 
 
@@ -151,7 +164,8 @@ def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
 
 
 def _table_records(table, digits: int = 3):
-    """An Arrow table as DataTable ``columns`` and ``data`` (floats rounded)."""
+    """An Arrow table as ``columns`` (``name``, ``id``, ``type``) and row dicts
+    (floats rounded, NaN as None): what ``grid`` draws."""
     cols = [{"name": c, "id": c, "type": "numeric" if table.schema.field(c).type != "string" else "text"}
             for c in table.column_names]
     rows = table.to_pylist()
@@ -160,6 +174,42 @@ def _table_records(table, digits: int = 3):
             if isinstance(v, float):
                 r[k] = None if math.isnan(v) else round(v, digits)
     return cols, rows
+
+
+TABLE_ROWS = 400  # rows a table panel draws (the rest: a note)
+TABLES = ("stage-report", "idle-table", "cmp-table")  # the sortable table panels
+
+
+def sort_rows(cols: list, rows: list, sort) -> list:
+    """``rows`` sorted by ``sort = [column id, descending]`` (None: as they are);
+    empty cells (None) last either way. Sorting is stable."""
+    if not sort or not rows:
+        return rows
+    key, desc = sort[0], bool(sort[1])
+    have = [r for r in rows if r.get(key) is not None]
+    return sorted(have, key=lambda r: r[key], reverse=desc) + [r for r in rows if r.get(key) is None]
+
+
+def grid(table_id: str, cols: list, rows: list, sort=None) -> html.Div:
+    """A table panel as plain HTML (no DataTable: its 630 kB of JavaScript would
+    load with the first view): the rows sorted by ``sort`` (``sort_rows``), at most
+    ``TABLE_ROWS`` of them, each column header a button that sorts by it (the
+    ``{"type": "sort", "table": table_id, "col": i}`` ids of ``build``'s sort callback)."""
+    if not cols:
+        return html.Div()
+    shown = sort_rows(cols, rows, sort)[:TABLE_ROWS]
+    num = [c.get("type") == "numeric" for c in cols]
+    head = []
+    for i, c in enumerate(cols):
+        arrow = (" ▼" if sort[1] else " ▲") if sort and sort[0] == c["id"] else ""
+        head.append(html.Th(html.Button(c["name"] + arrow, id={"type": "sort", "table": table_id, "col": i},
+                                        className="sort", title=f"sort by {c['name']}")))
+    body = [html.Tr([html.Td("" if r.get(c["id"]) is None else str(r[c["id"]]), className="num" if n else None)
+                     for c, n in zip(cols, num)]) for r in shown]
+    out = [html.Table([html.Thead(html.Tr(head)), html.Tbody(body)], className="grid")]
+    if len(rows) > len(shown):
+        out.append(html.Div(f"{len(shown)} of {len(rows)} rows shown (sort to see others first)", className="status"))
+    return html.Div(out, style={"overflowX": "auto"})
 
 
 # -- layout ---------------------------------------------------------------------------------
@@ -183,8 +233,19 @@ body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 0; color: #222;
 .details td { padding: 1px 4px; border-bottom: 1px solid #eee; }
 .status { font-size: 12px; color: #555; min-height: 16px; }
 .tabs { padding: 0 14px 20px; }
+.grid { border-collapse: collapse; font-size: 12px; margin: 4px 0; }
+.grid th, .grid td { padding: 2px 6px; border-bottom: 1px solid #e3e3e3; white-space: nowrap; }
+.grid th { background: #f3f5f7; position: sticky; top: 0; }
+.grid td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.grid button.sort { background: none; border: 0; padding: 0; font: inherit; font-weight: 700; cursor: pointer; }
 .win input { width: 84px; padding: 3px 4px; border: 1px solid #bbb; border-radius: 3px; }
 """
+
+
+PLOTLY_EARLY = (
+    "<script>window.Plotly = new Promise(function(ok, no) {{ window._plotlyLoad = [ok, no]; }});</script>"
+    '<script async src="{src}" onload="window._plotlyLoad[0]()" '
+    "onerror=\"window._plotlyLoad[1](new Error('plotly.js did not load'))\"></script>")
 
 
 def _controls():
@@ -226,14 +287,11 @@ def _tabs():
         dcc.Tab(label="Stage report", value="report", id="tab-report", children=[
             dcc.Checklist(id="by-launch", options=[{"label": " per rank and launch", "value": "y"}], value=[]),
             html.Div(id="report-msg"),
-            dash_table.DataTable(id="stage-report", sort_action="native", page_size=40,
-                                 style_table={"overflowX": "auto"},
-                                 style_cell={"fontSize": 12, "padding": "2px 6px"})]),
+            html.Div(id="stage-report"), dcc.Store(id="stage-report-data")]),
         dcc.Tab(label="Idle per CTA", value="idle", id="tab-idle", children=[
             html.Div(id="idle-msg"),
             dcc.Graph(id="idle-graph", config={"displaylogo": False}),
-            dash_table.DataTable(id="idle-table", sort_action="native", page_size=15,
-                                 style_cell={"fontSize": 12, "padding": "2px 6px"})]),
+            html.Div(id="idle-table"), dcc.Store(id="idle-table-data")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
@@ -244,14 +302,19 @@ def _tabs():
                 {"label": " each trace whole", "value": "trace"}]),
             html.Div(id="cmp-msg"),
             dcc.Graph(id="cmp-graph", config={"displaylogo": False}),
-            dash_table.DataTable(id="cmp-table", sort_action="native",
-                                 style_cell={"fontSize": 12, "padding": "2px 6px"})]),
+            html.Div(id="cmp-table"), dcc.Store(id="cmp-table-data")]),
     ])
 
 
-def layout():
-    return html.Div([
+def layout(first: dict | None = None):
+    """The page; ``first`` (``App.first_view``) fills in its first view, so that the
+    browser draws the Gantt from the layout response, without waiting for the trace
+    and Gantt callbacks: the page's search string it was made for goes to the
+    ``page-search`` store, the trace callback skips its initial call while the
+    address still says the same."""
+    root = html.Div([
         dcc.Location(id="url"),
+        dcc.Store(id="page-search", data=None if first is None else first["search"]),
         dcc.Store(id="trace-key"),
         dcc.Store(id="view-state"),
         dcc.Store(id="panel-key"),
@@ -273,6 +336,9 @@ def layout():
                 html.B("Pinned task"), html.Div(id="details", children="Click a bar to pin its task here.")])]),
         _tabs(),
     ])
+    for (cid, prop), value in ((first or {}).get("props") or {}).items():
+        setattr(root[cid], prop, value)
+    return root
 
 
 # -- the server-side pieces, pure enough to test without a browser ----------------------------
@@ -507,6 +573,33 @@ class App:
                      "launches": launches, "ctas": ctas_t, "stages": stages_t if grouping == "stage" else None}
         return fig, new_state, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status
 
+    @guarded(NO, NO, NO, NO, _ERROR, NO)  # a bad input keeps the figure and says why
+    def on_gantt(self, key, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1, px, state):
+        """The Gantt callback: ``gantt`` for the trace in ``key`` and the panels' key,
+        in ``GANTT_OUTPUTS`` order; an empty figure when no trace is open."""
+        if not key or not key.get("name"):
+            return {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}, \
+                None, None, None, "", None
+        fig, new, a, b, status = self.gantt(key["name"], grouping, ranks, launches, stages, phases, ctas,
+                                            trigger, rel, t0, t1, px, state)
+        # the panels below follow the rank / launch selection, and only after the Gantt is drawn
+        panels = NO if (state or {}).get("panels") == new["panels"] else new["panels"]
+        return fig, new, a, b, status, panels
+
+    def first_view(self, search: str | None) -> dict:
+        """The page's first view for the address's search string (``?trace=...``):
+        ``{"search": search, "props": {(id, prop): value}}``, what the trace callback
+        and then the Gantt callback would set (``TRACE_OUTPUTS``, ``GANTT_OUTPUTS``),
+        computed here so that the layout response carries the first figure (one
+        round trip instead of three before anything is drawn)."""
+        search = search or ""
+        props = dict(zip(TRACE_OUTPUTS, self.select(search, None, False)))
+        g = self.on_gantt(props[("trace-key", "data")], props[("grouping", "value")], props[("ranks", "value")],
+                          props[("launches", "value")], props[("stages", "value")], props[("phases", "value")],
+                          props[("ctas", "value")], "filters", None, None, None, list(GANTT_PX), None)
+        props.update(zip(GANTT_OUTPUTS, g))
+        return {"search": search, "props": {k: v for k, v in props.items() if v is not NO}}
+
     def details(self, name, click, state):
         """The pinned-task panel for a click on the Gantt: the task whose interval in
         the clicked row (``y``) is nearest the clicked time (``x``, a hover point is
@@ -718,14 +811,37 @@ def compare_table(ra, rb) -> list:
 
 
 # -- Dash wiring ------------------------------------------------------------------------------
+def page_search(referrer: str | None) -> str | None:
+    """The search string (``?trace=...``, or ``""``) of the page whose script asks
+    for Dash's layout, from that request's ``Referer`` (the page's address: the
+    layout request comes from the page itself, same origin); None without one."""
+    if not referrer:
+        return None
+    query = urllib.parse.urlsplit(referrer).query
+    return f"?{query}" if query else ""
+
+
 def build(app_state: App) -> dash.Dash:
     """The Dash app: layout and callbacks over ``app_state``."""
     # no assets folder: Dash would otherwise serve (and inject into the page) whatever an
     # ``assets/`` directory beside the working directory holds; the CSS is inline below
     app = dash.Dash("timeline-view", title="timeline-view", update_title=None, serve_locally=True,
                     assets_folder=str(Path(__file__).parent / "no-assets"), assets_ignore=".*")
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
-    app.layout = layout
+    # plotly.js (4.8 MB, about a second to evaluate in a cold browser) is what the first paint
+    # waits for. dcc.Graph would ask for it only once the layout and its own chunk have
+    # loaded; instead it loads from the head, asynchronously, and evaluates while the
+    # server builds the layout. dcc.Graph uses ``window.Plotly`` when set (the documented
+    # way to bring one's own plotly.js): until the script has run it is a promise that
+    # the script's load resolves (dcc.Graph waits on it), then plotly.js itself.
+    plotly_js = f"{app.config.requests_pathname_prefix}_dash-component-suites/plotly/package_data/plotly.min.js"
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=plotly_js)
+                                                + f"<style>{CSS}</style>")
+    def page_layout():
+        # Dash validates the layout once at build time, outside any request
+        search = page_search(flask.request.referrer) if flask.has_request_context() else None
+        return layout(None if search is None else st.first_view(search))
+
+    app.layout = page_layout
     st = app_state
 
     app.clientside_callback(
@@ -734,19 +850,13 @@ def build(app_state: App) -> dash.Dash:
             return [Math.round(w), 560]; }""",
         Output("px", "data"), Input("url", "pathname"))
 
-    @app.callback(
-        Output("trace-select", "value"), Output("trace-select", "options"), Output("trace-key", "data"),
-        Output("trace-info", "children"), Output("banners", "children"),
-        Output("ranks", "options"), Output("ranks", "value"),
-        Output("launches", "options"), Output("launches", "value"),
-        Output("stages", "options"), Output("stages", "value"),
-        Output("phases", "options"), Output("phases", "value"),
-        Output("ctas", "max"), Output("ctas", "value"), Output("ctas", "marks"),
-        Output("anomalies", "children"), Output("cmp-a", "options"), Output("cmp-b", "options"),
-        Output("cmp-a", "value"), Output("grouping", "value"), Output("cmp-b", "value"), Output("tabs", "value"),
-        Input("url", "search"), Input("trace-select", "value"))
-    def on_trace(search, picked):
-        return st.select(search, picked, dash.ctx.triggered_id == "trace-select")
+    @app.callback(*(Output(c, p) for c, p in TRACE_OUTPUTS),
+                  Input("url", "search"), Input("trace-select", "value"), State("page-search", "data"))
+    def on_trace(search, picked, page_search):
+        trig = dash.ctx.triggered_id
+        if trig is None and page_search is not None and (search or "") == page_search:
+            raise dash.exceptions.PreventUpdate  # the layout already shows this address's view
+        return st.select(search, picked, trig == "trace-select")
 
     # only zooms and pans reach the server: plotly's autosize and other layout events
     # stay in the browser (a late autosize would otherwise cancel a zoom in flight)
@@ -757,24 +867,16 @@ def build(app_state: App) -> dash.Dash:
         Output("zoom", "data"), Input("gantt", "relayoutData"))
 
     @app.callback(
-        Output("gantt", "figure"), Output("view-state", "data"), Output("t0", "value"), Output("t1", "value"),
-        Output("gantt-status", "children"), Output("panel-key", "data"),
+        *(Output(c, p) for c, p in GANTT_OUTPUTS),
         Input("trace-key", "data"), Input("grouping", "value"), Input("ranks", "value"),
         Input("launches", "value"), Input("stages", "value"), Input("phases", "value"),
         Input("ctas", "value"), Input("zoom", "data"), Input("t0", "value"), Input("t1", "value"),
-        Input("reset", "n_clicks"), State("px", "data"), State("view-state", "data"))
-    @guarded(NO, NO, NO, NO, _ERROR, NO)  # a bad input keeps the figure and says why
+        Input("reset", "n_clicks"), State("px", "data"), State("view-state", "data"),
+        prevent_initial_call=True)  # the layout holds the first view; the trace callback's changes fire it
     def on_gantt(key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
-        if not key or not key.get("name"):
-            return {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}, \
-                None, None, None, "", None
         trig = dash.ctx.triggered_id
         trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(trig, "filters")
-        fig, new, a, b, status = st.gantt(key["name"], grouping, ranks, launches, stages, phases, ctas,
-                                          trigger, rel, t0, t1, px, state)
-        # the panels below follow the rank / launch selection, and only after the Gantt is drawn
-        panels = NO if (state or {}).get("panels") == new["panels"] else new["panels"]
-        return fig, new, a, b, status, panels
+        return st.on_gantt(key, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1, px, state)
 
     @app.callback(Output("details", "children"), Input("gantt", "clickData"), State("trace-key", "data"),
                   State("view-state", "data"), prevent_initial_call=True)
@@ -784,32 +886,58 @@ def build(app_state: App) -> dash.Dash:
             return "No trace."
         return st.details(key["name"], click, state)
 
-    @app.callback(Output("stage-report", "columns"), Output("stage-report", "data"), Output("report-msg", "children"),
-                  Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"))
-    @guarded([], [], _ERROR)
-    def on_report(panels, by_launch, tab):
+    def table_out(table_id, cols, rows, prev):
+        """A table panel's children and data store, sorted as it was (``prev``)."""
+        sort = (prev or {}).get("sort")
+        sort = sort if sort and any(c["id"] == sort[0] for c in cols) else None
+        return grid(table_id, cols, rows, sort), {"columns": cols, "rows": rows, "sort": sort}
+
+    @app.callback(Output("stage-report", "children"), Output("stage-report-data", "data"),
+                  Output("report-msg", "children"),
+                  Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"),
+                  State("stage-report-data", "data"))
+    @guarded(None, None, _ERROR)
+    def on_report(panels, by_launch, tab, prev):
         if tab != "report":
             raise dash.exceptions.PreventUpdate
         if not panels:
-            return [], [], None
-        return st.stage_report(panels[0], panels[1], panels[2], bool(by_launch))
+            return None, None, None
+        cols, rows, msg = st.stage_report(panels[0], panels[1], panels[2], bool(by_launch))
+        return (*table_out("stage-report", cols, rows, prev), msg)
 
-    @app.callback(Output("idle-graph", "figure"), Output("idle-table", "columns"), Output("idle-table", "data"),
-                  Output("idle-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"))
-    @guarded(F.idle_figure(None), [], [], _ERROR)
-    def on_idle(panels, tab):
+    @app.callback(Output("idle-graph", "figure"), Output("idle-table", "children"), Output("idle-table-data", "data"),
+                  Output("idle-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
+                  State("idle-table-data", "data"))
+    @guarded(F.idle_figure(None), None, None, _ERROR)
+    def on_idle(panels, tab, prev):
         if tab != "idle":
             raise dash.exceptions.PreventUpdate
         if not panels:
-            return F.idle_figure(None), [], [], None
-        return st.idle(panels[0], panels[1], panels[2])
+            return F.idle_figure(None), None, None, None
+        fig, cols, rows, msg = st.idle(panels[0], panels[1], panels[2])
+        return (fig, *table_out("idle-table", cols, rows, prev), msg)
 
-    @app.callback(Output("cmp-graph", "figure"), Output("cmp-table", "columns"), Output("cmp-table", "data"),
+    @app.callback(Output("cmp-graph", "figure"), Output("cmp-table", "children"), Output("cmp-table-data", "data"),
                   Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
-                  Input("cmp-scope", "value"))
-    @guarded({"data": [], "layout": {}}, [], [], _ERROR)
-    def on_compare(a, b, scope):
-        return st.compare(a, b, scope)
+                  Input("cmp-scope", "value"), State("cmp-table-data", "data"))
+    @guarded({"data": [], "layout": {}}, None, None, _ERROR)
+    def on_compare(a, b, scope, prev):
+        fig, cols, rows, msg = st.compare(a, b, scope)
+        return (fig, *table_out("cmp-table", cols, rows, prev), msg)
+
+    for table_id in TABLES:  # a click on a column header sorts by it; a second click reverses
+        @app.callback(Output(table_id, "children", allow_duplicate=True),
+                      Output(f"{table_id}-data", "data", allow_duplicate=True),
+                      Input({"type": "sort", "table": table_id, "col": ALL}, "n_clicks"),
+                      State(f"{table_id}-data", "data"), prevent_initial_call=True)
+        def on_sort(clicks, data, table_id=table_id):
+            trig = dash.ctx.triggered_id
+            if not data or not trig or not any(clicks) or not 0 <= trig["col"] < len(data["columns"]):
+                raise dash.exceptions.PreventUpdate
+            key = data["columns"][trig["col"]]["id"]
+            sort = data.get("sort")
+            data = dict(data, sort=[key, not sort[1] if sort and sort[0] == key else False])
+            return grid(table_id, data["columns"], data["rows"], data["sort"]), data
 
     @app.callback(Output("download", "data"), Output("export-msg", "children"),
                   Input("export-chrome", "n_clicks"), State("trace-key", "data"), State("ranks", "value"),
