@@ -378,6 +378,21 @@ def test_main_serves_on_localhost_without_debug(trace_dir, monkeypatch, capsys):
     assert "http://127.0.0.1:8123/" in capsys.readouterr().out
 
 
+def test_main_compresses_beyond_loopback(trace_dir, monkeypatch, capsys):
+    import importlib.util
+
+    d, _ = trace_dir
+    seen = {}
+    monkeypatch.setattr("dash.Dash.run", lambda self, **kw: seen.update(kw, compress=self.config.compress))
+    assert V.main([str(d / "small.arrow"), "--port", "8123"]) == 0
+    assert seen["compress"] is False  # loopback: compressing costs more than it saves
+    assert V.main([str(d / "small.arrow"), "--port", "8123", "--host", "0.0.0.0"]) == 0
+    if importlib.util.find_spec("flask_compress") is None:
+        assert seen["compress"] is False and "pip install flask-compress" in capsys.readouterr().err
+    else:
+        assert seen["compress"] is True
+
+
 # -- the callbacks' logic ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def state(trace_dir):
@@ -461,6 +476,46 @@ def test_query_string_preselects_the_view(state):
     assert out[6] == [1] and out[-3:] == ("stage", "anomalies.arrow", "compare")
     out = state.select("?trace=small.arrow&compare=../outside/secret.arrow&tab=nope", None, False)
     assert out[-2] is None and out[-1] is V.NO  # only catalog names, only known tabs
+
+
+def test_first_view_is_what_the_callbacks_would_draw(state):
+    search = "?trace=small.arrow&ranks=1&grouping=cta"
+    first = state.first_view(search)
+    props = first["props"]
+    assert first["search"] == search and props[("trace-key", "data")] == {"name": "small.arrow"}
+    assert props[("ranks", "value")] == [1] and props[("grouping", "value")] == "cta"
+    fig, st, t0, t1, status = state.gantt("small.arrow", "cta", [1], None, None, None, None, "filters", None,
+                                          None, None, list(V.GANTT_PX), None)
+    assert props[("gantt", "figure")]["layout"]["meta"] == fig["layout"]["meta"]
+    assert props[("view-state", "data")] == st and props[("t0", "value")] == t0 and props[("t1", "value")] == t1
+    assert props[("panel-key", "data")] == ["small.arrow", (1,), None]
+    page = V.layout(first)  # the layout carries it, and the address it was made for
+    assert page["gantt"].figure is props[("gantt", "figure")] and page["page-search"].data == search
+    assert page["ranks"].value == [1] and page["trace-select"].value == "small.arrow"
+    bad = state.first_view("?trace=../outside/secret.arrow")["props"]
+    assert "outside the trace directory" in _text(bad[("banners", "children")])
+    assert bad[("gantt", "figure")]["data"] == [] and bad[("panel-key", "data")] is None
+
+
+def test_page_search_from_the_referrer():
+    assert V.page_search("http://127.0.0.1:8050/?trace=a.arrow&launches=3") == "?trace=a.arrow&launches=3"
+    assert V.page_search("http://127.0.0.1:8050/") == ""
+    assert V.page_search(None) is None
+
+
+def test_table_rows_sort_with_empty_cells_last():
+    cols = [{"name": "stage", "id": "stage", "type": "text"}, {"name": "span_us", "id": "span_us",
+                                                                "type": "numeric"}]
+    rows = [{"stage": "a", "span_us": 2.0}, {"stage": "b", "span_us": None}, {"stage": "c", "span_us": 9.5},
+            {"stage": "d", "span_us": 0.5}]
+    assert [r["stage"] for r in V.sort_rows(cols, rows, ["span_us", False])] == ["d", "a", "c", "b"]
+    assert [r["stage"] for r in V.sort_rows(cols, rows, ["span_us", True])] == ["c", "a", "d", "b"]
+    assert V.sort_rows(cols, rows, None) == rows
+    table = V.grid("t", cols, rows, ["span_us", True])
+    text = _text(table)
+    assert text.index("9.5") < text.index("2.0") < text.index("0.5") and "span_us ▼" in text
+    heads = table.children[0].children[0].children.children
+    assert [h.children.id for h in heads] == [{"type": "sort", "table": "t", "col": i} for i in range(2)]
 
 
 def test_bad_time_window_says_why(state):

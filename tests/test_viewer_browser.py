@@ -187,3 +187,44 @@ def test_panels_idle_and_compare(page):
     kind = B.wait_for(driver, "var g=document.querySelector('#idle-graph .js-plotly-plot');"
                               "return g && g.data && g.data.length ? g.data[0].type : null;", 30, "the idle chart")
     assert kind == "heatmap"
+
+
+def test_linked_view_is_drawn_from_the_layout(page):
+    driver, state = page["driver"], page["state"]
+    driver.get(page["url"] + "?ranks=1&grouping=cta")
+    m = meta(driver)
+    d = state.store.get(V.DEFAULT_TRACE).data
+    assert m["n_rows"] == 8 * 2 and m["intervals"] == int((d.rank == 1).sum())  # rank 1's CTA x wave rows
+    assert set(driver.execute_script(ROWS)) == set(range(16))
+    assert "rank 1" in text_of(driver, "ranks")
+    # the first view came with the layout; the filters still redraw it
+    driver.find_element("xpath", "//div[@id='stages']//label[contains(., 'qkv_a')]//input").click()
+    after = _wait_changed(driver, m)
+    assert after["intervals"] == int(((d.rank == 1) & (d.stage != 0)).sum())
+
+
+SPAN_COLUMN = ("var t=document.querySelector('#stage-report table'); if(!t) return null;"
+               "var i=[...t.tHead.rows[0].cells].findIndex(c=>c.innerText.startsWith('span_us'));"
+               "var v=[...t.tBodies[0].rows].map(r=>r.cells[i].innerText);")
+
+
+def _span_column(driver, other_than=None):
+    """The stage report's span_us column once it is drawn (and differs from ``other_than``)."""
+    prev = json.dumps(json.dumps(other_than))
+    return B.wait_for(driver, SPAN_COLUMN + f"return JSON.stringify(v)!=={prev} ? v : null;", 30,
+                      "the stage report's span_us column")
+
+
+def test_table_headers_sort_the_rows(page):
+    driver = page["driver"]
+    driver.get(page["url"])
+    meta(driver)
+    before = _span_column(driver)
+    spans = [float(v) for v in before]
+    assert spans != sorted(spans)  # pipeline order, so that sorting shows
+    header = "//div[@id='stage-report']//th/button[starts-with(., 'span_us')]"
+    driver.find_element("xpath", header).click()
+    up = _span_column(driver, before)
+    assert [float(v) for v in up] == sorted(spans)
+    driver.find_element("xpath", header).click()
+    assert [float(v) for v in _span_column(driver, up)] == sorted(spans, reverse=True)

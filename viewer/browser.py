@@ -135,6 +135,24 @@ def next_frames(driver, frames: int = 2):
         "function f(){ if(--n<=0) done(true); else requestAnimationFrame(f); } requestAnimationFrame(f);" % frames)
 
 
+GANTT_WATCH = """(function() {
+  function poll() {
+    var g = document.querySelector('#gantt .js-plotly-plot');
+    if (g && g._fullLayout && g.layout && g.layout.meta) {
+      requestAnimationFrame(function() { window._ganttDrawnAt = performance.now(); });
+    } else requestAnimationFrame(poll);
+  }
+  requestAnimationFrame(poll);
+})();"""
+
+
+def watch_gantt(driver):
+    """From the next page load on, note in the page when the Gantt first holds a
+    figure and a frame has been painted after it (``paint_timings``'s ``gantt_ms``):
+    polled every animation frame, finer than the WebDriver's polling."""
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": GANTT_WATCH})
+
+
 PAINT_TIMINGS = r"""
 var ents = performance.getEntries(), out = {scripts_ms: 0, layout_ms: null, callbacks: 0, callback_ms: 0,
     plotly_ms: 0, main_busy_ms: 0, bytes: 0};
@@ -152,6 +170,7 @@ ents.forEach(function(e) {
   }
 });
 if (lay) out.layout_ms = lay.responseEnd;
+out.gantt_ms = window._ganttDrawnAt || null;
 return out;"""
 
 
@@ -161,7 +180,8 @@ def paint_timings(driver) -> dict:
     ``layout_ms`` (Dash's layout received), ``callbacks`` and ``callback_ms`` (server
     round trips so far and their summed request-to-response time), ``plotly_ms``
     (plotly.js evaluating itself), ``main_busy_ms`` (the main thread's long frames:
-    JavaScript, style, layout, paint) and ``bytes`` (transferred)."""
+    JavaScript, style, layout, paint), ``bytes`` (transferred) and ``gantt_ms`` (the
+    Gantt drawn, after ``watch_gantt``)."""
     return driver.execute_script(PAINT_TIMINGS)
 
 
