@@ -170,6 +170,19 @@ def _pack(cols) -> np.ndarray:
     return key
 
 
+def _row_time_order(code: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """The stable permutation that sorts by (``code``, ``rel``), both non-negative
+    int64: one stable argsort of the two packed into one int64 when their bits fit
+    (timsort, fast on the long presorted runs of trace order: 5-30 ms for 1 M
+    intervals against 110-140 ms for ``np.lexsort``), else ``np.lexsort``."""
+    if code.size == 0:
+        return np.zeros(0, np.int64)
+    rel_bits = int(rel.max()).bit_length()
+    if int(code.max()).bit_length() + rel_bits <= 63:
+        return np.argsort((code << rel_bits) | rel, kind="stable")
+    return np.lexsort((rel, code))
+
+
 def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=None,
                ctas=None, stages=None) -> View:
     """Rows for ``grouping`` over the intervals whose rank / launch / stage (index) is
@@ -200,7 +213,7 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
                     empty)
     code = _pack(cols)
     rel = data.start[idx] - data.t_min
-    perm = np.lexsort((rel, code))
+    perm = _row_time_order(code, rel)
     code = code[perm]
     order = idx[perm]
     boundary = np.flatnonzero(code[1:] != code[:-1]) + 1
