@@ -162,6 +162,17 @@ def test_row_filters(mid):
         M.build_view(mid, "sideways")
 
 
+def test_row_time_order_is_lexsort():
+    rng = np.random.default_rng(5)
+    for code_hi, rel_hi in ((50, 1000), (1 << 40, 1 << 30)):  # packed into one key; too wide: lexsort
+        code = rng.integers(0, code_hi, 5000)
+        rel = rng.integers(0, rel_hi, 5000)
+        rel[::7] = rel[0]  # ties: the order must stay stable, as lexsort's
+        code[::7] = code[0]
+        assert np.array_equal(M._row_time_order(code, rel), np.lexsort((rel, code)))
+    assert M._row_time_order(np.zeros(0, np.int64), np.zeros(0, np.int64)).size == 0
+
+
 def test_window_matches_a_scan(mid):
     v = M.build_view(mid, "rank")
     rng = np.random.default_rng(0)
