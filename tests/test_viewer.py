@@ -508,6 +508,19 @@ def test_first_view_is_what_the_callbacks_would_draw(state):
     assert bad[("gantt", "figure")]["data"] == [] and bad[("panel-key", "data")] is None
 
 
+def test_page_loads_plotly_early_with_the_compile_hint(state):
+    client = V.build(state).server.test_client()
+    page = client.get("/").get_data(as_text=True)
+    src = f"/_timeline-view/plotly-{V.plotly_version()}.min.js"
+    assert f'<script async src="{src}"' in page and "window.Plotly = new Promise" in page
+    assert page.index(src) < page.index("dash_renderer")  # from the head, before Dash's bundles
+    js = client.get(src)
+    assert js.status_code == 200 and js.mimetype == "application/javascript"
+    body = js.get_data()
+    assert body.startswith(b"//# allFunctionsCalledOnLoad\n") and b"plotly.js v" + V.plotly_version().encode() in body
+    assert "immutable" in js.headers["Cache-Control"]
+
+
 def test_page_search_from_the_referrer():
     assert V.page_search("http://127.0.0.1:8050/?trace=a.arrow&launches=3") == "?trace=a.arrow&launches=3"
     assert V.page_search("http://127.0.0.1:8050/") == ""

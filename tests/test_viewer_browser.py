@@ -67,6 +67,9 @@ def test_default_trace_loads_with_its_rows(page, tmp_path):
     assert driver.execute_script(ROWS) == list(range(32))  # one row per rank x CTA x wave, all drawn
     assert set(driver.execute_script(BARS)) == set(d.stage_names)
     assert V.DEFAULT_TRACE in driver.find_element("id", "trace-select").text
+    loaded = driver.execute_script("return performance.getEntriesByType('resource').map(e=>e.name)"
+                                   ".filter(n=>/plotly[^/]*\\.js/.test(n))")
+    assert len(loaded) == 1 and "/_timeline-view/plotly-" in loaded[0]  # plotly.js loaded (and run) once
     assert "SYNTHETIC" in text_of(driver, "banners")
     ticks = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').layout.yaxis.ticktext")
     assert len(ticks) == 32 and ticks[0] == "r0 L0 · cta 0 w0" and ticks[17] == "r1 L0 · cta 0 w1"
