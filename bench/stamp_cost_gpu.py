@@ -1,0 +1,291 @@
+"""What one timeline stamp costs on an NVIDIA GPU (written for the H200), as a slope.
+
+    PYTHONPATH=. python3 bench/stamp_cost_gpu.py --out DIR
+
+A persistent kernel (one CTA per SM) whose CTAs each run ``T`` tasks of a fixed,
+small amount of real work: load a 1-element-per-thread fp32 tile (L2-resident),
+a dependent FMA chain on it (``--iters`` x 8 FMAs, about 1 us), store the tile to
+the task's own slot. Each task is stamped at the 5 phases of the mono kernels
+with ``instrument.triton.stamp`` (start, tile load issued, half the chain, the
+whole chain, tile stored) in three builds of the same kernel: ``TL=False``
+(normal build), lead-thread stamps (``waves=1``) and per-warp stamps
+(``waves=num_warps``), plus the normal build a second time (A/A: the noise floor).
+
+The launches of every (build, T) pair are interleaved round by round (order
+rotated), timed with CUDA events around a batch of launches; each round gives a
+paired difference ``t_on - t_off``. Per CTA timeline a launch holds ``5 T``
+stamps, so ``(t_on - t_off) / (5 T)`` is the cost of one stamp, and the slope of
+``t_on - t_off`` against ``5 T`` over T = 64, 256, 1024 is that cost free of any
+per-launch constant. Done at 4 and 8 warps. One check: the stamped builds' buffers
+decode with ``timeline.collect`` with zero anomalies.
+
+Output: ``DIR/stamp_cost_<gpu>.txt`` (what is printed) and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from instrument import alloc
+from instrument import triton as itl
+
+PHASES_PER_TASK = 5
+TILES = 64  # distinct input tiles the tasks cycle through (L2-resident)
+LINES: list = []
+
+
+def say(*parts) -> None:
+    """Print a line and keep it for the results file."""
+    line = " ".join(str(p) for p in parts)
+    print(line, flush=True)
+    LINES.append(line)
+
+
+# -- device code ---------------------------------------------------------------------
+@triton.jit
+def chain(y, x, n):
+    """``n`` x 8 dependent FMAs ``y = y * c + x`` (latency-bound: one warp per SM
+    sub-partition waits out each FMA)."""
+    for _ in range(n):
+        for _j in tl.static_range(8):
+            y = y * 0.99951171875 + x
+    return y
+
+
+@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
+def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """Persistent: CTA ``bid`` runs tasks ``bid + i G`` for ``i < n_tasks``; each task
+    loads tile ``task % TILES``, runs the FMA chain in two halves and stores to
+    ``out[task]``. Stamps (when ``TL``): 0 start, 1 load issued, 2 first half of the
+    chain done, 3 chain done, 4 tile stored."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 0, TL)
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 1, TL)
+        y = chain(x, x, half)
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 2, TL)
+        y = chain(y, x, iters - half)
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 3, TL)
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 4, TL)
+
+
+# -- host side -------------------------------------------------------------------------
+def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None):
+    """One stage ``work`` of ``grid x tasks_per_cta`` tasks (the largest T timed; a
+    launch with fewer tasks fills a prefix of the task rows)."""
+    return itl.spec("stamp_cost", [("work", grid * tasks_per_cta)], waves=waves, grid=grid, arch=arch,
+                    extra=dict(extra or {}))
+
+
+def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
+    """The kernel's arguments (after the grid) for one build."""
+    return (inp, out, buf.tensor if on else None, 0, n_tasks, iters, layout, on, num_warps * 32)
+
+
+def compile_check(grid: int, tmax: int, iters: int) -> dict:
+    """Compile the three builds for sm_90 without a GPU; the facts a broken build
+    would change: timer reads per build (0 off, 5 on), the chain's FMAs present
+    in loops of 8 in every build."""
+    res = {}
+    for nw in (4, 8):
+        for name, waves, on in (("off", 1, False), ("lead", 1, True), ("warps", nw, True)):
+            lay = spec(grid, tmax, waves=waves, arch="sm_90").layout
+            k = itl.compile_launch(work_kernel, torch.float32, torch.float32,
+                                   torch.int64 if on else None, 0, tmax, iters, lay, on, nw * 32,
+                                   grid=(grid,), num_warps=nw)
+            ptx = k.asm["ptx"]
+            res[(nw, name)] = {"globaltimer": ptx.count("%globaltimer"), "fma": ptx.count("fma.rn.f32"),
+                               "st_global": ptx.count("st.global")}
+    return res
+
+
+def environment(argv) -> dict:
+    """GPU, driver, library versions and the date."""
+    props = torch.cuda.get_device_properties(0)
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        driver = smi.stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        driver = f"nvidia-smi failed: {e}"
+    return {"gpu": props.name, "arch": itl.arch_of(0), "sms": props.multi_processor_count,
+            "driver (version, sm clock, max sm clock)": driver, "cuda (torch)": torch.version.cuda,
+            "torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "PYTHONPATH=. python3 bench/stamp_cost_gpu.py " + " ".join(argv)}
+
+
+def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int) -> dict:
+    """Interleaved timing of off / lead / per warp / off again at each T; paired
+    differences per round; the decode check at the largest T."""
+    tmax = max(tasks)
+    block = nw * 32
+    g = torch.Generator(device="cuda").manual_seed(nw)
+    inp = torch.rand(TILES * block, device="cuda", generator=g) * 0.01
+    out = torch.empty(grid * tmax * block, device="cuda")
+    bufs = {"lead": alloc(spec(grid, tmax, waves=1, arch=arch)),
+            "warps": alloc(spec(grid, tmax, waves=nw, arch=arch))}
+    builds = {"off": (bufs["lead"], False), "lead": (bufs["lead"], True),
+              "warps": (bufs["warps"], True), "off2": (bufs["lead"], False)}
+
+    def go(build, t):
+        buf, on = builds[build]
+        work_kernel[(grid,)](*launch_args(inp, out, buf, buf.layout, t, iters, on, nw), num_warps=nw)
+
+    # the decode check first: one launch of each stamped build at T = tmax into a clean buffer
+    check = {}
+    for name in ("lead", "warps"):
+        buf = bufs[name]
+        go(name, tmax)  # compile
+        buf.reset()
+        go(name, tmax)
+        tr = buf.collect()
+        iv = tr.intervals
+        dur = np.asarray(iv.column("duration_ns"))
+        ph = np.asarray(iv.column("phase_index"))
+        per_phase = {tr.phases[p] + "→" + tr.phases[p + 1]: float(np.median(dur[ph == p]))
+                     for p in range(len(tr.phases) - 1)}
+        check[name] = {"rows": tr.tasks.num_rows, "expected_rows": grid * tmax * buf.spec.waves,
+                       "anomalies": tr.anomaly_summary(), "median_phase_ns": per_phase}
+        say(f"  decode {name:5s}: {tr.tasks.num_rows} rows (expected {grid * tmax * buf.spec.waves}), anomalies "
+            f"{tr.anomaly_summary() or 'none'}; median phase ns "
+            + ", ".join(f"{k} {v:.0f}" for k, v in per_phase.items()))
+    go("off", tmax)
+    torch.cuda.synchronize()
+
+    configs = [(b, t) for t in tasks for b in builds]
+    for b, t in configs:  # warm-up: clocks up, caches warm
+        for _ in range(3):
+            go(b, t)
+    torch.cuda.synchronize()
+    ev = {c: [] for c in configs}
+    for r in range(rounds):
+        k = r % len(configs)
+        for c in configs[k:] + configs[:k]:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(batch):
+                go(*c)
+            e1.record()
+            ev[c].append((e0, e1))
+        if r % 20 == 19:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    us = {c: np.array([a.elapsed_time(b) * 1e3 / batch for a, b in ev[c]]) for c in configs}
+
+    rows = []
+    fits = {}
+    for name in ("lead", "warps", "off2"):
+        xs, ys = [], []
+        for t in tasks:
+            off, on = us[("off", t)], us[(name, t)]
+            diff_ns = (on - off) * 1e3  # paired by round
+            stamps_per_cta = PHASES_PER_TASK * t
+            med_diff = float(np.median(diff_ns))
+            row = {"variant": name, "tasks_per_cta": t, "t_off_us": float(np.median(off)),
+                   "t_on_us": float(np.median(on)), "ratio": float(np.median(on) / np.median(off)),
+                   "diff_ns_median": med_diff, "diff_ns_p25": float(np.percentile(diff_ns, 25)),
+                   "diff_ns_p75": float(np.percentile(diff_ns, 75)), "stamps_per_cta": stamps_per_cta,
+                   "ns_per_stamp": med_diff / stamps_per_cta,
+                   "task_us_off": float(np.median(off)) / t}
+            rows.append(row)
+            xs.append(stamps_per_cta)
+            ys.append(med_diff)
+        slope, icpt = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+        fits[name] = {"ns_per_stamp": float(slope), "intercept_ns": float(icpt)}
+    return {"num_warps": nw, "rows": rows, "fits": fits, "check": check}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for the results")
+    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 1024], help="tasks per CTA")
+    ap.add_argument("--iters", type=int, default=64, help="8-FMA steps per task (64: about 1 us)")
+    ap.add_argument("--rounds", type=int, default=300, help="interleaved rounds (samples per config)")
+    ap.add_argument("--batch", type=int, default=5, help="launches per timed sample")
+    ap.add_argument("--grid", type=int, default=0, help="CTAs (default: the SM count)")
+    ap.add_argument("--compile-only", action="store_true", help="only the sm_90 compile check (no GPU)")
+    args = ap.parse_args(argv)
+    grid = args.grid or (torch.cuda.get_device_properties(0).multi_processor_count
+                         if torch.cuda.is_available() else 132)
+    tmax = max(args.tasks)
+
+    say("== compile check (sm_90 PTX): %globaltimer reads, fma.rn.f32, st.global per build "
+        "(want 0 / 5 timer reads, FMAs in loops of 8)")
+    cc = compile_check(grid, tmax, args.iters)
+    ok = True
+    for (nw, name), v in cc.items():
+        want = 0 if name == "off" else PHASES_PER_TASK
+        # the chain is two loops of 8 FMAs in every build; the normal build's loops may
+        # be unswitched (versioned on half > 0) into more copies of the same loops
+        good = v["globaltimer"] == want and v["fma"] % 8 == 0 and v["fma"] >= 16
+        ok &= good
+        say(f"  {nw} warps {name:5s}: {v}  -> {'OK' if good else 'FAIL'}")
+    if args.compile_only:
+        return 0 if ok else 1
+    if not torch.cuda.is_available():
+        print("stamp_cost_gpu needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    env = environment(argv)
+    say("== environment")
+    for k, v in env.items():
+        say(f"  {k}: {v}")
+    say(f"  grid {grid} CTAs, tasks per CTA {args.tasks}, {args.iters * 8} dependent FMAs a task, "
+        f"{args.rounds} rounds x {args.batch} launches per config, interleaved")
+    results = {"environment": env, "grid": grid, "tasks": args.tasks, "iters": args.iters,
+               "rounds": args.rounds, "batch": args.batch,
+               "compile_check": {f"{nw}w_{n}": v for (nw, n), v in cc.items()}, "by_warps": []}
+    for nw in (4, 8):
+        say(f"== {nw} warps")
+        m = measure(nw, grid, args.tasks, args.iters, env["arch"], args.rounds, args.batch)
+        results["by_warps"].append(m)
+        for c in m["check"].values():
+            ok &= not c["anomalies"] and c["rows"] == c["expected_rows"]
+        say(f"  {'variant':7s} {'T/CTA':>6s} {'t_off us':>10s} {'t_on us':>10s} {'ratio':>7s} "
+            f"{'on-off ns (p25..p75)':>26s} {'ns/stamp':>9s}")
+        for r in m["rows"]:
+            label = "off A/A" if r["variant"] == "off2" else r["variant"]
+            say(f"  {label:7s} {r['tasks_per_cta']:6d} {r['t_off_us']:10.2f} {r['t_on_us']:10.2f} "
+                f"{r['ratio']:7.4f} {r['diff_ns_median']:9.0f} ({r['diff_ns_p25']:7.0f}..{r['diff_ns_p75']:7.0f}) "
+                f"{r['ns_per_stamp']:9.2f}")
+        t_task = m["rows"][0]["task_us_off"]
+        say(f"  task (off build): {t_task * 1e3:.0f} ns; slope fit of on-off against 5 T (stamps per CTA):")
+        for name, f in m["fits"].items():
+            label = "off A/A" if name == "off2" else name
+            say(f"    {label:7s} {f['ns_per_stamp']:7.2f} ns per stamp  (intercept {f['intercept_ns'] / 1e3:+.2f} us "
+                "a launch)")
+    say("== summary")
+    for m in results["by_warps"]:
+        f = m["fits"]
+        say(f"  {m['num_warps']} warps: lead {f['lead']['ns_per_stamp']:.2f} ns/stamp, per warp "
+            f"{f['warps']['ns_per_stamp']:.2f} ns/stamp, A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
+    say(f"  {'ALL OK' if ok else 'FAILED (see above)'}; {time.time() - t0:.0f} s")
+    tag = env["gpu"].split()[-1].lower()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"stamp_cost_{tag}.txt").write_text("\n".join(LINES) + "\n")
+    (args.out / f"stamp_cost_{tag}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
