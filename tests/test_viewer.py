@@ -498,11 +498,18 @@ def test_first_view_is_what_the_callbacks_would_draw(state):
     fig, st, t0, t1, status = state.gantt("small.arrow", "cta", [1], None, None, None, None, "filters", None,
                                           None, None, list(V.GANTT_PX), None)
     assert props[("gantt", "figure")]["layout"]["meta"] == fig["layout"]["meta"]
+    assert fig["layout"]["meta"]["mode"] == "bars"
     assert props[("view-state", "data")] == st and props[("t0", "value")] == t0 and props[("t1", "value")] == t1
     assert props[("panel-key", "data")] == ["small.arrow", (1,), None]
     page = V.layout(first)  # the layout carries it, and the address it was made for
     assert page["gantt"].figure is props[("gantt", "figure")] and page["page-search"].data == search
     assert page["ranks"].value == [1] and page["trace-select"].value == "small.arrow"
+    assert state.first_view(search) is first  # every visit of the address: the same, made once
+    state.bar_limit = 10
+    try:
+        assert state.first_view(search)["props"][("gantt", "figure")]["layout"]["meta"]["mode"] == "raster"
+    finally:
+        state.bar_limit = V.F.BAR_LIMIT
     bad = state.first_view("?trace=../outside/secret.arrow")["props"]
     assert "outside the trace directory" in _text(bad[("banners", "children")])
     assert bad[("gantt", "figure")]["data"] == [] and bad[("panel-key", "data")] is None

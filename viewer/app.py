@@ -27,7 +27,9 @@ import importlib.util
 import logging
 import math
 import sys
+import threading
 import urllib.parse
+from collections import OrderedDict
 from pathlib import Path
 
 import dash
@@ -45,6 +47,7 @@ from viewer.sources import Catalog, SourceError, Store, scan
 
 DEFAULT_TRACE_DIR = Path(__file__).resolve().parent.parent / "traces"
 DEFAULT_TRACE = "h200_mono_demo.arrow"  # the bundled real trace (traces/), opened with no TRACE
+FIRST_VIEW_CACHE = 8  # first views (App.first_view) kept, by address
 VIEW_CACHE = 4  # row layouts (model.View) kept per trace
 ANALYSIS_CACHE = 16  # analysis tables kept per trace
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
@@ -382,6 +385,8 @@ class App:
         self.store = Store(catalog)
         self.default = default
         self.bar_limit = bar_limit
+        self.first_views = OrderedDict()  # (search, trace files, bar limit) -> first_view, small LRU
+        self.first_lock = threading.Lock()
 
     # trace selection ---------------------------------------------------------------------
     def requested(self, search: str | None) -> str | None:
@@ -622,8 +627,20 @@ class App:
         ``{"search": search, "props": {(id, prop): value}}``, what the trace callback
         and then the Gantt callback would set (``TRACE_OUTPUTS``, ``GANTT_OUTPUTS``),
         computed here so that the layout response carries the first figure (one
-        round trip instead of three before anything is drawn)."""
+        round trip instead of three before anything is drawn). Cached per search
+        string while the trace files (names, modification times) and the bar limit
+        stay the same: every visit of the same address gets the same first view."""
         search = search or ""
+        names = tuple(self.catalog.names())
+        try:
+            item = self.store.get(self.requested(search))
+            opened = (str(item.path), item.mtime)
+        except Exception:  # noqa: BLE001 - select reports it in the page; not cached
+            return self._first_view(search)
+        return _lru_get(self.first_views, self.first_lock, (search, names, opened, self.bar_limit),
+                        lambda: self._first_view(search), FIRST_VIEW_CACHE)
+
+    def _first_view(self, search: str) -> dict:
         props = dict(zip(TRACE_OUTPUTS, self.select(search, None, False)))
         g = self.on_gantt(props[("trace-key", "data")], props[("grouping", "value")], props[("ranks", "value")],
                           props[("launches", "value")], props[("stages", "value")], props[("phases", "value")],
@@ -1040,6 +1057,7 @@ def prepare(argv=None) -> tuple:
             state.view(st_item, "rank", None, None, None, None)
             state.concurrency_table(st_item, None, None, st_item.data.t_min, st_item.data.t_max + 1,
                                     GANTT_PX[0])
+    state.first_view("")  # the page's first view, ready before the first visit
     return state, args, first
 
 
