@@ -97,12 +97,18 @@ def test_stage_filter_changes_what_is_drawn(page):
 
 
 def _wait_changed(driver, before):
-    """The Gantt's meta once it differs from ``before``."""
-    prev = json.dumps(before, separators=(",", ":"))
-    return json.loads(B.wait_for(
-        driver, "var g=document.querySelector('#gantt .js-plotly-plot');"
-                f"var m=g&&g.layout&&JSON.stringify(g.layout.meta); return m && m!=={json.dumps(prev)} ? m : null;",
-        60, "the Gantt to change"))
+    """The Gantt's meta once it differs from ``before`` (compared as parsed JSON: the
+    two languages spell numbers differently)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    script = ("var g=document.querySelector('#gantt .js-plotly-plot');"
+              "return g&&g.layout&&g.layout.meta ? JSON.stringify(g.layout.meta) : null;")
+
+    def changed(d):
+        m = d.execute_script(script)
+        return m and json.loads(m) != before and json.loads(m)
+
+    return WebDriverWait(driver, 60, poll_frequency=0.1).until(changed, "the Gantt to change")
 
 
 def test_hover_and_click_show_the_task(page):
@@ -213,7 +219,7 @@ SPAN_COLUMN = ("var t=document.querySelector('#stage-report table'); if(!t) retu
 
 def _span_column(driver, other_than=None):
     """The stage report's span_us column once it is drawn (and differs from ``other_than``)."""
-    prev = json.dumps(json.dumps(other_than))
+    prev = json.dumps(json.dumps(other_than, separators=(",", ":")))  # JSON.stringify's spelling
     return B.wait_for(driver, SPAN_COLUMN + f"return JSON.stringify(v)!=={prev} ? v : null;", 30,
                       "the stage report's span_us column")
 
