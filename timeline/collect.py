@@ -255,7 +255,9 @@ def collect(
     all_kept = bool(keep.all())
     k = slice(None) if all_kept else np.flatnonzero(keep)
     kplace = place[k]
-    fields = S.unpack_placement(kplace, spec.arch)
+    types = S.tasks_schema(spec.phases)
+    fields = S.unpack_placement(kplace, spec.arch, {
+        name: types.field(name).type.to_pandas_dtype() for name in S.PLACEMENT_COLUMNS})
     pmiss = no_place[k]
     if lay.waves > 1:
         mis = ~pmiss & (fields["wave"] != wave_of[k])
@@ -270,28 +272,24 @@ def collect(
     # -- the tasks table ---------------------------------------------------------------
     kt = [t[k] for t in tcol]
     kw = [w[k] for w in written]
-    origin = 0
-    mins = [int(t[w].min()) for t, w in zip(kt, kw) if w.any()]
-    if mins:
-        origin = min(mins)
+    origin = int(row_lo[k].min()) if kplace.size else 0  # row_lo: each row's earliest tick
     any_pmiss = bool(pmiss.any())
     nkeep = len(kplace)
 
     def placed(name, dtype):
         if name not in fields:
             return pa.nulls(nkeep, pa.from_numpy_dtype(dtype))
-        v = fields[name].astype(dtype)
+        v = fields[name].astype(dtype, copy=False)
         return pa.array(v, mask=pmiss) if any_pmiss else pa.array(v)
 
     stage_dict = pa.DictionaryArray.from_arrays(
         pa.array(stage_of[k].astype(np.int32)), pa.array(list(spec.stage_names), pa.string()))
-    row_of_k = coord(np.arange(lay.rows), 1, np.int32)[k]
     cols = {
         "rank": pa.array(np.full(nkeep, spec.rank, np.int16)),
         "launch": pa.array(launch_of[k]),
         "stage": stage_dict,
         "stage_index": pa.array(stage_of[k]),
-        "task": pa.array(task_of_row[row_of_k]),
+        "task": pa.array(coord(task_of_row, 1, np.int32)[k]),
         "slot_wave": pa.array(wave_of[k]),
         "cta": placed("cta", np.int32),
         "wave": placed("wave", np.int16),

@@ -297,11 +297,16 @@ def pack_placement(cta, wave, hw=0, xcc=0):
     return (placement_hi(int(cta), int(wave), int(xcc)) << 32) | (int(hw) & 0xFFFFFFFF)
 
 
-def _bits(words, lo, width):
-    """Field ``[lo, lo + width)`` of each word; on a numpy array one temporary, done in place."""
+def _bits(words, lo, width, out=None, scratch=None):
+    """Field ``[lo, lo + width)`` of each word. On numpy arrays: written into ``out``
+    (any integer dtype wide enough for the field) through ``scratch`` (a temporary of
+    ``words``' dtype), two passes and no other temporary."""
     if isinstance(words, np.ndarray):
-        out = np.right_shift(words, lo, dtype=words.dtype)
-        np.bitwise_and(out, (1 << width) - 1, out=out)
+        scratch = np.right_shift(words, lo, out=scratch)
+        if out is None:
+            np.bitwise_and(scratch, (1 << width) - 1, out=scratch)
+            return scratch
+        np.bitwise_and(scratch, (1 << width) - 1, out=out, casting="unsafe")
         return out
     return (words >> lo) & ((1 << width) - 1)
 
@@ -316,27 +321,37 @@ def vendor_of(arch: str) -> str:
     return "other"
 
 
-def unpack_placement(words: np.ndarray, arch: str) -> dict:
+def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
     """Decode placement words (int64 array) into int arrays: version, cta, wave, xcc,
     and by vendor either se/sh/cu/simd/wave_slot (AMD HW_ID) or sm (NVIDIA), plus
     ``hw_unit``, one global compute-unit number (AMD: XCC, SE, SH, CU flattened;
-    NVIDIA: the SM). Works on the two 32-bit halves (half the memory traffic of
-    int64 shifts; the collector decodes millions of words)."""
+    NVIDIA: the SM). ``dtypes``: ``{field: numpy dtype}`` for the arrays returned
+    (int32 by default), so a caller gets its table's types without another pass.
+    Works on the two 32-bit halves (half the memory traffic of int64 shifts; the
+    collector decodes millions of words)."""
     words = np.ascontiguousarray(words, dtype=np.int64)
     halves = words.view(np.uint32).reshape(-1, 2)
     lo, hi = halves[:, 0], halves[:, 1]  # little-endian: the low word comes first
-    if words.dtype.byteorder == ">" or (words.dtype.byteorder == "=" and np.little_endian is False):
-        lo, hi = hi, lo  # pragma: no cover - big-endian hosts
-    # fields are < 2**31: the uint32 result is reinterpreted, not copied
-    out = {f.name: _bits(hi, f.lo, f.width).view(np.int32) for f in PLACEMENT_HI_FIELDS}
-    vendor = vendor_of(arch)
-    if vendor == "amd":
+    if not np.little_endian:  # pragma: no cover - big-endian hosts
+        lo, hi = hi, lo
+    dtypes = dtypes or {}
+    scratch = np.empty(len(words), dtype=np.uint32)
+
+    def field(word, f):
+        return _bits(word, f.lo, f.width, np.empty(len(words), dtypes.get(f.name, np.int32)), scratch)
+
+    out = {f.name: field(hi, f) for f in PLACEMENT_HI_FIELDS}
+    if vendor_of(arch) == "amd":
         for f in AMD_HW_ID_FIELDS:
-            out[f.name] = _bits(lo, f.lo, f.width).view(np.int32)
-        out["hw_unit"] = ((out["xcc"] * 4 + out["se"]) * 2 + out["sh"]) * 16 + out["cu"]
+            out[f.name] = field(lo, f)
+        unit = out["xcc"].astype(dtypes.get("hw_unit", np.int32))
+        for name, radix in (("se", 4), ("sh", 2), ("cu", 16)):
+            unit *= radix
+            unit += out[name]
+        out["hw_unit"] = unit
     else:
-        out["sm"] = lo.astype(np.int64)
-        out["hw_unit"] = lo.astype(np.int64)
+        out["sm"] = lo.astype(dtypes.get("sm", np.int64))
+        out["hw_unit"] = lo.astype(dtypes.get("hw_unit", np.int64))
     return out
 
 
