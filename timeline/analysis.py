@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from timeline import schema as S
 
-_NULL = np.iinfo(np.int64).min  # sentinel for a null ns value inside numpy
+_NULL = S.NS_MISSING  # sentinel for a null ns value inside numpy
 _LEGACY_INTERVALS = (("hint_wait_us", "start→hint"), ("staging_us", "hint→staged"),
                      ("compute_us", "staged→compute"), ("epilogue_us", "compute→end"))
 
@@ -103,13 +103,11 @@ def _extent(tasks: pa.Table, phases):
 
 
 def _ffill(ns: np.ndarray) -> np.ndarray:
-    """The mono kernels' rule on a ``(rows, phases)`` ns matrix: a missing mark
-    (``_NULL``) inherits the previous column's value; a leading one stays missing."""
-    out = ns.copy()
-    for j in range(1, out.shape[1]):  # a loop over phases, not rows
-        miss = out[:, j] == _NULL
-        out[miss, j] = out[miss, j - 1]
-    return out
+    """``timeline.schema.inherit_missing`` (the mono kernels' rule) on a
+    ``(rows, phases)`` ns matrix."""
+    if ns.shape[1] == 0:
+        return ns.copy()
+    return np.stack(S.inherit_missing(list(ns.T), _NULL), axis=1)
 
 
 # -- grouped numpy primitives --------------------------------------------------------

@@ -238,14 +238,12 @@ def collect(
                 per_stage("missing_phase", miss, phase=spec.phases[j])
 
     # the mono kernels' rule: a missing mark inherits the previous column's value
-    ff = tcol[0]
+    ff = tcol if full.all() else S.inherit_missing(tcol, 0)
     for j in range(1, P):
-        cur = tcol[j] if full.all() else np.where(written[j], tcol[j], ff)
-        back = keep & written[j] & (cur < ff) & (ff != 0)
+        back = keep & written[j] & (ff[j] < ff[j - 1]) & (ff[j - 1] != 0)
         if back.any():
             flags[back] |= S.Flag.BACKWARDS
             per_stage("backwards", back, phase=spec.phases[j])
-        ff = cur
 
     no_place = keep & (place == 0)
     if no_place.any():

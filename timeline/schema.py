@@ -374,6 +374,22 @@ def tick_ns(clock: Clock) -> float:
     return 1e9 / clock.hz
 
 
+# -- the inherit rule ------------------------------------------------------------
+NS_MISSING = np.iinfo(np.int64).min  # a null ns value inside numpy (tables hold nulls)
+
+
+def inherit_missing(columns, missing):
+    """The mono kernels' rule for a missing mark, over one array per phase in phase
+    order: where a phase equals ``missing`` (0 for ticks, ``NS_MISSING`` for ns) it
+    takes the previous phase's value; a missing first phase stays missing. The one
+    place the rule lives: the collector's backwards check, the intervals and the
+    analyses all call it. Returns new arrays; the inputs are not changed."""
+    out = [columns[0]]
+    for col in columns[1:]:
+        out.append(np.where(col == missing, out[-1], col))
+    return out
+
+
 # -- anomalies and row flags ----------------------------------------------------
 class Flag:
     """Bits of the ``flags`` column of the tasks table (a row kept, but marked)."""

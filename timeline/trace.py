@@ -55,17 +55,16 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
     keep_cols = ["rank", "launch", "stage", "stage_index", "task", "cta", "wave",
                  "hw_unit", "xcc", "se", "cu", "sm"]
     base = tasks.select(keep_cols)
-    sentinel = np.iinfo(np.int64).min
+    sentinel = S.NS_MISSING
     dictionary = pa.array(list(names))
     parts = []
-    prev = _column_np(tasks, f"{phases[0]}_ns", sentinel)
-    prev_written = prev != sentinel
+    ns = [_column_np(tasks, f"{p}_ns", sentinel) for p in phases]
+    written = [c != sentinel for c in ns]
+    ff = S.inherit_missing(ns, sentinel)
     for j in range(P - 1):
-        cur = _column_np(tasks, f"{phases[j + 1]}_ns", sentinel)
-        cur_written = cur != sentinel
-        end = np.where(cur_written, cur, prev)  # a missing mark inherits
+        prev, end = ff[j], ff[j + 1]
         valid = (prev != sentinel) & (end >= prev)
-        inherited = ~(prev_written & cur_written)
+        inherited = ~(written[j] & written[j + 1])
         if valid.all():
             b, s, e, inh = base, prev, end, inherited
         else:
@@ -82,7 +81,6 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
             pa.chunked_array([pa.array(inh)]),
         ]
         parts.append(pa.Table.from_arrays(cols, schema=S.INTERVALS_SCHEMA))
-        prev, prev_written = end, cur_written
     return pa.concat_tables(parts)
 
 
