@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 
 from timeline import schema as S
-from timeline.trace import __version__
+from timeline.trace import TRACE_EXTENSIONS, __version__
 
-TRACE_EXTS = (".arrow", ".feather", ".ipc", ".parquet")
 
 MAIN_EPILOG = """\
 examples:
@@ -115,7 +114,7 @@ def _str_list(text: str) -> list:
 def _trace_out(path: str) -> Path:
     """An output trace path: a known extension and an existing folder."""
     p = Path(path)
-    if p.suffix.lower() not in TRACE_EXTS:
+    if p.suffix.lower() not in TRACE_EXTENSIONS:
         raise UsageError(f"output {path!r}: a trace file ends in .arrow (Arrow IPC) or .parquet")
     _out_dir_exists(p)
     return p
@@ -593,13 +592,9 @@ def main(argv=None) -> int:
     no_hugepage_madvise()  # our own process: no compaction stalls on big decodes
     from timeline.trace import TraceFileError
 
-    known = [UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError]
-    try:  # the exporters' own error, where that package has it
-        from timeline.export._common import ExportError
+    from timeline.export import ExportError
 
-        known.append(ExportError)
-    except ImportError:  # pragma: no cover
-        pass
+    known = [UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError, ExportError]
     try:
         return args.func(args)
     except tuple(known) as e:

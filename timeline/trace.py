@@ -21,6 +21,10 @@ from timeline import schema as S
 __version__ = "0.1.0"
 
 
+ARROW_EXTENSIONS = (".arrow", ".feather", ".ipc")  # Arrow IPC file, zstd
+TRACE_EXTENSIONS = ARROW_EXTENSIONS + (".parquet",)  # what save writes and viewers list
+
+
 class TraceFileError(ValueError):
     """A file that is missing, not a trace, or written by an incompatible release."""
 
@@ -181,7 +185,7 @@ class Trace:
         path = Path(path)
         table = self.tasks.replace_schema_metadata(self.metadata())
         ext = path.suffix.lower()
-        if ext in (".arrow", ".feather", ".ipc"):
+        if ext in ARROW_EXTENSIONS:
             opts = pa.ipc.IpcWriteOptions(compression="zstd")
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=opts) as w:
                 w.write_table(table, max_chunksize=1 << 20)

@@ -18,11 +18,10 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from timeline.trace import Trace, TraceFileError, load
+from timeline.trace import TRACE_EXTENSIONS, Trace, TraceFileError, load
 
 from viewer.model import TraceData, ViewError
 
-TRACE_EXTENSIONS = (".arrow", ".parquet", ".feather", ".ipc")
 MAX_LOADED = 3
 
 
