@@ -52,8 +52,9 @@ def say(*parts) -> None:
     LINES.append(line)
 
 
-def environment() -> dict:
-    """GPU, driver, library versions and the date: what traces/README.md records."""
+def environment(command: str | None = None) -> dict:
+    """GPU, driver, library versions, the date and ``command`` (this script's, by
+    default): what traces/README.md records. bench/stamp_cost_gpu.py uses it too."""
     props = torch.cuda.get_device_properties(0)
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
@@ -71,7 +72,7 @@ def environment() -> dict:
         "triton": triton.__version__,
         "python": sys.version.split()[0],
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "PYTHONPATH=. python3 bench/gpu_run.py " + " ".join(sys.argv[1:]),
+        "command": command or "PYTHONPATH=. python3 bench/gpu_run.py " + " ".join(sys.argv[1:]),
     }
 
 

@@ -25,9 +25,7 @@ Output: ``DIR/stamp_cost_<gpu>.txt`` (what is printed) and ``.json``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -118,19 +116,10 @@ def compile_check(grid: int, tmax: int, iters: int) -> dict:
 
 
 def environment(argv) -> dict:
-    """GPU, driver, library versions and the date."""
-    props = torch.cuda.get_device_properties(0)
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-        driver = smi.stdout.strip()
-    except (OSError, subprocess.SubprocessError) as e:
-        driver = f"nvidia-smi failed: {e}"
-    return {"gpu": props.name, "arch": itl.arch_of(0), "sms": props.multi_processor_count,
-            "driver (version, sm clock, max sm clock)": driver, "cuda (torch)": torch.version.cuda,
-            "torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
-            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "command": "PYTHONPATH=. python3 bench/stamp_cost_gpu.py " + " ".join(argv)}
+    """GPU, driver, library versions and the date (``gpu_run.environment``)."""
+    from gpu_run import environment as env  # bench/ is this script's sys.path[0]
+
+    return env("PYTHONPATH=. python3 bench/stamp_cost_gpu.py " + " ".join(argv))
 
 
 def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int) -> dict:
