@@ -175,7 +175,26 @@ def _and(a, b):
 
 
 # -- the handle -------------------------------------------------------------------
-class Timeline:
+class CarriesNothing:
+    """FlyDSL's carried-state protocol for a handle with no loop-carried value.
+
+    FlyDSL's AST rewriter carries every local that a loop or branch body calls a
+    method on (``tl.hint()``) through the scf op as state. A handle whose SSA values
+    are all defined before any loop carries nothing: no iter_args, the same IR as a
+    kernel without it."""
+
+    def __extract_to_ir_values__(self):
+        return []
+
+    def __get_ir_types__(self):
+        return []
+
+    @classmethod
+    def __construct_from_ir_values__(cls, values, exemplar=None):
+        return exemplar
+
+
+class Timeline(CarriesNothing):
     """A kernel's stamp handle for one launch (see the module docstring).
 
     ``spec``: the ``Spec`` the host allocated the buffer for. ``stamps``: the kernel's
@@ -221,21 +240,6 @@ class Timeline:
         else:
             live = wave_id() == lead // WAVE_LANES
         self.rsrc = self._rsrc(live)
-
-    # -- FlyDSL's carried-state protocol ------------------------------------------
-    # FlyDSL's AST rewriter carries every local that a loop or branch body calls a
-    # method on (``tl.hint()``) through the scf op as state. A handle has no value
-    # that changes inside a kernel (its SSA values are defined before any loop), so
-    # it carries nothing: no iter_args, the same IR as a kernel without it.
-    def __extract_to_ir_values__(self):
-        return []
-
-    def __get_ir_types__(self):
-        return []
-
-    @classmethod
-    def __construct_from_ir_values__(cls, values, exemplar=None):
-        return exemplar
 
     # -- who stamps, and where ---------------------------------------------------
     def _rsrc(self, live):

@@ -24,7 +24,7 @@ import contextlib
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
-from instrument.flydsl import Timeline
+from instrument.flydsl import CarriesNothing, Timeline
 from timeline.schema import Spec
 
 NORMAL, TIMELINE, KTRACE = 0, 1, 2
@@ -38,7 +38,7 @@ START_END = 0b10001
 HINT_END = 0b10010
 
 
-class KtracePhases:
+class KtracePhases(CarriesNothing):
     """FlyDSL's KTRACE behind the ``Timeline`` interface. A task's stamps at the
     phases ``sites`` (bit mask) become ranges between consecutive stamped phases:
     the first stamp pushes a range, a middle one pops it and pushes the next, the
@@ -49,16 +49,6 @@ class KtracePhases:
         n = len(spec.phases)
         self.sites = [i for i in range(n) if sites >> i & 1]
         self._scope = None
-
-    def __extract_to_ir_values__(self):
-        return []
-
-    def __get_ir_types__(self):
-        return []
-
-    @classmethod
-    def __construct_from_ir_values__(cls, values, exemplar=None):
-        return exemplar
 
     def stamp(self, stage, task, phase, **_):
         i = self.spec.phase_index(phase)
