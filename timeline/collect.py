@@ -60,11 +60,13 @@ def _to_numpy(buffer) -> np.ndarray:
 def no_hugepage_madvise() -> bool:
     """Stop numpy from asking the kernel for transparent huge pages on large arrays.
 
-    Where THP defrag is ``madvise`` (Debian's default), numpy's madvise makes the
-    first allocations of a process stall in page compaction: measured here, the
-    first decode of 10 M stamps took 1.5 s with it and 0.3 s without (warm decodes
-    are the same). Process-wide, so only the ``timeline`` and ``timeline-view``
-    entry points call it, never the library. Returns whether it could."""
+    Where THP defrag is ``madvise`` (Debian's default), numpy's madvise can make a
+    process's first large allocations stall in page compaction. bench/collect.py,
+    10 M stamps, four runs on the 2-core VM: the first decode in a fresh process took
+    0.49-1.04 s without it against 0.68-1.28 s with it (faster in three runs of four),
+    while later decodes in the same process were slower without it (20-36 against
+    36-58 M stamps/s). So only the ``timeline`` command calls it: it decodes once per
+    process. Process-wide, so the library never calls it. Returns whether it could."""
     try:
         np._core.multiarray._set_madvise_hugepage(False)
     except AttributeError:  # pragma: no cover - numpy < 2 keeps it in np.core

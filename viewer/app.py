@@ -40,7 +40,6 @@ from dash import ALL, Input, Output, State, dcc, html
 
 from timeline import analysis as A
 from timeline import schema as S
-from timeline.collect import no_hugepage_madvise
 from viewer import figures as F
 from viewer import model as M
 from viewer.sources import Catalog, SourceError, Store, scan
@@ -1064,7 +1063,6 @@ def prepare(argv=None) -> tuple:
 def main(argv=None) -> int:
     """Console entry point ``timeline-view``."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    no_hugepage_madvise()  # our own process: no page-compaction stalls on big arrays
     state, args, first = prepare(argv)
     compress = args.host not in LOOPBACK
     if compress and importlib.util.find_spec("flask_compress") is None:
