@@ -1,7 +1,8 @@
 """Host side of a timeline build: the stamp buffer as a torch tensor.
 
-``alloc(spec, device)`` gives a ``StampBuffer``: a zeroed int64 tensor of the spec's
-layout shape ``(launches, rows, waves, cols)`` on the device, the address a kernel
+``alloc(spec, device)`` gives a ``StampBuffer``: a zeroed flat int64 tensor of the
+spec's ``layout.words`` on the device (the records ``(launches, rows, waves, cols)``,
+then one drop counter per stage: ``records`` and ``drops`` are views), the address a kernel
 takes as its stamp argument (0 when tracing is off, which a timeline build treats
 as "no stamps" and a normal build never reads), the launch slot for a launch
 ordinal, reset between captures, and the read-back into ``timeline.collect``.
@@ -39,7 +40,9 @@ class StampBuffer:
             raise BufferError(
                 f"cannot allocate a stamp buffer on {self.device}: torch sees no GPU "
                 "(torch.cuda.is_available() is False); pass device='cpu' to build one for tests")
-        self.tensor = torch.zeros(self.layout.shape, dtype=torch.int64, device=self.device)
+        self.tensor = torch.zeros(self.layout.words, dtype=torch.int64, device=self.device)
+        self.records = self.tensor[: self.layout.record_words].view(self.layout.shape)
+        self.drops = self.tensor[self.layout.record_words: self.layout.record_words + len(self.layout.counts)]
 
     @property
     def nbytes(self) -> int:
@@ -63,13 +66,6 @@ class StampBuffer:
     def reset(self) -> None:
         """Zero every slot (0 = not written), so a new capture starts clean."""
         self.tensor.zero_()
-
-    def check_fits(self, tensor) -> None:
-        """Raise if ``tensor`` (a buffer a caller passes instead) is too small for the spec."""
-        if tensor.numel() < self.layout.words:
-            raise BufferError(
-                f"stamp buffer has {tensor.numel()} int64 words, the spec needs "
-                f"{self.layout.words}; allocate it with instrument.alloc(spec)")
 
     def collect(self, **kw):
         """Copy the buffer to the host (after the device is done) and decode it with

@@ -12,6 +12,11 @@ def empty(spec: S.Spec) -> np.ndarray:
     return np.zeros(spec.layout.words, dtype=np.int64)
 
 
+def signed(word: int) -> int:
+    """A 64-bit pattern (e.g. with bit 63 set) as the int64 a buffer holds."""
+    return word - (1 << 64) if word >= 1 << 63 else word
+
+
 def put(buf, spec: S.Spec, *, stage, task, ticks, launch=0, wave=0, cta=0, hw=0, xcc=0,
         placement=None):
     """Write one record: the placement word and one tick per phase (0 = not written)."""

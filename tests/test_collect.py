@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bufkit import empty, put
+from bufkit import empty, put, signed
 from timeline import CollectError, Spec, TraceFileError, collect, load, merge
 from timeline import schema as S
 
@@ -26,14 +26,15 @@ def summary(trace):
 
 
 def stamps_accounted(trace, buf, spec):
-    """kept stamps + dropped stamps, against every nonzero non-placement word."""
+    """kept stamps + stamps in anomalies, against every nonzero non-placement word
+    of the records plus what the trailer's drop counters say the device dropped."""
     lay = spec.layout
-    P = len(spec.phases)
-    rec = buf[: lay.words].reshape(-1, lay.cols)
-    total = int(np.count_nonzero(rec[:, 1:])) + int(np.count_nonzero(buf[lay.words:]))
+    rec = buf[: lay.record_words].reshape(-1, lay.cols)
+    trailer = buf[lay.record_words:]
+    total = (int(np.count_nonzero(rec[:, 1:])) + int(trailer[: len(spec.stages)].sum())
+             + int(np.count_nonzero(trailer[len(spec.stages):])))
     kept = sum(int(np.count_nonzero(trace.tasks.column(f"{p}_tick").to_numpy())) for p in spec.phases)
     dropped = int(pc.sum(trace.anomalies.column("stamps")).as_py() or 0)
-    del P
     return kept + dropped, total
 
 
@@ -176,25 +177,162 @@ def test_stale_rows_outside_the_launch_window_are_dropped():
     assert tr2.anomalies.num_rows == 0
 
 
-def test_overflow_in_padding_and_past_the_end():
-    sp = Spec("k", [("a", 2)], phases=("s", "e"))  # cols 4: one padding column
+def test_overflow_in_padding_and_the_trailer_and_device_drops():
+    sp = Spec("k", [("a", 2), ("b", 1), ("c", 1)], phases=("s", "e"))  # cols 4: one padding column
     lay = sp.layout
-    buf = np.zeros(lay.words + 6, dtype=np.int64)
+    assert lay.trailer == 4 and lay.words == lay.record_words + 4
+    buf = empty(sp)
     put(buf, sp, stage="a", task=0, ticks=[T0, T0 + 2])
+    put(buf, sp, stage="b", task=0, ticks=[T0, T0 + 2])
+    put(buf, sp, stage="c", task=0, ticks=[T0, T0 + 2])
     buf[S.word_offset(lay, 0, 0, 1, 0, 3)] = 99  # padding column of task 1
-    buf[lay.words + 2] = 42  # past the spec's end
+    buf[S.drop_counter_word(lay, 1)] = 7  # the device dropped 7 stamps of stage b
+    buf[lay.words - 1] = 42  # the trailer's padding word
     tr = collect(buf, sp)
-    kinds = {(r["kind"], r["phase"]): r["count"] for r in tr.anomalies.to_pylist()}
-    assert kinds == {("size_mismatch", ""): 6, ("overflow", "past_end"): 1, ("overflow", "padding"): 1,
-                     ("unwritten", ""): 1}
+    kinds = {(r["kind"], r["stage"], r["phase"]): (r["count"], r["stamps"]) for r in tr.anomalies.to_pylist()}
+    assert kinds == {("overflow", "", "padding"): (1, 1), ("overflow", "", "trailer"): (1, 1),
+                     ("dropped", "b", ""): (7, 7), ("unwritten", "a", ""): (1, 0)}
     got, want = stamps_accounted(tr, buf, sp)
     assert got == want
+    with pytest.raises(CollectError, match="dropped: 7 \\(stage b\\)"):
+        collect(buf, sp, strict=True)
+    buf[S.drop_counter_word(lay, 1)] = -3
+    with pytest.raises(CollectError, match="drop counter reads -3.*reset the buffer"):
+        collect(buf, sp)
 
 
-def test_too_small_buffer_is_an_error_that_says_how_to_fix_it():
+def test_a_buffer_of_another_size_is_refused_with_both_shapes():
     sp = spec3(waves=4)
-    with pytest.raises(CollectError, match=r"holds 10 int64 words but spec 'k' needs 144 \(launches 1 x rows 6 x waves 4 x cols 6\).*instrument.alloc"):
-        collect(np.zeros(10, np.int64), sp)
+    lay = sp.layout
+    for n in (10, lay.words + 6, lay.words - 1):
+        with pytest.raises(CollectError, match=r"has shape \(%d,\) but spec 'k' needs \(148,\) \(records "
+                           r"\(1, 6, 4, 6\).*4 trailer words.*instrument.alloc" % n):
+            collect(np.zeros(n, np.int64), sp)
+
+
+def test_legacy_tensor_shape_points_at_import_legacy():
+    sp = Spec("glm5", [("qkv_a", 164), ("o", 192)])
+    with pytest.raises(CollectError, match="import-legacy"):
+        collect(np.zeros((356, 8), np.int64), sp)
+
+
+def test_layout_1_buffer_decodes_with_its_own_placement_version():
+    sp = spec3()
+    lay = sp.layout
+    rec = np.zeros(lay.shape, np.int64).reshape(-1, lay.cols)
+    rec[0, 0] = (1 << 60) | (0 << 42)  # a layout-1 placement word: version 1, CTA 0
+    rec[0, 1:6] = [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 4]
+    for shaped in (rec.reshape(lay.shape), rec.reshape(-1)):
+        tr = collect(shaped, sp)
+        assert tr.tasks.num_rows == 1 and tr.tasks["cta"].to_pylist() == [0]
+    rec[0, 0] = S.pack_placement(0, 0)  # version 2 in a buffer with no trailer: not this build's
+    assert summary(collect(rec.reshape(-1), sp)) == {"bad_placement": 1, "unwritten": 5}
+
+
+def test_views_in_another_order_are_refused(tmp_path):
+    sp = Spec("k", [("a", 4)], launches=4, phases=("s", "e"))
+    lay = sp.layout
+    rec = np.arange(1, lay.record_words + 1, dtype=np.int64).reshape(lay.shape)
+    with pytest.raises(CollectError, match="not in C order"):
+        collect(rec.transpose(1, 0, 2, 3), sp)  # the same shape (4, 4, ...), the wrong words
+    with pytest.raises(CollectError, match="not in C order"):
+        collect(np.zeros(2 * lay.words, np.int64)[::2], sp)
+    np.save(tmp_path / "f.npy", np.asfortranarray(rec))
+    with pytest.raises(CollectError, match="not in C order"):
+        collect(tmp_path / "f.npy", sp)
+    with pytest.raises(CollectError, match=r"has shape \(4, 1, 4, 4\)"):
+        collect(np.ascontiguousarray(rec.transpose(1, 2, 0, 3)), sp)
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(lay.shape, dtype=torch.int64)
+    with pytest.raises(CollectError, match="not contiguous"):
+        collect(t.transpose(0, 1), sp)
+
+
+def test_placement_fields_are_checked_against_the_spec_and_the_arch():
+    sp = spec3(grid=4)
+    ticks = [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 4]
+    bad = {
+        "reserved bit": signed(S.pack_placement(1, 0) | (1 << 63)),
+        "cta past the grid": S.pack_placement(4, 0),
+        "xcc past 8": S.pack_placement(1, 0, xcc=9),
+        "wave past 16": S.pack_placement(1, 17),
+    }
+    for what, word in bad.items():
+        buf = full_buffer(sp)
+        put(buf, sp, stage="act", task=0, ticks=ticks, placement=word)
+        assert summary(collect(buf, sp)) == {"bad_placement": 1}, what
+    nv = spec3(arch="sm_90")
+    buf = full_buffer(nv)
+    put(buf, nv, stage="act", task=0, ticks=ticks, placement=S.pack_placement(0, 0, hw=0xFFFF))
+    assert summary(collect(buf, nv)) == {"bad_placement": 1}  # an SM id no GPU has (was -1)
+    put(buf, nv, stage="act", task=0, ticks=ticks, placement=S.pack_placement(0, 0, hw=131))
+    assert collect(buf, nv, strict=True).tasks["sm"].to_pylist()[-1] == 131
+
+
+def test_ticks_too_far_apart_for_exact_ns_are_refused_not_wrapped():
+    sp = spec3(launches=2)
+    buf = full_buffer(sp)
+    far = T0 + (1 << 60)  # launch 1 a few thousand years later: (tick - origin) * 10 wraps int64
+    for task in range(2):
+        put(buf, sp, stage="norm", task=task, launch=1, ticks=[far + k for k in range(5)], cta=task)
+    with pytest.raises(CollectError, match=r"span .* ticks.*2\*\*53 ns.*reset it"):
+        collect(buf, sp)
+    near = T0 + (1 << 40)  # 3 hours later: exact
+    for task in range(2):
+        put(buf, sp, stage="norm", task=task, launch=1, ticks=[near + k for k in range(5)], cta=task)
+    tr = collect(buf, sp)
+    got = tr.tasks.filter(pc.equal(tr.tasks["launch"], 1))["start_ns"].to_pylist()
+    assert got == [(1 << 40) * 10, ((1 << 40) + 0) * 10]
+
+
+def test_a_rate_that_does_not_divide_1ghz_is_exact():
+    clock = S.Clock("odd", 3_000_000_007)
+    ticks = np.array([0, 1, 3_000_000_007, 2**53 // 3, S.max_span_ticks(clock)], np.int64)
+    want = [t * 10**9 // clock.hz for t in ticks.tolist()]
+    assert S.ticks_to_ns(ticks, clock).tolist() == want
+    with pytest.raises(S.SpanError):
+        S.ticks_to_ns(np.array([S.max_span_ticks(clock) + 1]), clock)
+    with pytest.raises(S.SpanError):
+        S.ticks_to_ns(np.array([-1]), clock)
+
+
+def test_options_from_users_are_checked():
+    sp = spec3(launches=2)
+    buf = full_buffer(sp)
+    for gap in (float("nan"), float("inf"), -1.0, "x"):
+        with pytest.raises(CollectError, match="window_gap_ms"):
+            collect(buf, sp, window_gap_ms=gap)
+    for windows in ([(0, 1)], [(0, 1)] * 3, [(5, 1), (0, 1)], [(0.5, 1), (0, 1)], [("a", 1), (0, 1)], [1, 2]):
+        with pytest.raises(CollectError, match="windows"):
+            collect(buf, sp, windows=windows)
+    with pytest.raises(CollectError, match="Spec"):
+        collect(buf, {"kernel": "k"})
+
+
+def test_files_that_are_not_buffers_are_refused(tmp_path):
+    import os
+    import stat as st_
+    sp = spec3()
+    with pytest.raises(CollectError, match="is a folder"):
+        collect(tmp_path, sp)
+    fifo = tmp_path / "pipe.bin"
+    os.mkfifo(fifo)
+    with pytest.raises(CollectError, match="not a regular file"):
+        collect(fifo, sp)  # would block forever in open()
+    assert st_.S_ISCHR(os.stat("/dev/zero").st_mode)
+    with pytest.raises(CollectError, match="not a regular file"):
+        collect("/dev/zero", sp)
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(CollectError, match="not a readable .npy"):
+        collect(tmp_path / "obj.npy", sp)
+    np.save(tmp_path / "t.npy", full_buffer(sp))
+    data = (tmp_path / "t.npy").read_bytes()
+    (tmp_path / "trunc.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CollectError, match="not a readable .npy"):
+        collect(tmp_path / "trunc.npy", sp)
+    (tmp_path / "garbage.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    with pytest.raises(CollectError, match="not a readable .npy"):
+        collect(tmp_path / "garbage.npy", sp)
 
 
 def test_wrong_dtype_is_an_error():
@@ -209,7 +347,7 @@ def test_wrong_dtype_is_an_error():
 def test_inputs_npy_bin_torch(tmp_path):
     sp = spec3()
     buf = full_buffer(sp)
-    np.save(tmp_path / "b.npy", buf.reshape(sp.layout.shape))
+    np.save(tmp_path / "b.npy", buf)
     buf.tofile(tmp_path / "b.bin")
     ref = collect(buf, sp).tasks
     assert collect(tmp_path / "b.npy", sp).tasks.equals(ref)
@@ -278,22 +416,65 @@ def test_clean_records_round_trip_exactly(sp, data):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sp=specs(), data=st.data())
 def test_every_stamp_is_in_a_row_or_an_anomaly(sp, data):
-    """Garbage in (random words, negative ticks, stale rows, zeros, extra words):
-    every nonzero tick word is either in the tasks table or counted as dropped."""
+    """Garbage in (random words, negative ticks, stale rows, zeros, bad placement
+    words of every kind, device drop counts): every nonzero tick word is either in
+    the tasks table or counted in an anomaly, and so is every stamp the device
+    dropped."""
     lay = sp.layout
-    extra = data.draw(st.integers(0, 5))
-    words = lay.words + extra
     vals = data.draw(st.lists(
         st.one_of(st.just(0), st.integers(-10, 10**12), st.integers(1, 2000),
-                  st.sampled_from([S.pack_placement(1, 0), (5 << 60)])),
-        min_size=words, max_size=words))
-    buf = np.array(vals, dtype=np.int64)
-    tr = collect(buf, sp)
+                  st.sampled_from([S.pack_placement(1, 0), (5 << 60), S.pack_placement(3, 40, hw=1 << 20),
+                                   signed(S.pack_placement(1, 0) | (1 << 63)), S.pack_placement(0, 0, xcc=12)])),
+        min_size=lay.record_words, max_size=lay.record_words))
+    trailer = data.draw(st.lists(st.integers(0, 50), min_size=lay.trailer, max_size=lay.trailer))
+    buf = np.array(vals + trailer, dtype=np.int64)
+    try:
+        tr = collect(buf, sp)
+    except CollectError as e:  # the one refusal garbage can earn: ticks no exact axis holds
+        assert "2**53 ns" in str(e)
+        return
     got, want = stamps_accounted(tr, buf, sp)
     assert got == want
     # no interval ever runs backwards
     d = tr.intervals.column("duration_ns").to_numpy()
     assert (d >= 0).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(sp=specs(), data=st.data())
+def test_times_are_exact_integer_arithmetic_or_refused(sp, data):
+    """Ticks anywhere in int64's positive range: the buffer is refused, or every ns
+    equals (tick - origin) * 1e9 // hz computed in Python integers."""
+    lay = sp.layout
+    buf = empty(sp)
+    ticks = {}
+    for launch in range(lay.launches):
+        t0 = data.draw(st.integers(1, 2**62))
+        ticks[launch] = [t0 + k for k in range(len(sp.phases))]
+        put(buf, sp, stage=0, task=0, launch=launch, ticks=ticks[launch])
+    try:
+        tr = collect(buf, sp)
+    except CollectError as e:
+        assert "2**53 ns" in str(e)
+        flat = [x for v in ticks.values() for x in v]
+        assert max(flat) - min(flat) > S.max_span_ticks(sp.clock)
+        return
+    origin = min(x for v in ticks.values() for x in v)
+    t = tr.tasks.to_pydict()
+    for i in range(len(t["launch"])):
+        for j, p in enumerate(sp.phases):
+            want = (ticks[t["launch"][i]][j] - origin) * 10**9 // sp.clock.hz
+            assert t[f"{p}_ns"][i] == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(sp=specs(), n=st.integers(0, 400))
+def test_any_other_size_is_refused(sp, n):
+    lay = sp.layout
+    if n in (lay.words, lay.record_words):
+        return
+    with pytest.raises(CollectError, match=f"has shape \\({n},\\) but spec"):
+        collect(np.zeros(n, np.int64), sp)
 
 
 # -- trace files -----------------------------------------------------------------------
@@ -336,7 +517,7 @@ def test_metadata_holds_spec_anomalies_and_version(tmp_path):
     meta = pa.ipc.open_file(str(tmp_path / "t.arrow")).schema.metadata
     assert json.loads(meta[S.META_SPEC])["stages"] == [["norm", 2], ["gemv", 3], ["act", 1]]
     assert json.loads(meta[S.META_ANOMALIES])[0]["kind"] == "unwritten"
-    assert meta[S.META_LAYOUT] == b"1"
+    assert meta[S.META_LAYOUT] == b"2"
 
 
 # -- merge --------------------------------------------------------------------------------
@@ -346,7 +527,7 @@ def test_merge_same_rank_launches_share_one_clock():
     b = full_buffer(sp)
     b[b != 0] += 0  # placement words stay; shift ticks of b by 10_000 ticks
     lay = sp.layout
-    rec = b.reshape(-1, lay.cols)
+    rec = b[: lay.record_words].reshape(-1, lay.cols)
     rec[:, 1:6][rec[:, 1:6] != 0] += 10_000
     m = merge([collect(a, sp), collect(b, sp)])
     assert m.launches == [0, 1]
@@ -359,7 +540,7 @@ def test_merge_ranks_aligned_on_a_stage():
     sp0, sp1 = spec3(rank=0, world=2), spec3(rank=1, world=2)
     a = full_buffer(sp0)
     b = full_buffer(sp1, step=20)  # rank 1: slower phases, its own epoch
-    rec = b.reshape(-1, sp1.layout.cols)
+    rec = b[: sp1.layout.record_words].reshape(-1, sp1.layout.cols)
     rec[:, 1:6][rec[:, 1:6] != 0] += 777_777
     m = merge([collect(a, sp0), collect(b, sp1)], align="gemv:hint")
     t = m.tasks.filter(pc.equal(m.tasks["stage"].cast(pa.string()), "gemv"))

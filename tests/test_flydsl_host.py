@@ -76,8 +76,8 @@ def test_spec_checks():
     assert huge.layout.nbytes >= F.MAX_BYTES
     with pytest.raises(F.InstrumentError, match="stamp buffer.*fewer launch slots"):
         F.check_spec(huge)
-    with pytest.raises(F.InstrumentError, match="CTA numbers"):
-        F.check_spec(SPEC.replace(grid=S.MAX_CTA + 2))
+    with pytest.raises(S.SpecError, match="grid must be"):  # the Spec refuses it before any build
+        SPEC.replace(grid=S.MAX_CTA + 2)
     assert F.check_spec(SPEC) == SPEC.layout
 
 
@@ -145,7 +145,9 @@ def test_buffer_round_trip_into_a_trace():
 
     G, base = 64, {"norm": 0, "up": 4, "down": 68}
     buf = alloc(SPEC, "cpu")
-    assert tuple(buf.tensor.shape) == SPEC.layout.shape and buf.tensor.dtype == torch.int64
+    assert tuple(buf.tensor.shape) == (SPEC.layout.words,) and buf.tensor.dtype == torch.int64
+    assert tuple(buf.records.shape) == SPEC.layout.shape
+    assert buf.records.data_ptr() == buf.tensor.data_ptr()  # a view: the kernel's pointer
     assert buf.address(False) == 0 and buf.address(True) == buf.tensor.data_ptr() != 0
     with pytest.raises(BufferError, match="no slot"):
         buf.launch_slot(2)

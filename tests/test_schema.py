@@ -19,7 +19,8 @@ def test_layout_shape_and_first_rows():
     assert lay.rows == 10
     assert lay.cols == 6  # placement + 5 phases, already even
     assert lay.shape == (2, 10, 4, 6)
-    assert lay.words == 2 * 10 * 4 * 6
+    assert lay.record_words == 2 * 10 * 4 * 6
+    assert lay.trailer == 4 and lay.words == lay.record_words + 4  # 3 drop counters, padded to even
     # an odd phase count pads to an even record: 16-byte aligned records
     assert spec_of(phases=("s", "e")).layout.cols == 4
     assert spec_of(phases=("s", "m", "e")).layout.cols == 4

@@ -2,15 +2,26 @@
 plus its spec -> a ``Trace`` of Arrow tables and an anomaly report.
 
 Contract: every stamp (nonzero tick word) of the buffer ends up either in a row of
-the ``tasks`` table or in the ``stamps`` count of an anomaly; nothing that looks
-like a timeline is drawn from a record the collector cannot vouch for. All work is
-columnar numpy over the whole buffer; there is no per-row Python loop.
+the ``tasks`` table or in the ``stamps`` count of an anomaly, and every stamp the
+device dropped is counted too; nothing that looks like a timeline is drawn from a
+record the collector cannot vouch for. A buffer whose shape, order or size is not
+exactly the spec's is refused, never guessed at. All work is columnar numpy over
+the whole buffer; there is no per-row Python loop.
+
+The steps, each a function below: read the buffer (``_read``), cut it into records
+and trailer by the layout (``_cut``), then per record decide unwritten / impossible
+/ bad placement / outside the launch window (``_screen``), flag the rows kept
+(``_flag``), and build the tasks table (``_tasks_table``). One ``_Anomalies``
+accumulator collects what each step could not vouch for.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -25,25 +36,54 @@ class CollectError(ValueError):
     """A buffer that cannot be decoded against its spec, or (strict) one with anomalies."""
 
 
-def _to_numpy(buffer) -> np.ndarray:
-    """The buffer as a flat int64 numpy array. Accepts a torch tensor (any device;
-    copied to host), a numpy array, or a path to a ``.npy`` or raw ``.bin`` file
-    of little-endian int64 words."""
+# -- reading ------------------------------------------------------------------------
+def _open_regular(path: Path) -> Path:
+    """``path`` if it names a regular file; a ``CollectError`` for anything else (a
+    folder, a FIFO or a device would hang or stream forever)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise CollectError(f"stamp buffer file {str(path)!r} does not exist") from None
+    except OSError as e:
+        raise CollectError(f"stamp buffer file {str(path)!r} cannot be read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
+        raise CollectError(f"stamp buffer {str(path)!r} is {what}; give the .npy or .bin file the "
+                           "buffer was saved to")
+    return path
+
+
+def _load_file(path: Path) -> np.ndarray:
+    """A ``.npy`` (no pickles) or raw ``.bin`` of little-endian int64 words."""
+    _open_regular(path)
+    if path.suffix == ".npy":
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as e:
+            raise CollectError(
+                f"{str(path)!r} is not a readable .npy array of int64 words ({e}); save the buffer "
+                "with numpy.save(path, tensor.cpu().numpy())") from None
+    size = path.stat().st_size
+    if size % 8:
+        raise CollectError(
+            f"{str(path)!r}: {size} bytes is not a whole number of int64 words; a raw stamp "
+            "buffer is the kernel's int64 words as written (tensor.cpu().numpy().tofile())")
+    return np.fromfile(path, dtype="<i8")
+
+
+def _read(buffer) -> np.ndarray:
+    """The buffer as an int64 numpy array with its own shape, in C order. Accepts a
+    torch tensor (any device; copied to host), a numpy array, or a path. A view in
+    another order (transposed, strided) is refused: its words are not where the
+    kernel wrote them."""
     if isinstance(buffer, (str, os.PathLike)):
-        path = Path(buffer)
-        if not path.exists():
-            raise CollectError(f"stamp buffer file {str(path)!r} does not exist")
-        if path.suffix == ".npy":
-            arr = np.load(path, allow_pickle=False)
-        else:
-            size = path.stat().st_size
-            if size % 8:
-                raise CollectError(
-                    f"{path}: {size} bytes is not a whole number of int64 words; a raw stamp "
-                    "buffer is the kernel's int64 words as written (tensor.cpu().numpy().tofile())"
-                )
-            arr = np.fromfile(path, dtype="<i8")
+        arr = _load_file(Path(buffer))
     elif hasattr(buffer, "detach") and hasattr(buffer, "cpu"):  # torch, without importing it
+        if not buffer.is_contiguous():
+            raise CollectError(
+                f"stamp buffer tensor of shape {tuple(buffer.shape)} with strides {buffer.stride()} "
+                "is not contiguous: pass the tensor the kernel wrote (instrument.alloc(spec).tensor), "
+                "not a transposed or sliced view")
         arr = buffer.detach().cpu().numpy()
     else:
         arr = np.asarray(buffer)
@@ -52,29 +92,166 @@ def _to_numpy(buffer) -> np.ndarray:
     if arr.dtype != np.int64:
         raise CollectError(
             f"stamp buffer has dtype {arr.dtype}; the kernel writes int64 words. Allocate it "
-            "with instrument.alloc(spec) (torch.int64) or pass the words viewed as int64"
-        )
-    return np.ascontiguousarray(arr).reshape(-1)
+            "with instrument.alloc(spec) (torch.int64) or pass the words viewed as int64")
+    if arr.size and not arr.flags.c_contiguous:
+        raise CollectError(
+            f"stamp buffer of shape {arr.shape} is not in C order (a transposed or strided view, "
+            "or a Fortran-order .npy): pass the words in the order the kernel wrote them")
+    return arr
 
 
-def no_hugepage_madvise() -> bool:
-    """Stop numpy from asking the kernel for transparent huge pages on large arrays.
+class _Cut(NamedTuple):
+    """A buffer cut by its layout: ``records`` ``(n, cols)``, the ``trailer`` (None
+    for a layout-1 buffer, which has none) and the layout version its placement
+    words must carry."""
 
-    Where THP defrag is ``madvise`` (Debian's default), numpy's madvise can make a
-    process's first large allocations stall in page compaction. bench/collect.py,
-    10 M stamps, four runs on the 2-core VM: the first decode in a fresh process took
-    0.49-1.04 s without it against 0.68-1.28 s with it (faster in three runs of four),
-    while later decodes in the same process were slower without it (20-36 against
-    36-58 M stamps/s). So only the ``timeline`` command calls it: it decodes once per
-    process. Process-wide, so the library never calls it. Returns whether it could."""
+    records: np.ndarray
+    trailer: np.ndarray | None
+    version: int
+
+
+def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
+    """A ``(n_tasks, 8)`` tensor: the GLM-5 layer's own timeline build."""
+    tasks = sum(c for _, c in spec.stages)
+    return arr.ndim == 2 and arr.shape[1] == 8 and arr.shape[0] == tasks
+
+
+def _cut(arr: np.ndarray, spec: S.Spec) -> _Cut:
+    """Records and trailer of a buffer of exactly the spec's size, flat or in the
+    records' shape; a ``CollectError`` naming both shapes for anything else."""
+    lay = spec.layout
+    if arr.shape == (lay.words,):
+        return _Cut(arr[: lay.record_words].reshape(-1, lay.cols), arr[lay.record_words:], S.LAYOUT_VERSION)
+    if arr.shape in ((lay.record_words,), lay.shape):  # layout 1: records, no trailer
+        return _Cut(arr.reshape(-1, lay.cols), None, 1)
+    hint = ""
+    if _looks_legacy(arr, spec):
+        hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "
+                "`timeline import-legacy` instead.")
+    raise CollectError(
+        f"stamp buffer has shape {arr.shape} but spec {spec.kernel!r} needs ({lay.words},) "
+        f"(records {lay.shape} = launches x rows x waves x cols, then {lay.trailer} trailer words), "
+        f"or a layout-1 buffer of the records alone, {lay.shape}. Allocate it with "
+        f"instrument.alloc(spec), or pass the spec the kernel was built with.{hint}")
+
+
+def _options(spec, window_gap_ms, windows):
+    """Check the options that come from users: a finite, non-negative gap and one
+    ``(lo, hi)`` integer pair per launch slot."""
+    if not isinstance(spec, S.Spec):
+        raise CollectError(f"collect needs a timeline.schema.Spec, got {type(spec).__name__}")
     try:
-        np._core.multiarray._set_madvise_hugepage(False)
-    except AttributeError:  # pragma: no cover - numpy < 2 keeps it in np.core
-        try:
-            np.core.multiarray._set_madvise_hugepage(False)
-        except AttributeError:
-            return False
-    return True
+        gap = float(window_gap_ms)
+    except (TypeError, ValueError):
+        raise CollectError(f"window_gap_ms must be a number of milliseconds; got {window_gap_ms!r}") from None
+    if not math.isfinite(gap) or gap < 0:
+        raise CollectError(f"window_gap_ms must be a finite number >= 0 ms; got {window_gap_ms!r}")
+    if windows is None:
+        return gap, None
+    try:
+        pairs = [(int(lo), int(hi)) for lo, hi in windows]
+        exact = all(float(lo) == a and float(hi) == b for (lo, hi), (a, b) in zip(windows, pairs))
+    except (TypeError, ValueError, OverflowError):
+        raise CollectError("windows must be one (lo_tick, hi_tick) pair of integers per launch slot") from None
+    if len(pairs) != spec.launches or not exact or any(lo > hi for lo, hi in pairs):
+        raise CollectError(
+            f"windows must be {spec.launches} (lo_tick, hi_tick) integer pairs with lo <= hi, one per "
+            f"launch slot of spec {spec.kernel!r}; got {len(pairs)}")
+    return gap, pairs
+
+
+# -- anomalies ------------------------------------------------------------------------
+class _Anomalies:
+    """The report being built: one line per (kind, launch, stage, phase)."""
+
+    def __init__(self, spec: S.Spec, launch_of: np.ndarray, stage_of: np.ndarray):
+        self.spec, self.launch_of, self.stage_of = spec, launch_of, stage_of
+        self.rows = []
+        self._key = None
+
+    def add(self, kind, count, stamps=0, *, launch=-1, stage="", phase=""):
+        self.rows.append((self.spec.rank, kind, launch, stage, phase, int(count), int(stamps)))
+
+    def per_stage(self, kind, mask, stamps=None, phase=""):
+        """One line per (launch, stage) where ``mask`` holds; ``stamps``: per record."""
+        if not mask.any():
+            return
+        nst = len(self.spec.stages)
+        if self._key is None:
+            self._key = self.launch_of.astype(np.int64) * nst + self.stage_of
+        size = self.spec.launches * nst
+        cnt = np.bincount(self._key[mask], minlength=size)
+        st = (np.bincount(self._key[mask], weights=stamps[mask], minlength=size)
+              if stamps is not None else np.zeros_like(cnt))
+        for key in np.flatnonzero(cnt):
+            self.add(kind, cnt[key], st[key], launch=int(key // nst),
+                     stage=self.spec.stages[key % nst][0], phase=phase)
+
+
+def _layout_anomalies(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> None:
+    """Writes outside the record fields: padding columns, the device's drop counters
+    and the trailer's padding."""
+    lay, P = spec.layout, len(spec.phases)
+    if lay.cols > 1 + P:
+        pad_nz = int(np.count_nonzero(cut.records[:, 1 + P:]))
+        if pad_nz:
+            acc.add("overflow", pad_nz, pad_nz, phase="padding")
+    if cut.trailer is None:
+        return
+    counters = cut.trailer[: len(spec.stages)]
+    for s in np.flatnonzero(counters):
+        n = int(counters[s])
+        if n < 0:
+            raise CollectError(
+                f"stamp buffer of {spec.kernel!r}: stage {spec.stages[s][0]!r}'s drop counter reads {n}; "
+                "the trailer was overwritten, so nothing in this buffer can be vouched for: reset the "
+                "buffer (instrument StampBuffer.reset()) and capture again")
+        acc.add("dropped", n, n, stage=spec.stages[s][0])
+    pad_nz = int(np.count_nonzero(cut.trailer[len(spec.stages):]))
+    if pad_nz:
+        acc.add("overflow", pad_nz, pad_nz, phase="trailer")
+
+
+# -- per record ---------------------------------------------------------------------------
+class _Records(NamedTuple):
+    """Columns of every record: ``place`` and ``ticks`` (one array per phase, each
+    contiguous), ``written`` per phase, ``nw`` (phases written), ``lo`` / ``hi``
+    (earliest written and latest tick)."""
+
+    place: np.ndarray
+    ticks: list
+    written: list
+    nw: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @property
+    def full(self) -> np.ndarray:
+        return self.nw == len(self.ticks)
+
+
+def _columns(records: np.ndarray, P: int) -> _Records:
+    # one transposing copy: every column contiguous (column-wise ops beat axis=1
+    # reductions over P ~ 5, and Arrow takes contiguous columns without a copy)
+    cols_t = np.ascontiguousarray(records[:, : 1 + P].T)
+    ticks = [cols_t[1 + j] for j in range(P)]
+    written = [t != 0 for t in ticks]
+    nw = np.zeros(records.shape[0], dtype=np.int8)
+    hi, lo = ticks[0].copy(), None
+    for w in written:
+        nw += w
+    for t in ticks[1:]:
+        np.maximum(hi, t, out=hi)
+    if (nw == P).all():
+        lo = ticks[0].copy()
+        for t in ticks[1:]:
+            np.minimum(lo, t, out=lo)
+    else:
+        big = np.iinfo(np.int64).max
+        lo = np.where(written[0], ticks[0], big)
+        for w, t in zip(written[1:], ticks[1:]):
+            np.minimum(lo, np.where(w, t, big), out=lo)
+    return _Records(cols_t[S.PLACEMENT_COL], ticks, written, nw, lo, hi)
 
 
 def _cluster_window(ticks: np.ndarray, gap: int):
@@ -87,6 +264,164 @@ def _cluster_window(ticks: np.ndarray, gap: int):
     sizes = np.diff(bounds)
     k = int(np.argmax(sizes))
     return int(t[bounds[k]]), int(t[bounds[k + 1] - 1])
+
+
+def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
+    """Records kept so far whose ticks leave their launch's window: the explicit
+    ``windows``, or the largest cluster of the launch's ticks with no gap over
+    ``gap_ms``. None when there is none."""
+    lay = spec.layout
+    gap = max(1, int(gap_ms * 1e-3 * spec.clock.hz))
+    per_launch = lay.rows * lay.waves
+    outside = None
+    for launch in range(lay.launches):
+        sl = slice(launch * per_launch, (launch + 1) * per_launch)
+        sel = keep[sl]
+        if not sel.any():
+            continue
+        if windows is not None:
+            lo, hi = windows[launch]
+        else:
+            lo, hi = int(rec.lo[sl][sel].min()), int(rec.hi[sl][sel].max())
+            if hi - lo <= gap:
+                continue
+            lt = np.concatenate([t[sl][sel] for t in rec.ticks])
+            lo, hi = _cluster_window(lt[lt != 0], gap)
+        out = sel & ((rec.lo[sl] < lo) | (rec.hi[sl] > hi))
+        if out.any():
+            if outside is None:
+                outside = np.zeros(len(keep), dtype=bool)
+            outside[sl] |= out
+    return outside
+
+
+def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: _Anomalies, gap_ms, windows) -> np.ndarray:
+    """Which records become rows: written, no negative tick, a valid placement word
+    (or none), inside their launch's window. The rest are counted."""
+    has = rec.nw > 0
+    acc.per_stage("unwritten", ~has)
+    keep = has.copy()
+    bad_tick = has & (rec.lo < 0)
+    acc.per_stage("impossible_tick", bad_tick, rec.nw)
+    keep &= ~bad_tick
+    bad_place = keep & S.bad_placement(rec.place, spec.arch, spec.grid, cut.version)
+    acc.per_stage("bad_placement", bad_place, rec.nw)
+    keep &= ~bad_place
+    outside = _outside_windows(rec, keep, spec, gap_ms, windows)
+    if outside is not None:
+        acc.per_stage("outside_window", outside, rec.nw)
+        keep &= ~outside
+    return keep
+
+
+def _flag(rec: _Records, keep, spec: S.Spec, acc: _Anomalies, wave_of) -> np.ndarray:
+    """The ``flags`` column of every record kept: missing and backwards phases, no
+    placement, placement of another wave's record."""
+    flags = np.zeros(len(keep), dtype=np.int32)
+    full = rec.full
+    if not full[keep].all():
+        for j, w in enumerate(rec.written):
+            miss = keep & ~w
+            if miss.any():
+                flags[miss] |= S.Flag.MISSING_PHASE
+                acc.per_stage("missing_phase", miss, phase=spec.phases[j])
+    ff = rec.ticks if full.all() else S.inherit_missing(rec.ticks, 0)
+    for j in range(1, len(spec.phases)):
+        back = keep & rec.written[j] & (ff[j] < ff[j - 1]) & (ff[j - 1] != 0)
+        if back.any():
+            flags[back] |= S.Flag.BACKWARDS
+            acc.per_stage("backwards", back, phase=spec.phases[j])
+    no_place = keep & (rec.place == 0)
+    if no_place.any():
+        flags[no_place] |= S.Flag.NO_PLACEMENT
+        acc.per_stage("no_placement", no_place)
+    if spec.waves > 1:
+        wave_field = S.PLACEMENT_HI_FIELDS[1]
+        pw = (rec.place >> (32 + wave_field.lo)) & ((1 << wave_field.width) - 1)
+        mis = keep & ~no_place & (pw != wave_of)
+        if mis.any():
+            flags[mis] |= S.Flag.MISPLACED
+            acc.per_stage("misplaced", mis)
+    return flags
+
+
+# -- the tasks table ---------------------------------------------------------------------
+def _coords(spec: S.Spec):
+    """(launch, stage, task, wave) of every record, by broadcasting."""
+    lay = spec.layout
+    counts = np.array(lay.counts, dtype=np.int64)
+    stage_of_row = np.repeat(np.arange(len(counts), dtype=np.int16), counts)
+    task_of_row = (np.arange(lay.rows, dtype=np.int32)
+                   - np.repeat(np.array(lay.first, dtype=np.int32), counts))
+    shape3 = (lay.launches, lay.rows, lay.waves)
+
+    def coord(values, axis, dtype):
+        view = [1, 1, 1]
+        view[axis] = -1
+        return np.broadcast_to(np.asarray(values, dtype).reshape(view), shape3).reshape(-1)
+
+    return (coord(np.arange(lay.launches), 0, np.int32), coord(stage_of_row, 1, np.int16),
+            coord(task_of_row, 1, np.int32), coord(np.arange(lay.waves), 2, np.int16))
+
+
+def _origin_and_span(rec: _Records, k, spec: S.Spec) -> int:
+    """The trace origin (the kept rows' earliest tick), after checking that every
+    kept tick lies within ``max_span_ticks`` of it: ns past that could not be
+    exact, so the buffer is refused rather than drawn wrapped or rounded."""
+    lo = rec.lo[k]
+    if not lo.size:
+        return 0
+    origin, last = int(lo.min()), int(rec.hi[k].max())
+    limit = S.max_span_ticks(spec.clock)
+    if last - origin > limit:
+        raise CollectError(
+            f"stamp buffer of {spec.kernel!r} (rank {spec.rank}): its kept ticks span {last - origin} "
+            f"ticks ({origin} .. {last}), more than the {limit} ticks of {spec.clock.name} a trace holds "
+            "exactly (2**53 ns); the buffer mixes ticks of unrelated runs or garbage: reset it before "
+            "capturing, or pass windows=[(lo, hi), ...] per launch (CLI: --window-gap-ms)")
+    return origin
+
+
+def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec):
+    """The ``tasks`` table of the kept records and the origin tick."""
+    launch_of, stage_of, task_of, wave_of = coords
+    all_kept = bool(keep.all())
+    k = slice(None) if all_kept else np.flatnonzero(keep)
+    kplace = rec.place[k]
+    types = S.tasks_schema(spec.phases)
+    fields = S.unpack_placement(kplace, spec.arch, {
+        name: types.field(name).type.to_pandas_dtype() for name in S.PLACEMENT_COLUMNS})
+    pmiss = kplace == 0
+    any_pmiss = bool(pmiss.any())
+    nkeep = len(kplace)
+    origin = _origin_and_span(rec, k, spec)
+
+    def placed(name, dtype):
+        if name not in fields:
+            return pa.nulls(nkeep, pa.from_numpy_dtype(dtype))
+        v = fields[name].astype(dtype, copy=False)
+        return pa.array(v, mask=pmiss) if any_pmiss else pa.array(v)
+
+    stage_dict = pa.DictionaryArray.from_arrays(
+        pa.array(stage_of[k].astype(np.int32)), pa.array(list(spec.stage_names), pa.string()))
+    cols = {"rank": pa.array(np.full(nkeep, spec.rank, np.int16)), "launch": pa.array(launch_of[k]),
+            "stage": stage_dict, "stage_index": pa.array(stage_of[k]), "task": pa.array(task_of[k]),
+            "slot_wave": pa.array(wave_of[k])}
+    for name in S.PLACEMENT_COLUMNS:
+        cols[name] = placed(name, types.field(name).type.to_pandas_dtype())
+    cols["placement"] = pa.array(kplace)
+    cols["flags"] = pa.array(flags[k])
+    kt = [t[k] for t in rec.ticks]
+    for j, p in enumerate(spec.phases):
+        w = rec.written[j][k]
+        ns = kt[j] - origin
+        if not w.all():
+            ns[~w] = 0  # unwritten: null in the table, 0 for the arithmetic
+        ns = S.ticks_to_ns(ns, spec.clock, inplace=True)
+        cols[f"{p}_ns"] = pa.array(ns) if w.all() else pa.array(ns, mask=~w)
+    for j, p in enumerate(spec.phases):
+        cols[f"{p}_tick"] = pa.array(kt[j])
+    return pa.table(cols, schema=types), origin
 
 
 def collect(
@@ -105,217 +440,34 @@ def collect(
     dropped, e.g. stale rows of an earlier run in a buffer not reset. ``windows``:
     optional explicit ``[(lo_tick, hi_tick)]`` per launch instead. ``strict=True``
     raises ``CollectError`` on any anomaly instead of reporting it."""
-    if not isinstance(spec, S.Spec):
-        raise CollectError(f"collect needs a timeline.schema.Spec, got {type(spec).__name__}")
-    flat = _to_numpy(buffer)
-    lay = spec.layout
-    if flat.size < lay.words:
-        raise CollectError(
-            f"stamp buffer holds {flat.size} int64 words but spec {spec.kernel!r} needs "
-            f"{lay.words} (launches {lay.launches} x rows {lay.rows} x waves {lay.waves} x "
-            f"cols {lay.cols}); was it allocated for another spec? Allocate it with "
-            "instrument.alloc(spec), or pass the spec the kernel was built with"
-        )
-    P = len(spec.phases)
-    nst = len(spec.stages)
-    anomalies = []  # (rank, kind, launch, stage, phase, count, stamps)
-
-    # -- words outside the layout ------------------------------------------------
-    extra = flat[lay.words:]
-    if extra.size:
-        nz = int(np.count_nonzero(extra))
-        anomalies.append((spec.rank, "size_mismatch", -1, "", "", int(extra.size), 0))
-        if nz:
-            anomalies.append((spec.rank, "overflow", -1, "", "past_end", nz, nz))
-    recs = flat[: lay.words].reshape(-1, lay.cols)
-    if lay.cols > 1 + P:
-        pad_nz = int(np.count_nonzero(recs[:, 1 + P:]))
-        if pad_nz:
-            anomalies.append((spec.rank, "overflow", -1, "", "padding", pad_nz, pad_nz))
-
-    # one transposing copy: every column contiguous (column-wise ops beat axis=1
-    # reductions over P ~ 5, and Arrow takes contiguous columns without a copy)
-    cols_t = np.ascontiguousarray(recs[:, : 1 + P].T)
-    place = cols_t[S.PLACEMENT_COL]
-    tcol = [cols_t[1 + j] for j in range(P)]
-    n = recs.shape[0]
-
-    # -- record coordinates (launch, row -> stage/task, wave), built by broadcasting --
-    counts = np.array([c for _, c in spec.stages], dtype=np.int64)
-    stage_of_row = np.repeat(np.arange(nst, dtype=np.int16), counts)
-    task_of_row = (np.arange(lay.rows, dtype=np.int32)
-                   - np.repeat(np.array(lay.first, dtype=np.int32), counts))
-    shape3 = (lay.launches, lay.rows, lay.waves)
-
-    def coord(values, axis, dtype):
-        view = [1, 1, 1]
-        view[axis] = -1
-        return np.broadcast_to(np.asarray(values, dtype).reshape(view), shape3).reshape(-1)
-
-    launch_of = coord(np.arange(lay.launches), 0, np.int32)
-    stage_of = coord(stage_of_row, 1, np.int16)
-    wave_of = coord(np.arange(lay.waves), 2, np.int16)
-
-    written = [t != 0 for t in tcol]
-    nw = np.zeros(n, dtype=np.int8)
-    for w in written:
-        nw += w
-    has = nw > 0
-    row_hi = tcol[0].copy()
-    row_min = tcol[0].copy()
-    for t in tcol[1:]:
-        np.maximum(row_hi, t, out=row_hi)
-        np.minimum(row_min, t, out=row_min)
-
-    stage_launch_key = None
-
-    def per_stage(kind, mask, stamps=None, phase=""):
-        """Append one anomaly line per (launch, stage) where ``mask`` holds."""
-        nonlocal stage_launch_key
-        if not mask.any():
-            return
-        if stage_launch_key is None:
-            stage_launch_key = launch_of.astype(np.int64) * nst + stage_of
-        cnt = np.bincount(stage_launch_key[mask], minlength=lay.launches * nst)
-        st = (np.bincount(stage_launch_key[mask], weights=stamps[mask], minlength=lay.launches * nst)
-              if stamps is not None else np.zeros_like(cnt))
-        for key in np.flatnonzero(cnt):
-            anomalies.append((spec.rank, kind, int(key // nst), spec.stages[key % nst][0], phase,
-                              int(cnt[key]), int(st[key])))
-
-    per_stage("unwritten", ~has)
-    keep = has.copy()
-
-    bad_tick = has & (row_min < 0)
-    per_stage("impossible_tick", bad_tick, nw)
-    keep &= ~bad_tick
-
-    version_field = S.PLACEMENT_HI_FIELDS[-1]
-    version = (place >> (32 + version_field.lo)) & ((1 << version_field.width) - 1)
-    bad_place = keep & (place != 0) & (version != S.LAYOUT_VERSION)
-    per_stage("bad_placement", bad_place, nw)
-    keep &= ~bad_place
-
-    # -- launch windows -----------------------------------------------------------
-    gap = max(1, int(window_gap_ms * 1e-3 * spec.clock.hz))
-    full = nw == P
-    if full.all():
-        row_lo = row_min  # every tick written: the smallest is the smallest nonzero
-    else:
-        big = np.iinfo(np.int64).max
-        row_lo = np.where(written[0], tcol[0], big)
-        for w, t in zip(written[1:], tcol[1:]):
-            np.minimum(row_lo, np.where(w, t, big), out=row_lo)
-    outside = None
-    per_launch = lay.rows * lay.waves
-    for launch in range(lay.launches):
-        sl = slice(launch * per_launch, (launch + 1) * per_launch)
-        sel = keep[sl]
-        if not sel.any():
-            continue
-        if windows is not None:
-            lo, hi = (int(v) for v in windows[launch])
-        else:
-            lo, hi = int(row_lo[sl][sel].min()), int(row_hi[sl][sel].max())
-            if hi - lo <= gap:
-                continue
-            lt = np.concatenate([t[sl][sel] for t in tcol])
-            lo, hi = _cluster_window(lt[lt != 0], gap)
-        out = sel & ((row_lo[sl] < lo) | (row_hi[sl] > hi))
-        if out.any():
-            if outside is None:
-                outside = np.zeros(n, dtype=bool)
-            outside[sl] |= out
-    if outside is not None:
-        per_stage("outside_window", outside, nw)
-        keep &= ~outside
-
-    # -- rows kept: flags --------------------------------------------------------------
-    flags = np.zeros(n, dtype=np.int32)
-    if not full[keep].all():
-        for j, w in enumerate(written):
-            miss = keep & ~w
-            if miss.any():
-                flags[miss] |= S.Flag.MISSING_PHASE
-                per_stage("missing_phase", miss, phase=spec.phases[j])
-
-    # the mono kernels' rule: a missing mark inherits the previous column's value
-    ff = tcol if full.all() else S.inherit_missing(tcol, 0)
-    for j in range(1, P):
-        back = keep & written[j] & (ff[j] < ff[j - 1]) & (ff[j - 1] != 0)
-        if back.any():
-            flags[back] |= S.Flag.BACKWARDS
-            per_stage("backwards", back, phase=spec.phases[j])
-
-    no_place = keep & (place == 0)
-    if no_place.any():
-        flags[no_place] |= S.Flag.NO_PLACEMENT
-        per_stage("no_placement", no_place)
-
-    all_kept = bool(keep.all())
-    k = slice(None) if all_kept else np.flatnonzero(keep)
-    kplace = place[k]
-    types = S.tasks_schema(spec.phases)
-    fields = S.unpack_placement(kplace, spec.arch, {
-        name: types.field(name).type.to_pandas_dtype() for name in S.PLACEMENT_COLUMNS})
-    pmiss = no_place[k]
-    if lay.waves > 1:
-        mis = ~pmiss & (fields["wave"] != wave_of[k])
-        if mis.any():
-            kflags = flags[k]
-            kflags[mis] |= S.Flag.MISPLACED
-            flags[k] = kflags
-            mis_full = np.zeros(n, dtype=bool)
-            mis_full[np.arange(n)[k][mis]] = True
-            per_stage("misplaced", mis_full)
-
-    # -- the tasks table ---------------------------------------------------------------
-    kt = [t[k] for t in tcol]
-    kw = [w[k] for w in written]
-    origin = int(row_lo[k].min()) if kplace.size else 0  # row_lo: each row's earliest tick
-    any_pmiss = bool(pmiss.any())
-    nkeep = len(kplace)
-
-    def placed(name, dtype):
-        if name not in fields:
-            return pa.nulls(nkeep, pa.from_numpy_dtype(dtype))
-        v = fields[name].astype(dtype, copy=False)
-        return pa.array(v, mask=pmiss) if any_pmiss else pa.array(v)
-
-    stage_dict = pa.DictionaryArray.from_arrays(
-        pa.array(stage_of[k].astype(np.int32)), pa.array(list(spec.stage_names), pa.string()))
-    cols = {
-        "rank": pa.array(np.full(nkeep, spec.rank, np.int16)),
-        "launch": pa.array(launch_of[k]),
-        "stage": stage_dict,
-        "stage_index": pa.array(stage_of[k]),
-        "task": pa.array(coord(task_of_row, 1, np.int32)[k]),
-        "slot_wave": pa.array(wave_of[k]),
-        "cta": placed("cta", np.int32),
-        "wave": placed("wave", np.int16),
-        "xcc": placed("xcc", np.int16),
-        "se": placed("se", np.int16),
-        "sh": placed("sh", np.int16),
-        "cu": placed("cu", np.int16),
-        "simd": placed("simd", np.int16),
-        "wave_slot": placed("wave_slot", np.int16),
-        "sm": placed("sm", np.int16),
-        "hw_unit": placed("hw_unit", np.int32),
-        "placement": pa.array(kplace),
-        "flags": pa.array(flags[k]),
-    }
-    for j, p in enumerate(spec.phases):
-        ns = kt[j] - origin
-        ns = S.ticks_to_ns(ns, spec.clock, inplace=True)
-        cols[f"{p}_ns"] = pa.array(ns) if kw[j].all() else pa.array(ns, mask=~kw[j])
-    for j, p in enumerate(spec.phases):
-        cols[f"{p}_tick"] = pa.array(kt[j])
-    tasks = pa.table(cols, schema=S.tasks_schema(spec.phases))
-
-    report = anomalies_table(anomalies)
+    gap_ms, windows = _options(spec, window_gap_ms, windows)
+    cut = _cut(_read(buffer), spec)
+    coords = _coords(spec)
+    acc = _Anomalies(spec, coords[0], coords[1])
+    _layout_anomalies(cut, spec, acc)
+    rec = _columns(cut.records, len(spec.phases))
+    keep = _screen(rec, cut, spec, acc, gap_ms, windows)
+    flags = _flag(rec, keep, spec, acc, coords[3])
+    tasks, origin = _tasks_table(rec, keep, flags, coords, spec)
+    report = anomalies_table(acc.rows)
     if strict and report.num_rows:
         raise CollectError(_strict_message(spec, report))
     return Trace(tasks, [spec], report, origins={spec.rank: origin}, synthetic=synthetic)
+
+
+def no_hugepage_madvise() -> bool:
+    """Stop numpy from asking the kernel for transparent huge pages on large arrays
+    (process-wide). For a process that decodes once: its first large allocations
+    then skip page compaction (bench/results/collect_cpu.txt has both ways).
+    Returns whether it could."""
+    try:
+        np._core.multiarray._set_madvise_hugepage(False)
+    except AttributeError:  # pragma: no cover - numpy < 2 keeps it in np.core
+        try:
+            np.core.multiarray._set_madvise_hugepage(False)
+        except AttributeError:
+            return False
+    return True
 
 
 def _strict_message(spec, report) -> str:

@@ -17,28 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline import schema as S
-from timeline.trace import Trace
+from timeline.trace import Trace, retime
 
 
 class MergeError(ValueError):
     """Traces that cannot share one time axis (other stages or phases, bad alignment)."""
-
-
-def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) -> pa.Table:
-    """Recompute every ``<phase>_ns`` column from the raw ticks: ns = (tick - origin
-    of the row's rank) in ns + offset of that rank; null where the tick is 0."""
-    rank = tasks.column("rank").to_numpy()
-    cols = {}
-    for p in spec_of_rank[next(iter(spec_of_rank))].phases:
-        tick = tasks.column(f"{p}_tick").to_numpy()
-        ns = np.zeros(tick.shape, dtype=np.int64)
-        for r, sp in spec_of_rank.items():
-            m = rank == r
-            ns[m] = S.ticks_to_ns(tick[m] - origins[r], sp.clock) + offsets.get(r, 0)
-        cols[f"{p}_ns"] = pa.array(ns, mask=tick == 0)
-    for name, arr in cols.items():
-        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, arr)
-    return tasks
 
 
 def _align_offsets(tasks: pa.Table, ranks, align: str, phases) -> dict:
@@ -107,11 +90,15 @@ def merge(traces, *, align: str | None = None) -> Trace:
         allt = np.concatenate(mins)
         allt = allt[allt != 0]
         origins[r] = int(allt.min()) if allt.size else 0
-    tasks = retime(tasks, spec_of_rank, origins, {})
-    offsets = {}
-    if align:
-        offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first.phases)
-        tasks = retime(tasks, spec_of_rank, origins, offsets)
+    try:
+        tasks = retime(tasks, spec_of_rank, origins, {})
+        offsets = {}
+        if align:
+            offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first.phases)
+            tasks = retime(tasks, spec_of_rank, origins, offsets)
+    except S.SpanError as e:
+        raise MergeError(f"cannot put these traces on one exact time axis: {e}; merge captures "
+                         "of one run (or convert each with windows=)") from None
     specs = [spec_of_rank[r] for r in sorted(spec_of_rank)]
     return Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
                  synthetic=any(t.synthetic for t in traces))

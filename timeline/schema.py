@@ -8,16 +8,23 @@ both backends (``instrument.flydsl``, ``instrument.triton``) call ``word_offset`
 them with numpy arrays, so a kernel and its decoder cannot disagree. Every function
 that a device helper calls uses only ``+ * << |`` on its arguments for that reason.
 
-Layout version 1 (docs/FORMAT.md has the picture):
+Layout version 2 (docs/FORMAT.md has the picture):
 
-- the buffer is int64, shape ``(launches, rows, waves, cols)``, zeroed before a launch;
+- the buffer is int64: records of shape ``(launches, rows, waves, cols)``, then a
+  trailer of one drop counter per stage (padded to even), zeroed before a launch;
 - ``rows`` is the tasks of all stages, stage after stage: ``row = first[stage] + task``;
 - ``waves`` is how many waves stamp one task (1: the CTA's lead thread only);
 - ``cols`` is one placement word, then one tick per phase, padded to an even count so
   that every record starts 16-byte aligned and the placement word plus the first
   phase's tick go out in one 16-byte store;
 - a tick of 0 means "not written"; a placement word carries a nonzero version nibble,
-  so 0 means "not written" there too.
+  so 0 means "not written" there too;
+- a stamp whose (launch, task) lies outside its stage's slots is not stored: the
+  device adds 1 to that stage's drop counter instead, so an undercounted stage is
+  a counted anomaly, never another stage's rows overwritten.
+
+Layout version 1 (the previous release) is the records alone, no trailer; its
+buffers and trace files still decode.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
+READABLE_LAYOUTS = (1, 2)  # layout versions this release decodes
 FORMAT_NAME = "mono-timeline"
 
 DEFAULT_PHASES = ("start", "hint", "staged", "compute", "end")
@@ -120,8 +128,10 @@ class Spec:
             raise SpecError(f"launches must be at least 1; got {self.launches}")
         if not 0 <= self.rank < max(self.world, 1):
             raise SpecError(f"rank {self.rank} is outside world size {self.world}")
-        if self.clock.hz <= 0:
-            raise SpecError(f"clock rate must be positive; got {self.clock}")
+        if not 0 < self.clock.hz <= MAX_CLOCK_HZ:
+            raise SpecError(f"clock rate must be 1 .. {MAX_CLOCK_HZ} Hz; got {self.clock}")
+        if not 0 <= self.grid <= MAX_CTA + 1:
+            raise SpecError(f"grid must be 0 (unknown) .. {MAX_CTA + 1} CTAs; got {self.grid}")
 
     # -- derived --------------------------------------------------------------
     @property
@@ -185,7 +195,7 @@ class Spec:
     @classmethod
     def from_dict(cls, d: dict) -> "Spec":
         version = d.get("layout_version", LAYOUT_VERSION)
-        if version != LAYOUT_VERSION:
+        if version not in READABLE_LAYOUTS:
             raise SpecError(
                 f"spec is for layout version {version}; this mono-timeline reads version "
                 f"{LAYOUT_VERSION}. Decode it with the mono-timeline release that wrote it."
@@ -200,22 +210,31 @@ class Spec:
 
 
 class Layout(NamedTuple):
-    """The stamp buffer's shape ``(launches, rows, waves, cols)`` and each stage's
-    first row. Build it with ``layout_of(spec)``."""
+    """The stamp buffer: records of shape ``(launches, rows, waves, cols)``, each
+    stage's first row and task count, then ``trailer`` words (one drop counter per
+    stage, padded to even). Build it with ``layout_of(spec)``."""
 
     launches: int
     rows: int
     waves: int
     cols: int
     first: tuple  # first row of each stage, in stage order
+    counts: tuple  # tasks of each stage, in stage order
+    trailer: int  # words after the records: the drop counters
 
     @property
     def shape(self) -> tuple:
+        """Shape of the records (the trailer follows them in a flat buffer)."""
         return (self.launches, self.rows, self.waves, self.cols)
 
     @property
-    def words(self) -> int:
+    def record_words(self) -> int:
         return self.launches * self.rows * self.waves * self.cols
+
+    @property
+    def words(self) -> int:
+        """The whole buffer: records and trailer."""
+        return self.record_words + self.trailer
 
     @property
     def nbytes(self) -> int:
@@ -224,14 +243,17 @@ class Layout(NamedTuple):
 
 def layout_of(spec: Spec) -> Layout:
     """The buffer layout a spec implies: rows = all tasks of all stages, cols = one
-    placement word + one tick per phase, rounded up to even (16-byte records)."""
+    placement word + one tick per phase, rounded up to even (16-byte records), and
+    a trailer of one drop counter per stage, rounded up to even."""
     first, row = [], 0
     for _, count in spec.stages:
         first.append(row)
         row += count
     cols = 1 + len(spec.phases)
     cols += cols % 2
-    return Layout(spec.launches, row, spec.waves, cols, tuple(first))
+    counts = tuple(c for _, c in spec.stages)
+    trailer = len(counts) + len(counts) % 2
+    return Layout(spec.launches, row, spec.waves, cols, tuple(first), counts, trailer)
 
 
 def phase_col(phase_index):
@@ -251,6 +273,20 @@ def word_offset(layout: Layout, launch, stage_index: int, task, wave, col):
     """The int64 word a stamp goes to: ``record_index * cols + col``. The one formula
     both device backends and the decoder use."""
     return record_index(layout, launch, stage_index, task, wave) * layout.cols + col
+
+
+def in_slots(layout: Layout, launch, stage_index: int, task):
+    """Whether (launch, task) names one of ``stage_index``'s slots: ``0 <= task <
+    counts[stage]`` and ``0 <= launch < launches``. The device helpers store a
+    stamp only where it holds (elsewhere they count it in the stage's drop
+    counter), so a wrong task index can never land in another stage's rows."""
+    return ((task >= 0) & (task < layout.counts[stage_index])
+            & (launch >= 0) & (launch < layout.launches))
+
+
+def drop_counter_word(layout: Layout, stage_index: int):
+    """The int64 word counting ``stage_index``'s dropped stamps (in the trailer)."""
+    return layout.launches * layout.rows * layout.waves * layout.cols + stage_index
 
 
 # -- the placement word ---------------------------------------------------------
@@ -321,6 +357,38 @@ def vendor_of(arch: str) -> str:
     return "other"
 
 
+class ArchLimits(NamedTuple):
+    """What a placement word may say on a vendor's hardware: XCCs per GPU, waves
+    (warps) per CTA, and the largest hardware word's value (NVIDIA: SMs)."""
+
+    xccs: int
+    waves: int
+    hw_words: int
+
+
+ARCH_LIMITS = {
+    "amd": ArchLimits(xccs=8, waves=16, hw_words=1 << 32),  # MI300/MI355: 8 XCCs, 1024 threads
+    "nvidia": ArchLimits(xccs=1, waves=32, hw_words=1 << 10),  # %smid < 1024, 1024 threads
+    "other": ArchLimits(xccs=16, waves=64, hw_words=1 << 15),  # what the table's columns hold
+}
+
+
+def bad_placement(words: np.ndarray, arch: str, grid: int, version: int) -> np.ndarray:
+    """Where a written (nonzero) placement word cannot be this build's: another
+    layout ``version``, the reserved top bit set, a CTA at or past ``grid`` (when
+    known, > 0), a wave, XCC or hardware word past what ``arch``'s vendor has
+    (``ARCH_LIMITS``). The one validity check of the placement word."""
+    words = np.asarray(words, dtype=np.int64)
+    lim = ARCH_LIMITS[vendor_of(arch)]
+    hi = words >> 32
+    f = {fd.name: _bits(hi, fd.lo, fd.width) for fd in PLACEMENT_HI_FIELDS}
+    bad = (words < 0) | (f["version"] != version) | (f["wave"] >= lim.waves) | (f["xcc"] >= lim.xccs)
+    bad |= (words & 0xFFFFFFFF) >= lim.hw_words
+    if grid:
+        bad |= f["cta"] >= grid
+    return bad & (words != 0)
+
+
 def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
     """Decode placement words (int64 array) into int arrays: version, cta, wave, xcc,
     and by vendor either se/sh/cu/simd/wave_slot (AMD HW_ID) or sm (NVIDIA), plus
@@ -356,17 +424,40 @@ def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
 
 
 # -- time -----------------------------------------------------------------------
+MAX_SPAN_NS = 1 << 53  # the longest trace: every ns value exact in float64, as readers compute
+MAX_CLOCK_HZ = 9_000_000_000  # (tick % hz) * 1e9 must fit int64 in ticks_to_ns
+
+
+class SpanError(ValueError):
+    """Ticks that no exact ns value on a trace's time axis can hold."""
+
+
+def max_span_ticks(clock: Clock) -> int:
+    """The most ticks of ``clock`` a trace may span: ``MAX_SPAN_NS`` (2**53 ns, 104
+    days) in ticks, so every ns value is an exact int64 and an exact float64."""
+    return MAX_SPAN_NS * clock.hz // 1_000_000_000
+
+
 def ticks_to_ns(ticks, clock: Clock, *, inplace: bool = False):
-    """Tick counts (relative to an origin, so small) to integer nanoseconds, exact
-    when the rate divides 1 GHz (both known clocks), else rounded down. ``inplace``:
-    overwrite ``ticks`` (an int64 array the caller owns) where the rate allows."""
+    """Tick counts since an origin (int64, ``0 .. max_span_ticks(clock)``) to integer
+    ns, ``floor(ticks * 1e9 / hz)`` computed exactly in int64 for any rate (a
+    multiply when the rate divides 1 GHz, as both known clocks do). A tick outside
+    that range raises ``SpanError``: no result wraps or rounds silently.
+    ``inplace``: overwrite ``ticks`` (an int64 array the caller owns) where it can."""
+    t = np.asarray(ticks, dtype=np.int64)
+    limit = max_span_ticks(clock)
+    if t.size and (int(t.min()) < 0 or int(t.max()) > limit):
+        raise SpanError(
+            f"ticks from {int(t.min())} to {int(t.max())} past the origin: a trace spans at most "
+            f"{limit} ticks of {clock.name} ({MAX_SPAN_NS} ns)")
     if 1_000_000_000 % clock.hz == 0:
         mul = 1_000_000_000 // clock.hz
-        if inplace:  # the caller's own temporary (tick - origin): no second array
-            ticks *= mul
+        if inplace and isinstance(ticks, np.ndarray) and ticks.dtype == np.int64:
+            ticks *= mul  # the caller's own temporary (tick - origin): no second array
             return ticks
-        return ticks * mul
-    return (np.asarray(ticks, dtype=np.float64) * (1e9 / clock.hz)).astype(np.int64)
+        return t * mul
+    q, r = np.divmod(t, clock.hz)
+    return q * 1_000_000_000 + (r * 1_000_000_000) // clock.hz
 
 
 def tick_ns(clock: Clock) -> float:
@@ -406,12 +497,13 @@ ANOMALY_KINDS = {
     "missing_phase": "a phase not stamped in a row that has other stamps; it inherits the previous phase",
     "backwards": "a phase stamped before the phase it follows; its interval is left out",
     "no_placement": "ticks written but the placement word is 0; CTA/wave unknown",
-    "bad_placement": "the placement word's version is not this layout's; the row is dropped",
+    "bad_placement": "the placement word is not this build's (layout version, reserved bit, CTA past the grid, wave/XCC/SM past the hardware); the row is dropped",
     "misplaced": "the placement word's wave is not the record's wave; the stamp went to the wrong slot",
     "impossible_tick": "a negative tick; the row is dropped",
+    "dropped": "stamps the device did not store: their (launch, task) lies outside the stage's slots (the spec undercounts the stage, or the task index is wrong); counted per stage in the buffer's trailer",
     "outside_window": "a row whose ticks lie outside its launch's window (stale data of another run?); dropped",
-    "overflow": "nonzero words in padding columns or past the spec's size: the kernel wrote outside the layout",
-    "size_mismatch": "the buffer is larger than the spec says",
+    "overflow": "nonzero words in padding columns or in the trailer's padding: the kernel wrote outside the layout",
+    "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
 }
 
 ANOMALIES_SCHEMA = pa.schema(
@@ -498,3 +590,4 @@ META_ORIGIN = b"mono_timeline.origin"
 META_VERSION = b"mono_timeline.version"
 META_LAYOUT = b"mono_timeline.layout_version"
 META_SYNTHETIC = b"mono_timeline.synthetic"
+META_CHECKSUM = b"mono_timeline.checksum"  # blake2b of the tasks' values and the other metadata

@@ -82,7 +82,7 @@ def synth_buffers(
         acc += count
     slow = np.ones(G)
     slow[list(slow_ctas)] = slow_factor
-    bufs = np.zeros((R,) + lay.shape, dtype=np.int64)
+    bufs = np.zeros((R, lay.words), dtype=np.int64)  # records, then the drop counters
     # per rank: a clock offset (its own epoch) and a launch skew
     tick = S.tick_ns(spec.clock)
     epoch = rng.integers(10**9, 10**12, size=R).astype(np.float64) * tick
@@ -134,7 +134,7 @@ def synth_buffers(
     out = []
     for r in range(R):
         sp = spec.replace(rank=r, world=R, grid=G, extra={**spec.extra, "synthetic": True})
-        out.append((sp, bufs[r].reshape(-1)))
+        out.append((sp, bufs[r]))
     del phase_i
     return out
 
@@ -172,10 +172,8 @@ def _placements(spec, G, rng):
     return S.pack_placement(c, w, hw, xcc)
 
 
-def _write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng):
-    R = bufs.shape[0]
-    W = lay.waves
-    flat = bufs.reshape(R, -1)
+def _write(flat, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng):
+    R, W = flat.shape[0], lay.waves
     for w in range(W):
         # per-wave lag behind the CTA's times; kept below the smallest gap between a
         # CTA's tasks (50 ns) so that a wave never starts a task before its last one ended

@@ -8,9 +8,11 @@ disagree.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -94,7 +96,7 @@ class Trace:
     origin tick (ns columns count from it, after any multi-rank alignment offset)."""
 
     def __init__(self, tasks: pa.Table, specs, anomalies: pa.Table | None = None, *,
-                 origins=None, offsets=None, synthetic: bool = False):
+                 origins=None, offsets=None, synthetic: bool = False, notes=()):
         self.specs = list(specs)
         if not self.specs:
             raise ValueError("a Trace needs at least one Spec")
@@ -110,6 +112,7 @@ class Trace:
         self.origins = {int(k): int(v) for k, v in (origins or {}).items()}
         self.offsets = {int(k): int(v) for k, v in (offsets or {}).items()}
         self.synthetic = bool(synthetic)
+        self.notes = tuple(notes)  # what load could not check (e.g. a file without a checksum)
 
     # -- views ------------------------------------------------------------------
     @property
@@ -164,11 +167,12 @@ class Trace:
             mask = m if mask is None else pc.and_(mask, m)
         tasks = self.tasks if mask is None else self.tasks.filter(mask)
         return Trace(tasks, self.specs, self.anomalies, origins=self.origins,
-                     offsets=self.offsets, synthetic=self.synthetic)
+                     offsets=self.offsets, synthetic=self.synthetic, notes=self.notes)
 
     # -- files ------------------------------------------------------------------
     def metadata(self) -> dict:
-        return {
+        """The file metadata ``save`` writes, its checksum (``table_checksum``) included."""
+        meta = {
             S.META_SPEC: self.spec.to_json().encode(),
             S.META_SPECS: json.dumps([sp.to_dict() for sp in self.specs]).encode(),
             S.META_ANOMALIES: json.dumps(self.anomalies.to_pylist()).encode(),
@@ -178,6 +182,8 @@ class Trace:
             S.META_LAYOUT: str(S.LAYOUT_VERSION).encode(),
             S.META_SYNTHETIC: b"1" if self.synthetic else b"0",
         }
+        meta[S.META_CHECKSUM] = table_checksum(self.tasks, meta).encode()
+        return meta
 
     def save(self, path) -> Path:
         """Write the trace: ``.arrow`` / ``.feather`` / ``.ipc`` (Arrow IPC file, zstd)
@@ -200,50 +206,228 @@ class Trace:
         return path
 
 
-def _read_table(path: Path) -> pa.Table:
+def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) -> pa.Table:
+    """Every ``<phase>_ns`` column from the raw ticks: ns = ticks_to_ns(tick - origin of
+    the row's rank) + offset of that rank, null where the tick is 0. The one home of
+    that formula: merge applies it, load checks a file against it. Raises
+    ``SpanError`` where a tick lies outside its rank's exact span."""
+    rank = tasks.column("rank").to_numpy()
+    for p in spec_of_rank[next(iter(spec_of_rank))].phases:
+        tick = tasks.column(f"{p}_tick").to_numpy()
+        ns = np.zeros(tick.shape, dtype=np.int64)
+        for r, sp in spec_of_rank.items():
+            m = (rank == r) & (tick != 0)
+            ns[m] = S.ticks_to_ns(tick[m] - origins.get(r, 0), sp.clock) + offsets.get(r, 0)
+        name = f"{p}_ns"
+        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, pa.array(ns, mask=tick == 0))
+    return tasks
+
+
+def table_checksum(tasks: pa.Table, metadata: dict) -> str:
+    """blake2b-128 (hex) of the tasks table's values, column by column (name, type,
+    validity, values; dictionary columns by their decoded values, so chunking and
+    dictionary order do not matter), and of every metadata entry but the checksum:
+    a flipped bit anywhere in what load reads changes it."""
+    h = hashlib.blake2b(digest_size=16)
+    for key in sorted(k for k in metadata if k != S.META_CHECKSUM):
+        for part in (key, metadata[key]):
+            h.update(len(part).to_bytes(8, "little") + part)
+    for name in tasks.column_names:
+        col = tasks.column(name)
+        h.update(f"{name}:{col.type}\0".encode())
+        if pa.types.is_dictionary(col.type):
+            col = pa.table({name: col}).unify_dictionaries().column(0)
+            if col.num_chunks:
+                h.update(json.dumps(col.chunk(0).dictionary.to_pylist()).encode())
+            chunks = [c.indices for c in col.chunks]
+        else:
+            chunks = col.chunks
+        valid, values = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
+        for c in chunks:
+            if c.null_count:
+                valid.update(c.is_valid().to_numpy(zero_copy_only=False).tobytes())
+                c = pc.fill_null(c, 0)
+            values.update(np.ascontiguousarray(c.to_numpy(zero_copy_only=False)).tobytes())
+        h.update(valid.digest() + values.digest())
+    return h.hexdigest()
+
+
+class _Meta(NamedTuple):
+    """What a trace file's metadata says, parsed and checked."""
+    specs: list
+    anomalies: pa.Table
+    origins: dict | None  # None: a file without them (times cannot be checked)
+    offsets: dict
+    synthetic: bool
+    checksum: str | None
+
+
+def _refuse(where: str, what: str, fix: str = "re-export it from its stamp buffer "
+            "(timeline convert / Trace.save)") -> TraceFileError:
+    return TraceFileError(f"{where}: {what}; {fix}")
+
+
+def _read_table(path: Path, where: str) -> pa.Table:
     with open(path, "rb") as f:
         head = f.read(8)
-    if head.startswith(b"ARROW1"):
-        with pa.memory_map(str(path), "r") as src:
-            return pa.ipc.open_file(src).read_all()
-    if head.startswith(b"PAR1"):
-        import pyarrow.parquet as pq
+    try:
+        if head.startswith(b"ARROW1"):
+            with pa.memory_map(str(path), "r") as src:
+                table = pa.ipc.open_file(src).read_all()
+        elif head.startswith(b"PAR1"):
+            import pyarrow.parquet as pq
 
-        return pq.read_table(str(path))
-    raise TraceFileError(
-        f"{str(path)!r} is neither an Arrow IPC file nor a Parquet file (first bytes "
-        f"{head[:8]!r}); a trace file is what Trace.save or `timeline convert` writes")
+            table = pq.read_table(str(path))
+        else:
+            raise TraceFileError(
+                f"{where} is neither an Arrow IPC file nor a Parquet file (first bytes "
+                f"{head[:8]!r}); a trace file is what Trace.save or `timeline convert` writes")
+        table.validate(full=True)  # offsets and lengths of a crafted file, before any use
+    except TraceFileError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, IndexError, KeyError, TypeError, OverflowError) as e:
+        raise _refuse(f"{where} could not be read as a trace", f"it is damaged ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else 'no detail'})",
+                      "re-copy it, or re-export it from its stamp buffer") from None
+    return table
+
+
+def _json(meta: dict, key: bytes, default, where: str):
+    if key not in meta:
+        return default
+    try:
+        return json.loads(meta[key])
+    except (UnicodeDecodeError, ValueError):
+        raise _refuse(where, f"its metadata entry {key.decode()!r} is not valid JSON") from None
+
+
+def _int_map(value, key: bytes, where: str) -> dict:
+    try:
+        return {int(k): int(v) for k, v in (value or {}).items()}
+    except (AttributeError, TypeError, ValueError):
+        raise _refuse(where, f"its metadata entry {key.decode()!r} is not a map of rank to integer") from None
+
+
+def _read_meta(meta: dict, where: str) -> _Meta:
+    if S.META_SPEC not in meta:
+        raise TraceFileError(
+            f"{where} is an Arrow/Parquet table but not a mono-timeline trace (no spec "
+            "in its metadata); convert a stamp buffer with `timeline convert`")
+    layout = meta.get(S.META_LAYOUT, b"1")
+    if layout not in [str(v).encode() for v in S.READABLE_LAYOUTS]:
+        raise TraceFileError(
+            f"{where} was written for layout version {layout.decode(errors='replace')!r}; this "
+            f"release reads {', '.join(map(str, S.READABLE_LAYOUTS))}: open it with the release that wrote it")
+    dicts = _json(meta, S.META_SPECS, None, where)
+    if dicts is None:
+        dicts = [_json(meta, S.META_SPEC, None, where)]
+    try:
+        specs = [S.Spec.from_dict(d) for d in dicts]
+        assert specs
+    except (S.SpecError, AssertionError, AttributeError, TypeError, ValueError, KeyError) as e:
+        raise _refuse(where, f"its spec metadata is not a valid spec ({e or 'no specs'})") from None
+    ranks = [sp.rank for sp in specs]
+    if len(set(ranks)) != len(ranks) or any(sp.stages != specs[0].stages or sp.phases != specs[0].phases
+                                            for sp in specs):
+        raise _refuse(where, f"its specs repeat a rank or disagree on stages/phases (ranks {ranks})")
+    rows = _json(meta, S.META_ANOMALIES, [], where)
+    try:
+        anomalies = anomalies_table([tuple(r[f.name] for f in S.ANOMALIES_SCHEMA) for r in rows])
+        bad = set(anomalies.column("kind").to_pylist()) - set(S.ANOMALY_KINDS)
+        assert not bad, f"unknown anomaly kinds {sorted(bad)}"
+    except (AssertionError, TypeError, KeyError, ValueError, pa.ArrowException) as e:
+        raise _refuse(where, f"its anomaly report is malformed ({e})") from None
+    org = _json(meta, S.META_ORIGIN, {}, where)
+    if not isinstance(org, dict):
+        raise _refuse(where, f"its metadata entry {S.META_ORIGIN.decode()!r} is not a JSON object")
+    origins = _int_map(org["origins"], S.META_ORIGIN, where) if org.get("origins") is not None else None
+    checksum = meta.get(S.META_CHECKSUM)
+    return _Meta(specs, anomalies, origins, _int_map(org.get("offsets"), S.META_ORIGIN, where),
+                 meta.get(S.META_SYNTHETIC) == b"1", checksum.decode(errors="replace") if checksum else None)
+
+
+def _conform(table: pa.Table, phases, where: str) -> pa.Table:
+    """The table's columns as ``tasks_schema(phases)``: every column present, each
+    castable without loss (a fractional time in an int column is refused)."""
+    want = S.tasks_schema(phases)
+    missing = [n for n in want.names if n not in table.column_names]
+    if missing:
+        raise _refuse(where, f"it lacks the tasks columns {missing} its spec's phases {list(phases)} need")
+    try:
+        return table.select(want.names).cast(want).replace_schema_metadata(None)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise _refuse(where, f"a column does not hold the type the format says ({str(e).splitlines()[0]})") from None
+
+
+def _first_bad(mask: np.ndarray) -> str:
+    return f"{int(mask.sum())} rows, the first at row {int(np.argmax(mask))}"
+
+
+def _check_rows(tasks: pa.Table, meta: _Meta, where: str) -> None:
+    """Every row names a (rank, launch, stage, task) its spec has, the stage's name
+    is its index's, and every ns value is ``retime``'s from the raw ticks, exactly."""
+    spec_of = {sp.rank: sp for sp in meta.specs}
+    col = {n: tasks.column(n).to_numpy() for n in ("rank", "launch", "stage_index", "task")}
+    ranks = np.array(sorted(spec_of))
+    bad = ~np.isin(col["rank"], ranks)
+    if bad.any():
+        raise _refuse(where, f"rank column holds ranks its specs lack ({_first_bad(bad)}; specs: {list(ranks)})")
+    names = meta.specs[0].stage_names
+    counts = np.array([c for _, c in meta.specs[0].stages])
+    si = col["stage_index"]
+    bad = (si < 0) | (si >= len(names))
+    if bad.any():
+        raise _refuse(where, f"stage_index outside 0..{len(names) - 1} ({_first_bad(bad)})")
+    bad = (col["task"] < 0) | (col["task"] >= counts[si])
+    launches = np.array([spec_of[int(r)].launches for r in ranks])[np.searchsorted(ranks, col["rank"])]
+    bad |= (col["launch"] < 0) | (col["launch"] >= launches)
+    if bad.any():
+        raise _refuse(where, f"a launch or task number past its spec's slots ({_first_bad(bad)})")
+    stage = tasks.column("stage")
+    pos = [np.array([names.index(n) if n in names else -1 for n in c.dictionary.to_pylist()] or [-1])
+           for c in stage.chunks]
+    named = np.concatenate([p[c.indices.to_numpy(zero_copy_only=False)] for p, c in zip(pos, stage.chunks)]
+                           or [np.zeros(0, int)])
+    bad = named != si
+    if bad.any():
+        raise _refuse(where, f"stage names disagree with stage_index ({_first_bad(bad)})")
+    if meta.origins is None:
+        return
+    try:
+        want = retime(tasks, spec_of, meta.origins, meta.offsets)
+    except S.SpanError as e:
+        raise _refuse(where, f"its ticks cannot be put on one exact time axis ({e})") from None
+    for p in meta.specs[0].phases:
+        if not want.column(f"{p}_ns").equals(tasks.column(f"{p}_ns")):
+            raise _refuse(where, f"column {p}_ns is not the time its {p}_tick column gives "
+                          "(ns = (tick - origin) at the spec's clock + offset)")
 
 
 def load(path) -> Trace:
-    """Read a trace file (Arrow IPC or Parquet, told apart by their magic bytes)."""
+    """Read a trace file (Arrow IPC or Parquet, told apart by their magic bytes) and
+    check it: checksum, metadata, columns and every row against its specs. Anything
+    damaged or inconsistent is one ``TraceFileError`` line; a file without a
+    checksum (older releases) loads with a note in ``Trace.notes``."""
     path = Path(path)
+    where = repr(str(path))
     if not path.exists():
-        raise TraceFileError(f"trace file {str(path)!r} does not exist")
+        raise TraceFileError(f"trace file {where} does not exist")
     if path.is_dir():
-        raise TraceFileError(f"{str(path)!r} is a directory, not a trace file")
-    try:
-        table = _read_table(path)
-    except TraceFileError:
-        raise
-    except (pa.ArrowInvalid, OSError) as e:
-        raise TraceFileError(f"{str(path)!r} could not be read as a trace: {e}") from e
-    meta = table.schema.metadata or {}
-    if S.META_SPEC not in meta:
-        raise TraceFileError(
-            f"{str(path)!r} is an Arrow/Parquet table but not a mono-timeline trace (no spec "
-            "in its metadata); convert a stamp buffer with `timeline convert`")
-    layout = int(meta.get(S.META_LAYOUT, b"1"))
-    if layout != S.LAYOUT_VERSION:
-        raise TraceFileError(
-            f"{str(path)!r} was written for layout version {layout}; this release reads "
-            f"{S.LAYOUT_VERSION}")
-    if S.META_SPECS in meta:
-        specs = [S.Spec.from_dict(d) for d in json.loads(meta[S.META_SPECS])]
-    else:
-        specs = [S.Spec.from_json(meta[S.META_SPEC].decode())]
-    rows = json.loads(meta.get(S.META_ANOMALIES, b"[]"))
-    anomalies = anomalies_table([tuple(r[f.name] for f in S.ANOMALIES_SCHEMA) for r in rows])
-    org = json.loads(meta.get(S.META_ORIGIN, b"{}"))
-    return Trace(table, specs, anomalies, origins=org.get("origins"), offsets=org.get("offsets"),
-                 synthetic=meta.get(S.META_SYNTHETIC) == b"1")
+        raise TraceFileError(f"{where} is a directory, not a trace file")
+    if not path.is_file():
+        raise TraceFileError(f"{where} is not a regular file (a FIFO or a device?); give a trace file")
+    table = _read_table(path, where)
+    raw = table.schema.metadata or {}
+    meta = _read_meta(raw, where)
+    notes = []
+    if meta.checksum is None:
+        notes.append(f"{where} has no checksum (written before checksums): damage to it cannot be detected")
+    elif table_checksum(table.replace_schema_metadata(None), raw) != meta.checksum:
+        raise _refuse(where, "its checksum does not match its contents: the file was changed or damaged "
+                      "after it was written", "re-copy it, or re-export it from its stamp buffer")
+    if meta.origins is None:
+        notes.append(f"{where} has no origins: its ns columns could not be checked against its ticks")
+    tasks = _conform(table, meta.specs[0].phases, where)
+    _check_rows(tasks, meta, where)
+    return Trace(tasks, meta.specs, meta.anomalies, origins=meta.origins, offsets=meta.offsets,
+                 synthetic=meta.synthetic, notes=notes)
