@@ -53,6 +53,7 @@ def test_every_trace_file_is_documented():
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_real_trace_is_clean_and_says_where_it_came_from(path):
     trace = timeline.load(path)
+    assert trace.notes == ()  # it carries a checksum, and load verified it
     assert not trace.synthetic
     assert trace.anomaly_count == 0, trace.anomaly_summary()
     assert trace.spec.clock == S.CLOCKS["globaltimer"]

@@ -127,9 +127,13 @@ def _out_dir_exists(p: Path):
 
 
 def _load(path: str):
+    """``timeline.load``, its notes (what it could not check) printed to stderr."""
     from timeline.trace import load
 
-    return load(path)
+    trace = load(path)
+    for note in trace.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return trace
 
 
 def _load_spec(path: str) -> S.Spec:

@@ -353,6 +353,9 @@ def _conform(table: pa.Table, phases, where: str) -> pa.Table:
     missing = [n for n in want.names if n not in table.column_names]
     if missing:
         raise _refuse(where, f"it lacks the tasks columns {missing} its spec's phases {list(phases)} need")
+    extra = [n for n in table.column_names if n not in want.names]
+    if extra:
+        raise _refuse(where, f"it holds columns {extra} its spec's phases {list(phases)} do not name")
     try:
         return table.select(want.names).cast(want).replace_schema_metadata(None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:

@@ -1,0 +1,204 @@
+"""Trace files that are damaged or crafted: one ``TraceFileError`` line from ``load``
+and from every CLI command that reads one, never a different timeline."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from timeline import schema as S
+from timeline import synth
+from timeline.cli import main
+from timeline.trace import TraceFileError, load, table_checksum
+
+EXTS = (".arrow", ".parquet")
+
+
+@pytest.fixture(scope="module")
+def trace():
+    """Two ranks of a small synthetic run: dictionary stage column, nulls nowhere."""
+    return synth.synth_trace(S.Spec("k", [("a", 6), ("b", 5)], world=2, waves=2), grid=4, seed=3)
+
+
+@pytest.fixture(scope="module")
+def files(trace, tmp_path_factory):
+    d = tmp_path_factory.mktemp("files")
+    return {ext: (trace.save(d / f"t{ext}"), (d / f"t{ext}").read_bytes()) for ext in EXTS}
+
+
+def same(a, b) -> bool:
+    return (a.tasks.equals(b.tasks) and a.anomalies.equals(b.anomalies) and a.specs == b.specs
+            and a.origins == b.origins and a.offsets == b.offsets)
+
+
+def write(path, table: pa.Table, meta: dict, *, checksum=True):
+    """Write ``table`` with ``meta`` as its metadata, the checksum recomputed (a crafted
+    file passes the checksum: the checks after it must catch it) unless told not to."""
+    meta = {k: v for k, v in meta.items() if k != S.META_CHECKSUM}
+    if checksum:
+        meta[S.META_CHECKSUM] = table_checksum(table.replace_schema_metadata(None), meta).encode()
+    table = table.replace_schema_metadata(meta)
+    if str(path).endswith(".parquet"):
+        pq.write_table(table, str(path))
+    else:
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
+    return path
+
+
+def one_line_refusal(path) -> str:
+    with pytest.raises(TraceFileError) as e:
+        load(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+def test_round_trip_carries_a_checksum_and_no_note(trace, files):
+    for ext in EXTS:
+        back = load(files[ext][0])
+        assert same(back, trace) and back.notes == ()
+        assert len(back.metadata()[S.META_CHECKSUM]) == 32
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ext=st.sampled_from(EXTS), where=st.floats(0, 1, exclude_max=True), bit=st.integers(0, 7))
+def test_a_flipped_bit_is_refused_or_changes_nothing(trace, files, tmp_path, ext, where, bit):
+    """Any single flipped bit anywhere in the file: a ``TraceFileError``, or (padding,
+    an unused byte) exactly the timeline that was saved."""
+    data = bytearray(files[ext][1])
+    k = int(where * len(data))
+    data[k] ^= 1 << bit
+    p = tmp_path / f"flip{ext}"
+    p.write_bytes(bytes(data))
+    try:
+        back = load(p)
+    except TraceFileError as e:
+        assert "\n" not in str(e)
+        return
+    assert same(back, trace), f"byte {k} bit {bit} changed the timeline"
+
+
+def _drop_column(t, m):
+    return t.drop_columns(["end_ns"]), m
+
+
+def _meta(key, value):
+    return lambda t, m: (t, {**m, key: value})
+
+
+def _column(name, fn):
+    def edit(t, m):
+        i = t.schema.get_field_index(name)
+        return t.set_column(i, name, pa.array(fn(t.column(name).to_numpy()))), m
+    return edit
+
+
+def _specs(fn):
+    def edit(t, m):
+        d = json.loads(m[S.META_SPECS])
+        fn(d)
+        return t, {**m, S.META_SPECS: json.dumps(d).encode()}
+    return edit
+
+
+def _stage_renamed(d):
+    for sp in d:
+        sp["stages"][0][0] = "zz"
+
+
+def _phases_changed(d):
+    for sp in d:
+        sp["phases"] = ["start", "end"]
+
+
+def _fewer_tasks(d):
+    for sp in d:
+        sp["stages"][1][1] = 2
+
+
+CRAFTED = {
+    "a missing column": (_drop_column, r"lacks the tasks columns \['end_ns'\]"),
+    "metadata that is not JSON": (_meta(S.META_SPECS, b"{nope"), "is not valid JSON"),
+    "anomalies that are not JSON": (_meta(S.META_ANOMALIES, b"\xff"), "is not valid JSON"),
+    "a spec that is not a dict": (_meta(S.META_SPECS, b"[3]"), "not a valid spec"),
+    "no specs at all": (_meta(S.META_SPECS, b"[]"), "not a valid spec"),
+    "an unknown anomaly kind": (_meta(S.META_ANOMALIES, json.dumps(
+        [{"rank": 0, "kind": "gremlins", "launch": 0, "stage": "a", "phase": "", "count": 1,
+          "stamps": 1}]).encode()), "unknown anomaly kinds"),
+    "a wrong layout version": (_meta(S.META_LAYOUT, b"7"), "layout version '7'"),
+    "origins that are not numbers": (_meta(S.META_ORIGIN, b'{"origins": {"0": "x"}}'), "map of rank"),
+    "a stage renamed in the spec": (_specs(_stage_renamed), "stage names disagree with stage_index"),
+    "phases the columns lack": (_specs(_phases_changed), r"holds columns \['hint_ns'"),
+    "a stage with fewer tasks than its rows": (_specs(_fewer_tasks), "past its spec's slots"),
+    "a rank no spec has": (_column("rank", lambda v: np.where(v == 1, 5, v).astype(np.int16)),
+                           "ranks its specs lack"),
+    "a stage index out of range": (_column("stage_index", lambda v: (v * 9).astype(np.int16)),
+                                   "stage_index outside"),
+    "a launch past the slots": (_column("launch", lambda v: (v + 3).astype(np.int32)), "past its spec's slots"),
+    "a negative task": (_column("task", lambda v: (v - 1).astype(np.int32)), "past its spec's slots"),
+    "fractional times": (_column("start_ns", lambda v: v + 0.5), "does not hold the type"),
+    "a time that is not its tick's": (_column("end_ns", lambda v: v + 1), "end_ns is not the time"),
+    "a tick past the exact span": (_column("end_tick", lambda v: v + (1 << 62)), "exact time axis"),
+}
+
+
+@pytest.mark.parametrize("ext", EXTS)
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_crafted_files_are_refused_in_one_line(files, tmp_path, ext, case):
+    edit, message = CRAFTED[case]
+    src = pq.read_table(files[ext][0]) if ext == ".parquet" else pa.ipc.open_file(
+        pa.memory_map(str(files[ext][0]))).read_all()
+    table, meta = edit(src.replace_schema_metadata(None), dict(src.schema.metadata))
+    msg = one_line_refusal(write(tmp_path / f"c{ext}", table, meta))
+    import re
+
+    assert re.search(message, msg), msg
+
+
+def test_a_file_without_a_checksum_loads_with_a_note(trace, files, tmp_path):
+    src = pa.ipc.open_file(pa.memory_map(str(files[".arrow"][0]))).read_all()
+    p = write(tmp_path / "old.arrow", src, dict(src.schema.metadata), checksum=False)
+    back = load(p)
+    assert same(back, trace) and len(back.notes) == 1 and "no checksum" in back.notes[0]
+    meta = dict(src.schema.metadata)
+    meta[S.META_CHECKSUM] = b"0" * 32
+    table = src.replace_schema_metadata(meta)
+    with pa.OSFile(str(tmp_path / "bad.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+        w.write_table(table)
+    assert "checksum does not match" in one_line_refusal(tmp_path / "bad.arrow")
+
+
+def test_not_a_regular_file_is_refused(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.arrow")
+    assert "not a regular file" in one_line_refusal(tmp_path / "pipe.arrow")  # no hang on open
+
+
+@pytest.mark.parametrize("command", [["info"], ["summary"], ["export", "--chrome", "{out}"]])
+def test_every_command_refuses_a_damaged_file_in_one_line(files, tmp_path, capsys, command):
+    p = tmp_path / "damaged.arrow"
+    for k in range(len(files[".arrow"][1]) // 2, len(files[".arrow"][1])):  # the first damaging flip
+        data = bytearray(files[".arrow"][1])
+        data[k] ^= 0x10
+        p.write_bytes(bytes(data))
+        try:
+            load(p)
+        except TraceFileError:
+            break
+    args = [command[0], str(p)] + [a.format(out=tmp_path / "o.json") for a in command[1:]]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "re-copy it" in err and "Traceback" not in err
+
+
+def test_info_prints_the_notes(files, tmp_path, capsys):
+    src = pa.ipc.open_file(pa.memory_map(str(files[".arrow"][0]))).read_all()
+    p = write(tmp_path / "old.arrow", src, dict(src.schema.metadata), checksum=False)
+    assert main(["info", str(p)]) == 0
+    assert "no checksum" in capsys.readouterr().err
