@@ -46,6 +46,13 @@ Contract:
   lanes of a stamping wave store the same bytes to the same address, which leaves
   in memory exactly what one lane's store would. ``pred`` (a traced Boolean) moves a
   stamp's offset out of range where it is false.
+- A stamp never writes outside the (launch, stage, task) slot it names: where
+  ``timeline.schema.in_slots`` fails (a task index past the stage's count, a launch
+  past the slots) its offsets go out of range the same way, and the first phase's
+  stamp adds 1 to the stage's drop counter in the buffer's trailer instead (one
+  ``buffer_atomic_add_x2`` from lane 0 of the stamping wave, its offset out of range
+  where nothing is dropped; no branch). The collector reports the counters as
+  ``dropped``. With launch and task Python ints the check is made at trace time.
 - ``fence`` (default on) puts ``rocdl.sched_barrier(0)`` before the clock read, so
   the scheduler keeps the stamp in program order: without a branch around it, a
   stamp is otherwise free to drift (measured: a ``compute`` stamp scheduled before
@@ -294,19 +301,58 @@ class Timeline(CarriesNothing):
             return
         fx = self._fx
         rsrc, rec_wave, place_wave = self._stamper(lead)
-        off = uniform(self._record(si, fx.Int32(task), rec_wave))
-        voff = fx.Int32(0) if pred is None else fx.Int32(pred.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
+        ok = self._in_slots(stage, si, task)
+        off = self._record(si, fx.Int32(task), rec_wave)
+        if ok is not True:  # outside the slots the record offset is 0 too: no 32-bit wrap
+            off = fx.Int32(ok.select(off, fx.Int32(0)))  # back into range
+        off = uniform(off)
+        keep = _and(ok, True if pred is None else pred)
+        voff = fx.Int32(0) if keep is True else fx.Int32(keep.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
         if fence:
             sched_fence()
         tick = memrealtime()
         if pi == 0:
             data = fx.Vector.from_elements([self._placement(place_wave), tick], fx.Int64)
             fx.rocdl.raw_ptr_buffer_store(data.ir_value(), rsrc, voff.ir_value(), off.ir_value())
+            if ok is not True:
+                self._count_drop(rsrc, si, ok, pred)
         else:
             # the column as the voffset's constant part: LLVM folds it into the
             # instruction's immediate offset
             col = voff + S.phase_col(pi) * 8
             fx.rocdl.raw_ptr_buffer_store(tick.ir_value(), rsrc, col.ir_value(), off.ir_value())
+
+    def _in_slots(self, stage, si, task):
+        """``in_slots`` for a stamp: True when launch and task are Python ints in the
+        slots (a known miss is refused at trace time), else a traced Boolean."""
+        if isinstance(task, int) and isinstance(self.launch, int):
+            if not S.in_slots(self.layout, self.launch, si, task):
+                raise InstrumentError(
+                    f"stamp of {stage!r} task {task} in launch slot {self.launch}: the spec has "
+                    f"{self.layout.counts[si]} tasks of {stage!r} and {self.layout.launches} launch "
+                    "slots; fix the task index or the spec's stage count")
+            return True
+        fx = self._fx
+        return S.in_slots(self.layout, fx.Int32(self.launch), si, fx.Int32(task))
+
+    def _count_drop(self, rsrc, si, ok, pred):
+        """Add 1 to stage ``si``'s drop counter from lane 0 of the stamping wave where
+        the stamp is outside the slots (``ok`` false) and ``pred`` holds: a buffer
+        atomic whose voffset is the counter's where it counts and has bit 31 set (out
+        of range) elsewhere (no branch; a wave that must not stamp has a 0-byte
+        resource)."""
+        fx = self._fx
+        from flydsl._mlir.dialects import llvm
+        from flydsl.expr.typing import T
+
+        lane = fx.Int32(fx.thread_idx.x) & (WAVE_LANES - 1)
+        others = fx.Int32((lane == 0).select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))  # loop-invariant
+        miss = fx.Int32(ok.select(fx.Int32(_OUT_OF_RANGE_I32), fx.Int32(S.drop_counter_word(self.layout, si) * 8)))
+        voff = others | miss  # bit 31 set (out of range) unless lane 0 and a miss; an OR never wraps
+        if pred is not None:
+            voff = voff | fx.Int32(pred.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
+        args = [fx.Int64(1).ir_value(), rsrc, voff.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
+        llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
 
     # -- the structured form ---------------------------------------------------
     def task(self, stage, task, lead=None, pred=None, fence=True):

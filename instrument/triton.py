@@ -60,6 +60,8 @@ record_index = _device(S.record_index)
 word_offset = _device(S.word_offset, record_index=record_index)
 phase_col = _device(S.phase_col)
 placement_hi = _device(S.placement_hi, LAYOUT_VERSION=tl.constexpr(S.LAYOUT_VERSION))
+in_slots = _device(S.in_slots)
+drop_counter_word = _device(S.drop_counter_word)
 
 _MAX_CTA = tl.constexpr(S.MAX_CTA)
 _MAX_WAVE = tl.constexpr(S.MAX_WAVE)
@@ -123,12 +125,15 @@ def placement_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wa
 def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
     """Lead-thread stamp (``LAYOUT.waves == 1``): one timer read stored by one
     thread into (launch, STAGE, task, wave 0, PHASE); phase 0 also stores the
-    placement word. Returns the reading (int64)."""
+    placement word. Outside the stage's slots (``in_slots``) nothing is stored and
+    phase 0 adds 1 to the stage's drop counter instead. Returns the reading (int64)."""
+    ok = in_slots(LAYOUT, launch, STAGE, task)
     t = globaltimer()
-    tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t)
+    tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t, mask=ok)
     if PHASE == 0:
         place = placement_word(tl.program_id(0), 0, smid())
-        tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place)
+        tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place, mask=ok)
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=ok == 0, sem="relaxed")
     return t
 
 
@@ -136,7 +141,8 @@ def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, 
 def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
     """Per-warp stamp (``LAYOUT.waves == num_warps``): lane 0 of each warp stores its
     own timer read into record ``wave = warp`` (``%tid.x >> 5``); phase 0 also
-    stores each warp's placement word."""
+    stores each warp's placement word. Outside the stage's slots nothing is stored
+    and phase 0 adds 1 per warp to the stage's drop counter."""
     NW: tl.constexpr = _num_warps()
     tl.static_assert(LAYOUT.waves == NW,
                      "per-warp stamps need spec.waves == the kernel's num_warps")
@@ -144,11 +150,14 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     tid = thread_id_like(lanes)
     warp = tid >> 5
     lead = (tid & 31) == 0
+    ok = in_slots(LAYOUT, launch, STAGE, task)
     t = globaltimer_like(lanes)
-    tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, PHASE), t, mask=lead)
+    tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, PHASE), t, mask=lead & ok)
     if PHASE == 0:
         place = placement_word(tl.program_id(0), warp, smid())
-        tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead)
+        tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead & ok)
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1, mask=lead & (ok == 0),
+                      sem="relaxed")
 
 
 @triton.jit

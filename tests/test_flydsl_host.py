@@ -69,6 +69,19 @@ def test_switch_must_be_a_compile_time_bool():
             F.Timeline(SPEC, 0, switch)
 
 
+def test_a_task_known_at_trace_time_outside_its_slots_is_refused():
+    """Launch and task as Python ints: the slot check is made while tracing (a
+    traced task is checked on the device: tests/test_flydsl_isa.py)."""
+    tl = F.Timeline.__new__(F.Timeline)
+    tl.layout, tl.launch = SPEC.layout, 1
+    assert tl._in_slots("up", 1, 63) is True
+    with pytest.raises(F.InstrumentError, match=r"'up' task 64 in launch slot 1: the spec has 64 tasks"):
+        tl._in_slots("up", 1, 64)
+    tl.launch = 2
+    with pytest.raises(F.InstrumentError, match="2 launch slots"):
+        tl._in_slots("norm", 0, 0)
+
+
 def test_spec_checks():
     with pytest.raises(F.InstrumentError, match="timeline.schema.Spec"):
         F.Timeline({"stages": []}, 0, False)

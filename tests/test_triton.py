@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- one formula ----------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["word_offset", "record_index", "phase_col", "placement_hi"])
+@pytest.mark.parametrize("name", ["word_offset", "record_index", "phase_col", "placement_hi", "in_slots",
+                                  "drop_counter_word"])
 def test_device_helpers_run_the_schema_code(name):
     """The device versions are the schema functions' own code objects, so a change
     to the layout reaches kernel and decoder at once."""
@@ -44,15 +45,16 @@ _INTERP = textwrap.dedent("""
         i = tl.arange(0, N)
         c = tl.load(cta + i); w = tl.load(wave + i); m = tl.load(sm + i)
         l = tl.load(launch + i); t = tl.load(task + i)
-        tl.store(out + 3 * i, itl.placement_word(c, w, m))
-        tl.store(out + 3 * i + 1, itl.stamp_offset(LAYOUT, l, STAGE, t, w, PHASE).to(tl.int64))
-        tl.store(out + 3 * i + 2, itl.placement_offset(LAYOUT, l, STAGE, t, w).to(tl.int64))
+        tl.store(out + 4 * i, itl.placement_word(c, w, m))
+        tl.store(out + 4 * i + 1, itl.stamp_offset(LAYOUT, l, STAGE, t, w, PHASE).to(tl.int64))
+        tl.store(out + 4 * i + 2, itl.placement_offset(LAYOUT, l, STAGE, t, w).to(tl.int64))
+        tl.store(out + 4 * i + 3, itl.in_slots(LAYOUT, l, STAGE, t).to(tl.int64))
 
     a = json.loads(sys.argv[1])
     sp = itl.spec("k", a["stages"], waves=a["waves"], launches=a["launches"])
     cols = {n: torch.tensor(a[n], dtype=torch.int32) for n in ("cta", "wave", "sm", "launch", "task")}
     n = len(a["cta"])
-    out = torch.zeros(3 * n, dtype=torch.int64)
+    out = torch.zeros(4 * n, dtype=torch.int64)
     k[(1,)](out, cols["cta"], cols["wave"], cols["sm"], cols["launch"], cols["task"],
             sp.layout, a["stage"], a["phase"], n)
     print(json.dumps(out.tolist()))
@@ -62,19 +64,21 @@ _INTERP = textwrap.dedent("""
 def test_device_arithmetic_decodes_with_the_collector():
     """Placement words and slot offsets computed by the Triton helpers (interpreter)
     equal the host's ``pack_placement`` / ``word_offset`` and decode back to the
-    CTA, warp and SM they were built from; a CTA id past 18 bits is masked."""
+    CTA, warp and SM they were built from; a CTA id past 18 bits is masked; the
+    slot check that guards every store agrees with the host's ``in_slots``."""
     rng = np.random.default_rng(5)
     n = 32
     a = {"stages": [["a", 5], ["b", 300], ["c", 7]], "waves": 8, "launches": 3, "stage": 1, "phase": 3,
          "cta": rng.integers(0, 1 << 18, n).tolist(), "wave": rng.integers(0, 8, n).tolist(),
          "sm": rng.integers(0, 132, n).tolist(), "launch": rng.integers(0, 3, n).tolist(),
-         "task": rng.integers(0, 300, n).tolist()}
+         "task": rng.integers(-3, 310, n).tolist()}
+    a["launch"][1], a["task"][2] = 3, 300  # one launch past the slots, one task past the stage
     a["cta"][0] = (1 << 18) + 5  # past the field: masked to 5
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     run = subprocess.run([sys.executable, "-c", _INTERP, json.dumps(a)], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
-    got = np.array(json.loads(run.stdout.strip().splitlines()[-1]), dtype=np.int64).reshape(n, 3)
+    got = np.array(json.loads(run.stdout.strip().splitlines()[-1]), dtype=np.int64).reshape(n, 4)
     cta, wave, sm = (np.array(a[k], dtype=np.int64) for k in ("cta", "wave", "sm"))
     assert (got[:, 0] == S.pack_placement(cta & S.MAX_CTA, wave, sm)).all()
     lay = itl.spec("k", a["stages"], waves=8, launches=3).layout
@@ -85,6 +89,8 @@ def test_device_arithmetic_decodes_with_the_collector():
     assert (dec["cta"] == cta % (1 << 18)).all() and dec["cta"][0] == 5
     assert (dec["wave"] == wave).all() and (dec["sm"] == sm).all()
     assert (dec["version"] == S.LAYOUT_VERSION).all()
+    want = S.in_slots(lay, launch, 1, task)
+    assert (got[:, 3] == want).all() and not want[1] and not want[2] and want.any()
 
 
 # -- PTX: a normal build has no timer read ------------------------------------------------
@@ -118,6 +124,10 @@ def test_timeline_build_reads_the_timer_once_per_stamp(demo_ptx, waves):
     per-warp build reads %tid.x for the warp."""
     ptx = demo_ptx[(True, waves)]
     assert ptx.count("%globaltimer") == 5 * len(tm.STAGES)
+    # one predicated drop-counter add per first-phase site (the demo's own atomics are
+    # acq_rel / release); none at all in a normal build
+    assert ptx.count("atom.global.gpu.relaxed.add.u64") == len(tm.STAGES)
+    assert demo_ptx[(False, 1)].count("relaxed.add.u64") == 0
     assert ptx.count("%smid") >= 1
     if waves > 1:
         assert "%tid.x" in ptx

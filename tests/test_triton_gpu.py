@@ -87,3 +87,34 @@ def test_calibration_durations_match_spin_lengths():
     print(f"calibration worst error {worst} ns over {sum(r[1] for r in rows)} intervals")
     assert worst <= 64, rows
     assert pc.min(trace.intervals.column("duration_ns")).as_py() >= min(tc.SPIN_NS)
+
+
+@pytest.mark.parametrize("waves", [1, SMALL.num_warps])
+def test_an_undercounted_stage_is_dropped_on_the_device_and_counted(ffn, waves):
+    """A spec that undercounts ``up`` by 7 tasks (the kernel still runs all of them):
+    the 7 tasks' stamps are dropped on the device and counted in the trailer
+    (``dropped``: 7 per launch per stamping warp); no other stage loses a row, and
+    every row is the task its slot names, on the rotation's CTA."""
+    arch = itl.arch_of()
+    full = tm.spec(SMALL, waves=waves, launches=2, arch=arch)
+    (name, n_up), rest = full.stages[0], full.stages[1:]
+    short = full.replace(stages=[[name, n_up - 7]] + [list(s) for s in rest])
+    buf = alloc(short)
+    x0 = torch.randn(SMALL.M, SMALL.D, device="cuda").half()
+    x1 = torch.empty_like(x0)
+    ffn.run(x0, x1, buffer=buf, launch=0)
+    ffn.run(x1, torch.empty_like(x0), buffer=buf, launch=1)
+    trace = buf.collect()
+    assert ffn.hangs() == 0
+    print(f"undercounted up by 7 (waves={waves}): anomalies {trace.anomaly_summary()}, "
+          f"{trace.tasks.num_rows} rows, drop counters {buf.drops.tolist()}")
+    assert trace.anomaly_summary() == {"dropped": 2 * 7 * waves}
+    assert buf.drops.tolist() == [2 * 7 * waves, 0, 0]
+    t = trace.tasks
+    counts = [c for _, c in short.stages]
+    assert t.num_rows == 2 * waves * sum(counts)
+    stage, task, cta = (t.column(c).to_numpy() for c in ("stage_index", "task", "cta"))
+    for s in range(3):
+        sel = stage == s
+        assert sel.sum() == 2 * waves * counts[s]
+        assert (cta[sel] == tm.cta_of(SMALL, s, task[sel])).all()
