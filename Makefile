@@ -60,6 +60,7 @@ bench: setup-test
 	$(BIN)/python bench/export.py
 	$(BIN)/python bench/export_readers.py
 	$(BIN)/python bench/viewer.py
+	$(BIN)/python bench/viewer_hostile.py
 	$(BIN)/python bench/isa_cost.py
 
 clean:

@@ -36,6 +36,9 @@ each command has its own --help with examples.
 """
 
 
+SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
+
+
 class UsageError(ValueError):
     """A command line that names something the input does not have."""
 
@@ -121,9 +124,14 @@ def _trace_out(path: str) -> Path:
 
 
 def _out_dir_exists(p: Path):
+    """An output path the command can write without blocking: its folder exists and
+    it is a new or regular file (not a FIFO, whose open would wait for a reader)."""
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write {str(p)!r}: folder {str(parent)!r} does not exist")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"cannot write {str(p)!r}: it is not a regular file (a folder, FIFO or device); "
+                         "give a file name")
 
 
 def _load(path: str):
@@ -471,6 +479,12 @@ def cmd_synth(args) -> int:
     g = args.grid
     if g < 1 or g & (g - 1) or g > S.MAX_CTA + 1:
         raise UsageError(f"--grid {g}: the rotation rule needs a power of two (e.g. 64, 256)")
+    if args.ranks < 1:
+        raise UsageError(f"--ranks {args.ranks}: give at least 1")
+    rows = args.ranks * args.launches * args.waves * sum(c for _, c in synth.GLM5_STAGES)
+    if rows > SYNTH_MAX_ROWS:
+        raise UsageError(f"--ranks x --launches x --waves asks for {rows:,} task rows; synth writes at most "
+                         f"{SYNTH_MAX_ROWS:,} (a few GB of memory): ask for fewer")
     spec = synth.glm5_spec(waves=args.waves, launches=args.launches, world=args.ranks, arch=args.arch,
                            clock="globaltimer" if args.arch.startswith("sm") else "memrealtime")
     with Progress("synth", total=2, enabled=not args.quiet) as bar:

@@ -128,6 +128,10 @@ class Spec:
             raise SpecError(f"launches must be at least 1; got {self.launches}")
         if not 0 <= self.rank < max(self.world, 1):
             raise SpecError(f"rank {self.rank} is outside world size {self.world}")
+        if self.world > MAX_WORLD:
+            raise SpecError(f"world size {self.world} is past {MAX_WORLD} (the rank column is int16)")
+        if len(stages) > MAX_STAGES:
+            raise SpecError(f"{len(stages)} stages is past {MAX_STAGES} (the stage_index column is int16)")
         if not 0 < self.clock.hz <= MAX_CLOCK_HZ:
             raise SpecError(f"clock rate must be 1 .. {MAX_CLOCK_HZ} Hz; got {self.clock}")
         if not 0 <= self.grid <= MAX_CTA + 1:
@@ -313,6 +317,8 @@ AMD_HW_ID_FIELDS = (
     Field("sh", 12, 1),
     Field("se", 13, 2),
 )
+MAX_WORLD = 1 << 15  # ranks and stage indices are int16 columns
+MAX_STAGES = (1 << 15) - 1
 MAX_CTA = (1 << 18) - 1
 MAX_WAVE = (1 << 6) - 1
 

@@ -71,6 +71,69 @@ GANTT_OUTPUTS = (("gantt", "figure"), ("view-state", "data"), ("t0", "value"), (
 
 
 
+# -- what a client may send ------------------------------------------------------------------
+# Every size, count and range a request carries goes through these before any work:
+# a client can ask for anything, the server draws at most this (bench/viewer_hostile.py
+# measures the memory a request at these limits costs).
+PX_LIMITS = ((400, 3000), (200, 1200))  # plot-area width, height in px (the raster's size); the page asks
+# for its plot's width up to 3000 and a height of 560
+MAX_LIST = 4096  # values in one filter list (ranks, launches, stages, phases)
+STATE_KEYS = {"name": str, "fkey": str, "grouping": str, "t0": int, "t1": int, "r0": int, "r1": int,
+              "panels": list, "ranks": list, "launches": list, "ctas": list, "stages": list}
+
+
+def clamp_px(px) -> tuple:
+    """``(width, height)`` of the plot area a request asks for, each clamped to
+    ``PX_LIMITS``; anything that is not two numbers gives the default size."""
+    try:
+        w, h = (int(float(v)) for v in px)
+    except (TypeError, ValueError, OverflowError):
+        return GANTT_PX
+    (w0, w1), (h0, h1) = PX_LIMITS
+    return min(max(w, w0), w1), min(max(h, h0), h1)
+
+
+def client_list(values, what: str):
+    """A filter list from a request as ints (None stays None): refused with a message
+    when it is not a list of integers or longer than ``MAX_LIST``."""
+    if values is None:
+        return None
+    if not isinstance(values, (list, tuple)) or len(values) > MAX_LIST:
+        raise ValueError(f"the {what} filter must be a list of at most {MAX_LIST} values")
+    try:
+        return [int(v) for v in values]
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"the {what} filter holds something that is not an integer") from None
+
+
+def client_state(state) -> dict:
+    """The view state a request carries back (``view-state``), keeping only the keys
+    the server wrote with the types it wrote them (ints within the time axis's
+    range): anything else is as if there were no state."""
+    if not isinstance(state, dict):
+        return {}
+    out = {}
+    for k, v in state.items():
+        want = STATE_KEYS.get(k)
+        if want is None or v is None:
+            continue
+        if not isinstance(v, want) or isinstance(v, bool) or (want is int and abs(v) > S.MAX_SPAN_NS):
+            return {}
+        if want is list and len(v) > MAX_LIST:
+            return {}
+        out[k] = v
+    return out
+
+
+def finite_us(v, what: str) -> float:
+    """A time in µs from a request: a finite number within the time axis, else a
+    ``ValueError`` naming it."""
+    x = float(v)
+    if not math.isfinite(x) or abs(x) * 1e3 > S.MAX_SPAN_NS:
+        raise ValueError(f"the {what} is not a time on this trace's axis: {v!r}")
+    return x
+
+
 # -- helpers ------------------------------------------------------------------------------
 def _msg(text: str, kind: str = "error") -> html.Div:
     """A message box; ``kind`` is error, warning, info or synthetic (its CSS class)."""
@@ -139,9 +202,10 @@ def _us_to_ns(text, what: str, current: int) -> int:
     if text is None or str(text).strip() == "":
         return current
     try:
-        return int(round(float(str(text).replace(",", "")) * 1e3))
+        return int(round(finite_us(str(text)[:64].replace(",", ""), f"time window's {what!r} box") * 1e3))
     except ValueError:
-        raise ValueError(f"the time window's {what!r} box holds {str(text)!r}, not a number of µs") from None
+        raise ValueError(f"the time window's {what!r} box holds {str(text)[:64]!r}, not a number of µs "
+                         "on this trace's axis") from None
 
 
 def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
@@ -152,6 +216,8 @@ def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
         v = _opt_list(values) if values else None
         return None if v is None or set(v) >= set(present) else v
 
+    ranks, launches, stages, phases, ctas = (client_list(v, what) for v, what in (
+        (ranks, "rank"), (launches, "launch"), (stages, "stage"), (phases, "phase"), (ctas, "CTA")))
     ranks = norm(ranks, data.ranks)
     launches = norm(launches, data.launches)
     stages = None if stages is None else _opt_list(stages)
@@ -506,13 +572,13 @@ class App:
         x = y = None
         for ax in ("xaxis", "xaxis2"):
             if f"{ax}.range[0]" in rel and f"{ax}.range[1]" in rel:
-                x = (float(rel[f"{ax}.range[0]"]), float(rel[f"{ax}.range[1]"]))
-            elif isinstance(rel.get(f"{ax}.range"), list):
-                x = tuple(float(v) for v in rel[f"{ax}.range"][:2])
+                x = (finite_us(rel[f"{ax}.range[0]"], "zoom"), finite_us(rel[f"{ax}.range[1]"], "zoom"))
+            elif isinstance(rel.get(f"{ax}.range"), list) and len(rel[f"{ax}.range"]) >= 2:
+                x = tuple(finite_us(v, "zoom") for v in rel[f"{ax}.range"][:2])
         if "yaxis.range[0]" in rel and "yaxis.range[1]" in rel:
-            y = (float(rel["yaxis.range[0]"]), float(rel["yaxis.range[1]"]))
-        elif isinstance(rel.get("yaxis.range"), list):
-            y = tuple(float(v) for v in rel["yaxis.range"][:2])
+            y = (finite_us(rel["yaxis.range[0]"], "row zoom"), finite_us(rel["yaxis.range[1]"], "row zoom"))
+        elif isinstance(rel.get("yaxis.range"), list) and len(rel["yaxis.range"]) >= 2:
+            y = tuple(finite_us(v, "row zoom") for v in rel["yaxis.range"][:2])
         return x, y, auto
 
     def concurrency_table(self, item, ranks, launches, t0, t1, bins):
@@ -547,7 +613,8 @@ class App:
         selection)."""
         item = self.store.get(name)
         d = item.data
-        grouping = grouping or "rank"
+        grouping = grouping if grouping in M.GROUPINGS else "rank"
+        state, px = client_state(state), clamp_px(px)
         ranks, launches, stages_t, phases_t, ctas_t = normalize(d, ranks, launches, stages, phases, ctas)
         view = self.view(item, grouping, ranks, launches, ctas_t, stages_t)
         fkey = repr([name, grouping, ranks, launches, ctas_t, stages_t if grouping == "stage" else None])
@@ -578,9 +645,10 @@ class App:
             (t0, t1), r0, r1 = full_t, 0, view.n_rows
         if t1 <= t0:
             t1 = t0 + 1
+        r0, r1 = (min(max(int(r), 0), view.n_rows) for r in (r0, r1))
         if r1 <= r0:
             r0, r1 = 0, view.n_rows
-        width, height = (px or GANTT_PX)
+        width, height = px
         cls = M.class_mask(d, stages_t, phases_t)
         shown = list(stages_t) if stages_t is not None else list(range(len(d.stage_names)))
         conc, conc_note = self.concurrency_table(item, ranks, launches, int(t0), int(t1), int(width))
@@ -655,12 +723,14 @@ class App:
         customdata."""
         item = self.store.get(name)
         d = item.data
-        pts = (click or {}).get("points") or []
-        if not pts or "x" not in pts[0] or "y" not in pts[0] or not state or state.get("name") != name:
+        state = client_state(state)
+        pts = (click or {}).get("points") if isinstance(click, dict) else None
+        if not isinstance(pts, list) or not pts or not isinstance(pts[0], dict) or "x" not in pts[0] \
+                or "y" not in pts[0] or state.get("name") != name or state.get("grouping") not in M.GROUPINGS:
             return "Click a bar to pin its task here."
-        view = self.view(item, state["grouping"], *(tuple(v) if v is not None else None for v in (
-            state["ranks"], state["launches"], state["ctas"], state["stages"])))
-        row, t = int(round(float(pts[0]["y"]))), float(pts[0]["x"]) * 1e3
+        view = self.view(item, state["grouping"], *(None if v is None else tuple(v) for v in (
+            client_list(state.get(k), k) for k in ("ranks", "launches", "ctas", "stages"))))
+        row, t = int(round(finite_us(pts[0]["y"], "clicked row"))), finite_us(pts[0]["x"], "clicked time") * 1e3
         if not 0 <= row < view.n_rows:
             return "Click a bar to pin its task here."
         a, b = int(view.row_start[row]), int(view.row_start[row + 1])
@@ -868,11 +938,36 @@ def page_search(referrer: str | None) -> str | None:
     return f"?{query}" if query else ""
 
 
-def build(app_state: App, compress: bool = False) -> dash.Dash:
+def _loopback_host_only():
+    """Refuse a request whose ``Host`` header names anything but this machine, when
+    the server is bound to loopback: a page on another site whose name resolves to
+    127.0.0.1 (DNS rebinding) would otherwise read the dashboard."""
+    host = flask.request.host.rsplit(":", 1)[0] if not flask.request.host.startswith("[") \
+        else flask.request.host[1:].split("]")[0]
+    if host not in LOOPBACK:
+        return flask.Response("timeline-view serves this machine only (Host must be 127.0.0.1, localhost "
+                              "or ::1); bind another address with --host to serve a network", 403,
+                              mimetype="text/plain")
+    return None
+
+
+def _malformed(e):
+    """Any request a callback could not take (one that names no callback, a body Dash
+    cannot parse): one line, status 400, the traceback in the server's log only."""
+    from werkzeug.exceptions import HTTPException
+
+    if isinstance(e, HTTPException):
+        return e
+    log.exception("malformed request to %s", flask.request.path)
+    return flask.Response(f"timeline-view: malformed request ({type(e).__name__})\n", 400, mimetype="text/plain")
+
+
+def build(app_state: App, compress: bool = False, host: str | None = "127.0.0.1") -> dash.Dash:
     """The Dash app: layout and callbacks over ``app_state``. ``compress``: send
     responses compressed (flask-compress; plotly.js and Dash's bundles shrink from
     6.3 MB to 1.8 MB): worth it over a network, not on this machine's loopback,
-    where compressing costs more than it saves."""
+    where compressing costs more than it saves. ``host``: the address it will be
+    bound to; on loopback every request must name a loopback ``Host``."""
     # no assets folder: Dash would otherwise serve (and inject into the page) whatever an
     # ``assets/`` directory beside the working directory holds; the CSS is inline below
     app = dash.Dash("timeline-view", title="timeline-view", update_title=None, serve_locally=True, compress=compress,
@@ -895,6 +990,9 @@ def build(app_state: App, compress: bool = False) -> dash.Dash:
 
     app.layout = page_layout
     st = app_state
+    if host in LOOPBACK:
+        app.server.before_request(_loopback_host_only)
+    app.server.register_error_handler(Exception, _malformed)
 
     app.clientside_callback(
         """function(_) { var g = document.getElementById('gantt');
@@ -904,6 +1002,7 @@ def build(app_state: App, compress: bool = False) -> dash.Dash:
 
     @app.callback(*(Output(c, p) for c, p in TRACE_OUTPUTS),
                   Input("url", "search"), Input("trace-select", "value"), State("page-search", "data"))
+    @guarded(*(_ERROR if out == ("banners", "children") else NO for out in TRACE_OUTPUTS))
     def on_trace(search, picked, page_search):
         by_picker = dash.ctx.triggered_id == "trace-select"
         # the initial call, or dcc.Location reporting the address as it mounts: the
@@ -984,6 +1083,7 @@ def build(app_state: App, compress: bool = False) -> dash.Dash:
                       Output(f"{table_id}-data", "data", allow_duplicate=True),
                       Input({"type": "sort", "table": table_id, "col": ALL}, "n_clicks"),
                       State(f"{table_id}-data", "data"), prevent_initial_call=True)
+        @guarded(NO, NO)  # a malformed sort request leaves the table as it is
         def on_sort(clicks, data, table_id=table_id):
             trig = dash.ctx.triggered_id
             if not data or not trig or not any(clicks) or not 0 <= trig["col"] < len(data["columns"]):
@@ -1015,13 +1115,23 @@ def default_trace(trace_dir: Path | None) -> str | None:
     return files[0].name if files else None
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1-65535)")
+    return port
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="timeline-view",
         description="Dash dashboard of mono-kernel timelines (per-CTA, per-wave Gantt, stage analytics).")
     p.add_argument("traces", nargs="*", metavar="TRACE", help="trace files (.arrow / .parquet) to open")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    p.add_argument("--port", type=_port, default=8050, help="port, 1-65535 (default 8050)")
     p.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
                    help=f"directory whose trace files the page may open (default {DEFAULT_TRACE_DIR})")
     p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader); never in production")
@@ -1069,7 +1179,7 @@ def main(argv=None) -> int:
         print(f"timeline-view: note: serving on {args.host} uncompressed (6 MB for a first visit): "
               "pip install flask-compress to compress", file=sys.stderr)
         compress = False
-    app = build(state, compress=compress)
+    app = build(state, compress=compress, host=args.host)
     url = f"http://{args.host}:{args.port}/"
     print(f"timeline-view: {first} at {url}" + ("  (debug mode)" if args.debug else ""), flush=True)
     app.run(host=args.host, port=args.port, debug=args.debug)

@@ -31,7 +31,7 @@ def coverage(s: np.ndarray, e: np.ndarray, prow: np.ndarray, cls: np.ndarray, pa
     columns adds its last column's share directly too and its full middle columns
     as +1/-1 in a difference array summed along the row: O(n + pixels) whatever
     the intervals' lengths, one ``bincount`` over all intervals per channel."""
-    out = np.zeros((4, height, width), dtype=np.float64)
+    out = np.zeros((4, height, width), dtype=np.float32)  # sums are float64; a pixel needs no more
     if s.size == 0 or t1 <= t0:
         return out
     scale = width / (t1 - t0)
@@ -69,12 +69,18 @@ def shade(cov: np.ndarray, rows_per_pixel: np.ndarray) -> np.ndarray:
     rows in that pixel row), with a floor of ``MIN_ALPHA`` where anything ran."""
     busy = cov[0]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = cov[1:] / busy[None]
-        occ = np.clip(busy / np.maximum(rows_per_pixel, 1)[:, None], 0.0, 1.0)
-    alpha = np.where(busy > 0, MIN_ALPHA + (1 - MIN_ALPHA) * occ, 0.0)
-    mean = np.nan_to_num(mean, nan=1.0)
-    img = 1.0 - alpha[None] * (1.0 - mean)
-    return np.ascontiguousarray((np.clip(img, 0, 1) * 255 + 0.5).astype(np.uint8).transpose(1, 2, 0))
+        img = cov[1:] / busy[None]  # the mean colour, then the pixel, in place (float32 like cov)
+        occ = np.clip(busy / np.maximum(rows_per_pixel, 1).astype(np.float32)[:, None], 0.0, 1.0)
+    np.nan_to_num(img, copy=False, nan=1.0)
+    alpha = np.where(busy > 0, MIN_ALPHA + (1 - MIN_ALPHA) * occ, 0.0).astype(np.float32)
+    del occ
+    img -= 1.0
+    img *= alpha[None]
+    img += 1.0
+    np.clip(img, 0, 1, out=img)
+    img *= 255
+    img += 0.5
+    return np.ascontiguousarray(img.astype(np.uint8).transpose(1, 2, 0))
 
 
 def png_bytes(rgb: np.ndarray, level: int = 6) -> bytes:

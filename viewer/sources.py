@@ -31,11 +31,14 @@ class SourceError(ValueError):
 
 
 def scan(trace_dir: Path | None) -> list:
-    """Trace files directly inside ``trace_dir`` (not recursive), sorted by name."""
+    """Trace files directly inside ``trace_dir`` (not recursive), sorted by name; a
+    link that leads outside ``trace_dir`` is not listed (``Catalog.resolve`` would
+    refuse it too)."""
     if trace_dir is None or not trace_dir.is_dir():
         return []
+    root = trace_dir.resolve()
     return sorted(p for p in trace_dir.iterdir()
-                  if p.is_file() and p.suffix.lower() in TRACE_EXTENSIONS)
+                  if p.is_file() and p.suffix.lower() in TRACE_EXTENSIONS and p.resolve().is_relative_to(root))
 
 
 class Catalog:
@@ -77,17 +80,17 @@ class Catalog:
             raise SourceError("refused: the trace name contains a NUL byte")
         candidate = Path(name)
         if candidate.is_absolute() or ".." in candidate.parts:
-            raise SourceError(f"refused: {name!r} is outside the trace directory "
-                              f"{str(self.trace_dir)!r}; only files inside it can be opened")
+            raise SourceError(f"refused: {name!r} is outside the trace directory; "
+                              "only files inside it can be opened")
         path = (self.trace_dir / candidate).resolve()
         if not path.is_relative_to(self.trace_dir):
             raise SourceError(f"refused: {name!r} leads outside the trace directory "
-                              f"{str(self.trace_dir)!r} (a symlink?); only files inside it can be opened")
+                              "(a symlink?); only files inside it can be opened")
         if not path.exists():
-            raise SourceError(f"no trace {name!r} in {str(self.trace_dir)!r}; available: "
+            raise SourceError(f"no trace {name!r} in the trace directory; available: "
                               f"{', '.join(self.names()) or 'none'}")
         if not path.is_file():
-            raise SourceError(f"{name!r} in {str(self.trace_dir)!r} is not a file")
+            raise SourceError(f"{name!r} in the trace directory is not a file")
         if path.suffix.lower() not in TRACE_EXTENSIONS:
             raise SourceError(f"{name!r} is not a trace file (expected one of {', '.join(TRACE_EXTENSIONS)})")
         return path
@@ -109,14 +112,16 @@ class Loaded:
 
 def open_trace(path: Path, name: str | None = None) -> Loaded:
     """Load one trace file; ``SourceError`` with the loader's message for anything
-    that is not a readable trace."""
+    that is not a readable trace, the file named by ``name`` (what the page asked
+    for), never by its path on the server."""
+    name = name or path.name
     try:
         trace = load(path)
-        return Loaded(name or path.name, path, trace)
+        return Loaded(name, path, trace)
     except (TraceFileError, ViewError) as e:
-        raise SourceError(str(e)) from None
-    except Exception as e:  # a file that fools the magic-byte check, bad metadata JSON, ...
-        raise SourceError(f"{str(path)!r} could not be read as a trace: {type(e).__name__}: {e}") from None
+        raise SourceError(str(e).replace(repr(str(path)), repr(name)).replace(str(path), name)) from None
+    except Exception as e:  # noqa: BLE001 - whatever the loader missed is still one line
+        raise SourceError(f"{name!r} could not be read as a trace: {type(e).__name__}") from None
 
 
 def _mtime(path: Path) -> int:
