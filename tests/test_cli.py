@@ -3,8 +3,10 @@
 traceback), and the console entry once as a real subprocess (``python -m timeline``)."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +19,8 @@ from timeline.cli import format_table, main
 from timeline.collect import collect
 from timeline.merge import merge
 from timeline.trace import load
+
+REPO = Path(__file__).resolve().parents[1]
 
 T0 = 3_000_000
 #            start  hint  staged  compute   end     (ticks after T0, 10 ns each)
@@ -296,3 +300,27 @@ def test_export_perfetto_and_chrome_in_one_run(tmp_path, capsys):
     assert f"wrote {pf}: {len(begins)} slices" in out
     chrome = json.loads(js.read_text())["traceEvents"]
     assert sum(e["ph"] in "Bi" for e in chrome) == 32 * 5
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--window-gap-ms", "nan"], "finite number >= 0"),
+    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--window-gap-ms", "-3"], "finite number >= 0"),
+    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--rank", "-1"], "outside world size"),
+    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--rank", "40000"], "the rank column is int16"),
+    (["convert", "{fifo}", "--spec", "{spec}", "-o", "{d}/t.arrow"], "not a regular file"),
+    (["convert", "/dev/zero", "--spec", "{spec}", "-o", "{d}/t.arrow"], "not a regular file"),
+    (["convert", "{d}", "--spec", "{spec}", "-o", "{d}/t.arrow"], "is a folder"),
+    (["export", "{trace}", "--chrome", "{fifo}"], "not a regular file"),
+    (["info", "{fifo}"], "not a regular file"),
+    (["synth", "-o", "{d}/s.arrow", "--ranks", "100000"], "task rows; synth writes at most"),
+    (["synth", "-o", "{d}/s.arrow", "--ranks", "0"], "at least 1"),
+])
+def test_bad_options_and_inputs_are_one_line_exit_2(hand, tmp_path, capsys, argv, message):
+    """No traceback, no hang (a FIFO is never opened), one line naming the problem."""
+    spec, buf, d = hand
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    names = dict(buf=d / "stamps.bin", spec=d / "spec.json", d=tmp_path, fifo=fifo,
+                 trace=REPO / "traces" / "h200_calibration.arrow")
+    err = error_of([a.format(**names) for a in argv], capsys)
+    assert message in err and err.strip().count("\n") == 0 and "Traceback" not in err

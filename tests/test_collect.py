@@ -558,3 +558,16 @@ def test_merge_refuses_other_builds():
     b = collect(np.zeros(other.layout.words, np.int64), other)
     with pytest.raises(MergeError, match="different builds"):
         merge([a, b])
+
+
+def test_merge_refuses_captures_no_exact_axis_holds():
+    """Two buffers of one rank whose ticks lie 2**60 apart (a stale buffer of another
+    run, say): each decodes, but one axis for both would not be exact in ns."""
+    sp = spec3()
+    a, b = full_buffer(sp), full_buffer(sp)
+    nz = b[: sp.layout.record_words].reshape(-1, sp.layout.cols)[:, 1:]
+    nz[nz != 0] += 1 << 60
+    from timeline.merge import MergeError
+
+    with pytest.raises(MergeError, match="one exact time axis.*2\\*\\*53|one exact time axis"):
+        merge([collect(a, sp), collect(b, sp)])
