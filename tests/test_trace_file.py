@@ -114,6 +114,7 @@ def _stage_renamed(d):
 def _phases_changed(d):
     for sp in d:
         sp["phases"] = ["start", "end"]
+        sp["wait"] = []
 
 
 def _fewer_tasks(d):

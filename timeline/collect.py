@@ -191,9 +191,9 @@ class _Anomalies:
 def _layout_anomalies(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> None:
     """Writes outside the record fields: padding columns, the device's drop counters
     and the trailer's padding."""
-    lay, P = spec.layout, len(spec.phases)
-    if lay.cols > 1 + P:
-        pad_nz = int(np.count_nonzero(cut.records[:, 1 + P:]))
+    lay, used = spec.layout, 1 + len(spec.phases) + len(spec.marks)
+    if lay.cols > used:
+        pad_nz = int(np.count_nonzero(cut.records[:, used:]))
         if pad_nz:
             acc.add("overflow", pad_nz, pad_nz, phase="padding")
     if cut.trailer is None:
@@ -215,13 +215,16 @@ def _layout_anomalies(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> None:
 # -- per record ---------------------------------------------------------------------------
 class _Records(NamedTuple):
     """Columns of every record: ``place`` and ``ticks`` (one array per phase, each
-    contiguous), ``written`` per phase, ``nw`` (phases written), ``lo`` / ``hi``
-    (earliest written and latest tick)."""
+    contiguous), ``written`` per phase, ``nw`` (phases written), ``marks`` (one
+    array per mark), ``stamps`` (tick words written, phases and marks), ``lo`` /
+    ``hi`` (earliest written and latest tick, marks included)."""
 
     place: np.ndarray
     ticks: list
     written: list
     nw: np.ndarray
+    marks: list
+    stamps: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
 
@@ -230,28 +233,33 @@ class _Records(NamedTuple):
         return self.nw == len(self.ticks)
 
 
-def _columns(records: np.ndarray, P: int) -> _Records:
+def _columns(records: np.ndarray, P: int, M: int = 0) -> _Records:
     # one transposing copy: every column contiguous (column-wise ops beat axis=1
     # reductions over P ~ 5, and Arrow takes contiguous columns without a copy)
-    cols_t = np.ascontiguousarray(records[:, : 1 + P].T)
+    cols_t = np.ascontiguousarray(records[:, : 1 + P + M].T)
     ticks = [cols_t[1 + j] for j in range(P)]
+    marks = [cols_t[1 + P + k] for k in range(M)]
     written = [t != 0 for t in ticks]
     nw = np.zeros(records.shape[0], dtype=np.int8)
-    hi, lo = ticks[0].copy(), None
     for w in written:
         nw += w
-    for t in ticks[1:]:
+    stamps = nw.copy()
+    for m in marks:
+        stamps += m != 0
+    every = ticks + marks
+    hi, lo = every[0].copy(), None
+    for t in every[1:]:
         np.maximum(hi, t, out=hi)
-    if (nw == P).all():
-        lo = ticks[0].copy()
-        for t in ticks[1:]:
+    if (stamps == P + M).all():
+        lo = every[0].copy()
+        for t in every[1:]:
             np.minimum(lo, t, out=lo)
     else:
         big = np.iinfo(np.int64).max
-        lo = np.where(written[0], ticks[0], big)
-        for w, t in zip(written[1:], ticks[1:]):
-            np.minimum(lo, np.where(w, t, big), out=lo)
-    return _Records(cols_t[S.PLACEMENT_COL], ticks, written, nw, lo, hi)
+        lo = np.where(every[0] != 0, every[0], big)
+        for t in every[1:]:
+            np.minimum(lo, np.where(t != 0, t, big), out=lo)
+    return _Records(cols_t[S.PLACEMENT_COL], ticks, written, nw, marks, stamps, lo, hi)
 
 
 def _cluster_window(ticks: np.ndarray, gap: int):
@@ -285,7 +293,7 @@ def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
             lo, hi = int(rec.lo[sl][sel].min()), int(rec.hi[sl][sel].max())
             if hi - lo <= gap:
                 continue
-            lt = np.concatenate([t[sl][sel] for t in rec.ticks])
+            lt = np.concatenate([t[sl][sel] for t in rec.ticks + rec.marks])
             lo, hi = _cluster_window(lt[lt != 0], gap)
         out = sel & ((rec.lo[sl] < lo) | (rec.hi[sl] > hi))
         if out.any():
@@ -298,18 +306,18 @@ def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
 def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: _Anomalies, gap_ms, windows) -> np.ndarray:
     """Which records become rows: written, no negative tick, a valid placement word
     (or none), inside their launch's window. The rest are counted."""
-    has = rec.nw > 0
+    has = rec.stamps > 0
     acc.per_stage("unwritten", ~has)
     keep = has.copy()
     bad_tick = has & (rec.lo < 0)
-    acc.per_stage("impossible_tick", bad_tick, rec.nw)
+    acc.per_stage("impossible_tick", bad_tick, rec.stamps)
     keep &= ~bad_tick
     bad_place = keep & S.bad_placement(rec.place, spec.arch, spec.grid, cut.version)
-    acc.per_stage("bad_placement", bad_place, rec.nw)
+    acc.per_stage("bad_placement", bad_place, rec.stamps)
     keep &= ~bad_place
     outside = _outside_windows(rec, keep, spec, gap_ms, windows)
     if outside is not None:
-        acc.per_stage("outside_window", outside, rec.nw)
+        acc.per_stage("outside_window", outside, rec.stamps)
         keep &= ~outside
     return keep
 
@@ -388,7 +396,7 @@ def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec):
     all_kept = bool(keep.all())
     k = slice(None) if all_kept else np.flatnonzero(keep)
     kplace = rec.place[k]
-    types = S.tasks_schema(spec.phases)
+    types = S.tasks_schema(spec.phases, spec.marks)
     fields = S.unpack_placement(kplace, spec.arch, {
         name: types.field(name).type.to_pandas_dtype() for name in S.PLACEMENT_COLUMNS})
     pmiss = kplace == 0
@@ -421,6 +429,13 @@ def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec):
         cols[f"{p}_ns"] = pa.array(ns) if w.all() else pa.array(ns, mask=~w)
     for j, p in enumerate(spec.phases):
         cols[f"{p}_tick"] = pa.array(kt[j])
+    km = [m[k] for m in rec.marks]
+    for name, t in zip(spec.marks, km):  # a mark: its own time, or null; no order, no inheriting
+        w = t != 0
+        ns = S.ticks_to_ns(np.where(w, t - origin, 0), spec.clock)
+        cols[f"{name}_ns"] = pa.array(ns) if w.all() else pa.array(ns, mask=~w)
+    for name, t in zip(spec.marks, km):
+        cols[f"{name}_tick"] = pa.array(t)
     return pa.table(cols, schema=types), origin
 
 
@@ -445,7 +460,7 @@ def collect(
     coords = _coords(spec)
     acc = _Anomalies(spec, coords[0], coords[1])
     _layout_anomalies(cut, spec, acc)
-    rec = _columns(cut.records, len(spec.phases))
+    rec = _columns(cut.records, len(spec.phases), len(spec.marks))
     keep = _screen(rec, cut, spec, acc, gap_ms, windows)
     flags = _flag(rec, keep, spec, acc, coords[3])
     tasks, origin = _tasks_table(rec, keep, flags, coords, spec)

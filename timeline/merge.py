@@ -4,8 +4,8 @@ Each rank has its own clock. Traces of the same rank (launches captured in separ
 buffers) share that clock, so they are put on one axis exactly, from the raw ticks.
 Different ranks can only be aligned by an event they share: by default each rank's
 first stamp is its 0 (``align=None``); ``align="stage"`` or ``"stage:phase"``
-shifts every rank so that the earliest ``phase`` (default ``hint``: the wait for
-producers is over) of that stage coincides, which for an all-reduce stage is the
+shifts every rank so that the earliest ``phase`` (default: the phase that ends the
+spec's declared wait for producers, ``spec.wait[1]``) of that stage coincides, which for an all-reduce stage is the
 moment the last rank's partial arrived, the same instant on every rank up to the
 mailbox latency.
 """
@@ -24,9 +24,10 @@ class MergeError(ValueError):
     """Traces that cannot share one time axis (other stages or phases, bad alignment)."""
 
 
-def _align_offsets(tasks: pa.Table, ranks, align: str, phases) -> dict:
+def _align_offsets(tasks: pa.Table, ranks, align: str, spec: S.Spec) -> dict:
+    phases = spec.phases
     stage, _, phase = align.partition(":")
-    phase = phase or ("hint" if "hint" in phases else phases[0])
+    phase = phase or (spec.wait[1] if spec.wait else phases[0])  # default: where the wait ends
     if phase not in phases:
         raise MergeError(f"cannot align on phase {phase!r}: the phases are {list(phases)}")
     col = f"{phase}_ns"
@@ -54,7 +55,7 @@ def merge(traces, *, align: str | None = None) -> Trace:
         raise MergeError("nothing to merge: give at least one trace")
     first = traces[0].spec
     for t in traces[1:]:
-        if t.spec.stages != first.stages or t.spec.phases != first.phases:
+        if t.spec.stages != first.stages or t.spec.phases != first.phases or t.spec.marks != first.marks:
             raise MergeError(
                 f"cannot merge traces of different builds: {first.kernel!r} has stages "
                 f"{list(first.stage_names)} / phases {list(first.phases)}, {t.spec.kernel!r} has "
@@ -80,13 +81,14 @@ def merge(traces, *, align: str | None = None) -> Trace:
         parts.append(tasks)
         anomalies.append(t.anomalies)
     tasks = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
-    tasks = tasks.select(S.tasks_schema(first.phases).names).cast(S.tasks_schema(first.phases))
+    schema = S.tasks_schema(first.phases, first.marks)
+    tasks = tasks.select(schema.names).cast(schema)
     # each rank's origin: its earliest stamp over all its traces
     origins = {}
     rank = tasks.column("rank").to_numpy()
     for r in spec_of_rank:
         m = rank == r
-        mins = [tasks.column(f"{p}_tick").to_numpy()[m] for p in first.phases]
+        mins = [tasks.column(f"{p}_tick").to_numpy()[m] for p in first.phases + first.marks]
         allt = np.concatenate(mins)
         allt = allt[allt != 0]
         origins[r] = int(allt.min()) if allt.size else 0
@@ -94,7 +96,7 @@ def merge(traces, *, align: str | None = None) -> Trace:
         tasks = retime(tasks, spec_of_rank, origins, {})
         offsets = {}
         if align:
-            offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first.phases)
+            offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first)
             tasks = retime(tasks, spec_of_rank, origins, offsets)
     except S.SpanError as e:
         raise MergeError(f"cannot put these traces on one exact time axis: {e}; merge captures "

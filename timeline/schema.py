@@ -101,6 +101,8 @@ class Spec:
     rank: int = 0
     world: int = 1
     grid: int = 0  # CTAs in the launch grid, 0 when not known
+    wait: tuple | None = None  # (phase, next phase): the interval that is the wait for producers
+    marks: tuple = ()  # per-task marks that are not ordered phases (stamped in any order)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -136,8 +138,20 @@ class Spec:
             raise SpecError(f"clock rate must be 1 .. {MAX_CLOCK_HZ} Hz; got {self.clock}")
         if not 0 <= self.grid <= MAX_CTA + 1:
             raise SpecError(f"grid must be 0 (unknown) .. {MAX_CTA + 1} CTAs; got {self.grid}")
+        object.__setattr__(self, "wait", _declared_wait(self.phases, self.wait))
+        marks = tuple(str(m) for m in self.marks)
+        object.__setattr__(self, "marks", marks)
+        clash = (set(marks) & set(self.phases)) | {m for m in marks if marks.count(m) > 1} | ({"placement"} & set(marks))
+        if clash or not all(marks):
+            raise SpecError(f"mark names must be distinct, non-empty and not phase names; got {list(marks)}")
 
     # -- derived --------------------------------------------------------------
+    @property
+    def wait_index(self) -> int | None:
+        """The index of the wait-for-producers interval among ``interval_names``, or
+        None when the spec declares none."""
+        return self.phases.index(self.wait[0]) if self.wait else None
+
     @property
     def stage_names(self) -> tuple:
         return tuple(n for n, _ in self.stages)
@@ -190,6 +204,8 @@ class Spec:
             "rank": self.rank,
             "world": self.world,
             "grid": self.grid,
+            "wait": list(self.wait),
+            "marks": list(self.marks),
             "extra": dict(self.extra),
         }
 
@@ -204,13 +220,31 @@ class Spec:
                 f"spec is for layout version {version}; this mono-timeline reads version "
                 f"{LAYOUT_VERSION}. Decode it with the mono-timeline release that wrote it."
             )
-        known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch",
+        known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch", "wait", "marks",
                  "rank", "world", "grid", "extra"}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     @classmethod
     def from_json(cls, text: str) -> "Spec":
         return cls.from_dict(json.loads(text))
+
+
+def _declared_wait(phases: tuple, wait) -> tuple:
+    """The wait-for-producers interval as ``(phase, next phase)``: the declared one,
+    checked to be two consecutive phases; undeclared (None), ``start → hint`` where
+    the phases have it (the demos' meaning, and every file written before the field
+    existed); ``()`` for "none". The one place the default lives."""
+    if wait is None:
+        pair = ("start", "hint")
+        ok = all(p in phases for p in pair) and phases.index("hint") == phases.index("start") + 1
+        return pair if ok else ()
+    wait = tuple(str(p) for p in wait)
+    if not wait:
+        return ()
+    if len(wait) != 2 or any(p not in phases for p in wait) or phases.index(wait[1]) != phases.index(wait[0]) + 1:
+        raise SpecError(f"wait must name two consecutive phases (the wait for producers), e.g. "
+                        f"('hint', 'staged'); got {list(wait)} for phases {list(phases)}")
+    return wait
 
 
 class Layout(NamedTuple):
@@ -247,13 +281,13 @@ class Layout(NamedTuple):
 
 def layout_of(spec: Spec) -> Layout:
     """The buffer layout a spec implies: rows = all tasks of all stages, cols = one
-    placement word + one tick per phase, rounded up to even (16-byte records), and
-    a trailer of one drop counter per stage, rounded up to even."""
+    placement word + one tick per phase + one per mark, rounded up to even (16-byte
+    records), and a trailer of one drop counter per stage, rounded up to even."""
     first, row = [], 0
     for _, count in spec.stages:
         first.append(row)
         row += count
-    cols = 1 + len(spec.phases)
+    cols = 1 + len(spec.phases) + len(spec.marks)
     cols += cols % 2
     counts = tuple(c for _, c in spec.stages)
     trailer = len(counts) + len(counts) % 2
@@ -261,7 +295,8 @@ def layout_of(spec: Spec) -> Layout:
 
 
 def phase_col(phase_index):
-    """Column of phase ``phase_index`` within a record (column 0 is placement)."""
+    """Column of phase ``phase_index`` within a record (column 0 is placement); mark
+    k of a spec with P phases is ``phase_col(P + k)``."""
     return phase_index + 1
 
 
@@ -529,10 +564,11 @@ DICT_STR = pa.dictionary(pa.int32(), pa.string())
 PLACEMENT_COLUMNS = ("cta", "wave", "xcc", "se", "sh", "cu", "simd", "wave_slot", "sm", "hw_unit")
 
 
-def tasks_schema(phases) -> pa.Schema:
+def tasks_schema(phases, marks=()) -> pa.Schema:
     """Schema of the ``tasks`` table: one row per (rank, launch, stage, task, wave);
     ``<phase>_ns`` is ns from the trace origin (null where unwritten) and
-    ``<phase>_tick`` the raw tick (0 where unwritten)."""
+    ``<phase>_tick`` the raw tick (0 where unwritten); then the same two columns
+    per mark (``<mark>_ns``, ``<mark>_tick``: never ordered, never inherited)."""
     cols = [
         ("rank", pa.int16()),
         ("launch", pa.int32()),
@@ -555,6 +591,8 @@ def tasks_schema(phases) -> pa.Schema:
     ]
     cols += [(f"{p}_ns", pa.int64()) for p in phases]
     cols += [(f"{p}_tick", pa.int64()) for p in phases]
+    cols += [(f"{m}_ns", pa.int64()) for m in marks]
+    cols += [(f"{m}_tick", pa.int64()) for m in marks]
     return pa.schema(cols)
 
 

@@ -100,11 +100,11 @@ class Trace:
         self.specs = list(specs)
         if not self.specs:
             raise ValueError("a Trace needs at least one Spec")
-        phases = self.specs[0].phases
+        phases, marks = self.specs[0].phases, self.specs[0].marks
         for sp in self.specs[1:]:
-            if sp.phases != phases:
-                raise ValueError(f"ranks disagree on phases: {phases} vs {sp.phases}")
-        want = S.tasks_schema(phases)
+            if sp.phases != phases or sp.marks != marks:
+                raise ValueError(f"ranks disagree on phases or marks: {phases} {marks} vs {sp.phases} {sp.marks}")
+        want = S.tasks_schema(phases, marks)
         if not tasks.schema.remove_metadata().equals(want):
             tasks = tasks.select(want.names).cast(want)
         self.tasks = tasks.replace_schema_metadata(None)
@@ -123,6 +123,10 @@ class Trace:
     @property
     def phases(self) -> tuple:
         return self.spec.phases
+
+    @property
+    def marks(self) -> tuple:
+        return self.spec.marks
 
     @cached_property
     def intervals(self) -> pa.Table:
@@ -207,12 +211,14 @@ class Trace:
 
 
 def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) -> pa.Table:
-    """Every ``<phase>_ns`` column from the raw ticks: ns = ticks_to_ns(tick - origin of
-    the row's rank) + offset of that rank, null where the tick is 0. The one home of
+    """Every ``<phase>_ns`` (and ``<mark>_ns``) column from the raw ticks: ns =
+    ticks_to_ns(tick - origin of the row's rank) + offset of that rank, null where the
+    tick is 0. The one home of
     that formula: merge applies it, load checks a file against it. Raises
     ``SpanError`` where a tick lies outside its rank's exact span."""
     rank = tasks.column("rank").to_numpy()
-    for p in spec_of_rank[next(iter(spec_of_rank))].phases:
+    first = spec_of_rank[next(iter(spec_of_rank))]
+    for p in first.phases + first.marks:
         tick = tasks.column(f"{p}_tick").to_numpy()
         ns = np.zeros(tick.shape, dtype=np.int64)
         for r, sp in spec_of_rank.items():
@@ -328,7 +334,7 @@ def _read_meta(meta: dict, where: str) -> _Meta:
         raise _refuse(where, f"its spec metadata is not a valid spec ({e or 'no specs'})") from None
     ranks = [sp.rank for sp in specs]
     if len(set(ranks)) != len(ranks) or any(sp.stages != specs[0].stages or sp.phases != specs[0].phases
-                                            for sp in specs):
+                                            or sp.marks != specs[0].marks for sp in specs):
         raise _refuse(where, f"its specs repeat a rank or disagree on stages/phases (ranks {ranks})")
     rows = _json(meta, S.META_ANOMALIES, [], where)
     try:
@@ -346,10 +352,10 @@ def _read_meta(meta: dict, where: str) -> _Meta:
                  meta.get(S.META_SYNTHETIC) == b"1", checksum.decode(errors="replace") if checksum else None)
 
 
-def _conform(table: pa.Table, phases, where: str) -> pa.Table:
-    """The table's columns as ``tasks_schema(phases)``: every column present, each
-    castable without loss (a fractional time in an int column is refused)."""
-    want = S.tasks_schema(phases)
+def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
+    """The table's columns as ``tasks_schema(phases, marks)``: every column present,
+    each castable without loss (a fractional time in an int column is refused)."""
+    want = S.tasks_schema(phases, marks)
     missing = [n for n in want.names if n not in table.column_names]
     if missing:
         raise _refuse(where, f"it lacks the tasks columns {missing} its spec's phases {list(phases)} need")
@@ -400,7 +406,7 @@ def _check_rows(tasks: pa.Table, meta: _Meta, where: str) -> None:
         want = retime(tasks, spec_of, meta.origins, meta.offsets)
     except S.SpanError as e:
         raise _refuse(where, f"its ticks cannot be put on one exact time axis ({e})") from None
-    for p in meta.specs[0].phases:
+    for p in meta.specs[0].phases + meta.specs[0].marks:
         if not want.column(f"{p}_ns").equals(tasks.column(f"{p}_ns")):
             raise _refuse(where, f"column {p}_ns is not the time its {p}_tick column gives "
                           "(ns = (tick - origin) at the spec's clock + offset)")
@@ -430,7 +436,7 @@ def load(path) -> Trace:
                       "after it was written", "re-copy it, or re-export it from its stamp buffer")
     if meta.origins is None:
         notes.append(f"{where} has no origins: its ns columns could not be checked against its ticks")
-    tasks = _conform(table, meta.specs[0].phases, where)
+    tasks = _conform(table, meta.specs[0].phases, meta.specs[0].marks, where)
     _check_rows(tasks, meta, where)
     return Trace(tasks, meta.specs, meta.anomalies, origins=meta.origins, offsets=meta.offsets,
                  synthetic=meta.synthetic, notes=notes)
