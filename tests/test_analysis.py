@@ -5,11 +5,13 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
+from bufkit import put
 from timeline import analysis as A
 from timeline import schema as S
 from timeline import synth
 from timeline.collect import collect
 from timeline.merge import merge
+from timeline.schema import Spec
 
 T0 = 7_000_000  # an arbitrary clock epoch (ticks); every test result is relative to it
 
@@ -374,3 +376,27 @@ def test_legacy_report_leaves_a_missing_start_out_of_min_and_medians():
     assert col(rep, "hint_wait_us") == pytest.approx([1.0, 4.0])  # task 0's 400 ticks alone
     assert col(rep, "staging_us") == pytest.approx([2.0, 1.25])
     assert col(rep, "last_end_us") == pytest.approx([11.0, 24.0])
+
+
+def test_the_declared_wait_is_what_critical_path_and_the_viewer_read():
+    """GLM-5's wait is hint → staged: the critical path's wait row is that interval
+    (the start → hint before it is the task's own work), and the Gantt lightens it."""
+    from viewer import figures as F
+
+    def path(spec):
+        buf = np.zeros(spec.layout.words, dtype=np.int64)
+        put(buf, spec, stage="a", task=0, ticks=[1000, 1010, 1030, 1040, 1050])
+        rows = A.critical_path(collect(buf, spec)).to_pylist()
+        return [(r["kind"], r["start_ns"], r["end_ns"]) for r in rows]
+
+    glm5 = Spec("k", [("a", 1)], wait=("hint", "staged"))
+    assert path(glm5) == [("work", 0, 100), ("wait", 100, 300), ("work", 300, 500)]
+    assert path(Spec("k", [("a", 1)])) == [("wait", 0, 100), ("work", 100, 500)]
+    rgb = F.class_rgb(1, 4, glm5.wait_index)
+    base = F.hex_rgb(F.stage_colour(0))
+    assert np.allclose(rgb[1], base + (1 - base) * F.WAIT_LIGHTEN) and not np.allclose(rgb[0], rgb[1])
+    with pytest.raises(A.AnalysisError, match="declares none"):
+        A.critical_path(collect(np.zeros(Spec("k", [("a", 1)], wait=()).layout.words, np.int64),
+                                Spec("k", [("a", 1)], wait=())))
+    with pytest.raises(S.SpecError, match="two consecutive phases"):
+        Spec("k", [("a", 1)], wait=("start", "staged"))

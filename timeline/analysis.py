@@ -531,8 +531,9 @@ CRITICAL_PATH_SCHEMA = pa.schema([
 def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     """The chain of work, waits and idle time that ends at one launch's last end,
     found by walking back from the task that ends last. A HEURISTIC: the stamps say
-    when a task's wait for its producers ended (``hint``), not which producer it
-    waited for, so the walk guesses.
+    when a task's wait for its producers ended (the phase ending the spec's declared
+    ``wait``; "hint" below, as in the demos, where the wait is ``start → hint``), not
+    which producer it waited for, so the walk guesses.
 
     From a task T (its waves merged: earliest start, earliest hint, latest end):
     - ``work`` row: T's hint → end (staging, compute, epilogue);
@@ -540,8 +541,9 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
       latest at or before T's hint. If P ended after T started, T was waiting for
       P: a ``wait`` row P.end → T.hint (mailbox and polling latency), and the walk
       goes on from P;
-    - otherwise T's start, not a producer, held it up: a ``wait`` row T.start →
-      T.hint (barrier / poll cost), an ``idle`` row from the end of the CTA's own
+    - otherwise T's start, not a producer, held it up: a ``wait`` row from the start
+      of T's wait to T.hint (barrier / poll cost; a ``work`` row T.start → that start
+      when the wait is not the first interval, e.g. GLM-5's ``hint → staged``), an ``idle`` row from the end of the CTA's own
       previous task Q (the one that started last before T) to T.start, and the walk
       goes on from Q. It stops at a task with neither.
     The rows (``order`` 0 = earliest) tile the time from the path's first task to
@@ -555,17 +557,18 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     released T"; the walk stays inside one rank, so an all-reduce wait on a slower
     rank shows as a long wait on the latest local producer."""
     spec = trace.spec
-    if "hint" not in trace.phases:
-        raise AnalysisError(f"critical_path needs a 'hint' phase (the wait for producers is over); "
-                            f"this trace has phases {list(trace.phases)}")
+    if not spec.wait:
+        raise AnalysisError(f"critical_path needs the spec's wait for producers (Spec(wait=(phase, next "
+                            f"phase))); this trace declares none (phases {list(trace.phases)})")
     tasks = _select(trace.tasks, trace, [rank], [launch])
     tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
     if tasks.num_rows == 0:
         return CRITICAL_PATH_SCHEMA.empty_table()
     start, end = _extent(tasks, trace.phases)
     ff = _ffill(_phase_ns(tasks, trace.phases))
-    hint = ff[:, trace.phases.index("hint")]
-    hint = np.where(hint == _NULL, start, np.clip(hint, start, end))
+    w0, w1 = (ff[:, trace.phases.index(p)] for p in spec.wait)  # the wait's start, and its end
+    w0 = np.where(w0 == _NULL, start, np.clip(w0, start, end))
+    hint = np.where(w1 == _NULL, w0, np.clip(w1, w0, end))
     stage_i = _np(tasks, "stage_index").astype(np.int64)
     task = _np(tasks, "task").astype(np.int64)
     cta = _np(tasks, "cta").astype(np.int64)
@@ -574,6 +577,7 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     keys = np.stack(keys, axis=1)
     t_start, t_end = _group_min_max(tid, nt, start, end)
     t_hint, _ = _group_min_max(tid, nt, hint, hint)
+    t_wait, _ = _group_min_max(tid, nt, w0, w0)
     t_cta = np.zeros(nt, dtype=np.int64)
     t_cta[tid] = cta
     t_stage = keys[:, 0]
@@ -599,7 +603,9 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
             rows.append((cur, t_end[p], t_hint[cur], "wait"))
             cur = p
             continue
-        rows.append((cur, t_start[cur], t_hint[cur], "wait"))
+        rows.append((cur, t_wait[cur], t_hint[cur], "wait"))
+        if t_wait[cur] > t_start[cur]:  # the task's own work before its wait (hint -> staged waits)
+            rows.append((cur, t_start[cur], t_wait[cur], "work"))
         k = pos_in_own[cur] - 1  # the CTA's task that started just before (ties: by index)
         if k < 0 or own_cta[k] != t_cta[cur]:
             break

@@ -523,7 +523,7 @@ class App:
                 [{"label": f"launch {la}", "value": la} for la in tr.launches], launches,
                 [{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
                  for i, s in enumerate(d.stage_names)], list(range(len(d.stage_names))),
-                [{"label": f" {p}" + (" (wait for producers)" if i == 0 else ""), "value": i}
+                [{"label": f" {p}" + (" (wait for producers)" if i == d.wait_index else ""), "value": i}
                  for i, p in enumerate(d.interval_names)], list(range(len(d.interval_names))),
                 max(max_cta, 1), [0, max(max_cta, 1)], marks, self.anomalies(item), opts, opts, name, grouping,
                 other, tab)

@@ -11,7 +11,7 @@ The Gantt has two modes, chosen by how many intervals the window holds:
 
 - ``bars``: each interval a WebGL line segment (``scattergl``, one trace per
   stage x interval kind, NaN between segments) in its stage's colour, the producer
-  wait (the first interval, ``start→hint``) lighter, the last one darker; plus one
+  wait (the spec's declared wait interval, ``spec.wait``) lighter, the last one darker; plus one
   invisible marker per interval carrying the hover text of its task;
 - ``raster``: one server-rendered PNG (``viewer.raster``) of occupancy by stage,
   ``width x height`` pixels, rows aggregated into pixel rows.
@@ -73,17 +73,17 @@ def stage_colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def class_rgb(n_stages: int, n_intervals: int) -> np.ndarray:
+def class_rgb(n_stages: int, n_intervals: int, wait_index=0) -> np.ndarray:
     """RGB (0..1) of every class ``stage * n_intervals + interval``: the stage's
-    colour; the first interval (the wait for producers) mixed with white, the
-    last (publishing) with black, middle ones alternately a little lighter so that
-    phase boundaries show inside a bar."""
+    colour; the spec's declared wait for producers (interval ``wait_index``, None for
+    none) mixed with white, the last interval (publishing) with black, the others
+    alternately a little lighter so that phase boundaries show inside a bar."""
     n_i = max(n_intervals, 1)
     out = np.zeros((n_stages * n_i, 3))
     for s in range(n_stages):
         base = hex_rgb(stage_colour(s))
         for p in range(n_i):
-            if p == 0 and n_i > 1:
+            if p == wait_index and n_i > 1:
                 c = base + (1 - base) * WAIT_LIGHTEN
             elif p == n_i - 1 and n_i > 1:
                 c = base * (1 - LAST_DARKEN)
@@ -155,7 +155,7 @@ def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float,
     y = view.row[pos]
     cls = view.cls[pos]
     n_i = max(len(data.interval_names), 1)
-    rgb = class_rgb(len(data.stage_names), n_i)
+    rgb = class_rgb(len(data.stage_names), n_i, data.wait_index)
     xdt = _xdtype(data.t_max)
     s_us = data.start[idx] / 1e3
     e_us = data.end[idx] / 1e3
@@ -217,7 +217,7 @@ def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: 
     prow = ((row - r0) * h) // n_rows
     rows_per_px = np.bincount((np.arange(r0, r1) - r0) * h // n_rows, minlength=h).astype(np.float64)
     idx = view.order[pos]
-    palette = class_rgb(len(data.stage_names), max(len(data.interval_names), 1))
+    palette = class_rgb(len(data.stage_names), max(len(data.interval_names), 1), data.wait_index)
     cov = R.coverage(data.start[idx].astype(np.float64), data.end[idx].astype(np.float64), prow,
                      view.cls[pos], palette, float(t0_ns), float(t1_ns), w, h)
     png = R.png_bytes(R.shade(cov, rows_per_px))

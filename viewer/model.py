@@ -68,6 +68,7 @@ class TraceData:
         self.n = iv.num_rows
         self.stage_names = tuple(trace.spec.stage_names)
         self.interval_names = tuple(S.interval_names(trace.phases))
+        self.wait_index = trace.spec.wait_index  # the declared wait for producers (None: none)
         self.vendor = S.vendor_of(trace.spec.arch)
         self.rank = _np(iv, "rank", np.int16)
         self.launch = _np(iv, "launch", np.int32)
