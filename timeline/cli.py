@@ -307,6 +307,11 @@ def cmd_summary(args) -> int:
     trace = _load(args.trace)
     ranks = _check_in(trace, "rank", args.rank, trace.ranks)
     launches = _check_in(trace, "launch", args.launch, trace.launches)
+    if args.profile_csv:
+        for r in ranks or trace.ranks:
+            for launch in launches or trace.launches:
+                print(A.profile_csv(A.profile_summary(trace, rank=r, launch=launch)))
+        return 0
     if args.legacy:
         blocks = []
         for r in ranks or trace.ranks:
@@ -320,9 +325,10 @@ def cmd_summary(args) -> int:
             return 0
         print(_title(trace))
         for r, launch, t in blocks:
-            print(f"\nrank {r} launch {launch}: the mono kernels' report, µs from the earliest start "
-                  "(medians; a missing mark inherits the previous one)")
-            print(format_table(t, drop_null_columns=False))
+            print(f"\nrank {r} launch {launch}: the kernel's timeline_report(), µs from the earliest start "
+                  "[first start | median hint | last end], then median phases (torch's median; a missing "
+                  "mark 1-3 inherits the previous one)")
+            print(A.legacy_text(t))
         return 0
     table = A.stage_report(trace, by_launch=args.by_launch, ranks=ranks, launches=launches)
     if args.json:
@@ -472,6 +478,37 @@ def cmd_merge(args) -> int:
     return 0
 
 
+def _stage_list(text: str):
+    """``qkv_a:164,cache:1,...`` as ``[(name, count), ...]``."""
+    out = []
+    for part in text.split(","):
+        name, _, count = part.strip().partition(":")
+        if not name or not count.strip().isdigit():
+            raise UsageError(f"--stages {text!r}: give NAME:COUNT pairs, e.g. qkv_a:164,cache:1")
+        out.append((name, int(count)))
+    return out
+
+
+def cmd_import_legacy(args) -> int:
+    from timeline.legacy import import_legacy
+
+    out = _trace_out(args.output)
+    for p in args.files:
+        if not Path(p).exists():
+            raise UsageError(f"legacy trace {p!r} does not exist")
+    base = [s.strip() for s in args.base_order.split(",")] if args.base_order else None
+    stages = _stage_list(args.stages) if args.stages else None
+    trace = import_legacy(args.files, grid=args.grid, base_order=base, stages=stages, arch=args.arch,
+                          strict=args.strict)
+    trace.save(out)
+    derived = "CTAs derived from the rotation rule" if args.grid else "CTAs unknown (give --grid)"
+    print(f"wrote {out}: ranks {trace.ranks}, {trace.tasks.num_rows} task rows, {derived}; wait for producers "
+          f"{'→'.join(trace.spec.wait)}, marks {list(trace.spec.marks)}")
+    if trace.anomaly_count:
+        print(f"warning: anomalies {trace.anomaly_summary()} (`timeline info` lists them)", file=sys.stderr)
+    return 0
+
+
 def cmd_synth(args) -> int:
     from timeline import synth
 
@@ -543,7 +580,9 @@ def build_parser() -> argparse.ArgumentParser:
              "compute / epilogue) for each rank and launch selected.")
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--by-launch", action="store_true", help="one block per rank and launch")
-    p.add_argument("--legacy", action="store_true", help="the mono kernels' existing report")
+    p.add_argument("--legacy", action="store_true", help="the GLM-5 kernel's own timeline_report() lines")
+    p.add_argument("--profile-csv", action="store_true",
+                   help="the GLM-5 tools' profile_summary.py CSV: event,ctas,first_us,median_us,last_us")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument("--rank", type=_int_list, metavar="R[,R..]", help="only these ranks")
     p.add_argument("--launch", type=_int_list, metavar="L[,L..]", help="only these launches")
@@ -576,6 +615,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
     p.add_argument("--align", metavar="STAGE[:PHASE]", help="align the ranks on this stage's phase")
+
+    p = _sub(subs, "import-legacy", cmd_import_legacy,
+             "read the GLM-5 kernel's own timeline build ((n_tasks, 8) tensors) as a trace",
+             "examples:\n"
+             "  timeline import-legacy rank0/trace.pt rank1/trace.pt -o run.arrow --grid 256\n"
+             "  timeline import-legacy ticks.npy --stages qkv_a:164,cache:1,... -o run.arrow\n\n"
+             "Columns 0-4 are the phases start, hint, staged, compute, end (the wait for producers is\n"
+             "hint -> staged in that kernel), 5-7 the debug marks mark5..mark7. With --grid the CTA of\n"
+             "every row comes from the kernel's rotation rule (task t of stage s on (base[s] + t) mod G,\n"
+             "base[] over --base-order, default the kernel's), flagged as derived. The rank comes from\n"
+             "a rank<r>/ folder, else the order of the files. Then: timeline summary --legacy /\n"
+             "--profile-csv for the kernel's own reports, timeline-view for the dashboard.")
+    p.add_argument("files", nargs="+", metavar="TRACE.pt|.npy")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
+    p.add_argument("--grid", type=int, default=0, help="CTAs in the grid (G, a power of two): derive each row's CTA")
+    p.add_argument("--base-order", metavar="S1,S2,..", help="the kernel's base[] stage order (default: GLM-5's)")
+    p.add_argument("--stages", metavar="NAME:COUNT,..", help="the stage list (needed for a bare .npy)")
+    p.add_argument("--arch", default="gfx950", help="gfx950 (MI355X, default) or gfx942 (MI300)")
+    p.add_argument("--strict", action="store_true", help="fail on any anomaly")
 
     p = _sub(subs, "synth", cmd_synth, "write a SYNTHETIC trace (a model of a mono kernel, not a GPU run)",
              "examples:\n"

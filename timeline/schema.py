@@ -530,6 +530,7 @@ class Flag:
     BACKWARDS = 2  # a later phase's tick is before an earlier one's
     NO_PLACEMENT = 4  # ticks written but no placement word
     MISPLACED = 8  # the placement word's wave differs from the record's wave
+    DERIVED_PLACEMENT = 16  # the CTA was not read from the hardware: derived (a legacy tensor's rotation rule)
 
 
 # Anomaly kinds: each names stamps (or slots) the collector did not turn into a clean row.

@@ -538,11 +538,17 @@ class App:
         return _lru_get(item.cache, item.lock, key, make, ANALYSIS_CACHE)
 
     def banners(self, item) -> list:
-        """The prominent notes on a trace: synthetic, anomalies, empty."""
+        """The prominent notes on a trace: synthetic, derived placement, what load could
+        not check, anomalies, empty."""
         tr = item.trace
         out = []
         if tr.synthetic:
             out.append(_msg("SYNTHETIC trace: made by timeline.synth, not measured on a GPU", "synthetic"))
+        if any(sp.extra.get("placement") == "derived" for sp in tr.specs):
+            out.append(_msg("CTAs derived from the kernel's rotation rule (a legacy tensor has no placement): "
+                            "no XCC/SE/CU was read from the hardware", "info"))
+        for note in tr.notes:
+            out.append(_msg(f"note: {note.replace(str(item.path), item.name)}", "info"))
         summary = tr.anomaly_summary()
         if summary:
             parts = ", ".join(f"{k} ×{v}" for k, v in sorted(summary.items()))
