@@ -296,7 +296,7 @@ class Timeline(CarriesNothing):
         ``fence``: ``sched_barrier(0)`` before the clock read. Emits nothing in a
         normal build (the names are still checked)."""
         si = self.spec.stage_index(stage)  # checked in a normal build too: a typo
-        pi = self.spec.phase_index(phase)  # fails in every build, at trace time
+        pi = self.spec.stamp_index(phase)  # fails in every build, at trace time (a phase or a mark)
         if not self.enabled:
             return
         fx = self._fx
@@ -365,7 +365,8 @@ class Timeline(CarriesNothing):
         return _TaskScope(self, stage, task, lead, pred, fence)
 
     def mark(self, phase):
-        """Stamp ``phase`` of the innermost ``with tl.task(...)`` block."""
+        """Stamp ``phase`` (or a mark of ``spec.marks``: a time of its own, any order)
+        of the innermost ``with tl.task(...)`` block."""
         scope = self._scope
         if scope is None:
             raise InstrumentError(

@@ -57,7 +57,7 @@ def test_normal_build_handle_never_touches_flydsl():
     lines = out.stdout.splitlines()
     assert lines == [
         "SpecError unknown stage 'b'",
-        "SpecError unknown phase 'nope'",
+        "SpecError unknown phase or mark 'nope'",
         "SpecError unknown stage 'b'",
         "InstrumentError tl.mark('hint') outside a `with tl.task(stage, task):` block",
     ]

@@ -156,3 +156,26 @@ def test_the_dashboard_shows_it_with_the_declared_wait(imported, run_dir):
                          None, None, [1000, 560], None)[0]
     assert fig["data"], "drawn"
     assert "derived" in json.dumps(V.App.banners(state, state.store.get("run.arrow")), default=str).lower()
+
+
+def test_marks_are_instants_in_the_export_and_ticks_on_the_gantt(imported, run_dir, tmp_path):
+    from timeline.export import write_chrome
+    from viewer import app as V
+
+    d, tensors = run_dir
+    r0 = imported.filter(ranks=[0])
+    write_chrome(r0, tmp_path / "g.json")
+    doc = json.loads((tmp_path / "g.json").read_text())
+    whole, frac = doc["otherData"]["origin_ts_us"].split(".")
+    base = int(whole) * 1000 + int(frac)
+    marks = [e for e in doc["traceEvents"] if e.get("cat") == "mark"]
+    written = (tensors[0][:, 5:] != 0).sum(axis=0)
+    assert [sum(e["name"] == m for e in marks) for m in L.LEGACY_MARKS] == written.tolist()
+    got = sorted(int(round(e["ts"] * 1000)) - base for e in marks)
+    want = sorted(v for m in L.LEGACY_MARKS for v in r0.tasks.column(f"{m}_ns").drop_null().to_pylist())
+    assert got == want  # each mark at its exact ns
+    state, _, _ = V.prepare([str(d / "run.arrow")])
+    fig = state.on_gantt({"name": "run.arrow"}, "rank", [0], None, None, None, None, "filters", None, None,
+                         None, [1000, 560], None)[0]
+    ticks = {t["meta"]["mark"]: t for t in fig["data"] if t.get("meta", {}).get("kind") == "mark"}
+    assert set(ticks) == set(L.LEGACY_MARKS)

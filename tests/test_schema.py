@@ -143,3 +143,16 @@ def test_ticks_to_ns_exact():
     assert S.ticks_to_ns(7, S.CLOCKS["globaltimer"]) == 7
     odd = S.Clock("x", 3)
     assert S.ticks_to_ns(np.array([3]), odd).tolist() == [1_000_000_000]
+
+
+def test_marks_are_columns_after_the_phases():
+    sp = S.Spec("k", [("a", 2)], marks=("m1", "m2", "m3"))
+    assert sp.stamp_index("m1") == len(sp.phases) and sp.stamp_index("m3") == len(sp.phases) + 2
+    assert sp.stamp_index("hint") == 1
+    assert sp.layout.cols == 10  # placement + 5 phases + 3 marks, rounded up to even
+    last = S.word_offset(sp.layout, 0, 0, 1, 0, S.phase_col(sp.stamp_index("m3")))
+    assert last == S.word_offset(sp.layout, 0, 0, 1, 0, 0) + 8  # inside the task's own record
+    with pytest.raises(S.SpecError, match="unknown phase or mark 'nope'"):
+        sp.stamp_index("nope")
+    with pytest.raises(S.SpecError, match="mark names must be distinct"):
+        S.Spec("k", [("a", 2)], marks=("hint",))

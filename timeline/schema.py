@@ -184,6 +184,18 @@ class Spec:
         except ValueError:
             raise SpecError(f"unknown phase {phase!r}; this spec's phases are {list(self.phases)}") from None
 
+    def stamp_index(self, name) -> int:
+        """The record column offset (``phase_col(i)``'s ``i``) of a phase or a mark,
+        by name or index: a phase's index, or ``len(phases) + k`` for mark ``k``.
+        What a device helper stamps; a clear error for a name the spec lacks."""
+        if isinstance(name, str) and name in self.marks:
+            return len(self.phases) + self.marks.index(name)
+        try:
+            return self.phase_index(name)
+        except SpecError:
+            raise SpecError(f"unknown phase or mark {name!r}; this spec's phases are {list(self.phases)}, "
+                            f"its marks {list(self.marks)}") from None
+
     def replace(self, **changes) -> "Spec":
         d = self.to_dict()
         d.update(changes)

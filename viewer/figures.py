@@ -24,6 +24,7 @@ import base64
 import numpy as np
 import pyarrow as pa
 
+from timeline import schema as S
 from viewer import model as M
 from viewer import raster as R
 
@@ -202,7 +203,31 @@ def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float,
             "xaxis": "x", "yaxis": "y",
             "meta": {"kind": "hover", "stage": data.stage_names[s], "per": "task" if hover_per_task else "interval"},
         })
-    return traces
+    return traces + mark_traces(data, tid, y, width)
+
+
+def mark_traces(data: M.TraceData, tid: np.ndarray, y: np.ndarray, width: float) -> list:
+    """The tasks' marks (``spec.marks``: times of their own, in no order) as tick
+    markers on their task's row, one trace per mark name, the name in the hover."""
+    if not data.mark_names or not tid.size:
+        return []
+    u, first = np.unique(tid, return_index=True)
+    rows = y[first]
+    out = []
+    for k, name in enumerate(data.mark_names):
+        ns = data.task_marks[u, k]
+        ok = ns != S.NS_MISSING
+        if not ok.any():
+            continue
+        out.append({
+            "type": "scattergl", "mode": "markers", "x": typed((ns[ok] / 1e3).astype(_xdtype(data.t_max))),
+            "y": typed(rows[ok].astype(np.float32)),
+            "marker": {"symbol": "line-ns-open", "size": max(6.0, width * 1.2), "color": "#222",
+                       "line": {"width": 1.5, "color": "#222"}},
+            "name": f"mark {name}", "showlegend": False, "hovertemplate": f"{name} %{{x:.3f}} µs<extra></extra>",
+            "xaxis": "x", "yaxis": "y", "meta": {"kind": "mark", "mark": name},
+        })
+    return out
 
 
 def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: int,

@@ -94,6 +94,26 @@ class TraceData:
                 f"the trace spans {(self.t_max - self.t_min) / 1e9:.0f} s; the viewer's search "
                 f"keys hold {KEY_SPAN / 1e9:.0f} s. Split the trace by launch (Trace.filter) first")
         self._index_tasks()
+        self._task_marks(trace)
+
+    def _task_marks(self, trace: Trace):
+        """``task_marks`` ``(n_tasks, marks)``: each task's mark times (ns, ``NS_MISSING``
+        where unwritten), found by the task's key in the tasks table."""
+        self.mark_names = tuple(trace.marks)
+        self.task_marks = np.full((self.n_tasks, len(self.mark_names)), S.NS_MISSING, np.int64)
+        if not self.mark_names or not self.n_tasks:
+            return
+        t = trace.tasks
+        kt = [_np(t, c, dt) for c, dt in (("rank", np.int16), ("launch", np.int32), ("stage_index", np.int16),
+                                          ("task", np.int32), ("cta", np.int32), ("wave", np.int16))]
+        ki = [self.rank, self.launch, self.stage, self.task, self.cta, self.wave]
+        both = _pack([np.concatenate((a, b)) for a, b in zip(ki, kt)])  # one radix for both sides
+        keys = both[: self.n][self.task_first]  # sorted: task ids number the keys in order
+        pos = np.searchsorted(keys, both[self.n:])
+        hit = (pos < keys.size) & (keys[np.minimum(pos, keys.size - 1)] == both[self.n:])
+        for k, name in enumerate(self.mark_names):
+            v = _np(t, f"{name}_ns", np.int64, S.NS_MISSING)
+            self.task_marks[pos[hit], k] = v[hit]
 
     @property
     def n_classes(self) -> int:

@@ -104,7 +104,8 @@ class Records(NamedTuple):
     columns in ``place`` (name -> (values, null mask)); ``first`` / ``last``, the
     task's span (first interval start, last interval end, ns). Per task and
     consecutive phase pair j (shape ``(n, P - 1)``): ``start``, ``end`` (ns),
-    ``valid`` (the interval exists) and ``inherited`` (an end point was missing)."""
+    ``valid`` (the interval exists) and ``inherited`` (an end point was missing).
+    Per task and mark: ``marks`` (ns) and ``marked`` (written)."""
 
     rank: np.ndarray
     launch: np.ndarray
@@ -119,6 +120,8 @@ class Records(NamedTuple):
     end: np.ndarray
     valid: np.ndarray
     inherited: np.ndarray
+    marks: np.ndarray  # (n, M) ns of each mark of ``spec.marks``, 0 where unwritten
+    marked: np.ndarray  # (n, M) the mark was written
     rows: int  # task rows of the table this chunk covers (kept or not), for progress
 
     @property
@@ -194,9 +197,13 @@ def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
         for name in keys:
             v, null = _int_column(t, name)
             place[name] = (pick(v), None if null is None else pick(null))
+        mcols = [_int_column(t, f"{m}_ns") for m in trace.marks]
+        marks = np.stack([c[0] for c in mcols], axis=1) if mcols else np.zeros((t.num_rows, 0), np.int64)
+        marked = np.stack([np.ones(t.num_rows, bool) if c[1] is None else ~c[1] for c in mcols], axis=1) \
+            if mcols else np.zeros((t.num_rows, 0), bool)
         yield Records(col("rank"), col("launch"), col("stage_index"), col("task"), col("cta"),
                       col("wave"), place, pick(first), pick(last), pick(start), pick(end),
-                      pick(valid), pick(inherited), t.num_rows)
+                      pick(valid), pick(inherited), pick(marks), pick(marked), t.num_rows)
 
 
 def threads(trace: Trace, num: Numbering):

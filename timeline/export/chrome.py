@@ -201,7 +201,7 @@ def time_base(trace: Trace) -> int:
     reader's ``begin + (end - begin)`` is ``end`` bit for bit and touching or nested
     events compare as their ns do. ns 0 of the trace is at ``otherData.origin_ts_us``."""
     lo, hi = 0, 0
-    for p in trace.phases:
+    for p in trace.phases + trace.marks:
         mm = pc.min_max(trace.tasks.column(f"{p}_ns")).as_py()
         if mm["min"] is not None:
             lo, hi = min(lo, mm["min"]), max(hi, mm["max"])
@@ -231,7 +231,8 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
     return ["".join(lines).encode()]
 
 
-def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool, base_ns: int):
+def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool, base_ns: int,
+                marks=()):
     """The JSON text of one chunk as a ``(n, W)`` uint8 matrix, one task record a row
     (the task's event, then a slot per phase interval; with ``complete=False`` each
     event is a ``B`` line and an ``E`` line carrying the same name and args, and the
@@ -289,7 +290,18 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
         slots.append((lo, _width_of(pieces) - 1))  # the last newline stays
     if not complete:
         pieces += head("E") + [ts(rec.last)] + body
+    record_end = _width_of(pieces)  # the task's record ends here; its marks follow
+    mark_slots = []
+    for k, name in enumerate(marks):  # a mark: an instant at its own time (any order, any row)
+        lo = _width_of(pieces)
+        pieces += head("i") + [ts(rec.marks[:, k]), f',"name":{_json(name)},"cat":"mark","args":{{"stage":'.encode(),
+                               stage_task_args, b"}}\n"]
+        mark_slots.append((lo, _width_of(pieces)))
     text = assemble(n, pieces)
+    for k, (lo, hi) in enumerate(mark_slots):
+        unmarked = ~rec.marked[:, k]
+        if unmarked.any():
+            text[unmarked, lo:hi] = SPACE
 
     def run_instant(j0, j1):
         """The instant of zero-length intervals j0..j1 (phases j0..j1+1 in one tick)."""
@@ -307,9 +319,9 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
         task_instant += [b"," if j else b"", strings(["false", "true", "null"])[
             np.where(rec.valid[:, j], rec.inherited[:, j], 2).astype(np.int64)]]
     task_instant.append(b"]}}\n")
-    events = _instants(text, rec, slots, task_instant, run_instant)
+    events = _instants(text, rec, slots, record_end, task_instant, run_instant)
     per_span = 1 if complete else 2
-    return text, per_span * (events.spans) + events.instants
+    return text, per_span * (events.spans) + events.instants + int(rec.marked.sum())
 
 
 class _Count(NamedTuple):
@@ -319,14 +331,14 @@ class _Count(NamedTuple):
     instants: int
 
 
-def _instants(text: np.ndarray, rec: C.Records, slots, task_instant, run_instant) -> _Count:
+def _instants(text: np.ndarray, rec: C.Records, slots, record_end, task_instant, run_instant) -> _Count:
     """Rewrite ``text`` in place where an event has no length. A missing interval's
     slot becomes spaces. A run of consecutive zero-length intervals (their phases
     stamped in one tick) becomes one instant in its first slot, named by the run
     (``staged→compute→end``, args ``intervals``), the rest of the run spaces. A
     zero-length task becomes one instant (``phase_us`` and ``inherited`` list its
-    intervals), all of its record after it spaces. ``slots``: each interval's
-    column range.
+    intervals), all of its record after it spaces (up to ``record_end``, where
+    its marks begin). ``slots``: each interval's column range.
 
     Why: readers cannot tell where a zero-length span sits among events that begin
     or end at the same time, and the trace processor nests an instant inside an
@@ -351,7 +363,7 @@ def _instants(text: np.ndarray, rec: C.Records, slots, task_instant, run_instant
             rows = np.flatnonzero(starts & (run_end[:, j] == j1))
             _overwrite(text, rows, lo, slots[j1][1], run_instant(j, j1))
     rows = np.flatnonzero(zero_task)
-    _overwrite(text, rows, 0, text.shape[1] - 1, task_instant)
+    _overwrite(text, rows, 0, record_end - 1, task_instant)
     runs = int((zero & ~cont).sum())
     spans = int((~zero_task).sum()) + int((rec.valid & ~zero & ~zero_task[:, None]).sum())
     return _Count(spans, runs + int(zero_task.sum()))
@@ -425,7 +437,7 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
                 events += block.count(b"\n")
         for rec in C.records(sub, chunk_rows):
             if rec.n:
-                text, k = _chunk_text(rec, num, stage_names, sub.phases, keys, complete, base_ns)
+                text, k = _chunk_text(rec, num, stage_names, sub.phases, keys, complete, base_ns, sub.marks)
                 flat = memoryview(text.reshape(-1))
                 f.write(flat if events else flat[1:])  # every event line starts with its comma
                 events += k
