@@ -212,7 +212,8 @@ class Timeline(CarriesNothing):
     Built in a timeline build, the handle costs a few scalar instructions at kernel
     start (the wave number, the buffer resource) and 4 SGPRs for the resource."""
 
-    def __init__(self, spec: S.Spec, stamps=None, enabled: bool = False, *, launch=0, lead: int = 0, cta=None):
+    def __init__(self, spec: S.Spec, stamps=None, enabled: bool = False, *, launch=0, lead: int = 0, cta=None,
+                 fence: bool = True):
         if not isinstance(enabled, bool):
             raise InstrumentError(
                 f"Timeline(enabled=...) must be a Python bool (an fx.Constexpr[bool] kernel "
@@ -222,6 +223,7 @@ class Timeline(CarriesNothing):
         self.spec = spec
         self.enabled = enabled
         self.lead = lead
+        self.fence = bool(fence)  # the build-wide default of every stamp's fence
         self._scope = None
         if not enabled:
             return
@@ -285,7 +287,7 @@ class Timeline(CarriesNothing):
         return (fx.Int64(hi) << 32) | fx.Int64(fx.Uint32(hw))
 
     # -- the stamp -------------------------------------------------------------------
-    def stamp(self, stage, task, phase, lead=None, pred=None, fence=True):
+    def stamp(self, stage, task, phase, lead=None, pred=None, fence=None):
         """Stamp ``phase`` of task ``task`` of ``stage``: the stamping wave (see the
         module docstring) reads ``s_memrealtime`` and stores the tick at
         ``word_offset(layout, launch, stage, task, wave, phase_col(phase))``; the
@@ -293,8 +295,10 @@ class Timeline(CarriesNothing):
         ``stage`` / ``phase``: names or indices, fixed at trace time. ``lead``: the
         thread whose wave stamps in CTA mode (default: the handle's; ignored
         per-wave). ``pred``: a traced Boolean; where false, nothing is written.
-        ``fence``: ``sched_barrier(0)`` before the clock read. Emits nothing in a
-        normal build (the names are still checked)."""
+        ``fence``: ``sched_barrier(0)`` before the clock read (None: the handle's
+        ``Timeline(fence=...)``, on by default). Emits nothing in a normal build (the
+        names are still checked)."""
+        fence = self.fence if fence is None else fence
         si = self.spec.stage_index(stage)  # checked in a normal build too: a typo
         pi = self.spec.stamp_index(phase)  # fails in every build, at trace time (a phase or a mark)
         if not self.enabled:
@@ -354,8 +358,21 @@ class Timeline(CarriesNothing):
         args = [fx.Int64(1).ir_value(), rsrc, voff.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
         llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
 
+    def legacy_stamp(self, name, t, which, lead=0, pred=None):
+        """The GLM-5 kernel's ``stamp(name, t, which, lead=0, pred=None)``, a drop-in:
+        column ``which`` of its ``(n_tasks, 8)`` tensor is phase ``which`` of the spec
+        for ``which < len(phases)``, else mark ``which - len(phases)``
+        (``timeline.legacy.legacy_spec``: columns 0-4 the phases, 5-7 the marks). The
+        fence is the handle's (``Timeline(fence=...)``, the kernel's ``stamp_fence``)."""
+        P, M = len(self.spec.phases), len(self.spec.marks)
+        if not isinstance(which, int) or not 0 <= which < P + M:
+            raise InstrumentError(f"legacy_stamp column {which!r}: the spec has {P} phases and {M} marks "
+                                  f"(columns 0..{P + M - 1})")
+        col = self.spec.phases[which] if which < P else self.spec.marks[which - P]
+        self.stamp(name, t, col, lead=lead, pred=pred)
+
     # -- the structured form ---------------------------------------------------
-    def task(self, stage, task, lead=None, pred=None, fence=True):
+    def task(self, stage, task, lead=None, pred=None, fence=None):
         """``with tl.task(stage, t):`` stamps the spec's first phase on entry and its
         last on a clean exit; inside, ``tl.hint()`` / ``tl.staged()`` /
         ``tl.compute()`` (or ``tl.mark(phase)``) stamp the phases between. ``lead`` /

@@ -300,3 +300,19 @@ def test_toolchain_lookup_honours_the_override(monkeypatch, tmp_path):
     assert I.find_ld_lld() is None
     shim = I.rocm_shim(tmp_path / "rocm", str(fake))
     assert (shim / "llvm" / "bin" / "ld.lld").resolve() == fake.resolve()
+
+
+def test_legacy_stamp_maps_the_kernels_columns():
+    """``tl.legacy_stamp(name, t, which)``: column 0-4 the phases, 5-7 the marks, in
+    both builds; a column the spec lacks is refused at trace time."""
+    from timeline.legacy import GLM5_STAGES, legacy_spec
+
+    tl = F.Timeline(legacy_spec(GLM5_STAGES), 0, False, fence=False)
+    seen = []
+    tl.stamp = lambda name, t, col, lead=None, pred=None, fence=None: seen.append((name, t, col, lead))
+    for which in range(8):
+        tl.legacy_stamp("router", 3, which, lead=448)
+    assert [c for _, _, c, _ in seen] == ["start", "hint", "staged", "compute", "end", "mark5", "mark6", "mark7"]
+    assert {lead for *_, lead in seen} == {448} and tl.fence is False
+    with pytest.raises(F.InstrumentError, match="columns 0..7"):
+        tl.legacy_stamp("router", 3, 8)

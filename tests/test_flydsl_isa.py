@@ -45,6 +45,7 @@ def _jobs(stripped):
         I.Job("sites/timeline", PROBES, "launch_sites", (0, 0, 64, 1, ALL_SITES, False)),
         I.Job("sites_pred/timeline", PROBES, "launch_sites", (0, 0, 64, 1, ALL_SITES, True)),
         I.Job("sites_pred/normal", PROBES, "launch_sites", (0, 0, 64, 0, ALL_SITES, True)),
+        I.Job("cta/no_fence", PROBES, "launch_cta", (0, 0, 64, 3)),  # Timeline(fence=False)
     ]
     return jobs
 
@@ -147,6 +148,20 @@ def test_stamps_stay_in_program_order(isa, arch):
     assert clock[2] < at("v_mul_f32") < clock[3]
     assert clock[2] < at("v_add_f32") < clock[3]
     assert clock[3] < at("global_store_dword ") < clock[4]
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_without_the_fence_a_stamp_drifts_above_the_math(isa, arch):
+    """``Timeline(fence=False)`` (the GLM-5 kernel's ``stamp_fence`` off): the same
+    instructions, but the scheduler moves the ``compute`` clock read above the math
+    and the load's wait below it, so ``staged → compute`` no longer holds the math.
+    Why the fence is on by default (it costs no instruction)."""
+    fenced, free = isa[(arch, "cta/timeline")], isa[(arch, "cta/no_fence")]
+    assert len(free.instructions) == len(fenced.instructions)
+    ins = free.instructions
+    clock = [k for k, i in enumerate(ins) if i.startswith("s_memrealtime")]
+    mul = next(k for k, i in enumerate(ins) if i.startswith("v_mul_f32"))
+    assert clock[3] < mul  # 'compute' read before the math it should follow
 
 
 @pytest.mark.parametrize("arch", I.ARCHES)

@@ -3,7 +3,8 @@ stamp. tests/test_flydsl_isa.py and bench/isa_cost.py compile them (never run th
 and read their ISA.
 
 Each kernel takes ``MODE`` (compile time): ``NORMAL`` (a normal build: the
-``Timeline`` is off), ``TIMELINE`` (stamps on) or ``KTRACE`` (FlyDSL's own KTRACE
+``Timeline`` is off), ``TIMELINE`` (stamps on), ``TIMELINE_NO_FENCE`` (stamps on,
+``Timeline(fence=False)``) or ``KTRACE`` (FlyDSL's own KTRACE
 through ``KtracePhases``, which has the ``Timeline`` interface and records one
 ``ktrace`` range per phase interval; compile it with ``FLYDSL_KTRACE_ENABLE=1``).
 
@@ -27,7 +28,7 @@ import flydsl.expr as fx
 from instrument.flydsl import CarriesNothing, Timeline
 from timeline.schema import Spec
 
-NORMAL, TIMELINE, KTRACE = 0, 1, 2
+NORMAL, TIMELINE, KTRACE, TIMELINE_NO_FENCE = 0, 1, 2, 3
 G = 8  # CTAs (a power of two)
 THREADS = 256  # 4 waves
 TASKS = 64
@@ -87,7 +88,7 @@ def phases(mode, spec, stamps, sites=ALL):
     """The kernel's phase handle for a build mode (see the module docstring)."""
     if mode == KTRACE:
         return KtracePhases(spec, sites)
-    return Timeline(spec, stamps, mode == TIMELINE)
+    return Timeline(spec, stamps, mode in (TIMELINE, TIMELINE_NO_FENCE), fence=mode != TIMELINE_NO_FENCE)
 
 
 def _f32_ptr(addr):
