@@ -101,6 +101,8 @@ def where(d: Decoded) -> dict:
     for proc in d.children(root[0].uuid):
         r, la = (int(x.split()[-1]) for x in proc.name.split(" · ")[:2])
         for th in d.children(proc.uuid):
+            if th.name == "stage breakdown":
+                continue
             c, w = (int(x.split()[-1]) for x in th.name.split(" · "))
             out[th.uuid] = (r, la, c, w)
     return out
@@ -116,9 +118,37 @@ def test_track_tree_is_rank_launch_cta_wave_in_explicit_order(trace, decoded):
     for p in procs:
         assert p.child_ordering == TD.EXPLICIT
         kids = d.children(p.uuid)
-        assert [k.name for k in kids] == [f"CTA {c} · wave {w}" for c in range(8) for w in range(2)]
+        assert [k.name for k in kids] == ["stage breakdown"] + [f"CTA {c} · wave {w}" for c in range(8)
+                                                               for w in range(2)]
         assert len({k.sibling_order_rank for k in kids}) == len(kids)
-    assert len(d.tracks) == 1 + 4 + 4 * 16
+        assert [s.name for s in d.children(kids[0].uuid)] == list(trace.spec.stage_names)
+    assert len(d.tracks) == 1 + 4 + 4 * 16 + 4 * (1 + len(trace.spec.stages))
+
+
+def test_stage_breakdown_spans_each_stage(trace, decoded):
+    """Per (rank, launch) and stage: one slice from the stage's first start to its
+    last end, on its own track under "stage breakdown" (the GLM-5 converter's view)."""
+    import pyarrow.compute as pc
+
+    d = decoded
+    group = {t.uuid: t for t in d.tracks.values() if t.name == "stage breakdown"}
+    proc_of = {t.uuid: d.tracks[t.parent_uuid].name for t in group.values()}
+    got = {}
+    for u, name, cat, b, e, args, depth, _ in d.slices():
+        tr = d.tracks[u]
+        if tr.HasField("parent_uuid") and tr.parent_uuid in group:
+            r, la = (int(x.split()[-1]) for x in proc_of[tr.parent_uuid].split(" · ")[:2])
+            got[(r, la, name)] = (b, e)
+    t = trace.tasks
+    want = {}
+    for r in trace.ranks:
+        for la in trace.launches:
+            for s in trace.spec.stage_names:
+                sel = t.filter(pc.and_(pc.and_(pc.equal(t["rank"], r), pc.equal(t["launch"], la)),
+                                       pc.equal(pc.cast(t["stage"], "string"), s)))
+                if sel.num_rows:
+                    want[(r, la, s)] = (pc.min(sel["start_ns"]).as_py(), pc.max(sel["end_ns"]).as_py())
+    assert got == want
 
 
 def test_every_interval_is_a_nested_slice_with_exact_ns(trace, decoded):
@@ -142,7 +172,7 @@ def test_task_slices_span_their_phases_and_carry_placement(trace, decoded):
     t = trace.tasks
     cols = ["rank", "launch", "stage", "task", "wave", "cta", "xcc", "se", "cu", "hw_unit"]
     rows = {r[:5]: r[5:] for r in zip(*(t.column(c).to_pylist() for c in cols))}
-    tasks = {i: s for i, s in enumerate(slices) if s[2] != "phase"}
+    tasks = {i: s for i, s in enumerate(slices) if s[2] != "phase" and s[0] in loc}  # not the breakdown
     assert len(tasks) == len(rows)
     inner = defaultdict(list)
     for s in slices:
@@ -188,7 +218,7 @@ def test_missing_marks_and_negative_times(trace):
 def test_selection_and_errors(trace, tmp_path):
     d = export(trace, ranks=[0], stages=["router", "gating"])
     loc = where(d)
-    slices = d.slices()
+    slices = [s for s in d.slices() if s[0] in loc]  # the CTA tracks (the breakdown has its own test)
     assert {loc[s[0]][0] for s in slices} == {0}
     assert {s[1] for s in slices if s[2] != "phase"} == {"router", "gating"}
     with pytest.raises(ExportError, match=r"unknown stage \['rooter'\]"):
