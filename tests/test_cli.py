@@ -298,7 +298,8 @@ def test_export_perfetto_and_chrome_in_one_run(tmp_path, capsys):
     parsed.ParseFromString(pf.read_bytes())
     begins = [p for p in parsed.packet if p.HasField("track_event") and p.track_event.type == 1]
     ends = [p for p in parsed.packet if p.HasField("track_event") and p.track_event.type == 2]
-    assert len(begins) == len(ends) == 32 * 5  # router's 32 tasks of rank 1, each with 4 phases
+    # router's 32 tasks of rank 1, each with 4 phases, and the stage breakdown's one router slice
+    assert len(begins) == len(ends) == 32 * 5 + 1
     assert f"wrote {pf}: {len(begins)} slices" in out
     chrome = json.loads(js.read_text())["traceEvents"]
     assert sum(e["ph"] in "Bi" for e in chrome) == 32 * 5
