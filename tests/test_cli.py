@@ -287,7 +287,7 @@ def test_console_entry_runs_as_a_subprocess(hand, tmp_path):
 
 
 def test_export_perfetto_and_chrome_in_one_run(tmp_path, capsys):
-    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # a test extra: fails if missing
     trace = synth.synth_trace(synth.glm5_spec(world=2), grid=16, seed=1)
     path = trace.save(tmp_path / "s.arrow")
     pf, js = tmp_path / "s.pftrace", tmp_path / "s.json"

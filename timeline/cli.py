@@ -610,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
              "  timeline merge r0.arrow r1.arrow r2.arrow r3.arrow -o tp4.arrow\n"
              "  timeline merge r*.arrow -o tp.arrow --align o:hint\n\n"
              "Each rank has its own clock: by default each rank's first stamp is its 0. --align\n"
-             "STAGE[:PHASE] shifts the ranks so that the earliest PHASE (default hint) of STAGE\n"
+             "STAGE[:PHASE] shifts the ranks so that the earliest PHASE (default: where the spec's\n"
+             "wait for producers ends, hint in the demos, staged for GLM-5) of STAGE\n"
              "coincides, e.g. an all-reduce stage whose wait ends on every rank at once.")
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
