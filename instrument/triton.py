@@ -62,6 +62,8 @@ phase_col = _device(S.phase_col)
 placement_hi = _device(S.placement_hi, LAYOUT_VERSION=tl.constexpr(S.LAYOUT_VERSION))
 in_slots = _device(S.in_slots)
 drop_counter_word = _device(S.drop_counter_word)
+slot_header_word = _device(S.slot_header_word)
+pack_slot = _device(S.pack_slot, SLOT_BASE=tl.constexpr(S.SLOT_BASE))
 
 _MAX_CTA = tl.constexpr(S.MAX_CTA)
 _MAX_WAVE = tl.constexpr(S.MAX_WAVE)
@@ -174,6 +176,21 @@ def stamp(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE
             stamp_lead(stamps, LAYOUT, launch, STAGE, task, PHASE)
         else:
             stamp_warps(stamps, LAYOUT, launch, STAGE, task, PHASE)
+
+
+@triton.jit
+def slot_header(stamps, LAYOUT: tl.constexpr, launch, step, layer, ON: tl.constexpr):
+    """Once per launch (CTA 0's thread): write launch slot ``launch``'s header,
+    ``pack_slot(step, layer)`` (which decode step and layer wrote the slot), and add
+    1 to its write count, so that a slot written by two launches is an anomaly
+    (``slot_rewritten``) rather than one plausible launch. Nothing when not ``ON``
+    or ``launch`` is not a slot."""
+    if ON:
+        if tl.program_id(0) == 0:
+            ok = (launch >= 0) & (launch < LAYOUT.launches)
+            word = slot_header_word(LAYOUT, launch)
+            tl.store(stamps + word, pack_slot(step.to(tl.int64), layer.to(tl.int64)), mask=ok)
+            tl.atomic_add(stamps + word + 1, 1, mask=ok, sem="relaxed")
 
 
 # -- host side -------------------------------------------------------------------------------

@@ -27,12 +27,14 @@ def summary(trace):
 
 def stamps_accounted(trace, buf, spec):
     """kept stamps + stamps in anomalies, against every nonzero non-placement word
-    of the records plus what the trailer's drop counters say the device dropped."""
+    of the records plus what the trailer's drop counters say the device dropped
+    (the slot headers are identity, not stamps) and its nonzero padding."""
     lay = spec.layout
     rec = buf[: lay.record_words].reshape(-1, lay.cols)
     trailer = buf[lay.record_words:]
+    pad = len(spec.stages) + 2 * spec.launches
     total = (int(np.count_nonzero(rec[:, 1:])) + int(trailer[: len(spec.stages)].sum())
-             + int(np.count_nonzero(trailer[len(spec.stages):])))
+             + int(np.count_nonzero(trailer[pad:])))
     kept = sum(int(np.count_nonzero(trace.tasks.column(f"{p}_tick").to_numpy())) for p in spec.phases)
     dropped = int(pc.sum(trace.anomalies.column("stamps")).as_py() or 0)
     return kept + dropped, total
@@ -180,7 +182,7 @@ def test_stale_rows_outside_the_launch_window_are_dropped():
 def test_overflow_in_padding_and_the_trailer_and_device_drops():
     sp = Spec("k", [("a", 2), ("b", 1), ("c", 1)], phases=("s", "e"))  # cols 4: one padding column
     lay = sp.layout
-    assert lay.trailer == 4 and lay.words == lay.record_words + 4
+    assert lay.trailer == 6 and lay.words == lay.record_words + 6  # 3 drop counters, 1 slot's (header, writes)
     buf = empty(sp)
     put(buf, sp, stage="a", task=0, ticks=[T0, T0 + 2])
     put(buf, sp, stage="b", task=0, ticks=[T0, T0 + 2])
@@ -205,8 +207,8 @@ def test_a_buffer_of_another_size_is_refused_with_both_shapes():
     sp = spec3(waves=4)
     lay = sp.layout
     for n in (10, lay.words + 6, lay.words - 1):
-        with pytest.raises(CollectError, match=r"has shape \(%d,\) but spec 'k' needs \(148,\) \(records "
-                           r"\(1, 6, 4, 6\).*4 trailer words.*instrument.alloc" % n):
+        with pytest.raises(CollectError, match=r"has shape \(%d,\) but spec 'k' needs \(150,\) \(records "
+                           r"\(1, 6, 4, 6\).*6 trailer words.*instrument.alloc" % n):
             collect(np.zeros(n, np.int64), sp)
 
 
@@ -571,3 +573,27 @@ def test_merge_refuses_captures_no_exact_axis_holds():
 
     with pytest.raises(MergeError, match="one exact time axis.*2\\*\\*53|one exact time axis"):
         merge([collect(a, sp), collect(b, sp)])
+
+
+def test_slot_headers_name_the_step_and_layer_and_catch_a_second_write():
+    sp = spec3(launches=3)
+    lay = sp.layout
+    buf = empty(sp)
+    for launch in range(3):
+        put(buf, sp, stage="act", task=0, launch=launch, ticks=[T0 + 10 * launch + k for k in range(5)])
+    buf[S.slot_header_word(lay, 0)] = S.pack_slot(41, 7)  # step 41, layer 7, written once
+    buf[S.slot_header_word(lay, 0) + 1] = 1
+    buf[S.slot_header_word(lay, 1)] = S.pack_slot(41, 8)  # written by two launches
+    buf[S.slot_header_word(lay, 1) + 1] = 2
+    tr = collect(buf, sp)  # slot 2: no header (a kernel that writes none)
+    rows = {r["launch"]: (r["step"], r["layer"]) for r in tr.tasks.select(["launch", "step", "layer"]).to_pylist()}
+    assert rows == {0: (41, 7), 1: (41, 8), 2: (None, None)}
+    slots = lambda t: {k: v for k, v in summary(t).items() if "slot" in k}  # noqa: E731
+    assert slots(tr) == {"slot_rewritten": 1}
+    with pytest.raises(CollectError, match="slot_rewritten: 1 \\(launch 1\\)"):
+        collect(buf, sp, strict=True)
+    buf[S.slot_header_word(lay, 2) + 1] = 1  # writes without a header
+    buf[S.slot_header_word(lay, 0)] = 5  # not a header the helpers write
+    assert slots(collect(buf, sp)) == {"slot_rewritten": 1, "bad_slot_header": 2}
+    ok, step, layer = S.unpack_slot(np.array([S.pack_slot((1 << 40) - 1, 65535)]))
+    assert ok[0] and (int(step[0]), int(layer[0])) == ((1 << 40) - 1, 65535)

@@ -20,7 +20,7 @@ def test_layout_shape_and_first_rows():
     assert lay.cols == 6  # placement + 5 phases, already even
     assert lay.shape == (2, 10, 4, 6)
     assert lay.record_words == 2 * 10 * 4 * 6
-    assert lay.trailer == 4 and lay.words == lay.record_words + 4  # 3 drop counters, padded to even
+    assert lay.trailer == 8 and lay.words == lay.record_words + 8  # 3 drop counters, 2 slots x (header, writes), padded
     # an odd phase count pads to an even record: 16-byte aligned records
     assert spec_of(phases=("s", "e")).layout.cols == 4
     assert spec_of(phases=("s", "m", "e")).layout.cols == 4

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # -- one formula ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["word_offset", "record_index", "phase_col", "placement_hi", "in_slots",
-                                  "drop_counter_word"])
+                                  "drop_counter_word", "slot_header_word", "pack_slot"])
 def test_device_helpers_run_the_schema_code(name):
     """The device versions are the schema functions' own code objects, so a change
     to the layout reaches kernel and decoder at once."""
@@ -124,9 +124,9 @@ def test_timeline_build_reads_the_timer_once_per_stamp(demo_ptx, waves):
     per-warp build reads %tid.x for the warp."""
     ptx = demo_ptx[(True, waves)]
     assert ptx.count("%globaltimer") == 5 * len(tm.STAGES)
-    # one predicated drop-counter add per first-phase site (the demo's own atomics are
-    # acq_rel / release); none at all in a normal build
-    assert ptx.count("atom.global.gpu.relaxed.add.u64") == len(tm.STAGES)
+    # one predicated drop-counter add per first-phase site and the slot header's write
+    # count (the demo's own atomics are acq_rel / release); none at all in a normal build
+    assert ptx.count("atom.global.gpu.relaxed.add.u64") == len(tm.STAGES) + 1
     assert demo_ptx[(False, 1)].count("relaxed.add.u64") == 0
     assert ptx.count("%smid") >= 1
     if waves > 1:

@@ -118,3 +118,24 @@ def test_an_undercounted_stage_is_dropped_on_the_device_and_counted(ffn, waves):
         sel = stage == s
         assert sel.sum() == 2 * waves * counts[s]
         assert (cta[sel] == tm.cta_of(SMALL, s, task[sel])).all()
+
+
+def test_slot_headers_name_each_launch_and_catch_a_reused_slot(ffn):
+    """Each launch writes its slot's header (step = its mailbox tag, layer = its slot):
+    the rows carry them; a second launch into slot 0 without a reset is
+    ``slot_rewritten``, not one plausible launch."""
+    buf = alloc(tm.spec(SMALL, launches=2, arch=itl.arch_of()))
+    x = torch.randn(SMALL.M, SMALL.D, device="cuda").half()
+    y = torch.empty_like(x)
+    tags = []
+    for slot in (0, 1):
+        ffn.run(x, y, buffer=buf, launch=slot)
+        tags.append(ffn.tag)
+    trace = buf.collect()
+    assert trace.anomaly_count == 0, trace.anomaly_summary()
+    got = {r["launch"]: (r["step"], r["layer"]) for r in trace.tasks.select(["launch", "step", "layer"]).to_pylist()}
+    assert got == {0: (tags[0], 0), 1: (tags[1], 1)}
+    ffn.run(x, y, buffer=buf, launch=0)  # slot 0 again, no reset
+    again = buf.collect()
+    print(f"slot headers: steps {got}; slot 0 reused: anomalies {again.anomaly_summary()}")
+    assert again.anomaly_summary().get("slot_rewritten") == 1

@@ -207,9 +207,45 @@ def _layout_anomalies(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> None:
                 "the trailer was overwritten, so nothing in this buffer can be vouched for: reset the "
                 "buffer (instrument StampBuffer.reset()) and capture again")
         acc.add("dropped", n, n, stage=spec.stages[s][0])
-    pad_nz = int(np.count_nonzero(cut.trailer[len(spec.stages):]))
+    slots_end = len(spec.stages) + 2 * spec.launches
+    pad_nz = int(np.count_nonzero(cut.trailer[slots_end:]))
     if pad_nz:
         acc.add("overflow", pad_nz, pad_nz, phase="trailer")
+
+
+class _Slots(NamedTuple):
+    """Each launch slot's identity from its header: ``step`` and ``layer`` (int64),
+    ``known`` where a valid header was written."""
+
+    step: np.ndarray
+    layer: np.ndarray
+    known: np.ndarray
+
+
+def _slot_identity(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> _Slots:
+    """The slot headers of the trailer (none in a layout-1 buffer): a valid header
+    written once names its slot's (step, layer); written more often, the slot holds
+    two launches (``slot_rewritten``); a header of another version, or writes
+    without a header, is ``bad_slot_header``. No header at all: the kernel writes
+    none, and step / layer stay unknown."""
+    L = spec.launches
+    none = _Slots(np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(L, bool))
+    if cut.trailer is None:
+        return none
+    pairs = cut.trailer[len(spec.stages): len(spec.stages) + 2 * L].reshape(L, 2)
+    header, writes = pairs[:, 0], pairs[:, 1]
+    if (writes < 0).any():
+        raise CollectError(
+            f"stamp buffer of {spec.kernel!r}: a slot header's write count is negative; the trailer was "
+            "overwritten: reset the buffer (instrument StampBuffer.reset()) and capture again")
+    ok, step, layer = S.unpack_slot(header)
+    bad = (header != 0) & ~ok | (header == 0) & (writes != 0)
+    for launch in np.flatnonzero(bad):
+        acc.add("bad_slot_header", 1, 0, launch=int(launch))
+    known = ok & (writes >= 1)
+    for launch in np.flatnonzero(known & (writes > 1)):
+        acc.add("slot_rewritten", int(writes[launch]) - 1, 0, launch=int(launch))
+    return _Slots(step, layer, known)
 
 
 # -- per record ---------------------------------------------------------------------------
@@ -390,7 +426,7 @@ def _origin_and_span(rec: _Records, k, spec: S.Spec) -> int:
     return origin
 
 
-def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec):
+def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec, slots: _Slots):
     """The ``tasks`` table of the kept records and the origin tick."""
     launch_of, stage_of, task_of, wave_of = coords
     all_kept = bool(keep.all())
@@ -412,7 +448,11 @@ def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec):
 
     stage_dict = pa.DictionaryArray.from_arrays(
         pa.array(stage_of[k].astype(np.int32)), pa.array(list(spec.stage_names), pa.string()))
-    cols = {"rank": pa.array(np.full(nkeep, spec.rank, np.int16)), "launch": pa.array(launch_of[k]),
+    lk = launch_of[k]
+    unknown = ~slots.known[lk]
+    cols = {"rank": pa.array(np.full(nkeep, spec.rank, np.int16)), "launch": pa.array(lk),
+            "step": pa.array(slots.step[lk], mask=unknown if unknown.any() else None),
+            "layer": pa.array(slots.layer[lk].astype(np.int32), mask=unknown if unknown.any() else None),
             "stage": stage_dict, "stage_index": pa.array(stage_of[k]), "task": pa.array(task_of[k]),
             "slot_wave": pa.array(wave_of[k])}
     for name in S.PLACEMENT_COLUMNS:
@@ -460,10 +500,11 @@ def collect(
     coords = _coords(spec)
     acc = _Anomalies(spec, coords[0], coords[1])
     _layout_anomalies(cut, spec, acc)
+    slots = _slot_identity(cut, spec, acc)
     rec = _columns(cut.records, len(spec.phases), len(spec.marks))
     keep = _screen(rec, cut, spec, acc, gap_ms, windows)
     flags = _flag(rec, keep, spec, acc, coords[3])
-    tasks, origin = _tasks_table(rec, keep, flags, coords, spec)
+    tasks, origin = _tasks_table(rec, keep, flags, coords, spec, slots)
     report = anomalies_table(acc.rows)
     if strict and report.num_rows:
         raise CollectError(_strict_message(spec, report))

@@ -294,7 +294,8 @@ class Layout(NamedTuple):
 def layout_of(spec: Spec) -> Layout:
     """The buffer layout a spec implies: rows = all tasks of all stages, cols = one
     placement word + one tick per phase + one per mark, rounded up to even (16-byte
-    records), and a trailer of one drop counter per stage, rounded up to even."""
+    records), and a trailer of one drop counter per stage and a slot header and
+    write count per launch slot, rounded up to even."""
     first, row = [], 0
     for _, count in spec.stages:
         first.append(row)
@@ -302,7 +303,8 @@ def layout_of(spec: Spec) -> Layout:
     cols = 1 + len(spec.phases) + len(spec.marks)
     cols += cols % 2
     counts = tuple(c for _, c in spec.stages)
-    trailer = len(counts) + len(counts) % 2
+    trailer = len(counts) + 2 * spec.launches  # drop counters, then a (header, writes) pair per slot
+    trailer += trailer % 2
     return Layout(spec.launches, row, spec.waves, cols, tuple(first), counts, trailer)
 
 
@@ -338,6 +340,32 @@ def in_slots(layout: Layout, launch, stage_index: int, task):
 def drop_counter_word(layout: Layout, stage_index: int):
     """The int64 word counting ``stage_index``'s dropped stamps (in the trailer)."""
     return layout.launches * layout.rows * layout.waves * layout.cols + stage_index
+
+
+def slot_header_word(layout: Layout, launch):
+    """The int64 word holding launch slot ``launch``'s header (``pack_slot``: which
+    step and layer wrote the slot), after the drop counters; the next word counts
+    the writes of that header (2 or more: the slot holds two launches)."""
+    return layout.launches * layout.rows * layout.waves * layout.cols + len(layout.counts) + 2 * launch
+
+
+SLOT_VERSION = 1
+SLOT_LAYER_BITS = 16
+SLOT_STEP_BITS = 40
+SLOT_BASE = SLOT_VERSION << 56
+
+
+def pack_slot(step, layer):
+    """A slot header: ``SLOT_VERSION << 56 | step << 16 | layer`` for int64 ``step``
+    below 2**40 and ``layer`` below 2**16 (masked to them): positive, never 0."""
+    return SLOT_BASE | ((step & 0xFFFFFFFFFF) << 16) | (layer & 0xFFFF)
+
+
+def unpack_slot(words):
+    """``(ok, step, layer)`` of header words: ``ok`` where the version is ``SLOT_VERSION``."""
+    w = np.asarray(words, dtype=np.int64)
+    ok = (w >> 56) == SLOT_VERSION
+    return ok, (w >> SLOT_LAYER_BITS) & ((1 << SLOT_STEP_BITS) - 1), w & ((1 << SLOT_LAYER_BITS) - 1)
 
 
 # -- the placement word ---------------------------------------------------------
@@ -557,6 +585,8 @@ ANOMALY_KINDS = {
     "dropped": "stamps the device did not store: their (launch, task) lies outside the stage's slots (the spec undercounts the stage, or the task index is wrong); counted per stage in the buffer's trailer",
     "outside_window": "a row whose ticks lie outside its launch's window (stale data of another run?); dropped",
     "overflow": "nonzero words in padding columns or in the trailer's padding: the kernel wrote outside the layout",
+    "slot_rewritten": "a launch slot's header was written more than once: the slot holds stamps of two launches (reset the buffer between captures, or give each launch its own slot)",
+    "bad_slot_header": "a launch slot's header is not one the device helpers write (bad version, or a write count without a header); its step and layer are unknown",
     "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
 }
 
@@ -585,6 +615,8 @@ def tasks_schema(phases, marks=()) -> pa.Schema:
     cols = [
         ("rank", pa.int16()),
         ("launch", pa.int32()),
+        ("step", pa.int64()),  # from the launch slot's header: null where the kernel wrote none
+        ("layer", pa.int32()),
         ("stage", DICT_STR),
         ("stage_index", pa.int16()),
         ("task", pa.int32()),

@@ -356,6 +356,9 @@ def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     """The table's columns as ``tasks_schema(phases, marks)``: every column present,
     each castable without loss (a fractional time in an int column is refused)."""
     want = S.tasks_schema(phases, marks)
+    for name in ("step", "layer"):  # files written before slot headers: identity unknown
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, want.field(name).type))
     missing = [n for n in want.names if n not in table.column_names]
     if missing:
         raise _refuse(where, f"it lacks the tasks columns {missing} its spec's phases {list(phases)} need")

@@ -104,6 +104,7 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
     build; ``stamps`` is the stamp buffer (``None`` when off), ``launch`` its slot,
     ``tag`` this launch's mailbox tag (nonzero, new every launch)."""
     bid = tl.program_id(0)
+    itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)  # step = this launch's tag, layer = its slot
     UP_N: tl.constexpr = F // BN
     N_UP: tl.constexpr = (M // BM) * UP_N
     N_NORM: tl.constexpr = M // R
