@@ -358,6 +358,36 @@ class Timeline(CarriesNothing):
         args = [fx.Int64(1).ir_value(), rsrc, voff.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
         llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
 
+    def slot_header(self, step, layer):
+        """Once per launch: CTA 0's stamping wave (wave 0 per-wave) writes the launch
+        slot's header ``pack_slot(step, layer)`` (which decode step and layer wrote the
+        slot; ``fx.Int32``/``Int64`` or Python ints) and lane 0 adds 1 to the slot's
+        write count with a buffer atomic, so that a slot written by two launches is the
+        collector's ``slot_rewritten``. No branch: the offsets are out of range (bit
+        31) in every other CTA, wave and lane. Nothing in a normal build."""
+        if not self.enabled:
+            return
+        fx = self._fx
+        from flydsl._mlir.dialects import llvm
+        from flydsl.expr.typing import T
+
+        if isinstance(self.launch, int) and not 0 <= self.launch < self.layout.launches:
+            raise InstrumentError(f"slot_header of launch slot {self.launch}: the spec has "
+                                  f"{self.layout.launches} launch slots")
+        launch = fx.Int32(self.launch)
+        ok = (fx.Int32(fx.block_idx.x) == 0) & (launch >= 0) & (launch < self.layout.launches)
+        if self.spec.waves > 1:
+            ok = ok & (self.wave == 0)
+        word = fx.Int32(S.slot_header_word(self.layout, launch)) * 8
+        oor = fx.Int32(_OUT_OF_RANGE_I32)
+        header = fx.Int64(S.pack_slot(fx.Int64(step), fx.Int64(layer)))
+        fx.rocdl.raw_ptr_buffer_store(header.ir_value(), self.rsrc, fx.Int32(ok.select(word, oor)).ir_value(),
+                                      fx.Int32(0).ir_value())
+        lane0 = (fx.Int32(fx.thread_idx.x) & (WAVE_LANES - 1)) == 0
+        voff = fx.Int32((ok & lane0).select(word + 8, oor))
+        args = [fx.Int64(1).ir_value(), self.rsrc, voff.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
+        llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
+
     def legacy_stamp(self, name, t, which, lead=0, pred=None):
         """The GLM-5 kernel's ``stamp(name, t, which, lead=0, pred=None)``, a drop-in:
         column ``which`` of its ``(n_tasks, 8)`` tensor is phase ``which`` of the spec

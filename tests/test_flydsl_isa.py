@@ -88,6 +88,7 @@ def test_one_clock_read_per_stamp_site(isa, arch, kernel):
     sites = _sites(kernel)
     tl = isa[(arch, f"{kernel}/timeline")]
     assert sites.total == {"cta": 5, "waves": 5, "demo": 15}[kernel]
+    assert sites.headers == {"cta": 0, "waves": 0, "demo": 1}[kernel]
     assert tl.count("s_memrealtime") == sites.total
 
 
@@ -95,10 +96,10 @@ def test_one_clock_read_per_stamp_site(isa, arch, kernel):
 def test_stores_placement_with_first_tick_and_ticks_alone(isa, arch, kernel):
     sites = _sites(kernel)
     tl, normal = isa[(arch, f"{kernel}/timeline")], isa[(arch, f"{kernel}/normal")]
-    # placement + first tick: one 16-byte store; every other phase: one 8-byte store
+    # placement + first tick: one 16-byte store; every other phase, and a slot header: one 8-byte store
     assert tl.count("buffer_store_dwordx4") == sites.first
-    assert tl.count("buffer_store_dwordx2") == sites.other
-    assert tl.count("buffer_store*") == sites.total
+    assert tl.count("buffer_store_dwordx2") == sites.other + sites.headers
+    assert tl.count("buffer_store*") == sites.total + sites.headers
     # the kernel's own memory traffic is untouched
     for kind in ("global_store*", "global_load*", "global_atomic*", "buffer_load*"):
         assert tl.count(kind) == normal.count(kind), kind
@@ -184,7 +185,7 @@ def test_out_of_slot_stamps_are_dropped_and_counted_without_a_branch(isa, arch, 
     sites = _sites(kernel)
     tl, normal = isa[(arch, f"{kernel}/timeline")], isa[(arch, f"{kernel}/normal")]
     adds = [i for i in tl.instructions if i.startswith("buffer_atomic")]
-    assert len(adds) == sites.first and all(re.match(r"buffer_atomic_add_x2 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], 0 offen$", a)
+    assert len(adds) == sites.first + sites.headers and all(re.match(r"buffer_atomic_add_x2 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], 0 offen$", a)
                                             for a in adds), adds
     assert normal.count("buffer_atomic*") == 0
     assert any(re.match(r"s_cselect_b32 s\d+, (0, 0x80000000|0x80000000, 0)$", i) for i in tl.instructions)

@@ -139,6 +139,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
                 ybox: fx.Int64, out: fx.Int64, stamps: fx.Int64, tag: fx.Int32, layer: fx.Int32,
                 G: fx.Constexpr[int], TIMELINE: fx.Constexpr[bool]):
     tl = Timeline(SPEC, stamps, TIMELINE, launch=layer)
+    tl.slot_header(tag, layer)  # which launch wrote this slot: step = the launch's tag, layer = its slot
     bid = fx.Int32(fx.block_idx.x)
     tid = fx.Int32(fx.thread_idx.x)
     lane = tid & (LANES - 1)

@@ -303,10 +303,12 @@ def strip_stamps(source: str, handle: str = "tl") -> str:
 
 class Sites(NamedTuple):
     """Stamp sites in a kernel's source: ``first`` stamps of the spec's first phase
-    (each writes the placement too), ``other`` every other stamp."""
+    (each writes the placement too), ``other`` every other stamp, ``headers`` slot
+    header writes (``<handle>.slot_header``: one 8-byte store and one atomic each)."""
 
     first: int
     other: int
+    headers: int = 0
 
     @property
     def total(self) -> int:
@@ -322,13 +324,15 @@ def stamp_sites(source: str, function: str, handle: str = "tl", first_phase: str
     fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function), None)
     if fn is None:
         raise ValueError(f"no function {function!r} in this source")
-    first = other = 0
+    first = other = headers = 0
     for node in ast.walk(fn):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == handle):
             continue
         method = node.func.attr
-        if method == "task":
+        if method == "slot_header":
+            headers += 1
+        elif method == "task":
             first, other = first + 1, other + 1
         elif method in ("hint", "staged", "compute", "mark"):
             other += 1
@@ -337,7 +341,7 @@ def stamp_sites(source: str, function: str, handle: str = "tl", first_phase: str
             if not isinstance(phase, ast.Constant):
                 raise ValueError(f"line {node.lineno}: a stamp's phase is not a literal; cannot count it")
             first, other = (first + 1, other) if phase.value in (first_phase, 0) else (first, other + 1)
-    return Sites(first, other)
+    return Sites(first, other, headers)
 
 
 def write_stripped(module: str, out_dir) -> str:
