@@ -141,6 +141,18 @@ def getreg(simm16: int):
     return fx.Int32(llvm.call_intrinsic(T.i32, "llvm.amdgcn.s.getreg", [imm], [], []))
 
 
+def buffer_add_one(rsrc, voffset):
+    """``buffer_atomic_add_x2`` of 1 at byte ``voffset`` (an ``fx.Int32``, per lane)
+    of buffer resource ``rsrc``, no return: a lane whose offset is out of range
+    adds nothing. The drop counters and the slot headers' write counts."""
+    fx = _fx()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr.typing import T
+
+    args = [fx.Int64(1).ir_value(), rsrc, voffset.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
+    llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
+
+
 def sched_fence():
     """``rocdl.sched_barrier(0)``: the scheduler moves no instruction across it."""
     _fx().rocdl.sched_barrier(0)
@@ -346,17 +358,13 @@ class Timeline(CarriesNothing):
         of range) elsewhere (no branch; a wave that must not stamp has a 0-byte
         resource)."""
         fx = self._fx
-        from flydsl._mlir.dialects import llvm
-        from flydsl.expr.typing import T
-
         lane = fx.Int32(fx.thread_idx.x) & (WAVE_LANES - 1)
         others = fx.Int32((lane == 0).select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))  # loop-invariant
         miss = fx.Int32(ok.select(fx.Int32(_OUT_OF_RANGE_I32), fx.Int32(S.drop_counter_word(self.layout, si) * 8)))
         voff = others | miss  # bit 31 set (out of range) unless lane 0 and a miss; an OR never wraps
         if pred is not None:
             voff = voff | fx.Int32(pred.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
-        args = [fx.Int64(1).ir_value(), rsrc, voff.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
-        llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
+        buffer_add_one(rsrc, voff)
 
     def slot_header(self, step, layer):
         """Once per launch: CTA 0's stamping wave (wave 0 per-wave) writes the launch
@@ -368,9 +376,6 @@ class Timeline(CarriesNothing):
         if not self.enabled:
             return
         fx = self._fx
-        from flydsl._mlir.dialects import llvm
-        from flydsl.expr.typing import T
-
         if isinstance(self.launch, int) and not 0 <= self.launch < self.layout.launches:
             raise InstrumentError(f"slot_header of launch slot {self.launch}: the spec has "
                                   f"{self.layout.launches} launch slots")
@@ -385,8 +390,7 @@ class Timeline(CarriesNothing):
                                       fx.Int32(0).ir_value())
         lane0 = (fx.Int32(fx.thread_idx.x) & (WAVE_LANES - 1)) == 0
         voff = fx.Int32((ok & lane0).select(word + 8, oor))
-        args = [fx.Int64(1).ir_value(), self.rsrc, voff.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
-        llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
+        buffer_add_one(self.rsrc, voff)
 
     def legacy_stamp(self, name, t, which, lead=0, pred=None):
         """The GLM-5 kernel's ``stamp(name, t, which, lead=0, pred=None)``, a drop-in:
