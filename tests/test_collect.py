@@ -597,3 +597,17 @@ def test_slot_headers_name_the_step_and_layer_and_catch_a_second_write():
     assert slots(collect(buf, sp)) == {"slot_rewritten": 1, "bad_slot_header": 2}
     ok, step, layer = S.unpack_slot(np.array([S.pack_slot((1 << 40) - 1, 65535)]))
     assert ok[0] and (int(step[0]), int(layer[0])) == ((1 << 40) - 1, 65535)
+
+
+def test_phases_a_stage_never_stamps_are_declared_not_anomalies():
+    sp = spec3(unstamped={"act": ("hint",)})
+    names = sp.stage_names
+    buf = empty(sp)
+    put(buf, sp, stage="act", task=0, ticks=[T0, 0, T0 + 2, T0 + 3, T0 + 4])  # act: hint by design
+    put(buf, sp, stage=names[0], task=0, ticks=[T0, 0, T0 + 2, T0 + 3, T0 + 4])  # elsewhere: missing
+    tr = collect(buf, sp)
+    rows = [r for r in tr.anomalies.to_pylist() if r["kind"] == "missing_phase"]
+    assert [(r["stage"], r["phase"], r["count"]) for r in rows] == [(names[0], "hint", 1)]
+    assert Spec.from_json(sp.to_json()).unstamped == {"act": ("hint",)}
+    with pytest.raises(S.SpecError, match="unstamped must map stages"):
+        spec3(unstamped={"act": ("start",)})  # the first phase carries the placement: always stamped

@@ -53,7 +53,8 @@ def test_import_keeps_every_row_with_its_rotation_cta(imported, run_dir):
     t = imported.tasks
     assert imported.ranks == [0, 1] and t.num_rows == 2 * 1061
     assert imported.spec.wait == ("hint", "staged") and imported.spec.marks == L.LEGACY_MARKS
-    assert imported.anomaly_summary() == {"missing_phase": 2 * (164 + 1)}  # qkv_a's hint, cache's compute
+    assert imported.anomaly_summary() == {}  # qkv_a's hint, cache's compute: declared never stamped
+    assert imported.spec.unstamped == {"qkv_a": ("hint",), "cache": ("compute",)}
     stage, task, cta = (t.column(c).to_numpy() for c in ("stage_index", "task", "cta"))
     want = L.rotation_ctas(L.GLM5_STAGES, 256)
     first = np.cumsum([0] + [c for _, c in L.GLM5_STAGES])[:-1]

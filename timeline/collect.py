@@ -358,14 +358,32 @@ def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: _Anomalies, gap_ms, win
     return keep
 
 
+def _unstamped(spec: S.Spec) -> dict:
+    """``{phase: mask over records}`` of the records whose stage the spec declares
+    never stamps that phase (``Spec.unstamped``): not a ``missing_phase``, the
+    interval into it inherits as any missing mark's does."""
+    if not spec.unstamped:
+        return {}
+    stage_of = _coords(spec)[1]
+    out = {}
+    for stage, phases in spec.unstamped.items():
+        rows = stage_of == spec.stage_index(stage)
+        for p in phases:
+            out[p] = out.get(p, np.zeros(len(stage_of), bool)) | rows
+    return out
+
+
 def _flag(rec: _Records, keep, spec: S.Spec, acc: _Anomalies, wave_of) -> np.ndarray:
     """The ``flags`` column of every record kept: missing and backwards phases, no
     placement, placement of another wave's record."""
     flags = np.zeros(len(keep), dtype=np.int32)
     full = rec.full
+    by_design = _unstamped(spec)  # phase -> records whose stage never stamps it (declared)
     if not full[keep].all():
         for j, w in enumerate(rec.written):
             miss = keep & ~w
+            if spec.phases[j] in by_design:
+                miss &= ~by_design[spec.phases[j]]
             if miss.any():
                 flags[miss] |= S.Flag.MISSING_PHASE
                 acc.per_stage("missing_phase", miss, phase=spec.phases[j])

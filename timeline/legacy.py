@@ -37,6 +37,7 @@ LEGACY_COLS = 8
 LEGACY_PHASES = ("start", "hint", "staged", "compute", "end")  # columns 0-4
 LEGACY_MARKS = ("mark5", "mark6", "mark7")  # columns 5-7: free debug marks
 GLM5_WAIT = ("hint", "staged")  # the barrier comes after hint; producers are polled before staged
+GLM5_UNSTAMPED = {"qkv_a": ("hint",), "cache": ("compute",)}  # never written by the kernel (no producer / no math)
 GLM5_STAGES = (("qkv_a", 164), ("cache", 1), ("q_b", 128), ("uk", 32), ("split", 32), ("uv", 32),
                ("o", 192), ("router", 32), ("ug", 256), ("down", 192))  # S=1, 8 heads, topk 2048
 GLM5_BASE_ORDER = ("qkv_a", "cache", "q_b", "split", "uk", "uv", "o", "router", "ug", "down")
@@ -60,10 +61,13 @@ class LegacyFile(NamedTuple):
 def legacy_spec(stages, *, grid: int = 0, rank: int = 0, world: int = 1, arch: str = GLM5_ARCH,
                 wait=GLM5_WAIT, derived: bool = False, kernel: str = "glm5_mla_moe_layer") -> S.Spec:
     """The spec of a legacy tensor: its stages, the five phase columns, the three
-    mark columns, the 100 MHz clock, the declared wait (``hint → staged``)."""
+    mark columns, the 100 MHz clock, the declared wait (``hint → staged``), and the
+    phases the kernel never stamps (qkv_a's hint, cache's compute: not anomalies)."""
     extra = {"source": "legacy (n_tasks, 8) tensor", "placement": "derived" if derived else "none"}
+    names = {n for n, _ in stages}
+    unstamped = {s: p for s, p in GLM5_UNSTAMPED.items() if s in names}
     return S.Spec(kernel, stages, phases=LEGACY_PHASES, marks=LEGACY_MARKS, clock="memrealtime",
-                  arch=arch, rank=rank, world=world, grid=grid, wait=wait, extra=extra)
+                  arch=arch, rank=rank, world=world, grid=grid, wait=wait, unstamped=unstamped, extra=extra)
 
 
 def check_shape(ticks: np.ndarray, stages) -> None:

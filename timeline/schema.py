@@ -103,6 +103,7 @@ class Spec:
     grid: int = 0  # CTAs in the launch grid, 0 when not known
     wait: tuple | None = None  # (phase, next phase): the interval that is the wait for producers
     marks: tuple = ()  # per-task marks that are not ordered phases (stamped in any order)
+    unstamped: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> phases it never stamps
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -139,6 +140,12 @@ class Spec:
         if not 0 <= self.grid <= MAX_CTA + 1:
             raise SpecError(f"grid must be 0 (unknown) .. {MAX_CTA + 1} CTAs; got {self.grid}")
         object.__setattr__(self, "wait", _declared_wait(self.phases, self.wait))
+        unstamped = {str(k): tuple(str(p) for p in v) for k, v in dict(self.unstamped).items()}
+        bad = {k: v for k, v in unstamped.items() if k not in names or any(p not in self.phases[1:] for p in v)}
+        if bad:
+            raise SpecError(f"unstamped must map stages to phases they never stamp (not the first phase); "
+                            f"got {bad} for stages {names} and phases {list(self.phases)}")
+        object.__setattr__(self, "unstamped", unstamped)
         marks = tuple(str(m) for m in self.marks)
         object.__setattr__(self, "marks", marks)
         clash = (set(marks) & set(self.phases)) | {m for m in marks if marks.count(m) > 1} | ({"placement"} & set(marks))
@@ -218,6 +225,7 @@ class Spec:
             "grid": self.grid,
             "wait": list(self.wait),
             "marks": list(self.marks),
+            "unstamped": {k: list(v) for k, v in self.unstamped.items()},
             "extra": dict(self.extra),
         }
 
@@ -232,7 +240,7 @@ class Spec:
                 f"spec is for layout version {version}; this mono-timeline reads version "
                 f"{LAYOUT_VERSION}. Decode it with the mono-timeline release that wrote it."
             )
-        known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch", "wait", "marks",
+        known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch", "wait", "marks", "unstamped",
                  "rank", "world", "grid", "extra"}
         return cls(**{k: v for k, v in d.items() if k in known})
 
