@@ -7,6 +7,7 @@ import pytest
 
 from bufkit import put
 from timeline import analysis as A
+from timeline import legacy_reports as LR
 from timeline import schema as S
 from timeline import synth
 from timeline.collect import collect
@@ -54,7 +55,7 @@ def test_legacy_report_matches_hand_computed_numbers():
     spec, buf = legacy_trace()
     trace = collect(buf, spec)
     assert trace.anomaly_summary() == {"missing_phase": 1}  # the missing mark is flagged
-    rep = A.legacy_report(trace)
+    rep = LR.legacy_report(trace)
     assert col(rep, "stage") == ["a", "b"]
     # a: starts 0, 50, 120; hints 100, 250, 180; ends 800, 1000, 1100
     #    hint wait 100, 200, 60 -> 100; staging 200, 0 (inherited), 200 -> 200
@@ -86,14 +87,14 @@ def test_legacy_report_reads_the_lead_wave_and_the_chosen_launch():
         write(buf, spec, stage=stage, task=task, launch=1, cta=task,
               ticks=[None if t is None else 5000 + 2 * t for t in ticks])
     trace = collect(buf, spec)
-    rep0 = A.legacy_report(trace, launch=0)
+    rep0 = LR.legacy_report(trace, launch=0)
     assert col(rep0, "hint_median_us") == pytest.approx([1.8, 13.0])
     assert col(rep0, "epilogue_us") == pytest.approx([1.2, 1.0])
-    rep1 = A.legacy_report(trace, launch=1)  # every time doubled, from launch 1's own start
+    rep1 = LR.legacy_report(trace, launch=1)  # every time doubled, from launch 1's own start
     assert col(rep1, "first_start_us") == pytest.approx([0.0, 18.0])
     assert col(rep1, "compute_us") == pytest.approx([8.0, 8.0])
     with pytest.raises(A.AnalysisError, match=r"say which launch to report: it has launches \[0, 1\]"):
-        A.legacy_report(trace)
+        LR.legacy_report(trace)
 
 
 def test_legacy_report_refuses_other_phases():
@@ -101,7 +102,7 @@ def test_legacy_report_refuses_other_phases():
     buf = np.zeros(spec.layout.words, dtype=np.int64)
     write(buf, spec, stage="a", task=0, ticks=(1, 2), cta=0)
     with pytest.raises(A.AnalysisError, match="five phase columns"):
-        A.legacy_report(collect(buf, spec))
+        LR.legacy_report(collect(buf, spec))
 
 
 # -- the stage report, by hand ------------------------------------------------------------
@@ -370,7 +371,7 @@ def test_legacy_report_leaves_a_missing_start_out_of_min_and_medians():
     write(buf, spec, stage="b", task=1, cta=1, ticks=(None, 1500, 1650, 2050, 2400))
     trace = collect(buf, spec)
     assert trace.anomaly_summary() == {"missing_phase": 2}
-    rep = A.legacy_report(trace)
+    rep = LR.legacy_report(trace)
     # b: only task 0 has a start (900); both hints (1300, 1500) and ends count
     assert col(rep, "first_start_us") == pytest.approx([0.0, 9.0])
     assert col(rep, "hint_median_us") == pytest.approx([1.8, 13.0])

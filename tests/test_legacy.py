@@ -12,7 +12,7 @@ import pytest
 
 import legacykit as K
 from timeline import legacy as L
-from timeline import analysis as A
+from timeline import legacy_reports as LR
 from timeline import schema as S
 from timeline.cli import main
 from timeline.trace import load
@@ -85,17 +85,17 @@ def pa_eq(table, col, value):
 def test_legacy_report_is_the_kernels_own_numbers(imported, run_dir):
     _, tensors = run_dir
     for rank in (0, 1):
-        rep = A.legacy_report(imported, rank=rank)
+        rep = LR.legacy_report(imported, rank=rank)
         theirs = K.their_timeline_report(tensors[rank], L.GLM5_STAGES)
         ours = [tuple(r.values()) for r in rep.to_pylist()]
         assert ours == theirs  # bit for bit: the same float64 arithmetic, torch's medians
-        lines = A.legacy_text(rep).splitlines()
+        lines = LR.legacy_text(rep).splitlines()
         assert lines[0].startswith("qkv_a   x 164  [   0.0 | hint ") and len(lines) == 10
 
 
 def test_profile_csv_is_the_tools_own_rows(imported, run_dir, tmp_path, capsys):
     d, tensors = run_dir
-    got = [tuple(r.values()) for r in A.profile_summary(imported, rank=0).to_pylist()]
+    got = [tuple(r.values()) for r in LR.profile_summary(imported, rank=0).to_pylist()]
     assert got == K.their_profile_rows(tensors[0], L.GLM5_STAGES)
     single = tmp_path / "r0.arrow"
     assert main(["import-legacy", str(d / "rank0" / "trace.pt"), "-o", str(single), "-q"]) == 0

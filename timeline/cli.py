@@ -303,6 +303,7 @@ def cmd_convert(args) -> int:
 
 def cmd_summary(args) -> int:
     from timeline import analysis as A
+    from timeline import legacy_reports as LR
 
     trace = _load(args.trace)
     ranks = _check_in(trace, "rank", args.rank, trace.ranks)
@@ -310,13 +311,13 @@ def cmd_summary(args) -> int:
     if args.profile_csv:
         for r in ranks or trace.ranks:
             for launch in launches or trace.launches:
-                print(A.profile_csv(A.profile_summary(trace, rank=r, launch=launch)))
+                print(LR.profile_csv(LR.profile_summary(trace, rank=r, launch=launch)))
         return 0
     if args.legacy:
         blocks = []
         for r in ranks or trace.ranks:
             for launch in launches or trace.launches:
-                blocks.append((r, launch, A.legacy_report(trace, rank=r, launch=launch)))
+                blocks.append((r, launch, LR.legacy_report(trace, rank=r, launch=launch)))
         if args.json:
             rows = []
             for r, launch, t in blocks:
@@ -328,7 +329,7 @@ def cmd_summary(args) -> int:
             print(f"\nrank {r} launch {launch}: the kernel's timeline_report(), µs from the earliest start "
                   "[first start | median hint | last end], then median phases (torch's median; a missing "
                   "mark 1-3 inherits the previous one)")
-            print(A.legacy_text(t))
+            print(LR.legacy_text(t))
         return 0
     table = A.stage_report(trace, by_launch=args.by_launch, ranks=ranks, launches=launches)
     if args.json:
