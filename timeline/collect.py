@@ -8,8 +8,8 @@ record the collector cannot vouch for. A buffer whose shape, order or size is no
 exactly the spec's is refused, never guessed at. All work is columnar numpy over
 the whole buffer; there is no per-row Python loop.
 
-The steps, each a function below: read the buffer (``_read``), cut it into records
-and trailer by the layout (``_cut``), then per record decide unwritten / impossible
+The steps: read the buffer and cut it into records and trailer by the layout
+(``timeline.intake``), then, each a function below, per record decide unwritten / impossible
 / bad placement / outside the launch window (``_screen``), flag the rows kept
 (``_flag``), and build the tasks table (``_tasks_table``). One ``_Anomalies``
 accumulator collects what each step could not vouch for.
@@ -18,121 +18,16 @@ accumulator collects what each step could not vouch for.
 from __future__ import annotations
 
 import math
-import os
-import stat
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from timeline import schema as S
+from timeline.intake import CollectError, _Cut, cut_buffer, read_buffer
 from timeline.trace import Trace, anomalies_table
 
 DEFAULT_WINDOW_GAP_MS = 100.0
-
-
-class CollectError(ValueError):
-    """A buffer that cannot be decoded against its spec, or (strict) one with anomalies."""
-
-
-# -- reading ------------------------------------------------------------------------
-def _open_regular(path: Path) -> Path:
-    """``path`` if it names a regular file; a ``CollectError`` for anything else (a
-    folder, a FIFO or a device would hang or stream forever)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise CollectError(f"stamp buffer file {str(path)!r} does not exist") from None
-    except OSError as e:
-        raise CollectError(f"stamp buffer file {str(path)!r} cannot be read: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, socket or device)"
-        raise CollectError(f"stamp buffer {str(path)!r} is {what}; give the .npy or .bin file the "
-                           "buffer was saved to")
-    return path
-
-
-def _load_file(path: Path) -> np.ndarray:
-    """A ``.npy`` (no pickles) or raw ``.bin`` of little-endian int64 words."""
-    _open_regular(path)
-    if path.suffix == ".npy":
-        try:
-            return np.load(path, allow_pickle=False)
-        except (ValueError, EOFError, OSError) as e:
-            raise CollectError(
-                f"{str(path)!r} is not a readable .npy array of int64 words ({e}); save the buffer "
-                "with numpy.save(path, tensor.cpu().numpy())") from None
-    size = path.stat().st_size
-    if size % 8:
-        raise CollectError(
-            f"{str(path)!r}: {size} bytes is not a whole number of int64 words; a raw stamp "
-            "buffer is the kernel's int64 words as written (tensor.cpu().numpy().tofile())")
-    return np.fromfile(path, dtype="<i8")
-
-
-def _read(buffer) -> np.ndarray:
-    """The buffer as an int64 numpy array with its own shape, in C order. Accepts a
-    torch tensor (any device; copied to host), a numpy array, or a path. A view in
-    another order (transposed, strided) is refused: its words are not where the
-    kernel wrote them."""
-    if isinstance(buffer, (str, os.PathLike)):
-        arr = _load_file(Path(buffer))
-    elif hasattr(buffer, "detach") and hasattr(buffer, "cpu"):  # torch, without importing it
-        if not buffer.is_contiguous():
-            raise CollectError(
-                f"stamp buffer tensor of shape {tuple(buffer.shape)} with strides {buffer.stride()} "
-                "is not contiguous: pass the tensor the kernel wrote (instrument.alloc(spec).tensor), "
-                "not a transposed or sliced view")
-        arr = buffer.detach().cpu().numpy()
-    else:
-        arr = np.asarray(buffer)
-    if arr.dtype == np.uint64:
-        arr = arr.view(np.int64)
-    if arr.dtype != np.int64:
-        raise CollectError(
-            f"stamp buffer has dtype {arr.dtype}; the kernel writes int64 words. Allocate it "
-            "with instrument.alloc(spec) (torch.int64) or pass the words viewed as int64")
-    if arr.size and not arr.flags.c_contiguous:
-        raise CollectError(
-            f"stamp buffer of shape {arr.shape} is not in C order (a transposed or strided view, "
-            "or a Fortran-order .npy): pass the words in the order the kernel wrote them")
-    return arr
-
-
-class _Cut(NamedTuple):
-    """A buffer cut by its layout: ``records`` ``(n, cols)``, the ``trailer`` (None
-    for a layout-1 buffer, which has none) and the layout version its placement
-    words must carry."""
-
-    records: np.ndarray
-    trailer: np.ndarray | None
-    version: int
-
-
-def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
-    """A ``(n_tasks, 8)`` tensor: the GLM-5 layer's own timeline build."""
-    tasks = sum(c for _, c in spec.stages)
-    return arr.ndim == 2 and arr.shape[1] == 8 and arr.shape[0] == tasks
-
-
-def _cut(arr: np.ndarray, spec: S.Spec) -> _Cut:
-    """Records and trailer of a buffer of exactly the spec's size, flat or in the
-    records' shape; a ``CollectError`` naming both shapes for anything else."""
-    lay = spec.layout
-    if arr.shape == (lay.words,):
-        return _Cut(arr[: lay.record_words].reshape(-1, lay.cols), arr[lay.record_words:], S.LAYOUT_VERSION)
-    if arr.shape in ((lay.record_words,), lay.shape):  # layout 1: records, no trailer
-        return _Cut(arr.reshape(-1, lay.cols), None, 1)
-    hint = ""
-    if _looks_legacy(arr, spec):
-        hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "
-                "`timeline import-legacy` instead.")
-    raise CollectError(
-        f"stamp buffer has shape {arr.shape} but spec {spec.kernel!r} needs ({lay.words},) "
-        f"(records {lay.shape} = launches x rows x waves x cols, then {lay.trailer} trailer words), "
-        f"or a layout-1 buffer of the records alone, {lay.shape}. Allocate it with "
-        f"instrument.alloc(spec), or pass the spec the kernel was built with.{hint}")
 
 
 def _options(spec, window_gap_ms, windows):
@@ -514,7 +409,7 @@ def collect(
     optional explicit ``[(lo_tick, hi_tick)]`` per launch instead. ``strict=True``
     raises ``CollectError`` on any anomaly instead of reporting it."""
     gap_ms, windows = _options(spec, window_gap_ms, windows)
-    cut = _cut(_read(buffer), spec)
+    cut = cut_buffer(read_buffer(buffer), spec)
     coords = _coords(spec)
     acc = _Anomalies(spec, coords[0], coords[1])
     _layout_anomalies(cut, spec, acc)
