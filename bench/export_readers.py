@@ -12,7 +12,6 @@ events of nonzero length), and speedscope's stack-repair warnings.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time

@@ -15,7 +15,8 @@ import pytest
 from timeline import analysis as A
 from timeline import schema as S
 from timeline import synth
-from timeline.cli import format_table, main
+from timeline.cli import main
+from timeline.textout import format_table
 from timeline.collect import collect
 from timeline.merge import merge
 from timeline.trace import load

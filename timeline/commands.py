@@ -1,0 +1,391 @@
+"""The ``timeline`` commands (``cmd_*``, one per subcommand) and the checks of what
+a command line names: files, specs, ranks, launches, stages. ``timeline.cli`` parses
+the command line and calls them; bad input is a ``UsageError`` or one of the
+library's own errors, which ``cli.main`` prints as one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from timeline import schema as S
+from timeline.textout import Progress, _json_rows, format_table
+from timeline.trace import TRACE_EXTENSIONS
+
+SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
+
+
+class UsageError(ValueError):
+    """A command line that names something the input does not have."""
+
+
+# -- argument types ----------------------------------------------------------------------
+def int_list(text: str) -> list:
+    """``"0,2,3"`` -> [0, 2, 3]; ``"0-3"`` -> [0, 1, 2, 3]."""
+    out = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            a, dash, b = part.partition("-")
+            out.extend(range(int(a), int(b) + 1) if dash else [int(a)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of integers (e.g. 0 or 0,2 or 0-3)") from None
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text!r} names no integer")
+    return out
+
+
+def str_list(text: str) -> list:
+    out = [p.strip() for p in text.split(",") if p.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing")
+    return out
+
+
+def _trace_out(path: str) -> Path:
+    """An output trace path: a known extension and an existing folder."""
+    p = Path(path)
+    if p.suffix.lower() not in TRACE_EXTENSIONS:
+        raise UsageError(f"output {path!r}: a trace file ends in .arrow (Arrow IPC) or .parquet")
+    _out_dir_exists(p)
+    return p
+
+
+def _out_dir_exists(p: Path):
+    """An output path the command can write without blocking: its folder exists and
+    it is a new or regular file (not a FIFO, whose open would wait for a reader)."""
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {str(p)!r}: folder {str(parent)!r} does not exist")
+    if p.exists() and not p.is_file():
+        raise UsageError(f"cannot write {str(p)!r}: it is not a regular file (a folder, FIFO or device); "
+                         "give a file name")
+
+
+def _load(path: str):
+    """``timeline.load``, its notes (what it could not check) printed to stderr."""
+    from timeline.trace import load
+
+    trace = load(path)
+    for note in trace.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return trace
+
+
+def _load_spec(path: str) -> S.Spec:
+    """A Spec from a JSON file (``Spec.to_json`` / docs/FORMAT.md), or from an existing
+    trace file's metadata."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"spec file {path!r} does not exist")
+    if p.is_dir():
+        raise UsageError(f"spec {path!r} is a folder; give the spec JSON file")
+    with open(p, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"ARROW1") or head.startswith(b"PAR1"):
+        return _load(path).spec
+    try:
+        d = json.loads(p.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"spec file {path!r} is not valid JSON: {e}") from None
+    if not isinstance(d, dict) or "kernel" not in d or "stages" not in d:
+        raise UsageError(
+            f"spec file {path!r} is not a timeline spec: it needs at least \"kernel\" and "
+            "\"stages\" ([[name, task_count], ...]); see docs/FORMAT.md or Spec.to_json()")
+    try:
+        return S.Spec.from_dict(d)
+    except (TypeError, ValueError, KeyError) as e:
+        if isinstance(e, S.SpecError):
+            raise
+        raise S.SpecError(f"spec file {path!r}: {e}") from None
+
+
+def _check_stages(trace, stages) -> list | None:
+    if stages is None:
+        return None
+    for s in stages:
+        trace.spec.stage_index(s)  # SpecError naming the known stages
+    return stages
+
+
+def _check_in(trace, what: str, values, present) -> list | None:
+    if values is None:
+        return None
+    missing = sorted(set(values) - set(present))
+    if missing:
+        raise UsageError(f"{what} {missing} not in this trace; it has "
+                         f"{what}{'es' if what.endswith('h') else 's'} {present}")
+    return values
+
+
+def _title(trace) -> str:
+    sp = trace.spec
+    mhz = sp.clock.hz / 1e6
+    lines = [f"{sp.kernel} · {sp.arch} · clock {sp.clock.name} {mhz:g} MHz · ranks {trace.ranks} · "
+             f"launches {trace.launches}"]
+    if trace.synthetic:
+        lines.append("SYNTHETIC trace (timeline.synth model): not measured on a GPU")
+    n = trace.anomaly_count
+    if n:
+        lines.append(f"anomalies: {trace.anomaly_summary()} (see `timeline info`)")
+    return "\n".join(lines)
+
+
+# -- commands --------------------------------------------------------------------------
+def cmd_convert(args) -> int:
+    from timeline.collect import collect
+
+    out = _trace_out(args.output)
+    if not Path(args.buffer).exists():
+        raise UsageError(f"stamp buffer file {args.buffer!r} does not exist")
+    spec = _load_spec(args.spec)
+    if args.rank is not None:
+        spec = spec.replace(rank=args.rank, world=max(spec.world, args.rank + 1))
+    with Progress("convert", total=2, enabled=not args.quiet) as bar:
+        bar.step("decode")
+        trace = collect(args.buffer, spec, strict=args.strict, window_gap_ms=args.window_gap_ms,
+                        synthetic=args.synthetic)
+        bar.step("write")
+        trace.save(out)
+    print(f"wrote {out}: {trace.tasks.num_rows} task rows, {trace.intervals.num_rows} intervals, "
+          f"rank {spec.rank}, {len(trace.launches)} launch(es)")
+    if trace.anomaly_count:
+        print(f"warning: anomalies {trace.anomaly_summary()}: the rows concerned are flagged or "
+              "dropped; `timeline info` lists them (--strict makes them an error)", file=sys.stderr)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from timeline import analysis as A
+    from timeline import legacy_reports as LR
+
+    trace = _load(args.trace)
+    ranks = _check_in(trace, "rank", args.rank, trace.ranks)
+    launches = _check_in(trace, "launch", args.launch, trace.launches)
+    if args.profile_csv:
+        for r in ranks or trace.ranks:
+            for launch in launches or trace.launches:
+                print(LR.profile_csv(LR.profile_summary(trace, rank=r, launch=launch)))
+        return 0
+    if args.legacy:
+        blocks = []
+        for r in ranks or trace.ranks:
+            for launch in launches or trace.launches:
+                blocks.append((r, launch, LR.legacy_report(trace, rank=r, launch=launch)))
+        if args.json:
+            rows = []
+            for r, launch, t in blocks:
+                rows += [{"rank": r, "launch": launch, **row} for row in _json_rows(t)]
+            _print_json(trace, "legacy", rows, by_launch=True)
+            return 0
+        print(_title(trace))
+        for r, launch, t in blocks:
+            print(f"\nrank {r} launch {launch}: the kernel's timeline_report(), µs from the earliest start "
+                  "[first start | median hint | last end], then median phases (torch's median; a missing "
+                  "mark 1-3 inherits the previous one)")
+            print(LR.legacy_text(t))
+        return 0
+    table = A.stage_report(trace, by_launch=args.by_launch, ranks=ranks, launches=launches)
+    if args.json:
+        _print_json(trace, "stage", _json_rows(table), by_launch=args.by_launch)
+        return 0
+    print(_title(trace))
+    print("stage report: µs from the earliest start"
+          + (" of each rank's launch" if args.by_launch else "")
+          + "; share = stage span / kernel span; interval columns are per-row p50 / p90 (µs)\n")
+    print(format_table(table))
+    return 0
+
+
+def _print_json(trace, report: str, rows: list, *, by_launch: bool):
+    doc = {
+        "kernel": trace.spec.kernel,
+        "synthetic": trace.synthetic,
+        "report": report,
+        "by_launch": by_launch,
+        "units": {"*_us": "µs from the earliest start of the scope", "share": "fraction"},
+        "anomalies": trace.anomaly_summary(),
+        "rows": rows,
+    }
+    print(json.dumps(doc, ensure_ascii=False, indent=1))
+
+
+def cmd_export(args) -> int:
+    if not args.chrome and not args.perfetto:
+        raise UsageError("nothing to export: give --chrome OUT.json and/or --perfetto OUT.pftrace")
+    for p in (args.chrome, args.perfetto):
+        if p:
+            _out_dir_exists(Path(p))
+    trace = _load(args.trace)
+    ranks = _check_in(trace, "rank", args.rank, trace.ranks)
+    launches = _check_in(trace, "launch", args.launch, trace.launches)
+    stages = _check_stages(trace, args.stage)
+    sel = dict(ranks=ranks, launches=launches, stages=stages)
+    if args.chrome:
+        from timeline.export.chrome import write_chrome
+
+        with Progress("chrome", enabled=not args.quiet) as bar:
+            n = write_chrome(trace, args.chrome, progress=bar, **sel)
+        print(f"wrote {args.chrome}: {n} events (Chrome trace JSON: Perfetto UI, chrome://tracing, speedscope)")
+    if args.perfetto:
+        from timeline.export.perfetto import write_perfetto
+
+        with Progress("perfetto", enabled=not args.quiet) as bar:
+            n = write_perfetto(trace, args.perfetto, progress=bar, **sel)
+        print(f"wrote {args.perfetto}: {n} slices (Perfetto protobuf: ui.perfetto.dev)")
+    if trace.synthetic:
+        print("note: SYNTHETIC trace (timeline.synth model), not measured on a GPU")
+    return 0
+
+
+def _file_format(path: Path) -> str:
+    with open(path, "rb") as f:
+        return "parquet" if f.read(4) == b"PAR1" else "arrow"
+
+
+def info_dict(trace, path: Path) -> dict:
+    """What ``timeline info`` shows, as a JSON-ready dict."""
+    import pyarrow.compute as pc
+
+    counts = (trace.tasks.group_by(["rank", "launch"]).aggregate([("task", "count")])
+              .sort_by([("rank", "ascending"), ("launch", "ascending")]))
+    span = {}
+    phase_cols = [trace.tasks.column(f"{p}_ns") for p in trace.phases]
+    lo = min((pc.min(c).as_py() for c in phase_cols if c.null_count < len(c)), default=None)
+    hi = max((pc.max(c).as_py() for c in phase_cols if c.null_count < len(c)), default=None)
+    if lo is not None:
+        span = {"first_ns": lo, "last_ns": hi, "span_us": (hi - lo) / 1000.0}
+    return {
+        "file": str(path),
+        "bytes": path.stat().st_size,
+        "format": _file_format(path),
+        "synthetic": trace.synthetic,
+        "spec": trace.spec.to_dict(),
+        "ranks": trace.ranks,
+        "launches": trace.launches,
+        "specs_per_rank": len(trace.specs),
+        "task_rows": trace.tasks.num_rows,
+        "intervals": trace.intervals.num_rows,
+        "rows_per_rank_launch": [
+            {"rank": r, "launch": launch, "rows": n}
+            for r, launch, n in zip(counts.column("rank").to_pylist(), counts.column("launch").to_pylist(),
+                                    counts.column("task_count").to_pylist())],
+        "time": span,
+        "origins": trace.origins,
+        "offsets": trace.offsets,
+        "anomalies": trace.anomalies.to_pylist(),
+        "anomaly_totals": trace.anomaly_summary(),
+        "buffer_bytes_per_rank": trace.spec.layout.nbytes,
+    }
+
+
+def cmd_info(args) -> int:
+    trace = _load(args.trace)
+    d = info_dict(trace, Path(args.trace))
+    if args.json:
+        print(json.dumps(d, ensure_ascii=False, indent=1))
+        return 0
+    sp = d["spec"]
+    stages = ", ".join(f"{n}({c})" for n, c in sp["stages"])
+    lay = trace.spec.layout
+    print(f"file       {d['file']} ({d['format']}, {d['bytes']:,} bytes)")
+    if d["synthetic"]:
+        print("SYNTHETIC  yes: made by timeline.synth, not measured on a GPU")
+    print(f"kernel     {sp['kernel']}  arch {sp['arch']}  clock {sp['clock']['name']} "
+          f"{sp['clock']['hz'] / 1e6:g} MHz  grid {sp['grid'] or '?'}")
+    print(f"stages     {stages}")
+    print(f"phases     {', '.join(sp['phases'])}")
+    print(f"buffer     {lay.shape} int64 (launches, rows, waves, cols) = {lay.nbytes:,} bytes per rank; "
+          f"waves per task {sp['waves']}")
+    print(f"ranks      {d['ranks']} (world {sp['world']})   launches {d['launches']}")
+    print(f"rows       {d['task_rows']:,} task rows, {d['intervals']:,} intervals")
+    for r in d["rows_per_rank_launch"]:
+        print(f"           rank {r['rank']} launch {r['launch']}: {r['rows']:,} rows")
+    if d["time"]:
+        print(f"time       {d['time']['span_us']:.2f} µs from first to last stamp")
+    if d["offsets"]:
+        print(f"aligned    per-rank offsets (ns) {d['offsets']}")
+    if not d["anomalies"]:
+        print("anomalies  none")
+    else:
+        import pyarrow as pa
+
+        print(f"anomalies  {d['anomaly_totals']}")
+        print(format_table(pa.Table.from_pylist(d["anomalies"])))
+        for kind in d["anomaly_totals"]:
+            print(f"  {kind}: {S.ANOMALY_KINDS.get(kind, '')}")
+    return 0
+
+
+def cmd_merge(args) -> int:
+    from timeline.merge import merge
+
+    out = _trace_out(args.output)
+    traces = []
+    with Progress("load", total=len(args.traces), enabled=not args.quiet) as bar:
+        for p in args.traces:
+            traces.append(_load(p))
+            bar.update()
+    merged = merge(traces, align=args.align)
+    merged.save(out)
+    print(f"wrote {out}: ranks {merged.ranks}, launches {merged.launches}, "
+          f"{merged.tasks.num_rows} task rows" + (f", aligned on {args.align}" if args.align else ""))
+    return 0
+
+
+def _stage_list(text: str):
+    """``qkv_a:164,cache:1,...`` as ``[(name, count), ...]``."""
+    out = []
+    for part in text.split(","):
+        name, _, count = part.strip().partition(":")
+        if not name or not count.strip().isdigit():
+            raise UsageError(f"--stages {text!r}: give NAME:COUNT pairs, e.g. qkv_a:164,cache:1")
+        out.append((name, int(count)))
+    return out
+
+
+def cmd_import_legacy(args) -> int:
+    from timeline.legacy import import_legacy
+
+    out = _trace_out(args.output)
+    for p in args.files:
+        if not Path(p).exists():
+            raise UsageError(f"legacy trace {p!r} does not exist")
+    base = [s.strip() for s in args.base_order.split(",")] if args.base_order else None
+    stages = _stage_list(args.stages) if args.stages else None
+    trace = import_legacy(args.files, grid=args.grid, base_order=base, stages=stages, arch=args.arch,
+                          strict=args.strict)
+    trace.save(out)
+    derived = "CTAs derived from the rotation rule" if args.grid else "CTAs unknown (give --grid)"
+    print(f"wrote {out}: ranks {trace.ranks}, {trace.tasks.num_rows} task rows, {derived}; wait for producers "
+          f"{'→'.join(trace.spec.wait)}, marks {list(trace.spec.marks)}")
+    if trace.anomaly_count:
+        print(f"warning: anomalies {trace.anomaly_summary()} (`timeline info` lists them)", file=sys.stderr)
+    return 0
+
+
+def cmd_synth(args) -> int:
+    from timeline import synth
+
+    out = _trace_out(args.output)
+    g = args.grid
+    if g < 1 or g & (g - 1) or g > S.MAX_CTA + 1:
+        raise UsageError(f"--grid {g}: the rotation rule needs a power of two (e.g. 64, 256)")
+    if args.ranks < 1:
+        raise UsageError(f"--ranks {args.ranks}: give at least 1")
+    rows = args.ranks * args.launches * args.waves * sum(c for _, c in synth.GLM5_STAGES)
+    if rows > SYNTH_MAX_ROWS:
+        raise UsageError(f"--ranks x --launches x --waves asks for {rows:,} task rows; synth writes at most "
+                         f"{SYNTH_MAX_ROWS:,} (a few GB of memory): ask for fewer")
+    spec = synth.glm5_spec(waves=args.waves, launches=args.launches, world=args.ranks, arch=args.arch,
+                           clock="globaltimer" if args.arch.startswith("sm") else "memrealtime")
+    with Progress("synth", total=2, enabled=not args.quiet) as bar:
+        bar.step("model + collect")
+        trace = synth.synth_trace(spec, grid=g, seed=args.seed)
+        bar.step("write")
+        trace.save(out)
+    print(f"wrote SYNTHETIC trace {out}: {trace.tasks.num_rows} task rows, ranks {trace.ranks}, "
+          f"launches {trace.launches}, grid {g}, waves {args.waves} (not measured on a GPU)")
+    return 0
