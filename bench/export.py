@@ -121,7 +121,7 @@ def one(mode: str, a) -> dict:
     if mode == "chrome_X":
         from timeline.export import write_chrome
 
-        n = write_chrome(trace, path)
+        n = write_chrome(trace, path, complete=True)
     elif mode == "chrome_BE":
         from timeline.export import write_chrome
 

@@ -72,9 +72,10 @@ the mono kernels' ``ops.py`` does. flydsl is imported on first use:
 
 from __future__ import annotations
 
+from instrument.flydsl_ops import (WAVE_LANES, both, buffer_add_one, flydsl_expr, getreg, known_block_waves,
+                                   memrealtime, sched_fence, uniform, wave_id)
 from timeline import schema as S
 
-WAVE_LANES = 64  # gfx942 / gfx950 run wave64
 
 HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
 HW_REG_XCC_ID = 20
@@ -110,84 +111,6 @@ def check_spec(spec: S.Spec) -> S.Layout:
             f"spec {spec.kernel!r} needs a {layout.nbytes}-byte stamp buffer; a FlyDSL timeline "
             f"build addresses at most {MAX_BYTES - 1} bytes: use fewer launch slots or waves")
     return layout  # the CTA range is the Spec's own check
-
-
-# -- device primitives (call inside a @flyc.kernel body) ----------------------------
-def _fx():
-    import flydsl.expr as fx
-
-    return fx
-
-
-def memrealtime():
-    """``s_memrealtime``: the 100 MHz device clock, an ``fx.Int64`` (no FlyDSL
-    wrapper exists; a scalar memory read, waited for at its first use)."""
-    fx = _fx()
-    from flydsl._mlir.dialects import llvm
-    from flydsl.expr.typing import T
-
-    return fx.Int64(llvm.call_intrinsic(T.i64, "llvm.amdgcn.s.memrealtime", [], [], []))
-
-
-def getreg(simm16: int):
-    """``s_getreg_b32`` of the hardware-register field ``simm16`` (see ``hwreg``),
-    an ``fx.Int32`` in a scalar register."""
-    fx = _fx()
-    from flydsl._mlir.dialects import llvm
-    from flydsl.expr import arith
-    from flydsl.expr.typing import T
-
-    imm = arith.unwrap(arith.constant(int(simm16), type=T.i32))
-    return fx.Int32(llvm.call_intrinsic(T.i32, "llvm.amdgcn.s.getreg", [imm], [], []))
-
-
-def buffer_add_one(rsrc, voffset):
-    """``buffer_atomic_add_x2`` of 1 at byte ``voffset`` (an ``fx.Int32``, per lane)
-    of buffer resource ``rsrc``, no return: a lane whose offset is out of range
-    adds nothing. The drop counters and the slot headers' write counts."""
-    fx = _fx()
-    from flydsl._mlir.dialects import llvm
-    from flydsl.expr.typing import T
-
-    args = [fx.Int64(1).ir_value(), rsrc, voffset.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
-    llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
-
-
-def sched_fence():
-    """``rocdl.sched_barrier(0)``: the scheduler moves no instruction across it."""
-    _fx().rocdl.sched_barrier(0)
-
-
-def uniform(v):
-    """``v`` (an Int32) read from the first active lane: one scalar for the wave.
-    Free when ``v`` already lives in a scalar register."""
-    fx = _fx()
-    from flydsl.expr.typing import T
-
-    return fx.Int32(fx.rocdl.readfirstlane(T.i32, fx.Int32(v)))
-
-
-def wave_id():
-    """This thread's wave within its CTA, a scalar: ``readfirstlane(tid) >> 6``."""
-    return uniform(_fx().thread_idx.x) >> 6
-
-
-def _known_block_waves():
-    """Waves in a CTA when the kernel's block size is known at trace time, else None."""
-    try:
-        x, y, z = _fx().gpu.known_block_size()
-    except RuntimeError:
-        return None
-    return -(-(x * y * z) // WAVE_LANES)
-
-
-def _and(a, b):
-    """Conjunction of two conditions, each a Python bool or a traced Boolean."""
-    if isinstance(a, bool):
-        return b if a else False
-    if isinstance(b, bool):
-        return a if b else False
-    return a & b
 
 
 # -- the handle -------------------------------------------------------------------
@@ -244,7 +167,7 @@ class Timeline(CarriesNothing):
                 "Timeline(spec, stamps, True) needs the stamp-buffer argument (the fx.Int64 address)")
         if not isinstance(lead, int) or not 0 <= lead:
             raise InstrumentError(f"Timeline(lead=...) is a thread number, a Python int >= 0; got {lead!r}")
-        fx = _fx()
+        fx = flydsl_expr()
         self._fx = fx
         self.base = fx.Int64(stamps)
         self.launch = launch
@@ -253,7 +176,7 @@ class Timeline(CarriesNothing):
             # per-wave mode: the wave number addresses the record; read once here,
             # where it dominates every stamp of the kernel
             self.wave = wave_id()
-            block_waves = _known_block_waves()
+            block_waves = known_block_waves()
             live = True if block_waves is not None and block_waves <= spec.waves else self.wave < spec.waves
         else:
             live = wave_id() == lead // WAVE_LANES
@@ -265,7 +188,7 @@ class Timeline(CarriesNothing):
         ``live`` holds and the base address is not 0, else 0 bytes: every store
         through it from a wave that must not stamp is out of range and dropped."""
         fx = self._fx
-        ok = _and(live, self.base != 0)
+        ok = both(live, self.base != 0)
         if isinstance(ok, bool):
             nbytes = fx.Int64(self.layout.nbytes if ok else 0)
         else:
@@ -322,7 +245,7 @@ class Timeline(CarriesNothing):
         if ok is not True:  # outside the slots the record offset is 0 too: no 32-bit wrap
             off = fx.Int32(ok.select(off, fx.Int32(0)))  # back into range
         off = uniform(off)
-        keep = _and(ok, True if pred is None else pred)
+        keep = both(ok, True if pred is None else pred)
         voff = fx.Int32(0) if keep is True else fx.Int32(keep.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
         if fence:
             sched_fence()

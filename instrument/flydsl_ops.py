@@ -1,0 +1,88 @@
+"""FlyDSL device primitives of a timeline build (call them inside a ``@flyc.kernel``
+body): the clock read, hardware-register reads, the buffer atomic, the scheduling
+fence, wave-uniform values. Only FlyDSL's published ``flydsl.expr`` API and LLVM
+intrinsics through ``flydsl._mlir.dialects.llvm``; flydsl is imported on first use,
+so ``instrument.flydsl``'s host-side checks work without it."""
+
+from __future__ import annotations
+
+WAVE_LANES = 64  # gfx942 / gfx950 run wave64
+
+
+# -- device primitives (call inside a @flyc.kernel body) ----------------------------
+def flydsl_expr():
+    """``flydsl.expr``, imported on first use (the host-side checks need no flydsl)."""
+    import flydsl.expr as fx
+
+    return fx
+
+
+def memrealtime():
+    """``s_memrealtime``: the 100 MHz device clock, an ``fx.Int64`` (no FlyDSL
+    wrapper exists; a scalar memory read, waited for at its first use)."""
+    fx = flydsl_expr()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr.typing import T
+
+    return fx.Int64(llvm.call_intrinsic(T.i64, "llvm.amdgcn.s.memrealtime", [], [], []))
+
+
+def getreg(simm16: int):
+    """``s_getreg_b32`` of the hardware-register field ``simm16`` (see ``hwreg``),
+    an ``fx.Int32`` in a scalar register."""
+    fx = flydsl_expr()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr import arith
+    from flydsl.expr.typing import T
+
+    imm = arith.unwrap(arith.constant(int(simm16), type=T.i32))
+    return fx.Int32(llvm.call_intrinsic(T.i32, "llvm.amdgcn.s.getreg", [imm], [], []))
+
+
+def buffer_add_one(rsrc, voffset):
+    """``buffer_atomic_add_x2`` of 1 at byte ``voffset`` (an ``fx.Int32``, per lane)
+    of buffer resource ``rsrc``, no return: a lane whose offset is out of range
+    adds nothing. The drop counters and the slot headers' write counts."""
+    fx = flydsl_expr()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr.typing import T
+
+    args = [fx.Int64(1).ir_value(), rsrc, voffset.ir_value(), fx.Int32(0).ir_value(), fx.Int32(0).ir_value()]
+    llvm.call_intrinsic(T.i64, "llvm.amdgcn.raw.ptr.buffer.atomic.add.i64", args, [], [])
+
+
+def sched_fence():
+    """``rocdl.sched_barrier(0)``: the scheduler moves no instruction across it."""
+    flydsl_expr().rocdl.sched_barrier(0)
+
+
+def uniform(v):
+    """``v`` (an Int32) read from the first active lane: one scalar for the wave.
+    Free when ``v`` already lives in a scalar register."""
+    fx = flydsl_expr()
+    from flydsl.expr.typing import T
+
+    return fx.Int32(fx.rocdl.readfirstlane(T.i32, fx.Int32(v)))
+
+
+def wave_id():
+    """This thread's wave within its CTA, a scalar: ``readfirstlane(tid) >> 6``."""
+    return uniform(flydsl_expr().thread_idx.x) >> 6
+
+
+def known_block_waves():
+    """Waves in a CTA when the kernel's block size is known at trace time, else None."""
+    try:
+        x, y, z = flydsl_expr().gpu.known_block_size()
+    except RuntimeError:
+        return None
+    return -(-(x * y * z) // WAVE_LANES)
+
+
+def both(a, b):
+    """Conjunction of two conditions, each a Python bool or a traced Boolean."""
+    if isinstance(a, bool):
+        return b if a else False
+    if isinstance(b, bool):
+        return a if b else False
+    return a & b
