@@ -4,12 +4,16 @@ Compiles the probe kernels of ``instrument.demo.probes`` (a persistent task loop
 load, multiply-add, store per thread; 1 stage, 5 phases) and the demo mono kernel
 for gfx942 and gfx950 without a GPU (``instrument.demo.isa``), then prints the final
 ISA's instruction count and register use (``.amdhsa_next_free_sgpr/vgpr``) of each
-build, and what one stamp costs:
+build (stores and branches counted against its normal build), and what one stamp costs:
 
 - a further stamp: ``(all 5 phases - start+end) / 3`` extra instructions;
 - the placement: ``start+end - hint+end`` (a first-phase stamp minus a plain one);
 - KTRACE per event: one ``ktrace`` range per phase interval, ``(4 ranges - 1
   range) / 6`` extra instructions per push or pop.
+
+The GLM-5-shaped kernel (``instrument.demo.flydsl_glm5``, 56 stamp sites) is compiled
+with our stamps and with the kernel's own ``if tid == lead:`` stamp (with and
+without its ``stamp_fence``), the same sites.
 
 These are static counts (instructions in the ISA). Goal of issue 3: <= 6
 instructions per stamp, >= 8x fewer than KTRACE per event; the verdict line says
@@ -29,6 +33,7 @@ from instrument.demo import isa as I  # noqa: E402
 
 PROBES = "instrument.demo.probes"
 DEMO = "instrument.demo.flydsl_mono"
+GLM5 = "instrument.demo.flydsl_glm5"
 
 
 def jobs():
@@ -52,6 +57,12 @@ def jobs():
         I.Job("demo normal", DEMO, "launch", demo + (False,)),
         I.Job("demo timeline", DEMO, "launch", demo + (True,)),
     ]
+    from instrument.demo import flydsl_glm5 as G5
+
+    glm5 = (0, 0, 0, 0, 0, 0, G5.GLM5_GRID)
+    js += [I.Job(name, GLM5, "launch", glm5 + (mode,)) for name, mode in (
+        ("glm5 normal", G5.NORMAL), ("glm5 timeline", G5.TIMELINE), ("glm5 kernel's stamps", G5.KERNEL),
+        ("glm5 kernel's stamps + fence", G5.KERNEL_FENCED))]
     return {j.name: j for j in js}
 
 
@@ -77,20 +88,27 @@ def derive(isa: dict) -> dict:
         "demo stamp sites": isa["demo timeline"].count("s_memrealtime"),
         "demo per stamp site incl. setup": (n["demo timeline"] - n["demo normal"])
         / max(isa["demo timeline"].count("s_memrealtime"), 1),
+        "glm5 stamp sites": isa["glm5 timeline"].count("s_memrealtime"),
+        "glm5 timeline per site incl. setup": (n["glm5 timeline"] - n["glm5 normal"])
+        / max(isa["glm5 timeline"].count("s_memrealtime"), 1),
+        "glm5 kernel's stamp per site": (n["glm5 kernel's stamps"] - n["glm5 normal"])
+        / max(isa["glm5 kernel's stamps"].count("s_memrealtime"), 1),
     }
 
 
 def table(arch: str, isa: dict) -> str:
     """The builds of one target, each against its normal build."""
-    base = {"per-wave": "per-wave normal", "demo": "demo normal"}  # else the probe's "normal"
+    base = {"per-wave": "per-wave normal", "demo": "demo normal", "glm5": "glm5 normal"}  # else "normal"
     rows = [f"{'build (' + arch + ')':<32} {'instrs':>7} {'+instr':>7} {'SGPRs':>6} {'+SGPR':>6} "
-            f"{'VGPRs':>6} {'+VGPR':>6} {'memrt':>6} {'stores':>7}"]
+            f"{'VGPRs':>6} {'+VGPR':>6} {'memrt':>6} {'+stores':>7} {'+branch':>7}"]
     for name, x in isa.items():
         ref = isa[next((v for k, v in base.items() if name.startswith(k)), "normal")]
         d = len(x.instructions) - len(ref.instructions)
-        stores = x.count("buffer_store*") + x.count("s_buffer_store*")
+        stores = sum(x.count(k) - ref.count(k) for k in ("buffer_store*", "s_buffer_store*", "global_store*"))
+        branches = x.count("s_cbranch*") - ref.count("s_cbranch*")  # divergent: s_cbranch_execz after a saveexec
         rows.append(f"{name:<32} {len(x.instructions):>7} {d:>+7} {x.sgprs:>6} {x.sgprs - ref.sgprs:>+6} "
-                    f"{x.vgprs:>6} {x.vgprs - ref.vgprs:>+6} {x.count('s_memrealtime'):>6} {stores:>7}")
+                    f"{x.vgprs:>6} {x.vgprs - ref.vgprs:>+6} {x.count('s_memrealtime'):>6} {stores:>+7} "
+                    f"{branches:>+7}")
     return "\n".join(rows)
 
 

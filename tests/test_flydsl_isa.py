@@ -24,12 +24,16 @@ REPO = Path(__file__).resolve().parents[1]
 PROBES = "instrument.demo.probes"
 DEMO = "instrument.demo.flydsl_mono"
 DEMO_ARGS = (0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 64)  # addresses 0, tag 1, layer 0, G = 64
+GLM5 = "instrument.demo.flydsl_glm5"
+GLM5_ARGS = (0, 0, 0, 0, 0, 0, 256)  # addresses 0, layer 0, G = 256
 # kernel -> (module, kernel function, launcher, args before MODE/TIMELINE, normal, timeline)
 KERNELS = {
     "cta": (PROBES, "probe_cta", "launch_cta", (0, 0, 64), 0, 1),
     "waves": (PROBES, "probe_waves", "launch_waves", (0, 0, 64), 0, 1),
     "demo": (DEMO, "mono_kernel", "launch", DEMO_ARGS, False, True),
+    "glm5": (GLM5, "glm5_kernel", "launch", GLM5_ARGS, 0, 1),
 }
+GLM5_OWN, GLM5_OWN_FENCED = 2, 3  # the GLM-5 kernel's own stamp pattern (flydsl_glm5.KERNEL, KERNEL_FENCED)
 ALL_SITES = 0b11111
 
 
@@ -46,6 +50,8 @@ def _jobs(stripped):
         I.Job("sites_pred/timeline", PROBES, "launch_sites", (0, 0, 64, 1, ALL_SITES, True)),
         I.Job("sites_pred/normal", PROBES, "launch_sites", (0, 0, 64, 0, ALL_SITES, True)),
         I.Job("cta/no_fence", PROBES, "launch_cta", (0, 0, 64, 3)),  # Timeline(fence=False)
+        I.Job("glm5/kernel", GLM5, "launch", GLM5_ARGS + (GLM5_OWN,)),
+        I.Job("glm5/kernel_fenced", GLM5, "launch", GLM5_ARGS + (GLM5_OWN_FENCED,)),
     ]
     return jobs
 
@@ -58,7 +64,7 @@ def isa(tmp_path_factory):
     except I.ToolchainMissing as e:
         pytest.skip(f"FlyDSL ISA tests need the compile toolchain: {e}")
     work = tmp_path_factory.mktemp("flydsl_isa")
-    stripped = {m: I.write_stripped(m, work / "stripped") for m in (PROBES, DEMO)}
+    stripped = {m: I.write_stripped(m, work / "stripped") for m in (PROBES, DEMO, GLM5)}
     texts = I.compile_all(_jobs(stripped), I.ARCHES, work)
     return {key: I.parse_isa(text) for key, text in texts.items()}
 
@@ -69,6 +75,12 @@ def _sites(kernel):
 
 
 ARCH_KERNEL = [(a, k) for a in I.ARCHES for k in KERNELS]
+
+
+def _data_loads(x):
+    """Loads of memory other than the kernel arguments (``s_load`` from ``s[0:1]``)."""
+    scalar = sum(1 for i in x.instructions if i.startswith("s_load") and ", s[0:1]," not in i)
+    return x.count("global_load*") + x.count("buffer_load*") + scalar
 
 
 # -- a normal build emits nothing ----------------------------------------------------
@@ -87,8 +99,8 @@ def test_normal_build_is_the_kernel_without_stamps(isa, arch, kernel):
 def test_one_clock_read_per_stamp_site(isa, arch, kernel):
     sites = _sites(kernel)
     tl = isa[(arch, f"{kernel}/timeline")]
-    assert sites.total == {"cta": 5, "waves": 5, "demo": 15}[kernel]
-    assert sites.headers == {"cta": 0, "waves": 0, "demo": 1}[kernel]
+    assert sites.total == {"cta": 5, "waves": 5, "demo": 15, "glm5": 56}[kernel]
+    assert sites.headers == {"cta": 0, "waves": 0, "demo": 1, "glm5": 1}[kernel]
     assert tl.count("s_memrealtime") == sites.total
 
 
@@ -100,12 +112,16 @@ def test_stores_placement_with_first_tick_and_ticks_alone(isa, arch, kernel):
     assert tl.count("buffer_store_dwordx4") == sites.first
     assert tl.count("buffer_store_dwordx2") == sites.other + sites.headers
     assert tl.count("buffer_store*") == sites.total + sites.headers
-    # the kernel's own memory traffic is untouched
-    for kind in ("global_store*", "global_load*", "global_atomic*", "buffer_load*"):
+    # the kernel's own memory traffic is untouched: the same stores and atomics, the same
+    # loads of its data (a uniform load after a stamp may move from the scalar to the
+    # vector unit: test_glm5_a_uniform_load_after_a_stamp_moves_to_the_vector_unit)
+    for kind in ("global_store*", "global_atomic*", "buffer_load*"):
         assert tl.count(kind) == normal.count(kind), kind
-    # the tick columns are immediate offsets 16, 24, ... of one record
+    assert _data_loads(tl) == _data_loads(normal)
+    assert tl.count("global_load*") - normal.count("global_load*") == {"glm5": 1}.get(kernel, 0)
+    # the tick columns are immediate offsets 16, 24, ... of one record (the marks' after the phases')
     offsets = sorted({int(m) for m in re.findall(r"buffer_store_dwordx2 .* offset:(\d+)", "\n".join(tl.instructions))})
-    assert offsets == [16, 24, 32, 40], offsets
+    assert offsets == {"glm5": [16, 24, 32, 40, 48, 56, 64]}.get(kernel, [16, 24, 32, 40]), offsets
 
 
 @pytest.mark.parametrize("arch,kernel", ARCH_KERNEL)
@@ -218,5 +234,49 @@ def test_register_use_of_both_builds(isa, arch, kernel, record_property):
     # per task, never held; the drop counter's add holds its constant 1 (2 VGPRs), the
     # lane-0 mask and the stores' voffset (1 each): no more than that
     assert tl.vgprs - normal.vgprs <= 6
-    assert 0 < tl.sgprs - normal.sgprs <= 14  # the resource (4), the tick (2), the slot check's selects
+    # the resource (4), the tick (2), the slot check's selects; glm5 also a second
+    # resource for its wave-7 stamp (lead=448) and the slot header's offsets at kernel start
+    assert 0 < tl.sgprs - normal.sgprs <= {"glm5": 24}.get(kernel, 14)
     assert len(tl.instructions) > len(normal.instructions)
+
+
+# -- the GLM-5-shaped kernel: our stamps against the kernel's own pattern ---------------------
+@pytest.mark.parametrize("arch", I.ARCHES)
+@pytest.mark.parametrize("own", ["kernel", "kernel_fenced"])
+def test_glm5_own_stamp_pattern_branches_at_every_stamp(isa, arch, own):
+    """The kernel's ``if tid == lead:`` stamp: a clock read, an 8-byte global store and
+    a divergent branch (``s_and_saveexec_b64`` + ``s_cbranch_execz``) per site, with or
+    without its ``stamp_fence``; its normal build is ours (MODE 0)."""
+    sites = _sites("glm5")
+    theirs, normal = isa[(arch, f"glm5/{own}")], isa[(arch, "glm5/normal")]
+    assert theirs.count("s_memrealtime") == sites.total
+    assert theirs.count("s_and_saveexec_b64") - normal.count("s_and_saveexec_b64") == sites.total
+    assert theirs.count("s_cbranch_execz") - normal.count("s_cbranch_execz") == sites.total
+    assert theirs.count("global_store_dwordx2") - normal.count("global_store_dwordx2") == sites.total
+    assert theirs.count("buffer_store*") == 0
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_glm5_timeline_costs_fewer_instructions_than_the_own_stamps(isa, arch, record_property):
+    """Same 56 stamp sites: ours (placement, slot header, drop counters, the fence; no
+    branch) against the kernel's own (tick only, a branch each): fewer instructions,
+    no added VGPR beyond the tick's 2, more SGPRs (the buffer resources)."""
+    normal, ours, theirs = (isa[(arch, f"glm5/{b}")] for b in ("normal", "timeline", "kernel"))
+    for build, x in (("normal", normal), ("timeline", ours), ("kernel", theirs)):
+        record_property(f"{arch}.glm5.{build}", {"instructions": len(x.instructions), "vgpr": x.vgprs,
+                                                 "sgpr": x.sgprs, "branches": x.count("s_cbranch*")})
+    assert len(ours.instructions) < len(theirs.instructions)
+    assert ours.count("s_cbranch*") == normal.count("s_cbranch*") < theirs.count("s_cbranch*")
+    assert ours.vgprs - normal.vgprs <= 2
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+@pytest.mark.parametrize("build", ["timeline", "kernel"])
+def test_glm5_a_uniform_load_after_a_stamp_moves_to_the_vector_unit(isa, arch, build):
+    """qkv_a's input ``x[t]`` is CTA-uniform: the normal build loads it with
+    ``s_load_dword``; after the ``start`` stamp's store (ours or the kernel's own)
+    LLVM cannot prove the load is not clobbered (scalar loads need that) and loads it
+    with ``global_load_dword``. Nothing else moves."""
+    stamped, normal = isa[(arch, f"glm5/{build}")], isa[(arch, "glm5/normal")]
+    assert stamped.count("global_load_dword") - normal.count("global_load_dword") == 1
+    assert _data_loads(stamped) == _data_loads(normal)

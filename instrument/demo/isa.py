@@ -318,8 +318,9 @@ class Sites(NamedTuple):
 def stamp_sites(source: str, function: str, handle: str = "tl", first_phase: str = "start") -> Sites:
     """Count the stamp sites of ``function`` in ``source``: a ``with <handle>.task(...)``
     is one first-phase and one other stamp (entry and exit), ``<handle>.hint/staged/
-    compute/mark(...)`` one other, ``<handle>.stamp(stage, task, phase)`` one of
-    either by its literal phase (``first_phase`` or 0 counts as first)."""
+    compute/mark(...)`` one other, ``<handle>.stamp(stage, task, phase)`` and
+    ``<handle>.legacy_stamp(name, t, which)`` one of either by its literal phase
+    (``first_phase`` or 0 counts as first)."""
     tree = ast.parse(source)
     fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function), None)
     if fn is None:
@@ -336,8 +337,9 @@ def stamp_sites(source: str, function: str, handle: str = "tl", first_phase: str
             first, other = first + 1, other + 1
         elif method in ("hint", "staged", "compute", "mark"):
             other += 1
-        elif method == "stamp":
-            phase = node.args[2] if len(node.args) > 2 else next(k.value for k in node.keywords if k.arg == "phase")
+        elif method in ("stamp", "legacy_stamp"):
+            key = "phase" if method == "stamp" else "which"
+            phase = node.args[2] if len(node.args) > 2 else next(k.value for k in node.keywords if k.arg == key)
             if not isinstance(phase, ast.Constant):
                 raise ValueError(f"line {node.lineno}: a stamp's phase is not a literal; cannot count it")
             first, other = (first + 1, other) if phase.value in (first_phase, 0) else (first, other + 1)
