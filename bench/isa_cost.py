@@ -2,7 +2,7 @@
 
 Compiles the probe kernels of ``instrument.demo.probes`` (a persistent task loop:
 load, multiply-add, store per thread; 1 stage, 5 phases) and the demo mono kernel
-for gfx942 and gfx950 without a GPU (``instrument.demo.isa``), then prints the final
+for gfx942 and gfx950 without a GPU (``tools.isa``), then prints the final
 ISA's instruction count and register use (``.amdhsa_next_free_sgpr/vgpr``) of each
 build (stores and branches counted against its normal build), and what one stamp costs:
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from instrument.demo import isa as I  # noqa: E402
+from tools import isa as I  # noqa: E402
 
 PROBES = "instrument.demo.probes"
 DEMO = "instrument.demo.flydsl_mono"

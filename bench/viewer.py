@@ -61,6 +61,10 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
 
     from timeline import synth
     from viewer import app as V
+    from viewer import client as VC
+    from viewer import wiring as VW
+    from viewer.panels import gantt as VG
+    from viewer.panels import tables as VT
     from viewer import figures as F
 
     kw, grid = SIZES[label]
@@ -79,11 +83,11 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
     out["tasks"] = d.n_tasks
     out["rows"] = state.view(item, "rank", None, None, None, None).n_rows
     out["rss_after_load_mb"] = _rss_mb() - rss0
-    px = list(V.GANTT_PX)
+    px = list(VC.GANTT_PX)
 
     def call(trigger, rel=None, grouping="rank", stages=None, st=None):
         def go():
-            fig, new, *_ = state.gantt(name, grouping, None, None, stages, None, None, trigger, rel,
+            fig, new, *_ = VG.gantt(state, name, grouping, None, None, stages, None, None, trigger, rel,
                                        None, None, px, st)
             text = to_json(fig)
             return fig, new, text
@@ -114,8 +118,8 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
                                                        height_px=10 ** 9)[0], 1)
     out["all_bars"] = {"s": secs, "bytes": len(to_json(fig))}
     panels = {}
-    for key, fn in (("stage report", lambda: state.stage_report(name, None, None, False)),
-                    ("idle per CTA", lambda: state.idle(name, None, None))):
+    for key, fn in (("stage report", lambda: VT.stage_report(state, name, None, None, False)),
+                    ("idle per CTA", lambda: VT.idle(state, name, None, None))):
         item.cache.clear()
         t = time.perf_counter()
         res = fn()
@@ -131,13 +135,17 @@ def first_paint(state, colds: int = 3, url_query: str = "") -> dict:
     """Seconds from navigation to the Gantt drawn (and painted) in headless Chromium:
     ``colds`` page loads each in a fresh browser (cold cache, as a first visit),
     then two warm reloads in the last one; with the browser's account of the cold
-    loads (``viewer.browser.paint_timings``: bundles, layout, callbacks, plotly.js
+    loads (``tools.browser.paint_timings``: bundles, layout, callbacks, plotly.js
     evaluation, main-thread busy time)."""
     from viewer import app as V
-    from viewer import browser as B
+    from viewer import client as VC
+    from viewer import wiring as VW
+    from viewer.panels import gantt as VG
+    from viewer.panels import tables as VT
+    from tools import browser as B
 
     cold, warm, parts = [], [], []
-    with B.serve(V.build(state)) as url:
+    with B.serve(VW.build(state)) as url:
         for i in range(colds):
             with B.chromium(1600, 1100) as driver:
                 B.watch_gantt(driver)
@@ -157,14 +165,18 @@ def run_trace(path: Path, colds: int) -> dict:
     from dash._utils import to_json
 
     from viewer import app as V
+    from viewer import client as VC
+    from viewer import wiring as VW
+    from viewer.panels import gantt as VG
+    from viewer.panels import tables as VT
 
     t = time.perf_counter()
     state, _, name = V.prepare([str(path), "--trace-dir", str(path.resolve().parent)])
     out = {"label": path.name, "startup_s": time.perf_counter() - t}
     d = state.store.get(name).data
     out["intervals"], out["tasks"] = d.n, d.n_tasks
-    secs, _, (fig, text) = _median_time(lambda: (lambda f: (f, to_json(f)))(state.gantt(
-        name, "rank", None, None, None, None, None, "filters", None, None, None, list(V.GANTT_PX), None)[0]), 3)
+    secs, _, (fig, text) = _median_time(lambda: (lambda f: (f, to_json(f)))(VG.gantt(state, 
+        name, "rank", None, None, None, None, None, "filters", None, None, None, list(VC.GANTT_PX), None)[0]), 3)
     out["first"] = {"s": secs, "bytes": len(text), "mode": fig["layout"]["meta"]["mode"],
                     "in_view": fig["layout"]["meta"]["intervals"]}
     out["first_paint"] = first_paint(state, colds)

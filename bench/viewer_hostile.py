@@ -1,6 +1,6 @@
 """The memory one Gantt request costs the dashboard server, at the plot sizes a
 client may ask for: the default (1000 x 560), the largest the server draws
-(``viewer.app.PX_LIMITS``) and 6000 x 4000 (which the server clamps to the
+(``viewer.client.PX_LIMITS``) and 6000 x 4000 (which the server clamps to the
 largest). Each request runs in a fresh process after the trace is loaded and its
 first view drawn, so the peak RSS it adds is its own.
 
@@ -30,14 +30,16 @@ def child(path: str, px) -> dict:
     """Load ``path``, draw the first view, then one zoomed-out Gantt at ``px`` with
     every interval a raster (the largest image): the peak RSS it adds."""
     from viewer import app as V
+    from viewer import client as VC
+    from viewer.panels import gantt as VG
 
     state, _, name = V.prepare([path, "--trace-dir", str(Path(path).parent)])
-    px = px or [V.PX_LIMITS[0][1], V.PX_LIMITS[1][1]]
+    px = px or [VC.PX_LIMITS[0][1], VC.PX_LIMITS[1][1]]
     state.bar_limit = 0  # a raster whatever the window: the largest image a request can ask for
     before = _rss_mb()
-    fig, new, *_ = state.on_gantt({"name": name}, "rank", None, None, None, None, None, "reset", None, None,
+    fig, new, *_ = VG.on_gantt(state, {"name": name}, "rank", None, None, None, None, None, "reset", None, None,
                                   None, px, None)
-    return {"asked": px, "drawn": list(V.clamp_px(px)), "mode": fig["layout"]["meta"]["mode"],
+    return {"asked": px, "drawn": list(VC.clamp_px(px)), "mode": fig["layout"]["meta"]["mode"],
             "rss_before_mb": before, "peak_added_mb": _rss_mb() - before}
 
 

@@ -267,18 +267,3 @@ def compile_launch(kernel, *args, grid, capability=90, **kwargs):
     finally:
         driver.set_active(previous)
         kernel.device_caches.pop(fake.device, None)
-
-
-def compile_ptx(fn, signature: dict, constexprs: dict, *, capability=90, num_warps=4,
-                num_stages=3) -> str:
-    """PTX of ``fn`` for ``sm_<capability>``, compiled without a GPU (for checks:
-    a normal build must hold no ``%globaltimer``). ``signature`` maps every
-    parameter to a Triton type string (``"*i64"``, ``"i32"``, ``"constexpr"``)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    target = GPUTarget("cuda", capability, 32)
-    compiled = triton.compile(src, target=target, options={"num_warps": num_warps,
-                                                           "num_stages": num_stages})
-    return compiled.asm["ptx"]

@@ -7,6 +7,7 @@ import pytest
 
 from bufkit import put
 from timeline import analysis as A
+from timeline.rows import SelectionError
 from timeline import legacy_reports as LR
 from timeline import schema as S
 from timeline import synth
@@ -144,7 +145,7 @@ def test_stage_report_by_launch_scopes_each_launch():
     assert col(whole, "last_end_us") == pytest.approx([52.0, 78.0])  # 3000 + 2 * 2400 ticks
     only1 = A.stage_report(trace, launches=[1])
     assert col(only1, "first_start_us") == pytest.approx([0.0, 18.0])
-    with pytest.raises(A.AnalysisError, match=r"launch \[7\] not in this trace"):
+    with pytest.raises(SelectionError, match=r"launch \[7\] not in this trace"):
         A.stage_report(trace, launches=[7])
 
 
@@ -345,7 +346,7 @@ def test_critical_path_tiles_time_on_a_synthetic_multiwave_trace():
         assert e[-1] == pc.max(sel.column("end_ns")).as_py()
         assert col(cp, "stage")[-1] == "down"
         assert set(col(cp, "kind")) <= {"work", "wait", "idle"}
-    with pytest.raises(A.AnalysisError, match=r"rank \[3\] not in this trace"):
+    with pytest.raises(SelectionError, match=r"rank \[3\] not in this trace"):
         A.critical_path(trace, rank=3)
 
 

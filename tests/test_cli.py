@@ -233,7 +233,7 @@ def test_export_chrome_with_filters(tmp_path, capsys):
     tasks = [e for e in events if e["ph"] in "Bi" and e["cat"] != "phase"]
     assert sorted({e["name"] for e in tasks}) == ["gating", "router"]
     assert len(tasks) == 32 + 32  # one launch of each stage's tasks
-    assert "unknown stage 'nope'" in error_of(["export", path, "--chrome", js, "--stage", "nope"], capsys)
+    assert "stage ['nope'] not in this trace; it has stages ['qkv_a'," in error_of(["export", path, "--chrome", js, "--stage", "nope"], capsys)
     assert "launch [5] not in this trace" in error_of(["export", path, "--chrome", js, "--launch", "5"], capsys)
     assert "nothing to export" in error_of(["export", path], capsys)
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from timeline import Trace, synth
 from timeline.export import ExportError, write_chrome
+from timeline.rows import SelectionError
 from timeline.export.chrome import digits, micros
 
 
@@ -324,11 +325,11 @@ def test_selection_keeps_ids_and_rejects_unknown_names(trace, exported):
     assert {e["name"] for e in tasks} == {"o", "down"}
     assert set(sub.proc.items()) <= set(full.proc.items())
     assert set(sub.thread.items()) <= set(full.thread.items())
-    with pytest.raises(ExportError, match=r"unknown stage \['attn'\].*qkv_a"):
+    with pytest.raises(SelectionError, match=r"stage \['attn'\] not in this trace.*qkv_a"):
         write_chrome(trace, io.BytesIO(), stages=["attn"])
-    with pytest.raises(ExportError, match=r"unknown rank \[5\].*\[0, 1\]"):
+    with pytest.raises(SelectionError, match=r"rank \[5\] not in this trace.*\[0, 1\]"):
         write_chrome(trace, io.BytesIO(), ranks=[5])
-    with pytest.raises(ExportError, match="must be a list"):
+    with pytest.raises(SelectionError, match="must be a list"):
         write_chrome(trace, io.BytesIO(), stages="o")
 
 

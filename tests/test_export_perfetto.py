@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from timeline import Trace, synth
 from timeline.export import ExportError, write_perfetto
+from timeline.rows import SelectionError
 from timeline.export.perfetto import DA_INT, Messages
 
 # the perfetto package (a test extra) ships the compiled protos: missing, the tests fail
@@ -221,7 +222,7 @@ def test_selection_and_errors(trace, tmp_path):
     slices = [s for s in d.slices() if s[0] in loc]  # the CTA tracks (the breakdown has its own test)
     assert {loc[s[0]][0] for s in slices} == {0}
     assert {s[1] for s in slices if s[2] != "phase"} == {"router", "gating"}
-    with pytest.raises(ExportError, match=r"unknown stage \['rooter'\]"):
+    with pytest.raises(SelectionError, match=r"stage \['rooter'\] not in this trace"):
         write_perfetto(trace, io.BytesIO(), stages=["rooter"])
     with pytest.raises(ExportError, match="existing directory"):
         write_perfetto(trace, tmp_path / "missing" / "t.pftrace")

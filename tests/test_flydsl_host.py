@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from instrument import flydsl as F
-from instrument.demo import isa as I
+from tools import isa as I
 from timeline import schema as S
 
 REPO = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 Compiles (COMPILE_ONLY=1, no GPU) the probe kernels of ``instrument.demo.probes``
 and the demo mono kernel ``instrument.demo.flydsl_mono`` in three builds each:
 timeline, normal, and the "same kernel with the stamp calls deleted" (the source
-through ``instrument.demo.isa.strip_stamps``). Everything is compiled once per
+through ``tools.isa.strip_stamps``). Everything is compiled once per
 session (one child process per target, in parallel, ~15 s) and shared.
 
 Skipped, with the reason, where flydsl, torch or ld.lld is missing.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from instrument.demo import isa as I
+from tools import isa as I
 
 pytestmark = pytest.mark.flydsl
 

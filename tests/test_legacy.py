@@ -147,21 +147,24 @@ def test_bad_legacy_files_are_one_line(tmp_path, capsys):
 
 def test_the_dashboard_shows_it_with_the_declared_wait(imported, run_dir):
     from viewer import app as V
+    from viewer.panels import gantt as VG
+    from viewer.panels import trace as VTR
 
     d, _ = run_dir
     state, _, _ = V.prepare([str(d / "run.arrow")])
-    out = dict(zip(V.TRACE_OUTPUTS, state.select("", None, False)))
-    labels = [o["label"] for o in out[("phases", "options")]]
+    out = VTR.select(state, "", None, False)
+    labels = [o["label"] for o in out.phase_options]
     assert labels[1] == " hint→staged (wait for producers)" and "wait" not in labels[0]
-    fig = state.on_gantt(out[("trace-key", "data")], "rank", None, None, None, None, None, "filters", None,
-                         None, None, [1000, 560], None)[0]
+    fig = VG.on_gantt(state, out.key, "rank", None, None, None, None, None, "filters", None,
+                      None, None, [1000, 560], None).figure
     assert fig["data"], "drawn"
-    assert "derived" in json.dumps(V.App.banners(state, state.store.get("run.arrow")), default=str).lower()
+    assert "derived" in json.dumps(state.banners(state.store.get("run.arrow")), default=str).lower()
 
 
 def test_marks_are_instants_in_the_export_and_ticks_on_the_gantt(imported, run_dir, tmp_path):
     from timeline.export import write_chrome
     from viewer import app as V
+    from viewer.panels import gantt as VG
 
     d, tensors = run_dir
     r0 = imported.filter(ranks=[0])
@@ -176,7 +179,7 @@ def test_marks_are_instants_in_the_export_and_ticks_on_the_gantt(imported, run_d
     want = sorted(v for m in L.LEGACY_MARKS for v in r0.tasks.column(f"{m}_ns").drop_null().to_pylist())
     assert got == want  # each mark at its exact ns
     state, _, _ = V.prepare([str(d / "run.arrow")])
-    fig = state.on_gantt({"name": "run.arrow"}, "rank", [0], None, None, None, None, "filters", None, None,
+    fig = VG.on_gantt(state, {"name": "run.arrow"}, "rank", [0], None, None, None, None, "filters", None, None,
                          None, [1000, 560], None)[0]
     ticks = {t["meta"]["mark"]: t for t in fig["data"] if t.get("meta", {}).get("kind") == "mark"}
     assert set(ticks) == set(L.LEGACY_MARKS)

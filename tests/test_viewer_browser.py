@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from viewer import app as V
-from viewer import browser as B
+from viewer import wiring as VW
+from viewer import figures as F
+from tools import browser as B
 
 from test_viewer import make_trace_dir
 
@@ -34,7 +36,7 @@ def site(tmp_path_factory):
     shutil.copy(d / "small.arrow", d / V.DEFAULT_TRACE)
     state, _, first = V.prepare(["--trace-dir", str(d)])
     assert first == V.DEFAULT_TRACE
-    with B.serve(V.build(state)) as url, B.chromium(1400, 1100) as driver:
+    with B.serve(VW.build(state)) as url, B.chromium(1400, 1100) as driver:
         yield {"url": url, "driver": driver, "state": state, "dir": d}
 
 
@@ -151,7 +153,7 @@ def test_zoom_turns_the_raster_into_bars(page):
         driver.find_element("id", "reset").click()
         assert _wait_changed(driver, z)["mode"] == "raster"
     finally:
-        state.bar_limit = V.F.BAR_LIMIT
+        state.bar_limit = F.BAR_LIMIT
 
 
 @pytest.mark.parametrize("query, message", [

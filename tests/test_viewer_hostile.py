@@ -15,6 +15,13 @@ from hypothesis import strategies as st
 
 from test_viewer import _text, make_trace_dir
 from viewer import app as V
+from viewer import client as VC
+from viewer import wiring as VW
+from viewer import state as VS
+from viewer.panels import trace as VTR
+from viewer.panels import gantt as VG
+from viewer.ids import TRACE_PROPS
+from viewer import figures as F
 from viewer.sources import Catalog, SourceError, scan
 
 
@@ -26,14 +33,14 @@ def served(tmp_path_factory):
     d, secret = make_trace_dir(root)
     os.symlink(secret, d / "link.arrow")
     st_, _, _ = V.prepare(["--trace-dir", str(d), str(d / "small.arrow")])
-    return st_, d, V.build(st_, host="127.0.0.1").server.test_client()
+    return st_, d, VW.build(st_, host="127.0.0.1").server.test_client()
 
 
 def gantt(app, px=None, **kw):
     args = dict(key={"name": "small.arrow"}, grouping="rank", ranks=None, launches=None, stages=None,
                 phases=None, ctas=None, trigger="filters", rel=None, t0=None, t1=None, px=px, state=None)
     args.update(kw)
-    return app.on_gantt(*args.values())
+    return VG.on_gantt(app, *args.values())
 
 
 def test_plot_size_is_clamped(served):
@@ -42,17 +49,17 @@ def test_plot_size_is_clamped(served):
     try:
         fig = gantt(state, px=[6000, 4000])[0]
     finally:
-        state.bar_limit = V.F.BAR_LIMIT
+        state.bar_limit = F.BAR_LIMIT
     png = base64.b64decode([t for t in fig["data"] if t.get("type") == "image"][0]["source"].split(",")[1])
-    w, h = V.PX_LIMITS[0][1], V.PX_LIMITS[1][1]
+    w, h = VC.PX_LIMITS[0][1], VC.PX_LIMITS[1][1]
     assert int.from_bytes(png[16:20], "big") == w  # the PNG's IHDR width: drawn at the clamp, not 6000
-    assert V.clamp_px([6000, 4000]) == (w, h) and V.clamp_px([1, -5]) == (V.PX_LIMITS[0][0], V.PX_LIMITS[1][0])
-    assert V.clamp_px("garbage") == V.GANTT_PX and V.clamp_px([float("nan"), 3]) == V.GANTT_PX
-    assert V.clamp_px([1e300, 1e300]) == (w, h)
+    assert VC.clamp_px([6000, 4000]) == (w, h) and VC.clamp_px([1, -5]) == (VC.PX_LIMITS[0][0], VC.PX_LIMITS[1][0])
+    assert VC.clamp_px("garbage") == VC.GANTT_PX and VC.clamp_px([float("nan"), 3]) == VC.GANTT_PX
+    assert VC.clamp_px([1e300, 1e300]) == (w, h)
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(ranks=list(range(V.MAX_LIST + 1))), "at most 4096 values"),
+    (dict(ranks=list(range(VC.MAX_LIST + 1))), "at most 4096 values"),
     (dict(stages=["x"]), "not an integer"),
     (dict(ctas="0-7"), "must be a list"),
     (dict(trigger="t0", t0="1e400"), "not a number of µs"),
@@ -63,21 +70,21 @@ def test_plot_size_is_clamped(served):
 def test_out_of_range_requests_are_messages(served, kw, message):
     state, _, _ = served
     out = gantt(state, **kw)
-    assert out[0] is V.NO  # the figure stays as it was
-    assert message in _text(out[4]) and "Traceback" not in _text(out[4])
+    assert out.figure is VS.NO  # the figure stays as it was
+    assert message in _text(out.status) and "Traceback" not in _text(out.status)
 
 
 def test_a_forged_view_state_is_ignored(served):
     state, _, _ = served
     good = gantt(state)
-    forged = {"name": "small.arrow", "fkey": good[1]["fkey"], "t0": 10 ** 30, "r0": -5, "r1": 10 ** 9}
-    assert V.client_state(forged) == {}
+    forged = {"name": "small.arrow", "fkey": good.state["fkey"], "t0": 10 ** 30, "r0": -5, "r1": 10 ** 9}
+    assert VC.ViewState.from_client(forged) is None
     out = gantt(state, state=forged)
-    assert out[1]["t0"] == good[1]["t0"] and out[1]["r1"] == good[1]["r1"]
-    bad = {"name": "small.arrow", "fkey": good[1]["fkey"], "r0": -5, "r1": 10 ** 9}
+    assert out.state["t0"] == good.state["t0"] and out.state["r1"] == good.state["r1"]
+    bad = {"name": "small.arrow", "fkey": good.state["fkey"], "r0": -5, "r1": 10 ** 9}
     out = gantt(state, state=bad)
-    assert out[1]["r0"] == 0 and out[1]["r1"] == good[1]["r1"]  # rows clamped to the layout
-    assert V.client_state(["not", "a", "dict"]) == {} and V.client_state({"ranks": "0"}) == {}
+    assert out.state["r0"] == 0 and out.state["r1"] == good.state["r1"]  # rows clamped to the layout
+    assert VC.ViewState.from_client(["not", "a", "dict"]) is None and VC.ViewState.from_client({"ranks": "0"}) is None
 
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
@@ -95,7 +102,7 @@ def test_any_gantt_request_is_a_figure_or_a_message(served, values):
     state, _, _ = served
     key = {"name": "small.arrow"}
     try:
-        out = state.on_gantt(key, *values[:6], "gantt" if isinstance(values[6], dict) else "filters",
+        out = VG.on_gantt(state, key, *values[:6], "gantt" if isinstance(values[6], dict) else "filters",
                              *values[6:11])
     except dash.exceptions.PreventUpdate:
         return
@@ -106,8 +113,8 @@ def test_any_gantt_request_is_a_figure_or_a_message(served, values):
 @given(search=st.text(max_size=60), picked=JSONISH)
 def test_any_address_or_pick_is_a_page_or_a_message(served, search, picked):
     state, d, _ = served
-    out = state.select(search, picked, isinstance(picked, str))
-    assert len(out) == len(V.TRACE_OUTPUTS)
+    out = VTR.select(state, search, picked, isinstance(picked, str))
+    assert len(out) == len(TRACE_PROPS)
     assert str(d) not in json.dumps(out, default=str)  # no server path in anything sent
 
 
@@ -121,7 +128,7 @@ def _post(client, output, inputs, state=()):
 
 def test_malformed_requests_over_http_are_answered_not_500(served):
     _, d, client = served
-    outs = "...".join(f"{c}.{p}" for c, p in V.TRACE_OUTPUTS)
+    outs = "...".join(f"{c}.{p}" for c, p in TRACE_PROPS)
     r = _post(client, f"..{outs}..", [{"id": "url", "property": "search", "value": "?trace=%ZZ&ranks=[[["},
                                       {"id": "trace-select", "property": "value", "value": {"x": 1}}],
               [{"id": "page-search", "property": "data", "value": None}])
@@ -157,7 +164,7 @@ def test_host_header_is_checked_on_loopback(served):
     r = client.get("/", headers={"Host": "evil.example:8050"})
     assert r.status_code == 403 and "this machine only" in r.get_data(as_text=True)
     state, _, _ = served
-    lan = V.build(state, host="0.0.0.0").server.test_client()  # bound to a network: any Host
+    lan = VW.build(state, host="0.0.0.0").server.test_client()  # bound to a network: any Host
     assert lan.get("/", headers={"Host": "box.lan:8050"}).status_code == 200
 
 
@@ -174,8 +181,8 @@ def test_the_picker_lists_no_link_leading_outside(served):
                                   "/etc/passwd", "link.arrow"])
 def test_refusals_name_no_server_path(served, name):
     state, d, _ = served
-    out = state.select(f"?trace={name}", None, False)
-    text = _text(out[4])
+    out = VTR.select(state, f"?trace={name}", None, False)
+    text = _text(out.banners)
     assert text and str(d) not in text and str(d.parent) not in text
 
 

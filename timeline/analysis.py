@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline import rows as R
 from timeline import schema as S
 
 _NULL = S.NS_MISSING  # sentinel for a null ns value inside numpy
@@ -42,72 +43,20 @@ class AnalysisError(ValueError):
     the trace, phases the analysis needs, an empty time window)."""
 
 
-# -- selection and row arrays ------------------------------------------------------
-def _np(table: pa.Table, name: str, fill=_NULL) -> np.ndarray:
-    """Column ``name`` as a numpy array, nulls replaced by ``fill``."""
-    col = table.column(name)
-    if pa.types.is_dictionary(col.type):
-        col = pc.cast(col, col.type.value_type)
-    if col.null_count:
-        col = pc.fill_null(col, fill)
-    return col.to_numpy()
-
-
-def _check_values(trace, what: str, values, present) -> list | None:
-    """``values`` as a list, each one present in the trace, else a clear error."""
-    if values is None:
-        return None
-    if isinstance(values, (int, np.integer)):
-        values = [values]
-    values = [int(v) for v in values]
-    missing = sorted(set(values) - set(present))
-    if missing:
-        raise AnalysisError(f"{what} {missing} not in this trace; {_has(what, present)}")
-    return values
-
-
-def _has(what: str, present: list) -> str:
-    """``"it has launches [0, 1]"``, or why it has none."""
-    if not present:
-        return "it has no task rows at all (every slot unwritten or dropped: see its anomaly report)"
-    return f"it has {what}{'es' if what.endswith('h') else 's'} {present}"
+# -- selection and row arrays: timeline.rows -------------------------------------------
+_np = R.column
+_has = R.has
 
 
 def _select(table: pa.Table, trace, ranks, launches) -> pa.Table:
-    """Rows of ``table`` (tasks or intervals of ``trace``) of the given ranks / launches."""
-    ranks = _check_values(trace, "rank", ranks, trace.ranks)
-    launches = _check_values(trace, "launch", launches, trace.launches)
-    mask = None
-    for col, vals in (("rank", ranks), ("launch", launches)):
-        if vals is None:
-            continue
-        m = pc.is_in(table.column(col), value_set=pa.array(vals, table.schema.field(col).type))
-        mask = m if mask is None else pc.and_(mask, m)
-    return table if mask is None else table.filter(mask)
-
-
-def _phase_ns(tasks: pa.Table, phases) -> np.ndarray:
-    """``(rows, phases)`` int64 ns, ``_NULL`` where a phase was not written."""
-    if tasks.num_rows == 0:
-        return np.zeros((0, len(phases)), dtype=np.int64)
-    return np.stack([_np(tasks, f"{p}_ns") for p in phases], axis=1)
+    """Rows of ``table`` (tasks or intervals of ``trace``) of the given ranks / launches,
+    checked (``rows.check``)."""
+    return R.select(table, R.check(trace, ranks, launches))
 
 
 def _extent(tasks: pa.Table, phases):
     """Each row's (start, end): its earliest and latest written phase, in ns."""
-    ns = _phase_ns(tasks, phases)
-    written = ns != _NULL
-    start = np.where(written, ns, np.iinfo(np.int64).max).min(axis=1)
-    end = np.where(written, ns, _NULL).max(axis=1)
-    return start, end
-
-
-def _ffill(ns: np.ndarray) -> np.ndarray:
-    """``timeline.schema.inherit_missing`` (the mono kernels' rule) on a
-    ``(rows, phases)`` ns matrix."""
-    if ns.shape[1] == 0:
-        return ns.copy()
-    return np.stack(S.inherit_missing(list(ns.T), _NULL), axis=1)
+    return R.extent(R.phase_matrix(tasks, phases))
 
 
 # -- grouped numpy primitives --------------------------------------------------------
@@ -518,7 +467,7 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     if tasks.num_rows == 0:
         return CRITICAL_PATH_SCHEMA.empty_table()
     start, end = _extent(tasks, trace.phases)
-    ff = _ffill(_phase_ns(tasks, trace.phases))
+    ff = R.inherited(R.phase_matrix(tasks, trace.phases))
     w0, w1 = (ff[:, trace.phases.index(p)] for p in spec.wait)  # the wait's start, and its end
     w0 = np.where(w0 == _NULL, start, np.clip(w0, start, end))
     hint = np.where(w1 == _NULL, w0, np.clip(w1, w0, end))
@@ -585,3 +534,25 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
         "kind": pa.array([r[3] for r in rows], pa.string()),
         "duration_ns": pa.array(e - s),
     }, schema=CRITICAL_PATH_SCHEMA)
+
+
+def coarsen(conc: pa.Table, k: int) -> pa.Table:
+    """A concurrency table (``time_ns, stage, ctas``; per stage, bins in time order)
+    with every ``k`` consecutive bins of a stage merged: their mean ``ctas`` (the
+    bins are of equal width, so the mean of time-weighted means is the
+    time-weighted mean) at the first bin's time. Fewer points to send and draw."""
+    if k <= 1 or conc.num_rows == 0:
+        return conc
+    st = conc.column("stage")
+    st = st.cast(pa.string()) if pa.types.is_dictionary(st.type) else st
+    names = np.asarray(st.to_pylist(), dtype=object)
+    t = conc.column("time_ns").to_numpy()
+    c = conc.column("ctas").to_numpy().astype(np.float64)
+    cut = np.flatnonzero(names[1:] != names[:-1]) + 1
+    starts = np.concatenate(([0], cut))
+    pos = np.arange(t.size) - np.repeat(starts, np.diff(np.concatenate((starts, [t.size]))))
+    group = np.cumsum(np.concatenate(([True], (names[1:] != names[:-1]) | (pos[1:] % k == 0))) ) - 1
+    counts = np.bincount(group)
+    firsts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return pa.table({"time_ns": t[firsts], "stage": names[firsts].tolist(),
+                     "ctas": np.bincount(group, weights=c) / counts})

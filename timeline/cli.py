@@ -168,8 +168,10 @@ def main(argv=None) -> int:
     from timeline.trace import TraceFileError
 
     from timeline.export import ExportError
+    from timeline.rows import SelectionError
 
-    known = [K.UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError, ExportError]
+    known = [K.UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError, ExportError,
+             SelectionError]
     try:
         return args.func(args)
     except tuple(known) as e:

@@ -10,9 +10,10 @@ import json
 import sys
 from pathlib import Path
 
+from timeline import rows as R
 from timeline import schema as S
 from timeline.textout import Progress, _json_rows, format_table
-from timeline.trace import TRACE_EXTENSIONS
+from timeline.trace import TRACE_EXTENSIONS, file_format
 
 SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
 
@@ -82,9 +83,7 @@ def _load_spec(path: str) -> S.Spec:
         raise UsageError(f"spec file {path!r} does not exist")
     if p.is_dir():
         raise UsageError(f"spec {path!r} is a folder; give the spec JSON file")
-    with open(p, "rb") as f:
-        head = f.read(8)
-    if head.startswith(b"ARROW1") or head.startswith(b"PAR1"):
+    if file_format(p) is not None:
         return _load(path).spec
     try:
         d = json.loads(p.read_text())
@@ -100,24 +99,6 @@ def _load_spec(path: str) -> S.Spec:
         if isinstance(e, S.SpecError):
             raise
         raise S.SpecError(f"spec file {path!r}: {e}") from None
-
-
-def _check_stages(trace, stages) -> list | None:
-    if stages is None:
-        return None
-    for s in stages:
-        trace.spec.stage_index(s)  # SpecError naming the known stages
-    return stages
-
-
-def _check_in(trace, what: str, values, present) -> list | None:
-    if values is None:
-        return None
-    missing = sorted(set(values) - set(present))
-    if missing:
-        raise UsageError(f"{what} {missing} not in this trace; it has "
-                         f"{what}{'es' if what.endswith('h') else 's'} {present}")
-    return values
 
 
 def _title(trace) -> str:
@@ -162,8 +143,7 @@ def cmd_summary(args) -> int:
     from timeline import legacy_reports as LR
 
     trace = _load(args.trace)
-    ranks = _check_in(trace, "rank", args.rank, trace.ranks)
-    launches = _check_in(trace, "launch", args.launch, trace.launches)
+    ranks, launches, _ = R.check(trace, args.rank, args.launch)
     if args.profile_csv:
         for r in ranks or trace.ranks:
             for launch in launches or trace.launches:
@@ -219,10 +199,7 @@ def cmd_export(args) -> int:
         if p:
             _out_dir_exists(Path(p))
     trace = _load(args.trace)
-    ranks = _check_in(trace, "rank", args.rank, trace.ranks)
-    launches = _check_in(trace, "launch", args.launch, trace.launches)
-    stages = _check_stages(trace, args.stage)
-    sel = dict(ranks=ranks, launches=launches, stages=stages)
+    sel = R.check(trace, args.rank, args.launch, args.stage)._asdict()
     if args.chrome:
         from timeline.export.chrome import write_chrome
 
@@ -240,11 +217,6 @@ def cmd_export(args) -> int:
     return 0
 
 
-def _file_format(path: Path) -> str:
-    with open(path, "rb") as f:
-        return "parquet" if f.read(4) == b"PAR1" else "arrow"
-
-
 def info_dict(trace, path: Path) -> dict:
     """What ``timeline info`` shows, as a JSON-ready dict."""
     import pyarrow.compute as pc
@@ -260,7 +232,7 @@ def info_dict(trace, path: Path) -> dict:
     return {
         "file": str(path),
         "bytes": path.stat().st_size,
-        "format": _file_format(path),
+        "format": file_format(path),
         "synthetic": trace.synthetic,
         "spec": trace.spec.to_dict(),
         "ranks": trace.ranks,

@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline.analysis import AnalysisError, _f64, _np, _only, _select
+from timeline import rows as R
+from timeline.analysis import AnalysisError, _f64, _only
 
 _LEGACY_INTERVALS = (("hint_wait_us", "start→hint"), ("staging_us", "hint→staged"),
                      ("compute_us", "staged→compute"), ("epilogue_us", "compute→end"))
@@ -35,9 +36,9 @@ def _legacy_ticks(trace, rank, launch) -> tuple:
             f"trace has {list(trace.phases)}. Use stage_report (CLI: summary without --legacy)")
     rank = _only(trace.ranks, rank, "rank")
     launch = _only(trace.launches, launch, "launch")
-    tasks = _select(trace.tasks, trace, [rank], [launch])
+    tasks = R.select(trace.tasks, R.check(trace, [rank], [launch]))
     tasks = tasks.filter(pc.equal(tasks.column("slot_wave"), 0))
-    ticks = np.stack([_np(tasks, f"{p}_tick") for p in trace.phases], axis=1).astype(np.float64)
+    ticks = np.stack([R.column(tasks, f"{p}_tick") for p in trace.phases], axis=1).astype(np.float64)
     ticks[ticks == 0] = np.nan
     return tasks, ticks
 
@@ -61,7 +62,7 @@ def legacy_report(trace, *, rank=None, launch=None) -> pa.Table:
     for c in (1, 2, 3):  # missing marks inherit the previous one (the kernel's rule)
         us[:, c] = np.where(np.isnan(us[:, c]), us[:, c - 1], us[:, c])
     t0 = np.nanmin(us[:, 0]) if (~np.isnan(us[:, 0])).any() else np.nan
-    gid = _np(tasks, "stage_index").astype(np.int64)
+    gid = R.column(tasks, "stage_index").astype(np.int64)
     rows = {k: [] for k in ("first_start_us", "hint_median_us", "last_end_us",
                             *(name for name, _ in _LEGACY_INTERVALS))}
     for si in range(len(trace.spec.stages)):
@@ -104,7 +105,7 @@ def profile_summary(trace, *, rank=None, launch=None) -> pa.Table:
     tasks, ticks = _legacy_ticks(trace, rank, launch)
     scale = trace.spec.clock.hz / 1e6
     start = np.nanmin(ticks[:, 0]) if (~np.isnan(ticks[:, 0])).any() else np.nan
-    gid = _np(tasks, "stage_index").astype(np.int64)
+    gid = R.column(tasks, "stage_index").astype(np.int64)
     out = {"event": [], "ctas": [], "first_us": [], "median_us": [], "last_us": []}
     for si, name in enumerate(trace.spec.stage_names):
         st = ticks[gid == si]

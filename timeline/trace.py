@@ -18,10 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline import rows as R
 from timeline import schema as S
-
-__version__ = "0.1.0"
-
+from timeline._version import __version__
 
 ARROW_EXTENSIONS = (".arrow", ".feather", ".ipc")  # Arrow IPC file, zstd
 TRACE_EXTENSIONS = ARROW_EXTENSIONS + (".parquet",)  # what save writes and viewers list
@@ -38,22 +37,12 @@ def anomalies_table(rows) -> pa.Table:
                     schema=S.ANOMALIES_SCHEMA)
 
 
-def _column_np(tasks: pa.Table, name: str, fill) -> np.ndarray:
-    col = tasks.column(name)
-    return pc.fill_null(col, fill).to_numpy() if col.null_count else col.to_numpy()
-
-
 def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
     """One row per consecutive phase pair of every task row (``start→hint``, ...),
     grouped by pair (all ``start→hint`` rows in tasks order, then ``hint→staged``,
     ...): each group's placement columns are the tasks table's own, zero-copy where
-    every row has the pair.
-
-    The mono kernels' rule for a missing mark: it inherits the previous phase's time
-    (the interval into it has duration 0, the next one starts where the last
-    written phase was); such intervals carry ``inherited=True``. Intervals before a
-    row's first written phase, and intervals that would run backwards, are left
-    out (the anomaly report counts them)."""
+    every row has the pair. The rule (which intervals exist, which are inherited):
+    ``timeline.rows.phase_intervals``."""
     P = len(phases)
     names = S.interval_names(phases)
     if P < 2 or tasks.num_rows == 0:
@@ -61,21 +50,16 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
     keep_cols = ["rank", "launch", "stage", "stage_index", "task", "cta", "wave",
                  "hw_unit", "xcc", "se", "cu", "sm"]
     base = tasks.select(keep_cols)
-    sentinel = S.NS_MISSING
     dictionary = pa.array(list(names))
+    iv = R.phase_intervals(R.phase_matrix(tasks, phases))
     parts = []
-    ns = [_column_np(tasks, f"{p}_ns", sentinel) for p in phases]
-    written = [c != sentinel for c in ns]
-    ff = S.inherit_missing(ns, sentinel)
     for j in range(P - 1):
-        prev, end = ff[j], ff[j + 1]
-        valid = (prev != sentinel) & (end >= prev)
-        inherited = ~(written[j] & written[j + 1])
+        valid = iv.valid[:, j]
         if valid.all():
-            b, s, e, inh = base, prev, end, inherited
+            b, s, e, inh = base, iv.start[:, j], iv.end[:, j], iv.inherited[:, j]
         else:
             b = base.filter(pa.array(valid))
-            s, e, inh = prev[valid], end[valid], inherited[valid]
+            s, e, inh = iv.start[valid, j], iv.end[valid, j], iv.inherited[valid, j]
         m = len(s)
         phase = pa.DictionaryArray.from_arrays(pa.array(np.full(m, j, np.int32)), dictionary)
         cols = [b.column(c) for c in keep_cols] + [
@@ -159,17 +143,10 @@ class Trace:
                 f"anomalies={self.anomaly_summary() or 'none'}{', synthetic' if self.synthetic else ''})")
 
     def filter(self, *, ranks=None, launches=None, stages=None) -> "Trace":
-        """A Trace of the rows whose rank / launch / stage is in the given lists."""
-        mask = None
-        for col, vals in (("rank", ranks), ("launch", launches), ("stage", stages)):
-            if vals is None:
-                continue
-            column = self.tasks.column(col)
-            if col == "stage":
-                column = pc.cast(column, pa.string())
-            m = pc.is_in(column, value_set=pa.array(list(vals), column.type))
-            mask = m if mask is None else pc.and_(mask, m)
-        tasks = self.tasks if mask is None else self.tasks.filter(mask)
+        """A Trace of the rows whose rank / launch / stage is in the given lists
+        (unchecked: ``timeline.rows.check`` a selection a user typed first)."""
+        sel = R.Selection(ranks, launches, None if stages is None else list(stages))
+        tasks = R.select(self.tasks, sel)
         return Trace(tasks, self.specs, self.anomalies, origins=self.origins,
                      offsets=self.offsets, synthetic=self.synthetic, notes=self.notes)
 
@@ -273,18 +250,30 @@ def _refuse(where: str, what: str, fix: str = "re-export it from its stamp buffe
     return TraceFileError(f"{where}: {what}; {fix}")
 
 
-def _read_table(path: Path, where: str) -> pa.Table:
+FILE_MAGIC = {b"ARROW1": "arrow", b"PAR1": "parquet"}
+
+
+def file_format(path) -> str | None:
+    """``"arrow"`` or ``"parquet"`` by the file's first bytes (its magic), None for
+    anything else: the one place a trace file is told from other files."""
     with open(path, "rb") as f:
         head = f.read(8)
+    return next((fmt for magic, fmt in FILE_MAGIC.items() if head.startswith(magic)), None)
+
+
+def _read_table(path: Path, where: str) -> pa.Table:
+    fmt = file_format(path)
     try:
-        if head.startswith(b"ARROW1"):
+        if fmt == "arrow":
             with pa.memory_map(str(path), "r") as src:
                 table = pa.ipc.open_file(src).read_all()
-        elif head.startswith(b"PAR1"):
+        elif fmt == "parquet":
             import pyarrow.parquet as pq
 
             table = pq.read_table(str(path))
         else:
+            with open(path, "rb") as f:
+                head = f.read(8)
             raise TraceFileError(
                 f"{where} is neither an Arrow IPC file nor a Parquet file (first bytes "
                 f"{head[:8]!r}); a trace file is what Trace.save or `timeline convert` writes")

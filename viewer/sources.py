@@ -155,9 +155,3 @@ class Store:
             while len(self._items) > self.max_loaded:
                 self._items.popitem(last=False)
         return item
-
-    def put(self, item: Loaded):
-        with self._lock:
-            self._items[item.name] = item
-            while len(self._items) > self.max_loaded:
-                self._items.popitem(last=False)

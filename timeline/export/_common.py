@@ -5,10 +5,8 @@ each with its phase intervals laid out as one column per consecutive phase pair.
 
 The exports draw from the ``tasks`` table a chunk at a time (a task and its
 intervals must land together in one streamed record); the intervals follow
-``timeline.trace.intervals_from_tasks``'s rule exactly (a missing mark inherits
-the previous phase's time and is flagged ``inherited``; an interval before a
-row's first written phase, or one that would run backwards, is left out), and
-the tests check that every interval of ``Trace.intervals`` is exported once.
+``timeline.rows.phase_intervals``, the rule of ``Trace.intervals`` too, and the
+tests check that every interval of ``Trace.intervals`` is exported once.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline import rows as R
 from timeline import schema as S
 from timeline.trace import Trace
 
@@ -30,25 +29,12 @@ class ExportError(ValueError):
 
 
 def select(trace: Trace, *, ranks=None, launches=None, stages=None) -> Trace:
-    """The trace restricted to the given ranks / launches / stage names (None: all).
-
-    A value the trace does not hold is an error naming what it does hold, so a
-    typo cannot silently export an empty file."""
-    checks = (("rank", ranks, trace.ranks), ("launch", launches, trace.launches),
-              ("stage", stages, sorted({n for sp in trace.specs for n in sp.stage_names})))
-    for what, asked, known in checks:
-        if asked is None:
-            continue
-        if isinstance(asked, (str, int, np.integer)):
-            raise ExportError(f"{what}s must be a list, e.g. [{asked!r}]; got {asked!r}")
-        missing = [a for a in asked if a not in known]
-        if missing:
-            raise ExportError(
-                f"unknown {what}{'s' if len(missing) > 1 else ''} {missing}: this trace has "
-                f"{what}s {known}")
-    if ranks is None and launches is None and stages is None:
-        return trace
-    return trace.filter(ranks=ranks, launches=launches, stages=stages)
+    """The trace restricted to the given ranks / launches / stage names (None: all),
+    checked by ``timeline.rows.check``: a value the trace does not hold is a
+    ``SelectionError`` naming what it does hold, so a typo cannot silently export an
+    empty file."""
+    sel = R.check(trace, ranks, launches, stages)
+    return trace if sel.everything else trace.filter(ranks=sel.ranks, launches=sel.launches, stages=sel.stages)
 
 
 class Numbering(NamedTuple):
@@ -129,28 +115,10 @@ class Records(NamedTuple):
         return len(self.rank)
 
 
-def _int_column(table: pa.Table, name: str, fill=0):
+def _int_column(table: pa.Table, name: str):
+    """Column ``name`` as numpy (nulls 0) and its null mask (None without nulls)."""
     col = table.column(name)
-    if col.null_count:
-        return pc.fill_null(col, fill).to_numpy(), pc.is_null(col).to_numpy(zero_copy_only=False)
-    return col.to_numpy(), None
-
-
-def phase_intervals(ns: np.ndarray, written: np.ndarray):
-    """``(start, end, valid, inherited)``, each ``(n, P - 1)``, from a task row's
-    phase times ``ns`` ``(n, P)`` and which of them were written: the interval rule
-    of ``timeline.trace.intervals_from_tasks`` (see the module docstring)."""
-    P = ns.shape[1]
-    ff = ns.copy()
-    have = written.copy()
-    for j in range(1, P):  # a missing mark inherits the previous phase's time
-        miss = ~written[:, j]
-        ff[miss, j] = ff[miss, j - 1]
-        have[miss, j] = have[miss, j - 1]
-    start, end = ff[:, :-1], ff[:, 1:]
-    valid = have[:, :-1] & (end >= start)
-    inherited = ~(written[:, :-1] & written[:, 1:])
-    return start, end, valid, inherited
+    return R.column(table, name, fill=0), (pc.is_null(col).to_numpy(zero_copy_only=False) if col.null_count else None)
 
 
 def track_order(tasks: pa.Table, phases) -> np.ndarray:
@@ -177,14 +145,9 @@ def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
     order = track_order(tasks, phases)
     for lo in range(0, tasks.num_rows, chunk_rows):
         t = tasks.take(pa.array(order[lo:lo + chunk_rows]))
-        cols = [_int_column(t, f"{p}_ns") for p in phases]
-        ns = np.stack([c[0] for c in cols], axis=1).astype(np.int64, copy=False)
-        written = np.stack([np.ones(t.num_rows, bool) if c[1] is None else ~c[1] for c in cols], axis=1)
-        start, end, valid, inherited = phase_intervals(ns, written)
+        start, end, valid, inherited = iv = R.phase_intervals(R.phase_matrix(t, phases))
+        first, last = R.interval_extent(iv)
         keep = valid.any(axis=1)
-        big = np.iinfo(np.int64).max
-        first = np.where(valid, start, big).min(axis=1)
-        last = np.where(valid, end, -big).max(axis=1)
         k = None if keep.all() else keep
 
         def pick(a, k=k):

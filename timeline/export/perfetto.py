@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from timeline import rows as R
 from timeline import schema as S
 from timeline.export import _common as C
 from timeline.trace import Trace
@@ -259,9 +260,7 @@ def _breakdown(trace: Trace, num: C.Numbering, base: int) -> tuple:
     t = trace.tasks
     if t.num_rows == 0:
         return b"", 0
-    ns = np.stack([C._int_column(t, f"{p}_ns", np.iinfo(np.int64).max)[0] for p in trace.phases], axis=1)
-    lo = ns.min(axis=1)
-    hi = np.where(ns == np.iinfo(np.int64).max, np.iinfo(np.int64).min, ns).max(axis=1)
+    lo, hi = R.extent(R.phase_matrix(t, trace.phases))
     pid = num.pid(t.column("rank").to_numpy(), t.column("launch").to_numpy())
     si = t.column("stage_index").to_numpy().astype(np.int64)
     ok = hi >= lo

@@ -1,7 +1,7 @@
-"""``python -m viewer.screenshot TRACE OUT.png``: the dashboard on ``TRACE`` in headless
+"""``python -m tools.screenshot TRACE OUT.png``: the dashboard on ``TRACE`` in headless
 Chromium, saved as a PNG. The README's ``docs/dashboard.png`` is made with
 
-    python -m viewer.screenshot traces/h200_mono_demo.arrow docs/dashboard.png \\
+    python -m tools.screenshot traces/h200_mono_demo.arrow docs/dashboard.png \\
         --query "launches=3" --pin 0.3 --hover 0.62 --colors 128
 
 ``--query`` preselects the view (``ranks=``, ``launches=``, ``grouping=``,
@@ -18,11 +18,12 @@ import sys
 from pathlib import Path
 
 from viewer import app as V
-from viewer import browser as B
+from viewer import wiring as VW
+from tools import browser as B
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m viewer.screenshot", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.screenshot", description=__doc__.splitlines()[0])
     p.add_argument("trace", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--size", default="1600x1000", help="browser window, WIDTHxHEIGHT (default 1600x1000)")
@@ -33,7 +34,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     w, h = (int(v) for v in args.size.lower().split("x"))
     state, _, first = V.prepare([str(args.trace), "--trace-dir", str(args.trace.resolve().parent)])
-    with B.serve(V.build(state)) as url, B.chromium(w, h) as driver:
+    with B.serve(VW.build(state)) as url, B.chromium(w, h) as driver:
         driver.get(url + "?" + "&".join(q for q in (f"trace={first}", args.query) if q))
         B.gantt_ready(driver)
         if args.pin is not None:

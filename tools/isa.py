@@ -5,7 +5,7 @@ The recipe (REFERENCE.md): ``COMPILE_ONLY=1 ARCH=<gfx942|gfx950>`` makes a
 ``ld.lld``, found as ``$ROCM_PATH/llvm/bin/ld.lld`` (here a link to Debian's
 ``lld-19``); ``FLYDSL_DEBUG_DUMP_ASM=1 FLYDSL_DUMP_DIR=<dir>`` writes the final ISA
 to ``<dir>/<kernel>_0/NN_final_isa.s``. FlyDSL reads these variables when it
-compiles, so the compiles run in a child process (``python -m instrument.demo.isa``)
+compiles, so the compiles run in a child process (``python -m tools.isa``)
 whose environment is set before flydsl is imported; one child per target, the
 targets in parallel.
 
@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ARCHES = ("gfx942", "gfx950")
 LD_LLD_ENV = "MONO_TIMELINE_LD_LLD"  # an ld.lld to use instead of the one found
 
@@ -120,7 +120,7 @@ def _spawn(jobs, arch: str, workdir: Path, ld_lld: str):
     (workdir / arch).mkdir(parents=True, exist_ok=True)
     request = {"arch": arch, "out": str(workdir / arch), "jobs": [list(j) for j in jobs]}
     return subprocess.Popen(
-        [sys.executable, "-m", "instrument.demo.isa", "--child"],
+        [sys.executable, "-m", "tools.isa", "--child"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=_child_env(arch, workdir, ld_lld), cwd=str(REPO),
     ), json.dumps(request)
@@ -360,5 +360,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--child"]:
         _child_main()
     else:
-        sys.exit("usage: python -m instrument.demo.isa --child  (a JSON request on stdin; "
-                 "see instrument.demo.isa.compile_all)")
+        sys.exit("usage: python -m tools.isa --child  (a JSON request on stdin; "
+                 "see tools.isa.compile_all)")

@@ -1,0 +1,65 @@
+"""Two traces side by side: a typical launch of each (the median over its (rank,
+launch) pairs of every stage-report column) and the per-stage delta table B - A.
+What the dashboard's compare tab and ``timeline compare`` show."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+
+def median_per_stage(report: pa.Table) -> pa.Table:
+    """A ``stage_report(by_launch=True)`` table reduced to one row per stage (in
+    first-seen order): the median over (rank, launch) of every numeric column
+    (a stage's typical launch); NaN where a stage has no value."""
+    stages = report.column("stage").to_pylist()
+    order = list(dict.fromkeys(stages))
+    keys = np.array([order.index(s) for s in stages])
+    out = {"stage": order}
+    for c in report.column_names:
+        if c in ("stage", "rank", "launch") or not pa.types.is_floating(report.schema.field(c).type) and \
+                not pa.types.is_integer(report.schema.field(c).type):
+            continue
+        v = np.array([np.nan if x is None else float(x) for x in report.column(c).to_pylist()])
+        med = []
+        for k in range(len(order)):
+            vals = v[keys == k]
+            vals = vals[~np.isnan(vals)]
+            med.append(float(np.median(vals)) if vals.size else math.nan)
+        out[c] = med
+    return pa.table(out)
+
+
+def typical(report: pa.Table, per_launch: bool) -> pa.Table:
+    """A stage report as one row per stage: ``median_per_stage`` of a per-launch
+    report, a whole-trace report as it is."""
+    return median_per_stage(report) if per_launch else report
+
+
+def compare_table(ra, rb) -> list:
+    """Per stage present in both stage reports (``by_launch=False``): A and B span,
+    their difference and ratio, and each interval's p50 in A, B and B - A."""
+    def rows(t):
+        return {r["stage"]: r for r in t.to_pylist()}
+
+    a, b = rows(ra), rows(rb)
+    p50 = [c for c in ra.column_names if c.endswith(" p50_us") and c in rb.column_names]
+    out = []
+    for stage in [s for s in a if s in b]:
+        x, y = a[stage], b[stage]
+        row = {"stage": stage, "A span_us": x["span_us"], "B span_us": y["span_us"]}
+        if x["span_us"] is not None and y["span_us"] is not None:
+            row["Δ span_us"] = y["span_us"] - x["span_us"]
+            row["B/A span"] = (y["span_us"] / x["span_us"]) if x["span_us"] else None
+        else:
+            row["Δ span_us"] = row["B/A span"] = None
+        for c in p50:
+            name = c[: -len(" p50_us")]
+            row[f"Δ {name} p50_us"] = (y[c] - x[c]) if x[c] is not None and y[c] is not None else None
+        for k, v in row.items():
+            if isinstance(v, float):
+                row[k] = None if math.isnan(v) else round(v, 3)
+        out.append(row)
+    return out

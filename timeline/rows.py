@@ -1,0 +1,149 @@
+"""Rows of a trace's tables: the one home of each rule that everything reading them
+applies. Which rows a selection names (``check``, ``select``: one error type, one
+message), a column as numpy (``column``), a task row's phase times with what was
+written (``phase_matrix``), the phase-interval rule (``phase_intervals``: a missing
+phase inherits the previous one's time, ``timeline.schema.inherit_missing``) and a
+row's extent (``extent``). The analyses, the exports, the intervals table, the CLI
+and the dashboard call these; none restates them."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline import schema as S
+
+MISSING = S.NS_MISSING  # an unwritten phase in an ns matrix
+
+
+class SelectionError(ValueError):
+    """A selection names a rank, launch or stage the trace does not have, or is not a list."""
+
+
+class Selection(NamedTuple):
+    """Ranks, launches (ints) and stages (names) of a trace; None: all of them."""
+
+    ranks: list | None = None
+    launches: list | None = None
+    stages: list | None = None
+
+    @property
+    def everything(self) -> bool:
+        return self.ranks is None and self.launches is None and self.stages is None
+
+
+def has(what: str, present) -> str:
+    """``"it has launches [0, 1]"``, or why it has none."""
+    if not len(present):
+        return "it has no task rows at all (every slot unwritten or dropped: see its anomaly report)"
+    return f"it has {what}{'es' if what.endswith('h') else 's'} {list(present)}"
+
+
+def _checked(what: str, asked, present, cast):
+    if asked is None:
+        return None
+    if isinstance(asked, (str, int, np.integer)):
+        raise SelectionError(f"{what}s must be a list, e.g. [{asked!r}]; got {asked!r}")
+    try:
+        values = [cast(v) for v in asked]
+    except (TypeError, ValueError):
+        raise SelectionError(f"{what}s must be a list of {cast.__name__}s; got {asked!r}") from None
+    missing = sorted(set(values) - set(present))
+    if missing:
+        raise SelectionError(f"{what} {missing} not in this trace; {has(what, present)}")
+    return values
+
+
+def check(trace, ranks=None, launches=None, stages=None) -> Selection:
+    """The selection, each value present in ``trace`` (ranks and launches ints,
+    stages names of its specs), else a ``SelectionError`` naming what it has: a typo
+    never selects nothing silently."""
+    names = list(dict.fromkeys(n for sp in trace.specs for n in sp.stage_names))
+    return Selection(_checked("rank", ranks, trace.ranks, int), _checked("launch", launches, trace.launches, int),
+                     _checked("stage", stages, names, str))
+
+
+def select(table: pa.Table, sel: Selection) -> pa.Table:
+    """Rows of ``table`` (tasks or intervals) in the selection (``check`` it first)."""
+    mask = None
+    for col, vals in (("rank", sel.ranks), ("launch", sel.launches), ("stage", sel.stages)):
+        if vals is None:
+            continue
+        c = table.column(col)
+        if pa.types.is_dictionary(c.type):
+            c = pc.cast(c, c.type.value_type)
+        m = pc.is_in(c, value_set=pa.array(vals, c.type))
+        mask = m if mask is None else pc.and_(mask, m)
+    return table if mask is None else table.filter(mask)
+
+
+def column(table: pa.Table, name: str, fill=MISSING, dtype=None, codes: bool = False) -> np.ndarray:
+    """Column ``name`` as a numpy array, nulls replaced by ``fill``; a dictionary
+    column as its values, or with ``codes`` its indices; ``dtype``: a contiguous
+    array of that type."""
+    col = table.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = pa.chunked_array([c.indices for c in col.chunks], col.type.index_type) if codes \
+            else pc.cast(col, col.type.value_type)
+    if col.null_count:
+        col = pc.fill_null(col, fill)
+    out = col.to_numpy()
+    return out if dtype is None else np.ascontiguousarray(out, dtype=dtype)
+
+
+def phase_matrix(tasks: pa.Table, phases) -> np.ndarray:
+    """``(rows, phases)`` int64 ns of the task rows, ``MISSING`` where a phase was not
+    written."""
+    if tasks.num_rows == 0 or not len(phases):
+        return np.zeros((tasks.num_rows, len(phases)), dtype=np.int64)
+    return np.stack([column(tasks, f"{p}_ns") for p in phases], axis=1).astype(np.int64, copy=False)
+
+
+def inherited(ns: np.ndarray) -> np.ndarray:
+    """``ns`` with every missing phase at the previous phase's time (the mono
+    kernels' rule, ``schema.inherit_missing``); a missing first phase stays missing."""
+    if ns.shape[1] == 0:
+        return ns.copy()
+    return np.stack(S.inherit_missing(list(ns.T), MISSING), axis=1)
+
+
+class PhaseIntervals(NamedTuple):
+    """Per task row and consecutive phase pair j, each ``(rows, phases - 1)``: the
+    interval's ``start`` and ``end`` (ns), whether it exists (``valid``) and whether
+    an end point was inherited rather than written (``inherited``)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    valid: np.ndarray
+    inherited: np.ndarray
+
+
+def phase_intervals(ns: np.ndarray) -> PhaseIntervals:
+    """The intervals of an ns matrix (``phase_matrix``): a missing phase inherits the
+    previous one's time (the interval into it lasts 0, the next starts there, both
+    ``inherited``); an interval before a row's first written phase, or one that would
+    run backwards, does not exist (the anomaly report counts those)."""
+    ff = inherited(ns)
+    written = ns != MISSING
+    start, end = ff[:, :-1], ff[:, 1:]
+    valid = (start != MISSING) & (end >= start)
+    return PhaseIntervals(start, end, valid, ~(written[:, :-1] & written[:, 1:]))
+
+
+def extent(ns: np.ndarray):
+    """Each row's ``(first, last)``: its earliest and latest written phase (ns);
+    ``first`` is the int64 max and ``last`` ``MISSING`` for a row with none."""
+    written = ns != MISSING
+    return (np.where(written, ns, np.iinfo(np.int64).max).min(axis=1, initial=np.iinfo(np.int64).max),
+            np.where(written, ns, MISSING).max(axis=1, initial=MISSING))
+
+
+def interval_extent(iv: PhaseIntervals):
+    """Each row's ``(first, last)``: its first interval's start and its last one's end
+    (the span an export draws for the task); the int64 max and min for a row with none."""
+    big = np.iinfo(np.int64).max
+    return (np.where(iv.valid, iv.start, big).min(axis=1, initial=big),
+            np.where(iv.valid, iv.end, -big).max(axis=1, initial=-big))

@@ -1,0 +1,227 @@
+"""The page: its CSS, plotly.js served early, the layout (controls, Gantt, pinned
+task, tabs), and the plain-HTML table panels. Nothing here reads a trace."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+from pathlib import Path
+
+import flask
+from dash import dcc, html
+
+from viewer import figures as F
+from viewer.client import GANTT_PX
+
+TABS = ("report", "idle", "anomalies", "compare")
+
+
+def msg(text: str, kind: str = "error") -> html.Div:
+    """A message box; ``kind`` is error, warning, info or synthetic (its CSS class)."""
+    return html.Div(text, className=f"msg msg-{kind}")
+
+
+CSS = """
+body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 0; color: #222; }
+.top { display: flex; align-items: center; gap: 16px; padding: 8px 14px; background: #1f2d3d; color: #fff; }
+.top h1 { font-size: 18px; margin: 0; }
+.top .picker { width: 360px; color: #222; }
+.info { font-size: 12px; opacity: .85; }
+.msg { padding: 8px 14px; margin: 6px 14px; border-radius: 4px; font-weight: 600; }
+.msg-error { background: #fde2e1; color: #8a1c17; border: 1px solid #e15759; }
+.msg-warning { background: #fff3cd; color: #7a5500; border: 1px solid #edc948; }
+.msg-synthetic { background: #ffe8cc; color: #8a4b00; border: 2px dashed #f28e2b; font-size: 15px; letter-spacing: .04em; }
+.msg-info { background: #e8f1fa; color: #1f4e79; }
+.body { display: flex; gap: 10px; padding: 6px 14px; }
+.side { width: 250px; flex: none; font-size: 13px; }
+.side label.head { display: block; font-weight: 700; margin: 10px 0 3px; }
+.main { flex: 1; min-width: 0; }
+.details { width: 260px; flex: none; font-size: 12px; border-left: 1px solid #ddd; padding-left: 10px; }
+.details table { border-collapse: collapse; width: 100%; }
+.details td { padding: 1px 4px; border-bottom: 1px solid #eee; }
+.status { font-size: 12px; color: #555; min-height: 16px; }
+.tabs { padding: 0 14px 20px; }
+.grid { border-collapse: collapse; font-size: 12px; margin: 4px 0; }
+.grid th, .grid td { padding: 2px 6px; border-bottom: 1px solid #e3e3e3; white-space: nowrap; }
+.grid th { background: #f3f5f7; position: sticky; top: 0; }
+.grid td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.grid button.sort { background: none; border: 0; padding: 0; font: inherit; font-weight: 700; cursor: pointer; }
+.win input { width: 84px; padding: 3px 4px; border: 1px solid #bbb; border-radius: 3px; }
+"""
+
+
+PLOTLY_EARLY = (
+    "<script>window.Plotly = new Promise(function(ok, no) {{ window._plotlyLoad = [ok, no]; }});</script>"
+    '<script async src="{src}" onload="window._plotlyLoad[0]()" '
+    "onerror=\"window._plotlyLoad[1](new Error('plotly.js did not load'))\"></script>")
+
+
+COMPILE_HINT = b"//# allFunctionsCalledOnLoad\n"
+
+
+def plotly_version() -> str:
+    from plotly.offline import get_plotlyjs_version
+
+    return get_plotlyjs_version()
+
+
+@functools.lru_cache(maxsize=1)
+def plotly_js() -> bytes:
+    """The plotly.js bundle that the ``plotly`` package ships (the one Dash would
+    serve), behind V8's explicit compile hint ``//# allFunctionsCalledOnLoad``:
+    plotly.js calls most of its functions while it initializes, and with the hint
+    Chromium compiles them on a background thread while the file downloads instead
+    of one by one on the main thread as they are first called (measured here: 0.6 s
+    of main-thread evaluation instead of 1.0 s). Other browsers read a comment."""
+    path = Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
+    return COMPILE_HINT + path.read_bytes()
+
+
+def serve_plotly():
+    """The route of ``plotly_js``: versioned URL, so cached for a year."""
+    resp = flask.Response(plotly_js(), mimetype="application/javascript")
+    resp.headers["Cache-Control"] = "public, max-age=31536000, immutable"
+    return resp
+
+
+def _controls():
+    return html.Div(className="side", children=[
+        html.Label("Rows", className="head"),
+        dcc.RadioItems(id="grouping", value="rank", options=[
+            {"label": " rank · launch · CTA · wave", "value": "rank"},
+            {"label": " rank · CTA · wave (launches side by side)", "value": "cta"},
+            {"label": " hardware placement (XCC → CU / SM)", "value": "placement"},
+            {"label": " stage", "value": "stage"}]),
+        html.Label("Ranks", className="head"),
+        dcc.Dropdown(id="ranks", multi=True, placeholder="all ranks"),
+        html.Label("Launches", className="head"),
+        dcc.Dropdown(id="launches", multi=True, placeholder="all launches"),
+        html.Label("Stages", className="head"),
+        dcc.Checklist(id="stages", inputStyle={"marginRight": "4px"}),
+        html.Label("Phases", className="head"),
+        dcc.Checklist(id="phases", inputStyle={"marginRight": "4px"}),
+        html.Label("CTA range", className="head"),
+        dcc.RangeSlider(id="ctas", min=0, max=1, step=1, value=[0, 1], allowCross=False,
+                        tooltip={"placement": "bottom"}),
+        html.Label("Time window (µs)", className="head"),
+        html.Div(className="win", children=[
+            dcc.Input(id="t0", type="text", inputMode="decimal", debounce=True, placeholder="from",
+                      style={"width": "80px"}), " – ",
+            dcc.Input(id="t1", type="text", inputMode="decimal", debounce=True, placeholder="to",
+                      style={"width": "80px"}),
+            html.Button("full", id="reset", n_clicks=0, style={"marginLeft": "4px"})]),
+        html.Label("Export the selection", className="head"),
+        html.Button("Chrome trace JSON", id="export-chrome", n_clicks=0),
+        dcc.Download(id="download"),
+        html.Div(id="export-msg"),
+        html.Div("PNG: the camera icon of the figure's toolbar.", style={"fontSize": "11px", "color": "#666"}),
+    ])
+
+
+def _tabs():
+    return dcc.Tabs(id="tabs", className="tabs", value="report", children=[
+        dcc.Tab(label="Stage report", value="report", id="tab-report", children=[
+            dcc.Checklist(id="by-launch", options=[{"label": " per rank and launch", "value": "y"}], value=[]),
+            html.Div(id="report-msg"),
+            html.Div(id="stage-report"), dcc.Store(id="stage-report-data")]),
+        dcc.Tab(label="Idle per CTA", value="idle", id="tab-idle", children=[
+            html.Div(id="idle-msg"),
+            dcc.Graph(id="idle-graph", config={"displaylogo": False}),
+            html.Div(id="idle-table"), dcc.Store(id="idle-table-data")]),
+        dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
+        dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
+            html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
+                html.Div([html.Label("A (before)"), dcc.Dropdown(id="cmp-a")], style={"width": "320px"}),
+                html.Div([html.Label("B (after)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
+            dcc.RadioItems(id="cmp-scope", value="launch", inline=True, options=[
+                {"label": " a typical launch (median over launches) ", "value": "launch"},
+                {"label": " each trace whole", "value": "trace"}]),
+            html.Div(id="cmp-msg"),
+            dcc.Graph(id="cmp-graph", config={"displaylogo": False}),
+            html.Div(id="cmp-table"), dcc.Store(id="cmp-table-data")]),
+    ])
+
+
+def layout(first: dict | None = None):
+    """The page; ``first`` (``App.first_view``) fills in its first view, so that the
+    browser draws the Gantt from the layout response, without waiting for the trace
+    and Gantt callbacks: the page's search string it was made for goes to the
+    ``page-search`` store, the trace callback skips its initial call while the
+    address still says the same."""
+    root = html.Div([
+        dcc.Location(id="url"),
+        dcc.Store(id="page-search", data=None if first is None else first["search"]),
+        dcc.Store(id="trace-key"),
+        dcc.Store(id="view-state"),
+        dcc.Store(id="panel-key"),
+        dcc.Store(id="zoom"),
+        dcc.Store(id="px"),
+        html.Div(className="top", children=[
+            html.H1("timeline-view"),
+            html.Div(className="picker", children=dcc.Dropdown(id="trace-select", clearable=False)),
+            html.Div(id="trace-info", className="info")]),
+        html.Div(id="banners"),
+        html.Div(className="body", children=[
+            _controls(),
+            html.Div(className="main", children=[
+                html.Div(id="gantt-status", className="status"),
+                dcc.Graph(id="gantt", style={"height": f"{F.figure_height(GANTT_PX[1])}px"}, config={
+                    "displaylogo": False, "scrollZoom": True,
+                    "toImageButtonOptions": {"format": "png", "filename": "timeline", "scale": 2}})]),
+            html.Div(className="details", children=[
+                html.B("Pinned task"), html.Div(id="details", children="Click a bar to pin its task here.")])]),
+        _tabs(),
+    ])
+    for (cid, prop), value in ((first or {}).get("props") or {}).items():
+        setattr(root[cid], prop, value)
+    return root
+
+
+def table_records(table, digits: int = 3):
+    """An Arrow table as ``columns`` (``name``, ``id``, ``type``) and row dicts
+    (floats rounded, NaN as None): what ``grid`` draws."""
+    cols = [{"name": c, "id": c, "type": "numeric" if table.schema.field(c).type != "string" else "text"}
+            for c in table.column_names]
+    rows = table.to_pylist()
+    for r in rows:
+        for k, v in r.items():
+            if isinstance(v, float):
+                r[k] = None if math.isnan(v) else round(v, digits)
+    return cols, rows
+
+
+TABLE_ROWS = 400  # rows a table panel draws (the rest: a note)
+TABLES = ("stage-report", "idle-table", "cmp-table")  # the sortable table panels
+
+
+def sort_rows(cols: list, rows: list, sort) -> list:
+    """``rows`` sorted by ``sort = [column id, descending]`` (None: as they are);
+    empty cells (None) last either way. Sorting is stable."""
+    if not sort or not rows:
+        return rows
+    key, desc = sort[0], bool(sort[1])
+    have = [r for r in rows if r.get(key) is not None]
+    return sorted(have, key=lambda r: r[key], reverse=desc) + [r for r in rows if r.get(key) is None]
+
+
+def grid(table_id: str, cols: list, rows: list, sort=None) -> html.Div:
+    """A table panel as plain HTML (no DataTable: its 630 kB of JavaScript would
+    load with the first view): the rows sorted by ``sort`` (``sort_rows``), at most
+    ``TABLE_ROWS`` of them, each column header a button that sorts by it (the
+    ``{"type": "sort", "table": table_id, "col": i}`` ids of ``build``'s sort callback)."""
+    if not cols:
+        return html.Div()
+    shown = sort_rows(cols, rows, sort)[:TABLE_ROWS]
+    num = [c.get("type") == "numeric" for c in cols]
+    head = []
+    for i, c in enumerate(cols):
+        arrow = (" ▼" if sort[1] else " ▲") if sort and sort[0] == c["id"] else ""
+        head.append(html.Th(html.Button(c["name"] + arrow, id={"type": "sort", "table": table_id, "col": i},
+                                        className="sort", title=f"sort by {c['name']}")))
+    body = [html.Tr([html.Td("" if r.get(c["id"]) is None else str(r[c["id"]]), className="num" if n else None)
+                     for c, n in zip(cols, num)]) for r in shown]
+    out = [html.Table([html.Thead(html.Tr(head)), html.Tbody(body)], className="grid")]
+    if len(rows) > len(shown):
+        out.append(html.Div(f"{len(shown)} of {len(rows)} rows shown (sort to see others first)", className="status"))
+    return html.Div(out, style={"overflowX": "auto"})

@@ -1,0 +1,91 @@
+"""The table panels below the Gantt: the stage report, idle time per CTA, the
+compare tab (two traces, stage spans overlaid, the B - A table), and sorting any of
+them by a column (the state a table keeps in its ``*-data`` store)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from timeline import analysis as A
+from timeline import compare as C
+from viewer import figures as F
+from viewer.client import sorted_ints
+from viewer.page import grid, msg, table_records
+
+
+def stage_report(app, name, ranks, launches, by_launch):
+    """``(columns, rows, message)`` of the stage report of a selection."""
+    item = app.store.get(name)
+    ranks, launches = sorted_ints(ranks), sorted_ints(launches)
+    if item.data.n == 0:
+        return [], [], msg("no intervals: no stage report", "info")
+    t = app.analysis(item, ("report", ranks, launches, bool(by_launch)), lambda: A.stage_report(
+        item.trace, by_launch=bool(by_launch), ranks=ranks, launches=launches))
+    if not by_launch:
+        t = t.drop_columns([c for c in ("rank", "launch") if c in t.column_names])
+    cols, rows = table_records(t)
+    return cols, rows, None
+
+
+def idle(app, name, ranks, launches):
+    """``(figure, columns, rows, message)``: idle time per CTA, the 200 idlest in the table."""
+    item = app.store.get(name)
+    ranks, launches = sorted_ints(ranks), sorted_ints(launches)
+    if item.data.n == 0:
+        return F.idle_figure(None), [], [], None
+    t = app.analysis(item, ("idle", ranks, launches), lambda: A.idle_per_cta(
+        item.trace, ranks=ranks, launches=launches))
+    top = t.take(np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)),
+                            kind="stable")[:200])
+    cols, rows = table_records(top)
+    return F.idle_figure(t), cols, rows, None
+
+
+def compare(app, a, b, scope="launch"):
+    """``(figure, columns, rows, message)``: the stage spans of traces ``a`` and ``b``
+    overlaid and the per-stage delta table (``timeline.compare``). ``scope="launch"``:
+    a typical launch of each (traces of different launch counts compare fairly);
+    ``"trace"``: each trace whole."""
+    if not a or not b:
+        return {"data": [], "layout": {"height": 60}}, [], [], msg(
+            "pick two traces (A before, B after) to compare", "info")
+    ia, ib = app.store.get(a), app.store.get(b)
+    sa, sb = ia.trace.spec.stage_names, ib.trace.spec.stage_names
+    note = None if sa == sb else msg(f"the traces have different stages ({len(sa)} vs {len(sb)}); only "
+                                     "stages of both are compared", "warning")
+    per_launch = scope != "trace"
+    ra, rb = (C.typical(app.analysis(item, ("report", None, None, per_launch), functools.partial(
+        A.stage_report, item.trace, by_launch=per_launch)), per_launch) for item in (ia, ib))
+    table = C.compare_table(ra, rb)
+    spans = {}
+    for label, r in ((f"A: {a}", ra), (f"B: {b}", rb)):
+        spans[label] = {s: (f, e) for s, f, e in zip(r.column("stage").to_pylist(),
+                                                     r.column("first_start_us").to_pylist(),
+                                                     r.column("last_end_us").to_pylist())
+                        if f is not None and e is not None and not (math.isnan(f) or math.isnan(e))}
+    cols = [{"name": k, "id": k, "type": "text" if k == "stage" else "numeric"} for k in table[0]] if table else []
+    fig = F.stage_span_figure(spans, [s for s in sa if s in set(sb)])
+    fig["layout"]["xaxis"]["title"]["text"] = ("µs from the launch's first start (median over launches)"
+                                               if per_launch else "µs from the trace's first start")
+    return fig, cols, table, note
+
+
+def table_out(table_id, cols, rows, prev):
+    """A table panel's children and data store, sorted as it was (``prev``)."""
+    sort = (prev or {}).get("sort")
+    sort = sort if sort and any(c["id"] == sort[0] for c in cols) else None
+    return grid(table_id, cols, rows, sort), {"columns": cols, "rows": rows, "sort": sort}
+
+
+def resort(table_id, data, col):
+    """The table after a click on column ``col``'s header: sorted by it, ascending, or
+    reversed on a second click; None where the click names no column."""
+    if not data or not isinstance(col, int) or not 0 <= col < len(data["columns"]):
+        return None
+    key = data["columns"][col]["id"]
+    sort = data.get("sort")
+    data = dict(data, sort=[key, not sort[1] if sort and sort[0] == key else False])
+    return grid(table_id, data["columns"], data["rows"], data["sort"]), data

@@ -1,0 +1,227 @@
+"""The wiring: the Dash app over an ``App`` (``build``: the page, the routes, one
+line per callback), the page's first view, and the server's request guards. The
+callbacks' logic lives in ``viewer.panels``; the adapters here only read Dash's
+context (which input fired) and hand the inputs on."""
+
+from __future__ import annotations
+
+import urllib.parse
+from functools import partial
+from pathlib import Path
+
+import dash
+import flask
+from dash import ALL, Input, Output, State
+
+from viewer import figures as F
+from viewer.client import GANTT_PX
+from viewer.ids import GANTT_PROPS, TRACE_PROPS, TraceOut, outputs
+from viewer.page import CSS, PLOTLY_EARLY, TABLES, layout, msg, plotly_version, serve_plotly
+from viewer.panels import export as X
+from viewer.panels import gantt as G
+from viewer.panels import tables as T
+from viewer.panels import trace as TR
+from viewer.state import ERROR, FIRST_VIEW_CACHE, NO, guarded, log, lru_get
+
+GANTT_FILTERS = ("grouping", "ranks", "launches", "stages", "phases", "ctas")  # the Gantt's filter inputs
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # hosts served uncompressed (see ``build``)
+PX_SCRIPT = """function(_) { var g = document.getElementById('gantt');
+    var w = g ? Math.max(400, Math.min(3000, g.clientWidth - 210)) : 1000;
+    return [Math.round(w), 560]; }"""
+# only zooms and pans reach the server: plotly's autosize and other layout events stay in
+# the browser (a late autosize would otherwise cancel a zoom in flight)
+ZOOM_SCRIPT = """function(rel) { if (!rel) return window.dash_clientside.no_update;
+    var zoom = Object.keys(rel).some(k => /^(xaxis2?|yaxis)\\.(range|autorange)/.test(k));
+    return zoom ? rel : window.dash_clientside.no_update; }"""
+
+
+# -- the first view ------------------------------------------------------------------------------
+def first_view(app, search: str | None) -> dict:
+    """The page's first view for the address's search string (``?trace=...``):
+    ``{"search": search, "props": {(id, prop): value}}``, what the trace callback and
+    then the Gantt callback would set, computed here so that the layout response
+    carries the first figure (one round trip instead of three before anything is
+    drawn). Cached per search string while the trace files (names, modification
+    times) and the bar limit stay the same."""
+    search = search or ""
+    names = tuple(app.catalog.names())
+    try:
+        item = app.store.get(app.requested(search))
+        opened = (str(item.path), item.mtime)
+    except Exception:  # noqa: BLE001 - select reports it in the page; not cached
+        return _first_view(app, search)
+    return lru_get(app.first_views, app.first_lock, (search, names, opened, app.bar_limit),
+                   lambda: _first_view(app, search), FIRST_VIEW_CACHE)
+
+
+def _first_view(app, search: str) -> dict:
+    t = TR.select(app, search, None, False)
+    g = G.on_gantt(app, t.key, t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas, "filters", None,
+                   None, None, list(GANTT_PX), None)
+    props = dict(zip(TRACE_PROPS, t))
+    props.update(zip(GANTT_PROPS, g))
+    return {"search": search, "props": {k: v for k, v in props.items() if v is not NO}}
+
+
+def page_search(referrer: str | None) -> str | None:
+    """The search string (``?trace=...``, or ``""``) of the page whose script asks for
+    Dash's layout, from that request's ``Referer`` (the page's address: the layout
+    request comes from the page itself, same origin); None without one."""
+    if not referrer:
+        return None
+    query = urllib.parse.urlsplit(referrer).query
+    return f"?{query}" if query else ""
+
+
+# -- request guards --------------------------------------------------------------------------------
+def loopback_host_only():
+    """Refuse a request whose ``Host`` header names anything but this machine, when
+    the server is bound to loopback: a page on another site whose name resolves to
+    127.0.0.1 (DNS rebinding) would otherwise read the dashboard."""
+    host = flask.request.host.rsplit(":", 1)[0] if not flask.request.host.startswith("[") \
+        else flask.request.host[1:].split("]")[0]
+    if host not in LOOPBACK:
+        return flask.Response("timeline-view serves this machine only (Host must be 127.0.0.1, localhost "
+                              "or ::1); bind another address with --host to serve a network", 403,
+                              mimetype="text/plain")
+    return None
+
+
+def malformed(e):
+    """Any request a callback could not take (one that names no callback, a body Dash
+    cannot parse): one line, status 400, the traceback in the server's log only."""
+    from werkzeug.exceptions import HTTPException
+
+    if isinstance(e, HTTPException):
+        return e
+    log.exception("malformed request to %s", flask.request.path)
+    return flask.Response(f"timeline-view: malformed request ({type(e).__name__})\n", 400, mimetype="text/plain")
+
+
+# -- the callbacks' adapters ------------------------------------------------------------------------
+@guarded(*(ERROR if p == ("banners", "children") else NO for p in TRACE_PROPS), named=TraceOut)
+def on_trace(app, search, picked, page_search):
+    by_picker = dash.ctx.triggered_id == "trace-select"
+    # the initial call, or dcc.Location reporting the address as it mounts: the layout
+    # already shows this address's view (the page reloads on a new address)
+    if not by_picker and page_search is not None and (search or "") == page_search:
+        raise dash.exceptions.PreventUpdate
+    return TR.select(app, search, picked, by_picker)
+
+
+def on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
+    trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(dash.ctx.triggered_id, "filters")
+    return G.on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1, px, state)
+
+
+@guarded(ERROR)
+def on_click(app, click, key, state):
+    return G.details(app, key["name"], click, state) if key and key.get("name") else "No trace."
+
+
+@guarded(None, None, ERROR)
+def on_report(app, panels, by_launch, tab, prev):
+    if tab != "report":
+        raise dash.exceptions.PreventUpdate
+    if not panels:
+        return None, None, None
+    cols, rows, note = T.stage_report(app, panels[0], panels[1], panels[2], bool(by_launch))
+    return (*T.table_out("stage-report", cols, rows, prev), note)
+
+
+@guarded(F.idle_figure(None), None, None, ERROR)
+def on_idle(app, panels, tab, prev):
+    if tab != "idle":
+        raise dash.exceptions.PreventUpdate
+    if not panels:
+        return F.idle_figure(None), None, None, None
+    fig, cols, rows, note = T.idle(app, panels[0], panels[1], panels[2])
+    return (fig, *T.table_out("idle-table", cols, rows, prev), note)
+
+
+@guarded({"data": [], "layout": {}}, None, None, ERROR)
+def on_compare(app, a, b, scope, prev):
+    fig, cols, rows, note = T.compare(app, a, b, scope)
+    return (fig, *T.table_out("cmp-table", cols, rows, prev), note)
+
+
+@guarded(NO, NO)  # a malformed sort request leaves the table as it is
+def on_sort(table_id, clicks, data):
+    trig = dash.ctx.triggered_id
+    out = T.resort(table_id, data, trig.get("col") if trig and any(clicks or ()) else None)
+    if out is None:
+        raise dash.exceptions.PreventUpdate
+    return out
+
+
+@guarded(NO, ERROR)
+def on_export(app, _n, key, ranks, launches, stages):
+    if not key or not key.get("name"):
+        return NO, msg("no trace to export")
+    return X.export(app, key["name"], ranks or None, launches or None, stages), None
+
+
+# -- the app ------------------------------------------------------------------------------------------
+def _page(app, dash_app):
+    """Dash's index page with plotly.js loading from the head and the CSS inline.
+    plotly.js (4.8 MB, about a second to evaluate in a cold browser) is what the
+    first paint waits for; dcc.Graph would ask for it only once the layout and its
+    own chunk have loaded. Instead it loads asynchronously while the server builds
+    the layout; dcc.Graph uses ``window.Plotly`` when set (the documented way to
+    bring one's own plotly.js): until the script has run it is a promise that the
+    script's load resolves. The layout carries the first view (``first_view``)."""
+    prefix = dash_app.config.requests_pathname_prefix
+    route = f"_timeline-view/plotly-{plotly_version()}.min.js"
+    dash_app.server.add_url_rule(f"/{route}", "timeline_view_plotly", serve_plotly)
+    dash_app.index_string = dash_app.index_string.replace(
+        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + f"<style>{CSS}</style>")
+
+    def page_layout():
+        # Dash validates the layout once at build time, outside any request
+        search = page_search(flask.request.referrer) if flask.has_request_context() else None
+        return layout(None if search is None else first_view(app, search))
+
+    dash_app.layout = page_layout
+
+
+def build(app, compress: bool = False, host: str | None = "127.0.0.1") -> dash.Dash:
+    """The Dash app over ``app`` (a ``viewer.state.App``). ``compress``: send responses
+    compressed (flask-compress): worth it over a network, not on loopback, where
+    compressing costs more than it saves. ``host``: the address it will be bound to;
+    on loopback every request must name a loopback ``Host``."""
+    # no assets folder: Dash would otherwise serve (and inject into the page) whatever an
+    # ``assets/`` directory beside the working directory holds; the CSS is inline
+    d = dash.Dash("timeline-view", title="timeline-view", update_title=None, serve_locally=True, compress=compress,
+                  assets_folder=str(Path(__file__).parent / "no-assets"), assets_ignore=".*")
+    _page(app, d)
+    if host in LOOPBACK:
+        d.server.before_request(loopback_host_only)
+    d.server.register_error_handler(Exception, malformed)
+    d.clientside_callback(PX_SCRIPT, Output("px", "data"), Input("url", "pathname"))
+    d.clientside_callback(ZOOM_SCRIPT, Output("zoom", "data"), Input("gantt", "relayoutData"))
+    d.callback(*outputs(TRACE_PROPS), Input("url", "search"), Input("trace-select", "value"),
+               State("page-search", "data"))(partial(on_trace, app))
+    d.callback(*outputs(GANTT_PROPS), Input("trace-key", "data"), *(Input(c, "value") for c in GANTT_FILTERS),
+               Input("zoom", "data"), Input("t0", "value"), Input("t1", "value"), Input("reset", "n_clicks"),
+               State("px", "data"), State("view-state", "data"),
+               prevent_initial_call=True)(partial(on_gantt, app))  # the layout holds the first view
+    d.callback(Output("details", "children"), Input("gantt", "clickData"), State("trace-key", "data"),
+               State("view-state", "data"), prevent_initial_call=True)(partial(on_click, app))
+    d.callback(Output("stage-report", "children"), Output("stage-report-data", "data"), Output("report-msg", "children"),
+               Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"),
+               State("stage-report-data", "data"))(partial(on_report, app))
+    d.callback(Output("idle-graph", "figure"), Output("idle-table", "children"), Output("idle-table-data", "data"),
+               Output("idle-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
+               State("idle-table-data", "data"))(partial(on_idle, app))
+    d.callback(Output("cmp-graph", "figure"), Output("cmp-table", "children"), Output("cmp-table-data", "data"),
+               Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
+               Input("cmp-scope", "value"), State("cmp-table-data", "data"))(partial(on_compare, app))
+    for table_id in TABLES:  # a click on a column header sorts by it; a second click reverses
+        d.callback(Output(table_id, "children", allow_duplicate=True),
+                   Output(f"{table_id}-data", "data", allow_duplicate=True),
+                   Input({"type": "sort", "table": table_id, "col": ALL}, "n_clicks"),
+                   State(f"{table_id}-data", "data"), prevent_initial_call=True)(partial(on_sort, table_id))
+    d.callback(Output("download", "data"), Output("export-msg", "children"), Input("export-chrome", "n_clicks"),
+               State("trace-key", "data"), State("ranks", "value"), State("launches", "value"),
+               State("stages", "value"), prevent_initial_call=True)(partial(on_export, app))
+    return d
