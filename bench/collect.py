@@ -69,7 +69,7 @@ def naive_decode(buf, spec):
 
 def one(mode: str, stamps: int) -> dict:
     if mode == "collect-nohp":
-        from timeline.collect import no_hugepage_madvise
+        from timeline.cli import no_hugepage_madvise
 
         no_hugepage_madvise()
     sp, buf = make_buffer(stamps)

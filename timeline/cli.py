@@ -150,6 +150,23 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def no_hugepage_madvise() -> bool:
+    """Stop numpy from asking the kernel for transparent huge pages on large arrays,
+    process-wide: for a process that decodes once (this command), its first large
+    allocations then skip page compaction (bench/collect.py measures both ways).
+    Returns whether it could."""
+    import numpy as np
+
+    try:
+        np._core.multiarray._set_madvise_hugepage(False)
+    except AttributeError:  # pragma: no cover - numpy < 2 keeps it in np.core
+        try:
+            np.core.multiarray._set_madvise_hugepage(False)
+        except AttributeError:
+            return False
+    return True
+
+
 def main(argv=None) -> int:
     """Run the ``timeline`` command line; returns the exit status."""
     parser = build_parser()
@@ -161,7 +178,7 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from timeline.analysis import AnalysisError
-    from timeline.collect import CollectError, no_hugepage_madvise
+    from timeline.collect import CollectError
     from timeline.merge import MergeError
 
     no_hugepage_madvise()  # our own process: no compaction stalls on big decodes

@@ -424,21 +424,6 @@ def collect(
     return Trace(tasks, [spec], report, origins={spec.rank: origin}, synthetic=synthetic)
 
 
-def no_hugepage_madvise() -> bool:
-    """Stop numpy from asking the kernel for transparent huge pages on large arrays
-    (process-wide). For a process that decodes once: its first large allocations
-    then skip page compaction (bench/results/collect_cpu.txt has both ways).
-    Returns whether it could."""
-    try:
-        np._core.multiarray._set_madvise_hugepage(False)
-    except AttributeError:  # pragma: no cover - numpy < 2 keeps it in np.core
-        try:
-            np.core.multiarray._set_madvise_hugepage(False)
-        except AttributeError:
-            return False
-    return True
-
-
 def _strict_message(spec, report) -> str:
     lines = [f"stamp buffer of {spec.kernel!r} (rank {spec.rank}) has anomalies:"]
     for r in report.to_pylist():

@@ -1,0 +1,127 @@
+"""The critical path of one launch: the chain of work, waits and idle time behind its
+last end (``critical_path``, a documented heuristic: the stamps say when a wait
+ended, not which producer released it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline import grouped as GR
+from timeline.grouped import AnalysisError
+from timeline import rows as R
+from timeline import schema as S
+
+_NULL = S.NS_MISSING
+CRITICAL_PATH_SCHEMA = pa.schema([
+    ("order", pa.int32()), ("stage", pa.string()), ("task", pa.int32()), ("cta", pa.int32()),
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", pa.string()),
+    ("duration_ns", pa.int64()),
+])
+
+
+def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
+    """The chain of work, waits and idle time that ends at one launch's last end,
+    found by walking back from the task that ends last. A HEURISTIC: the stamps say
+    when a task's wait for its producers ended (the phase ending the spec's declared
+    ``wait``; "hint" below, as in the demos, where the wait is ``start → hint``), not
+    which producer it waited for, so the walk guesses.
+
+    From a task T (its waves merged: earliest start, earliest hint, latest end):
+    - ``work`` row: T's hint → end (staging, compute, epilogue);
+    - the producer P is the task of an *earlier stage* (any CTA) whose end is the
+      latest at or before T's hint. If P ended after T started, T was waiting for
+      P: a ``wait`` row P.end → T.hint (mailbox and polling latency), and the walk
+      goes on from P;
+    - otherwise T's start, not a producer, held it up: a ``wait`` row from the start
+      of T's wait to T.hint (barrier / poll cost; a ``work`` row T.start → that start
+      when the wait is not the first interval, e.g. GLM-5's ``hint → staged``), an ``idle`` row from the end of the CTA's own
+      previous task Q (the one that started last before T) to T.start, and the walk
+      goes on from Q. It stops at a task with neither.
+    The rows (``order`` 0 = earliest) tile the time from the path's first task to
+    the launch's last end without overlap: where merged waves make Q end after T
+    starts (the waves' skew), the later row starts where the earlier one ends. A
+    zero-length wait or idle row is left out.
+
+    Limits of the guess: a wait is attributed to the latest-finishing task of any
+    earlier stage even when T did not read it (another CTA's task, a stage T does
+    not depend on), so read a ``wait`` row as "the latest thing that could have
+    released T"; the walk stays inside one rank, so an all-reduce wait on a slower
+    rank shows as a long wait on the latest local producer."""
+    spec = trace.spec
+    if not spec.wait:
+        raise AnalysisError(f"critical_path needs the spec's wait for producers (Spec(wait=(phase, next "
+                            f"phase))); this trace declares none (phases {list(trace.phases)})")
+    tasks = R.select(trace.tasks, R.check(trace, [rank], [launch]))
+    tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
+    if tasks.num_rows == 0:
+        return CRITICAL_PATH_SCHEMA.empty_table()
+    start, end = R.extent(R.phase_matrix(tasks, trace.phases))
+    ff = R.inherited(R.phase_matrix(tasks, trace.phases))
+    w0, w1 = (ff[:, trace.phases.index(p)] for p in spec.wait)  # the wait's start, and its end
+    w0 = np.where(w0 == _NULL, start, np.clip(w0, start, end))
+    hint = np.where(w1 == _NULL, w0, np.clip(w1, w0, end))
+    stage_i = R.column(tasks, "stage_index").astype(np.int64)
+    task = R.column(tasks, "task").astype(np.int64)
+    cta = R.column(tasks, "cta").astype(np.int64)
+    # merge waves: one task = one (stage, task)
+    tid, nt, keys = GR.group_ids(stage_i, task)
+    keys = np.stack(keys, axis=1)
+    t_start, t_end = GR.group_min_max(tid, nt, start, end)
+    t_hint, _ = GR.group_min_max(tid, nt, hint, hint)
+    t_wait, _ = GR.group_min_max(tid, nt, w0, w0)
+    t_cta = np.zeros(nt, dtype=np.int64)
+    t_cta[tid] = cta
+    t_stage = keys[:, 0]
+    # producers: per stage s, the tasks of stages < s sorted by end
+    by_end = np.lexsort((np.arange(nt), t_end))
+    prod_sorted = [by_end[t_stage[by_end] < s] for s in range(len(spec.stages))]
+    # the CTA's own tasks sorted by (cta, start, index)
+    own = np.lexsort((np.arange(nt), t_start, t_cta))
+    own_cta = t_cta[own]
+    pos_in_own = np.empty(nt, dtype=np.int64)
+    pos_in_own[own] = np.arange(nt)
+
+    rows = []  # (task id, start, end, kind) walking back
+    cur = int(by_end[-1])
+    seen = set()
+    while cur not in seen:
+        seen.add(cur)
+        rows.append((cur, t_hint[cur], t_end[cur], "work"))
+        ps = prod_sorted[t_stage[cur]]
+        j = np.searchsorted(t_end[ps], t_hint[cur], side="right") - 1
+        if j >= 0 and t_end[ps[j]] > t_start[cur]:
+            p = int(ps[j])
+            rows.append((cur, t_end[p], t_hint[cur], "wait"))
+            cur = p
+            continue
+        rows.append((cur, t_wait[cur], t_hint[cur], "wait"))
+        if t_wait[cur] > t_start[cur]:  # the task's own work before its wait (hint -> staged waits)
+            rows.append((cur, t_start[cur], t_wait[cur], "work"))
+        k = pos_in_own[cur] - 1  # the CTA's task that started just before (ties: by index)
+        if k < 0 or own_cta[k] != t_cta[cur]:
+            break
+        q = int(own[k])
+        rows.append((cur, t_end[q], t_start[cur], "idle"))
+        cur = q
+    rows.reverse()
+    s = np.array([r[1] for r in rows], dtype=np.int64)
+    e = np.array([r[2] for r in rows], dtype=np.int64)
+    before = np.maximum.accumulate(e)  # tile: a row starts no earlier than all before it end
+    s[1:] = np.maximum(s[1:], before[:-1])
+    e = np.maximum(e, s)
+    keep = np.array([r[3] == "work" for r in rows]) | (e > s)
+    rows = [r for r, k in zip(rows, keep) if k]
+    s, e = s[keep], e[keep]
+    idx = np.array([r[0] for r in rows], dtype=np.int64)
+    return pa.table({
+        "order": pa.array(np.arange(len(rows), dtype=np.int32)),
+        "stage": GR.stage_strings(spec, t_stage[idx]),
+        "task": pa.array(keys[idx, 1].astype(np.int32)),
+        "cta": pa.array(t_cta[idx].astype(np.int32)),
+        "start_ns": pa.array(s),
+        "end_ns": pa.array(e),
+        "kind": pa.array([r[3] for r in rows], pa.string()),
+        "duration_ns": pa.array(e - s),
+    }, schema=CRITICAL_PATH_SCHEMA)
