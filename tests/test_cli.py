@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from timeline import analysis as A
+from timeline import compare as C
 from timeline import schema as S
 from timeline import synth
 from timeline.cli import main
@@ -328,3 +329,65 @@ def test_bad_options_and_inputs_are_one_line_exit_2(hand, tmp_path, capsys, argv
                  trace=REPO / "traces" / "h200_calibration.arrow")
     err = error_of([a.format(**names) for a in argv], capsys)
     assert message in err and err.strip().count("\n") == 0 and "Traceback" not in err
+
+
+# -- multi-launch summaries, compare, idle, critical path -------------------------------------------
+@pytest.fixture(scope="module")
+def launches4(tmp_path_factory):
+    """A SYNTHETIC trace of 4 launches and one of the same kernel 10% slower in 'o'."""
+    d = tmp_path_factory.mktemp("launches4")
+    spec = synth.glm5_spec(launches=4)
+    fast = synth.synth_trace(spec, grid=16, seed=2)
+    fast.save(d / "a.arrow")
+    return d, fast
+
+
+def test_summary_of_many_launches_is_a_typical_launch(launches4, capsys):
+    d, trace = launches4
+    code, out, _ = run(["summary", d / "a.arrow", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and doc["report"] == "typical_launch"
+    by = A.stage_report(trace, by_launch=True)
+    o = [r for r in by.to_pylist() if r["stage"] == "o"]
+    row = next(r for r in doc["rows"] if r["stage"] == "o")
+    assert row["launches"] == 4 and row["tasks"] == o[0]["tasks"]
+    assert row["span_us"] == pytest.approx(float(np.median([r["span_us"] for r in o])))
+    assert row["worst span_us"] == pytest.approx(max(r["span_us"] for r in o))
+    union = json.loads(run(["summary", d / "a.arrow", "--json", "--union"], capsys)[1])
+    assert union["report"] == "stage"
+    assert next(r for r in union["rows"] if r["stage"] == "o")["tasks"] == 4 * o[0]["tasks"]
+    code, out, _ = run(["summary", d / "a.arrow"], capsys)
+    assert "a typical launch: the median over 4 (rank, launch) pairs" in out and "worst span" in out
+
+
+def test_summary_idle_and_critical_path(launches4, capsys):
+    d, trace = launches4
+    doc = json.loads(run(["summary", d / "a.arrow", "--idle", "--json"], capsys)[1])
+    want = A.idle_per_cta(trace)
+    assert len(doc["rows"]) == want.num_rows
+    shares = [r["idle_share"] for r in doc["rows"]]
+    assert shares == sorted(shares, reverse=True)  # the idlest first
+    doc = json.loads(run(["summary", d / "a.arrow", "--critical-path", "--launch", "2", "--json"], capsys)[1])
+    path = A.critical_path(trace, rank=0, launch=2)
+    rows = doc["rows"]
+    assert len(rows) == path.num_rows and {r["launch"] for r in rows} == {2}
+    t0 = min(path.column("start_ns").to_pylist())
+    assert rows[-1]["end_us"] == pytest.approx((path.column("end_ns").to_pylist()[-1] - t0) / 1e3)
+    assert sum(r["duration_us"] for r in rows) == pytest.approx(rows[-1]["end_us"] - rows[0]["start_us"])
+    code, out, _ = run(["summary", d / "a.arrow", "--critical-path", "--rank", "0", "--launch", "0"], capsys)
+    assert code == 0 and "rank 0 launch 0: critical path" in out
+
+
+def test_compare_prints_the_per_stage_delta(launches4, tmp_path, capsys):
+    d, trace = launches4
+    slow = synth.synth_trace(synth.glm5_spec(launches=2), grid=16, seed=5)
+    slow.save(tmp_path / "b.arrow")
+    doc = json.loads(run(["compare", d / "a.arrow", tmp_path / "b.arrow", "--json"], capsys)[1])
+    ra = C.median_per_stage(A.stage_report(trace, by_launch=True))
+    rb = C.median_per_stage(A.stage_report(slow, by_launch=True))
+    assert doc["rows"] == json.loads(json.dumps(C.compare_table(ra, rb)))
+    row = next(r for r in doc["rows"] if r["stage"] == "o")
+    assert row["Δ span_us"] == pytest.approx(row["B span_us"] - row["A span_us"], abs=2e-3)
+    code, out, _ = run(["compare", d / "a.arrow", tmp_path / "b.arrow"], capsys)
+    assert code == 0 and "Δ = B - A" in out and "typical launch" in out
+    assert "does not exist" in error_of(["compare", d / "a.arrow", tmp_path / "none.arrow"], capsys)

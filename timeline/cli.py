@@ -12,6 +12,7 @@ on stderr saying what and where, never a traceback: the library's own errors
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from timeline import commands as K
@@ -69,8 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _sub(subs, "summary", K.cmd_summary, "print the stage report of a trace",
              "examples:\n"
-             "  timeline summary run.arrow                 # per stage over all ranks and launches\n"
+             "  timeline summary run.arrow                 # per stage, a typical launch\n"
+             "  timeline summary run.arrow --union         # per stage over all ranks and launches as one\n"
              "  timeline summary run.arrow --by-launch     # per rank, launch and stage\n"
+             "  timeline summary run.arrow --idle          # idle time per CTA\n"
+             "  timeline summary run.arrow --critical-path --rank 0 --launch 0\n"
              "  timeline summary run.arrow --legacy --rank 0 --launch 1\n"
              "  timeline summary run.arrow --json > report.json\n\n"
              "Times are µs from the earliest start of the scope. --legacy prints the mono kernels'\n"
@@ -81,9 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--legacy", action="store_true", help="the GLM-5 kernel's own timeline_report() lines")
     p.add_argument("--profile-csv", action="store_true",
                    help="the GLM-5 tools' profile_summary.py CSV: event,ctas,first_us,median_us,last_us")
+    p.add_argument("--union", action="store_true", help="all launches as one scope (default: a typical launch)")
+    p.add_argument("--idle", action="store_true", help="idle time per CTA, the idlest first")
+    p.add_argument("--critical-path", action="store_true", help="each launch's critical path (a heuristic)")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument("--rank", type=K.int_list, metavar="R[,R..]", help="only these ranks")
     p.add_argument("--launch", type=K.int_list, metavar="L[,L..]", help="only these launches")
+
+    p = _sub(subs, "compare", K.cmd_compare, "per stage, trace B against trace A (B - A)",
+             "examples:\n"
+             "  timeline compare before.arrow after.arrow             # a typical launch of each\n"
+             "  timeline compare before.arrow after.arrow --scope trace --json\n\n"
+             "Per stage in both traces: A and B span, their difference and ratio, and the\n"
+             "difference of each interval's p50. A typical launch is the median over a trace's\n"
+             "(rank, launch) pairs, so traces of different launch counts compare fairly.")
+    p.add_argument("a", metavar="A", help="the trace before")
+    p.add_argument("b", metavar="B", help="the trace after")
+    p.add_argument("--scope", choices=("launch", "trace"), default="launch",
+                   help="launch: a typical launch of each (default); trace: each trace whole")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
     p = _sub(subs, "export", K.cmd_export, "export a trace to Chrome trace JSON and/or Perfetto protobuf",
              "examples:\n"
@@ -194,6 +214,9 @@ def main(argv=None) -> int:
     except tuple(known) as e:
         print(f"timeline {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``| head``): nothing more to say
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except OSError as e:  # unreadable input, unwritable output
         where = f" {e.filename!r}" if e.filename else ""
         print(f"timeline {args.command}: error:{where} {e.strerror or e}", file=sys.stderr)

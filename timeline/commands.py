@@ -10,6 +10,10 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
+from timeline import compare as C
 from timeline import rows as R
 from timeline import schema as S
 from timeline.textout import Progress, _json_rows, format_table
@@ -167,15 +171,96 @@ def cmd_summary(args) -> int:
                   "mark 1-3 inherits the previous one)")
             print(LR.legacy_text(t))
         return 0
-    table = A.stage_report(trace, by_launch=args.by_launch, ranks=ranks, launches=launches)
+    if args.idle:
+        return _summary_idle(trace, args, ranks, launches)
+    if args.critical_path:
+        return _summary_critical_path(trace, args, ranks, launches)
+    pairs = C.launch_pairs(trace, ranks=ranks, launches=launches)
+    typical = pairs > 1 and not args.by_launch and not args.union
+    if typical:
+        table = C.typical_launch(trace, ranks=ranks, launches=launches)
+        scope = (f"a typical launch: the median over {pairs} (rank, launch) pairs, µs from each launch's "
+                 "first start; worst span = the slowest launch's (--union: all launches as one)")
+    else:
+        table = A.stage_report(trace, by_launch=args.by_launch, ranks=ranks, launches=launches)
+        scope = "µs from the earliest start" + (" of each rank's launch" if args.by_launch else "")
     if args.json:
-        _print_json(trace, "stage", _json_rows(table), by_launch=args.by_launch)
+        _print_json(trace, "typical_launch" if typical else "stage", _json_rows(table), by_launch=args.by_launch)
         return 0
     print(_title(trace))
-    print("stage report: µs from the earliest start"
-          + (" of each rank's launch" if args.by_launch else "")
-          + "; share = stage span / kernel span; interval columns are per-row p50 / p90 (µs)\n")
+    print(f"stage report, {scope}; share = stage span / kernel span; interval columns are per-row "
+          "p50 / p90 (µs)\n")
     print(format_table(table))
+    return 0
+
+
+def _summary_idle(trace, args, ranks, launches) -> int:
+    """``summary --idle``: idle time per CTA, the idlest first."""
+    from timeline import analysis as A
+
+    t = A.idle_per_cta(trace, ranks=ranks, launches=launches)
+    order = np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)), kind="stable")
+    t = t.take(pa.array(order))
+    if args.json:
+        _print_json(trace, "idle", _json_rows(t), by_launch=True)
+        return 0
+    print(_title(trace))
+    print("idle per CTA, the idlest first: time between a CTA's tasks inside its launch (µs)\n")
+    print(format_table(t))
+    return 0
+
+
+def _summary_critical_path(trace, args, ranks, launches) -> int:
+    """``summary --critical-path``: ``analysis.critical_path`` of every selected
+    (rank, launch), times in µs from the launch's first start."""
+    from timeline import analysis as A
+
+    blocks = []
+    for r in ranks or trace.ranks:
+        for launch in launches or trace.launches:
+            if C.launch_pairs(trace, ranks=[r], launches=[launch]):
+                blocks.append((r, launch, _path_us(A.critical_path(trace, rank=r, launch=launch))))
+    if args.json:
+        rows = [{"rank": r, "launch": la, **row} for r, la, t in blocks for row in _json_rows(t)]
+        _print_json(trace, "critical_path", rows, by_launch=True)
+        return 0
+    print(_title(trace))
+    for r, launch, t in blocks:
+        print(f"\nrank {r} launch {launch}: critical path (a heuristic: see timeline.critical), µs from the "
+              "path's first start")
+        print(format_table(t))
+    return 0
+
+
+def _path_us(path):
+    """A critical-path table with its ns columns as µs from the path's first start."""
+    if path.num_rows == 0:
+        return path
+    t0 = min(path.column("start_ns").to_pylist())
+    cols = {c: path.column(c) for c in ("order", "kind", "stage", "task", "cta")}
+    for c in ("start", "end"):
+        cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
+    cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)
+    return pa.table(cols)
+
+
+def cmd_compare(args) -> int:
+    """``timeline compare A B``: per stage, B - A (``timeline.compare``)."""
+    from timeline import analysis as A
+
+    a, b = _load(args.a), _load(args.b)
+    per_launch = args.scope == "launch"
+    ra, rb = (C.typical(A.stage_report(t, by_launch=per_launch), per_launch) for t in (a, b))
+    rows = C.compare_table(ra, rb)
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "scope": args.scope, "rows": rows},
+                         ensure_ascii=False, indent=1))
+        return 0
+    shared = [s for s in a.spec.stage_names if s in set(b.spec.stage_names)]
+    print(f"A {args.a}\nB {args.b}\n" + (
+        "a typical launch of each (median over its (rank, launch) pairs)" if per_launch else "each trace whole")
+        + f"; {len(shared)} stages in both; Δ = B - A, µs\n")
+    print(format_table(pa.Table.from_pylist(rows)) if rows else "no stage in both traces")
     return 0
 
 

@@ -8,6 +8,9 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline import analysis as A
 
 
 def median_per_stage(report: pa.Table) -> pa.Table:
@@ -28,8 +31,40 @@ def median_per_stage(report: pa.Table) -> pa.Table:
             vals = v[keys == k]
             vals = vals[~np.isnan(vals)]
             med.append(float(np.median(vals)) if vals.size else math.nan)
-        out[c] = med
+        integral = pa.types.is_integer(report.schema.field(c).type) and all(m == int(m) for m in med if not math.isnan(m))
+        out[c] = pa.array([None if math.isnan(m) else int(m) for m in med], pa.int64()) if integral else med
     return pa.table(out)
+
+
+def launch_pairs(trace, *, ranks=None, launches=None) -> int:
+    """How many (rank, launch) pairs of the selection hold task rows."""
+    t = trace.tasks
+    if t.num_rows == 0:
+        return 0
+    key = pc.add(pc.multiply(pc.cast(t.column("rank"), pa.int64()), 1 << 32), pc.cast(t.column("launch"), pa.int64()))
+    keep = np.ones(t.num_rows, bool)
+    for col, vals in (("rank", ranks), ("launch", launches)):
+        if vals is not None:
+            keep &= np.isin(t.column(col).to_numpy(), vals)
+    return int(np.unique(key.to_numpy()[keep]).size)
+
+
+def typical_launch(trace, *, ranks=None, launches=None) -> pa.Table:
+    """One row per stage over the selection's (rank, launch) pairs: the median of every
+    stage-report column over them (a typical launch; times from each launch's own
+    first start), then ``worst span_us`` (the slowest launch's span of the stage) and
+    ``launches`` (how many pairs ran it). What a multi-launch summary shows first: the
+    union of 16 launches would report one stage spanning all of them."""
+    by = A.stage_report(trace, by_launch=True, ranks=ranks, launches=launches)
+    med = median_per_stage(by)
+    stages = by.column("stage").to_pylist()
+    span = np.array([np.nan if v is None else float(v) for v in by.column("span_us").to_pylist()])
+    worst, count = [], []
+    for st in med.column("stage").to_pylist():
+        v = span[[s == st for s in stages]]
+        worst.append(float(np.nanmax(v)) if np.isfinite(v).any() else math.nan)
+        count.append(int(v.size))
+    return med.append_column("worst span_us", pa.array(worst)).append_column("launches", pa.array(count))
 
 
 def typical(report: pa.Table, per_launch: bool) -> pa.Table:
