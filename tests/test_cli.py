@@ -367,6 +367,8 @@ def test_summary_idle_and_critical_path(launches4, capsys):
     assert len(doc["rows"]) == want.num_rows
     shares = [r["idle_share"] for r in doc["rows"]]
     assert shares == sorted(shares, reverse=True)  # the idlest first
+    gaps = [g["duration_ns"] for g in doc["gaps"]]
+    assert gaps == sorted(A.idle_gaps(trace).column("duration_ns").to_pylist(), reverse=True)[:20]
     doc = json.loads(run(["summary", d / "a.arrow", "--critical-path", "--launch", "2", "--json"], capsys)[1])
     path = A.critical_path(trace, rank=0, launch=2)
     rows = doc["rows"]

@@ -596,6 +596,14 @@ def test_stage_report_idle_and_compare(state):
     assert "start→hint p50_us" in [c["id"] for c in cols] and "rank" not in [c["id"] for c in cols]
     fig, cols, rows, msg = VT.idle(state, "small.arrow", None, None)
     assert msg is None and len(rows) == 2 * 8 and fig["data"][0]["type"] == "heatmap"
+    trace = state.store.get("small.arrow").trace
+    cols, rows = VT.gaps(state, "small.arrow", [1], None)
+    want = sorted(A.idle_gaps(trace, ranks=[1]).column("duration_ns").to_pylist(), reverse=True)[:VT.IDLE_GAPS]
+    assert [r["duration_ns"] for r in rows] == want and {r["rank"] for r in rows} == {1}
+    cols, rows, msg = VT.critical(state, "small.arrow", [1], None)
+    path = A.critical_path(trace, rank=1, launch=0)
+    assert len(rows) == path.num_rows and "rank 1 · launch 0" in _text(msg)
+    assert [r["kind"] for r in rows] == path.column("kind").to_pylist()
     for scope in ("launch", "trace"):
         fig, cols, rows, msg = VT.compare(state, "small.arrow", "small.arrow", scope)
         assert all(r["Δ span_us"] == 0 for r in rows) and len(fig["data"]) == 2 and len(rows) == 11
@@ -606,7 +614,7 @@ def test_median_per_stage():
                   "tasks": [4, 2, 4, 2, 4], "span_us": [1.0, 5.0, 3.0, None, 8.0]})
     m = TC.median_per_stage(r)
     assert m.column("stage").to_pylist() == ["a", "b"]
-    assert m.column("span_us").to_pylist() == [3.0, 5.0] and m.column("tasks").to_pylist() == [4.0, 2.0]
+    assert m.column("span_us").to_pylist() == [3.0, 5.0] and m.column("tasks").to_pylist() == [4, 2]
 
 
 def test_compare_table_deltas():

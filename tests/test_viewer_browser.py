@@ -198,6 +198,15 @@ def test_panels_idle_and_compare(page):
     kind = B.wait_for(driver, "var g=document.querySelector('#idle-graph .js-plotly-plot');"
                               "return g && g.data && g.data.length ? g.data[0].type : null;", 30, "the idle chart")
     assert kind == "heatmap"
+    gaps = B.wait_for(driver, "var r = document.querySelectorAll('#gap-table tbody tr');"
+                              "return r.length ? document.querySelector('#gap-table').innerText : null;", 30,
+                      "the largest idle gaps")
+    assert "duration_ns" in gaps and "stage_before" in gaps
+    driver.find_element("id", "tab-critical").click()
+    path = B.wait_for(driver, "var r = document.querySelectorAll('#critical-table tbody tr');"
+                              "return r.length ? document.querySelector('#tab-critical').parentElement.parentElement"
+                              ".innerText : null;", 30, "the critical path")
+    assert "work" in path and "duration_us" in path and "rank 0 · launch 0" in path
 
 
 def test_linked_view_is_drawn_from_the_layout(page):

@@ -201,12 +201,16 @@ def _summary_idle(trace, args, ranks, launches) -> int:
     t = A.idle_per_cta(trace, ranks=ranks, launches=launches)
     order = np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)), kind="stable")
     t = t.take(pa.array(order))
+    gaps = A.idle_gaps(trace, ranks=ranks, launches=launches)
+    gaps = gaps.take(pa.array(np.argsort(-gaps.column("duration_ns").to_numpy(), kind="stable")[:IDLE_GAPS]))
     if args.json:
-        _print_json(trace, "idle", _json_rows(t), by_launch=True)
+        _print_json(trace, "idle", _json_rows(t), by_launch=True, gaps=_json_rows(gaps))
         return 0
     print(_title(trace))
-    print("idle per CTA, the idlest first: time between a CTA's tasks inside its launch (µs)\n")
+    print("idle per CTA, the idlest first: time between a CTA's tasks inside its launch (ns)\n")
     print(format_table(t))
+    print(f"\nthe {gaps.num_rows} largest gaps between a wave's tasks (ns), and the stages around them\n")
+    print(format_table(gaps))
     return 0
 
 
@@ -214,12 +218,13 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
     """``summary --critical-path``: ``analysis.critical_path`` of every selected
     (rank, launch), times in µs from the launch's first start."""
     from timeline import analysis as A
+    from timeline.critical import path_us
 
     blocks = []
     for r in ranks or trace.ranks:
         for launch in launches or trace.launches:
             if C.launch_pairs(trace, ranks=[r], launches=[launch]):
-                blocks.append((r, launch, _path_us(A.critical_path(trace, rank=r, launch=launch))))
+                blocks.append((r, launch, path_us(A.critical_path(trace, rank=r, launch=launch))))
     if args.json:
         rows = [{"rank": r, "launch": la, **row} for r, la, t in blocks for row in _json_rows(t)]
         _print_json(trace, "critical_path", rows, by_launch=True)
@@ -230,18 +235,6 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
               "path's first start")
         print(format_table(t))
     return 0
-
-
-def _path_us(path):
-    """A critical-path table with its ns columns as µs from the path's first start."""
-    if path.num_rows == 0:
-        return path
-    t0 = min(path.column("start_ns").to_pylist())
-    cols = {c: path.column(c) for c in ("order", "kind", "stage", "task", "cta")}
-    for c in ("start", "end"):
-        cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
-    cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)
-    return pa.table(cols)
 
 
 def cmd_compare(args) -> int:
@@ -264,7 +257,10 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _print_json(trace, report: str, rows: list, *, by_launch: bool):
+IDLE_GAPS = 20  # the largest gaps ``summary --idle`` lists
+
+
+def _print_json(trace, report: str, rows: list, *, by_launch: bool, **extra):
     doc = {
         "kernel": trace.spec.kernel,
         "synthetic": trace.synthetic,
@@ -273,6 +269,7 @@ def _print_json(trace, report: str, rows: list, *, by_launch: bool):
         "units": {"*_us": "µs from the earliest start of the scope", "share": "fraction"},
         "anomalies": trace.anomaly_summary(),
         "rows": rows,
+        **extra,
     }
     print(json.dumps(doc, ensure_ascii=False, indent=1))
 

@@ -125,3 +125,16 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
         "kind": pa.array([r[3] for r in rows], pa.string()),
         "duration_ns": pa.array(e - s),
     }, schema=CRITICAL_PATH_SCHEMA)
+
+
+def path_us(path: pa.Table) -> pa.Table:
+    """A ``critical_path`` table for reading: ``order, kind, stage, task, cta`` and
+    ``start_us, end_us, duration_us`` (µs from the path's first start)."""
+    if path.num_rows == 0:
+        return pa.table({c: pa.array([], path.schema.field(c).type) for c in ("order", "kind", "stage", "task", "cta")})
+    t0 = min(path.column("start_ns").to_pylist())
+    cols = {c: path.column(c) for c in ("order", "kind", "stage", "task", "cta")}
+    for c in ("start", "end"):
+        cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
+    cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)
+    return pa.table(cols)

@@ -14,7 +14,7 @@ from dash import dcc, html
 from viewer import figures as F
 from viewer.client import GANTT_PX
 
-TABS = ("report", "idle", "anomalies", "compare")
+TABS = ("report", "idle", "critical", "anomalies", "compare")
 
 
 def msg(text: str, kind: str = "error") -> html.Div:
@@ -128,7 +128,12 @@ def _tabs():
         dcc.Tab(label="Idle per CTA", value="idle", id="tab-idle", children=[
             html.Div(id="idle-msg"),
             dcc.Graph(id="idle-graph", config={"displaylogo": False}),
-            html.Div(id="idle-table"), dcc.Store(id="idle-table-data")]),
+            html.Div(id="idle-table"), dcc.Store(id="idle-table-data"),
+            html.B("The largest gaps between a wave's tasks"),
+            html.Div(id="gap-table"), dcc.Store(id="gap-table-data")]),
+        dcc.Tab(label="Critical path", value="critical", id="tab-critical", children=[
+            html.Div(id="critical-msg"),
+            html.Div(id="critical-table"), dcc.Store(id="critical-table-data")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
@@ -192,7 +197,7 @@ def table_records(table, digits: int = 3):
 
 
 TABLE_ROWS = 400  # rows a table panel draws (the rest: a note)
-TABLES = ("stage-report", "idle-table", "cmp-table")  # the sortable table panels
+TABLES = ("stage-report", "idle-table", "gap-table", "critical-table", "cmp-table")  # the sortable tables
 
 
 def sort_rows(cols: list, rows: list, sort) -> list:

@@ -129,14 +129,26 @@ def on_report(app, panels, by_launch, tab, prev):
     return (*T.table_out("stage-report", cols, rows, prev), note)
 
 
-@guarded(F.idle_figure(None), None, None, ERROR)
-def on_idle(app, panels, tab, prev):
+@guarded(F.idle_figure(None), None, None, None, None, ERROR)
+def on_idle(app, panels, tab, prev, prev_gaps):
     if tab != "idle":
         raise dash.exceptions.PreventUpdate
     if not panels:
-        return F.idle_figure(None), None, None, None
+        return F.idle_figure(None), None, None, None, None, None
     fig, cols, rows, note = T.idle(app, panels[0], panels[1], panels[2])
-    return (fig, *T.table_out("idle-table", cols, rows, prev), note)
+    gap_cols, gap_rows = T.gaps(app, panels[0], panels[1], panels[2])
+    return (fig, *T.table_out("idle-table", cols, rows, prev), *T.table_out("gap-table", gap_cols, gap_rows, prev_gaps),
+            note)
+
+
+@guarded(None, None, ERROR)
+def on_critical(app, panels, tab, prev):
+    if tab != "critical":
+        raise dash.exceptions.PreventUpdate
+    if not panels:
+        return None, None, None
+    cols, rows, note = T.critical(app, panels[0], panels[1], panels[2])
+    return (*T.table_out("critical-table", cols, rows, prev), note)
 
 
 @guarded({"data": [], "layout": {}}, None, None, ERROR)
@@ -211,8 +223,12 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1") -> dash.D
                Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"),
                State("stage-report-data", "data"))(partial(on_report, app))
     d.callback(Output("idle-graph", "figure"), Output("idle-table", "children"), Output("idle-table-data", "data"),
-               Output("idle-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
-               State("idle-table-data", "data"))(partial(on_idle, app))
+               Output("gap-table", "children"), Output("gap-table-data", "data"), Output("idle-msg", "children"),
+               Input("panel-key", "data"), Input("tabs", "value"), State("idle-table-data", "data"),
+               State("gap-table-data", "data"))(partial(on_idle, app))
+    d.callback(Output("critical-table", "children"), Output("critical-table-data", "data"),
+               Output("critical-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
+               State("critical-table-data", "data"))(partial(on_critical, app))
     d.callback(Output("cmp-graph", "figure"), Output("cmp-table", "children"), Output("cmp-table-data", "data"),
                Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
                Input("cmp-scope", "value"), State("cmp-table-data", "data"))(partial(on_compare, app))

@@ -11,6 +11,7 @@ import numpy as np
 
 from timeline import analysis as A
 from timeline import compare as C
+from timeline.critical import path_us
 from viewer import figures as F
 from viewer.client import sorted_ints
 from viewer.page import grid, msg, table_records
@@ -42,6 +43,37 @@ def idle(app, name, ranks, launches):
                             kind="stable")[:200])
     cols, rows = table_records(top)
     return F.idle_figure(t), cols, rows, None
+
+
+IDLE_GAPS = 200  # the largest gaps the idle tab lists
+
+
+def gaps(app, name, ranks, launches):
+    """``(columns, rows)``: the ``IDLE_GAPS`` largest gaps between a wave's tasks
+    (``analysis.idle_gaps``), with the stages before and after each."""
+    item = app.store.get(name)
+    ranks, launches = sorted_ints(ranks), sorted_ints(launches)
+    if item.data.n == 0:
+        return [], []
+    t = app.analysis(item, ("gaps", ranks, launches), lambda: A.idle_gaps(item.trace, ranks=ranks, launches=launches))
+    return table_records(t.take(np.argsort(-t.column("duration_ns").to_numpy(), kind="stable")[:IDLE_GAPS]))
+
+
+def critical(app, name, ranks, launches):
+    """``(columns, rows, message)``: the critical path (``timeline.critical``) of one
+    (rank, launch): the first of the selected ones, by default the trace's first."""
+    item = app.store.get(name)
+    tr = item.trace
+    if item.data.n == 0:
+        return [], [], msg("no intervals: no critical path", "info")
+    rank = sorted_ints(ranks)[0] if ranks else tr.ranks[0]
+    launch = sorted_ints(launches)[0] if launches else tr.launches[0]
+    path = app.analysis(item, ("critical", rank, launch), lambda: A.critical_path(tr, rank=rank, launch=launch))
+    cols, rows = table_records(path_us(path))
+    note = msg(f"rank {rank} · launch {launch} (the first of the selection): the chain of work, waits and idle "
+               "time behind the launch's last end, walked back from it; a heuristic (the stamps say when a "
+               "wait ended, not which producer released it)", "info")
+    return cols, rows, note
 
 
 def compare(app, a, b, scope="launch"):
