@@ -12,10 +12,9 @@ import pytest
 
 from viewer import app as V
 from viewer import wiring as VW
-from viewer import figures as F
 from tools import browser as B
 
-from test_viewer import make_trace_dir
+from viewerkit import make_trace_dir
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(B.available() is not None, reason=f"no headless browser: {B.available()}")]
@@ -130,30 +129,27 @@ def test_hover_and_click_show_the_task(page):
     assert pt["stage"] in details and "placement" in details and "start→hint" in details
 
 
-def test_zoom_turns_the_raster_into_bars(page):
+def test_zoom_turns_the_raster_into_bars(page, monkeypatch):
     driver, state = page["driver"], page["state"]
-    state.bar_limit = 3000
-    try:
-        driver.get(page["url"])
-        m = meta(driver)
-        assert m["mode"] == "raster"
-        img = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').data[0].type")
-        assert img == "image"
-        assert "aggregated view" in text_of(driver, "gantt-status")
-        lo, hi = (v / 1e3 for v in m["window_ns"])
-        driver.execute_script(  # what a drag-zoom does: relayout the x and y ranges
-            "Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'),"
-            "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1],"
-            " 'yaxis.range[0]': 7.5, 'yaxis.range[1]': -0.5});", lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.5)
-        z = _wait_changed(driver, m)
-        assert z["mode"] == "bars" and z["rows"] == [0, 8] and 0 < z["intervals"] <= 3000
-        assert set(driver.execute_script(ROWS)) <= set(range(8))
-        t0 = float(driver.find_element("id", "t0").get_attribute("value"))
-        assert t0 == pytest.approx(lo + (hi - lo) * 0.4, abs=1e-3)  # the time inputs follow the zoom
-        driver.find_element("id", "reset").click()
-        assert _wait_changed(driver, z)["mode"] == "raster"
-    finally:
-        state.bar_limit = F.BAR_LIMIT
+    monkeypatch.setattr(state, "bar_limit", 3000)
+    driver.get(page["url"])
+    m = meta(driver)
+    assert m["mode"] == "raster"
+    img = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').data[0].type")
+    assert img == "image"
+    assert "aggregated view" in text_of(driver, "gantt-status")
+    lo, hi = (v / 1e3 for v in m["window_ns"])
+    driver.execute_script(  # what a drag-zoom does: relayout the x and y ranges
+        "Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'),"
+        "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1],"
+        " 'yaxis.range[0]': 7.5, 'yaxis.range[1]': -0.5});", lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.5)
+    z = _wait_changed(driver, m)
+    assert z["mode"] == "bars" and z["rows"] == [0, 8] and 0 < z["intervals"] <= 3000
+    assert set(driver.execute_script(ROWS)) <= set(range(8))
+    t0 = float(driver.find_element("id", "t0").get_attribute("value"))
+    assert t0 == pytest.approx(lo + (hi - lo) * 0.4, abs=1e-3)  # the time inputs follow the zoom
+    driver.find_element("id", "reset").click()
+    assert _wait_changed(driver, z)["mode"] == "raster"
 
 
 @pytest.mark.parametrize("query, message", [

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_viewer import _text, make_trace_dir
+from viewerkit import component_text, make_trace_dir
 from viewer import app as V
 from viewer import client as VC
 from viewer import wiring as VW
@@ -21,7 +21,6 @@ from viewer import state as VS
 from viewer.panels import trace as VTR
 from viewer.panels import gantt as VG
 from viewer.ids import TRACE_PROPS
-from viewer import figures as F
 from viewer.sources import Catalog, SourceError, scan
 
 
@@ -43,13 +42,10 @@ def gantt(app, px=None, **kw):
     return VG.on_gantt(app, *args.values())
 
 
-def test_plot_size_is_clamped(served):
+def test_plot_size_is_clamped(served, monkeypatch):
     state, _, _ = served
-    state.bar_limit = 0  # every view a raster: its image is as wide as the plot
-    try:
-        fig = gantt(state, px=[6000, 4000])[0]
-    finally:
-        state.bar_limit = F.BAR_LIMIT
+    monkeypatch.setattr(state, "bar_limit", 0)  # every view a raster: its image is as wide as the plot
+    fig = gantt(state, px=[6000, 4000]).figure
     png = base64.b64decode([t for t in fig["data"] if t.get("type") == "image"][0]["source"].split(",")[1])
     w, h = VC.PX_LIMITS[0][1], VC.PX_LIMITS[1][1]
     assert int.from_bytes(png[16:20], "big") == w  # the PNG's IHDR width: drawn at the clamp, not 6000
@@ -71,7 +67,7 @@ def test_out_of_range_requests_are_messages(served, kw, message):
     state, _, _ = served
     out = gantt(state, **kw)
     assert out.figure is VS.NO  # the figure stays as it was
-    assert message in _text(out.status) and "Traceback" not in _text(out.status)
+    assert message in component_text(out.status) and "Traceback" not in component_text(out.status)
 
 
 def test_a_forged_view_state_is_ignored(served):
@@ -182,7 +178,7 @@ def test_the_picker_lists_no_link_leading_outside(served):
 def test_refusals_name_no_server_path(served, name):
     state, d, _ = served
     out = VTR.select(state, f"?trace={name}", None, False)
-    text = _text(out.banners)
+    text = component_text(out.banners)
     assert text and str(d) not in text and str(d.parent) not in text
 
 

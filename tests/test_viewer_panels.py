@@ -1,0 +1,241 @@
+"""The dashboard's callbacks' logic without a browser (``viewer.panels``,
+``viewer.state``, ``viewer.wiring``, ``viewer.page``): what each panel returns for a
+request, the first view, sorting, exports, messages instead of tracebacks."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from timeline import synth
+from viewer import app as V
+from viewer import client as VC
+from viewer import wiring as VW
+from viewer import state as VS
+from viewer import page as VP
+from viewer.panels import trace as VTR
+from viewer.panels import gantt as VG
+from viewer.panels import tables as VT
+from viewer.panels import export as VX
+from timeline import analysis as A
+from viewerkit import bars_of, component_text
+
+
+# -- the callbacks' logic ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def state(trace_dir):
+    d, _ = trace_dir
+    st, _, _ = V.prepare(["--trace-dir", str(d), str(d / "small.arrow")])
+    return st
+
+
+@pytest.mark.parametrize("query, message", [
+    ("?trace=../outside/secret.arrow", "outside the trace directory"),
+    ("?trace=/etc/passwd", "outside the trace directory"),
+    ("?trace=corrupt.arrow", "could not be read as a trace"),
+    ("?trace=plain.parquet", "not a mono-timeline trace"),
+    ("?trace=missing.arrow", "no trace 'missing.arrow'"),
+])
+def test_page_refuses_bad_traces_with_a_message(state, query, message):
+    out = VTR.select(state, query, None, False)
+    assert out.key == {"name": None}
+    assert message in component_text(out.banners) and "Traceback" not in component_text(out.banners)
+
+
+def test_page_banners(state):
+    small = VTR.select(state, "", None, False)
+    assert small.key == {"name": "small.arrow"} and "SYNTHETIC" in component_text(small.banners)
+    assert "anomalies" not in component_text(small.banners)
+    bad = VTR.select(state, "?trace=anomalies.arrow", None, False)
+    assert "This trace has" in component_text(bad.banners) and "missing_phase" in component_text(bad.banners)
+    assert "no_placement" in component_text(bad.anomalies)
+    empty_ = VTR.select(state, "?trace=empty.arrow", None, False)
+    assert "no intervals" in component_text(empty_.banners)
+    fig, _, _, _, status = VG.gantt(state, "empty.arrow", "rank", None, None, None, None, None, "filters",
+                                       None, None, None, None, None)
+    assert status == "nothing to draw" and "no intervals" in json.dumps(fig["layout"]["annotations"])
+
+
+def test_gantt_zoom_keeps_the_window(state):
+    name = "small.arrow"
+    d = state.store.get(name).data
+    fig, st, t0, t1, _ = VG.gantt(state, name, "rank", None, None, None, None, None, "filters", None, None, None,
+                                     None, None)
+    assert (st.t0, st.t1, st.r0, st.r1) == (d.t_min, d.t_max, 0, 32)
+    rel = {"xaxis.range[0]": 10.0, "xaxis.range[1]": 20.0, "yaxis.range[0]": 9.7, "yaxis.range[1]": 3.2}
+    fig, st, t0, t1, _ = VG.gantt(state, name, "rank", None, None, None, None, None, "gantt", rel, t0, t1, None, st)
+    assert (st.t0, st.t1, st.r0, st.r1, t0, t1) == (10_000, 20_000, 3, 11, 10.0, 20.0)
+    assert fig["layout"]["xaxis"]["range"] == [10.0, 20.0]
+    rows = {b[2] for b in bars_of(fig)}
+    assert rows and rows <= set(range(3, 11))  # rows 3..10 overlap y 3.2..9.7
+    # a stage filter keeps the time window and the rows of this grouping
+    fig, st2, *_ = VG.gantt(state, name, "rank", None, None, [0, 1], None, None, "filters", None, t0, t1, None, st)
+    assert (st2.t0, st2.t1, st2.r0, st2.r1) == (10_000, 20_000, 3, 11)
+    assert {b[0] for b in bars_of(fig)} <= {"qkv_a", "cache"}
+    # the time inputs move the window; double-click (autorange) goes back to everything
+    _, st3, *_ = VG.gantt(state, name, "rank", None, None, None, None, None, "t0", None, 5.0, 20.0, None, st)
+    assert st3.t0 == 5000
+    _, st4, *_ = VG.gantt(state, name, "rank", None, None, None, None, None, "gantt",
+                             {"xaxis.autorange": True, "yaxis.autorange": True}, None, None, None, st3)
+    assert (st4.t0, st4.t1, st4.r0, st4.r1) == (d.t_min, d.t_max, 0, 32)
+    # a rank filter starts the rows over
+    _, st5, *_ = VG.gantt(state, name, "rank", [1], None, None, None, None, "filters", None, None, None, None, st)
+    assert (st5.r0, st5.r1) == (0, 16) and st5.panels == ["small.arrow", (1,), None]
+    r1 = d.rank == 1  # ... and fits the time window to the selection
+    assert (st5.t0, st5.t1) == (d.start[r1].min(), d.end[r1].max())
+
+
+def test_query_string_preselects_the_view(state):
+    assert VTR.initial("?trace=a.arrow&ranks=1,7,x&launches=0&grouping=cta", [0, 1], [0]) == ([1], [0], "cta")
+    assert VTR.initial("?grouping=sideways", [0], [0]) == (None, None, "rank")
+    out = VTR.select(state, "?trace=small.arrow&ranks=1&grouping=stage&compare=anomalies.arrow&tab=compare",
+                       None, False)
+    assert out.ranks == [1] and (out.grouping, out.compare_b, out.tab) == ("stage", "anomalies.arrow", "compare")
+    out = VTR.select(state, "?trace=small.arrow&compare=../outside/secret.arrow&tab=nope", None, False)
+    assert out.compare_b is None and out.tab is VS.NO  # only catalog names, only known tabs
+
+
+def test_first_view_is_what_the_callbacks_would_draw(state, monkeypatch):
+    search = "?trace=small.arrow&ranks=1&grouping=cta"
+    first = VW.first_view(state, search)
+    props = first["props"]
+    assert first["search"] == search and props[("trace-key", "data")] == {"name": "small.arrow"}
+    assert props[("ranks", "value")] == [1] and props[("grouping", "value")] == "cta"
+    fig, st, t0, t1, status = VG.gantt(state, "small.arrow", "cta", [1], None, None, None, None, "filters", None,
+                                          None, None, list(VC.GANTT_PX), None)
+    assert props[("gantt", "figure")]["layout"]["meta"] == fig["layout"]["meta"]
+    assert fig["layout"]["meta"]["mode"] == "bars"
+    assert props[("view-state", "data")] == st.to_client() and props[("t0", "value")] == t0 and props[("t1", "value")] == t1
+    assert props[("panel-key", "data")] == ["small.arrow", (1,), None]
+    page = VP.layout(first)  # the layout carries it, and the address it was made for
+    assert page["gantt"].figure is props[("gantt", "figure")] and page["page-search"].data == search
+    assert page["ranks"].value == [1] and page["trace-select"].value == "small.arrow"
+    assert VW.first_view(state, search) is first  # every visit of the address: the same, made once
+    monkeypatch.setattr(state, "bar_limit", 10)
+    assert VW.first_view(state, search)["props"][("gantt", "figure")]["layout"]["meta"]["mode"] == "raster"
+    monkeypatch.undo()
+    bad = VW.first_view(state, "?trace=../outside/secret.arrow")["props"]
+    assert "outside the trace directory" in component_text(bad[("banners", "children")])
+    assert bad[("gantt", "figure")]["data"] == [] and bad[("panel-key", "data")] is None
+
+
+def test_page_loads_plotly_early_with_the_compile_hint(state):
+    client = VW.build(state).server.test_client()
+    page = client.get("/").get_data(as_text=True)
+    src = f"/_timeline-view/plotly-{VP.plotly_version()}.min.js"
+    assert f'<script async src="{src}"' in page and "window.Plotly = new Promise" in page
+    assert page.index(src) < page.index("dash_renderer")  # from the head, before Dash's bundles
+    js = client.get(src)
+    assert js.status_code == 200 and js.mimetype == "application/javascript"
+    body = js.get_data()
+    assert body.startswith(b"//# allFunctionsCalledOnLoad\n") and b"plotly.js v" + VP.plotly_version().encode() in body
+    assert "immutable" in js.headers["Cache-Control"]
+
+
+def test_page_search_from_the_referrer():
+    assert VW.page_search("http://127.0.0.1:8050/?trace=a.arrow&launches=3") == "?trace=a.arrow&launches=3"
+    assert VW.page_search("http://127.0.0.1:8050/") == ""
+    assert VW.page_search(None) is None
+
+
+def test_table_rows_sort_with_empty_cells_last():
+    cols = [{"name": "stage", "id": "stage", "type": "text"}, {"name": "span_us", "id": "span_us",
+                                                                "type": "numeric"}]
+    rows = [{"stage": "a", "span_us": 2.0}, {"stage": "b", "span_us": None}, {"stage": "c", "span_us": 9.5},
+            {"stage": "d", "span_us": 0.5}]
+    assert [r["stage"] for r in VP.sort_rows(cols, rows, ["span_us", False])] == ["d", "a", "c", "b"]
+    assert [r["stage"] for r in VP.sort_rows(cols, rows, ["span_us", True])] == ["c", "a", "d", "b"]
+    assert VP.sort_rows(cols, rows, None) == rows
+    table = VP.grid("t", cols, rows, ["span_us", True])
+    text = component_text(table)
+    assert text.index("9.5") < text.index("2.0") < text.index("0.5") and "span_us ▼" in text
+    heads = table.children[0].children[0].children.children
+    assert [h.children.id for h in heads] == [{"type": "sort", "table": "t", "col": i} for i in range(2)]
+
+
+def test_bad_time_window_says_why(state):
+    with pytest.raises(ValueError, match="'from' box holds 'abc', not a number of µs"):
+        VG.gantt(state, "small.arrow", "rank", None, None, None, None, None, "t0", None, "abc", None, None, None)
+
+
+def test_autosize_does_not_redraw(state):
+    with pytest.raises(Exception) as ex:
+        VG.gantt(state, "small.arrow", "rank", None, None, None, None, None, "gantt", {"autosize": True}, None,
+                    None, None, None)
+    assert type(ex.value).__name__ == "PreventUpdate"
+
+
+def test_click_pins_the_task(state):
+    d = state.store.get("small.arrow").data
+    _, st, *_ = VG.gantt(state, "small.arrow", "stage", None, None, None, None, None, "filters", None, None, None,
+                            None, None)
+    view = state.view(state.store.get("small.arrow"), "stage", None, None, None, None)
+    pos = 1234
+    i = int(view.order[pos])
+    click = {"points": [{"x": (d.start[i] + d.end[i]) / 2e3, "y": int(view.row[pos])}]}
+    panel = VG.details(state, "small.arrow", click, st)
+    cells = [component_text(tr.children[1]) for tr in panel.children.children]
+    ivs = d.task_intervals(int(d.tid[i]))
+    assert i in ivs.tolist()
+    assert cells[:6] == [d.stage_names[d.stage[i]], str(d.task[i]), str(d.rank[i]), str(d.launch[i]),
+                         str(d.cta[i]), str(d.wave[i])]
+    assert cells[6].startswith("XCC ")
+    assert cells[-4:] == [f"{(d.end[j] - d.start[j]) / 1e3:,.3f} µs" for j in ivs]
+    assert component_text(VG.details(state, "small.arrow", None, st)).startswith("Click a bar")
+
+
+def test_stage_report_idle_and_compare(state):
+    cols, rows, msg = VT.stage_report(state, "small.arrow", None, None, False)
+    assert msg is None and [r["stage"] for r in rows] == list(synth.glm5_spec().stage_names)
+    assert "start→hint p50_us" in [c["id"] for c in cols] and "rank" not in [c["id"] for c in cols]
+    fig, cols, rows, msg = VT.idle(state, "small.arrow", None, None)
+    assert msg is None and len(rows) == 2 * 8 and fig["data"][0]["type"] == "heatmap"
+    trace = state.store.get("small.arrow").trace
+    cols, rows = VT.gaps(state, "small.arrow", [1], None)
+    want = sorted(A.idle_gaps(trace, ranks=[1]).column("duration_ns").to_pylist(), reverse=True)[:VT.IDLE_GAPS]
+    assert [r["duration_ns"] for r in rows] == want and {r["rank"] for r in rows} == {1}
+    cols, rows, msg = VT.critical(state, "small.arrow", [1], None)
+    path = A.critical_path(trace, rank=1, launch=0)
+    assert len(rows) == path.num_rows and "rank 1 · launch 0" in component_text(msg)
+    assert [r["kind"] for r in rows] == path.column("kind").to_pylist()
+    for scope in ("launch", "trace"):
+        fig, cols, rows, msg = VT.compare(state, "small.arrow", "small.arrow", scope)
+        assert all(r["Δ span_us"] == 0 for r in rows) and len(fig["data"]) == 2 and len(rows) == 11
+
+
+def test_export_chrome_json_of_the_selection(state):
+    tasks = state.store.get("small.arrow").trace.tasks.to_pandas()
+    sent = VX.export(state, "small.arrow", [1], None, [0])
+    assert sent["filename"] == "small.chrome.json"
+    doc = json.loads(base64.b64decode(sent["content"]))
+    events = [e for e in doc["traceEvents"] if e.get("ph") in ("B", "i")]
+    task_events = [e for e in events if e["cat"] != "phase"]
+    want = tasks[(tasks["rank"] == 1) & (tasks["stage"] == "qkv_a")]
+    assert {e["cat"] for e in task_events} == {"qkv_a"} and len(task_events) == len(want)
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names and all("rank 1" in n for n in names)
+
+
+def test_a_failing_callback_shows_a_message_not_a_traceback():
+    @VS.guarded(VS.NO, VS.ERROR)
+    def on_something(x):
+        raise KeyError("boom")
+
+    out = on_something(1)
+    assert out[0] is VS.NO and component_text(out[1]) == "on something: KeyError: 'boom'"
+
+
+def test_concurrency_note_when_there_is_nothing_to_bin(state):
+    item = state.store.get("empty.arrow")
+    assert VG.concurrency_table(state, item, None, None, 0, 100, 50) == (None, "")
+
+
+def test_export_refuses_a_huge_or_empty_selection(state, monkeypatch):
+    monkeypatch.setattr(VX, "EXPORT_LIMIT", 100)
+    with pytest.raises(ValueError, match=r"too large a download.*timeline export .*small.arrow --chrome OUT.json "
+                                         r"--rank 1 --stage qkv_a"):
+        VX.export(state, "small.arrow", [1], None, [0])
+    with pytest.raises(ValueError, match="nothing to export"):
+        VX.export(state, "small.arrow", None, None, [])
