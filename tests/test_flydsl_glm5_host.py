@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("flydsl", reason="the GLM-5 demo module imports flydsl (make setup-test installs it)")
 
 from instrument.demo import flydsl_glm5 as G  # noqa: E402
+from instrument.demo import glm5_run as H  # noqa: E402
 from timeline import legacy as L  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def test_reference_follows_the_producer_map():
     rng = np.random.default_rng(1)
     x = rng.normal(size=G.COUNT["qkv_a"])
     w = rng.normal(size=(G.N_TASKS, G.THREADS * 4))
-    v = G.reference(x, w)
+    v = H.reference(x, w)
     rowsum = w.sum(axis=1)
     np.testing.assert_allclose(v["qkv_a"], x * rowsum[:164])
     np.testing.assert_allclose(v["cache"][0], v["qkv_a"][128:164].mean() * rowsum[164])
@@ -67,6 +68,6 @@ def test_mailbox_pairs_decode_to_task_values_and_tags():
     parts = rng.normal(size=(G.N_TASKS, G.WAVES)).astype(np.float32)
     tags = rng.integers(1, 2**20, size=(G.N_TASKS, G.WAVES))
     words = (tags.astype(np.int64) << 32) | parts.view(np.uint32).astype(np.int64)
-    values, got_tags = G.read_boxes(words.reshape(-1))
+    values, got_tags = H.read_boxes(words.reshape(-1))
     np.testing.assert_allclose(values, parts.astype(np.float64).sum(axis=1))
     assert (got_tags == tags).all()

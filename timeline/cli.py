@@ -15,9 +15,8 @@ import argparse
 import os
 import sys
 
-from timeline import commands as K
-from timeline import schema as S
-from timeline.trace import __version__
+from timeline._version import __version__
+from timeline.argtypes import int_list, str_list
 
 MAIN_EPILOG = """\
 examples:
@@ -51,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"mono-timeline {__version__}")
     subs = ap.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = _sub(subs, "convert", K.cmd_convert, "decode a raw stamp buffer (.bin / .npy) into a trace file",
+    p = _sub(subs, "convert", "cmd_convert", "decode a raw stamp buffer (.bin / .npy) into a trace file",
              "examples:\n"
              "  timeline convert stamps.bin --spec spec.json -o run.arrow\n"
              "  timeline convert rank3.npy --spec spec.json --rank 3 -o r3.parquet --strict\n\n"
@@ -68,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, help="override the spec's rank (one spec JSON for all ranks)")
     p.add_argument("--synthetic", action="store_true", help="label the trace synthetic (not from a GPU)")
 
-    p = _sub(subs, "summary", K.cmd_summary, "print the stage report of a trace",
+    p = _sub(subs, "summary", "cmd_summary", "print the stage report of a trace",
              "examples:\n"
              "  timeline summary run.arrow                 # per stage, a typical launch\n"
              "  timeline summary run.arrow --union         # per stage over all ranks and launches as one\n"
@@ -89,10 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle", action="store_true", help="idle time per CTA, the idlest first")
     p.add_argument("--critical-path", action="store_true", help="each launch's critical path (a heuristic)")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    p.add_argument("--rank", type=K.int_list, metavar="R[,R..]", help="only these ranks")
-    p.add_argument("--launch", type=K.int_list, metavar="L[,L..]", help="only these launches")
+    p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
+    p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
 
-    p = _sub(subs, "compare", K.cmd_compare, "per stage, trace B against trace A (B - A)",
+    p = _sub(subs, "compare", "cmd_compare", "per stage, trace B against trace A (B - A)",
              "examples:\n"
              "  timeline compare before.arrow after.arrow             # a typical launch of each\n"
              "  timeline compare before.arrow after.arrow --scope trace --json\n\n"
@@ -105,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch: a typical launch of each (default); trace: each trace whole")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
-    p = _sub(subs, "export", K.cmd_export, "export a trace to Chrome trace JSON and/or Perfetto protobuf",
+    p = _sub(subs, "export", "cmd_export", "export a trace to Chrome trace JSON and/or Perfetto protobuf",
              "examples:\n"
              "  timeline export run.arrow --chrome run.json\n"
              "  timeline export run.arrow --perfetto run.pftrace --rank 0 --launch 0\n"
@@ -114,16 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--chrome", metavar="OUT.json", help="Chrome trace event JSON")
     p.add_argument("--perfetto", metavar="OUT.pftrace", help="Perfetto protobuf trace")
-    p.add_argument("--rank", type=K.int_list, metavar="R[,R..]", help="only these ranks")
-    p.add_argument("--launch", type=K.int_list, metavar="L[,L..]", help="only these launches")
-    p.add_argument("--stage", type=K.str_list, metavar="NAME[,NAME..]", help="only these stages")
+    p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
+    p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
+    p.add_argument("--stage", type=str_list, metavar="NAME[,NAME..]", help="only these stages")
 
-    p = _sub(subs, "info", K.cmd_info, "show a trace file's spec, sizes, row counts and anomalies",
+    p = _sub(subs, "info", "cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
              "examples:\n  timeline info run.arrow\n  timeline info run.arrow --json")
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
-    p = _sub(subs, "merge", K.cmd_merge, "merge traces of several ranks / launches onto one time axis",
+    p = _sub(subs, "merge", "cmd_merge", "merge traces of several ranks / launches onto one time axis",
              "examples:\n"
              "  timeline merge r0.arrow r1.arrow r2.arrow r3.arrow -o tp4.arrow\n"
              "  timeline merge r*.arrow -o tp.arrow --align o:hint\n\n"
@@ -135,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
     p.add_argument("--align", metavar="STAGE[:PHASE]", help="align the ranks on this stage's phase")
 
-    p = _sub(subs, "import-legacy", K.cmd_import_legacy,
+    p = _sub(subs, "import-legacy", "cmd_import_legacy",
              "read the GLM-5 kernel's own timeline build ((n_tasks, 8) tensors) as a trace",
              "examples:\n"
              "  timeline import-legacy rank0/trace.pt rank1/trace.pt -o run.arrow --grid 256\n"
@@ -154,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", default="gfx950", help="gfx950 (MI355X, default) or gfx942 (MI300)")
     p.add_argument("--strict", action="store_true", help="fail on any anomaly")
 
-    p = _sub(subs, "synth", K.cmd_synth, "write a SYNTHETIC trace (a model of a mono kernel, not a GPU run)",
+    p = _sub(subs, "synth", "cmd_synth", "write a SYNTHETIC trace (a model of a mono kernel, not a GPU run)",
              "examples:\n"
              "  timeline synth -o demo.arrow\n"
              "  timeline synth -o big.arrow --ranks 8 --waves 8 --grid 256 --launches 2\n\n"
@@ -187,6 +186,16 @@ def no_hugepage_madvise() -> bool:
     return True
 
 
+def documented(e: BaseException) -> bool:
+    """Is ``e`` one of the library's documented errors (``UsageError``,
+    ``TraceFileError``, ``CollectError``, ``SpecError``, ``MergeError``,
+    ``SelectionError``, ``AnalysisError``, ``ExportError``...): a ``ValueError``
+    subclass defined in a ``timeline`` module, whose message says what is wrong and
+    how to fix it? Anything else is a bug and keeps its traceback."""
+    cls = type(e)
+    return isinstance(e, ValueError) and cls is not ValueError and cls.__module__.split(".")[0] == "timeline"
+
+
 def main(argv=None) -> int:
     """Run the ``timeline`` command line; returns the exit status."""
     parser = build_parser()
@@ -197,21 +206,14 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from timeline.analysis import AnalysisError
-    from timeline.collect import CollectError
-    from timeline.merge import MergeError
+    from timeline import commands as K
 
     no_hugepage_madvise()  # our own process: no compaction stalls on big decodes
-    from timeline.trace import TraceFileError
-
-    from timeline.export import ExportError
-    from timeline.rows import SelectionError
-
-    known = [K.UsageError, TraceFileError, CollectError, S.SpecError, MergeError, AnalysisError, ExportError,
-             SelectionError]
     try:
-        return args.func(args)
-    except tuple(known) as e:
+        return getattr(K, args.func)(args)
+    except ValueError as e:
+        if not documented(e):
+            raise
         print(f"timeline {args.command}: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (``| head``): nothing more to say

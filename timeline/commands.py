@@ -5,7 +5,6 @@ library's own errors, which ``cli.main`` prints as one line."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,29 +23,6 @@ SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound wh
 
 class UsageError(ValueError):
     """A command line that names something the input does not have."""
-
-
-# -- argument types ----------------------------------------------------------------------
-def int_list(text: str) -> list:
-    """``"0,2,3"`` -> [0, 2, 3]; ``"0-3"`` -> [0, 1, 2, 3]."""
-    out = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            a, dash, b = part.partition("-")
-            out.extend(range(int(a), int(b) + 1) if dash else [int(a)])
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of integers (e.g. 0 or 0,2 or 0-3)") from None
-    if not out:
-        raise argparse.ArgumentTypeError(f"{text!r} names no integer")
-    return out
-
-
-def str_list(text: str) -> list:
-    out = [p.strip() for p in text.split(",") if p.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError(f"{text!r} names nothing")
-    return out
 
 
 def _trace_out(path: str) -> Path:

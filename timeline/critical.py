@@ -56,7 +56,7 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     tasks = R.select(trace.tasks, R.check(trace, [rank], [launch]))
     tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
     if tasks.num_rows == 0:
-        return CRITICAL_PATH_SCHEMA.empty_table()
+        return R.empty(CRITICAL_PATH_SCHEMA)
     start, end = R.extent(R.phase_matrix(tasks, trace.phases))
     ff = R.inherited(R.phase_matrix(tasks, trace.phases))
     w0, w1 = (ff[:, trace.phases.index(p)] for p in spec.wait)  # the wait's start, and its end

@@ -147,3 +147,34 @@ def interval_extent(iv: PhaseIntervals):
     big = np.iinfo(np.int64).max
     return (np.where(iv.valid, iv.start, big).min(axis=1, initial=big),
             np.where(iv.valid, iv.end, -big).max(axis=1, initial=-big))
+
+
+# -- numpy to Arrow without pyarrow's conversion --------------------------------------------
+def arrow(values, mask=None) -> pa.Array:
+    """A numeric or bool numpy array as an Arrow array, null where ``mask`` is true:
+    numeric data in its own buffer (no copy when contiguous), bools bit-packed. Not
+    ``pa.array``: pyarrow's conversion of Python or numpy input imports pandas first
+    when pandas is installed (a fifth of a second in a fresh process)."""
+    a = np.ascontiguousarray(values)
+    n = len(a)
+    nulls = None if mask is None else np.asarray(mask, dtype=bool)
+    validity = None if nulls is None or not nulls.any() else pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    count = 0 if validity is None else int(nulls.sum())
+    if a.dtype == np.bool_:
+        return pa.Array.from_buffers(pa.bool_(), n, [validity, pa.py_buffer(np.packbits(a, bitorder="little"))],
+                                     null_count=count)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), n, [validity, pa.py_buffer(a)], null_count=count)
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    """A table of ``schema`` with no rows (``Schema.empty_table`` goes through
+    ``pa.array``: see ``arrow``)."""
+    return pa.Table.from_batches([], schema=schema)
+
+
+def strings(items) -> pa.Array:
+    """Python strings as an Arrow ``string`` array (no nulls), without ``pa.array``."""
+    enc = [str(s).encode() for s in items]
+    offsets = np.zeros(len(enc) + 1, dtype=np.int32)
+    np.cumsum([len(e) for e in enc], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(enc), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))])

@@ -2,7 +2,9 @@
 in the buffer a kernel writes, how the placement word is packed, and the Arrow
 schemas the collector produces.
 
-This module is the single source of the layout arithmetic. The device helpers of
+This module is the single source of the layout arithmetic; the placement word
+(``timeline.placement``) and the Arrow tables (``timeline.tables``) are its other two
+rooms, their names re-exported here. The device helpers of
 both backends (``instrument.flydsl``, ``instrument.triton``) call ``word_offset`` /
 ``placement_hi`` at trace time with their own traced integers, the collector calls
 them with numpy arrays, so a kernel and its decoder cannot disagree. Every function
@@ -34,10 +36,16 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-import pyarrow as pa
 
-LAYOUT_VERSION = 2
-READABLE_LAYOUTS = (1, 2)  # layout versions this release decodes
+from timeline.placement import (  # noqa: F401  (the contract, one namespace)
+    AMD_HW_ID_FIELDS, ARCH_LIMITS, ArchLimits, Field, LAYOUT_VERSION, MAX_CTA, MAX_STAGES, MAX_WAVE,
+    MAX_WORLD, PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, _bits, bad_placement, pack_placement, placement_hi,
+    unpack_placement, vendor_of)
+from timeline.tables import (  # noqa: F401
+    ANOMALIES_SCHEMA, ANOMALY_KINDS, DICT_STR, Flag, INTERVALS_SCHEMA, META_ANOMALIES, META_CHECKSUM,
+    META_CLOCK, META_LAYOUT, META_ORIGIN, META_SPEC, META_SPECS, META_SYNTHETIC, META_VERSION,
+    PLACEMENT_COLUMNS, interval_names, tasks_schema)
+
 FORMAT_NAME = "mono-timeline"
 
 DEFAULT_PHASES = ("start", "hint", "staged", "compute", "end")
@@ -376,142 +384,6 @@ def unpack_slot(words):
     return ok, (w >> SLOT_LAYER_BITS) & ((1 << SLOT_STEP_BITS) - 1), w & ((1 << SLOT_LAYER_BITS) - 1)
 
 
-# -- the placement word ---------------------------------------------------------
-class Field(NamedTuple):
-    """A bit field: ``(word >> lo) & ((1 << width) - 1)``."""
-
-    name: str
-    lo: int
-    width: int
-
-
-# High 32 bits of the placement word, built on the device (version | cta | wave | xcc).
-PLACEMENT_HI_FIELDS = (
-    Field("xcc", 0, 4),
-    Field("wave", 4, 6),
-    Field("cta", 10, 18),
-    Field("version", 28, 3),  # < 8 keeps the word positive as int64
-)
-# The low 32 bits hold the raw hardware word: AMD HW_ID register, NVIDIA %smid.
-AMD_HW_ID_FIELDS = (
-    Field("wave_slot", 0, 4),
-    Field("simd", 4, 2),
-    Field("cu", 8, 4),
-    Field("sh", 12, 1),
-    Field("se", 13, 2),
-)
-MAX_WORLD = 1 << 15  # ranks and stage indices are int16 columns
-MAX_STAGES = (1 << 15) - 1
-MAX_CTA = (1 << 18) - 1
-MAX_WAVE = (1 << 6) - 1
-
-
-def placement_hi(cta, wave, xcc=0):
-    """High 32 bits of the placement word: ``version << 28 | cta << 10 | wave << 4 |
-    xcc``. Duck-typed so a device helper can build it from its own integers (cta
-    < 2**18, wave < 64, xcc < 16; the caller masks what the hardware may exceed)."""
-    return (LAYOUT_VERSION << 28) | (cta << 10) | (wave << 4) | xcc
-
-
-def pack_placement(cta, wave, hw=0, xcc=0):
-    """The 64-bit placement word (host side, numpy or int): high half from
-    ``placement_hi``, low half the raw hardware word (HW_ID or SM id)."""
-    if isinstance(cta, np.ndarray) or isinstance(hw, np.ndarray):
-        hi = placement_hi(np.asarray(cta, np.int64), np.asarray(wave, np.int64), np.asarray(xcc, np.int64))
-        return (hi << 32) | (np.asarray(hw, np.int64) & 0xFFFFFFFF)
-    return (placement_hi(int(cta), int(wave), int(xcc)) << 32) | (int(hw) & 0xFFFFFFFF)
-
-
-def _bits(words, lo, width, out=None, scratch=None):
-    """Field ``[lo, lo + width)`` of each word. On numpy arrays: written into ``out``
-    (any integer dtype wide enough for the field) through ``scratch`` (a temporary of
-    ``words``' dtype), two passes and no other temporary."""
-    if isinstance(words, np.ndarray):
-        scratch = np.right_shift(words, lo, out=scratch)
-        if out is None:
-            np.bitwise_and(scratch, (1 << width) - 1, out=scratch)
-            return scratch
-        np.bitwise_and(scratch, (1 << width) - 1, out=out, casting="unsafe")
-        return out
-    return (words >> lo) & ((1 << width) - 1)
-
-
-def vendor_of(arch: str) -> str:
-    """'amd' for gfx targets, 'nvidia' for sm_ targets, 'other' otherwise."""
-    a = (arch or "").lower()
-    if a.startswith("gfx"):
-        return "amd"
-    if a.startswith("sm") or a.startswith("cuda"):
-        return "nvidia"
-    return "other"
-
-
-class ArchLimits(NamedTuple):
-    """What a placement word may say on a vendor's hardware: XCCs per GPU, waves
-    (warps) per CTA, and the largest hardware word's value (NVIDIA: SMs)."""
-
-    xccs: int
-    waves: int
-    hw_words: int
-
-
-ARCH_LIMITS = {
-    "amd": ArchLimits(xccs=8, waves=16, hw_words=1 << 32),  # MI300/MI355: 8 XCCs, 1024 threads
-    "nvidia": ArchLimits(xccs=1, waves=32, hw_words=1 << 10),  # %smid < 1024, 1024 threads
-    "other": ArchLimits(xccs=16, waves=64, hw_words=1 << 15),  # what the table's columns hold
-}
-
-
-def bad_placement(words: np.ndarray, arch: str, grid: int, version: int) -> np.ndarray:
-    """Where a written (nonzero) placement word cannot be this build's: another
-    layout ``version``, the reserved top bit set, a CTA at or past ``grid`` (when
-    known, > 0), a wave, XCC or hardware word past what ``arch``'s vendor has
-    (``ARCH_LIMITS``). The one validity check of the placement word."""
-    words = np.asarray(words, dtype=np.int64)
-    lim = ARCH_LIMITS[vendor_of(arch)]
-    hi = words >> 32
-    f = {fd.name: _bits(hi, fd.lo, fd.width) for fd in PLACEMENT_HI_FIELDS}
-    bad = (words < 0) | (f["version"] != version) | (f["wave"] >= lim.waves) | (f["xcc"] >= lim.xccs)
-    bad |= (words & 0xFFFFFFFF) >= lim.hw_words
-    if grid:
-        bad |= f["cta"] >= grid
-    return bad & (words != 0)
-
-
-def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
-    """Decode placement words (int64 array) into int arrays: version, cta, wave, xcc,
-    and by vendor either se/sh/cu/simd/wave_slot (AMD HW_ID) or sm (NVIDIA), plus
-    ``hw_unit``, one global compute-unit number (AMD: XCC, SE, SH, CU flattened;
-    NVIDIA: the SM). ``dtypes``: ``{field: numpy dtype}`` for the arrays returned
-    (int32 by default), so a caller gets its table's types without another pass.
-    Works on the two 32-bit halves (half the memory traffic of int64 shifts; the
-    collector decodes millions of words)."""
-    words = np.ascontiguousarray(words, dtype=np.int64)
-    halves = words.view(np.uint32).reshape(-1, 2)
-    lo, hi = halves[:, 0], halves[:, 1]  # little-endian: the low word comes first
-    if not np.little_endian:  # pragma: no cover - big-endian hosts
-        lo, hi = hi, lo
-    dtypes = dtypes or {}
-    scratch = np.empty(len(words), dtype=np.uint32)
-
-    def field(word, f):
-        return _bits(word, f.lo, f.width, np.empty(len(words), dtypes.get(f.name, np.int32)), scratch)
-
-    out = {f.name: field(hi, f) for f in PLACEMENT_HI_FIELDS}
-    if vendor_of(arch) == "amd":
-        for f in AMD_HW_ID_FIELDS:
-            out[f.name] = field(lo, f)
-        unit = out["xcc"].astype(dtypes.get("hw_unit", np.int32))
-        for name, radix in (("se", 4), ("sh", 2), ("cu", 16)):
-            unit *= radix
-            unit += out[name]
-        out["hw_unit"] = unit
-    else:
-        out["sm"] = lo.astype(dtypes.get("sm", np.int64))
-        out["hw_unit"] = lo.astype(dtypes.get("hw_unit", np.int64))
-    return out
-
-
 # -- time -----------------------------------------------------------------------
 MAX_SPAN_NS = 1 << 53  # the longest trace: every ns value exact in float64, as readers compute
 MAX_CLOCK_HZ = 9_000_000_000  # (tick % hz) * 1e9 must fit int64 in ticks_to_ns
@@ -570,121 +442,3 @@ def inherit_missing(columns, missing):
     return out
 
 
-# -- anomalies and row flags ----------------------------------------------------
-class Flag:
-    """Bits of the ``flags`` column of the tasks table (a row kept, but marked)."""
-
-    MISSING_PHASE = 1  # a phase tick is 0; intervals inherit the previous phase
-    BACKWARDS = 2  # a later phase's tick is before an earlier one's
-    NO_PLACEMENT = 4  # ticks written but no placement word
-    MISPLACED = 8  # the placement word's wave differs from the record's wave
-    DERIVED_PLACEMENT = 16  # the CTA was not read from the hardware: derived (a legacy tensor's rotation rule)
-
-
-# Anomaly kinds: each names stamps (or slots) the collector did not turn into a clean row.
-ANOMALY_KINDS = {
-    "unwritten": "a task slot with no stamp at all (the task never ran, or its stamps were lost)",
-    "missing_phase": "a phase not stamped in a row that has other stamps; it inherits the previous phase",
-    "backwards": "a phase stamped before the phase it follows; its interval is left out",
-    "no_placement": "ticks written but the placement word is 0; CTA/wave unknown",
-    "bad_placement": "the placement word is not this build's (layout version, reserved bit, CTA past the grid, wave/XCC/SM past the hardware); the row is dropped",
-    "misplaced": "the placement word's wave is not the record's wave; the stamp went to the wrong slot",
-    "impossible_tick": "a negative tick; the row is dropped",
-    "dropped": "stamps the device did not store: their (launch, task) lies outside the stage's slots (the spec undercounts the stage, or the task index is wrong); counted per stage in the buffer's trailer",
-    "outside_window": "a row whose ticks lie outside its launch's window (stale data of another run?); dropped",
-    "overflow": "nonzero words in padding columns or in the trailer's padding: the kernel wrote outside the layout",
-    "slot_rewritten": "a launch slot's header was written more than once: the slot holds stamps of two launches (reset the buffer between captures, or give each launch its own slot)",
-    "bad_slot_header": "a launch slot's header is not one the device helpers write (bad version, or a write count without a header); its step and layer are unknown",
-    "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
-}
-
-ANOMALIES_SCHEMA = pa.schema(
-    [
-        ("rank", pa.int16()),
-        ("kind", pa.string()),
-        ("launch", pa.int32()),
-        ("stage", pa.string()),
-        ("phase", pa.string()),
-        ("count", pa.int64()),
-        ("stamps", pa.int64()),  # stamps (nonzero ticks) this anomaly accounts for
-    ]
-)
-
-# -- Arrow tables ---------------------------------------------------------------
-DICT_STR = pa.dictionary(pa.int32(), pa.string())
-PLACEMENT_COLUMNS = ("cta", "wave", "xcc", "se", "sh", "cu", "simd", "wave_slot", "sm", "hw_unit")
-
-
-def tasks_schema(phases, marks=()) -> pa.Schema:
-    """Schema of the ``tasks`` table: one row per (rank, launch, stage, task, wave);
-    ``<phase>_ns`` is ns from the trace origin (null where unwritten) and
-    ``<phase>_tick`` the raw tick (0 where unwritten); then the same two columns
-    per mark (``<mark>_ns``, ``<mark>_tick``: never ordered, never inherited)."""
-    cols = [
-        ("rank", pa.int16()),
-        ("launch", pa.int32()),
-        ("step", pa.int64()),  # from the launch slot's header: null where the kernel wrote none
-        ("layer", pa.int32()),
-        ("stage", DICT_STR),
-        ("stage_index", pa.int16()),
-        ("task", pa.int32()),
-        ("slot_wave", pa.int16()),
-        ("cta", pa.int32()),
-        ("wave", pa.int16()),
-        ("xcc", pa.int16()),
-        ("se", pa.int16()),
-        ("sh", pa.int16()),
-        ("cu", pa.int16()),
-        ("simd", pa.int16()),
-        ("wave_slot", pa.int16()),
-        ("sm", pa.int16()),
-        ("hw_unit", pa.int32()),
-        ("placement", pa.int64()),
-        ("flags", pa.int32()),
-    ]
-    cols += [(f"{p}_ns", pa.int64()) for p in phases]
-    cols += [(f"{p}_tick", pa.int64()) for p in phases]
-    cols += [(f"{m}_ns", pa.int64()) for m in marks]
-    cols += [(f"{m}_tick", pa.int64()) for m in marks]
-    return pa.schema(cols)
-
-
-INTERVALS_SCHEMA = pa.schema(
-    [
-        ("rank", pa.int16()),
-        ("launch", pa.int32()),
-        ("stage", DICT_STR),
-        ("stage_index", pa.int16()),
-        ("task", pa.int32()),
-        ("cta", pa.int32()),
-        ("wave", pa.int16()),
-        ("hw_unit", pa.int32()),
-        ("xcc", pa.int16()),
-        ("se", pa.int16()),
-        ("cu", pa.int16()),
-        ("sm", pa.int16()),
-        ("phase", DICT_STR),  # "start→hint"
-        ("phase_index", pa.int16()),  # index of the interval's first phase
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-        ("duration_ns", pa.int64()),
-        ("inherited", pa.bool_()),  # an end point was a missing phase, inherited
-    ]
-)
-
-
-def interval_names(phases) -> tuple:
-    """Names of the consecutive phase pairs: ``start→hint``, ``hint→staged``, ..."""
-    return tuple(f"{a}→{b}" for a, b in zip(phases[:-1], phases[1:]))
-
-
-# Schema metadata keys (bytes, as Arrow stores them).
-META_SPEC = b"mono_timeline.spec"
-META_SPECS = b"mono_timeline.specs"  # a merged trace: one spec per (rank)
-META_ANOMALIES = b"mono_timeline.anomalies"
-META_CLOCK = b"mono_timeline.clock"
-META_ORIGIN = b"mono_timeline.origin"
-META_VERSION = b"mono_timeline.version"
-META_LAYOUT = b"mono_timeline.layout_version"
-META_SYNTHETIC = b"mono_timeline.synthetic"
-META_CHECKSUM = b"mono_timeline.checksum"  # blake2b of the tasks' values and the other metadata

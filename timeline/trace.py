@@ -32,7 +32,9 @@ class TraceFileError(ValueError):
 
 def anomalies_table(rows) -> pa.Table:
     """The anomaly report from ``(rank, kind, launch, stage, phase, count, stamps)`` tuples."""
-    cols = list(zip(*rows)) if rows else [[] for _ in S.ANOMALIES_SCHEMA]
+    if not rows:
+        return R.empty(S.ANOMALIES_SCHEMA)
+    cols = list(zip(*rows))
     return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, S.ANOMALIES_SCHEMA)],
                     schema=S.ANOMALIES_SCHEMA)
 
@@ -46,11 +48,11 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
     P = len(phases)
     names = S.interval_names(phases)
     if P < 2 or tasks.num_rows == 0:
-        return S.INTERVALS_SCHEMA.empty_table()
+        return R.empty(S.INTERVALS_SCHEMA)
     keep_cols = ["rank", "launch", "stage", "stage_index", "task", "cta", "wave",
                  "hw_unit", "xcc", "se", "cu", "sm"]
     base = tasks.select(keep_cols)
-    dictionary = pa.array(list(names))
+    dictionary = R.strings(names)
     iv = R.phase_intervals(R.phase_matrix(tasks, phases))
     parts = []
     for j in range(P - 1):
@@ -58,18 +60,12 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
         if valid.all():
             b, s, e, inh = base, iv.start[:, j], iv.end[:, j], iv.inherited[:, j]
         else:
-            b = base.filter(pa.array(valid))
+            b = base.filter(R.arrow(valid))
             s, e, inh = iv.start[valid, j], iv.end[valid, j], iv.inherited[valid, j]
         m = len(s)
-        phase = pa.DictionaryArray.from_arrays(pa.array(np.full(m, j, np.int32)), dictionary)
-        cols = [b.column(c) for c in keep_cols] + [
-            pa.chunked_array([phase]),
-            pa.chunked_array([pa.array(np.full(m, j, np.int16))]),
-            pa.chunked_array([pa.array(s)]),
-            pa.chunked_array([pa.array(e)]),
-            pa.chunked_array([pa.array(e - s)]),
-            pa.chunked_array([pa.array(inh)]),
-        ]
+        phase = pa.DictionaryArray.from_arrays(R.arrow(np.full(m, j, np.int32)), dictionary)
+        cols = [b.column(c) for c in keep_cols] + [pa.chunked_array([a]) for a in (
+            phase, R.arrow(np.full(m, j, np.int16)), R.arrow(s), R.arrow(e), R.arrow(e - s), R.arrow(inh))]
         parts.append(pa.Table.from_arrays(cols, schema=S.INTERVALS_SCHEMA))
     return pa.concat_tables(parts)
 
@@ -202,7 +198,7 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
             m = (rank == r) & (tick != 0)
             ns[m] = S.ticks_to_ns(tick[m] - origins.get(r, 0), sp.clock) + offsets.get(r, 0)
         name = f"{p}_ns"
-        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, pa.array(ns, mask=tick == 0))
+        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, R.arrow(ns, mask=tick == 0))
     return tasks
 
 

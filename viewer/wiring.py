@@ -13,7 +13,7 @@ import dash
 import flask
 from dash import ALL, Input, Output, State
 
-from viewer import figures as F
+from viewer import charts as CH
 from viewer.client import GANTT_PX
 from viewer.ids import GANTT_PROPS, TRACE_PROPS, TraceOut, outputs
 from viewer.page import CSS, PLOTLY_EARLY, TABLES, layout, msg, plotly_version, serve_plotly
@@ -129,12 +129,12 @@ def on_report(app, panels, by_launch, tab, prev):
     return (*T.table_out("stage-report", cols, rows, prev), note)
 
 
-@guarded(F.idle_figure(None), None, None, None, None, ERROR)
+@guarded(CH.idle_figure(None), None, None, None, None, ERROR)
 def on_idle(app, panels, tab, prev, prev_gaps):
     if tab != "idle":
         raise dash.exceptions.PreventUpdate
     if not panels:
-        return F.idle_figure(None), None, None, None, None, None
+        return CH.idle_figure(None), None, None, None, None, None
     fig, cols, rows, note = T.idle(app, panels[0], panels[1], panels[2])
     gap_cols, gap_rows = T.gaps(app, panels[0], panels[1], panels[2])
     return (fig, *T.table_out("idle-table", cols, rows, prev), *T.table_out("gap-table", gap_cols, gap_rows, prev_gaps),

@@ -12,7 +12,7 @@ import numpy as np
 from timeline import analysis as A
 from timeline import compare as C
 from timeline.critical import path_us
-from viewer import figures as F
+from viewer import charts as CH
 from viewer.client import sorted_ints
 from viewer.page import grid, msg, table_records
 
@@ -36,13 +36,13 @@ def idle(app, name, ranks, launches):
     item = app.store.get(name)
     ranks, launches = sorted_ints(ranks), sorted_ints(launches)
     if item.data.n == 0:
-        return F.idle_figure(None), [], [], None
+        return CH.idle_figure(None), [], [], None
     t = app.analysis(item, ("idle", ranks, launches), lambda: A.idle_per_cta(
         item.trace, ranks=ranks, launches=launches))
     top = t.take(np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)),
                             kind="stable")[:200])
     cols, rows = table_records(top)
-    return F.idle_figure(t), cols, rows, None
+    return CH.idle_figure(t), cols, rows, None
 
 
 IDLE_GAPS = 200  # the largest gaps the idle tab lists
@@ -99,7 +99,7 @@ def compare(app, a, b, scope="launch"):
                                                      r.column("last_end_us").to_pylist())
                         if f is not None and e is not None and not (math.isnan(f) or math.isnan(e))}
     cols = [{"name": k, "id": k, "type": "text" if k == "stage" else "numeric"} for k in table[0]] if table else []
-    fig = F.stage_span_figure(spans, [s for s in sa if s in set(sb)])
+    fig = CH.stage_span_figure(spans, [s for s in sa if s in set(sb)])
     fig["layout"]["xaxis"]["title"]["text"] = ("µs from the launch's first start (median over launches)"
                                                if per_launch else "µs from the trace's first start")
     return fig, cols, table, note
