@@ -56,65 +56,64 @@ def stage_report(trace, *, by_launch: bool = False, ranks=None, launches=None,
     ``by_launch=True``: one row per (rank, launch, stage), each (rank, launch) its own
     scope. Every stage of the spec gets a row; one without tasks has ``tasks`` 0 and
     null times. ``quantiles`` (default p50, p90) names the columns ``pNN_us``."""
-    spec, phases = trace.spec, trace.phases
-    nst = len(spec.stages)
-    tasks = R.select(trace.tasks, R.check(trace, ranks, launches))
-    ivs = R.select(trace.intervals, R.check(trace, ranks, launches))
-    rank, launch = R.column(tasks, "rank"), R.column(tasks, "launch")
-    stage_i = R.column(tasks, "stage_index").astype(np.int64)
-    start, end = R.extent(R.phase_matrix(tasks, phases))
-
+    sel = R.check(trace, ranks, launches)
+    tasks, ivs = R.select(trace.tasks, sel), R.select(trace.intervals, sel)
+    nst = len(trace.spec.stages)
+    rank, launch = R.column(tasks, "rank").astype(np.int64), R.column(tasks, "launch").astype(np.int64)
     if by_launch:
-        pair_of, _, (pr, pl) = GR.group_ids(rank.astype(np.int64), launch.astype(np.int64))
+        pair_of, _, (pr, pl) = GR.group_ids(rank, launch)
         pairs = np.stack([pr, pl], axis=1)
     else:
         pairs, pair_of = np.zeros((1, 2), dtype=np.int64), np.zeros(tasks.num_rows, dtype=np.int64)
     npair = pairs.shape[0]
-    ng = npair * nst
-    gid = pair_of * nst + stage_i
-    # scope of each group: its (rank, launch) pair, or the whole selection
+    gid = pair_of * nst + R.column(tasks, "stage_index").astype(np.int64)
+    cols = {}
+    if by_launch:
+        cols["rank"] = pa.array(np.repeat(pairs[:, 0], nst).astype(np.int16))
+        cols["launch"] = pa.array(np.repeat(pairs[:, 1], nst).astype(np.int32))
+    else:
+        cols["rank"], cols["launch"] = pa.nulls(npair * nst, pa.int16()), pa.nulls(npair * nst, pa.int32())
+    cols["stage"] = GR.stage_strings(trace.spec, np.tile(np.arange(nst), npair))
+    cols["tasks"] = pa.array(GR.distinct_count(gid, npair * nst, rank, launch,
+                                               R.column(tasks, "task").astype(np.int64)))
+    cols.update(_spans(tasks, trace.phases, pair_of, npair, gid, nst))
+    cols.update(_interval_quantiles(ivs, trace.phases, pairs if by_launch else None, nst, quantiles))
+    return pa.table(cols)
+
+
+def _spans(tasks, phases, pair_of, npair, gid, nst) -> dict:
+    """``first_start_us, last_end_us, span_us, share`` of every (pair, stage) group,
+    µs from its pair's (its scope's) earliest start."""
+    start, end = R.extent(R.phase_matrix(tasks, phases))
     scope_lo, scope_hi = GR.group_min_max(pair_of, npair, start, end)
-    first, last = GR.group_min_max(gid, ng, start, end)
+    first, last = GR.group_min_max(gid, npair * nst, start, end)
     t0 = np.repeat(scope_lo, nst)
     kernel_span = np.repeat(np.where(scope_lo != _NULL, scope_hi - scope_lo, 0), nst)
     first_us, last_us = GR.us(first, t0), GR.us(last, t0)
     span_us = last_us - first_us
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(kernel_span > 0, span_us * 1000.0 / kernel_span, np.nan)
+    return {"first_start_us": GR.f64(first_us), "last_end_us": GR.f64(last_us), "span_us": GR.f64(span_us),
+            "share": GR.f64(share)}
 
-    cols = {}
-    if by_launch:
-        cols["rank"] = pa.array(np.repeat(pairs[:, 0], nst).astype(np.int16))
-        cols["launch"] = pa.array(np.repeat(pairs[:, 1], nst).astype(np.int32))
-    else:
-        cols["rank"] = pa.nulls(ng, pa.int16())
-        cols["launch"] = pa.nulls(ng, pa.int32())
-    cols["stage"] = GR.stage_strings(spec, np.tile(np.arange(nst), npair))
-    cols["tasks"] = pa.array(GR.distinct_count(gid, ng, rank.astype(np.int64), launch.astype(np.int64),
-                                             R.column(tasks, "task").astype(np.int64)))
-    cols["first_start_us"] = GR.f64(first_us)
-    cols["last_end_us"] = GR.f64(last_us)
-    cols["span_us"] = GR.f64(span_us)
-    cols["share"] = GR.f64(share)
 
+def _interval_quantiles(ivs, phases, pairs, nst, quantiles) -> dict:
+    """``"<interval> pNN_us"`` of every (pair, stage) group over its intervals;
+    ``pairs`` None: one scope."""
     names = S.interval_names(phases)
-    if names:
-        npi = len(names)
-        ip = R.column(ivs, "phase_index").astype(np.int64)
-        ist = R.column(ivs, "stage_index").astype(np.int64)
-        if by_launch:
-            # map each interval's (rank, launch) onto the pair numbering of the tasks
-            ikey = R.column(ivs, "rank").astype(np.int64) * (1 << 32) + R.column(ivs, "launch")
-            pkey = pairs[:, 0] * (1 << 32) + pairs[:, 1]
-            ipair = np.searchsorted(pkey, ikey)
-        else:
-            ipair = np.zeros(ivs.num_rows, dtype=np.int64)
-        igid = (ipair * nst + ist) * npi + ip
-        qv = GR.group_quantiles(igid, ng * npi, R.column(ivs, "duration_ns"), quantiles)
-        for j, name in enumerate(names):
-            for i, q in enumerate(quantiles):
-                cols[f"{name} p{round(q * 100)}_us"] = GR.f64(qv[i, j::npi] / 1000.0)
-    return pa.table(cols)
+    if not names:
+        return {}
+    npi, npair = len(names), 1 if pairs is None else pairs.shape[0]
+    ip = R.column(ivs, "phase_index").astype(np.int64)
+    ist = R.column(ivs, "stage_index").astype(np.int64)
+    if pairs is not None:  # each interval's (rank, launch) onto the pair numbering of the tasks
+        ikey = R.column(ivs, "rank").astype(np.int64) * (1 << 32) + R.column(ivs, "launch")
+        ipair = np.searchsorted(pairs[:, 0] * (1 << 32) + pairs[:, 1], ikey)
+    else:
+        ipair = np.zeros(ivs.num_rows, dtype=np.int64)
+    qv = GR.group_quantiles((ipair * nst + ist) * npi + ip, npair * nst * npi, R.column(ivs, "duration_ns"), quantiles)
+    return {f"{name} p{round(q * 100)}_us": GR.f64(qv[i, j::npi] / 1000.0)
+            for j, name in enumerate(names) for i, q in enumerate(quantiles)}
 
 
 def _only(present: list, value, what: str) -> int:

@@ -4,6 +4,8 @@ ended, not which producer released it)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,58 +59,79 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
     if tasks.num_rows == 0:
         return R.empty(CRITICAL_PATH_SCHEMA)
+    m = _merged(trace, tasks)
+    return _table(spec, m, _walk(m, len(spec.stages)))
+
+
+class _Tasks(NamedTuple):
+    """One launch's tasks, waves merged (one row per (stage, task)): earliest start,
+    latest end, earliest end of the wait (``hint``) and start of it (``wait``), CTA,
+    stage index, and the ``(stage, task)`` keys."""
+
+    start: np.ndarray
+    end: np.ndarray
+    hint: np.ndarray
+    wait: np.ndarray
+    cta: np.ndarray
+    stage: np.ndarray
+    keys: np.ndarray
+
+
+def _merged(trace, tasks) -> _Tasks:
+    """``_Tasks`` of the task rows, the wait read from the spec's declared ``wait``."""
     start, end = R.extent(R.phase_matrix(tasks, trace.phases))
     ff = R.inherited(R.phase_matrix(tasks, trace.phases))
-    w0, w1 = (ff[:, trace.phases.index(p)] for p in spec.wait)  # the wait's start, and its end
+    w0, w1 = (ff[:, trace.phases.index(p)] for p in trace.spec.wait)  # the wait's start, and its end
     w0 = np.where(w0 == _NULL, start, np.clip(w0, start, end))
     hint = np.where(w1 == _NULL, w0, np.clip(w1, w0, end))
-    stage_i = R.column(tasks, "stage_index").astype(np.int64)
-    task = R.column(tasks, "task").astype(np.int64)
-    cta = R.column(tasks, "cta").astype(np.int64)
-    # merge waves: one task = one (stage, task)
-    tid, nt, keys = GR.group_ids(stage_i, task)
+    tid, nt, keys = GR.group_ids(R.column(tasks, "stage_index").astype(np.int64),
+                                 R.column(tasks, "task").astype(np.int64))
     keys = np.stack(keys, axis=1)
     t_start, t_end = GR.group_min_max(tid, nt, start, end)
-    t_hint, _ = GR.group_min_max(tid, nt, hint, hint)
-    t_wait, _ = GR.group_min_max(tid, nt, w0, w0)
     t_cta = np.zeros(nt, dtype=np.int64)
-    t_cta[tid] = cta
-    t_stage = keys[:, 0]
-    # producers: per stage s, the tasks of stages < s sorted by end
-    by_end = np.lexsort((np.arange(nt), t_end))
-    prod_sorted = [by_end[t_stage[by_end] < s] for s in range(len(spec.stages))]
-    # the CTA's own tasks sorted by (cta, start, index)
-    own = np.lexsort((np.arange(nt), t_start, t_cta))
-    own_cta = t_cta[own]
+    t_cta[tid] = R.column(tasks, "cta").astype(np.int64)
+    return _Tasks(t_start, t_end, GR.group_min_max(tid, nt, hint, hint)[0], GR.group_min_max(tid, nt, w0, w0)[0],
+                  t_cta, keys[:, 0], keys)
+
+
+def _walk(m: _Tasks, nstages: int) -> list:
+    """The path's rows ``(task, start, end, kind)`` in time order: walked back from the
+    task that ends last, to its producer (the latest-ending task of an earlier stage
+    that ended after it started) or else to its CTA's previous task."""
+    nt = len(m.start)
+    by_end = np.lexsort((np.arange(nt), m.end))
+    prod_sorted = [by_end[m.stage[by_end] < s] for s in range(nstages)]  # per stage: earlier stages by end
+    own = np.lexsort((np.arange(nt), m.start, m.cta))  # the CTA's own tasks by (cta, start, index)
     pos_in_own = np.empty(nt, dtype=np.int64)
     pos_in_own[own] = np.arange(nt)
-
-    rows = []  # (task id, start, end, kind) walking back
-    cur = int(by_end[-1])
-    seen = set()
+    rows, cur, seen = [], int(by_end[-1]), set()
     while cur not in seen:
         seen.add(cur)
-        rows.append((cur, t_hint[cur], t_end[cur], "work"))
-        ps = prod_sorted[t_stage[cur]]
-        j = np.searchsorted(t_end[ps], t_hint[cur], side="right") - 1
-        if j >= 0 and t_end[ps[j]] > t_start[cur]:
-            p = int(ps[j])
-            rows.append((cur, t_end[p], t_hint[cur], "wait"))
-            cur = p
+        rows.append((cur, m.hint[cur], m.end[cur], "work"))
+        ps = prod_sorted[m.stage[cur]]
+        j = np.searchsorted(m.end[ps], m.hint[cur], side="right") - 1
+        if j >= 0 and m.end[ps[j]] > m.start[cur]:
+            rows.append((cur, m.end[ps[j]], m.hint[cur], "wait"))
+            cur = int(ps[j])
             continue
-        rows.append((cur, t_wait[cur], t_hint[cur], "wait"))
-        if t_wait[cur] > t_start[cur]:  # the task's own work before its wait (hint -> staged waits)
-            rows.append((cur, t_start[cur], t_wait[cur], "work"))
+        rows.append((cur, m.wait[cur], m.hint[cur], "wait"))
+        if m.wait[cur] > m.start[cur]:  # the task's own work before its wait (hint -> staged waits)
+            rows.append((cur, m.start[cur], m.wait[cur], "work"))
         k = pos_in_own[cur] - 1  # the CTA's task that started just before (ties: by index)
-        if k < 0 or own_cta[k] != t_cta[cur]:
+        if k < 0 or m.cta[own[k]] != m.cta[cur]:
             break
-        q = int(own[k])
-        rows.append((cur, t_end[q], t_start[cur], "idle"))
-        cur = q
+        rows.append((cur, m.end[own[k]], m.start[cur], "idle"))
+        cur = int(own[k])
     rows.reverse()
+    return rows
+
+
+def _table(spec, m: _Tasks, rows: list) -> pa.Table:
+    """The rows tiled (a row starts no earlier than every row before it ends; empty
+    waits and idles left out) as a ``CRITICAL_PATH_SCHEMA`` table."""
     s = np.array([r[1] for r in rows], dtype=np.int64)
     e = np.array([r[2] for r in rows], dtype=np.int64)
-    before = np.maximum.accumulate(e)  # tile: a row starts no earlier than all before it end
+    before = np.maximum.accumulate(e)
     s[1:] = np.maximum(s[1:], before[:-1])
     e = np.maximum(e, s)
     keep = np.array([r[3] == "work" for r in rows]) | (e > s)
@@ -117,9 +140,9 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
     idx = np.array([r[0] for r in rows], dtype=np.int64)
     return pa.table({
         "order": pa.array(np.arange(len(rows), dtype=np.int32)),
-        "stage": GR.stage_strings(spec, t_stage[idx]),
-        "task": pa.array(keys[idx, 1].astype(np.int32)),
-        "cta": pa.array(t_cta[idx].astype(np.int32)),
+        "stage": GR.stage_strings(spec, m.stage[idx]),
+        "task": pa.array(m.keys[idx, 1].astype(np.int32)),
+        "cta": pa.array(m.cta[idx].astype(np.int32)),
         "start_ns": pa.array(s),
         "end_ns": pa.array(e),
         "kind": pa.array([r[3] for r in rows], pa.string()),

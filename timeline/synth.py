@@ -67,15 +67,11 @@ def synth_buffers(
 
     ``slow_ctas``: CTA ids whose compute runs ``slow_factor`` times longer (a
     throttled CU), so analyses have something to find."""
-    if grid < 1 or grid & (grid - 1):
-        raise ValueError(f"grid must be a power of two (the rotation rule needs it); got {grid}")
-    if grid > S.MAX_CTA:
-        raise ValueError(f"grid {grid} exceeds the placement word's CTA field ({S.MAX_CTA})")
+    _check_grid(grid)
     rng = np.random.default_rng(seed)
     models = models or _default_model(spec, rng)
-    R, G, W, P = max(spec.world, 1), grid, spec.waves, len(spec.phases)
+    R, G = max(spec.world, 1), grid
     lay = spec.layout
-    names = spec.stage_names
     base, acc = [], 0
     for _, count in spec.stages:  # rotation bases: stage s starts where the last left off
         base.append(acc & (G - 1))
@@ -89,7 +85,6 @@ def synth_buffers(
     skew = rng.uniform(0, 3000, size=R)
     t_launch = np.zeros(R)
     placement = _placements(spec, G, rng)
-    phase_i = {p: i for i, p in enumerate(spec.phases)}
 
     for launch in range(spec.launches):
         cursor = (t_launch + skew)[:, None] + rng.uniform(0, 500, size=(R, G))
@@ -104,21 +99,8 @@ def synth_buffers(
                 sel = task_ids[(task_ids // G) == rnd]  # tasks of this round, one per CTA at most
                 c = cta_of[sel]
                 start = cursor[:, c]
-                # when the producers are done
-                if prev_end is None:
-                    ready = start
-                elif name in barriers or name in allreduce:
-                    ready = np.repeat(prev_end.max(axis=1, keepdims=True), sel.size, axis=1)
-                    if name in allreduce:
-                        ready = np.broadcast_to(ready.max(axis=0, keepdims=True), ready.shape)
-                    ready = ready + mailbox_ns
-                else:
-                    n_prev = prev_end.shape[1]
-                    lo = (sel * n_prev) // count
-                    hi = np.maximum(lo + 1, ((sel + 1) * n_prev) // count)
-                    cm = np.maximum.accumulate(prev_end, axis=1)  # prefix max: producers' max
-                    hi_max = cm[:, hi - 1]
-                    ready = hi_max + mailbox_ns
+                ready = _ready(start, prev_end, sel, count, name in barriers or name in allreduce,
+                               name in allreduce, mailbox_ns)
                 hint = np.maximum(start + poll_ns, ready)
                 d = lambda mean: mean * rng.lognormal(0.0, 0.25, size=(R, sel.size))  # noqa: E731
                 staged = hint + d(m.staging)
@@ -135,8 +117,33 @@ def synth_buffers(
     for r in range(R):
         sp = spec.replace(rank=r, world=R, grid=G, extra={**spec.extra, "synthetic": True})
         out.append((sp, bufs[r]))
-    del phase_i
     return out
+
+
+def _check_grid(grid: int) -> None:
+    if grid < 1 or grid & (grid - 1):
+        raise ValueError(f"grid must be a power of two (the rotation rule needs it); got {grid}")
+    if grid > S.MAX_CTA:
+        raise ValueError(f"grid {grid} exceeds the placement word's CTA field ({S.MAX_CTA})")
+
+
+def _ready(start, prev_end, sel, count, barrier: bool, allreduce: bool, mailbox_ns: float):
+    """When the producers of tasks ``sel`` of a stage of ``count`` tasks are done,
+    ``(ranks, len(sel))``: the previous stage's tasks ``[t * n / count, (t + 1) * n /
+    count)`` (a slice of it per task), or all of it behind a barrier, or all of it on
+    every rank behind an all-reduce; plus the mailbox latency. No previous stage:
+    the task's start."""
+    if prev_end is None:
+        return start
+    if barrier:
+        ready = np.repeat(prev_end.max(axis=1, keepdims=True), sel.size, axis=1)
+        if allreduce:
+            ready = np.broadcast_to(ready.max(axis=0, keepdims=True), ready.shape)
+        return ready + mailbox_ns
+    n_prev = prev_end.shape[1]
+    lo = (sel * n_prev) // count
+    hi = np.maximum(lo + 1, ((sel + 1) * n_prev) // count)
+    return np.maximum.accumulate(prev_end, axis=1)[:, hi - 1] + mailbox_ns  # prefix max: producers' max
 
 
 def _phase_times(phases, times, start, end):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import io
 import json
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,6 +48,7 @@ from timeline import schema as S
 from timeline.export import _common as C
 from timeline.export._text import SPACE, assemble, digits, micros, strings
 from timeline.trace import Trace, __version__
+
 
 def _json(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
@@ -112,38 +114,36 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
     return ["".join(lines).encode()]
 
 
-def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool, base_ns: int,
-                marks=()):
-    """The JSON text of one chunk as a ``(n, W)`` uint8 matrix, one task record a row
-    (the task's event, then a slot per phase interval; with ``complete=False`` each
-    event is a ``B`` line and an ``E`` line carrying the same name and args, and the
-    task's ``E`` closes the record), and the number of events in it. A phase of zero
-    length is an instant (``"ph":"i"``) in its slot, a task of zero length one
-    instant for the whole record (see ``_instants``)."""
-    n = rec.n
-    pid = digits(num.pid(rec.rank, rec.launch))
-    tid = digits(num.tid(rec.cta, rec.wave))
-    task = digits(rec.task)
+class _Lines:
+    """What every event line of a chunk shares: its ``"ph"`` head with pid, tid and
+    ``"ts":`` (one pre-assembled block a kind: a few wide copies beat many narrow
+    ones), and ns written as µs on the export's axis (``ts``)."""
+
+    def __init__(self, rec: C.Records, num: C.Numbering, base_ns: int):
+        self.n, self.base_ns = rec.n, base_ns
+        self.pid, self.tid = digits(num.pid(rec.rank, rec.launch)), digits(num.tid(rec.cta, rec.wave))
+        self._heads = {}
+
+    def head(self, ph) -> list:
+        if ph not in self._heads:  # an instant's scope "s" defaults to the thread: the same width as a B line
+            self._heads[ph] = assemble(self.n, [f',{{"ph":"{ph}","pid":'.encode(), self.pid, b',"tid":', self.tid,
+                                                b',"ts":'])
+        return [self._heads[ph]]
+
+    def ts(self, ns):
+        return micros(ns + self.base_ns)
+
+
+INHERITED = strings(["false", "true"])
+
+
+def _task_body(rec: C.Records, stage_names, names, keys, dur_text) -> list:
+    """The task event's pieces after its time: name, category, args (stage, task, CTA,
+    wave, placement, each interval's ``phase_us``)."""
     si = rec.stage_index.astype(np.int64)
-
-    heads = {}
-
-    def head(ph):  # one pre-assembled block a kind: a few wide copies beat many narrow ones
-        if ph not in heads:
-            # an instant's scope "s" defaults to the thread: the same width as a B line
-            heads[ph] = assemble(n, [f',{{"ph":"{ph}","pid":'.encode(), pid, b',"tid":', tid, b',"ts":'])
-        return [heads[ph]]
-
-    def ts(ns):
-        return micros(ns + base_ns)
-
     stage_task = strings([f'"name":{_json(s)},"cat":{_json(s)},"args":{{"stage":{_json(s)}'
                           for s in stage_names])[si]
-    stage_task_args = assemble(n, [strings([_json(s) for s in stage_names])[si], b',"task":', task])
-    names = S.interval_names(phases)
-    dur = rec.end - rec.start
-    dur_text = [micros(dur[:, j], null=~rec.valid[:, j]) for j in range(len(names))]
-    body = [b",", stage_task, b',"task":', task, b',"cta":', digits(rec.cta),
+    body = [b",", stage_task, b',"task":', digits(rec.task), b',"cta":', digits(rec.cta),
             b',"wave":', digits(rec.wave)]
     for k in keys:
         v, null = rec.place[k]
@@ -152,57 +152,87 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
     for j, name in enumerate(names):
         body += [(b"," if j else b"") + f"{_json(name)}:".encode(), dur_text[j]]
     body.append(b"}}}\n")
-    first = ts(rec.first)
+    return body
+
+
+def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool, base_ns: int,
+                marks=()):
+    """The JSON text of one chunk as a ``(n, W)`` uint8 matrix, one task record a row
+    (the task's event, then a slot per phase interval; with ``complete=False`` each
+    event is a ``B`` line and an ``E`` line carrying the same name and args, and the
+    task's ``E`` closes the record), and the number of events in it. A phase of zero
+    length is an instant (``"ph":"i"``) in its slot, a task of zero length one
+    instant for the whole record (see ``_instants``)."""
+    lines = _Lines(rec, num, base_ns)
+    si = rec.stage_index.astype(np.int64)
+    stage_task_args = assemble(rec.n, [strings([_json(s) for s in stage_names])[si], b',"task":', digits(rec.task)])
+    names = S.interval_names(phases)
+    dur_text = [micros(rec.end[:, j] - rec.start[:, j], null=~rec.valid[:, j]) for j in range(len(names))]
+    body = _task_body(rec, stage_names, names, keys, dur_text)
+    first = lines.ts(rec.first)
     if complete:
-        pieces = head("X") + [first, b',"dur":', micros(rec.last - rec.first)] + body
+        pieces = lines.head("X") + [first, b',"dur":', micros(rec.last - rec.first)] + body
     else:
-        pieces = head("B") + [first] + body
-    inherited = strings(["false", "true"])
+        pieces = lines.head("B") + [first] + body
     slots = []
     for j, name in enumerate(names):
         lo = _width_of(pieces)
         pbody = [f',"name":{_json(name)},"cat":"phase","args":{{"stage":'.encode(), stage_task_args,
-                 b',"inherited":', inherited[rec.inherited[:, j].astype(np.int64)], b"}}\n"]
-        start = ts(rec.start[:, j])
+                 b',"inherited":', INHERITED[rec.inherited[:, j].astype(np.int64)], b"}}\n"]
+        start = lines.ts(rec.start[:, j])
         if complete:
-            pieces += head("X") + [start, b',"dur":', dur_text[j]] + pbody
+            pieces += lines.head("X") + [start, b',"dur":', dur_text[j]] + pbody
         else:
-            pieces += head("B") + [start] + pbody + head("E") + [ts(rec.end[:, j])] + pbody
+            pieces += lines.head("B") + [start] + pbody + lines.head("E") + [lines.ts(rec.end[:, j])] + pbody
         slots.append((lo, _width_of(pieces) - 1))  # the last newline stays
     if not complete:
-        pieces += head("E") + [ts(rec.last)] + body
+        pieces += lines.head("E") + [lines.ts(rec.last)] + body
     record_end = _width_of(pieces)  # the task's record ends here; its marks follow
+    text = _with_marks(lines, rec, pieces, marks, stage_task_args)
+    run_instant = partial(_run_instant, lines, rec, phases, names, stage_task_args)
+    events = _instants(text, rec, slots, record_end, _task_instant(lines, rec, first, body, names), run_instant)
+    per_span = 1 if complete else 2
+    return text, per_span * (events.spans) + events.instants + int(rec.marked.sum())
+
+
+def _with_marks(lines: _Lines, rec: C.Records, pieces: list, marks, stage_task_args) -> np.ndarray:
+    """The chunk's text: ``pieces`` and then one instant per mark at its own time (any
+    order, any row), spaces where the mark was not written."""
     mark_slots = []
-    for k, name in enumerate(marks):  # a mark: an instant at its own time (any order, any row)
+    for k, name in enumerate(marks):
         lo = _width_of(pieces)
-        pieces += head("i") + [ts(rec.marks[:, k]), f',"name":{_json(name)},"cat":"mark","args":{{"stage":'.encode(),
-                               stage_task_args, b"}}\n"]
+        pieces = pieces + lines.head("i") + [lines.ts(rec.marks[:, k]), f',"name":{_json(name)},"cat":"mark",'
+                                             f'"args":{{"stage":'.encode(), stage_task_args, b"}}\n"]
         mark_slots.append((lo, _width_of(pieces)))
-    text = assemble(n, pieces)
+    text = assemble(rec.n, pieces)
     for k, (lo, hi) in enumerate(mark_slots):
         unmarked = ~rec.marked[:, k]
         if unmarked.any():
             text[unmarked, lo:hi] = SPACE
+    return text
 
-    def run_instant(j0, j1):
-        """The instant of zero-length intervals j0..j1 (phases j0..j1+1 in one tick)."""
-        name = f',"name":{_json("→".join(phases[j0:j1 + 2]))},"cat":"phase","args":{{"stage":'.encode()
-        line = head("i") + [ts(rec.start[:, j0]), name, stage_task_args]
-        if j0 == j1:
-            return line + [b',"inherited":', inherited[rec.inherited[:, j0].astype(np.int64)], b"}}\n"]
-        line.append(f',"intervals":{json.dumps(list(names[j0:j1 + 1]), ensure_ascii=False)},"inherited":['.encode())
-        for j in range(j0, j1 + 1):
-            line += [b"," if j > j0 else b"", inherited[rec.inherited[:, j].astype(np.int64)]]
-        return line + [b"]}}\n"]
 
-    task_instant = head("i") + [first] + body[:-1] + [b'},"inherited":[']  # the task's intervals'
+def _run_instant(lines: _Lines, rec: C.Records, phases, names, stage_task_args, j0, j1) -> list:
+    """The instant of zero-length intervals j0..j1 (phases j0..j1+1 in one tick)."""
+    name = f',"name":{_json("→".join(phases[j0:j1 + 2]))},"cat":"phase","args":{{"stage":'.encode()
+    line = lines.head("i") + [lines.ts(rec.start[:, j0]), name, stage_task_args]
+    if j0 == j1:
+        return line + [b',"inherited":', INHERITED[rec.inherited[:, j0].astype(np.int64)], b"}}\n"]
+    line.append(f',"intervals":{json.dumps(list(names[j0:j1 + 1]), ensure_ascii=False)},"inherited":['.encode())
+    for j in range(j0, j1 + 1):
+        line += [b"," if j > j0 else b"", INHERITED[rec.inherited[:, j].astype(np.int64)]]
+    return line + [b"]}}\n"]
+
+
+def _task_instant(lines: _Lines, rec: C.Records, first, body, names) -> list:
+    """A zero-length task's one instant: its event's args, ``inherited`` per interval
+    (null where the interval is missing)."""
+    line = lines.head("i") + [first] + body[:-1] + [b'},"inherited":[']
     for j in range(len(names)):
-        task_instant += [b"," if j else b"", strings(["false", "true", "null"])[
+        line += [b"," if j else b"", strings(["false", "true", "null"])[
             np.where(rec.valid[:, j], rec.inherited[:, j], 2).astype(np.int64)]]
-    task_instant.append(b"]}}\n")
-    events = _instants(text, rec, slots, record_end, task_instant, run_instant)
-    per_span = 1 if complete else 2
-    return text, per_span * (events.spans) + events.instants + int(rec.marked.sum())
+    line.append(b"]}}\n")
+    return line
 
 
 class _Count(NamedTuple):
