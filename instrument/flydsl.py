@@ -30,14 +30,11 @@ Contract:
   XCC_ID) << 32 | HW_ID``) into column 0, beside its tick in column 1: one 16-byte
   ``buffer_store_dwordx4``. Later phases store the tick alone
   (``buffer_store_dwordx2``, the column in the immediate offset).
-- Placement is written once per task, with the first phase. Measured
-  (bench/isa_cost.py, gfx942 and gfx950): a plain stamp is 4 instructions
-  (``s_memrealtime``, ``s_waitcnt``, ``v_mov_b64``, ``buffer_store_dwordx2``), a
-  first-phase stamp 13 (two ``s_getreg_b32``, the packing, two more moves, the
-  16-byte store); a placement with every stamp would make all five stamps of a task
-  cost 13, 65 instead of 29 instructions, to write the same word again (a wave never
-  leaves its CU) into a layout that has one placement column per record. The
-  registers are read per task, not held: no long-lived SGPR or VGPR.
+- Placement is written once per task, with the first phase: a wave never leaves
+  its CU, and the layout has one placement column per record, so writing it with
+  every stamp would only repeat the same word at the cost of the register reads and
+  the packing each time (bench/isa_cost.py counts both). The registers are read per
+  task, not held: no long-lived SGPR or VGPR.
 - Stamps add no control flow. The stores go through a buffer resource whose size is
   the stamp buffer's for a wave that stamps and 0 for every other wave (and for a
   null ``stamps`` address): the hardware drops an out-of-range buffer store. CTA mode
@@ -55,8 +52,8 @@ Contract:
   ``dropped``. With launch and task Python ints the check is made at trace time.
 - ``fence`` (default on) puts ``rocdl.sched_barrier(0)`` before the clock read, so
   the scheduler keeps the stamp in program order: without a branch around it, a
-  stamp is otherwise free to drift (measured: a ``compute`` stamp scheduled before
-  the math it follows). It costs no instruction. A stamp marks when the wave reaches
+  stamp is otherwise free to drift (tests/test_flydsl_isa.py shows a ``compute``
+  stamp scheduled before the math it follows without it). It costs no instruction. A stamp marks when the wave reaches
   that point: loads issued before it may still be in flight.
 - ``task`` and ``launch`` must be CTA-uniform, as a mono kernel's task index is: the
   record offset is read from the first active lane (``readfirstlane``, free for a

@@ -20,6 +20,7 @@ from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
 from viewer.panels import export as VX
 from timeline import analysis as A
+from timeline import compare as TC
 from viewerkit import bars_of, component_text
 
 
@@ -239,3 +240,25 @@ def test_export_refuses_a_huge_or_empty_selection(state, monkeypatch):
         VX.export(state, "small.arrow", [1], None, [0])
     with pytest.raises(ValueError, match="nothing to export"):
         VX.export(state, "small.arrow", None, None, [])
+
+
+def test_a_multi_launch_trace_opens_on_its_median_launch(tmp_path):
+    """The first view of 5 launches is one of them (the median span), filling the plot,
+    with a note that says so; a linked view that names launches keeps them."""
+    trace = synth.synth_trace(synth.glm5_spec(launches=5), grid=8, seed=4)
+    trace.save(tmp_path / "five.arrow")
+    state, _, _ = V.prepare([str(tmp_path / "five.arrow")])
+    want = TC.median_launch(trace)
+    spans = {}
+    for la in trace.launches:
+        t = trace.filter(launches=[la]).tasks
+        spans[la] = max(t.column("end_ns").to_pylist()) - min(t.column("start_ns").to_pylist())
+    assert sorted(spans, key=spans.get)[2] == want  # the median of 5
+    out = VTR.select(state, "", None, False)
+    assert out.launches == [want] and "median span" in component_text(out.banners)
+    drawn = VG.gantt(state, "five.arrow", out.grouping, out.ranks, out.launches, None, None, None, "filters",
+                     None, None, None, None, None)
+    t = trace.filter(launches=[want]).tasks
+    assert (drawn.state.t0, drawn.state.t1) == (min(t.column("start_ns").to_pylist()),
+                                                max(t.column("end_ns").to_pylist()))
+    assert VTR.select(state, "?launches=0,1", None, False).launches == [0, 1]

@@ -49,6 +49,30 @@ def launch_pairs(trace, *, ranks=None, launches=None) -> int:
     return int(np.unique(key.to_numpy()[keep]).size)
 
 
+def median_launch(trace) -> int | None:
+    """The launch whose span (earliest start to latest end, over its ranks) is the
+    median of the trace's launches (the lower one of an even count); None without
+    task rows. What the dashboard shows first of a multi-launch trace."""
+    from timeline import rows as R
+
+    t = trace.tasks
+    if t.num_rows == 0:
+        return None
+    first, last = R.extent(R.phase_matrix(t, trace.phases))
+    launch = R.column(t, "launch").astype(np.int64)
+    ok = last >= first
+    ids = np.unique(launch[ok])
+    if not ids.size:
+        return None
+    lo = np.full(ids.size, np.iinfo(np.int64).max)
+    hi = np.full(ids.size, np.iinfo(np.int64).min)
+    k = np.searchsorted(ids, launch[ok])
+    np.minimum.at(lo, k, first[ok])
+    np.maximum.at(hi, k, last[ok])
+    order = np.argsort(hi - lo, kind="stable")
+    return int(ids[order[(ids.size - 1) // 2]])
+
+
 def typical_launch(trace, *, ranks=None, launches=None) -> pa.Table:
     """One row per stage over the selection's (rank, launch) pairs: the median of every
     stage-report column over them (a typical launch; times from each launch's own

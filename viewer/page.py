@@ -72,8 +72,8 @@ def plotly_js() -> bytes:
     serve), behind V8's explicit compile hint ``//# allFunctionsCalledOnLoad``:
     plotly.js calls most of its functions while it initializes, and with the hint
     Chromium compiles them on a background thread while the file downloads instead
-    of one by one on the main thread as they are first called (measured here: 0.6 s
-    of main-thread evaluation instead of 1.0 s). Other browsers read a comment."""
+    of one by one on the main thread as they are first called (bench/viewer.py
+    --browser times the first paint). Other browsers read a comment."""
     path = Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
     return COMPILE_HINT + path.read_bytes()
 

@@ -176,8 +176,8 @@ def on_export(app, _n, key, ranks, launches, stages):
 # -- the app ------------------------------------------------------------------------------------------
 def _page(app, dash_app):
     """Dash's index page with plotly.js loading from the head and the CSS inline.
-    plotly.js (4.8 MB, about a second to evaluate in a cold browser) is what the
-    first paint waits for; dcc.Graph would ask for it only once the layout and its
+    plotly.js (the largest script, the slowest to evaluate) is what the first paint
+    waits for; dcc.Graph would ask for it only once the layout and its
     own chunk have loaded. Instead it loads asynchronously while the server builds
     the layout; dcc.Graph uses ``window.Plotly`` when set (the documented way to
     bring one's own plotly.js): until the script has run it is a promise that the

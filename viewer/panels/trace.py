@@ -8,6 +8,7 @@ import urllib.parse
 import numpy as np
 from dash import html
 
+from timeline import compare as C
 from timeline import schema as S
 from viewer import figures as F
 from viewer import model as M
@@ -68,11 +69,18 @@ def select(app, search, picked, by_picker: bool) -> TraceOut:
     max_cta = int(d.cta.max()) if d.n else 0
     query = search if not by_picker else ""
     ranks, launches, grouping = initial(query, tr.ranks, tr.launches)
+    if launches is None and len(tr.launches) > 1 and "launches=" not in (query or ""):
+        typical = C.median_launch(tr)  # one launch fills the plot; the filter shows which
+        launches = None if typical is None else [typical]
+    banners = app.banners(item)
+    if launches is not None and "launches=" not in (query or ""):
+        banners.append(msg(f"Showing launch {launches[0]}, the median span of this trace's {len(tr.launches)} "
+                           "launches: clear the Launches filter to see them all.", "info"))
     q = urllib.parse.parse_qs((query or "").lstrip("?"))
     other = q.get("compare", [None])[0]
     tab = q.get("tab", [None])[0]
     return TraceOut(
-        trace=name, trace_options=opts, key={"name": name}, info=app.info(item), banners=app.banners(item),
+        trace=name, trace_options=opts, key={"name": name}, info=app.info(item), banners=banners,
         rank_options=[{"label": f"rank {r}", "value": r} for r in tr.ranks], ranks=ranks,
         launch_options=[{"label": f"launch {la}", "value": la} for la in tr.launches], launches=launches,
         stage_options=[{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
