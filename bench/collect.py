@@ -1,6 +1,8 @@
 """Collector throughput: stamps/s and peak memory of ``timeline.collect`` against a
-straightforward per-record Python decoder of the same buffer, side by side in one
-run (the machine is noisy: the ratio is the figure).
+straightforward per-record Python decoder of the same buffer and FlyDSL KTRACE's own
+decoder (``flydsl.runtime.device_runtime.rocm_ktrace_buffer.decode_records``) on a
+KTRACE buffer of as many events, side by side in one run (the machine is noisy: the
+ratio is the figure); then the goals of issue 10.
 
     python bench/collect.py            # 1 M and 10 M stamps
     python bench/collect.py --sizes 1e6 --naive-max 2e6
@@ -67,7 +69,46 @@ def naive_decode(buf, spec):
     return pa.Table.from_pylist(rows)
 
 
+def ktrace_buffer(events: int) -> bytes:
+    """A FlyDSL KTRACE buffer holding ``events`` events (its own 32-byte records, wave
+    regions of ``EVENTS_PER_WAVE`` slots: a header, then events), as its decoder reads
+    it: ``rocm_ktrace_buffer.decode_records(raw)``."""
+    from flydsl.expr.rocdl import ktrace_format as K
+
+    per = K.EVENTS_PER_WAVE - 1
+    waves = -(-events // per)
+    head = np.dtype([("attempted", "<u4"), ("wave", "<u4"), ("dispatch", "<u8"), ("queue", "<u8"),
+                     ("bx", "<u4"), ("by", "<u4")])
+    ev = np.dtype([("ts", "<u8"), ("payload", "<u8"), ("hw_id", "<u4"), ("xcc_id", "<u4"), ("packed", "<u4"),
+                   ("start", "<u4")])
+    assert head.itemsize == ev.itemsize == K.RECORD_BYTES
+    raw = np.zeros((waves, K.EVENTS_PER_WAVE), dtype=np.dtype((np.void, K.RECORD_BYTES)))
+    h = raw[:, 0].copy().view(head)
+    h["attempted"], h["wave"], h["bx"] = per, np.arange(waves) & 0xFF, np.arange(waves) // 8
+    raw[:, 0] = h.view(raw.dtype)
+    e = raw[:, 1:].copy().view(ev).reshape(waves, per)
+    e["ts"] = 1_000_000 + np.arange(waves * per).reshape(waves, per)
+    e["packed"] = (np.arange(per) % 2).astype(np.uint32) << 24  # push / pop
+    raw[:, 1:] = e.view(raw.dtype).reshape(waves, per)
+    return raw.tobytes()[: (events + waves) * K.RECORD_BYTES]
+
+
+def ktrace_one(events: int) -> dict:
+    from flydsl.runtime.device_runtime.rocm_ktrace_buffer import decode_records
+
+    raw = ktrace_buffer(events)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    out, _ = decode_records(raw)
+    dt = time.perf_counter() - t0
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"mode": "ktrace", "stamps": len(out), "rows": len(out), "seconds": dt, "stamps_per_s": len(out) / dt,
+            "warm_seconds": None, "buffer_mb": len(raw) / 2**20, "peak_extra_mb": (rss1 - rss0) / 1024}
+
+
 def one(mode: str, stamps: int) -> dict:
+    if mode == "ktrace":
+        return ktrace_one(stamps)
     if mode == "collect-nohp":
         from timeline.cli import no_hugepage_madvise
 
@@ -101,6 +142,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="*", type=float, default=[1e6, 1e7])
     ap.add_argument("--naive-max", type=float, default=1e7, help="skip the naive decoder above this many stamps")
+    ap.add_argument("--ktrace-max", type=float, default=2e6, help="skip KTRACE's decoder above this many events")
     ap.add_argument("--one", nargs=2, metavar=("MODE", "STAMPS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -111,10 +153,11 @@ def main():
     print("collect-nohp = numpy's huge-page madvise off, as the timeline / timeline-view commands run")
     print(f"{'stamps':>10} {'decoder':>12} {'cold s':>8} {'Mstamps/s':>10} {'warm s':>8} {'Mstamps/s':>10}"
           f" {'peak+MB':>8} {'buffer MB':>9} {'speedup cold':>12} {'warm':>6}")
+    goals = []
     for size in a.sizes:
         res = {}
-        for mode in ("collect", "collect-nohp", "naive"):
-            if mode == "naive" and size > a.naive_max:
+        for mode in ("collect", "collect-nohp", "naive", "ktrace"):
+            if (mode == "naive" and size > a.naive_max) or (mode == "ktrace" and size > a.ktrace_max):
                 continue
             out = subprocess.run([sys.executable, __file__, "--one", mode, str(int(size))],
                                  capture_output=True, text=True, check=True)
@@ -125,6 +168,21 @@ def main():
             print(f"{r['stamps']:>10} {mode:>12} {r['seconds']:>8.3f} {r['stamps_per_s'] / 1e6:>10.1f} "
                   f"{warm:>8.3f} {r['stamps'] / warm / 1e6:>10.1f} {r['peak_extra_mb']:>8.0f} "
                   f"{r['buffer_mb']:>9.1f} {base / r['seconds']:>11.1f}x {base / warm:>5.0f}x")
+        c = res["collect-nohp"]
+        warm_rate = c["stamps"] / c["warm_seconds"] / 1e6
+        goals.append(f"{c['stamps']:>10} stamps: warm {warm_rate:.1f} M/s (goal >= 60: {_met(warm_rate >= 60)}), "
+                     f"first decode {c['stamps_per_s'] / 1e6:.1f} M/s (goal >= 30: {_met(c['stamps_per_s'] >= 30e6)})")
+        if "ktrace" in res:
+            k = res["ktrace"]["stamps_per_s"]
+            ratio = c["stamps"] / c["warm_seconds"] / k
+            goals.append(f"{'':>10}         KTRACE's decoder {k / 1e6:.2f} M events/s: collect warm {ratio:.0f}x "
+                         f"(goal >= 300x: {_met(ratio >= 300)})")
+    print("\ngoals (issue 10), the collect-nohp rows (as the commands run):")
+    print("\n".join(goals))
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
 
 
 if __name__ == "__main__":
