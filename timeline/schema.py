@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from timeline.graph import GraphError, check_graph, graph_to_dict
 from timeline.placement import (  # noqa: F401  (the contract, one namespace)
     AMD_HW_ID_FIELDS, ARCH_LIMITS, ArchLimits, Field, LAYOUT_VERSION, MAX_CTA, MAX_STAGES, MAX_WAVE,
     MAX_WORLD, PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, _bits, bad_placement, pack_placement, placement_hi,
@@ -97,7 +98,8 @@ class Spec:
     launch slots one buffer holds (several layers per step); ``clock`` the device
     clock; ``arch`` the target (``gfx942``, ``gfx950``, ``sm_90``, ...) which also
     says how the hardware part of the placement word decodes; ``rank`` / ``world``
-    the tensor-parallel position of the GPU that wrote the buffer."""
+    the tensor-parallel position of the GPU that wrote the buffer; ``graph`` the task
+    graph, ``{stage: [producer Rule, ...]}`` (``timeline.graph``; empty: not declared)."""
 
     kernel: str
     stages: tuple
@@ -113,6 +115,7 @@ class Spec:
     marks: tuple = ()  # per-task marks that are not ordered phases (stamped in any order)
     unstamped: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> phases it never stamps
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    graph: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> producer rules (timeline.graph)
 
     def __post_init__(self):
         stages = tuple((str(n), int(c)) for n, c in self.stages)
@@ -159,6 +162,10 @@ class Spec:
         clash = (set(marks) & set(self.phases)) | {m for m in marks if marks.count(m) > 1} | ({"placement"} & set(marks))
         if clash or not all(marks):
             raise SpecError(f"mark names must be distinct, non-empty and not phase names; got {list(marks)}")
+        try:
+            object.__setattr__(self, "graph", check_graph(self.graph, stages))
+        except GraphError as e:
+            raise SpecError(str(e)) from None
 
     # -- derived --------------------------------------------------------------
     @property
@@ -235,6 +242,7 @@ class Spec:
             "marks": list(self.marks),
             "unstamped": {k: list(v) for k, v in self.unstamped.items()},
             "extra": dict(self.extra),
+            **({"graph": graph_to_dict(self.graph)} if self.graph else {}),
         }
 
     def to_json(self) -> str:
@@ -249,7 +257,7 @@ class Spec:
                 f"{LAYOUT_VERSION}. Decode it with the mono-timeline release that wrote it."
             )
         known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch", "wait", "marks", "unstamped",
-                 "rank", "world", "grid", "extra"}
+                 "rank", "world", "grid", "extra", "graph"}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     @classmethod

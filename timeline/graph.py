@@ -1,0 +1,139 @@
+"""The task graph of a mono kernel: which tasks each task waits for.
+
+A spec's ``graph`` maps a consumer stage to its producer ``Rule``s. A rule says:
+task ``t`` of the consumer waits for tasks ``[lo(t), lo(t) + count)`` of stage
+``stage``, with ``lo(t) = offset + (t % mod if mod else (t // div) * mul)``; the
+constructors name the shapes the mono kernels use (``every``, ``same``, ``div``,
+``block``, ``mod``, ``tiles``, ``allreduce``). An all-reduce rule waits for those
+tasks on every rank of the launch. Besides its rules a task waits for its own CTA's
+previous task (the rotation order): that edge is implicit (``timeline.edges``).
+
+This module only states and checks the graph (plain Python, what a Spec stores in
+its JSON); ``timeline.edges`` reads a trace against it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class GraphError(ValueError):
+    """A task graph that names an unknown stage, or producer tasks a stage does not have."""
+
+
+class Rule(NamedTuple):
+    """Task ``t`` of a consumer stage waits for tasks ``[lo(t), lo(t) + n)`` of
+    ``stage``, ``n`` = ``count`` (0: every task of ``stage``, from 0); ``lo(t) =
+    offset + (t % mod if mod else (t // div) * mul)``; ``allreduce``: on every rank."""
+
+    stage: str
+    count: int = 1
+    div: int = 1
+    mul: int = 1
+    mod: int = 0
+    offset: int = 0
+    allreduce: bool = False
+
+    def lo(self, t):
+        """The first producer task of consumer task(s) ``t`` (an int or an int array)."""
+        if self.count == 0:
+            return t * 0
+        return self.offset + (t % self.mod if self.mod else (t // self.div) * self.mul)
+
+    def n(self, producer_count: int) -> int:
+        """How many producer tasks a consumer task waits for."""
+        return producer_count if self.count == 0 else self.count
+
+    def to_dict(self) -> dict:
+        """The rule as JSON: its stage and the fields that differ from the defaults."""
+        d = {"stage": self.stage}
+        d.update({k: v for k, v in self._asdict().items() if k != "stage" and v != Rule._field_defaults[k]})
+        return d
+
+    @classmethod
+    def from_dict(cls, d) -> "Rule":
+        if not isinstance(d, dict) or "stage" not in d or set(d) - set(cls._fields):
+            raise GraphError(f"a producer rule is a dict of {list(cls._fields)} with at least 'stage'; got {d!r}")
+        try:
+            r = cls(str(d["stage"]), **{k: (bool(v) if k == "allreduce" else int(v)) for k, v in d.items()
+                                        if k != "stage"})
+        except (TypeError, ValueError):
+            raise GraphError(f"a producer rule's numbers must be integers; got {d!r}") from None
+        if r.count < 0 or r.div < 1 or r.mul < 0 or r.mod < 0 or r.offset < 0:
+            raise GraphError(f"a producer rule needs count >= 0, div >= 1, mul, mod, offset >= 0; got {d!r}")
+        return r
+
+
+# -- the shapes the mono kernels use -------------------------------------------------------------
+def every(stage: str) -> Rule:
+    """Every task of ``stage`` (a barrier on it)."""
+    return Rule(stage, count=0)
+
+
+def same(stage: str) -> Rule:
+    """Task ``t`` of ``stage``."""
+    return Rule(stage)
+
+
+def div(stage: str, k: int) -> Rule:
+    """Task ``t // k`` of ``stage``."""
+    return Rule(stage, div=k)
+
+
+def block(stage: str, k: int) -> Rule:
+    """Tasks ``t * k .. t * k + k - 1`` of ``stage``."""
+    return Rule(stage, count=k, mul=k)
+
+
+def mod(stage: str, k: int) -> Rule:
+    """Task ``t % k`` of ``stage``."""
+    return Rule(stage, mod=k)
+
+
+def tiles(stage: str, count: int, *, div: int = 1, mul: int = 1, offset: int = 0) -> Rule:
+    """Tasks ``offset + (t // div) * mul`` onwards, ``count`` of them (``count=0``:
+    every task): a consumer that reads a tile row of its producer."""
+    return Rule(stage, count=count, div=div, mul=mul, offset=offset)
+
+
+def allreduce(stage: str) -> Rule:
+    """Every task of ``stage`` on every rank of the launch (a tensor-parallel reduce)."""
+    return Rule(stage, count=0, allreduce=True)
+
+
+# -- checking a graph against its stages ----------------------------------------------------------
+def check_graph(graph, stages) -> dict:
+    """``graph`` (``{stage: [Rule or its dict, ...]}``) as ``{stage: (Rule, ...)}`` in
+    stage order, every rule checked against ``stages`` (``((name, count), ...)``):
+    known stages, and for every consumer task a producer range inside its stage."""
+    count = dict(stages)
+    out = {}
+    for consumer, rules in dict(graph or {}).items():
+        if consumer not in count:
+            raise GraphError(f"the task graph names consumer stage {consumer!r}; the stages are {list(count)}")
+        if isinstance(rules, (Rule, dict)):
+            rules = [rules]
+        checked = []
+        for r in rules:
+            r = r if isinstance(r, Rule) else Rule.from_dict(r)
+            if r.stage not in count:
+                raise GraphError(f"stage {consumer!r} waits for unknown stage {r.stage!r}; the stages are "
+                                 f"{list(count)}")
+            t = np.arange(count[consumer], dtype=np.int64)
+            lo = np.asarray(r.lo(t))
+            hi = lo + r.n(count[r.stage])
+            if lo.min() < 0 or hi.max() > count[r.stage]:
+                bad = int(t[(lo < 0) | (hi > count[r.stage])][0])
+                raise GraphError(f"stage {consumer!r} task {bad} waits for {r.stage!r} tasks "
+                                 f"{int(lo[bad])}..{int(hi[bad]) - 1}, but {r.stage!r} has {count[r.stage]} tasks; "
+                                 f"fix the rule {r.to_dict()}")
+            checked.append(r)
+        out[consumer] = tuple(checked)
+    return {name: out[name] for name, _ in stages if name in out}
+
+
+def graph_to_dict(graph: dict) -> dict:
+    """A checked graph as JSON: ``{stage: [rule dict, ...]}``."""
+    return {stage: [r.to_dict() for r in rules] for stage, rules in graph.items()}
