@@ -203,7 +203,7 @@ def arch_of(device=None) -> str:
 
 
 def spec(kernel: str, stages, *, phases=S.DEFAULT_PHASES, waves=1, launches=1, grid=0,
-         arch=DEFAULT_ARCH, rank=0, world=1, extra=None) -> S.Spec:
+         arch=DEFAULT_ARCH, rank=0, world=1, extra=None, graph=None) -> S.Spec:
     """A ``Spec`` for a Triton timeline build: clock ``globaltimer`` (1 GHz), NVIDIA
     arch. ``waves`` is 1 (lead thread) or the kernel's ``num_warps`` (per warp)."""
     if S.vendor_of(arch) != "nvidia":
@@ -213,7 +213,7 @@ def spec(kernel: str, stages, *, phases=S.DEFAULT_PHASES, waves=1, launches=1, g
     if grid > S.MAX_CTA + 1:
         raise S.SpecError(f"grid={grid}: the placement word holds CTA ids below {S.MAX_CTA + 1}")
     return S.Spec(kernel, stages, phases=phases, waves=waves, launches=launches, clock=CLOCK,
-                  arch=arch, rank=rank, world=world, grid=grid, extra=dict(extra or {}))
+                  arch=arch, rank=rank, world=world, grid=grid, extra=dict(extra or {}), graph=graph or {})
 
 
 def check_launch(spec_: S.Spec, num_warps: int) -> None:

@@ -393,3 +393,37 @@ def test_compare_prints_the_per_stage_delta(launches4, tmp_path, capsys):
     code, out, _ = run(["compare", d / "a.arrow", tmp_path / "b.arrow"], capsys)
     assert code == 0 and "Δ = B - A" in out and "typical launch" in out
     assert "does not exist" in error_of(["compare", d / "a.arrow", tmp_path / "none.arrow"], capsys)
+
+
+# -- the task graph ------------------------------------------------------------------------------
+def test_set_graph_edges_and_the_exact_critical_path(tmp_path, capsys):
+    from timeline import edges as E
+    from timeline import presets
+
+    real = Path(__file__).resolve().parents[1] / "traces" / "h200_mono_demo.arrow"
+    out = tmp_path / "g.arrow"
+    code, text, _ = run(["set-graph", real, "--preset", "triton-ffn", "-o", out], capsys)
+    assert code == 0 and "2 producer rules over 2 stages" in text
+    trace = load(out)
+    assert trace.spec.graph == load(real).with_graph(presets.triton_ffn()).spec.graph
+    doc = json.loads(run(["edges", out, "--json", "-o", tmp_path / "e.parquet"], capsys)[1])
+    g = E.edges(trace)
+    assert doc["edges"] == g.consumer.size and doc["violations"] == 0 and doc["missing"] == 0
+    down = next(r for r in doc["rows"] if r["stage"] == "down")
+    held = np.asarray(g.kind)[g.gate[g.tasks.stage == 2]]
+    assert down["held by data"] == int((held == 0).sum()) and down["tasks"] == 2048
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "e.parquet").num_rows == g.consumer.size
+    doc = json.loads(run(["summary", out, "--critical-path", "--launch", "3", "--json"], capsys)[1])
+    assert doc["exact"] is True
+    path = E.exact_path(trace, launch=3)
+    assert [r["kind"] for r in doc["rows"]] == path.column("kind").to_pylist()
+    assert "per stage on the path" in run(["summary", out, "--critical-path", "--launch", "3"], capsys)[1]
+    assert "give the graph" in error_of(["set-graph", real, "-o", tmp_path / "x.arrow"], capsys)
+    assert "known presets" in error_of(["set-graph", real, "--preset", "nope", "-o", tmp_path / "x.arrow"], capsys)
+    assert "declares no task graph" in error_of(["edges", real], capsys)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"down": [{"stage": "norm", "count": 9, "mul": 9}]}))
+    assert "but 'norm' has 64 tasks" in error_of(["set-graph", real, "--graph", bad, "-o", tmp_path / "x.arrow"],
+                                                  capsys)

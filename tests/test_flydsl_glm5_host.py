@@ -42,7 +42,7 @@ def test_producers_are_earlier_stages_and_inside_their_counts():
         for p in G.PRODUCERS[name]:
             assert order.index(p.stage) < order.index(name), (name, p)
             los = [p.lo(t) for t in range(n)]
-            assert min(los) >= 0 and max(los) + p.n <= G.COUNT[p.stage], (name, p)
+            assert min(los) >= 0 and max(los) + p.n(G.COUNT[p.stage]) <= G.COUNT[p.stage], (name, p)
     # uk's task t waits for the 12 q_nope tiles of head t // 4 (16 q_b tiles a head)
     uk = G.PRODUCERS["uk"][0]
     assert [uk.lo(t) for t in (0, 3, 4, 31)] == [0, 0, 16, 112]

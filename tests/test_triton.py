@@ -236,3 +236,15 @@ def test_interval_errors_reports_the_worst_deviation():
             t0 += 10_000_000
     rows = tc.interval_errors(collect(buf, sp))
     assert [(r[0], r[1], r[5]) for r in rows] == [(1000, 8, 96), (5000, 8, 0)]
+
+
+def test_the_demo_spec_carries_its_task_graph():
+    """The FFN demo's spec declares the mailboxes its kernel waits on; the bundled
+    traces' shape gives the preset ``timeline set-graph --preset triton-ffn`` attaches."""
+    from instrument.demo import triton_mono as TM
+    from timeline import presets
+
+    sp = TM.spec()
+    assert sp.graph == S.Spec("x", sp.stages, graph=presets.triton_ffn()).graph
+    norm, = sp.graph["norm"]
+    assert (norm.stage, norm.count, norm.div, norm.mul) == ("up", 32, 4, 32)

@@ -104,6 +104,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch: a typical launch of each (default); trace: each trace whole")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
+    p = _sub(subs, "set-graph", "timeline.graph_commands:cmd_set_graph",
+             "attach a task graph (which tasks each task waits for) to a trace",
+             "examples:\n"
+             "  timeline set-graph traces/h200_mono_demo.arrow --preset triton-ffn -o demo_g.arrow\n"
+             "  timeline set-graph run.arrow --graph graph.json -o run_g.arrow\n\n"
+             "A graph is {stage: [rule, ...]}, a rule {\"stage\": X, \"count\", \"div\", \"mul\", \"mod\",\n"
+             "\"offset\", \"allreduce\"}: task t waits for tasks offset + (t // div) * mul onwards, count of\n"
+             "them (0: all) of stage X (docs/GRAPH.md). Presets: triton-ffn (the Triton demo), glm5.")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--preset", help="a known kernel's graph: triton-ffn, glm5")
+    p.add_argument("--graph", metavar="FILE.json", help="the graph as JSON")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
+
+    p = _sub(subs, "edges", "timeline.graph_commands:cmd_edges",
+             "which producer held each task's wait, per stage (needs a task graph)",
+             "examples:\n"
+             "  timeline edges demo_g.arrow\n"
+             "  timeline edges demo_g.arrow -o edges.parquet --json\n\n"
+             "Per stage: how many tasks a data producer, an all-reduce or their CTA's previous task held,\n"
+             "the median slack of the other edges, and causality violations (a wait that ended before a\n"
+             "producer was ready). -o writes every edge (consumer, producer, kind, slack_ns, gating).")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("-o", "--output", metavar="EDGES.arrow|.parquet", help="write the edges table")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+
     p = _sub(subs, "export", "cmd_export", "export a trace to Chrome trace JSON and/or Perfetto protobuf",
              "examples:\n"
              "  timeline export run.arrow --chrome run.json\n"
@@ -210,7 +235,12 @@ def main(argv=None) -> int:
 
     no_hugepage_madvise()  # our own process: no compaction stalls on big decodes
     try:
-        return getattr(K, args.func)(args)
+        module, _, name = args.func.rpartition(":")
+        if module:
+            import importlib
+
+            return getattr(importlib.import_module(module), name)(args)
+        return getattr(K, name)(args)
     except ValueError as e:
         if not documented(e):
             raise

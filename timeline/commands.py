@@ -196,6 +196,10 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
     from timeline import analysis as A
     from timeline.critical import path_us
 
+    if trace.spec.graph:
+        from timeline.graph_commands import print_exact_paths
+
+        return print_exact_paths(trace, args, ranks, launches)
     blocks = []
     for r in ranks or trace.ranks:
         for launch in launches or trace.launches:

@@ -146,6 +146,13 @@ class Trace:
         return Trace(tasks, self.specs, self.anomalies, origins=self.origins,
                      offsets=self.offsets, synthetic=self.synthetic, notes=self.notes)
 
+    def with_graph(self, graph) -> "Trace":
+        """The same trace with its specs declaring ``graph`` (``timeline.graph``),
+        checked against the stages."""
+        specs = [sp.replace(graph=graph) for sp in self.specs]
+        return Trace(self.tasks, specs, self.anomalies, origins=self.origins, offsets=self.offsets,
+                     synthetic=self.synthetic, notes=self.notes)
+
     # -- files ------------------------------------------------------------------
     def metadata(self) -> dict:
         """The file metadata ``save`` writes, its checksum (``table_checksum``) included."""

@@ -26,7 +26,8 @@ REFERENCE.md §1 describes it:
   the math; ``compute``; barrier, publish; ``end``. The wait for producers is
   therefore ``hint → staged`` (``GLM5_WAIT``). ``qkv_a`` stamps no hint, ``cache``
   no compute, as in the kernel;
-- the producer map at task level (``PRODUCERS``);
+- the producer map at task level: the GLM-5 task graph preset (``GRAPH``, stored in
+  ``SPEC``), polled exactly as the graph says;
 - the debug marks (columns 5-7) where the kernel stamps them: split 5, 6; uv 5;
   router 5 from thread 448 (wave 7), 6, 7; ``("ug", bid, 7)`` from both the ug and
   the down stage (the kernel's ``route_top8``: the ug row whose index is the CTA id).
@@ -51,8 +52,6 @@ helper's call ``tl.legacy_stamp(name, t, which, lead=...)``:
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
@@ -61,6 +60,7 @@ from instrument.flydsl import CarriesNothing, Timeline
 from instrument.flydsl_ops import memrealtime, sched_fence, uniform
 from timeline.legacy import (GLM5_BASE_ORDER, GLM5_GRID, GLM5_STAGES, GLM5_UNSTAMPED, GLM5_WAIT,
                              LEGACY_COLS, LEGACY_MARKS, LEGACY_PHASES)
+from timeline import presets
 from timeline.schema import Spec
 
 NORMAL, TIMELINE, KERNEL, KERNEL_FENCED = 0, 1, 2, 3
@@ -84,41 +84,15 @@ FIRST = running_sums([n for n, _ in GLM5_STAGES])  # timeline row of task 0
 BASE = running_sums(GLM5_BASE_ORDER)  # rotation start (mod G)
 
 
-class Producers(NamedTuple):
-    """Task ``t`` of a stage waits for tasks ``[lo(t), lo(t) + n)`` of ``stage``,
-    ``lo(t) = offset + (t // per) * stride`` (``offset`` alone when ``per`` is 0)."""
-
-    stage: str
-    n: int
-    offset: int = 0
-    per: int = 0
-    stride: int = 0
-
-    def lo(self, t):
-        """The first producer task of consumer task ``t`` (an int or a traced Int32)."""
-        return self.offset + (t // self.per) * self.stride if self.per else self.offset
-
-
-# The kernel's mailbox polls, per consumer (approximations named in PRODUCERS_NOTES).
-PRODUCERS = {
-    "qkv_a": (),
-    "cache": (Producers("qkv_a", 36, offset=128),),  # kv_a: qkv_a tasks 128..163 (rows q_lora ..)
-    "q_b": (Producers("qkv_a", 128),),  # all of q_a: qkv_a tasks 0..127
-    "uk": (Producers("q_b", 12, per=4, stride=16),),  # head t // 4: its 12 q_nope tiles of q_b
-    "split": (Producers("uk", 32), Producers("cache", 1)),  # every head's q_lat + this launch's KV row
-    "uv": (Producers("split", 32),),
-    "o": (Producers("uv", 32),),
-    "router": (Producers("o", 192),),
-    "ug": (Producers("o", 192), Producers("router", 32)),  # the hidden state + route_top8's scores
-    "down": (Producers("ug", 256), Producers("router", 32)),  # mid + route_top8's scores
-}
-PRODUCERS_NOTES = ("cache waits for the 36 qkv_a tiles of kv_a; split for every uk task and the cache "
-                   "task (the kernel polls q_lat per head and this launch's KV row); uk for the 12 "
-                   "q_nope tiles of its head; ug and down poll the router scores (route_top8) besides "
-                   "their data; o and the MoE tail's TP8 peer reduces are left out (one rank)")
+# The kernel's mailbox polls: the GLM-5 preset task graph (timeline.presets.glm5; one
+# rank here, so its all-reduce rules poll this rank's tasks). The kernel polls exactly
+# what the graph says, so the graph is exact for this demo.
+GRAPH = presets.glm5()
 
 SPEC = Spec("glm5_layer_demo", GLM5_STAGES, phases=LEGACY_PHASES, marks=LEGACY_MARKS, clock="memrealtime",
-            arch="gfx950", grid=GLM5_GRID, launches=LAYERS, wait=GLM5_WAIT, unstamped=GLM5_UNSTAMPED)
+            arch="gfx950", grid=GLM5_GRID, launches=LAYERS, wait=GLM5_WAIT, unstamped=GLM5_UNSTAMPED,
+            graph=GRAPH)
+PRODUCERS = {name: SPEC.graph.get(name, ()) for name in COUNT}  # stage -> its producer Rules
 
 
 def first_task(bid, stage, G):
@@ -202,7 +176,8 @@ def inputs(boxes, stage, t, lane, tag):
     producer stages (the poll: ``hint → staged``)."""
     total = fx.Float32(0.0)
     for p in PRODUCERS[stage]:
-        total = total + poll_sum(boxes, pair_index(p.stage, p.lo(t), 0), p.n * WAVES, lane, tag) * (1.0 / p.n)
+        n = p.n(COUNT[p.stage])
+        total = total + poll_sum(boxes, pair_index(p.stage, p.lo(t), 0), n * WAVES, lane, tag) * (1.0 / n)
     return total
 
 

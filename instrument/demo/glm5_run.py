@@ -27,7 +27,7 @@ def reference(x, w):
         xin = np.empty(n)
         for t in range(n):
             xin[t] = (float(x[t]) if name == "qkv_a" else
-                      sum(values[p.stage][p.lo(t):p.lo(t) + p.n].mean() for p in PRODUCERS[name]))
+                      sum(values[p.stage][p.lo(t):p.lo(t) + p.n(COUNT[p.stage])].mean() for p in PRODUCERS[name]))
         values[name] = xin * rowsum[FIRST[name]:FIRST[name] + n]
     return values
 

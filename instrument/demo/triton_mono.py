@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
+from timeline import presets
 from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
     STAGES, Shape, bases, check_shape, cta_of, task_counts)
 
@@ -41,10 +42,18 @@ MAX_SPIN = 1 << 20  # acquire loads one wait may take (about a second) before it
 
 
 def spec(shape: Shape = Shape(), *, waves=1, launches=1, arch=itl.DEFAULT_ARCH, extra=None):
-    """The timeline spec of this kernel: stages up/norm/down with their task counts."""
+    """The timeline spec of this kernel: stages up/norm/down with their task counts,
+    and its task graph (the mailboxes ``norm`` and ``down`` wait on)."""
     return itl.spec("triton_mono_ffn", list(zip(STAGES, task_counts(shape))), waves=waves,
                     launches=launches, grid=shape.G, arch=arch,
-                    extra={"shape": shape._asdict(), **(extra or {})})
+                    extra={"shape": shape._asdict(), **(extra or {})}, graph=graph(shape))
+
+
+def graph(shape: Shape = Shape()) -> dict:
+    """The kernel's task graph: ``norm`` task t waits for the F/BN up tiles of its row
+    block, ``down`` task t for the BM/R norm tasks of its rows (``wait_tag`` below)."""
+    s = shape
+    return presets.triton_ffn(up_n=s.F // s.BN, norm_per_bm=s.BM // s.R, dn_n=s.D // s.BN)
 
 
 # -- device code ---------------------------------------------------------------------

@@ -1,0 +1,144 @@
+"""The task graph read against a trace (``timeline.graph``, ``timeline.edges``):
+gating producers, slack, causality violations, missing producers and the exact
+critical path, on hand-built traces whose every answer is computed by hand (ticks of
+10 ns from origin tick 100), across two ranks through an all-reduce, and on the
+bundled real H200 trace with the Triton demo's graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bufkit import empty, put
+from timeline import collect, load, merge, presets
+from timeline import edges as E
+from timeline import graph as G
+from timeline import schema as S
+from timeline.grouped import AnalysisError
+
+REPO_TRACE = "traces/h200_mono_demo.arrow"
+SPEC = S.Spec("hand", [("a", 2), ("b", 2)], graph={"b": [G.every("a")]})
+
+
+def hand(records, spec=SPEC):
+    """A trace of ``records``: ``(stage, task, cta, ticks)``."""
+    buf = empty(spec)
+    for stage, task, cta, ticks in records:
+        put(buf, spec, stage=stage, task=task, ticks=ticks, cta=cta)
+    return collect(buf, spec)
+
+
+# a/0 on CTA 0 ends at 110 ns, a/1 on CTA 1 at 210 ns; b/0 (CTA 0) begins waiting at
+# 120 ns and sees its data at 250 ns: a/1 held it; b/1 (CTA 1) begins at 220 ns, after
+# both producers: its CTA held it
+RECORDS = [("a", 0, 0, [100, 101, 102, 110, 111]), ("a", 1, 1, [100, 101, 102, 120, 121]),
+           ("b", 0, 0, [112, 125, 126, 130, 131]), ("b", 1, 1, [122, 123, 124, 128, 129])]
+
+
+def edge_rows(trace, g=None):
+    """``{(consumer stage, task, producer stage, task, kind): (slack, gating)}``."""
+    t = E.edges_table(trace, g).to_pylist()
+    return {(r["stage"], r["task"], r["producer_stage"], r["producer_task"], r["kind"]): (r["slack_ns"], r["gating"])
+            for r in t}
+
+
+def test_gating_producer_and_slack_by_hand():
+    trace = hand(RECORDS)
+    g = E.edges(trace)
+    assert edge_rows(trace, g) == {
+        ("b", 0, "a", 0, "data"): (100, False),  # could have ended at 210 like a/1
+        ("b", 0, "a", 1, "data"): (0, True),  # the latest producer, after b/0 began waiting
+        ("b", 0, "a", 0, "cta-order"): (100, False),  # 10 ns of idle + 90 ns the data wait absorbed
+        ("b", 1, "a", 0, "data"): (110, False),  # ready before b/1 began waiting at 220
+        ("b", 1, "a", 1, "data"): (10, False),
+        ("b", 1, "a", 1, "cta-order"): (0, True),  # the CTA was busy with a/1 until 210
+    }
+    assert g.violations.size == 0 and g.missing == 0
+    m = g.tasks
+    assert (m.wait_start[m.stage == 1].tolist(), m.wait_end[m.stage == 1].tolist()) == ([120, 220], [250, 230])
+
+
+def test_ties_go_to_the_earliest_producer():
+    tied = [("a", 0, 0, [100, 101, 102, 120, 121]), ("a", 1, 1, [100, 101, 102, 120, 121]),
+            ("b", 0, 0, [112, 125, 126, 130, 131])]
+    rows = edge_rows(hand(tied))
+    assert rows[("b", 0, "a", 0, "data")] == (0, True) and rows[("b", 0, "a", 1, "data")] == (0, False)
+
+
+def test_a_missing_producer_is_counted_not_invented():
+    g = E.edges(hand(RECORDS[:1] + RECORDS[2:]))  # a/1's record never written
+    assert g.missing == 2  # b/0 and b/1 each name a/1
+    rows = edge_rows(hand(RECORDS[:1] + RECORDS[2:]))
+    assert ("b", 0, "a", 1, "data") not in rows
+    # a/0 ended at 110, before b/0 began waiting at 120: its CTA held it, not its data
+    assert rows[("b", 0, "a", 0, "data")] == (10, False) and rows[("b", 0, "a", 0, "cta-order")] == (0, True)
+
+
+def test_a_wait_that_ends_before_its_producer_is_ready_is_a_causality_violation():
+    early = RECORDS[:2] + [("b", 0, 0, [112, 115, 126, 130, 131])] + RECORDS[3:]  # sees data at 150 ns
+    g = E.edges(hand(early))
+    m = g.tasks
+    assert [(int(m.stage[i]), int(m.task[i])) for i in g.violations] == [(1, 0)]  # a/1 is ready at 200 ns
+
+
+def test_exact_path_by_hand():
+    path = E.exact_path(hand(RECORDS), launch=0).to_pylist()
+    got = [(r["stage"], r["task"], r["kind"], r["start_ns"], r["end_ns"], r["via"]) for r in path]
+    assert got == [("a", 1, "wait", 0, 10, ""), ("a", 1, "work", 10, 210, ""),
+                   ("b", 0, "wait", 210, 250, "data"), ("b", 0, "work", 250, 310, "")]
+    shares = E.path_shares(E.exact_path(hand(RECORDS), launch=0))
+    assert shares.column("path_us").to_pylist() == pytest.approx([0.21, 0.1])
+
+
+def test_all_reduce_edges_cross_ranks():
+    """y on each rank waits for x on every rank: rank 1's x ends last, so rank 0's y
+    is gated from rank 1 and the path crosses."""
+    spec = S.Spec("tp", [("x", 1), ("y", 1)], world=2, graph={"y": [G.allreduce("x")]})
+    ranks = []
+    for r, x_end in ((0, 110), (1, 140)):
+        sp = spec.replace(rank=r)
+        buf = empty(sp)
+        put(buf, sp, stage="x", task=0, ticks=[100, 101, 102, x_end - 1, x_end], cta=0)
+        put(buf, sp, stage="y", task=0, ticks=[x_end + 1, 145 + r, 146 + r, 150 + r, 151 + r], cta=1)
+        ranks.append(collect(buf, sp))
+    trace = merge(ranks)
+    t = E.edges_table(trace).to_pylist()
+    assert sorted((r["rank"], r["producer_rank"]) for r in t if r["kind"] == "all-reduce") == \
+        [(0, 0), (0, 1), (1, 0), (1, 1)]  # each y waits for both x
+    gate0 = [r for r in t if r["rank"] == 0 and r["stage"] == "y" and r["gating"]]
+    assert [(r["producer_rank"], r["kind"]) for r in gate0] == [(1, "all-reduce")]
+    path = E.exact_path(trace, launch=0).to_pylist()
+    assert [r["rank"] for r in path][0] == 1 and path[-1]["rank"] == 1  # rank 1 ends last, its y too
+    path0 = E.exact_path(trace, launch=0, rank=0).to_pylist()
+    assert {r["rank"] for r in path0} == {0, 1} and any(r["via"] == "all-reduce" for r in path0)
+
+
+def test_graph_rules_are_checked_and_stored():
+    with pytest.raises(S.SpecError, match=r"stage 'b' task 0 waits for 'a' tasks 0..2, but 'a' has 2 tasks"):
+        S.Spec("x", [("a", 2), ("b", 2)], graph={"b": [G.block("a", 3)]})
+    with pytest.raises(S.SpecError, match="unknown stage 'c'"):
+        S.Spec("x", [("a", 2), ("b", 2)], graph={"b": [G.same("c")]})
+    back = S.Spec.from_json(SPEC.to_json())
+    assert back.graph == SPEC.graph and S.Spec.from_json(S.Spec("x", [("a", 1)]).to_json()).graph == {}
+    r = G.tiles("up", 32, div=4, mul=32)
+    assert [r.lo(t) for t in (0, 3, 4, 63)] == [0, 0, 32, 480] and G.mod("a", 3).lo(7) == 1
+    with pytest.raises(AnalysisError, match="declares no task graph"):
+        E.edges(hand(RECORDS, S.Spec("hand", [("a", 2), ("b", 2)])))
+
+
+def test_the_real_trace_has_no_causality_violation_under_its_graph():
+    """The bundled H200 trace of the Triton FFN demo, read against the demo's own
+    mailbox rules: every norm and down task saw its data after it was ready."""
+    trace = load(REPO_TRACE).with_graph(presets.triton_ffn())
+    g = E.edges(trace)
+    assert g.missing == 0 and g.violations.size == 0
+    m = g.tasks
+    down = m.stage == trace.spec.stage_index("down")
+    assert (g.gate[down] >= 0).all()  # every down task was held by something
+    for launch in trace.launches:
+        path = E.exact_path(trace, launch=launch)
+        d = path.column("duration_ns").to_numpy()
+        s, e = path.column("start_ns").to_numpy(), path.column("end_ns").to_numpy()
+        assert (d >= 0).all() and (s[1:] >= e[:-1] - 0).all()  # in time order, no overlap
+        last = m.end[m.launch == launch].max()
+        assert e[-1] == last  # it ends at the launch's last end

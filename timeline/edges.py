@@ -1,0 +1,275 @@
+"""A trace read against its task graph (``Spec.graph``, ``timeline.graph``): which
+producer released every task's wait, the slack of every other edge, the tasks that
+saw data before it could exist (causality violations), and the exact critical path.
+
+Definitions, per task (its waves merged: one row per (rank, launch, stage, task)):
+``start`` its earliest stamp, ``end`` its latest, ``wait_start`` / ``wait_end`` the
+spec's declared wait (``Spec.wait``; a missing phase inherits), ``ready`` the last
+phase before ``end`` (its results are published between ``ready`` and ``end``).
+
+Edges into a consumer: one ``data`` edge per producer task its rules name (an
+``all-reduce`` rule: that task on every rank of the launch), and the implicit
+``cta-order`` edge from the task its CTA ran just before. The **gating** edge is the
+data edge of the latest-ending producer when that end is after the consumer began
+waiting (it held the wait), else the ``cta-order`` edge (the CTA was busy: the
+producers were ready first), else none (the task opened its CTA's launch). Ties go
+to the producer earliest in (rank, stage, task) order. An edge's ``slack_ns``: how
+much later its producer could have ended without moving the consumer (0 for the
+gating edge). A consumer whose ``wait_end`` is before a data producer's ``ready``
+is a **causality violation**: a wrong graph, a wrong declared wait, or ranks not
+aligned.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from timeline import grouped as GR
+from timeline import rows as R
+from timeline.grouped import AnalysisError
+
+KINDS = ("data", "all-reduce", "cta-order")
+EDGES_SCHEMA = pa.schema([
+    ("rank", pa.int16()), ("launch", pa.int32()), ("stage", pa.string()), ("task", pa.int32()),
+    ("producer_rank", pa.int16()), ("producer_stage", pa.string()), ("producer_task", pa.int32()),
+    ("kind", pa.string()), ("producer_end_ns", pa.int64()), ("slack_ns", pa.int64()), ("gating", pa.bool_()),
+])
+
+
+class Tasks(NamedTuple):
+    """A trace's tasks, waves merged, as numpy arrays (one entry per task)."""
+
+    rank: np.ndarray
+    launch: np.ndarray
+    stage: np.ndarray  # stage index
+    task: np.ndarray
+    cta: np.ndarray  # -1 where unknown
+    start: np.ndarray
+    end: np.ndarray
+    wait_start: np.ndarray
+    wait_end: np.ndarray
+    ready: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.rank)
+
+
+class Graph(NamedTuple):
+    """``edges``' answer: the merged tasks, every edge as parallel arrays (consumer and
+    producer task indices, kind index into ``KINDS``, slack, gating), each task's
+    gating edge (-1: none), the tasks whose wait ended before a producer was ready
+    (``violations``), and data edges whose producer has no row (``missing``)."""
+
+    tasks: Tasks
+    consumer: np.ndarray
+    producer: np.ndarray
+    kind: np.ndarray
+    slack: np.ndarray
+    gating: np.ndarray  # per edge
+    gate: np.ndarray  # per task: its gating edge, -1 for none
+    violations: np.ndarray  # task indices
+    missing: int
+
+
+def merged_tasks(trace) -> Tasks:
+    """``Tasks`` of the trace, the declared wait and ``ready`` read from its spec."""
+    spec = trace.spec
+    if not spec.wait:
+        raise AnalysisError("the task graph's edges need the spec's wait for producers (Spec(wait=(phase, next "
+                            f"phase))); this trace declares none (phases {list(trace.phases)})")
+    t = trace.tasks
+    ns = R.phase_matrix(t, trace.phases)
+    start, end = R.extent(ns)
+    ff = R.inherited(ns)
+    w0, w1 = (ff[:, trace.phases.index(p)] for p in spec.wait)
+    w0 = np.where(w0 == R.MISSING, start, np.clip(w0, start, end))
+    w1 = np.where(w1 == R.MISSING, w0, np.clip(w1, w0, end))
+    ready = ff[:, max(len(trace.phases) - 2, 0)]
+    ready = np.where(ready == R.MISSING, end, np.minimum(ready, end))
+    cols = [R.column(t, c).astype(np.int64) for c in ("rank", "launch", "stage_index", "task")]
+    gid, ng, keys = GR.group_ids(*cols)
+    lo, hi = GR.group_min_max(gid, ng, start, end)
+    ws, _ = GR.group_min_max(gid, ng, w0, w0)
+    we, rd = GR.group_min_max(gid, ng, w1, ready)
+    cta = np.full(ng, -1, dtype=np.int64)
+    cta[gid] = R.column(t, "cta", fill=-1).astype(np.int64)
+    return Tasks(*keys, cta, lo, hi, ws, we, rd)
+
+
+def _task_index(m: Tasks, first: np.ndarray, rows: int):
+    """``lookup(rank, launch, row) -> task index`` (-1 where absent), ``row`` =
+    ``first[stage] + task``, over a dense (rank, launch, row) array."""
+    ranks, launches = int(m.rank.max()) + 1, int(m.launch.max()) + 1
+    table = np.full((ranks, launches, rows), -1, dtype=np.int64)
+    table[m.rank, m.launch, first[m.stage] + m.task] = np.arange(m.n)
+
+    def lookup(rank, launch, row):
+        ok = (rank >= 0) & (rank < ranks)
+        out = np.full(len(row), -1, dtype=np.int64)
+        out[ok] = table[rank[ok], launch[ok], row[ok]]
+        return out
+
+    return lookup, ranks
+
+
+def _data_edges(spec, m: Tasks):
+    """Every data / all-reduce edge ``(consumer, producer, kind)`` of the graph, and
+    how many name a producer task with no row."""
+    counts = [c for _, c in spec.stages]
+    first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    lookup, ranks = _task_index(m, first, int(sum(counts)))
+    cons, prod, kind, missing = [], [], [], 0
+    for consumer, rules in spec.graph.items():
+        c = np.flatnonzero(m.stage == spec.stage_index(consumer))
+        for rule in rules:
+            ps = spec.stage_index(rule.stage)
+            n = rule.n(counts[ps])
+            rep = np.repeat(c, n)
+            row = first[ps] + np.repeat(np.asarray(rule.lo(m.task[c])), n) + np.tile(np.arange(n), c.size)
+            for r in (range(ranks) if rule.allreduce else [None]):
+                rank = m.rank[rep] if r is None else np.full(rep.size, r, dtype=np.int64)
+                p = lookup(rank, m.launch[rep], row)
+                missing += int((p < 0).sum())
+                cons.append(rep[p >= 0])
+                prod.append(p[p >= 0])
+                kind.append(np.full(int((p >= 0).sum()), 1 if rule.allreduce else 0, dtype=np.int8))
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    return cat(cons, np.int64), cat(prod, np.int64), cat(kind, np.int8), missing
+
+
+def _cta_order(m: Tasks):
+    """The implicit edges: each task's predecessor on its (rank, launch, CTA), by start."""
+    known = np.flatnonzero(m.cta >= 0)
+    order = known[np.lexsort((m.task[known], m.stage[known], m.start[known], m.cta[known], m.launch[known],
+                              m.rank[known]))]
+    same = ((m.rank[order][1:] == m.rank[order][:-1]) & (m.launch[order][1:] == m.launch[order][:-1])
+            & (m.cta[order][1:] == m.cta[order][:-1]))
+    return order[1:][same], order[:-1][same]
+
+
+def edges(trace) -> Graph:
+    """The trace against its spec's task graph (see the module docstring)."""
+    spec = trace.spec
+    if not spec.graph:
+        raise AnalysisError(f"spec {spec.kernel!r} declares no task graph (Spec(graph=...), timeline.graph); "
+                            "attach one with `timeline set-graph` or Trace.with_graph")
+    m = merged_tasks(trace)
+    if m.n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Graph(m, z, z, z.astype(np.int8), z, z.astype(bool), z, z, 0)
+    dc, dp, dk, missing = _data_edges(spec, m)
+    oc, op = _cta_order(m)
+    cons = np.concatenate([dc, oc])
+    prod = np.concatenate([dp, op])
+    kind = np.concatenate([dk, np.full(oc.size, 2, dtype=np.int8)])
+    # the latest data producer of every consumer (ties: the earliest in (rank, stage, task))
+    order = np.lexsort((m.task[dp], m.stage[dp], m.rank[dp], -m.end[dp], dc))
+    lead = order[np.r_[True, dc[order][1:] != dc[order][:-1]]] if dc.size else order
+    latest = np.full(m.n, R.MISSING, dtype=np.int64)
+    latest[dc[lead]] = m.end[dp[lead]]
+    data_gated = latest > m.wait_start
+    gate = np.full(m.n, -1, dtype=np.int64)
+    gate[dc[lead][data_gated[dc[lead]]]] = lead[data_gated[dc[lead]]]
+    cta_gated = ~data_gated[oc]
+    gate[oc[cta_gated]] = dc.size + np.flatnonzero(cta_gated)
+    # slack: how much later the producer could end with the consumer unmoved
+    deadline_data = np.where(data_gated, latest, m.wait_start)
+    slack = np.where(kind < 2, deadline_data[cons] - m.end[prod],
+                     m.start[cons] - m.end[prod] + np.maximum(latest[cons] - m.wait_start[cons], 0) * data_gated[cons])
+    gating = np.zeros(cons.size, dtype=bool)
+    gating[gate[gate >= 0]] = True
+    slack[gating] = 0
+    worst_ready = np.full(m.n, R.MISSING, dtype=np.int64)
+    np.maximum.at(worst_ready, dc, m.ready[dp])
+    violations = np.flatnonzero(m.wait_end < worst_ready)
+    return Graph(m, cons, prod, kind, slack, gating, gate, violations, missing)
+
+
+def edges_table(trace, g: Graph | None = None) -> pa.Table:
+    """``edges(trace)`` as an Arrow table (``EDGES_SCHEMA``), one row per edge."""
+    g = g or edges(trace)
+    m, names = g.tasks, trace.spec.stage_names
+    return pa.table({
+        "rank": pa.array(m.rank[g.consumer].astype(np.int16)), "launch": pa.array(m.launch[g.consumer].astype(np.int32)),
+        "stage": GR.stage_strings(trace.spec, m.stage[g.consumer]),
+        "task": pa.array(m.task[g.consumer].astype(np.int32)),
+        "producer_rank": pa.array(m.rank[g.producer].astype(np.int16)),
+        "producer_stage": GR.stage_strings(trace.spec, m.stage[g.producer]) if names else pa.array([], pa.string()),
+        "producer_task": pa.array(m.task[g.producer].astype(np.int32)),
+        "kind": pa.array([KINDS[k] for k in g.kind.tolist()], pa.string()),
+        "producer_end_ns": pa.array(m.end[g.producer]), "slack_ns": pa.array(g.slack),
+        "gating": pa.array(g.gating),
+    }, schema=EDGES_SCHEMA)
+
+
+PATH_SCHEMA = pa.schema([
+    ("order", pa.int32()), ("rank", pa.int16()), ("stage", pa.string()), ("task", pa.int32()), ("cta", pa.int32()),
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", pa.string()), ("duration_ns", pa.int64()),
+    ("via", pa.string()),
+])
+
+
+def exact_path(trace, *, launch: int, rank: int | None = None, g: Graph | None = None) -> pa.Table:
+    """The critical path of ``launch``, exact along gating edges: from the task that
+    ends last (on ``rank``, or on any rank when None) back to a task nothing gated.
+    Rows in time order (``PATH_SCHEMA``): a task's ``work`` after its wait, the
+    ``wait`` from its gating producer's end (the hand-off, ``via`` data or all-reduce,
+    which may cross ranks) or its own poll and the ``work`` before it plus the CTA's
+    ``idle`` after its previous task (``via`` cta-order)."""
+    g = g or edges(trace)
+    m = g.tasks
+    pick = (m.launch == launch) & ((m.rank == rank) if rank is not None else True)
+    if not pick.any():
+        return R.empty(PATH_SCHEMA)
+    cur = int(np.flatnonzero(pick)[np.argmax(m.end[pick])])
+    rows, seen = [], set()
+    while cur >= 0 and cur not in seen:
+        seen.add(cur)
+        rows.append((cur, m.wait_end[cur], m.end[cur], "work", ""))
+        e = int(g.gate[cur])
+        if e >= 0 and g.kind[e] < 2:
+            p = int(g.producer[e])
+            rows.append((cur, m.end[p], m.wait_end[cur], "wait", KINDS[g.kind[e]]))
+            cur = p
+            continue
+        rows.append((cur, m.wait_start[cur], m.wait_end[cur], "wait", ""))
+        rows.append((cur, m.start[cur], m.wait_start[cur], "work", ""))
+        if e < 0:
+            break
+        q = int(g.producer[e])
+        rows.append((cur, m.end[q], m.start[cur], "idle", "cta-order"))
+        cur = q
+    rows.reverse()
+    return _path_table(trace.spec, m, rows)
+
+
+def _path_table(spec, m: Tasks, rows) -> pa.Table:
+    idx = np.array([r[0] for r in rows], dtype=np.int64)
+    s = np.array([r[1] for r in rows], dtype=np.int64)
+    e = np.array([r[2] for r in rows], dtype=np.int64)
+    s = np.minimum(s, e)  # a hand-off seen before the producer's end stamp lasts 0
+    keep = e > s
+    rows = [r for r, k in zip(rows, keep) if k]
+    idx, s, e = idx[keep], s[keep], e[keep]
+    return pa.table({
+        "order": pa.array(np.arange(len(rows), dtype=np.int32)), "rank": pa.array(m.rank[idx].astype(np.int16)),
+        "stage": GR.stage_strings(spec, m.stage[idx]), "task": pa.array(m.task[idx].astype(np.int32)),
+        "cta": pa.array(m.cta[idx].astype(np.int32)), "start_ns": pa.array(s), "end_ns": pa.array(e),
+        "kind": pa.array([r[3] for r in rows], pa.string()), "duration_ns": pa.array(e - s),
+        "via": pa.array([r[4] for r in rows], pa.string()),
+    }, schema=PATH_SCHEMA)
+
+
+def path_shares(path: pa.Table) -> pa.Table:
+    """Per stage on a path: its time on the path (µs, work and waits charged to the
+    waiting stage) and its share of the path's length."""
+    stage = path.column("stage").to_pylist()
+    dur = path.column("duration_ns").to_numpy()
+    total = float(dur.sum()) or 1.0
+    names = list(dict.fromkeys(stage))
+    per = [float(dur[[s == n for s in stage]].sum()) for n in names]
+    return pa.table({"stage": names, "path_us": [p / 1e3 for p in per], "share": [p / total for p in per]})

@@ -1,0 +1,138 @@
+"""The ``timeline`` commands of the task graph: ``set-graph`` (attach a graph to a
+trace), ``edges`` (which producer held each task, per stage, and the edges table),
+and the exact critical path that ``summary --critical-path`` prints when a trace
+has a graph."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from timeline.commands import UsageError, _load, _out_dir_exists, _title, _trace_out
+from timeline.textout import _json_rows, format_table
+
+
+def cmd_set_graph(args) -> int:
+    from timeline import presets
+
+    if (args.preset is None) == (args.graph is None):
+        raise UsageError("give the graph: --preset NAME (" + ", ".join(presets.PRESETS) + ") or --graph FILE.json")
+    out = _trace_out(args.output)
+    trace = _load(args.trace)
+    if args.preset is not None:
+        if args.preset not in presets.PRESETS:
+            raise UsageError(f"--preset {args.preset!r}: known presets are {list(presets.PRESETS)}")
+        graph = presets.PRESETS[args.preset]()
+    else:
+        p = Path(args.graph)
+        if not p.is_file():
+            raise UsageError(f"graph file {args.graph!r} does not exist")
+        try:
+            graph = json.loads(p.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise UsageError(f"graph file {args.graph!r} is not JSON: {e}") from None
+        if not isinstance(graph, dict):
+            raise UsageError(f"graph file {args.graph!r}: a graph is {{stage: [rule, ...]}}; see docs/GRAPH.md")
+    traced = trace.with_graph(graph)
+    traced.save(out)
+    print(f"wrote {out}: {sum(len(r) for r in traced.spec.graph.values())} producer rules over "
+          f"{len(traced.spec.graph)} stages")
+    return 0
+
+
+def cmd_edges(args) -> int:
+    from timeline import edges as E
+
+    trace = _load(args.trace)
+    g = E.edges(trace)
+    table = per_stage(trace, g)
+    if args.output:
+        out = Path(args.output)
+        _out_dir_exists(out)
+        _write_table(E.edges_table(trace, g), out)
+    if args.json:
+        print(json.dumps({"kernel": trace.spec.kernel, "violations": int(g.violations.size), "missing": g.missing,
+                          "edges": int(g.consumer.size), "rows": _json_rows(table)}, ensure_ascii=False, indent=1))
+        return 0
+    print(_title(trace))
+    print(f"task graph: {g.consumer.size:,} edges; what held each task's wait (its gating edge), per stage; "
+          f"slack = how much later the other producers could have ended (µs)\n")
+    print(format_table(table))
+    print(f"\ncausality violations: {g.violations.size} (a wait that ended before a producer was ready: a wrong "
+          f"graph, wrong declared wait or misaligned ranks); producers named but absent: {g.missing}")
+    if args.output:
+        print(f"wrote {args.output}: the edges table")
+    return 0
+
+
+def per_stage(trace, g) -> pa.Table:
+    """Per stage: tasks, how many each kind of edge held, the median slack of the
+    edges that did not, and the causality violations."""
+    from timeline import edges as E
+
+    m = g.tasks
+    held = np.where(g.gate >= 0, g.kind[np.maximum(g.gate, 0)], -1)
+    rows = []
+    for si, name in enumerate(trace.spec.stage_names):
+        mine = m.stage == si
+        if not mine.any():
+            continue
+        free = ~g.gating & (m.stage[g.consumer] == si)
+        rows.append({"stage": name, "tasks": int(mine.sum()),
+                     **{f"held by {k}": int((held[mine] == i).sum()) for i, k in enumerate(E.KINDS)},
+                     "held by nothing": int((held[mine] < 0).sum()),
+                     "slack p50_us": float(np.median(g.slack[free])) / 1e3 if free.any() else None,
+                     "violations": int(np.isin(np.flatnonzero(mine), g.violations).sum())})
+    return pa.Table.from_pylist(rows)
+
+
+def _write_table(table: pa.Table, out: Path) -> None:
+    if out.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, out)
+    else:
+        with pa.OSFile(str(out), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
+
+
+def print_exact_paths(trace, args, ranks, launches) -> int:
+    """``summary --critical-path`` of a trace with a graph: the exact path of each
+    selected launch (its last end on any rank, or on the selected ranks), its stages'
+    shares, µs from the path's first start."""
+    from timeline import edges as E
+
+    g = E.edges(trace)
+    blocks = []
+    for launch in launches or trace.launches:
+        for r in (ranks or [None]):
+            path = E.exact_path(trace, launch=launch, rank=r, g=g)
+            if path.num_rows:
+                blocks.append((r, launch, path))
+    if args.json:
+        rows = [{"launch": la, **row} for _, la, p in blocks for row in _json_rows(_us(p))]
+        print(json.dumps({"kernel": trace.spec.kernel, "report": "critical_path", "exact": True,
+                          "violations": int(g.violations.size), "rows": rows}, ensure_ascii=False, indent=1))
+        return 0
+    print(_title(trace))
+    for r, launch, path in blocks:
+        where = "any rank" if r is None else f"rank {r}"
+        print(f"\nlaunch {launch} (its last end on {where}): exact critical path along the task graph's gating "
+              "edges, µs from the path's first start")
+        print(format_table(_us(path)))
+        print("\nper stage on the path:")
+        print(format_table(E.path_shares(path)))
+    print(f"\ncausality violations: {g.violations.size}")
+    return 0
+
+
+def _us(path: pa.Table) -> pa.Table:
+    t0 = min(path.column("start_ns").to_pylist()) if path.num_rows else 0
+    cols = {c: path.column(c) for c in ("order", "rank", "kind", "stage", "task", "cta", "via")}
+    for c in ("start", "end"):
+        cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
+    cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)
+    return pa.table(cols)
