@@ -142,3 +142,57 @@ def test_the_real_trace_has_no_causality_violation_under_its_graph():
         assert (d >= 0).all() and (s[1:] >= e[:-1] - 0).all()  # in time order, no overlap
         last = m.end[m.launch == launch].max()
         assert e[-1] == last  # it ends at the launch's last end
+
+
+# -- what-if replay ----------------------------------------------------------------------------
+def test_replay_without_change_is_the_recording():
+    from timeline import whatif as W
+
+    r = W.replay(hand(RECORDS))
+    assert (r.simulated == r.recorded).all()
+    assert W.fidelity(hand(RECORDS)) == W.Fidelity(0.0, 0.0)
+
+
+def test_a_faster_producer_by_hand():
+    """a's compute (staged→compute) halved: a/0 (80 ns of it) ends at 70, a/1 (180 ns)
+    at 120; b/0, held by a/1, sees its data 40 ns later (its hand-off) at 160 and
+    ends 60 ns after, at 220;
+    b/1 starts 10 ns after a/1 (its idle) at 130, waits its own 10 ns and ends at 200.
+    The launch: 310 ns measured, 220 predicted."""
+    from timeline import whatif as W
+
+    trace = hand(RECORDS)
+    r = W.replay(trace, ["a.compute=0.5"])
+    m = r.tasks
+    ends = {(int(s), int(t)): float(e) for s, t, e in zip(m.stage, m.task, r.simulated[:, -1])}
+    assert ends == {(0, 0): 70.0, (0, 1): 120.0, (1, 0): 220.0, (1, 1): 200.0}
+    p = W.predict(trace, [W.Change("a", "compute", 0.5)])
+    assert p.launches.to_pylist() == [{"launch": 0, "measured_us": 0.31, "predicted_us": 0.22,
+                                       "saving_us": pytest.approx(0.09)}]
+    slower = W.replay(trace, [W.parse_change("b=2")])  # every b interval but its wait, doubled
+    assert slower.simulated[:, -1].max() == 250 + 2 * 60
+    added = W.replay(trace, [W.parse_change("a.compute=100", add=True)])
+    assert added.simulated[m.stage == 0, -1].tolist() == [210.0, 310.0]
+
+
+def test_replay_refuses_what_it_cannot_predict():
+    from timeline import whatif as W
+
+    with pytest.raises(AnalysisError, match="causality violations"):
+        W.replay(hand(RECORDS[:2] + [("b", 0, 0, [112, 115, 126, 130, 131])] + RECORDS[3:]))
+    with pytest.raises(AnalysisError, match="the wait for producers, which the replay predicts"):
+        W.replay(hand(RECORDS), ["b.hint=0.5"])
+    with pytest.raises(AnalysisError, match="unknown stage"):
+        W.replay(hand(RECORDS), ["zz=0.5"])
+    with pytest.raises(AnalysisError, match="give STAGE=X"):
+        W.parse_change("a.compute")
+
+
+@pytest.mark.parametrize("name", ["h200_mono_demo.arrow", "h200_mono_warps.parquet"])
+def test_replay_reproduces_the_real_traces_exactly(name):
+    """Fidelity on the bundled H200 traces of the Triton FFN demo (CTA mode, and one
+    record per warp), read with the demo's graph: 0 ns on every task and launch."""
+    from timeline import whatif as W
+
+    trace = load(f"traces/{name}").with_graph(presets.triton_ffn())
+    assert W.fidelity(trace) == W.Fidelity(0.0, 0.0)

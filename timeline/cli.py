@@ -129,6 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="EDGES.arrow|.parquet", help="write the edges table")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
+    p = _sub(subs, "whatif", "timeline.graph_commands:cmd_whatif",
+             "predict the kernel time if some phases took longer or shorter (needs a task graph)",
+             "examples:\n"
+             "  timeline whatif demo_g.arrow --scale norm.compute=0.5\n"
+             "  timeline whatif run.arrow --scale ug.compute=0.8 --scale down=1.1 --json\n"
+             "  timeline whatif demo_g.arrow --add norm.compute=1000      # +1 µs in every norm task\n\n"
+             "Replays the recorded schedule over the task graph: each CTA runs its tasks in their recorded\n"
+             "order, every phase keeps its recorded duration but the changed ones, each wait ends when its\n"
+             "producers end plus the recorded hand-off. STAGE.PHASE is the interval ending at PHASE; STAGE\n"
+             "alone every interval of the stage but its wait. The unchanged replay's error is printed beside.")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--scale", action="append", metavar="STAGE[.PHASE]=FACTOR", help="multiply those durations")
+    p.add_argument("--add", action="append", metavar="STAGE[.PHASE]=NS", help="add NS to those durations")
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+
     p = _sub(subs, "export", "cmd_export", "export a trace to Chrome trace JSON and/or Perfetto protobuf",
              "examples:\n"
              "  timeline export run.arrow --chrome run.json\n"
