@@ -108,10 +108,12 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
                     M: tl.constexpr, D: tl.constexpr, F: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                     R: tl.constexpr, BF: tl.constexpr, G: tl.constexpr,
-                    LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr):
+                    LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr = 0):
     """One launch of the FFN block (module docstring). ``TL`` switches the timeline
     build; ``stamps`` is the stamp buffer (``None`` when off), ``launch`` its slot,
-    ``tag`` this launch's mailbox tag (nonzero, new every launch)."""
+    ``tag`` this launch's mailbox tag (nonzero, new every launch); ``DELAY`` ns of
+    ``%globaltimer`` spin added to every norm task's compute (0, the default: no code
+    at all), the tunable stage the what-if replay is checked against on hardware."""
     bid = tl.program_id(0)
     itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)  # step = this launch's tag, layer = its slot
     UP_N: tl.constexpr = F // BN
@@ -146,6 +148,10 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
             ss += tl.sum(v * v, axis=1)
         rs = tl.rsqrt(ss / F + 1e-6)
         itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
+        if DELAY > 0:
+            spin_from = itl.globaltimer()
+            while itl.globaltimer() - spin_from < DELAY:
+                pass
         for c in range(0, F, BF):
             v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
             hn = v * rs[:, None]
@@ -188,9 +194,10 @@ class MonoFFN:
         self.tag = 0
         self._off_layout = spec(s).layout
 
-    def run(self, x, y, *, buffer=None, launch=0):
+    def run(self, x, y, *, buffer=None, launch=0, delay_ns=0):
         """One launch: ``y = ffn(x)``. ``buffer``: a ``StampBuffer`` for this kernel's
-        spec (timeline build) or ``None`` (normal build); ``launch``: its slot."""
+        spec (timeline build) or ``None`` (normal build); ``launch``: its slot;
+        ``delay_ns``: a spin added to every norm task's compute."""
         s = self.shape
         self.tag += 1
         on = buffer is not None
@@ -201,7 +208,7 @@ class MonoFFN:
             layout, stamps, slot = self._off_layout, None, 0
         mono_ffn_kernel[(s.G,)](
             x, self.w1, self.h, self.a, self.w2, y, self.mbox, self.err, stamps, slot, self.tag,
-            s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, layout, on, MAX_SPIN,
+            s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, layout, on, MAX_SPIN, int(delay_ns),
             num_warps=s.num_warps, num_stages=s.num_stages)
 
     def hangs(self) -> int:
