@@ -137,3 +137,48 @@ def test_perfetto_protobuf_is_exact_in_the_trace_processor(case):
     got = {k: [e._replace(ts=e.ts - shift) for e in v] for k, v in RD.perfetto_track_view(pftrace).items()
            if k[0] != "stage breakdown"}  # the stage tracks: test_export_perfetto.py
     assert mismatches(want, got) == []
+
+
+FLOW_SQL = {  # per flow: where it leaves and enters (the protobuf's CTA tracks are named tracks under a
+    # rank · launch track; the JSON's are threads of processes)
+    "chrome": """
+select so.ts as out_ts, si.ts as in_ts, po.pid || ':' || to_.tid as out_at, pi.pid || ':' || ti.tid as in_at
+from flow f join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
+join thread_track tto on so.track_id = tto.id join thread to_ on tto.utid = to_.utid join process po on to_.upid = po.upid
+join thread_track tti on si.track_id = tti.id join thread ti on tti.utid = ti.utid join process pi on ti.upid = pi.upid
+order by so.ts""",
+    "perfetto": """
+select so.ts as out_ts, si.ts as in_ts, ppo.name || ':' || tro.name as out_at, ppi.name || ':' || tri.name as in_at
+from flow f join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
+join track tro on so.track_id = tro.id join track ppo on tro.parent_id = ppo.id
+join track tri on si.track_id = tri.id join track ppi on tri.parent_id = ppi.id
+order by so.ts""",
+}
+
+
+@pytest.mark.parametrize("fmt", ["perfetto", "chrome"])
+def test_critical_path_hand_offs_are_flows_in_the_trace_processor(fmt, tmp_path):
+    """A trace with a task graph: each hand-off on a launch's exact critical path is
+    one flow, from the producer's CTA track to the consumer's, in both exports, as
+    the trace processor's ``flow`` table reads them."""
+    from timeline import presets
+
+    trace = load(TRACES / "h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[2, 3, 4, 5])
+    want = sorted(C.flows(trace), key=lambda f: f.src_ns)
+    assert len(want) >= 4  # at least one data hand-off per launch
+    path = tmp_path / ("t.pftrace" if fmt == "perfetto" else "t.json")
+    (write_perfetto if fmt == "perfetto" else write_chrome)(trace, path)
+    got = RD.run("perfetto", path, FLOW_SQL[fmt])
+    num = C.numbering(trace)
+
+    def at(track):
+        rank, launch, cta, wave = track
+        if fmt == "chrome":
+            return f"{num.pid(rank, launch)}:{num.tid(cta, wave)}"
+        return f"{C.process_name(rank, launch, trace.synthetic)}:{C.thread_name(cta, wave)}"
+
+    assert [(r["out_at"], r["in_at"]) for r in got] == [(at(f.src), at(f.dst)) for f in want]
+    assert all(int(r["out_ts"]) <= int(r["in_ts"]) for r in got)
+    plain = tmp_path / ("p.pftrace" if fmt == "perfetto" else "p.json")
+    (write_perfetto if fmt == "perfetto" else write_chrome)(load(TRACES / "h200_mono_demo.arrow"), plain)
+    assert RD.run("perfetto", plain, "select count(*) as n from flow") == [{"n": "0"}]  # no graph, no flows

@@ -222,29 +222,38 @@ def exact_path(trace, *, launch: int, rank: int | None = None, g: Graph | None =
     ``idle`` after its previous task (``via`` cta-order)."""
     g = g or edges(trace)
     m = g.tasks
+    rows = []
+    for cur, e in reversed(chain(g, launch, rank)):
+        if e >= 0 and g.kind[e] < 2:
+            rows.append((cur, m.end[g.producer[e]], m.wait_end[cur], "wait", KINDS[g.kind[e]]))
+        else:
+            if e >= 0:
+                q = int(g.producer[e])
+                rows.append((cur, m.end[q], m.start[cur], "idle", "cta-order"))
+            rows.append((cur, m.start[cur], m.wait_start[cur], "work", ""))
+            rows.append((cur, m.wait_start[cur], m.wait_end[cur], "wait", ""))
+        rows.append((cur, m.wait_end[cur], m.end[cur], "work", ""))
+    if not rows:
+        return R.empty(PATH_SCHEMA)
+    return _path_table(trace.spec, m, rows)
+
+
+def chain(g: Graph, launch: int, rank: int | None = None) -> list:
+    """The critical path of ``launch`` as ``[(task, its gating edge or -1), ...]``,
+    from the task that ends last (on ``rank``, or any rank) back along gating edges
+    to one nothing gated."""
+    m = g.tasks
     pick = (m.launch == launch) & ((m.rank == rank) if rank is not None else True)
     if not pick.any():
-        return R.empty(PATH_SCHEMA)
+        return []
     cur = int(np.flatnonzero(pick)[np.argmax(m.end[pick])])
-    rows, seen = [], set()
+    out, seen = [], set()
     while cur >= 0 and cur not in seen:
         seen.add(cur)
-        rows.append((cur, m.wait_end[cur], m.end[cur], "work", ""))
         e = int(g.gate[cur])
-        if e >= 0 and g.kind[e] < 2:
-            p = int(g.producer[e])
-            rows.append((cur, m.end[p], m.wait_end[cur], "wait", KINDS[g.kind[e]]))
-            cur = p
-            continue
-        rows.append((cur, m.wait_start[cur], m.wait_end[cur], "wait", ""))
-        rows.append((cur, m.start[cur], m.wait_start[cur], "work", ""))
-        if e < 0:
-            break
-        q = int(g.producer[e])
-        rows.append((cur, m.end[q], m.start[cur], "idle", "cta-order"))
-        cur = q
-    rows.reverse()
-    return _path_table(trace.spec, m, rows)
+        out.append((cur, e))
+        cur = int(g.producer[e]) if e >= 0 else -1
+    return out
 
 
 def _path_table(spec, m: Tasks, rows) -> pa.Table:

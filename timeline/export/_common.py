@@ -184,3 +184,39 @@ def threads(trace: Trace, num: Numbering):
     rank_u, launch_u = (pid_u - 1) // num.launches, (pid_u - 1) % num.launches
     cta_u, wave_u = (tid_u - 1) // num.waves, (tid_u - 1) % num.waves
     return pid_u, tid_u, rank_u, launch_u, cta_u, wave_u
+
+
+class Flow(NamedTuple):
+    """An arrow of a launch's critical path (``timeline.edges``): from the producer
+    whose results ended a consumer's wait, at the time they were ready (its track:
+    rank, launch, CTA, wave 0), to the consumer, at the end of its wait."""
+
+    src: tuple  # (rank, launch, cta, wave)
+    src_ns: int
+    dst: tuple
+    dst_ns: int
+    kind: str  # data or all-reduce
+
+
+def flows(trace: Trace) -> list:
+    """The hand-offs on every launch's exact critical path, when the trace declares a
+    task graph (none otherwise): what the exports draw as flow arrows."""
+    if not trace.spec.graph or trace.tasks.num_rows == 0:
+        return []
+    from timeline import edges as E
+
+    g = E.edges(trace)
+    m = g.tasks
+    out = []
+    for launch in trace.launches:
+        for cur, e in reversed(E.chain(g, launch)):
+            if e < 0 or g.kind[e] == 2:
+                continue
+            p = int(g.producer[e])
+            if m.cta[p] < 0 or m.cta[cur] < 0:
+                continue
+            src_ns = int(min(m.ready[p], max(m.end[p] - 1, m.start[p])))
+            dst_ns = int(max(min(m.wait_end[cur], m.end[cur]), src_ns))
+            out.append(Flow((int(m.rank[p]), int(m.launch[p]), int(m.cta[p]), 0), src_ns,
+                            (int(m.rank[cur]), int(m.launch[cur]), int(m.cta[cur]), 0), dst_ns, E.KINDS[g.kind[e]]))
+    return out

@@ -235,6 +235,21 @@ def _task_instant(lines: _Lines, rec: C.Records, first, body, names) -> list:
     return line
 
 
+def _flow_events(trace: Trace, num: C.Numbering, base_ns: int) -> tuple:
+    """The critical path's hand-offs (``_common.flows``) as flow events: an ``s`` on
+    the producer's thread where its results were ready, an ``f`` (``bp: e``, bound to
+    the enclosing slice) on the consumer's at the end of its wait. (text, events)."""
+    lines = []
+    for k, fl in enumerate(C.flows(trace)):
+        for ph, (rank, launch, cta, wave), ns in (("s", fl.src, fl.src_ns), ("f", fl.dst, fl.dst_ns)):
+            t = ns + base_ns
+            bind = ',"bp":"e"' if ph == "f" else ""
+            lines.append(f',{{"ph":"{ph}","id":{k + 1},"pid":{int(num.pid(rank, launch))},'
+                         f'"tid":{int(num.tid(cta, wave))},"ts":{t // 1000}.{t % 1000:03d},"name":"hand-off",'
+                         f'"cat":"flow"{bind},"args":{{"kind":"{fl.kind}"}}}}\n')
+    return "".join(lines).encode(), len(lines)
+
+
 class _Count(NamedTuple):
     """Events of a chunk by kind: spans (an ``X``, or a ``B``/``E`` pair) and instants."""
 
@@ -355,6 +370,9 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
             done += rec.rows
             if progress is not None:
                 progress(done, total)
+        flow_text, k = _flow_events(sub, num, base_ns)
+        f.write(flow_text if events else flow_text[1:])
+        events += k
         f.write(b"\n]}\n")
     finally:
         if close:

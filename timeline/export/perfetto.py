@@ -47,7 +47,8 @@ TD_UUID, TD_NAME, TD_PARENT, TD_CHILD_ORDERING, TD_SIBLING_RANK = 1, 2, 5, 11, 1
 CHILD_ORDERING_EXPLICIT = 3
 # TrackEvent
 TE_CATEGORY_IIDS, TE_DEBUG, TE_TYPE, TE_NAME_IID, TE_TRACK_UUID = 3, 4, 9, 10, 11
-SLICE_BEGIN, SLICE_END = 1, 2
+SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
+TE_NAME, TE_FLOW_IDS, TE_TERMINATING_FLOW_IDS = 23, 47, 48  # TrackEvent.name, flow_ids, terminating_flow_ids
 # DebugAnnotation
 DA_NAME_IID, DA_BOOL, DA_INT = 1, 2, 4
 # InternedData and its entries (EventCategory / EventName / DebugAnnotationName: iid 1, name 2)
@@ -253,6 +254,24 @@ def _slice(uuid: int, ts: int, dur_end: int, name_iid: int) -> bytes:
     return out
 
 
+def _flows(trace: Trace, num: C.Numbering, base: int) -> tuple:
+    """The critical path's hand-offs (``_common.flows``) as flows: an instant on the
+    producer's track carrying ``flow_ids`` and one on the consumer's carrying the same
+    id in ``terminating_flow_ids``. Returns (bytes, flows)."""
+    out = []
+    for k, fl in enumerate(C.flows(trace)):
+        fid = (k + 1).to_bytes(8, "little")
+        for (rank, launch, cta, wave), ts, field in ((fl.src, fl.src_ns, TE_FLOW_IDS),
+                                                     (fl.dst, fl.dst_ns, TE_TERMINATING_FLOW_IDS)):
+            track = int(thread_uuid(num.pid(rank, launch), num.tid(cta, wave)))
+            te = (field_varint(TE_TYPE, INSTANT) + field_varint(TE_TRACK_UUID, track)
+                  + field_bytes(TE_NAME, f"hand-off ({fl.kind})".encode()) + key(field, 1) + fid)
+            pk = (field_varint(F_TIMESTAMP, ts - base) + field_varint(F_SEQ_ID, SEQUENCE_ID)
+                  + field_varint(F_SEQ_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE) + field_bytes(F_TRACK_EVENT, te))
+            out.append(field_bytes(1, pk))
+    return b"".join(out), len(out) // 2
+
+
 def _breakdown(trace: Trace, num: C.Numbering, base: int) -> tuple:
     """Per (rank, launch): a "stage breakdown" track group above the CTA tracks, one
     track per stage holding one slice from the stage's first start to its last end
@@ -364,6 +383,7 @@ def write_perfetto(trace: Trace, path, *, ranks=None, launches=None, stages=None
             done += rec.rows
             if progress is not None:
                 progress(done, total)
+        f.write(_flows(sub, num, base)[0])
     finally:
         if close:
             f.close()
