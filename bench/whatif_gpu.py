@@ -7,7 +7,8 @@ against what was measured. Needs an NVIDIA GPU (Triton, torch).
     PYTHONPATH=. python3 bench/whatif_gpu.py --out DIR
 
 Kernel time = first start to last end of a launch in its trace (the median over the
-launches); the normal build's CUDA-event time per launch is printed beside it. Goal
+launches; the settings' launches interleaved in rounds, so that clock drift hits
+all alike); the normal build's CUDA-event time per launch is printed beside it. Goal
 (issue 11): prediction error <= 10 % of the measured change and <= 1 µs. Writes
 ``whatif_h200.txt`` / ``.json`` and the +0 and +4 µs traces to DIR.
 """
@@ -23,26 +24,34 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 DELAYS_NS = (0, 1000, 2000, 4000)
-LAUNCHES = 8
+ROUNDS, PER_ROUND = 8, 4  # launches a setting: interleaved rounds
+WARMUP = 10  # launches of every setting before any is measured
 
 
-def capture(ffn, shape, arch: str, delay_ns: int, launches: int):
-    """``launches`` timeline-build launches with the spin; the trace."""
+def capture_all(ffn, shape, arch: str, delays, rounds: int, per_round: int) -> dict:
+    """A timeline-build trace per delay, ``rounds x per_round`` launches each, the
+    settings interleaved round by round (clock and thermal drift spread over all of
+    them alike) after a warm-up of every setting."""
     import torch
 
     from instrument.buffer import alloc
     from instrument.demo import triton_mono as tm
 
-    buf = alloc(tm.spec(shape, launches=launches, arch=arch, extra={"delay_ns": delay_ns}))
+    bufs = {d: alloc(tm.spec(shape, launches=rounds * per_round, arch=arch, extra={"delay_ns": d})) for d in delays}
     x = torch.randn(shape.M, shape.D, device="cuda").half()
     y = torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16)
-    for _ in range(3):  # compile this DELAY, warm caches and clocks
-        ffn.run(x, y, buffer=buf, launch=0, delay_ns=delay_ns)
-    buf.reset()
-    for i in range(launches):
-        ffn.run(x, y, buffer=buf, launch=i, delay_ns=delay_ns)
+    for _ in range(WARMUP):  # compile every DELAY, warm caches and clocks
+        for d in delays:
+            ffn.run(x, y, buffer=bufs[d], launch=0, delay_ns=d)
     torch.cuda.synchronize()
-    return buf.collect()
+    for b in bufs.values():
+        b.reset()
+    for r in range(rounds):
+        for d in delays:
+            for i in range(per_round):
+                ffn.run(x, y, buffer=bufs[d], launch=r * per_round + i, delay_ns=d)
+    torch.cuda.synchronize()
+    return {d: b.collect() for d, b in bufs.items()}
 
 
 def event_time_us(ffn, shape, delay_ns: int, samples: int = 20) -> float:
@@ -82,10 +91,20 @@ def predicted_us(trace, add_ns: int) -> float:
     return statistics.median(p.launches.column("predicted_us").to_pylist())
 
 
+def interval_medians(trace) -> dict:
+    """``{(stage, interval): median duration ns}``."""
+    iv = trace.intervals
+    st, ph, d = (iv.column(c).to_pylist() for c in ("stage", "phase", "duration_ns"))
+    groups = {}
+    for k, v in zip(zip(st, ph), d):
+        groups.setdefault(k, []).append(v)
+    return {k: statistics.median(v) for k, v in groups.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--launches", type=int, default=LAUNCHES)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     a = ap.parse_args(argv)
     import torch
 
@@ -99,10 +118,9 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     shape, arch = tm.Shape(), itl.arch_of()
     ffn = tm.MonoFFN(shape, seed=0)
-    traces, rows = {}, []
-    for d in DELAYS_NS:
-        traces[d] = capture(ffn, shape, arch, d, a.launches)
-        assert ffn.hangs() == 0, "a mailbox wait gave up"
+    rows = []
+    traces = capture_all(ffn, shape, arch, DELAYS_NS, a.rounds, PER_ROUND)
+    assert ffn.hangs() == 0, "a mailbox wait gave up"
     for d in (DELAYS_NS[0], DELAYS_NS[-1]):
         traces[d].save(a.out / f"h200_whatif_delay{d}.arrow")
     base, slow = traces[DELAYS_NS[0]], traces[DELAYS_NS[-1]]
@@ -117,8 +135,9 @@ def main(argv=None) -> int:
     rows.append({"from": f"+{DELAYS_NS[-1] // 1000}us", "delay_ns": 0, "measured_us": meas0, "predicted_us": back,
                  "measured_change_us": meas0 - kernel_us(slow), "error_us": back - meas0, "event_us": None,
                  "fidelity": W.fidelity(slow)._asdict()})
-    lines = [f"what-if replay vs the H200: Triton FFN demo {tuple(shape)[:9]}, {a.launches} launches a setting, "
-             "a %globaltimer spin added to every norm task's compute",
+    lines = [f"what-if replay vs the H200: Triton FFN demo {tuple(shape)[:9]}, {a.rounds * PER_ROUND} launches a "
+             f"setting in {a.rounds} interleaved rounds after {WARMUP} warm-up launches of each, a %globaltimer spin "
+             "added to every norm task's compute",
              "kernel = first start to last end of a launch (median over launches); event = the normal build's "
              "CUDA-event time per launch",
              f"{'from':>6} {'delay':>7} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} "
@@ -132,6 +151,12 @@ def main(argv=None) -> int:
                      f"{change:>+8.2f} {r['error_us']:>+7.2f} {rel:>10.1%} {ev:>8} "
                      f"{r['fidelity']['task_end_ns']:>13.0f} {r['fidelity']['kernel_end_ns']:>13.0f}  "
                      f"{'met' if ok else 'NOT met'}")
+    lines.append("\nmedian interval durations against +0 (ns), what else moved between the settings:")
+    base_med = interval_medians(base)
+    for d in DELAYS_NS[1:]:
+        med = interval_medians(traces[d])
+        moved = {k: med[k] - base_med[k] for k in med if k in base_med and abs(med[k] - base_med[k]) >= 50}
+        lines.append(f"  +{d // 1000}us: " + ", ".join(f"{st} {ph} {v:+.0f}" for (st, ph), v in moved.items()))
     text = "\n".join(lines)
     print(text)
     (a.out / "whatif_h200.txt").write_text(text + "\n")
