@@ -262,3 +262,32 @@ def test_a_multi_launch_trace_opens_on_its_median_launch(tmp_path):
     assert (drawn.state.t0, drawn.state.t1) == (min(t.column("start_ns").to_pylist()),
                                                 max(t.column("end_ns").to_pylist()))
     assert VTR.select(state, "?launches=0,1", None, False).launches == [0, 1]
+
+
+def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
+    """A trace with its task graph: the Critical path tab shows the exact path, the
+    What if tab the replay's prediction beside its fidelity; without a graph both
+    say what is missing."""
+    from timeline import edges as E
+    from timeline import load, presets
+    from timeline import whatif as W
+
+    real = load("traces/h200_mono_demo.arrow")
+    real.with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
+    real.filter(launches=[0, 1]).save(tmp_path / "plain.arrow")
+    state, _, _ = V.prepare(["--trace-dir", str(tmp_path), str(tmp_path / "g.arrow")])
+    cols, rows, note = VT.critical(state, "g.arrow", None, [1])
+    path = E.exact_path(state.store.get("g.arrow").trace, launch=1, rank=0)
+    assert "exact critical path" in component_text(note) and len(rows) == path.num_rows
+    assert [r["via"] for r in rows] == path.column("via").to_pylist()
+    cols, rows, note = VT.whatif(state, "g.arrow", "norm.compute=0.5, up=1.0")
+    want = W.predict(state.store.get("g.arrow").trace, ["norm.compute=0.5"]).launches.to_pylist()
+    assert [r["predicted_us"] for r in rows] == [round(w["predicted_us"], 3) for w in want]
+    assert all(r["saving_us"] > 0 for r in rows) and "within 0 ns" in component_text(note)
+    added = VT.whatif(state, "g.arrow", "norm.compute=+1000")[1]
+    assert all(r["saving_us"] < 0 for r in added)
+    assert "type changes" in component_text(VT.whatif(state, "g.arrow", "")[2])
+    with pytest.raises(Exception, match="unknown stage"):
+        VT.whatif(state, "g.arrow", "nope=2")
+    assert "needs the trace's task graph" in component_text(VT.whatif(state, "plain.arrow", "norm=2")[2])
+    assert "heuristic" in component_text(VT.critical(state, "plain.arrow", None, None)[2])

@@ -151,12 +151,14 @@ def _table(spec, m: _Tasks, rows: list) -> pa.Table:
 
 
 def path_us(path: pa.Table) -> pa.Table:
-    """A ``critical_path`` table for reading: ``order, kind, stage, task, cta`` and
-    ``start_us, end_us, duration_us`` (µs from the path's first start)."""
+    """A critical-path table (``critical_path``'s or ``edges.exact_path``'s) for
+    reading: its identity columns (``order, rank, kind, stage, task, cta, via`` where
+    present) and ``start_us, end_us, duration_us`` (µs from the path's first start)."""
+    keep = [c for c in ("order", "rank", "kind", "stage", "task", "cta", "via") if c in path.column_names]
     if path.num_rows == 0:
-        return pa.table({c: pa.array([], path.schema.field(c).type) for c in ("order", "kind", "stage", "task", "cta")})
+        return pa.table({c: pa.array([], path.schema.field(c).type) for c in keep})
     t0 = min(path.column("start_ns").to_pylist())
-    cols = {c: path.column(c) for c in ("order", "kind", "stage", "task", "cta")}
+    cols = {c: path.column(c) for c in keep}
     for c in ("start", "end"):
         cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
     cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)

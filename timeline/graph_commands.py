@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.commands import UsageError, _load, _out_dir_exists, _title, _trace_out
+from timeline.critical import path_us
 from timeline.textout import _json_rows, format_table
 
 
@@ -113,7 +114,7 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
             if path.num_rows:
                 blocks.append((r, launch, path))
     if args.json:
-        rows = [{"launch": la, **row} for _, la, p in blocks for row in _json_rows(_us(p))]
+        rows = [{"launch": la, **row} for _, la, p in blocks for row in _json_rows(path_us(p))]
         print(json.dumps({"kernel": trace.spec.kernel, "report": "critical_path", "exact": True,
                           "violations": int(g.violations.size), "rows": rows}, ensure_ascii=False, indent=1))
         return 0
@@ -122,41 +123,8 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
         where = "any rank" if r is None else f"rank {r}"
         print(f"\nlaunch {launch} (its last end on {where}): exact critical path along the task graph's gating "
               "edges, µs from the path's first start")
-        print(format_table(_us(path)))
+        print(format_table(path_us(path)))
         print("\nper stage on the path:")
         print(format_table(E.path_shares(path)))
     print(f"\ncausality violations: {g.violations.size}")
-    return 0
-
-
-def _us(path: pa.Table) -> pa.Table:
-    t0 = min(path.column("start_ns").to_pylist()) if path.num_rows else 0
-    cols = {c: path.column(c) for c in ("order", "rank", "kind", "stage", "task", "cta", "via")}
-    for c in ("start", "end"):
-        cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
-    cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)
-    return pa.table(cols)
-
-
-def cmd_whatif(args) -> int:
-    from timeline import whatif as W
-
-    changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
-    if not changes:
-        raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
-    trace = _load(args.trace)
-    p = W.predict(trace, changes)
-    if args.json:
-        print(json.dumps({"kernel": trace.spec.kernel, "changes": [c._asdict() for c in changes],
-                          "fidelity": p.fidelity._asdict(), "launches": p.launches.to_pylist(),
-                          "stages": p.stages.to_pylist()}, ensure_ascii=False, indent=1))
-        return 0
-    print(_title(trace))
-    print("what if: " + ", ".join(f"{c.stage}{'.' + c.phase if c.phase else ''} x{c.factor:g}"
-                                  + (f" {c.add_ns:+g} ns" if c.add_ns else "") for c in changes))
-    print(f"fidelity of the replay (no change): every task's end within {p.fidelity.task_end_ns:g} ns, every "
-          f"launch's within {p.fidelity.kernel_end_ns:g} ns\n")
-    print(format_table(p.launches))
-    print()
-    print(format_table(p.stages))
     return 0

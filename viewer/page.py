@@ -14,7 +14,7 @@ from dash import dcc, html
 from viewer import figures as F
 from viewer.client import GANTT_PX
 
-TABS = ("report", "idle", "critical", "anomalies", "compare")
+TABS = ("report", "idle", "critical", "whatif", "anomalies", "compare")
 
 
 def msg(text: str, kind: str = "error") -> html.Div:
@@ -134,6 +134,11 @@ def _tabs():
         dcc.Tab(label="Critical path", value="critical", id="tab-critical", children=[
             html.Div(id="critical-msg"),
             html.Div(id="critical-table"), dcc.Store(id="critical-table-data")]),
+        dcc.Tab(label="What if", value="whatif", id="tab-whatif", children=[
+            dcc.Input(id="whatif-scales", type="text", debounce=True, style={"width": "420px", "margin": "8px 0"},
+                      placeholder="norm.compute=0.5, up=1.2, down.compute=+1000"),
+            html.Div(id="whatif-msg"),
+            html.Div(id="whatif-table"), dcc.Store(id="whatif-table-data")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
@@ -197,7 +202,7 @@ def table_records(table, digits: int = 3):
 
 
 TABLE_ROWS = 400  # rows a table panel draws (the rest: a note)
-TABLES = ("stage-report", "idle-table", "gap-table", "critical-table", "cmp-table")  # the sortable tables
+TABLES = ("stage-report", "idle-table", "gap-table", "critical-table", "whatif-table", "cmp-table")  # the sortable tables
 
 
 def sort_rows(cols: list, rows: list, sort) -> list:

@@ -68,12 +68,44 @@ def critical(app, name, ranks, launches):
         return [], [], msg("no intervals: no critical path", "info")
     rank = sorted_ints(ranks)[0] if ranks else tr.ranks[0]
     launch = sorted_ints(launches)[0] if launches else tr.launches[0]
+    if tr.spec.graph:
+        from timeline import edges as E
+
+        path = app.analysis(item, ("exact", rank, launch), lambda: E.exact_path(tr, launch=launch, rank=rank))
+        cols, rows = table_records(path_us(path))
+        shares = ", ".join(f"{r['stage']} {r['share']:.0%}" for r in E.path_shares(path).to_pylist()) \
+            if path.num_rows else "-"
+        return cols, rows, msg(f"rank {rank} · launch {launch}: the exact critical path along the task graph's "
+                               f"gating edges, from the launch's last end; per stage: {shares}", "info")
     path = app.analysis(item, ("critical", rank, launch), lambda: A.critical_path(tr, rank=rank, launch=launch))
     cols, rows = table_records(path_us(path))
     note = msg(f"rank {rank} · launch {launch} (the first of the selection): the chain of work, waits and idle "
                "time behind the launch's last end, walked back from it; a heuristic (the stamps say when a "
-               "wait ended, not which producer released it)", "info")
+               "wait ended, not which producer released it; declare the task graph for the exact one)", "info")
     return cols, rows, note
+
+
+def whatif(app, name, scales):
+    """``(columns, rows, message)``: per launch the measured and predicted kernel time
+    for ``scales`` (``"norm.compute=0.5, up=1.2"``; ``+NS`` adds), and the replay's
+    fidelity (``timeline.whatif``)."""
+    from timeline import whatif as W
+
+    item = app.store.get(name)
+    if not item.trace.spec.graph:
+        return [], [], msg("the what-if replay needs the trace's task graph: timeline set-graph TRACE --preset "
+                           "NAME -o OUT", "info")
+    parts = [p.strip() for p in str(scales or "").split(",") if p.strip()]
+    if not parts:
+        return [], [], msg("type changes, e.g. norm.compute=0.5, up=1.2 (a factor) or norm.compute=+1000 "
+                           "(ns added to every task)", "info")
+    changes = [W.parse_change(p.replace("=+", "="), add=True) if "=+" in p else W.parse_change(p) for p in parts]
+    pred = app.analysis(item, ("whatif", tuple(changes)), lambda: W.predict(item.trace, changes))
+    cols, rows = table_records(pred.launches)
+    f = pred.fidelity
+    return cols, rows, msg(f"predicted by replaying the recorded schedule over the task graph; the unchanged "
+                           f"replay reproduces every task's end within {f.task_end_ns:g} ns and every launch's "
+                           f"within {f.kernel_end_ns:g} ns", "info")
 
 
 def compare(app, a, b, scope="launch"):
