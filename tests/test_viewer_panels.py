@@ -291,3 +291,24 @@ def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
         VT.whatif(state, "g.arrow", "nope=2")
     assert "needs the trace's task graph" in component_text(VT.whatif(state, "plain.arrow", "norm=2")[2])
     assert "heuristic" in component_text(VT.critical(state, "plain.arrow", None, None)[2])
+
+
+def test_the_gantt_draws_the_exact_critical_path(tmp_path):
+    """With a task graph the Gantt carries the critical path of the launches shown:
+    a segment for each task on it and one for each hand-off between rows."""
+    from timeline import edges as E
+    from timeline import load, presets
+
+    trace = load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1])
+    trace.save(tmp_path / "g.arrow")
+    state, _, _ = V.prepare([str(tmp_path / "g.arrow")])
+    drawn = VG.gantt(state, "g.arrow", "rank", None, [1], None, None, None, "filters", None, None, None, None, None)
+    path, = [t for t in drawn.figure["data"] if t.get("meta", {}).get("kind") == "critical-path"]
+    g = E.edges(state.store.get("g.arrow").trace)
+    chain = E.chain(g, 1)
+    handoffs = sum(1 for _, e in chain if e >= 0 and g.kind[e] < 2)
+    assert path["meta"]["segments"] == len(chain) + handoffs
+    ends = [x for x in path["x"] if x is not None]
+    assert max(ends) == pytest.approx(g.tasks.end[g.tasks.launch == 1].max() / 1e3)
+    plain = VG.gantt(state, "g.arrow", "stage", None, [1], None, None, None, "filters", None, None, None, None, None)
+    assert not [t for t in plain.figure["data"] if t.get("meta", {}).get("kind") == "critical-path"]

@@ -256,6 +256,21 @@ def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: 
     }
 
 
+def path_trace(segments) -> list:
+    """The critical path drawn over the Gantt: ``segments`` of ``((x0 µs, y0 row),
+    (x1 µs, y1 row))``, a task's stretch on its row or a hand-off from one row to
+    another, as one translucent black line trace (NaN-separated)."""
+    if not segments:
+        return []
+    x, y = [], []
+    for (x0, y0), (x1, y1) in segments:
+        x += [x0, x1, None]
+        y += [y0, y1, None]
+    return [{"type": "scatter", "mode": "lines", "x": x, "y": y, "name": "critical path", "showlegend": True,
+             "line": {"color": "rgba(0,0,0,0.55)", "width": 4}, "hoverinfo": "skip", "xaxis": "x", "yaxis": "y",
+             "meta": {"kind": "critical-path", "segments": len(segments)}}]
+
+
 def legend_traces(data: M.TraceData, stages) -> list:
     """One legend entry per shown stage (empty SVG traces, so that a raster view
     starts no WebGL context; the data traces stay out of the legend so the legend

@@ -164,6 +164,7 @@ def gantt(app, name, grouping, ranks, launches, stages, phases, ctas, trigger, r
                                stages=shown, width_px=width, height_px=height, bar_limit=app.bar_limit,
                                concurrency=conc, concurrency_note=conc_note,
                                note="this trace has no intervals" if d.n == 0 else "")
+    fig["data"] += F.path_trace(path_segments(app, item, view, grouping, launches))
     if info["mode"] == "empty" and d.n:
         fig["layout"]["annotations"].append({
             "text": "nothing in this window with these filters", "xref": "paper", "yref": "paper",
@@ -171,6 +172,39 @@ def gantt(app, name, grouping, ranks, launches, stages, phases, ctas, trigger, r
     new = ViewState(name=name, fkey=fkey, grouping=grouping, t0=t0, t1=t1, r0=r0, r1=r1,
                     panels=[name, ranks, launches], ranks=ranks, launches=launches, ctas=ctas_t, stages=stages_key)
     return Drawn(fig, new, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status_line(info, app.bar_limit, height))
+
+
+def path_segments(app, item, view, grouping, launches) -> list:
+    """The exact critical path of every launch shown, as ``((x µs, row), (x µs, row))``
+    segments over the row layout: each task's stretch on the path on its row (wave
+    0's), each hand-off from its producer's row to its consumer's. Only for a trace
+    with a task graph, rows by rank · launch or by rank · CTA."""
+    tr = item.trace
+    if not tr.spec.graph or grouping not in ("rank", "cta") or view.n_rows == 0:
+        return []
+    from timeline import edges as E
+
+    g = app.analysis(item, ("edges",), lambda: E.edges(tr))
+    m = g.tasks
+    launch_key = grouping == "rank"
+    rows = {(int(r), int(la) if launch_key else -1, int(c)): i for i, (r, la, c, w) in enumerate(zip(
+        view.rows["rank"], view.rows["launch"], view.rows["cta"], view.rows["wave"])) if int(w) == 0}
+
+    def row(t):
+        return rows.get((int(m.rank[t]), int(m.launch[t]) if launch_key else -1, int(m.cta[t])))
+
+    out = []
+    for launch in (launches or tr.launches):
+        for cur, e in E.chain(g, launch):
+            r = row(cur)
+            held = e >= 0 and g.kind[e] < 2
+            begin = m.wait_end[cur] if held else m.start[cur]
+            if r is not None:
+                out.append(((begin / 1e3, r), (m.end[cur] / 1e3, r)))
+            p = int(g.producer[e]) if e >= 0 else -1
+            if held and r is not None and row(p) is not None:
+                out.append(((m.end[p] / 1e3, row(p)), (m.wait_end[cur] / 1e3, r)))
+    return out
 
 
 EMPTY_FIGURE = {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}
