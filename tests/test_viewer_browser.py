@@ -244,3 +244,30 @@ def test_table_headers_sort_the_rows(page):
     assert [float(v) for v in up] == sorted(spans)
     driver.find_element("xpath", header).click()
     assert [float(v) for v in _span_column(driver, up)] == sorted(spans, reverse=True)
+
+
+def test_a_trace_with_a_task_graph_shows_its_critical_path_and_what_if(tmp_path):
+    """In Chromium: the Gantt of a trace with its task graph carries the critical-path
+    line; the What if tab predicts from what is typed in its box."""
+    from timeline import load, presets
+
+    d = tmp_path / "traces"
+    d.mkdir()
+    load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(d / "g.arrow")
+    state, _, _ = V.prepare(["--trace-dir", str(d), str(d / "g.arrow")])
+    with B.serve(VW.build(state)) as url, B.chromium(1400, 1100) as driver:
+        driver.get(url)
+        meta(driver)
+        segments = B.wait_for(driver, "var g=document.querySelector('#gantt .js-plotly-plot');"
+                                      "var p=g.data.filter(t=>t.meta&&t.meta.kind=='critical-path');"
+                                      "return p.length ? p[0].meta.segments : null;", 30, "the critical path")
+        assert segments > 5
+        driver.find_element("id", "tab-whatif").click()
+        box = driver.find_element("id", "whatif-scales")
+        box.send_keys("norm.compute=0.5\n")
+        rows = B.wait_for(driver, "var r=document.querySelectorAll('#whatif-table tbody tr');"
+                                  "return r.length ? document.querySelector('#whatif-table').innerText : null;", 30,
+                          "the what-if table")
+        assert "predicted_us" in rows and "saving_us" in rows
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
