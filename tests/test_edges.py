@@ -7,6 +7,7 @@ bundled real H200 trace with the Triton demo's graph."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 
 from bufkit import empty, put
@@ -196,3 +197,21 @@ def test_replay_reproduces_the_real_traces_exactly(name):
 
     trace = load(f"traces/{name}").with_graph(presets.triton_ffn())
     assert W.fidelity(trace) == W.Fidelity(0.0, 0.0)
+
+
+def test_the_committed_what_if_traces():
+    """The H200 run of bench/whatif_gpu.py: both settings carry the demo's graph, the
+    replay reproduces each to 0 ns, and the spin added ~4 µs to every norm task's
+    compute (what the replay was told to add)."""
+    from timeline import whatif as W
+
+    fast, slow = (load(f"traces/h200_whatif_delay{d}.arrow") for d in (0, 4000))
+    assert fast.spec.graph == slow.spec.graph == load(REPO_TRACE).with_graph(presets.triton_ffn()).spec.graph
+    assert W.fidelity(fast) == W.fidelity(slow) == W.Fidelity(0.0, 0.0)
+
+    def norm_compute(t):
+        iv = t.intervals.filter(pc.equal(t.intervals.column("stage"), "norm"))
+        ph, d = iv.column("phase").to_pylist(), iv.column("duration_ns").to_numpy()
+        return float(np.median(d[[p == "staged→compute" for p in ph]]))
+
+    assert 3800 <= norm_compute(slow) - norm_compute(fast) <= 4300
