@@ -215,3 +215,20 @@ def test_the_committed_what_if_traces():
         return float(np.median(d[[p == "staged→compute" for p in ph]]))
 
     assert 3800 <= norm_compute(slow) - norm_compute(fast) <= 4300
+
+
+def test_the_committed_run_predicts_the_spin_within_the_goal():
+    """bench/results/whatif_h200.txt's +0 -> +4 µs row, recomputed from the committed
+    traces: the kernel time +4 µs predicts from the +0 trace is within 1 µs and 10 % of
+    the measured change, and back."""
+    from timeline import whatif as W
+
+    fast, slow = (load(f"traces/h200_whatif_delay{d}.arrow") for d in (0, 4000))
+
+    base = W.predict(fast, [W.Change("norm", "compute", 1.0, 4000.0)]).launches
+    back = W.predict(slow, [W.Change("norm", "compute", 1.0, -4000.0)]).launches
+    m0, m4 = (float(np.median(t.column("measured_us").to_numpy())) for t in (base, back))
+    p4, p0 = (float(np.median(t.column("predicted_us").to_numpy())) for t in (base, back))
+    change = m4 - m0
+    assert change > 3.5
+    assert abs(p4 - m4) <= min(1.0, 0.1 * change) and abs(p0 - m0) <= min(1.0, 0.1 * change)
