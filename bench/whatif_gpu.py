@@ -113,6 +113,56 @@ def measured_changes(base, other) -> list:
             if ph != wait and (st, ph) in mo]
 
 
+VARIANTS = {"norm BF=128": {"BF": 128}, "norm BF=1024": {"BF": 1024}}  # norm reads its rows in chunks of BF
+
+
+def capture_variants(shape, arch: str, rounds: int, per_round: int) -> dict:
+    """The base shape and each ``VARIANTS`` shape (a slower or faster norm, the same
+    task graph), interleaved round by round like ``capture_all``."""
+    import torch
+
+    from instrument.buffer import alloc
+    from instrument.demo import triton_mono as tm
+
+    shapes = {"base": shape, **{k: shape._replace(**v) for k, v in VARIANTS.items()}}
+    ffns = {k: tm.MonoFFN(s, seed=0) for k, s in shapes.items()}
+    bufs = {k: alloc(tm.spec(s, launches=rounds * per_round, arch=arch)) for k, s in shapes.items()}
+    x = torch.randn(shape.M, shape.D, device="cuda").half()
+    y = torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16)
+    for _ in range(WARMUP):
+        for k in shapes:
+            ffns[k].run(x, y, buffer=bufs[k], launch=0)
+    torch.cuda.synchronize()
+    for b in bufs.values():
+        b.reset()
+    for r in range(rounds):
+        for k in shapes:
+            for i in range(per_round):
+                ffns[k].run(x, y, buffer=bufs[k], launch=r * per_round + i)
+    torch.cuda.synchronize()
+    return {k: b.collect() for k, b in bufs.items()}
+
+
+def variant_lines(traces: dict) -> list:
+    """Each variant's kernel time predicted from the base trace, fed the variant's
+    measured norm phase changes only (what a faster norm would be), against measured."""
+    from timeline import whatif as W
+
+    base = traces["base"]
+    m0 = kernel_us(base)
+    out = ["\na real stage made slower / faster: the norm tasks' chunk width BF (base 512); predicted from the base "
+           "trace given the variant's measured norm phase changes (median per interval) only",
+           f"{'variant':>14} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} {'err/change':>10}"]
+    for name in VARIANTS:
+        changes = [c for c in measured_changes(base, traces[name]) if c.stage == "norm"]
+        pred = statistics.median(W.predict(base, changes).launches.column("predicted_us").to_pylist())
+        meas = kernel_us(traces[name])
+        ch = meas - m0
+        out.append(f"{name:>14} {meas:>9.2f} {pred:>10.2f} {ch:>+8.2f} {pred - meas:>+7.2f} "
+                   f"{abs(pred - meas) / abs(ch) if ch else float('nan'):>10.1%}")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -170,6 +220,10 @@ def main(argv=None) -> int:
                      f"{r['fidelity']['task_end_ns']:>13.0f} {r['fidelity']['kernel_end_ns']:>13.0f}  "
                      f"{'met' if ok else 'NOT met':>8}  | {r['predicted_all_us']:>9.2f} {r['predicted_all_us'] - r['measured_us']:>+6.2f}"
                      f" {abs(r['predicted_all_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}")
+    try:
+        lines += variant_lines(capture_variants(shape, arch, a.rounds, PER_ROUND))
+    except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+        lines.append(f"\nvariants: not run ({type(e).__name__}: {str(e)[:200]})")
     lines.append("\nmedian interval durations against +0 (ns), what else moved between the settings:")
     base_med = interval_medians(base)
     for d in DELAYS_NS[1:]:
