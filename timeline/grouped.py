@@ -65,9 +65,16 @@ def group_quantiles(gid: np.ndarray, ngroups: int, values: np.ndarray, qs) -> np
 
 
 def distinct_count(gid: np.ndarray, ngroups: int, *keys) -> np.ndarray:
-    """Per group, how many distinct tuples ``keys`` take (int64, 0 for empty groups)."""
+    """Per group, how many distinct tuples ``keys`` take (int64, 0 for empty groups).
+    One sort of the tuples packed into an int64 when they fit, else a lexsort."""
     if gid.size == 0:
         return np.zeros(ngroups, dtype=np.int64)
+    radix = [int(k.max()) + 1 for k in keys]
+    if all(k.min() >= 0 for k in keys) and ngroups * int(np.prod(radix, dtype=object)) < 1 << 62:
+        packed = gid.astype(np.int64)
+        for k, r in zip(keys, radix):
+            packed = packed * r + k
+        return np.bincount(np.unique(packed) // int(np.prod(radix, dtype=object)), minlength=ngroups)
     order = np.lexsort(tuple(reversed(keys)) + (gid,))
     cols = [gid[order]] + [k[order] for k in keys]
     new = np.ones(gid.size, dtype=bool)
@@ -123,21 +130,49 @@ def sweep(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Sweep:
     of the earlier rows of its group. One ``maximum.accumulate`` serves all groups:
     ends are replaced by their dense rank and offset by the group, so a later group
     always beats an earlier one and no int64 product can overflow."""
-    order = np.lexsort((end, start, gid))
+    order = _order_by_group_then(gid, start, end)
     g, s, e = gid[order], start[order], end[order]
     n = g.size
     if n == 0:
         return Sweep(order, g, s, e, np.zeros(0, dtype=np.int64))
     gdense = np.zeros(n, dtype=np.int64)
     gdense[1:] = np.cumsum(g[1:] != g[:-1])  # g is sorted
-    uniq_e, erank = np.unique(e, return_inverse=True)
-    key = gdense.astype(np.int64) * (uniq_e.size + 1) + erank
+    lo, span = int(e.min()), int(e.max()) - int(e.min()) + 1
+    if int(gdense[-1]) + 1 < (1 << 62) // span:  # packed: group, then end
+        key = gdense * span + (e - lo)
+    else:  # dense ranks keep the product small
+        uniq_e, erank = np.unique(e, return_inverse=True)
+        key = gdense * (uniq_e.size + 1) + erank
     cm = np.maximum.accumulate(key)
     holder = np.maximum.accumulate(np.where(key == cm, np.arange(n), 0))
     prev = np.full(n, -1, dtype=np.int64)
     same = g[1:] == g[:-1]
     prev[1:] = np.where(same, holder[:-1], -1)
     return Sweep(order, g, s, e, prev)
+
+
+def _order_by_group_then(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The permutation sorting rows by (group, start, end): one stable argsort of
+    (group, start) packed into an int64 when it fits, ties of start by end after it
+    (rare, so sorted where they occur); else ``np.lexsort``."""
+    n = gid.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
+    if int(gid.max()) + 1 >= (1 << 62) // span or gid.min() < 0:
+        return np.lexsort((end, start, gid))
+    order = np.argsort(gid.astype(np.int64) * span + (start - lo), kind="stable")
+    g, s = gid[order], start[order]
+    tie = np.flatnonzero((g[1:] == g[:-1]) & (s[1:] == s[:-1]))
+    if tie.size:  # runs of equal (group, start): order each by end
+        first = np.r_[True, (g[1:] != g[:-1]) | (s[1:] != s[:-1])]
+        run = np.cumsum(first) - 1
+        in_tie = np.zeros(n, dtype=bool)
+        in_tie[tie] = in_tie[tie + 1] = True
+        idx = np.flatnonzero(in_tie)
+        sub = idx[np.lexsort((end[order[idx]], run[idx]))]
+        order[idx] = order[sub]
+    return order
 
 
 def stage_strings(spec, stage_index: np.ndarray) -> pa.Array:
