@@ -146,3 +146,6 @@ def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
         out["sm"] = lo.astype(dtypes.get("sm", np.int64))
         out["hw_unit"] = lo.astype(dtypes.get("hw_unit", np.int64))
     return out
+
+
+__all__ = ["AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits", "bad_placement", "pack_placement", "placement_hi", "unpack_placement", "vendor_of"]

@@ -38,14 +38,9 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.graph import GraphError, check_graph, graph_to_dict
-from timeline.placement import (  # noqa: F401  (the contract, one namespace)
-    AMD_HW_ID_FIELDS, ARCH_LIMITS, ArchLimits, Field, LAYOUT_VERSION, MAX_CTA, MAX_STAGES, MAX_WAVE,
-    MAX_WORLD, PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, _bits, bad_placement, pack_placement, placement_hi,
-    unpack_placement, vendor_of)
-from timeline.tables import (  # noqa: F401
-    ANOMALIES_SCHEMA, ANOMALY_KINDS, DICT_STR, Flag, INTERVALS_SCHEMA, META_ANOMALIES, META_CHECKSUM,
-    META_CLOCK, META_LAYOUT, META_ORIGIN, META_SPEC, META_SPECS, META_SYNTHETIC, META_VERSION,
-    PLACEMENT_COLUMNS, interval_names, tasks_schema)
+from timeline.placement import *  # noqa: F401,F403  (the contract in one namespace: placement.__all__)
+from timeline.tables import *  # noqa: F401,F403  (and tables.__all__)
+from timeline.placement import LAYOUT_VERSION, MAX_CTA, MAX_STAGES, MAX_WORLD, READABLE_LAYOUTS
 
 FORMAT_NAME = "mono-timeline"
 
