@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline import edges as E
+from timeline import grouped as GR
 from timeline import rows as R
 from timeline.grouped import AnalysisError
 
@@ -73,9 +74,8 @@ def _merged_phases(trace, m: E.Tasks) -> np.ndarray:
     phase's latest (missing phases inherit)."""
     t = trace.tasks
     ff = R.inherited(R.phase_matrix(t, trace.phases))
-    key = {k: i for i, k in enumerate(zip(m.rank.tolist(), m.launch.tolist(), m.stage.tolist(), m.task.tolist()))}
-    cols = [R.column(t, c).astype(np.int64) for c in ("rank", "launch", "stage_index", "task")]
-    idx = np.array([key[k] for k in zip(*(c.tolist() for c in cols))], dtype=np.int64)
+    # the same numbering as ``edges.merged_tasks``: dense ids of (rank, launch, stage, task) in order
+    idx, _, _ = GR.group_ids(*(R.column(t, c).astype(np.int64) for c in ("rank", "launch", "stage_index", "task")))
     out = np.full((m.n, ff.shape[1]), np.iinfo(np.int64).min, dtype=np.int64)
     first = np.full(m.n, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, idx, np.where(ff[:, 0] == R.MISSING, np.iinfo(np.int64).max, ff[:, 0]))
@@ -136,7 +136,8 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
     cta = g.kind == 2
     prev[g.consumer[cta]] = g.producer[cta]
     end = rec[:, -1]
-    latest_rec = np.array([end[dp[a:b]].max() if b > a else R.MISSING for a, b in zip(lo, hi)], dtype=np.int64)
+    latest_rec = np.full(m.n, R.MISSING, dtype=np.int64)
+    np.maximum.at(latest_rec, dc, end[dp])
     held = (hi > lo) & (latest_rec > rec[:, w0])
     handoff = rec[:, w1] - latest_rec
     own = rec[:, w1] - rec[:, w0]
