@@ -28,6 +28,14 @@ ROUNDS, PER_ROUND = 8, 4  # launches a setting: interleaved rounds
 WARMUP = 10  # launches of every setting before any is measured
 
 
+def _io(shape):
+    """An input and an output of the demo's shape on the GPU."""
+    import torch
+
+    return (torch.randn(shape.M, shape.D, device="cuda").half(),
+            torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16))
+
+
 def capture_all(ffn, shape, arch: str, delays, rounds: int, per_round: int) -> dict:
     """A timeline-build trace per delay, ``rounds x per_round`` launches each, the
     settings interleaved round by round (clock and thermal drift spread over all of
@@ -38,8 +46,7 @@ def capture_all(ffn, shape, arch: str, delays, rounds: int, per_round: int) -> d
     from instrument.demo import triton_mono as tm
 
     bufs = {d: alloc(tm.spec(shape, launches=rounds * per_round, arch=arch, extra={"delay_ns": d})) for d in delays}
-    x = torch.randn(shape.M, shape.D, device="cuda").half()
-    y = torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16)
+    x, y = _io(shape)
     for _ in range(WARMUP):  # compile every DELAY, warm caches and clocks
         for d in delays:
             ffn.run(x, y, buffer=bufs[d], launch=0, delay_ns=d)
@@ -58,8 +65,7 @@ def event_time_us(ffn, shape, delay_ns: int, samples: int = 20) -> float:
     """Median CUDA-event time of one normal-build launch (µs)."""
     import torch
 
-    x = torch.randn(shape.M, shape.D, device="cuda").half()
-    y = torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16)
+    x, y = _io(shape)
     for _ in range(3):
         ffn.run(x, y, delay_ns=delay_ns)
     times = []
@@ -127,8 +133,7 @@ def capture_variants(shape, arch: str, rounds: int, per_round: int) -> dict:
     shapes = {"base": shape, **{k: shape._replace(**v) for k, v in VARIANTS.items()}}
     ffns = {k: tm.MonoFFN(s, seed=0) for k, s in shapes.items()}
     bufs = {k: alloc(tm.spec(s, launches=rounds * per_round, arch=arch)) for k, s in shapes.items()}
-    x = torch.randn(shape.M, shape.D, device="cuda").half()
-    y = torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16)
+    x, y = _io(shape)
     for _ in range(WARMUP):
         for k in shapes:
             ffns[k].run(x, y, buffer=bufs[k], launch=0)
