@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline import analysis as A
+from timeline import grouped as GR
 
 
 def median_per_stage(report: pa.Table) -> pa.Table:
@@ -59,16 +60,11 @@ def median_launch(trace) -> int | None:
     if t.num_rows == 0:
         return None
     first, last = R.extent(R.phase_matrix(t, trace.phases))
-    launch = R.column(t, "launch").astype(np.int64)
     ok = last >= first
-    ids = np.unique(launch[ok])
-    if not ids.size:
+    if not ok.any():
         return None
-    lo = np.full(ids.size, np.iinfo(np.int64).max)
-    hi = np.full(ids.size, np.iinfo(np.int64).min)
-    k = np.searchsorted(ids, launch[ok])
-    np.minimum.at(lo, k, first[ok])
-    np.maximum.at(hi, k, last[ok])
+    gid, _, (ids,) = GR.group_ids(R.column(t, "launch").astype(np.int64)[ok])
+    lo, hi = GR.group_min_max(gid, ids.size, first[ok], last[ok])
     order = np.argsort(hi - lo, kind="stable")
     return int(ids[order[(ids.size - 1) // 2]])
 

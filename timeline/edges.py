@@ -200,7 +200,7 @@ def edges_table(trace, g: Graph | None = None) -> pa.Table:
         "producer_rank": pa.array(m.rank[g.producer].astype(np.int16)),
         "producer_stage": GR.stage_strings(trace.spec, m.stage[g.producer]) if names else pa.array([], pa.string()),
         "producer_task": pa.array(m.task[g.producer].astype(np.int32)),
-        "kind": pa.array([KINDS[k] for k in g.kind.tolist()], pa.string()),
+        "kind": R.strings(KINDS).take(pa.array(g.kind.astype(np.int64))),
         "producer_end_ns": pa.array(m.end[g.producer]), "slack_ns": pa.array(g.slack),
         "gating": pa.array(g.gating),
     }, schema=EDGES_SCHEMA)
