@@ -280,8 +280,8 @@ def coarsen(conc: pa.Table, k: int) -> pa.Table:
     st = conc.column("stage")
     st = st.cast(pa.string()) if pa.types.is_dictionary(st.type) else st
     names = np.asarray(st.to_pylist(), dtype=object)
-    t = conc.column("time_ns").to_numpy()
-    c = conc.column("ctas").to_numpy().astype(np.float64)
+    t = R.numpy(conc.column("time_ns"))
+    c = R.numpy(conc.column("ctas")).astype(np.float64)
     cut = np.flatnonzero(names[1:] != names[:-1]) + 1
     starts = np.concatenate(([0], cut))
     pos = np.arange(t.size) - np.repeat(starts, np.diff(np.concatenate((starts, [t.size]))))

@@ -226,6 +226,31 @@ def no_hugepage_madvise() -> bool:
     return True
 
 
+def keep_freed_pages() -> bool:
+    """Have glibc's allocator keep freed large blocks for reuse, process-wide (mmap
+    threshold 32 MB, its largest; trim threshold 1 GiB): a decode or an analysis then
+    writes its columns into pages the process already holds instead of faulting fresh
+    ones in (bench/collect.py measures both ways). Returns whether it could (False
+    off glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+def tune_process() -> None:
+    """The memory settings of our own commands (``timeline``, ``timeline-view``):
+    ``no_hugepage_madvise`` and ``keep_freed_pages``."""
+    no_hugepage_madvise()
+    keep_freed_pages()
+
+
 def documented(e: BaseException) -> bool:
     """Is ``e`` one of the library's documented errors (``UsageError``,
     ``TraceFileError``, ``CollectError``, ``SpecError``, ``MergeError``,
@@ -248,7 +273,7 @@ def main(argv=None) -> int:
         return 2
     from timeline import commands as K
 
-    no_hugepage_madvise()  # our own process: no compaction stalls on big decodes
+    tune_process()  # our own process: no compaction stalls, freed pages reused
     try:
         module, _, name = args.func.rpartition(":")
         if module:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from timeline import rows as R
 from timeline import schema as S
 from timeline.intake import CollectError, _Cut, cut_buffer, read_buffer
 from timeline.trace import Trace, anomalies_table
@@ -164,10 +165,22 @@ class _Records(NamedTuple):
         return self.nw == len(self.ticks)
 
 
+_TRANSPOSE_ROWS = 4096  # records per block of the transposing copy (a block stays in cache)
+
+
+def _transposed(records: np.ndarray, ncols: int) -> np.ndarray:
+    """``records[:, :ncols].T`` as a contiguous array, copied a cache-sized block of
+    records at a time (numpy's own transposing copy reads the buffer once per column)."""
+    out = np.empty((ncols, records.shape[0]), dtype=records.dtype)
+    for a in range(0, records.shape[0], _TRANSPOSE_ROWS):
+        out[:, a: a + _TRANSPOSE_ROWS] = records[a: a + _TRANSPOSE_ROWS, :ncols].T
+    return out
+
+
 def _columns(records: np.ndarray, P: int, M: int = 0) -> _Records:
     # one transposing copy: every column contiguous (column-wise ops beat axis=1
     # reductions over P ~ 5, and Arrow takes contiguous columns without a copy)
-    cols_t = np.ascontiguousarray(records[:, : 1 + P + M].T)
+    cols_t = _transposed(records, 1 + P + M)
     ticks = [cols_t[1 + j] for j in range(P)]
     marks = [cols_t[1 + P + k] for k in range(M)]
     written = [t != 0 for t in ticks]
@@ -282,9 +295,14 @@ def _flag(rec: _Records, keep, spec: S.Spec, acc: _Anomalies, wave_of) -> np.nda
             if miss.any():
                 flags[miss] |= S.Flag.MISSING_PHASE
                 acc.per_stage("missing_phase", miss, phase=spec.phases[j])
-    ff = rec.ticks if full.all() else S.inherit_missing(rec.ticks, 0)
+    every_full, all_kept = bool(full.all()), bool(keep.all())
+    ff = rec.ticks if every_full else S.inherit_missing(rec.ticks, 0)
     for j in range(1, len(spec.phases)):
-        back = keep & rec.written[j] & (ff[j] < ff[j - 1]) & (ff[j - 1] != 0)
+        back = ff[j] < ff[j - 1]
+        if not every_full:  # an unwritten phase is never backwards, nor the one after a row's unwritten first
+            back &= rec.written[j] & (ff[j - 1] != 0)
+        if not all_kept:
+            back &= keep
         if back.any():
             flags[back] |= S.Flag.BACKWARDS
             acc.per_stage("backwards", back, phase=spec.phases[j])
@@ -339,6 +357,11 @@ def _origin_and_span(rec: _Records, k, spec: S.Spec) -> int:
     return origin
 
 
+def _per_launch(values: np.ndarray, counts: np.ndarray, dtype) -> np.ndarray:
+    """One value per launch repeated over that launch's kept rows (rows are launch-major)."""
+    return np.repeat(values.astype(dtype, copy=False), counts)
+
+
 def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec, slots: _Slots):
     """The ``tasks`` table of the kept records and the origin tick."""
     launch_of, stage_of, task_of, wave_of = coords
@@ -346,49 +369,43 @@ def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec, slots: _Slots
     k = slice(None) if all_kept else np.flatnonzero(keep)
     kplace = rec.place[k]
     types = S.tasks_schema(spec.phases, spec.marks)
-    fields = S.unpack_placement(kplace, spec.arch, {
-        name: types.field(name).type.to_pandas_dtype() for name in S.PLACEMENT_COLUMNS})
+    dtype = {f.name: R.np_dtype(f.type) for f in types if f.name in S.PLACEMENT_COLUMNS}
+    fields = S.unpack_placement(kplace, spec.arch, dtype)
     pmiss = kplace == 0
-    any_pmiss = bool(pmiss.any())
+    pmiss = pmiss if pmiss.any() else None
     nkeep = len(kplace)
     origin = _origin_and_span(rec, k, spec)
-
-    def placed(name, dtype):
-        if name not in fields:
-            return pa.nulls(nkeep, pa.from_numpy_dtype(dtype))
-        v = fields[name].astype(dtype, copy=False)
-        return pa.array(v, mask=pmiss) if any_pmiss else pa.array(v)
-
-    stage_dict = pa.DictionaryArray.from_arrays(
-        pa.array(stage_of[k].astype(np.int32)), pa.array(list(spec.stage_names), pa.string()))
-    lk = launch_of[k]
-    unknown = ~slots.known[lk]
-    cols = {"rank": pa.array(np.full(nkeep, spec.rank, np.int16)), "launch": pa.array(lk),
-            "step": pa.array(slots.step[lk], mask=unknown if unknown.any() else None),
-            "layer": pa.array(slots.layer[lk].astype(np.int32), mask=unknown if unknown.any() else None),
-            "stage": stage_dict, "stage_index": pa.array(stage_of[k]), "task": pa.array(task_of[k]),
-            "slot_wave": pa.array(wave_of[k])}
+    per_launch = keep.reshape(spec.launches, -1).sum(axis=1)
+    unknown = _per_launch(~slots.known, per_launch, bool) if not slots.known.all() else None
+    stage_dict = pa.DictionaryArray.from_arrays(R.arrow(stage_of[k].astype(np.int32)), R.strings(spec.stage_names))
+    cols = {"rank": R.arrow(np.full(nkeep, spec.rank, np.int16)),
+            "launch": R.arrow(_per_launch(np.arange(spec.launches), per_launch, np.int32)),
+            "step": R.arrow(_per_launch(slots.step, per_launch, np.int64), mask=unknown),
+            "layer": R.arrow(_per_launch(slots.layer, per_launch, np.int32), mask=unknown),
+            "stage": stage_dict, "stage_index": R.arrow(stage_of[k]), "task": R.arrow(task_of[k]),
+            "slot_wave": R.arrow(wave_of[k])}
     for name in S.PLACEMENT_COLUMNS:
-        cols[name] = placed(name, types.field(name).type.to_pandas_dtype())
-    cols["placement"] = pa.array(kplace)
-    cols["flags"] = pa.array(flags[k])
+        cols[name] = R.arrow(fields[name], mask=pmiss) if name in fields \
+            else pa.nulls(nkeep, types.field(name).type)
+    cols["placement"] = R.arrow(kplace)
+    cols["flags"] = R.arrow(flags[k])
     kt = [t[k] for t in rec.ticks]
     for j, p in enumerate(spec.phases):
         w = rec.written[j][k]
         ns = kt[j] - origin
-        if not w.all():
-            ns[~w] = 0  # unwritten: null in the table, 0 for the arithmetic
-        ns = S.ticks_to_ns(ns, spec.clock, inplace=True)
-        cols[f"{p}_ns"] = pa.array(ns) if w.all() else pa.array(ns, mask=~w)
+        unwritten = None if w.all() else ~w
+        if unwritten is not None:
+            ns[unwritten] = 0  # unwritten: null in the table, 0 for the arithmetic
+        cols[f"{p}_ns"] = R.arrow(S.ticks_to_ns(ns, spec.clock, inplace=True), mask=unwritten)
     for j, p in enumerate(spec.phases):
-        cols[f"{p}_tick"] = pa.array(kt[j])
+        cols[f"{p}_tick"] = R.arrow(kt[j])
     km = [m[k] for m in rec.marks]
     for name, t in zip(spec.marks, km):  # a mark: its own time, or null; no order, no inheriting
         w = t != 0
-        ns = S.ticks_to_ns(np.where(w, t - origin, 0), spec.clock)
-        cols[f"{name}_ns"] = pa.array(ns) if w.all() else pa.array(ns, mask=~w)
+        ns = S.ticks_to_ns(np.where(w, t - origin, 0), spec.clock, inplace=True)
+        cols[f"{name}_ns"] = R.arrow(ns, mask=None if w.all() else ~w)
     for name, t in zip(spec.marks, km):
-        cols[f"{name}_tick"] = pa.array(t)
+        cols[f"{name}_tick"] = R.arrow(t)
     return pa.table(cols, schema=types), origin
 
 

@@ -175,10 +175,10 @@ def _summary_idle(trace, args, ranks, launches) -> int:
     from timeline import analysis as A
 
     t = A.idle_per_cta(trace, ranks=ranks, launches=launches)
-    order = np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)), kind="stable")
+    order = np.argsort(-np.nan_to_num(R.numpy(t.column("idle_share"))), kind="stable")
     t = t.take(pa.array(order))
     gaps = A.idle_gaps(trace, ranks=ranks, launches=launches)
-    gaps = gaps.take(pa.array(np.argsort(-gaps.column("duration_ns").to_numpy(), kind="stable")[:IDLE_GAPS]))
+    gaps = gaps.take(pa.array(np.argsort(-R.numpy(gaps.column("duration_ns")), kind="stable")[:IDLE_GAPS]))
     if args.json:
         _print_json(trace, "idle", _json_rows(t), by_launch=True, gaps=_json_rows(gaps))
         return 0
@@ -283,8 +283,10 @@ def info_dict(trace, path: Path) -> dict:
     """What ``timeline info`` shows, as a JSON-ready dict."""
     import pyarrow.compute as pc
 
-    counts = (trace.tasks.group_by(["rank", "launch"]).aggregate([("task", "count")])
-              .sort_by([("rank", "ascending"), ("launch", "ascending")]))
+    from timeline import grouped as GR
+
+    gid, ng, (ranks, launches) = GR.group_ids(R.column(trace.tasks, "rank"), R.column(trace.tasks, "launch"))
+    rows = np.bincount(gid, minlength=ng)
     span = {}
     phase_cols = [trace.tasks.column(f"{p}_ns") for p in trace.phases]
     lo = min((pc.min(c).as_py() for c in phase_cols if c.null_count < len(c)), default=None)
@@ -304,8 +306,7 @@ def info_dict(trace, path: Path) -> dict:
         "intervals": trace.intervals.num_rows,
         "rows_per_rank_launch": [
             {"rank": r, "launch": launch, "rows": n}
-            for r, launch, n in zip(counts.column("rank").to_pylist(), counts.column("launch").to_pylist(),
-                                    counts.column("task_count").to_pylist())],
+            for r, launch, n in zip(ranks.tolist(), launches.tolist(), rows.tolist())],
         "time": span,
         "origins": trace.origins,
         "offsets": trace.offsets,

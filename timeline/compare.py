@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from timeline import analysis as A
 from timeline import grouped as GR
+from timeline import rows as R
 
 
 def median_per_stage(report: pa.Table) -> pa.Table:
@@ -46,8 +47,8 @@ def launch_pairs(trace, *, ranks=None, launches=None) -> int:
     keep = np.ones(t.num_rows, bool)
     for col, vals in (("rank", ranks), ("launch", launches)):
         if vals is not None:
-            keep &= np.isin(t.column(col).to_numpy(), vals)
-    return int(np.unique(key.to_numpy()[keep]).size)
+            keep &= np.isin(R.numpy(t.column(col)), vals)
+    return int(np.unique(R.numpy(key)[keep]).size)
 
 
 def median_launch(trace) -> int | None:

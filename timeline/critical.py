@@ -160,6 +160,6 @@ def path_us(path: pa.Table) -> pa.Table:
     t0 = min(path.column("start_ns").to_pylist())
     cols = {c: path.column(c) for c in keep}
     for c in ("start", "end"):
-        cols[f"{c}_us"] = pa.array((path.column(f"{c}_ns").to_numpy() - t0) / 1e3)
-    cols["duration_us"] = pa.array(path.column("duration_ns").to_numpy() / 1e3)
+        cols[f"{c}_us"] = pa.array((R.numpy(path.column(f"{c}_ns")) - t0) / 1e3)
+    cols["duration_us"] = pa.array(R.numpy(path.column("duration_ns")) / 1e3)
     return pa.table(cols)

@@ -277,7 +277,7 @@ def path_shares(path: pa.Table) -> pa.Table:
     """Per stage on a path: its time on the path (µs, work and waits charged to the
     waiting stage) and its share of the path's length."""
     stage = path.column("stage").to_pylist()
-    dur = path.column("duration_ns").to_numpy()
+    dur = R.numpy(path.column("duration_ns"))
     total = float(dur.sum()) or 1.0
     names = list(dict.fromkeys(stage))
     per = [float(dur[[s == n for s in stage]].sum()) for n in names]

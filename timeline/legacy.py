@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline import schema as S
+from timeline import rows as R
 from timeline.collect import CollectError, collect
 from timeline.trace import Trace
 
@@ -134,7 +135,7 @@ def mark_derived(trace: Trace) -> Trace:
     """The trace with its placement marked as derived: ``Flag.DERIVED_PLACEMENT`` on
     every row with a CTA, the hardware columns null (no register was read)."""
     t = trace.tasks
-    flags = t.column("flags").to_numpy() | np.where(t.column("cta").is_valid().to_numpy(zero_copy_only=False),
+    flags = R.numpy(t.column("flags")) | np.where(R.numpy(t.column("cta").is_valid()),
                                                      S.Flag.DERIVED_PLACEMENT, 0).astype(np.int32)
     t = t.set_column(t.schema.get_field_index("flags"), "flags", pa.array(flags.astype(np.int32)))
     for name in HARDWARE_COLUMNS:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline import schema as S
+from timeline import rows as R
 from timeline.trace import Trace, retime
 
 
@@ -68,8 +69,8 @@ def merge(traces, *, align: str | None = None) -> Trace:
                 raise MergeError(f"rank {sp.rank} appears with two clocks: {old.clock} and {sp.clock}")
         tasks = t.tasks
         # renumber launches that collide with an earlier trace of the same rank
-        launch = tasks.column("launch").to_numpy().copy()
-        rank = tasks.column("rank").to_numpy()
+        launch = R.numpy(tasks.column("launch")).copy()
+        rank = R.numpy(tasks.column("rank"))
         for r in np.unique(rank):
             m = rank == r
             used = seen_launch.setdefault(int(r), set())
@@ -85,10 +86,10 @@ def merge(traces, *, align: str | None = None) -> Trace:
     tasks = tasks.select(schema.names).cast(schema)
     # each rank's origin: its earliest stamp over all its traces
     origins = {}
-    rank = tasks.column("rank").to_numpy()
+    rank = R.numpy(tasks.column("rank"))
     for r in spec_of_rank:
         m = rank == r
-        mins = [tasks.column(f"{p}_tick").to_numpy()[m] for p in first.phases + first.marks]
+        mins = [R.numpy(tasks.column(f"{p}_tick"))[m] for p in first.phases + first.marks]
         allt = np.concatenate(mins)
         allt = allt[allt != 0]
         origins[r] = int(allt.min()) if allt.size else 0

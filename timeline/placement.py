@@ -103,15 +103,35 @@ def bad_placement(words: np.ndarray, arch: str, grid: int, version: int) -> np.n
     layout ``version``, the reserved top bit set, a CTA at or past ``grid`` (when
     known, > 0), a wave, XCC or hardware word past what ``arch``'s vendor has
     (``ARCH_LIMITS``). The one validity check of the placement word."""
-    words = np.asarray(words, dtype=np.int64)
+    lo, hi = _halves(words)
     lim = ARCH_LIMITS[vendor_of(arch)]
-    hi = words >> 32
-    f = {fd.name: _bits(hi, fd.lo, fd.width) for fd in PLACEMENT_HI_FIELDS}
-    bad = (words < 0) | (f["version"] != version) | (f["wave"] >= lim.waves) | (f["xcc"] >= lim.xccs)
-    bad |= (words & 0xFFFFFFFF) >= lim.hw_words
+    scratch = np.empty(len(hi), dtype=np.uint32)
+    f = {fd.name: fd for fd in PLACEMENT_HI_FIELDS}
+
+    def past(name, limit):  # field >= limit, through one scratch array
+        return _bits(hi, f[name].lo, f[name].width, scratch=scratch) >= limit
+
+    top = f["version"].lo  # the version and, above it, the reserved top bit (a negative int64 word)
+    bad = np.right_shift(hi, top, out=scratch) != version
+    bad |= past("wave", lim.waves)
+    bad |= past("xcc", lim.xccs)
+    if lim.hw_words < (1 << 32):
+        bad |= lo >= lim.hw_words
     if grid:
-        bad |= f["cta"] >= grid
-    return bad & (words != 0)
+        bad |= past("cta", grid)
+    bad &= (lo != 0) | (hi != 0)
+    return bad
+
+
+def _halves(words: np.ndarray):
+    """The low and high 32-bit halves of int64 placement words (uint32 views: half the
+    memory traffic of int64 shifts; the collector decodes millions of words)."""
+    words = np.ascontiguousarray(words, dtype=np.int64)
+    halves = words.view(np.uint32).reshape(-1, 2)
+    lo, hi = halves[:, 0], halves[:, 1]  # little-endian: the low word comes first
+    if not np.little_endian:  # pragma: no cover - big-endian hosts
+        lo, hi = hi, lo
+    return lo, hi
 
 
 def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
@@ -120,13 +140,8 @@ def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
     ``hw_unit``, one global compute-unit number (AMD: XCC, SE, SH, CU flattened;
     NVIDIA: the SM). ``dtypes``: ``{field: numpy dtype}`` for the arrays returned
     (int32 by default), so a caller gets its table's types without another pass.
-    Works on the two 32-bit halves (half the memory traffic of int64 shifts; the
-    collector decodes millions of words)."""
-    words = np.ascontiguousarray(words, dtype=np.int64)
-    halves = words.view(np.uint32).reshape(-1, 2)
-    lo, hi = halves[:, 0], halves[:, 1]  # little-endian: the low word comes first
-    if not np.little_endian:  # pragma: no cover - big-endian hosts
-        lo, hi = hi, lo
+    Works on the two 32-bit halves (``_halves``)."""
+    lo, hi = _halves(words)
     dtypes = dtypes or {}
     scratch = np.empty(len(words), dtype=np.uint32)
 

@@ -88,9 +88,7 @@ def column(table: pa.Table, name: str, fill=MISSING, dtype=None, codes: bool = F
     if pa.types.is_dictionary(col.type):
         col = pa.chunked_array([c.indices for c in col.chunks], col.type.index_type) if codes \
             else pc.cast(col, col.type.value_type)
-    if col.null_count:
-        col = pc.fill_null(col, fill)
-    out = col.to_numpy()
+    out = numpy(filled(col, fill))
     return out if dtype is None else np.ascontiguousarray(out, dtype=dtype)
 
 
@@ -178,3 +176,54 @@ def strings(items) -> pa.Array:
     offsets = np.zeros(len(enc) + 1, dtype=np.int32)
     np.cumsum([len(e) for e in enc], out=offsets[1:])
     return pa.Array.from_buffers(pa.string(), len(enc), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))])
+
+
+_NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+                pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+                pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def np_dtype(t: pa.DataType) -> np.dtype:
+    """The numpy dtype of a fixed-width numeric Arrow type (``DataType.to_pandas_dtype``
+    imports pandas: see ``arrow``)."""
+    return np.dtype(_NUMPY_TYPES[t])
+
+
+def _chunk_numpy(c: pa.Array) -> np.ndarray:
+    if c.type == pa.bool_():
+        bits = np.frombuffer(c.buffers()[1], np.uint8)
+        return np.unpackbits(bits, bitorder="little", count=c.offset + len(c))[c.offset:].astype(bool)
+    return np.frombuffer(c.buffers()[1], np_dtype(c.type), count=c.offset + len(c))[c.offset:]
+
+
+def numpy(values) -> np.ndarray:
+    """An Arrow array or chunked array as numpy, read from its buffers (``to_numpy``
+    imports pandas: see ``arrow``): numeric and bool values without nulls; floats
+    with nulls as NaN. Anything else goes through ``to_numpy``. Read-only when it
+    is a view of Arrow's memory."""
+    if values.null_count and pa.types.is_floating(values.type):
+        values = filled(values, np.nan)
+    if values.null_count or not (values.type in _NUMPY_TYPES or values.type == pa.bool_()):
+        return values.to_numpy(zero_copy_only=False)
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    if len(chunks) == 1:
+        return _chunk_numpy(chunks[0])
+    dt = bool if values.type == pa.bool_() else np_dtype(values.type)
+    return np.concatenate([_chunk_numpy(c) for c in chunks]) if chunks else np.empty(0, dt)
+
+
+def filled(values, fill):
+    """``values`` (an Arrow array or chunked array of a numeric type) with every null
+    replaced by ``fill``; ``values`` itself when it has none. Not ``pc.fill_null``
+    with a Python value: that goes through ``pa.scalar`` (see ``arrow``)."""
+    if not values.null_count:
+        return values
+    return pc.fill_null(values, arrow(np.array([fill], dtype=np_dtype(values.type)))[0])
+
+
+def from_python(values, type: pa.DataType) -> pa.Array:
+    """Python values (no None) as an Arrow array of ``type``: a string or a numeric
+    type (``pa.array`` of a list imports pandas: see ``arrow``)."""
+    if type == pa.string():
+        return strings(values)
+    return arrow(np.array(list(values), dtype=np_dtype(type)))

@@ -417,7 +417,8 @@ def ticks_to_ns(ticks, clock: Clock, *, inplace: bool = False):
     if 1_000_000_000 % clock.hz == 0:
         mul = 1_000_000_000 // clock.hz
         if inplace and isinstance(ticks, np.ndarray) and ticks.dtype == np.int64:
-            ticks *= mul  # the caller's own temporary (tick - origin): no second array
+            if mul != 1:  # a 1 GHz clock (%globaltimer): ticks are ns already
+                ticks *= mul  # the caller's own temporary (tick - origin): no second array
             return ticks
         return t * mul
     q, r = np.divmod(t, clock.hz)

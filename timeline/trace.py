@@ -35,7 +35,7 @@ def anomalies_table(rows) -> pa.Table:
     if not rows:
         return R.empty(S.ANOMALIES_SCHEMA)
     cols = list(zip(*rows))
-    return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, S.ANOMALIES_SCHEMA)],
+    return pa.table([R.from_python(c, f.type) for c, f in zip(cols, S.ANOMALIES_SCHEMA)],
                     schema=S.ANOMALIES_SCHEMA)
 
 
@@ -196,10 +196,10 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
     tick is 0. The one home of
     that formula: merge applies it, load checks a file against it. Raises
     ``SpanError`` where a tick lies outside its rank's exact span."""
-    rank = tasks.column("rank").to_numpy()
+    rank = R.numpy(tasks.column("rank"))
     first = spec_of_rank[next(iter(spec_of_rank))]
     for p in first.phases + first.marks:
-        tick = tasks.column(f"{p}_tick").to_numpy()
+        tick = R.numpy(tasks.column(f"{p}_tick"))
         ns = np.zeros(tick.shape, dtype=np.int64)
         for r, sp in spec_of_rank.items():
             m = (rank == r) & (tick != 0)
@@ -231,9 +231,9 @@ def table_checksum(tasks: pa.Table, metadata: dict) -> str:
         valid, values = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
         for c in chunks:
             if c.null_count:
-                valid.update(c.is_valid().to_numpy(zero_copy_only=False).tobytes())
-                c = pc.fill_null(c, 0)
-            values.update(np.ascontiguousarray(c.to_numpy(zero_copy_only=False)).tobytes())
+                valid.update(R.numpy(c.is_valid()).tobytes())
+                c = R.filled(c, 0)
+            values.update(np.ascontiguousarray(R.numpy(c)).tobytes())
         h.update(valid.digest() + values.digest())
     return h.hexdigest()
 
@@ -371,7 +371,7 @@ def _check_rows(tasks: pa.Table, meta: _Meta, where: str) -> None:
     """Every row names a (rank, launch, stage, task) its spec has, the stage's name
     is its index's, and every ns value is ``retime``'s from the raw ticks, exactly."""
     spec_of = {sp.rank: sp for sp in meta.specs}
-    col = {n: tasks.column(n).to_numpy() for n in ("rank", "launch", "stage_index", "task")}
+    col = {n: R.numpy(tasks.column(n)) for n in ("rank", "launch", "stage_index", "task")}
     ranks = np.array(sorted(spec_of))
     bad = ~np.isin(col["rank"], ranks)
     if bad.any():
@@ -390,7 +390,7 @@ def _check_rows(tasks: pa.Table, meta: _Meta, where: str) -> None:
     stage = tasks.column("stage")
     pos = [np.array([names.index(n) if n in names else -1 for n in c.dictionary.to_pylist()] or [-1])
            for c in stage.chunks]
-    named = np.concatenate([p[c.indices.to_numpy(zero_copy_only=False)] for p, c in zip(pos, stage.chunks)]
+    named = np.concatenate([p[R.numpy(c.indices)] for p, c in zip(pos, stage.chunks)]
                            or [np.zeros(0, int)])
     bad = named != si
     if bad.any():

@@ -28,6 +28,7 @@ import logging
 import sys
 from pathlib import Path
 
+from timeline.cli import tune_process
 from viewer.client import GANTT_PX
 from viewer.panels.gantt import concurrency_table
 from viewer.sources import Catalog, SourceError, scan
@@ -105,6 +106,7 @@ def prepare(argv=None) -> tuple:
 def main(argv=None) -> int:
     """Console entry point ``timeline-view``."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    tune_process()
     state, args, first = prepare(argv)
     compress = args.host not in LOOPBACK
     if compress and importlib.util.find_spec("flask_compress") is None:

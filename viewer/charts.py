@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from timeline import rows
+
 
 def idle_figure(table: pa.Table | None) -> dict:
     """Idle share of every CTA as a heat strip: x = CTA, y = rank · launch, colour =
@@ -16,13 +18,13 @@ def idle_figure(table: pa.Table | None) -> dict:
         return {"data": [], "layout": {"height": 120, "annotations": [{
             "text": "no idle-time data", "showarrow": False, "xref": "paper", "yref": "paper",
             "x": 0.5, "y": 0.5}], "xaxis": {"visible": False}, "yaxis": {"visible": False}}}
-    rank = table.column("rank").to_numpy().astype(np.int64)
-    launch = table.column("launch").to_numpy().astype(np.int64)
-    cta = table.column("cta").to_numpy().astype(np.int64)
-    share = table.column("idle_share").to_numpy().astype(np.float64)
-    idle = table.column("idle_ns").to_numpy() / 1e3
-    busy = table.column("busy_ns").to_numpy() / 1e3
-    gap = table.column("max_gap_ns").to_numpy() / 1e3
+    rank = rows.numpy(table.column("rank")).astype(np.int64)
+    launch = rows.numpy(table.column("launch")).astype(np.int64)
+    cta = rows.numpy(table.column("cta")).astype(np.int64)
+    share = rows.numpy(table.column("idle_share")).astype(np.float64)
+    idle = rows.numpy(table.column("idle_ns")) / 1e3
+    busy = rows.numpy(table.column("busy_ns")) / 1e3
+    gap = rows.numpy(table.column("max_gap_ns")) / 1e3
     keys = sorted(set(zip(rank.tolist(), launch.tolist())))
     ki = {k: i for i, k in enumerate(keys)}
     y = np.array([ki[(r, la)] for r, la in zip(rank.tolist(), launch.tolist())], dtype=np.int64)

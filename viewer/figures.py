@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline import schema as S
+from timeline import rows
 from viewer import model as M
 from viewer import raster as R
 
@@ -324,12 +325,12 @@ def concurrency_traces(table: pa.Table | None, data: M.TraceData, stages) -> lis
     zooms send a few points instead of a full row of bins per stage."""
     if table is None or table.num_rows == 0:
         return []
-    t_ns = table.column("time_ns").to_numpy()
+    t_ns = rows.numpy(table.column("time_ns"))
     st = table.column("stage")
     if pa.types.is_dictionary(st.type):
         st = st.cast(pa.string())
     st = np.asarray(st.to_pylist(), dtype=object)
-    c = table.column("ctas").to_numpy().astype(np.float64)
+    c = rows.numpy(table.column("ctas")).astype(np.float64)
     times = np.unique(t_ns)
     col = np.searchsorted(times, t_ns)
     own = np.zeros((len(stages), times.size))

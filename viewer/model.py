@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from timeline import schema as S
+from timeline import rows
 from timeline.trace import Trace
 
 GROUPINGS = ("rank", "cta", "placement", "stage")
@@ -45,12 +45,7 @@ class ViewError(ValueError):
 def _np(table: pa.Table, name: str, dtype, fill=-1) -> np.ndarray:
     """Column ``name`` as a numpy array of ``dtype``; nulls (e.g. an AMD trace's
     ``sm``, a row without placement word) become ``fill``."""
-    col = table.column(name)
-    if pa.types.is_dictionary(col.type):
-        col = pa.chunked_array([c.indices for c in col.chunks], col.type.index_type)
-    if col.null_count:
-        col = pc.fill_null(col, fill)
-    return np.ascontiguousarray(col.to_numpy(), dtype=dtype)
+    return rows.column(table, name, fill=fill, dtype=dtype, codes=True)
 
 
 class TraceData:

@@ -118,7 +118,7 @@ class Records(NamedTuple):
 def _int_column(table: pa.Table, name: str):
     """Column ``name`` as numpy (nulls 0) and its null mask (None without nulls)."""
     col = table.column(name)
-    return R.column(table, name, fill=0), (pc.is_null(col).to_numpy(zero_copy_only=False) if col.null_count else None)
+    return R.column(table, name, fill=0), (R.numpy(pc.is_null(col)) if col.null_count else None)
 
 
 def track_order(tasks: pa.Table, phases) -> np.ndarray:
@@ -129,8 +129,8 @@ def track_order(tasks: pa.Table, phases) -> np.ndarray:
     if tasks.num_rows == 0:
         return np.zeros(0, np.int64)
     first = pc.coalesce(*[tasks.column(f"{p}_ns") for p in phases])
-    first = pc.fill_null(first, np.iinfo(np.int64).max).to_numpy()
-    col = {c: tasks.column(c).to_numpy() for c in ("rank", "launch", "cta", "wave", "stage_index", "task")}
+    first = R.numpy(R.filled(first, np.iinfo(np.int64).max))
+    col = {c: R.numpy(tasks.column(c)) for c in ("rank", "launch", "cta", "wave", "stage_index", "task")}
     return np.lexsort((col["task"], col["stage_index"], first, col["wave"], col["cta"],
                        col["launch"], col["rank"]))
 
@@ -154,7 +154,7 @@ def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
             return a if k is None else a[k]
 
         def col(name):
-            return pick(t.column(name).to_numpy())
+            return pick(R.numpy(t.column(name)))
 
         place = {}
         for name in keys:
@@ -176,8 +176,8 @@ def threads(trace: Trace, num: Numbering):
     if t.num_rows == 0:
         z = np.zeros(0, np.int64)
         return z, z, z, z, z, z
-    rank, launch = t.column("rank").to_numpy(), t.column("launch").to_numpy()
-    cta, wave = t.column("cta").to_numpy(), t.column("wave").to_numpy()
+    rank, launch = R.numpy(t.column("rank")), R.numpy(t.column("launch"))
+    cta, wave = R.numpy(t.column("cta")), R.numpy(t.column("wave"))
     pid, tid = num.pid(rank, launch), num.tid(cta, wave)
     key = np.unique((pid << 32) | tid)
     pid_u, tid_u = key >> 32, key & 0xFFFFFFFF

@@ -280,8 +280,8 @@ def _breakdown(trace: Trace, num: C.Numbering, base: int) -> tuple:
     if t.num_rows == 0:
         return b"", 0
     lo, hi = R.extent(R.phase_matrix(t, trace.phases))
-    pid = num.pid(t.column("rank").to_numpy(), t.column("launch").to_numpy())
-    si = t.column("stage_index").to_numpy().astype(np.int64)
+    pid = num.pid(R.numpy(t.column("rank")), R.numpy(t.column("launch")))
+    si = R.numpy(t.column("stage_index")).astype(np.int64)
     ok = hi >= lo
     out, slices = [], 0
     for p in np.unique(pid[ok]).tolist():

@@ -13,6 +13,7 @@ import pyarrow as pa
 from dash import html
 
 from timeline import analysis as A
+from timeline import rows
 from viewer import figures as F
 from viewer import model as M
 from viewer.client import ViewState, clamp_px, client_list, finite_us, sorted_ints, us_to_ns
@@ -95,7 +96,7 @@ def concurrency_table(app, item, ranks, launches, t0, t1, bins):
             item.trace, bins=CONC_BINS, t0_ns=d.t_min, t1_ns=d.t_max + 1, ranks=ranks, launches=launches))
         bin_ns = max(1, -(-(d.t_max + 1 - d.t_min) // CONC_BINS))
         if (t1 - t0) / bin_ns >= bins / 2:
-            tns = full.column("time_ns").to_numpy()
+            tns = rows.numpy(full.column("time_ns"))
             keep = (tns + bin_ns > t0) & (tns <= t1)
             return A.coarsen(full.filter(pa.array(keep)), max(1, int((t1 - t0) / bin_ns) // bins)), ""
         return app.analysis(item, ("conc", ranks, launches, t0, t1, bins), lambda: A.concurrency(

@@ -11,6 +11,7 @@ import numpy as np
 
 from timeline import analysis as A
 from timeline import compare as C
+from timeline import rows
 from timeline.critical import path_us
 from viewer import charts as CH
 from viewer.client import sorted_ints
@@ -39,10 +40,10 @@ def idle(app, name, ranks, launches):
         return CH.idle_figure(None), [], [], None
     t = app.analysis(item, ("idle", ranks, launches), lambda: A.idle_per_cta(
         item.trace, ranks=ranks, launches=launches))
-    top = t.take(np.argsort(-np.nan_to_num(t.column("idle_share").to_numpy(zero_copy_only=False)),
+    top = t.take(np.argsort(-np.nan_to_num(rows.numpy(t.column("idle_share"))),
                             kind="stable")[:200])
-    cols, rows = table_records(top)
-    return CH.idle_figure(t), cols, rows, None
+    cols, records = table_records(top)
+    return CH.idle_figure(t), cols, records, None
 
 
 IDLE_GAPS = 200  # the largest gaps the idle tab lists
@@ -56,7 +57,7 @@ def gaps(app, name, ranks, launches):
     if item.data.n == 0:
         return [], []
     t = app.analysis(item, ("gaps", ranks, launches), lambda: A.idle_gaps(item.trace, ranks=ranks, launches=launches))
-    return table_records(t.take(np.argsort(-t.column("duration_ns").to_numpy(), kind="stable")[:IDLE_GAPS]))
+    return table_records(t.take(np.argsort(-rows.numpy(t.column("duration_ns")), kind="stable")[:IDLE_GAPS]))
 
 
 def critical(app, name, ranks, launches):
