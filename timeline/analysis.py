@@ -57,7 +57,7 @@ def stage_report(trace, *, by_launch: bool = False, ranks=None, launches=None,
     scope. Every stage of the spec gets a row; one without tasks has ``tasks`` 0 and
     null times. ``quantiles`` (default p50, p90) names the columns ``pNN_us``."""
     sel = R.check(trace, ranks, launches)
-    tasks, ivs = R.select(trace.tasks, sel), R.select(trace.intervals, sel)
+    tasks = R.select(trace.tasks, sel)
     nst = len(trace.spec.stages)
     rank, launch = R.column(tasks, "rank").astype(np.int64), R.column(tasks, "launch").astype(np.int64)
     if by_launch:
@@ -74,17 +74,18 @@ def stage_report(trace, *, by_launch: bool = False, ranks=None, launches=None,
     else:
         cols["rank"], cols["launch"] = pa.nulls(npair * nst, pa.int16()), pa.nulls(npair * nst, pa.int32())
     cols["stage"] = GR.stage_strings(trace.spec, np.tile(np.arange(nst), npair))
-    cols["tasks"] = pa.array(GR.distinct_count(gid, npair * nst, rank, launch,
-                                               R.column(tasks, "task").astype(np.int64)))
-    cols.update(_spans(tasks, trace.phases, pair_of, npair, gid, nst))
-    cols.update(_interval_quantiles(ivs, trace.phases, pairs if by_launch else None, nst, quantiles))
+    task = R.column(tasks, "task").astype(np.int64)  # by launch, a group's rank and launch are its own
+    cols["tasks"] = pa.array(GR.distinct_count(gid, npair * nst, *((task,) if by_launch else (rank, launch, task))))
+    ns = R.phase_matrix(tasks, trace.phases)
+    cols.update(_spans(ns, pair_of, npair, gid, nst))
+    cols.update(_interval_quantiles(ns, trace.phases, gid, npair * nst, quantiles))
     return pa.table(cols)
 
 
-def _spans(tasks, phases, pair_of, npair, gid, nst) -> dict:
+def _spans(ns, pair_of, npair, gid, nst) -> dict:
     """``first_start_us, last_end_us, span_us, share`` of every (pair, stage) group,
     µs from its pair's (its scope's) earliest start."""
-    start, end = R.extent(R.phase_matrix(tasks, phases))
+    start, end = R.extent(ns)
     scope_lo, scope_hi = GR.group_min_max(pair_of, npair, start, end)
     first, last = GR.group_min_max(gid, npair * nst, start, end)
     t0 = np.repeat(scope_lo, nst)
@@ -97,23 +98,25 @@ def _spans(tasks, phases, pair_of, npair, gid, nst) -> dict:
             "share": GR.f64(share)}
 
 
-def _interval_quantiles(ivs, phases, pairs, nst, quantiles) -> dict:
-    """``"<interval> pNN_us"`` of every (pair, stage) group over its intervals;
-    ``pairs`` None: one scope."""
+def _interval_quantiles(ns, phases, gid, ngroups, quantiles) -> dict:
+    """``"<interval> pNN_us"`` of every (pair, stage) group ``gid`` of the task rows,
+    over the intervals their phase matrix ``ns`` has (``rows.phase_intervals``, the
+    intervals table's rule): the rows are grouped once for every interval."""
     names = S.interval_names(phases)
     if not names:
         return {}
-    npi, npair = len(names), 1 if pairs is None else pairs.shape[0]
-    ip = R.column(ivs, "phase_index").astype(np.int64)
-    ist = R.column(ivs, "stage_index").astype(np.int64)
-    if pairs is not None:  # each interval's (rank, launch) onto the pair numbering of the tasks
-        ikey = R.column(ivs, "rank").astype(np.int64) * (1 << 32) + R.column(ivs, "launch")
-        ipair = np.searchsorted(pairs[:, 0] * (1 << 32) + pairs[:, 1], ikey)
-    else:
-        ipair = np.zeros(ivs.num_rows, dtype=np.int64)
-    qv = GR.group_quantiles((ipair * nst + ist) * npi + ip, npair * nst * npi, R.column(ivs, "duration_ns"), quantiles)
-    return {f"{name} p{round(q * 100)}_us": GR.f64(qv[i, j::npi] / 1000.0)
-            for j, name in enumerate(names) for i, q in enumerate(quantiles)}
+    iv = R.phase_intervals(ns)
+    grouped = bool((gid[1:] >= gid[:-1]).all())  # one launch: task rows come in stage order
+    order = None if grouped else GR.group_order(gid)
+    g = gid if grouped else gid[order]
+    out = {}
+    for j, name in enumerate(names):
+        dur, keep = iv.end[:, j] - iv.start[:, j], iv.valid[:, j]
+        if not grouped:
+            dur, keep = dur[order], keep[order]
+        qv = GR.grouped_quantiles(np.bincount(g[keep], minlength=ngroups), dur[keep], quantiles)
+        out.update({f"{name} p{round(q * 100)}_us": GR.f64(qv[i] / 1000.0) for i, q in enumerate(quantiles)})
+    return out
 
 
 def _only(present: list, value, what: str) -> int:
@@ -131,7 +134,8 @@ def _only(present: list, value, what: str) -> int:
 def _cta_rows(trace, ranks, launches):
     """Selected task rows with a known CTA: the table and each row's (start, end)."""
     tasks = R.select(trace.tasks, R.check(trace, ranks, launches))
-    tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
+    if tasks.column("cta").null_count:
+        tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
     start, end = R.extent(R.phase_matrix(tasks, trace.phases))
     return tasks, start, end
 

@@ -27,6 +27,9 @@ def group_ids(*cols):
     Mixed radix over dense ranks, re-ranked after each column, so keys stay below
     rows**2 and never overflow int64 (1D sorts only: ``unique(axis=0)`` is far slower)."""
     n = len(cols[0])
+    dense = _dense_ids(cols)
+    if dense is not None:
+        return dense
     key = np.zeros(n, dtype=np.int64)
     for c in cols:
         u, inv = np.unique(c, return_inverse=True)
@@ -38,19 +41,65 @@ def group_ids(*cols):
     return key, ng, [np.asarray(c)[rep] for c in cols]
 
 
+def group_order(gid: np.ndarray) -> np.ndarray:
+    """The stable permutation that groups rows by ``gid``. Rows of the tables arrive in
+    long runs of one group (tasks are written launch by launch, stage by stage), so the
+    runs are sorted, not the rows: linear in the rows plus a sort of the runs, and no
+    worse than one stable sort of the rows when there are no runs."""
+    n = gid.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
+    lens = np.diff(np.r_[starts, n])
+    ro = np.argsort(gid[starts], kind="stable")
+    before = np.cumsum(lens[ro]) - lens[ro]  # where each run lands
+    return np.arange(n, dtype=np.int64) + np.repeat(starts[ro] - before, lens[ro])
+
+
+_DENSE_MAX = 1 << 24  # group_ids numbers tuples through a table when their ranges span at most this
+
+
+def _dense_ids(cols):
+    """``group_ids`` of integer columns whose value ranges multiply to at most
+    ``_DENSE_MAX`` (ranks, launches, stages, CTAs): the tuples' mixed-radix codes
+    index a table of the codes present, linear in the rows; None otherwise."""
+    if not len(cols[0]) or not all(np.asarray(c).dtype.kind in "iu" for c in cols):
+        return None
+    lows = [int(c.min()) for c in cols]
+    radix = [int(c.max()) - lo + 1 for c, lo in zip(cols, lows)]
+    if int(np.prod(radix, dtype=object)) > _DENSE_MAX:
+        return None
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, lo, r in zip(cols, lows, radix):
+        code *= r
+        code += c
+        code -= lo
+    present = np.zeros(int(np.prod(radix, dtype=object)), dtype=bool)
+    present[code] = True
+    codes = np.flatnonzero(present)
+    number = np.cumsum(present) - 1
+    tuples, rest = [], codes
+    for c, lo, r in zip(reversed(cols), reversed(lows), reversed(radix)):
+        rest, digit = np.divmod(rest, r)
+        tuples.append((digit + lo).astype(np.asarray(c).dtype))
+    return number[code], codes.size, tuples[::-1]
+
+
 def group_quantiles(gid: np.ndarray, ngroups: int, values: np.ndarray, qs) -> np.ndarray:
     """Exact per-group quantiles, numpy's default ('linear') definition, so the 0.5
     quantile is ``np.median``: ``(len(qs), ngroups)`` float64, NaN for empty groups.
-    Rows are grouped by one stable sort of the group id (a radix sort while the ids
-    fit 16 bits), then each group's order statistics come from ``np.partition``:
-    linear in the rows, where sorting every value would not be."""
-    out = np.full((len(qs), ngroups), np.nan)
+    Rows are grouped (``group_order``), then each group's order statistics come from
+    ``np.partition``: linear in the rows, where sorting every value would not be."""
     if values.size == 0:
-        return out
-    key = gid.astype(np.uint16) if ngroups <= 1 << 16 else gid
-    order = np.argsort(key, kind="stable")
-    grouped = values[order]
-    counts = np.bincount(gid, minlength=ngroups)
+        return np.full((len(qs), ngroups), np.nan)
+    return grouped_quantiles(np.bincount(gid, minlength=ngroups), values[group_order(gid)], qs)
+
+
+def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray:
+    """``group_quantiles`` of values already grouped: ``grouped`` holds group 0's
+    ``counts[0]`` values, then group 1's, ... (callers that group once and ask
+    several value columns)."""
+    out = np.full((len(qs), counts.size), np.nan)
     ends = np.cumsum(counts)
     for g in np.flatnonzero(counts):
         v = grouped[ends[g] - counts[g]:ends[g]]
@@ -64,17 +113,31 @@ def group_quantiles(gid: np.ndarray, ngroups: int, values: np.ndarray, qs) -> np
     return out
 
 
+_BITMAP_MAX = 1 << 27  # distinct_count marks a bitmap when the packed tuples span at most this
+
+
 def distinct_count(gid: np.ndarray, ngroups: int, *keys) -> np.ndarray:
     """Per group, how many distinct tuples ``keys`` take (int64, 0 for empty groups).
-    One sort of the tuples packed into an int64 when they fit, else a lexsort."""
+    The tuples packed into an int64 when they fit, repeats of the row before dropped,
+    then marked in a bitmap when their range is small (linear), else one sort; a
+    lexsort otherwise."""
     if gid.size == 0:
         return np.zeros(ngroups, dtype=np.int64)
     radix = [int(k.max()) + 1 for k in keys]
-    if all(k.min() >= 0 for k in keys) and ngroups * int(np.prod(radix, dtype=object)) < 1 << 62:
+    per_group = int(np.prod(radix, dtype=object))
+    if all(k.min() >= 0 for k in keys) and ngroups * per_group < 1 << 62:
         packed = gid.astype(np.int64)
         for k, r in zip(keys, radix):
-            packed = packed * r + k
-        return np.bincount(np.unique(packed) // int(np.prod(radix, dtype=object)), minlength=ngroups)
+            packed *= r
+            packed += k
+        packed = packed[np.r_[True, packed[1:] != packed[:-1]]]  # a task's waves sit side by side
+        if ngroups * per_group <= _BITMAP_MAX:
+            seen = np.zeros(ngroups * per_group, dtype=bool)
+            seen[packed] = True
+            present = np.flatnonzero(seen)
+        else:
+            present = np.unique(packed)
+        return np.bincount(present // per_group, minlength=ngroups)
     order = np.lexsort(tuple(reversed(keys)) + (gid,))
     cols = [gid[order]] + [k[order] for k in keys]
     new = np.ones(gid.size, dtype=bool)
@@ -152,27 +215,28 @@ def sweep(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Sweep:
 
 
 def _order_by_group_then(gid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The permutation sorting rows by (group, start, end): one stable argsort of
-    (group, start) packed into an int64 when it fits, ties of start by end after it
-    (rare, so sorted where they occur); else ``np.lexsort``."""
+    """The permutation sorting rows by (group, start, end), ties by row: one stable
+    argsort of (group, start) packed into an int64 when it fits; where rows tie on it
+    (a CTA's waves start together), a second stable sort of (tie run, end) packed the
+    same way, over rows already in order but inside the runs; else ``np.lexsort``."""
     n = gid.size
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
     if int(gid.max()) + 1 >= (1 << 62) // span or gid.min() < 0:
         return np.lexsort((end, start, gid))
-    order = np.argsort(gid.astype(np.int64) * span + (start - lo), kind="stable")
-    g, s = gid[order], start[order]
-    tie = np.flatnonzero((g[1:] == g[:-1]) & (s[1:] == s[:-1]))
-    if tie.size:  # runs of equal (group, start): order each by end
-        first = np.r_[True, (g[1:] != g[:-1]) | (s[1:] != s[:-1])]
-        run = np.cumsum(first) - 1
-        in_tie = np.zeros(n, dtype=bool)
-        in_tie[tie] = in_tie[tie + 1] = True
-        idx = np.flatnonzero(in_tie)
-        sub = idx[np.lexsort((end[order[idx]], run[idx]))]
-        order[idx] = order[sub]
-    return order
+    key = gid.astype(np.int64) * span + (start - lo)
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    tied = k[1:] == k[:-1]
+    if not tied.any():
+        return order
+    run = np.cumsum(np.r_[True, ~tied])  # equal (group, start) rows share a run, runs ascending
+    e = end[order]
+    elo, espan = int(e.min()), int(e.max()) - int(e.min()) + 1
+    if int(run[-1]) + 1 < (1 << 62) // espan:  # almost sorted already: the stable sort is fast
+        return order[np.argsort(run * espan + (e - elo), kind="stable")]
+    return order[np.lexsort((e, run))]
 
 
 def stage_strings(spec, stage_index: np.ndarray) -> pa.Array:

@@ -94,10 +94,11 @@ def column(table: pa.Table, name: str, fill=MISSING, dtype=None, codes: bool = F
 
 def phase_matrix(tasks: pa.Table, phases) -> np.ndarray:
     """``(rows, phases)`` int64 ns of the task rows, ``MISSING`` where a phase was not
-    written."""
+    written. Column-major (each phase contiguous): a reduction over a row's few
+    phases then runs along whole columns."""
     if tasks.num_rows == 0 or not len(phases):
         return np.zeros((tasks.num_rows, len(phases)), dtype=np.int64)
-    return np.stack([column(tasks, f"{p}_ns") for p in phases], axis=1).astype(np.int64, copy=False)
+    return np.stack([column(tasks, f"{p}_ns", dtype=np.int64) for p in phases], axis=0).T
 
 
 def inherited(ns: np.ndarray) -> np.ndarray:
@@ -105,7 +106,7 @@ def inherited(ns: np.ndarray) -> np.ndarray:
     kernels' rule, ``schema.inherit_missing``); a missing first phase stays missing."""
     if ns.shape[1] == 0:
         return ns.copy()
-    return np.stack(S.inherit_missing(list(ns.T), MISSING), axis=1)
+    return np.stack(S.inherit_missing(list(ns.T), MISSING), axis=0).T
 
 
 class PhaseIntervals(NamedTuple):
@@ -124,8 +125,8 @@ def phase_intervals(ns: np.ndarray) -> PhaseIntervals:
     previous one's time (the interval into it lasts 0, the next starts there, both
     ``inherited``); an interval before a row's first written phase, or one that would
     run backwards, does not exist (the anomaly report counts those)."""
-    ff = inherited(ns)
     written = ns != MISSING
+    ff = ns if written.all() else inherited(ns)  # read-only use: nothing to inherit, no copy
     start, end = ff[:, :-1], ff[:, 1:]
     valid = (start != MISSING) & (end >= start)
     return PhaseIntervals(start, end, valid, ~(written[:, :-1] & written[:, 1:]))
@@ -134,9 +135,13 @@ def phase_intervals(ns: np.ndarray) -> PhaseIntervals:
 def extent(ns: np.ndarray):
     """Each row's ``(first, last)``: its earliest and latest written phase (ns);
     ``first`` is the int64 max and ``last`` ``MISSING`` for a row with none."""
-    written = ns != MISSING
-    return (np.where(written, ns, np.iinfo(np.int64).max).min(axis=1, initial=np.iinfo(np.int64).max),
-            np.where(written, ns, MISSING).max(axis=1, initial=MISSING))
+    big = np.iinfo(np.int64).max
+    first, last = np.full(ns.shape[0], big), np.full(ns.shape[0], MISSING)
+    for j in range(ns.shape[1]):  # phase by phase: whole columns (MISSING is the int64 minimum)
+        col = ns[:, j]
+        np.maximum(last, col, out=last)
+        np.minimum(first, np.where(col != MISSING, col, big), out=first)
+    return first, last
 
 
 def interval_extent(iv: PhaseIntervals):

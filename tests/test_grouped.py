@@ -1,0 +1,84 @@
+"""timeline.grouped's fast paths (runs, dense tables, bitmaps, packed sorts) against
+the obvious definitions, on rows in every kind of order: runs as the collector
+writes them, shuffled, with ties."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from timeline import grouped as G
+
+
+def _rows(draw, n, hi):
+    runs = draw(st.booleans())
+    g = draw(st.lists(st.integers(0, hi), min_size=n, max_size=n))
+    return np.sort(np.array(g, dtype=np.int64)) if runs else np.array(g, dtype=np.int64)
+
+
+@st.composite
+def tables(draw):
+    n = draw(st.integers(0, 60))
+    gid = _rows(draw, n, draw(st.integers(0, 6)))
+    start = np.array(draw(st.lists(st.integers(-5, 5), min_size=n, max_size=n)), dtype=np.int64)
+    end = start + np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), dtype=np.int64)
+    return gid, start, end
+
+
+@settings(max_examples=200, deadline=None)
+@given(tables())
+def test_group_order_and_sweep_order(tb):
+    gid, start, end = tb
+    assert np.array_equal(G.group_order(gid), np.argsort(gid, kind="stable"))
+    assert np.array_equal(G._order_by_group_then(gid, start, end), np.lexsort((end, start, gid)))
+
+
+def _group_ids_by_sorting(*cols):
+    keys = list(zip(*[c.tolist() for c in cols]))
+    uniq = sorted(set(keys))
+    index = {k: i for i, k in enumerate(uniq)}
+    return np.array([index[k] for k in keys], dtype=np.int64), len(uniq), uniq
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 50), st.integers(1, 3), st.sampled_from([np.int16, np.int32, np.int64]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_group_ids_dense_and_general(n, k, dtype, wide, seed):
+    """The dense-table path (small ranges) and the re-ranking path (``wide``: a range
+    past ``_DENSE_MAX``) number tuples in lexicographic order and give back their values."""
+    rng = np.random.default_rng(seed)
+    cols = [rng.integers(-4, 9, n).astype(dtype) for _ in range(k)]
+    if wide:
+        cols[0] = cols[0].astype(np.int64) * (G._DENSE_MAX + 1)
+    gid, ng, tuples = G.group_ids(*cols)
+    want_gid, want_ng, uniq = _group_ids_by_sorting(*cols)
+    assert np.array_equal(gid, want_gid) and ng == want_ng
+    assert [tuple(int(t[i]) for t in tuples) for i in range(ng)] == uniq
+    assert all(t.dtype == c.dtype for t, c in zip(tuples, cols))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 60), st.integers(1, 5), st.booleans(), st.integers(0, 2**32 - 1))
+def test_distinct_count_bitmap_sort_and_lexsort(n, ng, huge, seed):
+    rng = np.random.default_rng(seed)
+    gid = rng.integers(0, ng, n)
+    a, b = rng.integers(0, 4, n), rng.integers(0, 3, n)
+    if huge:  # past the bitmap: one sort of the packed tuples
+        a = a * (G._BITMAP_MAX + 7)
+    want = np.array([len(set(zip(a[gid == g].tolist(), b[gid == g].tolist()))) for g in range(ng)])
+    assert np.array_equal(G.distinct_count(gid, ng, a, b), want)
+    neg = a - 1  # a negative key: the lexsort path
+    want_neg = np.array([len(set(zip(neg[gid == g].tolist(), b[gid == g].tolist()))) for g in range(ng)])
+    assert np.array_equal(G.distinct_count(gid, ng, neg, b), want_neg)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 80), st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_group_quantiles_are_numpy_quantiles(n, ng, seed):
+    rng = np.random.default_rng(seed)
+    gid = np.repeat(rng.integers(0, ng, max(1, n // 5)), 5)[:n]
+    values = rng.integers(0, 1000, gid.size)
+    got = G.group_quantiles(gid, ng, values, (0.5, 0.9))
+    for g in range(ng):
+        v = values[gid == g]
+        want = np.quantile(v, [0.5, 0.9]) if v.size else [np.nan, np.nan]
+        assert np.allclose(got[:, g], want, equal_nan=True)
