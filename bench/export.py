@@ -111,6 +111,9 @@ def naive_perfetto(trace, path) -> int:
 
 
 def one(mode: str, a) -> dict:
+    from timeline.cli import tune_process
+
+    tune_process()  # as the timeline command runs
     trace = make_trace(a.launches, a.world, a.grid, a.waves)
     if mode.startswith("naive"):
         trace = head(trace, a.naive_max)

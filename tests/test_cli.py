@@ -427,3 +427,29 @@ def test_set_graph_edges_and_the_exact_critical_path(tmp_path, capsys):
     bad.write_text(json.dumps({"down": [{"stage": "norm", "count": 9, "mul": 9}]}))
     assert "but 'norm' has 64 tasks" in error_of(["set-graph", real, "--graph", bad, "-o", tmp_path / "x.arrow"],
                                                   capsys)
+
+
+def test_listed_edges_from_a_csv(tmp_path, capsys):
+    """``set-graph --edges`` adds a listed rule per (stage, producer stage); a bad
+    file gets one line naming the line and the fix."""
+    from timeline import edges as E
+
+    real = Path(__file__).resolve().parents[1] / "traces" / "h200_mono_demo.arrow"
+    routing = tmp_path / "routing.csv"
+    routing.write_text("stage,task,producer_stage,producer_task,launch\ndown,0,up,5,\ndown,1,up,7,3\n")
+    out = tmp_path / "g.arrow"
+    code, text, _ = run(["set-graph", real, "--preset", "triton-ffn", "--edges", routing, "-o", out], capsys)
+    assert code == 0 and "3 producer rules over 2 stages" in text
+    t = E.edges_table(load(out)).to_pylist()
+    listed = sorted((r["launch"], r["task"]) for r in t
+                    if r["producer_stage"] == "up" and r["stage"] == "down" and r["kind"] == "data")
+    assert listed == sorted([(launch, 0) for launch in range(16)] + [(3, 1)])
+    routing.write_text("stage,task,producer_stage,producer_task\ndown,zero,up,5\n")
+    assert "line 2: 'down,zero,up,5' is not stage,task" in error_of(
+        ["set-graph", real, "--preset", "triton-ffn", "--edges", routing, "-o", out], capsys)
+    routing.write_text("consumer,task\n")
+    assert "the first line must be stage,task,producer_stage,producer_task" in error_of(
+        ["set-graph", real, "--preset", "triton-ffn", "--edges", routing, "-o", out], capsys)
+    routing.write_text("stage,task,producer_stage,producer_task,launch\ndown,0,up,5,16\n")
+    assert "names launch 16" in error_of(["set-graph", real, "--preset", "triton-ffn", "--edges", routing, "-o", out],
+                                         capsys)

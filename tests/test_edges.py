@@ -12,6 +12,7 @@ import pytest
 
 from bufkit import empty, put
 from timeline import collect, load, merge, presets
+from timeline.intake import CollectError
 from timeline import edges as E
 from timeline import graph as G
 from timeline import schema as S
@@ -125,6 +126,42 @@ def test_graph_rules_are_checked_and_stored():
     assert [r.lo(t) for t in (0, 3, 4, 63)] == [0, 0, 32, 480] and G.mod("a", 3).lo(7) == 1
     with pytest.raises(AnalysisError, match="declares no task graph"):
         E.edges(hand(RECORDS, S.Spec("hand", [("a", 2), ("b", 2)])))
+
+
+PLAIN = S.Spec("hand", [("a", 2), ("b", 2)], launches=2)
+
+
+def test_listed_edges_supplied_at_collect_time(tmp_path):
+    """MoE-style routing: b/0 waits for a/1 in every launch, b/1 for a/0 in launch 0
+    only and for nothing listed in launch 1; the listed rule travels in the file."""
+    buf = empty(PLAIN)
+    for launch in (0, 1):
+        for stage, task, cta, ticks in RECORDS:
+            put(buf, PLAIN, stage=stage, task=task, ticks=[t + 1000 * launch for t in ticks], cta=cta, launch=launch)
+    routed = [G.Edge("b", 0, "a", 1), ("b", 1, "a", 0, 0)]
+    trace = collect(buf, PLAIN, edges=routed)
+    (rule,) = trace.spec.graph["b"]
+    assert rule.listed and sorted(rule.pairs) == [(-1, 0, 1), (0, 1, 0)]
+    t = E.edges_table(trace).to_pylist()
+    data = sorted((r["launch"], r["task"], r["producer_task"], r["gating"]) for r in t if r["kind"] == "data")
+    assert data == [(0, 0, 1, True), (0, 1, 0, False), (1, 0, 1, True)]  # a/1 held b/0's wait, as by hand
+    gate_b1 = [(r["launch"], r["kind"]) for r in t if r["task"] == 1 and r["gating"]]
+    assert gate_b1 == [(0, "cta-order"), (1, "cta-order")]  # b/1's CTA was busy with a/1 until 210
+    trace.save(tmp_path / "routed.arrow")
+    back = load(tmp_path / "routed.arrow")
+    assert back.spec.graph == trace.spec.graph and E.edges_table(back).equals(E.edges_table(trace))
+
+
+def test_listed_edges_are_checked():
+    buf = empty(PLAIN)
+    with pytest.raises(S.SpecError, match=r"listed edge \(-1, 0, 2\) names 'a' task 2, but it has 2 tasks"):
+        collect(buf, PLAIN, edges=[("b", 0, "a", 2)])
+    with pytest.raises(S.SpecError, match="unknown stage 'z'"):
+        collect(buf, PLAIN, edges=[("b", 0, "z", 0)])
+    with pytest.raises(CollectError, match="names launch 2, but a buffer of 'hand' holds 2 launch slots"):
+        collect(buf, PLAIN, edges=[("b", 0, "a", 0, 2)])
+    with pytest.raises(S.SpecError, match=r"\(launch, consumer task, producer task\) triples"):
+        S.Spec("x", [("a", 1)], graph={"a": [{"stage": "a", "pairs": [[0, 0]]}]})
 
 
 def test_the_real_trace_has_no_causality_violation_under_its_graph():

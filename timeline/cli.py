@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stamps this far from the bulk of their launch are stale, dropped (default 100)")
     p.add_argument("--rank", type=int, help="override the spec's rank (one spec JSON for all ranks)")
     p.add_argument("--synthetic", action="store_true", help="label the trace synthetic (not from a GPU)")
+    p.add_argument("--edges", metavar="EDGES.csv",
+                   help="this capture's listed task-graph edges (MoE routing): a CSV with the header "
+                        "stage,task,producer_stage,producer_task[,launch] (docs/GRAPH.md)")
 
     p = _sub(subs, "summary", "cmd_summary", "print the stage report of a trace",
              "examples:\n"
@@ -108,13 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
              "attach a task graph (which tasks each task waits for) to a trace",
              "examples:\n"
              "  timeline set-graph traces/h200_mono_demo.arrow --preset triton-ffn -o demo_g.arrow\n"
-             "  timeline set-graph run.arrow --graph graph.json -o run_g.arrow\n\n"
+             "  timeline set-graph run.arrow --graph graph.json -o run_g.arrow\n"
+             "  timeline set-graph run.arrow --preset glm5 --edges routing.csv -o run_g.arrow\n\n"
              "A graph is {stage: [rule, ...]}, a rule {\"stage\": X, \"count\", \"div\", \"mul\", \"mod\",\n"
              "\"offset\", \"allreduce\"}: task t waits for tasks offset + (t // div) * mul onwards, count of\n"
              "them (0: all) of stage X (docs/GRAPH.md). Presets: triton-ffn (the Triton demo), glm5.")
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--preset", help="a known kernel's graph: triton-ffn, glm5")
     p.add_argument("--graph", metavar="FILE.json", help="the graph as JSON")
+    p.add_argument("--edges", metavar="EDGES.csv",
+                   help="add listed edges (data-dependent waits: MoE routing): a CSV with the header "
+                        "stage,task,producer_stage,producer_task[,launch]")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
 
     p = _sub(subs, "edges", "timeline.graph_commands:cmd_edges",

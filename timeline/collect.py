@@ -417,8 +417,13 @@ def collect(
     window_gap_ms: float = DEFAULT_WINDOW_GAP_MS,
     windows=None,
     synthetic: bool = False,
+    edges=None,
 ) -> Trace:
     """Decode one rank's stamp buffer into a ``Trace``.
+
+    ``edges``: this capture's listed task-graph edges (``timeline.graph.Edge``s:
+    waits the data decides, such as MoE routing), added to the spec's graph as listed
+    rules, checked against its stages and launch slots.
 
     ``window_gap_ms``: within one launch, stamps more than this far from the bulk of
     the launch's stamps (no stamp in between) are "outside the launch window" and
@@ -426,6 +431,8 @@ def collect(
     optional explicit ``[(lo_tick, hi_tick)]`` per launch instead. ``strict=True``
     raises ``CollectError`` on any anomaly instead of reporting it."""
     gap_ms, windows = _options(spec, window_gap_ms, windows)
+    if edges is not None:
+        spec = with_edges(spec, edges)
     cut = cut_buffer(read_buffer(buffer), spec)
     coords = _coords(spec)
     acc = _Anomalies(spec, coords[0], coords[1])
@@ -439,6 +446,20 @@ def collect(
     if strict and report.num_rows:
         raise CollectError(_strict_message(spec, report))
     return Trace(tasks, [spec], report, origins={spec.rank: origin}, synthetic=synthetic)
+
+
+def with_edges(spec: S.Spec, edges) -> S.Spec:
+    """``spec`` with ``edges`` (``graph.Edge``s) in its graph as listed rules, each
+    edge's launch one of the spec's launch slots (or -1: every launch)."""
+    from timeline import graph as G
+
+    edges = [G.Edge(*e) for e in edges]
+    late = [e for e in edges if e.launch >= spec.launches]
+    if late:
+        raise CollectError(f"edges=: edge {tuple(late[0])} names launch {late[0].launch}, but a buffer of "
+                           f"{spec.kernel!r} holds {spec.launches} launch slots (0..{spec.launches - 1}); "
+                           "a launch is a slot of this buffer, or -1 for every launch")
+    return spec.replace(graph=G.with_listed(spec.graph, edges))
 
 
 def _strict_message(spec, report) -> str:

@@ -97,6 +97,7 @@ def _title(trace) -> str:
 # -- commands --------------------------------------------------------------------------
 def cmd_convert(args) -> int:
     from timeline.collect import collect
+    from timeline.graph_commands import load_edges
 
     out = _trace_out(args.output)
     if not Path(args.buffer).exists():
@@ -107,7 +108,7 @@ def cmd_convert(args) -> int:
     with Progress("convert", total=2, enabled=not args.quiet) as bar:
         bar.step("decode")
         trace = collect(args.buffer, spec, strict=args.strict, window_gap_ms=args.window_gap_ms,
-                        synthetic=args.synthetic)
+                        synthetic=args.synthetic, edges=load_edges(args.edges) if args.edges else None)
         bar.step("write")
         trace.save(out)
     print(f"wrote {out}: {trace.tasks.num_rows} task rows, {trace.intervals.num_rows} intervals, "

@@ -127,9 +127,8 @@ def _data_edges(spec, m: Tasks):
         c = np.flatnonzero(m.stage == spec.stage_index(consumer))
         for rule in rules:
             ps = spec.stage_index(rule.stage)
-            n = rule.n(counts[ps])
-            rep = np.repeat(c, n)
-            row = first[ps] + np.repeat(np.asarray(rule.lo(m.task[c])), n) + np.tile(np.arange(n), c.size)
+            rep, ptask = _listed_producers(rule, m, c) if rule.listed else _rule_producers(rule, m, c, counts[ps])
+            row = first[ps] + ptask
             for r in (range(ranks) if rule.allreduce else [None]):
                 rank = m.rank[rep] if r is None else np.full(rep.size, r, dtype=np.int64)
                 p = lookup(rank, m.launch[rep], row)
@@ -139,6 +138,31 @@ def _data_edges(spec, m: Tasks):
                 kind.append(np.full(int((p >= 0).sum()), 1 if rule.allreduce else 0, dtype=np.int8))
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     return cat(cons, np.int64), cat(prod, np.int64), cat(kind, np.int8), missing
+
+
+def _rule_producers(rule, m: Tasks, c: np.ndarray, producer_count: int):
+    """``(consumer, producer task)`` of every edge a shaped rule gives consumers ``c``."""
+    n = rule.n(producer_count)
+    return np.repeat(c, n), np.repeat(np.asarray(rule.lo(m.task[c])), n) + np.tile(np.arange(n), c.size)
+
+
+def _listed_producers(rule, m: Tasks, c: np.ndarray):
+    """``(consumer, producer task)`` of every listed edge (``graph.listed``) whose
+    (launch, consumer task) is one of consumers ``c``'s; launch -1 matches every launch."""
+    p = np.array(rule.pairs, dtype=np.int64).reshape(-1, 3)
+    every = p[p[:, 0] < 0]
+    launches = np.unique(m.launch[c])
+    p = np.concatenate([p[p[:, 0] >= 0], np.column_stack([np.repeat(launches, len(every)),
+                                                          np.tile(every[:, 1:], (launches.size, 1))])])
+    span = int(max(p[:, 1].max(initial=0), m.task[c].max(initial=0))) + 1
+    key = p[:, 0] * span + p[:, 1]
+    order = np.argsort(key, kind="stable")
+    key, ptask = key[order], p[order, 2]
+    ckey = m.launch[c] * span + m.task[c]
+    left, right = np.searchsorted(key, ckey, "left"), np.searchsorted(key, ckey, "right")
+    n = right - left
+    at = np.repeat(left - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    return np.repeat(c, n), ptask[at]
 
 
 def _cta_order(m: Tasks):

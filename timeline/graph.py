@@ -26,7 +26,9 @@ class GraphError(ValueError):
 class Rule(NamedTuple):
     """Task ``t`` of a consumer stage waits for tasks ``[lo(t), lo(t) + n)`` of
     ``stage``, ``n`` = ``count`` (0: every task of ``stage``, from 0); ``lo(t) =
-    offset + (t % mod if mod else (t // div) * mul)``; ``allreduce``: on every rank."""
+    offset + (t % mod if mod else (t // div) * mul)``; ``allreduce``: on every rank.
+    A rule with ``pairs`` lists its edges instead (``listed``): ``(launch, consumer
+    task, producer task)`` triples, launch -1 for every launch."""
 
     stage: str
     count: int = 1
@@ -35,6 +37,11 @@ class Rule(NamedTuple):
     mod: int = 0
     offset: int = 0
     allreduce: bool = False
+    pairs: tuple = ()
+
+    @property
+    def listed(self) -> bool:
+        return bool(self.pairs)
 
     def lo(self, t):
         """The first producer task of consumer task(s) ``t`` (an int or an int array)."""
@@ -50,15 +57,18 @@ class Rule(NamedTuple):
         """The rule as JSON: its stage and the fields that differ from the defaults."""
         d = {"stage": self.stage}
         d.update({k: v for k, v in self._asdict().items() if k != "stage" and v != Rule._field_defaults[k]})
+        if self.pairs:
+            d["pairs"] = [list(p) for p in self.pairs]
         return d
 
     @classmethod
     def from_dict(cls, d) -> "Rule":
         if not isinstance(d, dict) or "stage" not in d or set(d) - set(cls._fields):
             raise GraphError(f"a producer rule is a dict of {list(cls._fields)} with at least 'stage'; got {d!r}")
+        pairs = _triples(d.get("pairs", ()))
         try:
             r = cls(str(d["stage"]), **{k: (bool(v) if k == "allreduce" else int(v)) for k, v in d.items()
-                                        if k != "stage"})
+                                        if k not in ("stage", "pairs")}, pairs=pairs)
         except (TypeError, ValueError):
             raise GraphError(f"a producer rule's numbers must be integers; got {d!r}") from None
         if r.count < 0 or r.div < 1 or r.mul < 0 or r.mod < 0 or r.offset < 0:
@@ -103,6 +113,50 @@ def allreduce(stage: str) -> Rule:
     return Rule(stage, count=0, allreduce=True)
 
 
+def listed(stage: str, pairs, *, allreduce: bool = False) -> Rule:
+    """The tasks of ``stage`` named per consumer task: ``pairs`` of ``(launch,
+    consumer task, producer task)`` (launch -1: every launch), for waits the data
+    decides (MoE routing: which expert tiles a token block feeds), supplied when the
+    buffer is collected (``timeline.collect(..., edges=...)``)."""
+    return Rule(stage, count=0, allreduce=allreduce, pairs=_triples(pairs))
+
+
+def _triples(pairs) -> tuple:
+    try:
+        out = tuple(tuple(int(v) for v in p) for p in pairs)
+    except (TypeError, ValueError):
+        out = ((),)
+    if any(len(p) != 3 for p in out):
+        raise GraphError("a listed rule's pairs are (launch, consumer task, producer task) triples; "
+                         f"got {list(pairs)[:3]!r}...")
+    return out
+
+
+class Edge(NamedTuple):
+    """One listed edge, as ``collect(..., edges=)`` takes them: consumer ``stage``'s
+    task ``task`` waits, in launch ``launch`` (-1: every launch), for task
+    ``producer_task`` of ``producer_stage``."""
+
+    stage: str
+    task: int
+    producer_stage: str
+    producer_task: int
+    launch: int = -1
+
+
+def with_listed(graph: dict, edges) -> dict:
+    """``graph`` plus the ``Edge``s (or 5-tuples in ``Edge`` order) as one listed rule
+    per (consumer stage, producer stage), after the rules it has."""
+    out = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in dict(graph or {}).items()}
+    grouped = {}
+    for e in edges:
+        e = Edge(*e)
+        grouped.setdefault((e.stage, e.producer_stage), []).append((e.launch, e.task, e.producer_task))
+    for (consumer, producer), pairs in grouped.items():
+        out.setdefault(consumer, []).append(listed(producer, pairs))
+    return out
+
+
 # -- checking a graph against its stages ----------------------------------------------------------
 def check_graph(graph, stages) -> dict:
     """``graph`` (``{stage: [Rule or its dict, ...]}``) as ``{stage: (Rule, ...)}`` in
@@ -121,6 +175,10 @@ def check_graph(graph, stages) -> dict:
             if r.stage not in count:
                 raise GraphError(f"stage {consumer!r} waits for unknown stage {r.stage!r}; the stages are "
                                  f"{list(count)}")
+            if r.listed:
+                _check_pairs(consumer, r, count)
+                checked.append(r)
+                continue
             t = np.arange(count[consumer], dtype=np.int64)
             lo = np.asarray(r.lo(t))
             hi = lo + r.n(count[r.stage])
@@ -132,6 +190,18 @@ def check_graph(graph, stages) -> dict:
             checked.append(r)
         out[consumer] = tuple(checked)
     return {name: out[name] for name, _ in stages if name in out}
+
+
+def _check_pairs(consumer: str, r: Rule, count: dict) -> None:
+    p = np.array(r.pairs, dtype=np.int64).reshape(-1, 3)
+    for col, what, n in ((1, f"{consumer!r} task", count[consumer]), (2, f"{r.stage!r} task", count[r.stage])):
+        bad = (p[:, col] < 0) | (p[:, col] >= n)
+        if bad.any():
+            raise GraphError(f"stage {consumer!r}'s listed edge {tuple(int(v) for v in p[bad][0])} names {what} "
+                             f"{int(p[bad][0, col])}, but it has {n} tasks (0..{n - 1}); fix the edge list")
+    if (p[:, 0] < -1).any():
+        raise GraphError(f"stage {consumer!r}'s listed edges name launch {int(p[p[:, 0] < -1][0, 0])}; a launch "
+                         "is >= 0, or -1 for every launch")
 
 
 def graph_to_dict(graph: dict) -> dict:

@@ -16,6 +16,39 @@ from timeline.critical import path_us
 from timeline.textout import _json_rows, format_table
 
 
+EDGE_COLUMNS = ("stage", "task", "producer_stage", "producer_task")  # then optionally "launch"
+
+
+def load_edges(path: str) -> list:
+    """Listed task-graph edges (``graph.Edge``) from a CSV file with the header
+    ``stage,task,producer_stage,producer_task[,launch]`` (launch -1 or empty: every
+    launch)."""
+    import csv
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"edge list {path!r} does not exist (a CSV: {','.join(EDGE_COLUMNS)}[,launch])")
+    try:
+        with p.open(newline="") as f:
+            rows = list(csv.reader(f))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"edge list {path!r} is not a CSV file: {e}") from None
+    if not rows or tuple(rows[0][:4]) != EDGE_COLUMNS or rows[0][4:] not in ([], ["launch"]):
+        raise UsageError(f"edge list {path!r}: the first line must be {','.join(EDGE_COLUMNS)} or "
+                         f"{','.join(EDGE_COLUMNS)},launch; got {','.join(rows[0]) if rows else 'an empty file'}")
+    from timeline.graph import Edge
+
+    out = []
+    for i, r in enumerate(rows[1:], start=2):
+        try:
+            launch = int(r[4]) if len(r) > 4 and r[4].strip() else -1
+            out.append(Edge(r[0].strip(), int(r[1]), r[2].strip(), int(r[3]), launch))
+        except (IndexError, ValueError):
+            raise UsageError(f"edge list {path!r} line {i}: {','.join(r)!r} is not stage,task,producer_stage,"
+                             "producer_task[,launch] with integer tasks and launch") from None
+    return out
+
+
 def cmd_set_graph(args) -> int:
     from timeline import presets
 
@@ -37,6 +70,10 @@ def cmd_set_graph(args) -> int:
             raise UsageError(f"graph file {args.graph!r} is not JSON: {e}") from None
         if not isinstance(graph, dict):
             raise UsageError(f"graph file {args.graph!r}: a graph is {{stage: [rule, ...]}}; see docs/GRAPH.md")
+    if args.edges:
+        from timeline.collect import with_edges
+
+        graph = with_edges(trace.spec.replace(graph=graph), load_edges(args.edges)).graph
     traced = trace.with_graph(graph)
     traced.save(out)
     print(f"wrote {out}: {sum(len(r) for r in traced.spec.graph.values())} producer rules over "

@@ -185,6 +185,38 @@ def paint_timings(driver) -> dict:
     return driver.execute_script(PAINT_TIMINGS)
 
 
+ZOOM_ROUND_TRIP = r"""
+var done = arguments[arguments.length - 1], lo = arguments[0], hi = arguments[1];
+function sig() { var g = document.querySelector('#gantt .js-plotly-plot');
+  return JSON.stringify(g.layout.meta) + '|' + JSON.stringify(g.data.map(t => t.meta)); }
+var before = sig(), t0 = performance.now();
+function poll() {
+  if (sig() === before) { requestAnimationFrame(poll); return; }
+  requestAnimationFrame(function() {  // the frame after the new figure: painted
+    var t1 = performance.now();
+    var req = performance.getEntriesByType('resource').filter(
+      e => /_dash-update-component/.test(e.name) && e.startTime >= t0);
+    done({total_ms: t1 - t0, sent_ms: req.length ? req[0].startTime - t0 : null,
+          server_ms: req.length ? req[req.length - 1].responseEnd - req[0].startTime : null,
+          drawn_ms: req.length ? t1 - req[req.length - 1].responseEnd : null, requests: req.length});
+  });
+}
+Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'),
+                {'xaxis.range[0]': lo, 'xaxis.range[1]': hi});
+requestAnimationFrame(poll);
+"""
+
+
+def zoom_round_trip(driver, lo_us: float, hi_us: float, timeout: float = 60.0) -> dict:
+    """Zoom the Gantt's time axis to ``[lo_us, hi_us]`` as a drag-zoom does (one
+    ``Plotly.relayout`` of the x range) and time, in the page, gesture -> the server's
+    new figure painted: ``total_ms``, ``sent_ms`` (gesture -> request sent),
+    ``server_ms`` (request sent -> last response received), ``drawn_ms`` (response
+    -> painted), ``requests``."""
+    driver.set_script_timeout(timeout)
+    return driver.execute_async_script(ZOOM_ROUND_TRIP, lo_us, hi_us)
+
+
 def screenshot(driver, out: Path) -> Path:
     """Save the page as a PNG at ``out`` after the next painted frames."""
     next_frames(driver)
