@@ -269,5 +269,9 @@ def test_a_trace_with_a_task_graph_shows_its_critical_path_and_what_if(tmp_path)
                                   "return r.length ? document.querySelector('#whatif-table').innerText : null;", 30,
                           "the what-if table")
         assert "predicted_us" in rows and "saving_us" in rows
+        bars = B.wait_for(driver, "var g=document.querySelector('#whatif-graph .js-plotly-plot');"
+                                  "return g && g.data && g.data.length ? g.data.map(t=>t.name) : null;", 30,
+                          "the what-if side-by-side figure")
+        assert bars == ["measured", "predicted (norm.compute=0.5)"]
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
+import numpy as np
 import pytest
 
 from timeline import synth
@@ -280,16 +281,26 @@ def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
     path = E.exact_path(state.store.get("g.arrow").trace, launch=1, rank=0)
     assert "exact critical path" in component_text(note) and len(rows) == path.num_rows
     assert [r["via"] for r in rows] == path.column("via").to_pylist()
-    cols, rows, note = VT.whatif(state, "g.arrow", "norm.compute=0.5, up=1.0")
-    want = W.predict(state.store.get("g.arrow").trace, ["norm.compute=0.5"]).launches.to_pylist()
+    fig, cols, rows, note = VT.whatif(state, "g.arrow", "norm.compute=0.5, up=1.0")
+    pred = W.predict(state.store.get("g.arrow").trace, ["norm.compute=0.5"])
+    want = pred.launches.to_pylist()
     assert [r["predicted_us"] for r in rows] == [round(w["predicted_us"], 3) for w in want]
     assert all(r["saving_us"] > 0 for r in rows) and "within 0 ns" in component_text(note)
-    added = VT.whatif(state, "g.arrow", "norm.compute=+1000")[1]
+    # side by side as the compare view draws them: measured behind, predicted in front, median over launches
+    measured, predicted = fig["data"]
+    assert measured["name"] == "measured" and predicted["name"] == "predicted (norm.compute=0.5, up=1.0)"
+    assert measured["y"] == predicted["y"] == ["up", "norm", "down"]
+    st = [r for r in pred.stages.to_pylist() if r["stage"] == "norm"]
+    assert measured["base"][1] == pytest.approx(np.median([r["measured_first_us"] for r in st]))
+    assert predicted["x"][1] == pytest.approx(np.median([r["predicted_last_us"] for r in st])
+                                              - np.median([r["predicted_first_us"] for r in st]))
+    assert predicted["x"][1] < measured["x"][1]  # norm's compute halved: its span shrinks
+    added = VT.whatif(state, "g.arrow", "norm.compute=+1000")[2]
     assert all(r["saving_us"] < 0 for r in added)
-    assert "type changes" in component_text(VT.whatif(state, "g.arrow", "")[2])
+    assert "type changes" in component_text(VT.whatif(state, "g.arrow", "")[3])
     with pytest.raises(Exception, match="unknown stage"):
         VT.whatif(state, "g.arrow", "nope=2")
-    assert "needs the trace's task graph" in component_text(VT.whatif(state, "plain.arrow", "norm=2")[2])
+    assert "needs the trace's task graph" in component_text(VT.whatif(state, "plain.arrow", "norm=2")[3])
     assert "heuristic" in component_text(VT.critical(state, "plain.arrow", None, None)[2])
 
 

@@ -174,7 +174,8 @@ def _per_stage_min(stage, values, mask) -> np.ndarray:
 
 class Prediction(NamedTuple):
     """Per launch (``launches``): the measured and predicted kernel time (first start
-    to last end, µs) and per stage the measured and predicted span (``stages``)."""
+    to last end, µs); per launch and stage (``stages``): measured and predicted first
+    start, last end (µs from the launch's measured first start) and span."""
 
     launches: pa.Table
     stages: pa.Table
@@ -215,7 +216,10 @@ def predict(trace, changes) -> Prediction:
         for si, name in enumerate(trace.spec.stage_names):
             s = sel & (m.stage == si)
             if s.any():
-                stage_rows.append({"launch": la, "stage": name,
-                                   "measured_span_us": float(np.ptp(np.r_[r.recorded[s, 0], r.recorded[s, -1]])) / 1e3,
-                                   "predicted_span_us": float(np.ptp(np.r_[r.simulated[s, 0], r.simulated[s, -1]])) / 1e3})
+                row = {"launch": la, "stage": name}
+                for kind, times in (("measured", r.recorded), ("predicted", r.simulated)):
+                    first, last = float(times[s].min()) - t0, float(times[s].max()) - t0
+                    row.update({f"{kind}_first_us": first / 1e3, f"{kind}_last_us": last / 1e3,
+                                f"{kind}_span_us": (last - first) / 1e3})
+                stage_rows.append(row)
     return Prediction(pa.Table.from_pylist(rows), pa.Table.from_pylist(stage_rows), fidelity(trace, g))

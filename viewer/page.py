@@ -138,6 +138,7 @@ def _tabs():
             dcc.Input(id="whatif-scales", type="text", debounce=True, style={"width": "420px", "margin": "8px 0"},
                       placeholder="norm.compute=0.5, up=1.2, down.compute=+1000"),
             html.Div(id="whatif-msg"),
+            dcc.Graph(id="whatif-graph", config={"displaylogo": False}),
             html.Div(id="whatif-table"), dcc.Store(id="whatif-table-data")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[

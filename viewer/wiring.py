@@ -151,14 +151,14 @@ def on_critical(app, panels, tab, prev):
     return (*T.table_out("critical-table", cols, rows, prev), note)
 
 
-@guarded(None, None, ERROR)
+@guarded(T.NO_FIGURE, None, None, ERROR)
 def on_whatif(app, panels, scales, tab, prev):
     if tab != "whatif":
         raise dash.exceptions.PreventUpdate
     if not panels:
-        return None, None, None
-    cols, rows, note = T.whatif(app, panels[0], scales)
-    return (*T.table_out("whatif-table", cols, rows, prev), note)
+        return T.NO_FIGURE, None, None, None
+    fig, cols, rows, note = T.whatif(app, panels[0], scales)
+    return (fig, *T.table_out("whatif-table", cols, rows, prev), note)
 
 
 @guarded({"data": [], "layout": {}}, None, None, ERROR)
@@ -239,8 +239,8 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1") -> dash.D
     d.callback(Output("critical-table", "children"), Output("critical-table-data", "data"),
                Output("critical-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
                State("critical-table-data", "data"))(partial(on_critical, app))
-    d.callback(Output("whatif-table", "children"), Output("whatif-table-data", "data"),
-               Output("whatif-msg", "children"), Input("panel-key", "data"), Input("whatif-scales", "value"),
+    d.callback(Output("whatif-graph", "figure"), Output("whatif-table", "children"),
+               Output("whatif-table-data", "data"), Output("whatif-msg", "children"), Input("panel-key", "data"), Input("whatif-scales", "value"),
                Input("tabs", "value"), State("whatif-table-data", "data"))(partial(on_whatif, app))
     d.callback(Output("cmp-graph", "figure"), Output("cmp-table", "children"), Output("cmp-table-data", "data"),
                Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),

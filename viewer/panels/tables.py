@@ -86,27 +86,46 @@ def critical(app, name, ranks, launches):
     return cols, rows, note
 
 
+NO_FIGURE = {"data": [], "layout": {"height": 60}}
+
+
 def whatif(app, name, scales):
-    """``(columns, rows, message)``: per launch the measured and predicted kernel time
-    for ``scales`` (``"norm.compute=0.5, up=1.2"``; ``+NS`` adds), and the replay's
-    fidelity (``timeline.whatif``)."""
+    """``(figure, columns, rows, message)``: for ``scales`` (``"norm.compute=0.5,
+    up=1.2"``; ``+NS`` adds) the measured and predicted stage spans side by side as
+    the compare view draws them (median over launches), per launch the measured and
+    predicted kernel time, and the replay's fidelity (``timeline.whatif``)."""
     from timeline import whatif as W
 
     item = app.store.get(name)
     if not item.trace.spec.graph:
-        return [], [], msg("the what-if replay needs the trace's task graph: timeline set-graph TRACE --preset "
-                           "NAME -o OUT", "info")
+        return NO_FIGURE, [], [], msg("the what-if replay needs the trace's task graph: timeline set-graph TRACE "
+                                      "--preset NAME -o OUT", "info")
     parts = [p.strip() for p in str(scales or "").split(",") if p.strip()]
     if not parts:
-        return [], [], msg("type changes, e.g. norm.compute=0.5, up=1.2 (a factor) or norm.compute=+1000 "
-                           "(ns added to every task)", "info")
+        return NO_FIGURE, [], [], msg("type changes, e.g. norm.compute=0.5, up=1.2 (a factor) or "
+                                      "norm.compute=+1000 (ns added to every task)", "info")
     changes = [W.parse_change(p.replace("=+", "="), add=True) if "=+" in p else W.parse_change(p) for p in parts]
     pred = app.analysis(item, ("whatif", tuple(changes)), lambda: W.predict(item.trace, changes))
     cols, rows = table_records(pred.launches)
     f = pred.fidelity
-    return cols, rows, msg(f"predicted by replaying the recorded schedule over the task graph; the unchanged "
-                           f"replay reproduces every task's end within {f.task_end_ns:g} ns and every launch's "
-                           f"within {f.kernel_end_ns:g} ns", "info")
+    fig = CH.stage_span_figure(_median_spans(pred.stages, ", ".join(parts)), list(item.trace.spec.stage_names))
+    fig["layout"]["xaxis"]["title"]["text"] = "µs from the launch's first start (median over launches)"
+    return fig, cols, rows, msg(f"predicted by replaying the recorded schedule over the task graph; the unchanged "
+                                f"replay reproduces every task's end within {f.task_end_ns:g} ns and every "
+                                f"launch's within {f.kernel_end_ns:g} ns", "info")
+
+
+def _median_spans(stages, label: str) -> dict:
+    """``stage_span_figure``'s input from a prediction's per-launch stage rows: per
+    stage the median over launches of first start and last end, measured and predicted."""
+    out = {"measured": {}, f"predicted ({label})": {}}
+    rows = stages.to_pylist()
+    for stage in dict.fromkeys(r["stage"] for r in rows):
+        mine = [r for r in rows if r["stage"] == stage]
+        for key, kind in zip(out, ("measured", "predicted")):
+            out[key][stage] = (float(np.median([r[f"{kind}_first_us"] for r in mine])),
+                               float(np.median([r[f"{kind}_last_us"] for r in mine])))
+    return out
 
 
 def compare(app, a, b, scope="launch"):
