@@ -11,8 +11,9 @@ the whole buffer; there is no per-row Python loop.
 The steps: read the buffer and cut it into records and trailer by the layout
 (``timeline.intake``), then, each a function below, per record decide unwritten / impossible
 / bad placement / outside the launch window (``_screen``), flag the rows kept
-(``_flag``), and build the tasks table (``_tasks_table``). One ``_Anomalies``
-accumulator collects what each step could not vouch for.
+(``_flag``), and build the tasks table (``_tasks_table``). One ``Anomalies``
+accumulator (``timeline.trailer``, with the checks of padding and trailer) collects
+what each step could not vouch for.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pyarrow as pa
 from timeline import rows as R
 from timeline import schema as S
 from timeline.intake import CollectError, _Cut, cut_buffer, read_buffer
+from timeline.trailer import Anomalies, Slots, layout_anomalies, slot_identity
 from timeline.trace import Trace, anomalies_table
 
 DEFAULT_WINDOW_GAP_MS = 100.0
@@ -54,94 +56,6 @@ def _options(spec, window_gap_ms, windows):
             f"windows must be {spec.launches} (lo_tick, hi_tick) integer pairs with lo <= hi, one per "
             f"launch slot of spec {spec.kernel!r}; got {len(pairs)}")
     return gap, pairs
-
-
-# -- anomalies ------------------------------------------------------------------------
-class _Anomalies:
-    """The report being built: one line per (kind, launch, stage, phase)."""
-
-    def __init__(self, spec: S.Spec, launch_of: np.ndarray, stage_of: np.ndarray):
-        self.spec, self.launch_of, self.stage_of = spec, launch_of, stage_of
-        self.rows = []
-        self._key = None
-
-    def add(self, kind, count, stamps=0, *, launch=-1, stage="", phase=""):
-        self.rows.append((self.spec.rank, kind, launch, stage, phase, int(count), int(stamps)))
-
-    def per_stage(self, kind, mask, stamps=None, phase=""):
-        """One line per (launch, stage) where ``mask`` holds; ``stamps``: per record."""
-        if not mask.any():
-            return
-        nst = len(self.spec.stages)
-        if self._key is None:
-            self._key = self.launch_of.astype(np.int64) * nst + self.stage_of
-        size = self.spec.launches * nst
-        cnt = np.bincount(self._key[mask], minlength=size)
-        st = (np.bincount(self._key[mask], weights=stamps[mask], minlength=size)
-              if stamps is not None else np.zeros_like(cnt))
-        for key in np.flatnonzero(cnt):
-            self.add(kind, cnt[key], st[key], launch=int(key // nst),
-                     stage=self.spec.stages[key % nst][0], phase=phase)
-
-
-def _layout_anomalies(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> None:
-    """Writes outside the record fields: padding columns, the device's drop counters
-    and the trailer's padding."""
-    lay, used = spec.layout, 1 + len(spec.phases) + len(spec.marks)
-    if lay.cols > used:
-        pad_nz = int(np.count_nonzero(cut.records[:, used:]))
-        if pad_nz:
-            acc.add("overflow", pad_nz, pad_nz, phase="padding")
-    if cut.trailer is None:
-        return
-    counters = cut.trailer[: len(spec.stages)]
-    for s in np.flatnonzero(counters):
-        n = int(counters[s])
-        if n < 0:
-            raise CollectError(
-                f"stamp buffer of {spec.kernel!r}: stage {spec.stages[s][0]!r}'s drop counter reads {n}; "
-                "the trailer was overwritten, so nothing in this buffer can be vouched for: reset the "
-                "buffer (instrument StampBuffer.reset()) and capture again")
-        acc.add("dropped", n, n, stage=spec.stages[s][0])
-    slots_end = len(spec.stages) + 2 * spec.launches
-    pad_nz = int(np.count_nonzero(cut.trailer[slots_end:]))
-    if pad_nz:
-        acc.add("overflow", pad_nz, pad_nz, phase="trailer")
-
-
-class _Slots(NamedTuple):
-    """Each launch slot's identity from its header: ``step`` and ``layer`` (int64),
-    ``known`` where a valid header was written."""
-
-    step: np.ndarray
-    layer: np.ndarray
-    known: np.ndarray
-
-
-def _slot_identity(cut: _Cut, spec: S.Spec, acc: _Anomalies) -> _Slots:
-    """The slot headers of the trailer (none in a layout-1 buffer): a valid header
-    written once names its slot's (step, layer); written more often, the slot holds
-    two launches (``slot_rewritten``); a header of another version, or writes
-    without a header, is ``bad_slot_header``. No header at all: the kernel writes
-    none, and step / layer stay unknown."""
-    L = spec.launches
-    none = _Slots(np.zeros(L, np.int64), np.zeros(L, np.int64), np.zeros(L, bool))
-    if cut.trailer is None:
-        return none
-    pairs = cut.trailer[len(spec.stages): len(spec.stages) + 2 * L].reshape(L, 2)
-    header, writes = pairs[:, 0], pairs[:, 1]
-    if (writes < 0).any():
-        raise CollectError(
-            f"stamp buffer of {spec.kernel!r}: a slot header's write count is negative; the trailer was "
-            "overwritten: reset the buffer (instrument StampBuffer.reset()) and capture again")
-    ok, step, layer = S.unpack_slot(header)
-    bad = (header != 0) & ~ok | (header == 0) & (writes != 0)
-    for launch in np.flatnonzero(bad):
-        acc.add("bad_slot_header", 1, 0, launch=int(launch))
-    known = ok & (writes >= 1)
-    for launch in np.flatnonzero(known & (writes > 1)):
-        acc.add("slot_rewritten", int(writes[launch]) - 1, 0, launch=int(launch))
-    return _Slots(step, layer, known)
 
 
 # -- per record ---------------------------------------------------------------------------
@@ -247,7 +161,7 @@ def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
     return outside
 
 
-def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: _Anomalies, gap_ms, windows) -> np.ndarray:
+def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, windows) -> np.ndarray:
     """Which records become rows: written, no negative tick, a valid placement word
     (or none), inside their launch's window. The rest are counted."""
     has = rec.stamps > 0
@@ -281,7 +195,7 @@ def _unstamped(spec: S.Spec) -> dict:
     return out
 
 
-def _flag(rec: _Records, keep, spec: S.Spec, acc: _Anomalies, wave_of) -> np.ndarray:
+def _flag(rec: _Records, keep, spec: S.Spec, acc: Anomalies, wave_of) -> np.ndarray:
     """The ``flags`` column of every record kept: missing and backwards phases, no
     placement, placement of another wave's record."""
     flags = np.zeros(len(keep), dtype=np.int32)
@@ -362,7 +276,7 @@ def _per_launch(values: np.ndarray, counts: np.ndarray, dtype) -> np.ndarray:
     return np.repeat(values.astype(dtype, copy=False), counts)
 
 
-def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec, slots: _Slots):
+def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec, slots: Slots):
     """The ``tasks`` table of the kept records and the origin tick."""
     launch_of, stage_of, task_of, wave_of = coords
     all_kept = bool(keep.all())
@@ -435,9 +349,9 @@ def collect(
         spec = with_edges(spec, edges)
     cut = cut_buffer(read_buffer(buffer), spec)
     coords = _coords(spec)
-    acc = _Anomalies(spec, coords[0], coords[1])
-    _layout_anomalies(cut, spec, acc)
-    slots = _slot_identity(cut, spec, acc)
+    acc = Anomalies(spec, coords[0], coords[1])
+    layout_anomalies(cut, spec, acc)
+    slots = slot_identity(cut, spec, acc)
     rec = _columns(cut.records, len(spec.phases), len(spec.marks))
     keep = _screen(rec, cut, spec, acc, gap_ms, windows)
     flags = _flag(rec, keep, spec, acc, coords[3])
