@@ -87,6 +87,10 @@ def _drop_column(t, m):
     return t.drop_columns(["end_ns"]), m
 
 
+def _name_repeated(t, m):
+    return t.rename_columns(["hint_ns" if n == "hint_tick" else n for n in t.column_names]), m
+
+
 def _meta(key, value):
     return lambda t, m: (t, {**m, key: value})
 
@@ -124,6 +128,8 @@ def _fewer_tasks(d):
 
 CRAFTED = {
     "a missing column": (_drop_column, r"lacks the tasks columns \['end_ns'\]"),
+    "a column name repeated": (_name_repeated, r"lacks the tasks columns \['hint_tick'\]|Multiple matches for "
+                                               r"FieldRef.Name\(hint_ns\)"),
     "metadata that is not JSON": (_meta(S.META_SPECS, b"{nope"), "is not valid JSON"),
     "anomalies that are not JSON": (_meta(S.META_ANOMALIES, b"\xff"), "is not valid JSON"),
     "a spec that is not a dict": (_meta(S.META_SPECS, b"[3]"), "not a valid spec"),

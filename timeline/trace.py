@@ -218,8 +218,8 @@ def table_checksum(tasks: pa.Table, metadata: dict) -> str:
     for key in sorted(k for k in metadata if k != S.META_CHECKSUM):
         for part in (key, metadata[key]):
             h.update(len(part).to_bytes(8, "little") + part)
-    for name in tasks.column_names:
-        col = tasks.column(name)
+    for i, name in enumerate(tasks.column_names):  # by position: a damaged file may repeat a name
+        col = tasks.column(i)
         h.update(f"{name}:{col.type}\0".encode())
         if pa.types.is_dictionary(col.type):
             col = pa.table({name: col}).unify_dictionaries().column(0)
