@@ -9,3 +9,11 @@ def alloc(spec, device="cuda"):
     from instrument.buffer import alloc as _alloc
 
     return _alloc(spec, device)
+
+
+def calibrate(device=None, rounds: int = 200):
+    """``device``'s clock against the host's CLOCK_MONOTONIC: a
+    ``timeline.clocks.Calibration`` (offset ± uncertainty; see ``instrument.clocksync``)."""
+    from instrument.clocksync import calibrate as _calibrate
+
+    return _calibrate(device, rounds)

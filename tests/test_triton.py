@@ -248,3 +248,22 @@ def test_the_demo_spec_carries_its_task_graph():
     assert sp.graph == S.Spec("x", sp.stages, graph=presets.triton_ffn()).graph
     norm, = sp.graph["norm"]
     assert (norm.stage, norm.count, norm.div, norm.mul) == ("up", 32, 4, 32)
+
+
+def test_the_clock_ping_pong_kernel_compiles_to_a_spin_a_read_and_a_release():
+    """instrument.clocksync's kernel for sm_90: a volatile spin on the host's word
+    (the loop not unrolled), and in the block after it %globaltimer, the time stored
+    and the round published by a system-scope release exchange, in that order (the
+    host reads the time only after the round)."""
+    import re
+
+    from instrument.clocksync import _pong
+
+    ptx = itl.compile_launch(_pong, torch.int64, torch.int64, 8, grid=(1,), num_warps=1).asm["ptx"]
+    body = [ln.strip() for ln in ptx.splitlines()
+            if re.search(r"ld\.volatile|%globaltimer|st\.global|atom\.", ln)]
+    kinds = ["spin" if "ld.volatile.global" in ln else "clock" if "%globaltimer" in ln
+             else "release" if "atom.global.sys.release.exch" in ln else "store" for ln in body]
+    assert sorted(kinds) == ["clock", "release", "spin", "spin", "store"], body  # not unrolled: one round's code
+    after_spin = kinds[kinds.index("clock"):]  # the block the spin exits to, in its own order
+    assert after_spin[:3] == ["clock", "store", "release"], body

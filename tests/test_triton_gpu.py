@@ -139,3 +139,14 @@ def test_slot_headers_name_each_launch_and_catch_a_reused_slot(ffn):
     again = buf.collect()
     print(f"slot headers: steps {got}; slot 0 reused: anomalies {again.anomaly_summary()}")
     assert again.anomaly_summary().get("slot_rewritten") == 1
+
+
+def test_two_calibrations_of_one_gpu_agree():
+    """instrument.calibrate: a sub-10 µs bound on this GPU's clock offset, and a second
+    calibration of the same clock agreeing with the first within both bounds."""
+    from instrument.clocksync import calibrate
+    from timeline import clocks as K
+
+    a, b = calibrate(rounds=200), calibrate(rounds=200)
+    assert a.rounds == 200 and a.uncertainty_ns < 10_000 and b.uncertainty_ns < 10_000
+    assert K.agree(a, b), (a, b)
