@@ -62,6 +62,8 @@ bench: setup-test
 	$(BIN)/python bench/viewer.py
 	$(BIN)/python bench/viewer_hostile.py
 	$(BIN)/python bench/isa_cost.py
+	$(BIN)/python bench/analysis.py
+	$(BIN)/python bench/cli.py
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache
