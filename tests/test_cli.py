@@ -214,8 +214,8 @@ def test_merge_matches_the_library_merge(tmp_path, capsys):
     traces = [collect(b, sp, synthetic=True) for sp, b in synth.synth_buffers(spec, grid=16, seed=2)]
     paths = [traces[r].save(tmp_path / f"r{r}.arrow") for r in (0, 1)]
     out = tmp_path / "m.arrow"
-    code, text, _ = run(["merge", *paths, "-o", out, "--align", "o"], capsys)
-    assert code == 0 and "aligned on o" in text
+    code, text, err = run(["merge", *paths, "-o", out, "--align", "o"], capsys)
+    assert code == 0 and "aligned on o" in text and "warning: ranks [0, 1] are aligned" in err
     got, want = load(out), merge(traces, align="o")
     assert got.ranks == [0, 1] and got.offsets == want.offsets and any(want.offsets.values())
     assert got.tasks.equals(want.tasks)

@@ -551,6 +551,11 @@ def test_merge_ranks_aligned_on_a_stage():
         by_rank.setdefault(r, []).append(h)
     assert min(by_rank[0]) == min(by_rank[1])
     assert m.ranks == [0, 1] and len(m.specs) == 2
+    # the clocks were not measured against each other: the merge says so
+    (note,) = m.notes
+    assert "ranks [0, 1] are aligned so that stage gemv:hint starts at one instant" in note and "assumed" in note
+    assert "each by its own first stamp" in merge([collect(a, sp0), collect(b, sp1)]).notes[0]
+    assert merge([collect(a, sp0)]).notes == ()
 
 
 def test_merge_refuses_other_builds():

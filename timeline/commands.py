@@ -365,6 +365,8 @@ def cmd_merge(args) -> int:
             traces.append(_load(p))
             bar.update()
     merged = merge(traces, align=args.align)
+    for note in merged.notes:
+        print(f"warning: {note}", file=sys.stderr)
     merged.save(out)
     print(f"wrote {out}: ranks {merged.ranks}, launches {merged.launches}, "
           f"{merged.tasks.num_rows} task rows" + (f", aligned on {args.align}" if args.align else ""))

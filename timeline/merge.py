@@ -104,4 +104,15 @@ def merge(traces, *, align: str | None = None) -> Trace:
                          "of one run (or convert each with windows=)") from None
     specs = [spec_of_rank[r] for r in sorted(spec_of_rank)]
     return Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
-                 synthetic=any(t.synthetic for t in traces))
+                 synthetic=any(t.synthetic for t in traces), notes=_uncalibrated(sorted(spec_of_rank), align))
+
+
+def _uncalibrated(ranks, align) -> tuple:
+    """The note a merge of several ranks carries: their clocks were not measured
+    against each other, so their skew is assumed (by ``align``), not observed."""
+    if len(ranks) < 2:
+        return ()
+    how = f"so that stage {align} starts at one instant on every rank" if align else "each by its own first stamp"
+    return (f"ranks {ranks} are aligned {how}, not by measured clocks: the skew between ranks is assumed, "
+            "not measured, and cross-rank order is not evidence (calibrate each rank's clock with "
+            "instrument.calibrate; a calibrated merge is not in this release)",)
