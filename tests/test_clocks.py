@@ -59,3 +59,68 @@ def test_bad_calibrations_are_refused():
         K.drift(a, a)
     with pytest.raises(K.ClockError, match="a calibration is"):
         K.Calibration.from_dict({"offset_ns": "x"})
+
+
+def _two_ranks(clock_of_rank, events, cal_of_rank=None):
+    """Two ranks' traces of stage x (task 0, CTA 0) at the given host ns, each read on
+    its own device clock ``host + clock_of_rank[r]`` (globaltimer ticks are ns)."""
+    from bufkit import empty, put
+    from timeline import collect
+    from timeline import schema as S
+
+    spec = S.Spec("tp", [("x", 1), ("y", 1)], world=2, clock=S.CLOCKS["globaltimer"])
+    out = []
+    for r in (0, 1):
+        sp = spec.replace(rank=r)
+        if cal_of_rank and cal_of_rank.get(r):
+            sp = K.with_calibrations(sp, cal_of_rank[r])
+        buf = empty(sp)
+        for stage, host in events[r]:
+            put(buf, sp, stage=stage, task=0, ticks=[h + clock_of_rank[r] for h in host], cta=0)
+        out.append(collect(buf, sp))
+    return out
+
+
+def test_a_calibrated_merge_keeps_the_skew_a_stage_alignment_erases():
+    """Rank 1 starts x 3 µs after rank 0 (host time); their device clocks differ by
+    ~5 ms. Calibrated: the merge shows the 3 µs within the stated bounds; aligned on
+    x it shows 0 — and says that is assumed."""
+    from timeline import merge
+
+    clock = {0: 10**12, 1: 10**12 + 5_000_123}
+    base = 10**9
+    events = {0: [("x", [base + i * 100 for i in range(5)]), ("y", [base + 10_000 + i * 100 for i in range(5)])],
+              1: [("x", [base + 3_000 + i * 100 for i in range(5)]),
+                  ("y", [base + 12_000 + i * 100 for i in range(5)])]}
+    cal = {r: [K.Calibration(clock[r] + (17 if r else -20), 50.0, base - 10**9, 100, f"gpu{r}"),
+               K.Calibration(clock[r] + (-9 if r else 30), 50.0, base + 10**9, 100, f"gpu{r}")] for r in (0, 1)}
+    m = merge(_two_ranks(clock, events, cal))
+
+    def x_start(t, r):
+        rows = [x for x in t.tasks.to_pylist() if x["rank"] == r and x["stage"] == "x"]
+        return rows[0]["start_ns"]
+
+    skew = x_start(m, 1) - x_start(m, 0)
+    (u0, u1) = (m.specs[r].extra["alignment"]["uncertainty_ns"] for r in (0, 1))
+    # the bound: the calibrations' 50 ns, widened by their drift's uncertainty over the 1 s to the nearer one
+    assert abs(skew - 3_000) <= u0 + u1 and 50 < u0 <= 100 and 50 < u1 <= 100 and m.notes == ()
+    assert m.specs[0].extra["alignment"]["by"] == "clocks"
+    staged = merge(_two_ranks(clock, events, cal), align="x:start")
+    assert x_start(staged, 1) - x_start(staged, 0) == 0  # the skew erased
+    assert staged.specs[0].extra["alignment"] == {"by": "stage x:start", "uncertainty_ns": None}
+    assert "assumed" in staged.notes[0]
+    half = merge(_two_ranks(clock, events, {0: cal[0]}))
+    assert "ranks [1] carry no clock calibration" in half.notes[0]
+    assert half.specs[1].extra["alignment"]["by"] == "first stamp"
+
+
+def test_calibrations_travel_in_the_trace_file(tmp_path):
+    from timeline import load, merge
+
+    clock = {0: 10**12, 1: 2 * 10**12}
+    events = {r: [("x", [10**9 + i for i in range(5)])] for r in (0, 1)}
+    cal = {r: [K.Calibration(clock[r], 40.0, 10**9, 10, f"gpu{r}")] for r in (0, 1)}
+    m = merge(_two_ranks(clock, events, cal))
+    back = load(m.save(tmp_path / "m.arrow"))
+    assert [K.calibrations_of(sp) for sp in back.specs] == [cal[0], cal[1]]
+    assert back.offsets == m.offsets and back.tasks.equals(m.tasks)

@@ -87,3 +87,42 @@ def agree(a: Calibration, b: Calibration) -> bool:
     """Whether two calibrations of the same clock (two processes, one GPU) agree: their
     offsets within the sum of their uncertainties."""
     return abs(a.offset_ns - b.offset_ns) <= a.uncertainty_ns + b.uncertainty_ns
+
+
+CALIBRATIONS = "calibrations"  # Spec.extra key: the rank's calibrations, as dicts, in host-time order
+
+
+def with_calibrations(spec, calibrations):
+    """``spec`` carrying ``calibrations`` (``Calibration``s of its rank's clock, e.g.
+    one before and one after the capture) in its ``extra``: stored in every trace file."""
+    cals = sorted((c if isinstance(c, Calibration) else Calibration.from_dict(c) for c in calibrations),
+                  key=lambda c: c.host_ns)
+    if not cals:
+        raise ClockError(f"rank {spec.rank}: give at least one calibration")
+    return spec.replace(extra={**spec.extra, CALIBRATIONS: [c.to_dict() for c in cals]})
+
+
+def calibrations_of(spec) -> list:
+    """The ``Calibration``s a spec carries (empty: its clock was not measured)."""
+    return [Calibration.from_dict(d) for d in spec.extra.get(CALIBRATIONS, [])]
+
+
+class Placement(NamedTuple):
+    """Where a rank's device clock sits on the host's: ``device ns - offset_ns`` is
+    host ns, within ``± uncertainty_ns`` (its calibrations' bound, widened by the
+    drift between them over the time from the nearer one)."""
+
+    offset_ns: float
+    uncertainty_ns: float
+
+
+def placement_at(cals, host_ns: int) -> Placement:
+    """The offset of a clock at host time ``host_ns`` from its calibrations: the one
+    calibration's, or interpolated (extrapolated) along the drift of the first and last."""
+    if len(cals) == 1:
+        return Placement(cals[0].offset_ns, cals[0].uncertainty_ns)
+    a, b = cals[0], cals[-1]
+    d = drift(a, b)
+    near = min(abs(host_ns - a.host_ns), abs(host_ns - b.host_ns))
+    offset = a.offset_ns + d.ppm * 1e-6 * (host_ns - a.host_ns)
+    return Placement(offset, max(a.uncertainty_ns, b.uncertainty_ns) + d.uncertainty_ppm * 1e-6 * near)

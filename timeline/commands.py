@@ -369,7 +369,8 @@ def cmd_merge(args) -> int:
         print(f"warning: {note}", file=sys.stderr)
     merged.save(out)
     print(f"wrote {out}: ranks {merged.ranks}, launches {merged.launches}, "
-          f"{merged.tasks.num_rows} task rows" + (f", aligned on {args.align}" if args.align else ""))
+          f"{merged.tasks.num_rows} task rows" + (f", aligned on {args.align}" if args.align else "")
+          + (", ranks aligned by their measured clocks" if len(merged.ranks) > 1 and not merged.notes else ""))
     return 0
 
 

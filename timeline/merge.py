@@ -2,12 +2,17 @@
 
 Each rank has its own clock. Traces of the same rank (launches captured in separate
 buffers) share that clock, so they are put on one axis exactly, from the raw ticks.
-Different ranks can only be aligned by an event they share: by default each rank's
-first stamp is its 0 (``align=None``); ``align="stage"`` or ``"stage:phase"``
-shifts every rank so that the earliest ``phase`` (default: the phase that ends the
-spec's declared wait for producers, ``spec.wait[1]``) of that stage coincides, which for an all-reduce stage is the
-moment the last rank's partial arrived, the same instant on every rank up to the
-mailbox latency.
+Different ranks: when every rank's spec carries calibrations of its clock against
+the host's (``timeline.clocks.with_calibrations``, measured by
+``instrument.calibrate``), each rank's origin is placed on the host clock and the
+skew between ranks is what was measured, within the uncertainty each rank's spec
+then states (``extra["alignment"]``). Otherwise the ranks can only be aligned by
+an assumption, and the merged trace carries a note saying so: by default each
+rank's first stamp is its 0 (``align=None``); ``align="stage"`` or
+``"stage:phase"`` shifts every rank so that the earliest ``phase`` (default: the
+phase that ends the spec's declared wait for producers, ``spec.wait[1]``) of that
+stage coincides, which for an all-reduce stage is the moment the last rank's
+partial arrived, the same instant on every rank up to the mailbox latency.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline import clocks as K
 from timeline import schema as S
 from timeline import rows as R
 from timeline.trace import Trace, retime
@@ -95,24 +101,59 @@ def merge(traces, *, align: str | None = None) -> Trace:
         origins[r] = int(allt.min()) if allt.size else 0
     try:
         tasks = retime(tasks, spec_of_rank, origins, {})
-        offsets = {}
+        offsets, by = {}, _by_clocks(spec_of_rank, origins) if not align else None
         if align:
             offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first)
+        elif by is not None:
+            offsets = {r: round(p.offset_ns) for r, p in by.items()}
+        if offsets:
             tasks = retime(tasks, spec_of_rank, origins, offsets)
     except S.SpanError as e:
         raise MergeError(f"cannot put these traces on one exact time axis: {e}; merge captures "
                          "of one run (or convert each with windows=)") from None
-    specs = [spec_of_rank[r] for r in sorted(spec_of_rank)]
+    ranks = sorted(spec_of_rank)
+    specs = [_aligned(spec_of_rank[r], align, by and by[r]) if len(ranks) > 1 else spec_of_rank[r] for r in ranks]
     return Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
-                 synthetic=any(t.synthetic for t in traces), notes=_uncalibrated(sorted(spec_of_rank), align))
+                 synthetic=any(t.synthetic for t in traces),
+                 notes=() if by is not None else _uncalibrated(ranks, align, spec_of_rank))
 
 
-def _uncalibrated(ranks, align) -> tuple:
-    """The note a merge of several ranks carries: their clocks were not measured
-    against each other, so their skew is assumed (by ``align``), not observed."""
+ALIGNMENT = "alignment"  # Spec.extra key of a merged rank: how it was put on the common axis
+
+
+def _by_clocks(spec_of_rank: dict, origins: dict):
+    """Each rank's offset (ns added to its own axis) and uncertainty when every rank's
+    clock was calibrated (``timeline.clocks``) and there are several: the rank's origin
+    placed on the host clock, the earliest at 0. None otherwise."""
+    cals = {r: K.calibrations_of(sp) for r, sp in spec_of_rank.items()}
+    if len(cals) < 2 or not all(cals.values()):
+        return None
+    host = {}
+    for r, c in cals.items():
+        device_ns = origins[r] * 10**9 // spec_of_rank[r].clock.hz  # the origin tick, exact
+        p = K.placement_at(c, device_ns - round(c[0].offset_ns))
+        host[r] = (device_ns - p.offset_ns, p.uncertainty_ns)
+    h0 = min(h for h, _ in host.values())
+    return {r: K.Placement(h - h0, u) for r, (h, u) in host.items()}
+
+
+def _aligned(spec: S.Spec, align, placed) -> S.Spec:
+    """A merged rank's spec saying how its clock was put on the common axis."""
+    if placed is not None:
+        how = {"by": "clocks", "uncertainty_ns": placed.uncertainty_ns}
+    else:
+        how = {"by": f"stage {align}" if align else "first stamp", "uncertainty_ns": None}
+    return spec.replace(extra={**spec.extra, ALIGNMENT: how})
+
+
+def _uncalibrated(ranks, align, spec_of_rank) -> tuple:
+    """The note a merge of several ranks carries when their clocks were not all
+    measured: their skew is assumed (by ``align``), not observed."""
     if len(ranks) < 2:
         return ()
     how = f"so that stage {align} starts at one instant on every rank" if align else "each by its own first stamp"
-    return (f"ranks {ranks} are aligned {how}, not by measured clocks: the skew between ranks is assumed, "
-            "not measured, and cross-rank order is not evidence (calibrate each rank's clock with "
-            "instrument.calibrate; a calibrated merge is not in this release)",)
+    missing = [r for r in ranks if not K.calibrations_of(spec_of_rank[r])]
+    why = f"ranks {missing} carry no clock calibration" if missing else "align= was asked for"
+    return (f"ranks {ranks} are aligned {how}, not by measured clocks ({why}): the skew between ranks is "
+            "assumed, not measured, and cross-rank order is not evidence (calibrate each rank with "
+            "instrument.calibrate and record it with timeline.clocks.with_calibrations)",)

@@ -224,7 +224,7 @@ def table_checksum(tasks: pa.Table, metadata: dict) -> str:
         if pa.types.is_dictionary(col.type):
             col = pa.table({name: col}).unify_dictionaries().column(0)
             if col.num_chunks:
-                h.update(json.dumps(col.chunk(0).dictionary.to_pylist()).encode())
+                h.update(json.dumps(col.chunk(0).dictionary.to_pylist(), default=repr).encode())  # repr: bytes of a damaged file
             chunks = [c.indices for c in col.chunks]
         else:
             chunks = col.chunks
