@@ -58,16 +58,16 @@ def main() -> int:
     lines = [f"instrument.calibrate on one GPU: best of {a.rounds} ping-pong rounds each "
              "(offset = device %globaltimer - host CLOCK_MONOTONIC)",
              "two processes at once, each its own 'rank' (one device clock: the offsets must agree)",
-             f"{'pair':>4} {'offset A ns':>16} {'± ns':>7} {'offset B ns':>16} {'± ns':>7} {'B - A ns':>9} "
+             f"{'pair':>4} {'offset A ns':>20} {'± ns':>7} {'offset B ns':>20} {'± ns':>7} {'B - A ns':>9} "
              f"{'agree':>6} {'goal <= 1 µs':>12}"]
     for i, (x, y) in enumerate(pairs):
         bound = x.uncertainty_ns + y.uncertainty_ns
-        lines.append(f"{i:>4} {x.offset_ns:>16.1f} {x.uncertainty_ns:>7.1f} {y.offset_ns:>16.1f} "
-                     f"{y.uncertainty_ns:>7.1f} {y.offset_ns - x.offset_ns:>9.1f} {str(K.agree(x, y)):>6} "
+        lines.append(f"{i:>4} {x.offset_ns:>20d} {x.uncertainty_ns:>7.1f} {y.offset_ns:>20d} "
+                     f"{y.uncertainty_ns:>7.1f} {y.offset_ns - x.offset_ns:>9d} {str(K.agree(x, y)):>6} "
                      f"{'met' if K.agree(x, y) and bound <= 1000 else 'NOT met':>12}")
     lines.append(f"drift over {d.seconds:.1f} s: {d.ppm:+.3f} ppm ± {d.uncertainty_ppm:.3f} "
-                 f"(offsets {before.offset_ns:.1f} ± {before.uncertainty_ns:.1f} -> "
-                 f"{after.offset_ns:.1f} ± {after.uncertainty_ns:.1f} ns)")
+                 f"(offsets {before.offset_ns} ± {before.uncertainty_ns:.1f} -> "
+                 f"{after.offset_ns} ± {after.uncertainty_ns:.1f} ns)")
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -27,7 +27,7 @@ class Calibration(NamedTuple):
     host time ``host_ns`` (CLOCK_MONOTONIC ns) from the best of ``rounds`` rounds;
     ``device`` names the clock (e.g. ``"cuda:0 %globaltimer"``)."""
 
-    offset_ns: float
+    offset_ns: int  # an int: device clocks read ~1.8e18 ns, past float64's exact integers
     uncertainty_ns: float
     host_ns: int
     rounds: int
@@ -39,7 +39,7 @@ class Calibration(NamedTuple):
     @classmethod
     def from_dict(cls, d) -> "Calibration":
         try:
-            return cls(float(d["offset_ns"]), float(d["uncertainty_ns"]), int(d["host_ns"]), int(d["rounds"]),
+            return cls(int(d["offset_ns"]), float(d["uncertainty_ns"]), int(d["host_ns"]), int(d["rounds"]),
                        str(d.get("device", "")))
         except (KeyError, TypeError, ValueError):
             raise ClockError(f"a calibration is {{offset_ns, uncertainty_ns, host_ns, rounds[, device]}}; got {d!r}") \
@@ -59,7 +59,7 @@ def estimate(sent, device, received, *, name: str = "") -> Calibration:
                          "times are not one monotonic clock")
     best = int(np.argmin(trip))
     mid2 = int(sent[best]) + int(received[best])  # twice the midpoint, exact in integers
-    return Calibration(int(device[best]) - mid2 / 2, int(trip[best]) / 2, mid2 // 2, int(sent.size), name)
+    return Calibration(int(device[best]) - mid2 // 2, int(trip[best]) / 2, mid2 // 2, int(sent.size), name)
 
 
 class Drift(NamedTuple):
@@ -112,7 +112,7 @@ class Placement(NamedTuple):
     host ns, within ``± uncertainty_ns`` (its calibrations' bound, widened by the
     drift between them over the time from the nearer one)."""
 
-    offset_ns: float
+    offset_ns: int
     uncertainty_ns: float
 
 
@@ -124,5 +124,5 @@ def placement_at(cals, host_ns: int) -> Placement:
     a, b = cals[0], cals[-1]
     d = drift(a, b)
     near = min(abs(host_ns - a.host_ns), abs(host_ns - b.host_ns))
-    offset = a.offset_ns + d.ppm * 1e-6 * (host_ns - a.host_ns)
+    offset = a.offset_ns + round(d.ppm * 1e-6 * (host_ns - a.host_ns))  # int: exact at 1e18
     return Placement(offset, max(a.uncertainty_ns, b.uncertainty_ns) + d.uncertainty_ppm * 1e-6 * near)

@@ -105,7 +105,7 @@ def merge(traces, *, align: str | None = None) -> Trace:
         if align:
             offsets = _align_offsets(tasks, sorted(spec_of_rank), align, first)
         elif by is not None:
-            offsets = {r: round(p.offset_ns) for r, p in by.items()}
+            offsets = {r: int(p.offset_ns) for r, p in by.items()}
         if offsets:
             tasks = retime(tasks, spec_of_rank, origins, offsets)
     except S.SpanError as e:
