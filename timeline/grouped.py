@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline import rows as R
 from timeline import schema as S
 
 _NULL = S.NS_MISSING
@@ -241,14 +242,13 @@ def _order_by_group_then(gid: np.ndarray, start: np.ndarray, end: np.ndarray) ->
 
 def stage_strings(spec, stage_index: np.ndarray) -> pa.Array:
     """Stage names (plain strings) of stage indices."""
-    names = pa.array(list(spec.stage_names), pa.string())
-    return pc.take(names, pa.array(np.asarray(stage_index, dtype=np.int64)))
+    return pc.take(R.strings(spec.stage_names), R.arrow(np.asarray(stage_index, dtype=np.int64)))
 
 
 def f64(values: np.ndarray) -> pa.Array:
     """float64 Arrow array, NaN as null."""
     values = np.asarray(values, dtype=np.float64)
-    return pa.array(values, mask=np.isnan(values))
+    return R.arrow(values, mask=np.isnan(values))
 
 
 def us(ns: np.ndarray, t0) -> np.ndarray:

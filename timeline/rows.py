@@ -75,7 +75,7 @@ def select(table: pa.Table, sel: Selection) -> pa.Table:
         c = table.column(col)
         if pa.types.is_dictionary(c.type):
             c = pc.cast(c, c.type.value_type)
-        m = pc.is_in(c, value_set=pa.array(vals, c.type))
+        m = pc.is_in(c, value_set=from_python(vals, c.type))
         mask = m if mask is None else pc.and_(mask, m)
     return table if mask is None else table.filter(mask)
 
