@@ -36,27 +36,28 @@ def _io(shape):
             torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16))
 
 
-def capture_all(ffn, shape, arch: str, delays, rounds: int, per_round: int) -> dict:
-    """A timeline-build trace per delay, ``rounds x per_round`` launches each, the
-    settings interleaved round by round (clock and thermal drift spread over all of
-    them alike) after a warm-up of every setting."""
+def capture_all(ffn, shape, arch: str, settings: dict, rounds: int, per_round: int) -> dict:
+    """A timeline-build trace per setting (``{name: delay ns}``), ``rounds x
+    per_round`` launches each, the settings interleaved round by round (clock and
+    thermal drift spread over all of them alike) after a warm-up of every setting."""
     import torch
 
     from instrument.buffer import alloc
     from instrument.demo import triton_mono as tm
 
-    bufs = {d: alloc(tm.spec(shape, launches=rounds * per_round, arch=arch, extra={"delay_ns": d})) for d in delays}
+    bufs = {k: alloc(tm.spec(shape, launches=rounds * per_round, arch=arch, extra={"delay_ns": d}))
+            for k, d in settings.items()}
     x, y = _io(shape)
     for _ in range(WARMUP):  # compile every DELAY, warm caches and clocks
-        for d in delays:
-            ffn.run(x, y, buffer=bufs[d], launch=0, delay_ns=d)
+        for k, d in settings.items():
+            ffn.run(x, y, buffer=bufs[k], launch=0, delay_ns=d)
     torch.cuda.synchronize()
     for b in bufs.values():
         b.reset()
     for r in range(rounds):
-        for d in delays:
+        for k, d in settings.items():
             for i in range(per_round):
-                ffn.run(x, y, buffer=bufs[d], launch=r * per_round + i, delay_ns=d)
+                ffn.run(x, y, buffer=bufs[k], launch=r * per_round + i, delay_ns=d)
     torch.cuda.synchronize()
     return {d: b.collect() for d, b in bufs.items()}
 
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
     shape, arch = tm.Shape(), itl.arch_of()
     ffn = tm.MonoFFN(shape, seed=0)
     rows = []
-    traces = capture_all(ffn, shape, arch, DELAYS_NS, a.rounds, PER_ROUND)
+    traces = capture_all(ffn, shape, arch, {**{d: d for d in DELAYS_NS}, "A/A": 0}, a.rounds, PER_ROUND)
     assert ffn.hangs() == 0, "a mailbox wait gave up"
     for d in (DELAYS_NS[0], DELAYS_NS[-1]):
         traces[d].save(a.out / f"h200_whatif_delay{d}.arrow")
@@ -196,14 +197,18 @@ def main(argv=None) -> int:
         meas = kernel_us(traces[d])
         pred = predicted_us(base, d)
         every = W.predict(base, measured_changes(base, traces[d]))
+        norm = W.predict(base, [c for c in measured_changes(base, traces[d]) if c.stage == "norm"])
         rows.append({"from": "+0", "delay_ns": d, "measured_us": meas, "predicted_us": pred,
                      "predicted_all_us": statistics.median(every.launches.column("predicted_us").to_pylist()),
+                     "predicted_norm_us": statistics.median(norm.launches.column("predicted_us").to_pylist()),
                      "measured_change_us": meas - meas0, "error_us": pred - meas,
                      "event_us": event_time_us(ffn, shape, d), "fidelity": W.fidelity(traces[d])._asdict()})
     back = predicted_us(slow, -DELAYS_NS[-1])
     every = W.predict(slow, measured_changes(slow, base))
+    norm = W.predict(slow, [c for c in measured_changes(slow, base) if c.stage == "norm"])
     rows.append({"from": f"+{DELAYS_NS[-1] // 1000}us", "delay_ns": 0, "measured_us": meas0, "predicted_us": back,
                  "predicted_all_us": statistics.median(every.launches.column("predicted_us").to_pylist()),
+                 "predicted_norm_us": statistics.median(norm.launches.column("predicted_us").to_pylist()),
                  "measured_change_us": meas0 - kernel_us(slow), "error_us": back - meas0, "event_us": None,
                  "fidelity": W.fidelity(slow)._asdict()})
     lines = [f"what-if replay vs the H200: Triton FFN demo {tuple(shape)[:9]}, {a.rounds * PER_ROUND} launches a "
@@ -211,10 +216,12 @@ def main(argv=None) -> int:
              "added to every norm task's compute",
              "kernel = first start to last end of a launch (median over launches); event = the normal build's "
              "CUDA-event time per launch; all-changes = the prediction fed every phase's measured median change "
-             "(not only the spin): the replay's own error, without the drift of the other phases",
+             "(not only the spin): the replay's own error, without the drift of the other phases; "
+             "norm-only = the prediction fed the norm stage's measured median phase changes (what the spin really "
+             "added to norm, as for the variants below)",
              f"{'from':>6} {'delay':>7} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} "
              f"{'err/change':>10} {'event':>8} {'fidelity (task, kernel ns)':>27}  goal (<= 10 % of change, <= 1 µs)"
-             f"  | all-changes: predicted error err/change"]
+             f"  | all-changes: predicted error err/change | norm-only: predicted error err/change"]
     for r in rows:
         change = r["measured_change_us"]
         rel = abs(r["error_us"]) / abs(change) if change else float("nan")
@@ -224,7 +231,13 @@ def main(argv=None) -> int:
                      f"{change:>+8.2f} {r['error_us']:>+7.2f} {rel:>10.1%} {ev:>8} "
                      f"{r['fidelity']['task_end_ns']:>13.0f} {r['fidelity']['kernel_end_ns']:>13.0f}  "
                      f"{'met' if ok else 'NOT met':>8}  | {r['predicted_all_us']:>9.2f} {r['predicted_all_us'] - r['measured_us']:>+6.2f}"
-                     f" {abs(r['predicted_all_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}")
+                     f" {abs(r['predicted_all_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}"
+                     f"  | {r['predicted_norm_us']:>9.2f} {r['predicted_norm_us'] - r['measured_us']:>+6.2f}"
+                     f" {abs(r['predicted_norm_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}")
+    aa = kernel_us(traces["A/A"]) - meas0
+    lines.append(f"A/A: a second +0 setting in the same rounds measured {aa:+.2f} µs against the first (predicted "
+                 f"+0.00): the run's noise floor for a measured change, {abs(aa) / 1.0:.0%} of a 1 µs change")
+    rows.append({"from": "A/A", "delay_ns": 0, "measured_change_us": aa})
     try:
         lines += variant_lines(capture_variants(shape, arch, a.rounds, PER_ROUND))
     except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal

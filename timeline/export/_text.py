@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 SPACE = 32
+BLOCK_BYTES = 1 << 18  # rows ``assemble`` fills at a time: a block this size stays in a core's cache
 
 
 def _group_table() -> np.ndarray:
@@ -110,7 +111,8 @@ def assemble(n: int, pieces) -> np.ndarray:
     """The ``(n, W)`` uint8 matrix of ``pieces`` side by side: a ``bytes`` piece is
     the same in every row, an array piece is ``(n, w)``. The constant bytes go in
     as one template row broadcast down the matrix, then each array piece is copied
-    into its columns."""
+    into its columns, a block of rows at a time (one pass a piece over the whole
+    matrix would fetch every row's cache line again for each narrow piece)."""
     widths = [len(p) if isinstance(p, bytes) else p.shape[1] for p in pieces]
     template = np.zeros(sum(widths), dtype=np.uint8)
     at = 0
@@ -119,10 +121,15 @@ def assemble(n: int, pieces) -> np.ndarray:
             template[at:at + w] = np.frombuffer(p, np.uint8)
         at += w
     out = np.empty((n, len(template)), dtype=np.uint8)
-    out[:] = template
-    at = 0
+    arrays, at = [], 0
     for p, w in zip(pieces, widths):
         if not isinstance(p, bytes):
-            out[:, at:at + w] = p
+            arrays.append((at, w, p))
         at += w
+    step = max(1, BLOCK_BYTES // max(len(template), 1))
+    for lo in range(0, n, step):  # a block of rows at a time stays in cache for all its pieces
+        block = out[lo:lo + step]
+        block[:] = template
+        for at, w, p in arrays:
+            block[:, at:at + w] = p[lo:lo + step]
     return out

@@ -98,8 +98,9 @@ def time_base(trace: Trace) -> int:
 
 def _metadata(trace: Trace, num: C.Numbering) -> list:
     """``ph: M`` text naming and ordering every process and thread that has rows, as
-    byte blocks, each line starting with its comma (one line per process or thread
-    and key: thousands, not millions, so plain string formatting)."""
+    byte blocks, each line starting with its comma: processes (a few) by string
+    formatting, threads (tens of thousands) assembled as fixed-width rows with their
+    names from a table of the distinct (CTA, wave) names."""
     pid, tid, rank, launch, cta, wave = C.threads(trace, num)
     lines = []
     for p in np.unique(pid).tolist():
@@ -107,10 +108,15 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
         name = _json(C.process_name(r, la, trace.synthetic))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n')
-    for p, t, c, w in zip(pid.tolist(), tid.tolist(), cta.tolist(), wave.tolist()):
-        name = _json(C.thread_name(c, w))
-        lines.append(f',{{"ph":"M","pid":{p},"tid":{t},"name":"thread_name","args":{{"name":{name}}}}}\n'
-                     f',{{"ph":"M","pid":{p},"tid":{t},"name":"thread_sort_index","args":{{"sort_index":{t}}}}}\n')
+    if len(tid):
+        code = cta * num.waves + wave  # one name a (CTA, wave): a lookup table of the distinct ones
+        names, inverse = np.unique(code, return_inverse=True)
+        table = strings([_json(C.thread_name(int(c) // num.waves, int(c) % num.waves)) for c in names.tolist()])
+        pt = [b',{"ph":"M","pid":', digits(pid), b',"tid":', digits(tid)]
+        threads = assemble(len(tid), pt + [b',"name":"thread_name","args":{"name":', table[inverse.reshape(-1)],
+                                           b'}}\n'] + pt + [b',"name":"thread_sort_index","args":{"sort_index":',
+                                                            digits(tid), b'}}\n'])
+        lines.append(threads.tobytes().decode())
     return ["".join(lines).encode()]
 
 

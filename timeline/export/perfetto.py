@@ -21,9 +21,10 @@ What the file holds (field numbers: ``protos/perfetto/trace/perfetto_trace.proto
 
 How it is written: not one protobuf object per event. Each chunk of task rows
 becomes, per packet kind, a byte matrix (one row a task) with a mask of the
-bytes in use: varints are laid out seven bits a column, sub-messages are built
-first so their lengths are known, and the masked bytes of the record matrix in
-row-major order are the chunk's serialized packets. The tests decode the file
+bytes in use: varints are laid out seven bits a column in one width a column (overlong where
+a value is narrow), sub-messages are built first so their lengths are known, and
+the record matrix in row-major order is the chunk's serialized packets (a mask
+drops the bytes of fields a row lacks, e.g. a missing phase interval). The tests decode the file
 with the ``perfetto`` package's compiled ``perfetto_trace.proto`` (protobuf's
 runtime), not with this code.
 """
@@ -86,24 +87,24 @@ def field_bytes(field: int, payload: bytes) -> bytes:
 
 # -- vectorized protobuf: n messages at once -----------------------------------------
 def varint_matrix(values) -> tuple:
-    """``(bytes, counts)``: the varint encoding of each uint64 (int64 taken as two's
-    complement) in the first ``counts[i]`` columns of row i of ``bytes`` ``(n, L)``."""
+    """``(bytes, width)``: each uint64 (int64 taken as two's complement) as a varint
+    of one ``width`` for every row, the widest value's: ``bytes`` ``(n, width)``.
+    Narrower values are written overlong (continuation bits over zero groups), which
+    protobuf parsers read as the same value (the varint rule: groups until a byte
+    without the top bit). Why: rows of one width need no per-byte mask to pack."""
     v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
     n = v.shape[0]
-    counts = np.ones(n, dtype=np.int64)
     top = int(v.max()) if n else 0
-    for k in range(1, 10):
-        if top < 1 << (7 * k):
-            break
-        counts += v >= np.uint64(1 << (7 * k))
-    L = int(counts.max()) if n else 1
-    out = np.empty((n, L), dtype=np.uint8)
-    for k in range(L):
+    width = 1
+    while width < 10 and top >= 1 << (7 * width):
+        width += 1
+    out = np.empty((n, width), dtype=np.uint8)
+    for k in range(width):
         byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        if k + 1 < L:
-            byte |= (counts > k + 1).astype(np.uint8) << 7
+        if k + 1 < width:
+            byte |= 0x80
         out[:, k] = byte
-    return out, counts
+    return out, width
 
 
 class Messages:
@@ -147,27 +148,70 @@ class Messages:
         return self._payload(field, sub.cols, present)
 
     def _payload(self, field: int, cols, present) -> "Messages":
-        self.raw(key(field, LEN), present)
-        lb, lc = varint_matrix(self.length(cols))
-        self.cols.append((lb, self._count(lc, present)))
+        size = self.length(cols)
+        if np.ndim(size) == 0:  # every row the same length: one constant tag + length
+            self.raw(key(field, LEN) + varint(int(size)), present)
+        else:
+            self.raw(key(field, LEN), present)
+            lb, lc = varint_matrix(size)
+            self.cols.append((lb, self._count(lc, present)))
         self.cols.extend((b, self._count(c, present)) for b, c in cols)
         return self
 
     def length(self, cols=None):
-        """Bytes of each row: an int64 array ``(n,)``."""
-        total = np.zeros(self.n, dtype=np.int64)
+        """Bytes of each row: an int (every row alike) or an int64 array ``(n,)``."""
+        total = 0
         for _, c in self.cols if cols is None else cols:
-            total += c
+            total = total + c
         return total
 
     def serialize(self) -> bytes:
-        """The messages' bytes, row after row."""
+        """The messages' bytes, row after row. Rows that use every byte of every
+        column (fixed-width varints: all but those missing a field) are the byte
+        matrix itself; only runs of shorter rows go through a byte mask."""
         if not self.cols:
             return b""
-        data = np.concatenate([b for b, _ in self.cols], axis=1)
-        mask = np.concatenate([np.arange(b.shape[1])[None, :] < np.broadcast_to(c, (self.n,))[:, None]
-                               for b, c in self.cols], axis=1)
-        return data[mask].tobytes()
+        cols = [(b[:, :c], c) if np.ndim(c) == 0 else (b, c) for b, c in self.cols]
+        data = _side_by_side(self.n, [b for b, _ in cols])
+        short = np.zeros(self.n, dtype=bool)
+        for b, c in cols:
+            if np.ndim(c):
+                short |= c < b.shape[1]
+        if not short.any():
+            return data.tobytes()
+        rows = np.flatnonzero(short)
+        mask = np.concatenate([np.arange(b.shape[1])[None, :] < (np.broadcast_to(c, (self.n,))[rows, None])
+                               for b, c in cols], axis=1)
+        packed, at = data[rows], 0
+        bounds = [0, *(np.flatnonzero(np.diff(short.view(np.int8))) + 1).tolist(), self.n]
+        parts = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if short[lo]:
+                parts.append(packed[at:at + hi - lo][mask[at:at + hi - lo]].tobytes())
+                at += hi - lo
+            else:
+                parts.append(data[lo:hi].tobytes())
+        return b"".join(parts)
+
+
+def _side_by_side(n: int, blocks) -> np.ndarray:
+    """The ``(n, W)`` matrix of byte ``blocks`` side by side. The broadcast ones (the
+    same bytes every row: tags, constant lengths) form one template row filled down
+    the matrix in one pass; only the others are copied column block by block."""
+    widths = [b.shape[1] for b in blocks]
+    template = np.zeros(sum(widths), dtype=np.uint8)
+    at, copies = 0, []
+    for b, w in zip(blocks, widths):
+        if b.strides[0] == 0:
+            template[at:at + w] = b[0] if n else 0
+        else:
+            copies.append((at, b))
+        at += w
+    out = np.empty((n, at), dtype=np.uint8)
+    out[:] = template
+    for at, b in copies:
+        out[:, at:at + b.shape[1]] = b
+    return out
 
 
 def packets(msgs: Messages) -> Messages:
