@@ -8,7 +8,9 @@ files, in one run (the machine is noisy: the ratio is the figure).
 The trace is SYNTHETIC (``timeline.synth``: GLM-5 stage list, 8 waves, grid 256),
 written to a scratch directory. Each measurement runs in a fresh process, so its
 peak RSS is its own; "cpu s" is that process's CPU time (one core), the rate
-column divides by it, "wall s" is for the record. The naive baselines:
+column divides by it, "wall s" is for the record. A last run makes the B/E text
+and throws it away (no file): the exporter's cost without the disk's. The naive
+baselines:
 
 - ``json.dump``: a list of dicts, one per event (ts/dur as float µs), dumped at once;
 - ``pb2 objects``: one ``perfetto_trace_pb2.TracePacket`` per slice begin/end, set
@@ -20,6 +22,7 @@ They run on the first ``--naive-max`` events' worth of task rows; rates compare.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
@@ -110,6 +113,13 @@ def naive_perfetto(trace, path) -> int:
     return n
 
 
+class _Discard(io.RawIOBase):
+    """A binary sink that keeps nothing: the exporter's own cost, without the disk's."""
+
+    def write(self, b):
+        return len(b)
+
+
 def one(mode: str, a) -> dict:
     from timeline.cli import tune_process
 
@@ -129,6 +139,11 @@ def one(mode: str, a) -> dict:
         from timeline.export import write_chrome
 
         n = write_chrome(trace, path, complete=False)
+    elif mode == "chrome_BE_nofile":
+        from timeline.export import write_chrome
+
+        n = write_chrome(trace, _Discard(), complete=False)
+        path = None
     elif mode == "perfetto":
         from timeline.export import write_perfetto
 
@@ -139,8 +154,9 @@ def one(mode: str, a) -> dict:
         n = naive_perfetto(trace, path)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    size = os.path.getsize(path)
-    os.remove(path)
+    size = os.path.getsize(path) if path else 0
+    if path:
+        os.remove(path)
     return {"mode": mode, "events": n, "tasks": trace.tasks.num_rows, "wall": wall, "cpu": cpu,
             "rate": n / cpu, "mb": size / 1e6, "peak_extra_mb": (rss1 - rss0) / 1024}
 
@@ -165,7 +181,7 @@ def main():
         return
     with tempfile.TemporaryDirectory() as d:
         res = {}
-        for mode in ("chrome_X", "chrome_BE", "perfetto", "naive_json", "naive_pb2"):
+        for mode in ("chrome_X", "chrome_BE", "chrome_BE_nofile", "perfetto", "naive_json", "naive_pb2"):
             cmd = [sys.executable, __file__, "--one", mode, "--dir", d, "--launches", str(a.launches),
                    "--world", str(a.world), "--grid", str(a.grid), "--waves", str(a.waves),
                    "--naive-max", str(a.naive_max)]
@@ -180,6 +196,9 @@ def main():
         print(f"{label:<28} {f['events']:>9} {f['cpu']:>7.2f} {f['wall']:>7.2f} {f['rate'] / 1e6:>7.2f} "
               f"{f['mb']:>7.0f} {f['peak_extra_mb']:>8.0f}   {slow_label:<12} {s['events']:>9} "
               f"{s['rate'] / 1e6:>7.2f} {s['mb']:>7.0f} {s['peak_extra_mb']:>8.0f} {f['rate'] / s['rate']:>7.1f}x")
+    nf = res["chrome_BE_nofile"]
+    print(f"Chrome JSON, B/E pairs, the text made and thrown away (no file): {nf['events']} events, {nf['cpu']:.2f} cpu s, "
+          f"{nf['rate'] / 1e6:.2f} Mev/s: the file's write is the rest of the row above")
     print("events: Chrome = trace events written (B/E counts each half); Perfetto = slices (a begin and an end each)")
 
 

@@ -89,13 +89,17 @@ def kernel_us(trace) -> float:
                              for la in sorted(set(m.launch.tolist())))
 
 
+def median_predicted_us(prediction) -> float:
+    """Median over launches of a ``whatif.predict`` result's kernel time (µs)."""
+    return statistics.median(prediction.launches.column("predicted_us").to_pylist())
+
+
 def predicted_us(trace, add_ns: int) -> float:
     """Median over launches of the replay's predicted kernel time with ``add_ns`` in
     every norm task's compute."""
     from timeline import whatif as W
 
-    p = W.predict(trace, [W.Change("norm", "compute", 1.0, float(add_ns))])
-    return statistics.median(p.launches.column("predicted_us").to_pylist())
+    return median_predicted_us(W.predict(trace, [W.Change("norm", "compute", 1.0, float(add_ns))]))
 
 
 def interval_medians(trace) -> dict:
@@ -118,6 +122,11 @@ def measured_changes(base, other) -> list:
     wait = "→".join(base.spec.wait)
     return [W.Change(st, ph.split("→")[1], 1.0, float(mo[(st, ph)] - v)) for (st, ph), v in mb.items()
             if ph != wait and (st, ph) in mo]
+
+
+def norm_only(changes) -> list:
+    """The ``whatif.Change``s of the norm stage (the one the spin and the variants change)."""
+    return [c for c in changes if c.stage == "norm"]
 
 
 VARIANTS = {"norm BF=128": {"BF": 128}, "norm BF=1024": {"BF": 1024}}  # norm reads its rows in chunks of BF
@@ -160,8 +169,7 @@ def variant_lines(traces: dict) -> list:
            "trace given the variant's measured norm phase changes (median per interval) only",
            f"{'variant':>14} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} {'err/change':>10}"]
     for name in VARIANTS:
-        changes = [c for c in measured_changes(base, traces[name]) if c.stage == "norm"]
-        pred = statistics.median(W.predict(base, changes).launches.column("predicted_us").to_pylist())
+        pred = median_predicted_us(W.predict(base, norm_only(measured_changes(base, traces[name]))))
         meas = kernel_us(traces[name])
         ch = meas - m0
         out.append(f"{name:>14} {meas:>9.2f} {pred:>10.2f} {ch:>+8.2f} {pred - meas:>+7.2f} "
@@ -196,19 +204,17 @@ def main(argv=None) -> int:
     for d in DELAYS_NS:
         meas = kernel_us(traces[d])
         pred = predicted_us(base, d)
-        every = W.predict(base, measured_changes(base, traces[d]))
-        norm = W.predict(base, [c for c in measured_changes(base, traces[d]) if c.stage == "norm"])
+        changes = measured_changes(base, traces[d])
         rows.append({"from": "+0", "delay_ns": d, "measured_us": meas, "predicted_us": pred,
-                     "predicted_all_us": statistics.median(every.launches.column("predicted_us").to_pylist()),
-                     "predicted_norm_us": statistics.median(norm.launches.column("predicted_us").to_pylist()),
+                     "predicted_all_us": median_predicted_us(W.predict(base, changes)),
+                     "predicted_norm_us": median_predicted_us(W.predict(base, norm_only(changes))),
                      "measured_change_us": meas - meas0, "error_us": pred - meas,
                      "event_us": event_time_us(ffn, shape, d), "fidelity": W.fidelity(traces[d])._asdict()})
     back = predicted_us(slow, -DELAYS_NS[-1])
-    every = W.predict(slow, measured_changes(slow, base))
-    norm = W.predict(slow, [c for c in measured_changes(slow, base) if c.stage == "norm"])
+    changes = measured_changes(slow, base)
     rows.append({"from": f"+{DELAYS_NS[-1] // 1000}us", "delay_ns": 0, "measured_us": meas0, "predicted_us": back,
-                 "predicted_all_us": statistics.median(every.launches.column("predicted_us").to_pylist()),
-                 "predicted_norm_us": statistics.median(norm.launches.column("predicted_us").to_pylist()),
+                 "predicted_all_us": median_predicted_us(W.predict(slow, changes)),
+                 "predicted_norm_us": median_predicted_us(W.predict(slow, norm_only(changes))),
                  "measured_change_us": meas0 - kernel_us(slow), "error_us": back - meas0, "event_us": None,
                  "fidelity": W.fidelity(slow)._asdict()})
     lines = [f"what-if replay vs the H200: Triton FFN demo {tuple(shape)[:9]}, {a.rounds * PER_ROUND} launches a "
@@ -236,7 +242,7 @@ def main(argv=None) -> int:
                      f" {abs(r['predicted_norm_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}")
     aa = kernel_us(traces["A/A"]) - meas0
     lines.append(f"A/A: a second +0 setting in the same rounds measured {aa:+.2f} µs against the first (predicted "
-                 f"+0.00): the run's noise floor for a measured change, {abs(aa) / 1.0:.0%} of a 1 µs change")
+                 f"+0.00): the run's noise floor for a measured change, {abs(aa):.0%} of a 1 µs change")
     rows.append({"from": "A/A", "delay_ns": 0, "measured_change_us": aa})
     try:
         lines += variant_lines(capture_variants(shape, arch, a.rounds, PER_ROUND))

@@ -21,7 +21,7 @@ from timeline import rows as R
 from timeline import schema as S
 from timeline.trace import Trace
 
-CHUNK_ROWS = 1 << 13  # task rows per streamed chunk: bounds memory; numpy ops large, a chunk's text near cache size
+CHUNK_ROWS = 1 << 13  # task rows per streamed chunk: bounds memory, keeps numpy ops large (bench/export.py)
 
 
 class ExportError(ValueError):

@@ -1,5 +1,5 @@
 """Fixed-width JSON text as uint8 matrices: the primitives the Chrome export builds
-its rows from. Numbers are right-aligned decimal digits (three a step, from lookup
+its rows from (``assemble`` lays the Perfetto export's byte columns out too). Numbers are right-aligned decimal digits (three a step, from lookup
 tables), µs written exactly from integer ns, strings from a padded lookup table,
 and ``assemble`` lays pieces side by side, one row per record. No per-value Python
 formatting: every function works on whole columns."""

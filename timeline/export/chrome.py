@@ -107,7 +107,8 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
         r, la = (p - 1) // num.launches, (p - 1) % num.launches
         name = _json(C.process_name(r, la, trace.synthetic))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
-                     f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n')
+                     f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n'
+                     .encode())
     if len(tid):
         code = cta * num.waves + wave  # one name a (CTA, wave): a lookup table of the distinct ones
         names, inverse = np.unique(code, return_inverse=True)
@@ -116,8 +117,8 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
         threads = assemble(len(tid), pt + [b',"name":"thread_name","args":{"name":', table[inverse.reshape(-1)],
                                            b'}}\n'] + pt + [b',"name":"thread_sort_index","args":{"sort_index":',
                                                             digits(tid), b'}}\n'])
-        lines.append(threads.tobytes().decode())
-    return ["".join(lines).encode()]
+        lines.append(threads.tobytes())
+    return [b"".join(lines)]
 
 
 class _Lines:

@@ -38,6 +38,7 @@ import numpy as np
 from timeline import rows as R
 from timeline import schema as S
 from timeline.export import _common as C
+from timeline.export._text import assemble
 from timeline.trace import Trace
 
 # TracePacket
@@ -169,10 +170,10 @@ class Messages:
         """The messages' bytes, row after row. Rows that use every byte of every
         column (fixed-width varints: all but those missing a field) are the byte
         matrix itself; only runs of shorter rows go through a byte mask."""
-        if not self.cols:
+        if not self.cols or not self.n:
             return b""
         cols = [(b[:, :c], c) if np.ndim(c) == 0 else (b, c) for b, c in self.cols]
-        data = _side_by_side(self.n, [b for b, _ in cols])
+        data = assemble(self.n, [b[0].tobytes() if b.strides[0] == 0 else b for b, _ in cols])  # broadcast: constant
         short = np.zeros(self.n, dtype=bool)
         for b, c in cols:
             if np.ndim(c):
@@ -192,26 +193,6 @@ class Messages:
             else:
                 parts.append(data[lo:hi].tobytes())
         return b"".join(parts)
-
-
-def _side_by_side(n: int, blocks) -> np.ndarray:
-    """The ``(n, W)`` matrix of byte ``blocks`` side by side. The broadcast ones (the
-    same bytes every row: tags, constant lengths) form one template row filled down
-    the matrix in one pass; only the others are copied column block by block."""
-    widths = [b.shape[1] for b in blocks]
-    template = np.zeros(sum(widths), dtype=np.uint8)
-    at, copies = 0, []
-    for b, w in zip(blocks, widths):
-        if b.strides[0] == 0:
-            template[at:at + w] = b[0] if n else 0
-        else:
-            copies.append((at, b))
-        at += w
-    out = np.empty((n, at), dtype=np.uint8)
-    out[:] = template
-    for at, b in copies:
-        out[:, at:at + b.shape[1]] = b
-    return out
 
 
 def packets(msgs: Messages) -> Messages:
