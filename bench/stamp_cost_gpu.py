@@ -7,9 +7,11 @@ small amount of real work: load a 1-element-per-thread fp32 tile (L2-resident),
 a dependent FMA chain on it (``--iters`` x 8 FMAs, about 1 us), store the tile to
 the task's own slot. Each task is stamped at the 5 phases of the mono kernels
 with ``instrument.triton.stamp`` (start, tile load issued, half the chain, the
-whole chain, tile stored) in three builds of the same kernel: ``TL=False``
+whole chain, tile stored) in five builds of the same kernel: ``TL=False``
 (normal build), lead-thread stamps (``waves=1``) and per-warp stamps
-(``waves=num_warps``), plus the normal build a second time (A/A: the noise floor).
+(``waves=num_warps``), both also as hybrid builds (``%clock64`` every stamp,
+``%globaltimer`` at the first and last), plus the normal build a second time (A/A:
+the noise floor).
 
 The launches of every (build, T) pair are interleaved round by round (order
 rotated), timed with CUDA events around a batch of launches; each round gives a
@@ -86,11 +88,17 @@ def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, 
 
 
 # -- host side -------------------------------------------------------------------------
-def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None):
+def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None, hybrid=False):
     """One stage ``work`` of ``grid x tasks_per_cta`` tasks (the largest T timed; a
-    launch with fewer tasks fills a prefix of the task rows)."""
+    launch with fewer tasks fills a prefix of the task rows); ``hybrid``: stamps on
+    ``%clock64``, ``%globaltimer`` anchors at the first and last phase."""
     return itl.spec("stamp_cost", [("work", grid * tasks_per_cta)], waves=waves, grid=grid, arch=arch,
-                    extra=dict(extra or {}))
+                    extra=dict(extra or {}), hybrid=hybrid)
+
+
+BUILDS = (  # name, waves (0: num_warps), stamped, hybrid
+    ("off", 1, False, False), ("lead", 1, True, False), ("warps", 0, True, False),
+    ("hlead", 1, True, True), ("hwarps", 0, True, True))
 
 
 def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
@@ -99,19 +107,19 @@ def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
 
 
 def compile_check(grid: int, tmax: int, iters: int) -> dict:
-    """Compile the three builds for sm_90 without a GPU; the facts a broken build
+    """Compile the builds for sm_90 without a GPU; the facts a broken build
     would change: timer reads per build (0 off, 5 on), the chain's FMAs present
     in loops of 8 in every build."""
     res = {}
     for nw in (4, 8):
-        for name, waves, on in (("off", 1, False), ("lead", 1, True), ("warps", nw, True)):
-            lay = spec(grid, tmax, waves=waves, arch="sm_90").layout
+        for name, waves, on, hybrid in BUILDS:
+            lay = spec(grid, tmax, waves=waves or nw, arch="sm_90", hybrid=hybrid).layout
             k = itl.compile_launch(work_kernel, torch.float32, torch.float32,
                                    torch.int64 if on else None, 0, tmax, iters, lay, on, nw * 32,
                                    grid=(grid,), num_warps=nw)
             ptx = k.asm["ptx"]
-            res[(nw, name)] = {"globaltimer": ptx.count("%globaltimer"), "fma": ptx.count("fma.rn.f32"),
-                               "st_global": ptx.count("st.global")}
+            res[(nw, name)] = {"globaltimer": ptx.count("%globaltimer"), "clock64": ptx.count("%clock64"),
+                               "fma": ptx.count("fma.rn.f32"), "st_global": ptx.count("st.global")}
     return res
 
 
@@ -130,10 +138,10 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
     g = torch.Generator(device="cuda").manual_seed(nw)
     inp = torch.rand(TILES * block, device="cuda", generator=g) * 0.01
     out = torch.empty(grid * tmax * block, device="cuda")
-    bufs = {"lead": alloc(spec(grid, tmax, waves=1, arch=arch)),
-            "warps": alloc(spec(grid, tmax, waves=nw, arch=arch))}
-    builds = {"off": (bufs["lead"], False), "lead": (bufs["lead"], True),
-              "warps": (bufs["warps"], True), "off2": (bufs["lead"], False)}
+    bufs = {name: alloc(spec(grid, tmax, waves=waves or nw, arch=arch, hybrid=hybrid))
+            for name, waves, on, hybrid in BUILDS if on}
+    builds = {"off": (bufs["lead"], False), **{name: (b, True) for name, b in bufs.items()},
+              "off2": (bufs["lead"], False)}
 
     def go(build, t):
         buf, on = builds[build]
@@ -141,7 +149,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
 
     # the decode check first: one launch of each stamped build at T = tmax into a clean buffer
     check = {}
-    for name in ("lead", "warps"):
+    for name in bufs:
         buf = bufs[name]
         go(name, tmax)  # compile
         buf.reset()
@@ -182,7 +190,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
 
     rows = []
     fits = {}
-    for name in ("lead", "warps", "off2"):
+    for name in (*bufs, "off2"):
         xs, ys = [], []
         for t in tasks:
             off, on = us[("off", t)], us[(name, t)]
@@ -218,15 +226,16 @@ def main(argv=None) -> int:
                          if torch.cuda.is_available() else 132)
     tmax = max(args.tasks)
 
-    say("== compile check (sm_90 PTX): %globaltimer reads, fma.rn.f32, st.global per build "
-        "(want 0 / 5 timer reads, FMAs in loops of 8)")
+    say("== compile check (sm_90 PTX): %globaltimer / %clock64 reads, fma.rn.f32, st.global per build "
+        "(want 0 / 5 timer reads, hybrid 5 counter reads and 2 timer reads, FMAs in loops of 8)")
     cc = compile_check(grid, tmax, args.iters)
     ok = True
     for (nw, name), v in cc.items():
-        want = 0 if name == "off" else PHASES_PER_TASK
+        want = {"off": (0, 0), "lead": (PHASES_PER_TASK, 0), "warps": (PHASES_PER_TASK, 0),
+                "hlead": (2, PHASES_PER_TASK), "hwarps": (2, PHASES_PER_TASK)}[name]
         # the chain is two loops of 8 FMAs in every build; the normal build's loops may
         # be unswitched (versioned on half > 0) into more copies of the same loops
-        good = v["globaltimer"] == want and v["fma"] % 8 == 0 and v["fma"] >= 16
+        good = (v["globaltimer"], v["clock64"]) == want and v["fma"] % 8 == 0 and v["fma"] >= 16
         ok &= good
         say(f"  {nw} warps {name:5s}: {v}  -> {'OK' if good else 'FAIL'}")
     if args.compile_only:
@@ -267,7 +276,8 @@ def main(argv=None) -> int:
     for m in results["by_warps"]:
         f = m["fits"]
         say(f"  {m['num_warps']} warps: lead {f['lead']['ns_per_stamp']:.2f} ns/stamp, per warp "
-            f"{f['warps']['ns_per_stamp']:.2f} ns/stamp, A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
+            f"{f['warps']['ns_per_stamp']:.2f} ns/stamp; hybrid lead {f['hlead']['ns_per_stamp']:.2f}, hybrid per "
+            f"warp {f['hwarps']['ns_per_stamp']:.2f} ns/stamp; A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
     say(f"  {'ALL OK' if ok else 'FAILED (see above)'}; {time.time() - t0:.0f} s")
     tag = env["gpu"].split()[-1].lower()
     args.out.mkdir(parents=True, exist_ok=True)

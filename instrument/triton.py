@@ -3,7 +3,9 @@
 A timeline build of a Triton kernel takes the stamp buffer (``instrument.alloc(spec)``,
 its ``.tensor``) as one pointer argument and a ``tl.constexpr`` switch; each phase
 of each task calls ``stamp(...)``, which reads ``%globaltimer`` (ns, 1 GHz) and
-stores it into the slot ``timeline.schema.word_offset`` names. The first phase's
+stores it into the slot ``timeline.schema.word_offset`` names. A hybrid build
+(``spec(..., hybrid=True)``) reads ``%clock64`` instead and, at the first and the
+last phase, also ``%globaltimer`` into the record's anchors (``timeline.hybrid``). The first phase's
 stamp also stores the placement word (CTA, warp, SM). With the switch off the
 helpers emit nothing: no timer read, no store, no use of the buffer argument (pass
 ``None`` for it), so a normal build is the kernel without instrumentation.
@@ -60,6 +62,7 @@ record_index = _device(S.record_index)
 word_offset = _device(S.word_offset, record_index=record_index)
 phase_col = _device(S.phase_col)
 placement_hi = _device(S.placement_hi, LAYOUT_VERSION=tl.constexpr(S.LAYOUT_VERSION))
+anchor_col = _device(S.anchor_col)
 in_slots = _device(S.in_slots)
 drop_counter_word = _device(S.drop_counter_word)
 slot_header_word = _device(S.slot_header_word)
@@ -84,6 +87,20 @@ def globaltimer_like(x):
     """``%globaltimer`` read by every thread that holds an element of ``x`` (a tensor
     of the shape wanted; its values are unused). For per-warp stamps."""
     return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def clock64():
+    """``%clock64``: this SM's 64-bit cycle counter (int64). Not pure: a fresh read."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def clock64_like(x):
+    """``%clock64`` read by every thread that holds an element of ``x``."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l,r", [x], dtype=tl.int64,
                                      is_pure=False, pack=1)
 
 
@@ -122,16 +139,39 @@ def placement_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wa
     return word_offset(LAYOUT, launch, STAGE, task, wave, _PLACEMENT_COL)
 
 
+@triton.jit
+def anchor_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave, K: tl.constexpr):
+    """Word offset of a hybrid record's anchor ``K`` (0: first stamp, 1: last)."""
+    return word_offset(LAYOUT, launch, STAGE, task, wave, anchor_col(LAYOUT, K))
+
+
 # -- stamps ----------------------------------------------------------------------------------
+@triton.jit
+def _anchor(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave, PHASE: tl.constexpr, mask):
+    """A hybrid build's global-clock anchor at the first and at the last phase (read
+    right after the cycle counter; nothing in a plain build or another phase)."""
+    if LAYOUT.anchors != 0:
+        if PHASE == 0:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, wave, 0), globaltimer(), mask=mask)
+        if PHASE == LAYOUT.phases - 1:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, wave, 1), globaltimer(), mask=mask)
+
+
 @triton.jit
 def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
     """Lead-thread stamp (``LAYOUT.waves == 1``): one timer read stored by one
     thread into (launch, STAGE, task, wave 0, PHASE); phase 0 also stores the
     placement word. Outside the stage's slots (``in_slots``) nothing is stored and
-    phase 0 adds 1 to the stage's drop counter instead. Returns the reading (int64)."""
+    phase 0 adds 1 to the stage's drop counter instead. Returns the reading (int64):
+    ``%globaltimer``, or in a hybrid build (``LAYOUT.anchors``) ``%clock64``, the
+    first and last phase then also storing a ``%globaltimer`` anchor."""
     ok = in_slots(LAYOUT, launch, STAGE, task)
-    t = globaltimer()
+    if LAYOUT.anchors != 0:
+        t = clock64()
+    else:
+        t = globaltimer()
     tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t, mask=ok)
+    _anchor(stamps, LAYOUT, launch, STAGE, task, 0, PHASE, ok)
     if PHASE == 0:
         place = placement_word(tl.program_id(0), 0, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place, mask=ok)
@@ -153,8 +193,18 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     warp = tid >> 5
     lead = (tid & 31) == 0
     ok = in_slots(LAYOUT, launch, STAGE, task)
-    t = globaltimer_like(lanes)
+    if LAYOUT.anchors != 0:
+        t = clock64_like(lanes)
+    else:
+        t = globaltimer_like(lanes)
     tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, PHASE), t, mask=lead & ok)
+    if LAYOUT.anchors != 0:
+        if PHASE == 0:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 0), globaltimer_like(lanes),
+                     mask=lead & ok)
+        if PHASE == LAYOUT.phases - 1:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 1), globaltimer_like(lanes),
+                     mask=lead & ok)
     if PHASE == 0:
         place = placement_word(tl.program_id(0), warp, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead & ok)
@@ -203,9 +253,10 @@ def arch_of(device=None) -> str:
 
 
 def spec(kernel: str, stages, *, phases=S.DEFAULT_PHASES, waves=1, launches=1, grid=0,
-         arch=DEFAULT_ARCH, rank=0, world=1, extra=None, graph=None) -> S.Spec:
+         arch=DEFAULT_ARCH, rank=0, world=1, extra=None, graph=None, hybrid=False) -> S.Spec:
     """A ``Spec`` for a Triton timeline build: clock ``globaltimer`` (1 GHz), NVIDIA
-    arch. ``waves`` is 1 (lead thread) or the kernel's ``num_warps`` (per warp)."""
+    arch. ``waves`` is 1 (lead thread) or the kernel's ``num_warps`` (per warp);
+    ``hybrid``: every stamp reads ``%clock64`` (``timeline.hybrid``)."""
     if S.vendor_of(arch) != "nvidia":
         raise S.SpecError(f"a Triton timeline build on NVIDIA needs an sm_XY arch; got {arch!r}")
     if waves > S.MAX_WAVE + 1:
@@ -213,7 +264,8 @@ def spec(kernel: str, stages, *, phases=S.DEFAULT_PHASES, waves=1, launches=1, g
     if grid > S.MAX_CTA + 1:
         raise S.SpecError(f"grid={grid}: the placement word holds CTA ids below {S.MAX_CTA + 1}")
     return S.Spec(kernel, stages, phases=phases, waves=waves, launches=launches, clock=CLOCK,
-                  arch=arch, rank=rank, world=world, grid=grid, extra=dict(extra or {}), graph=graph or {})
+                  arch=arch, rank=rank, world=world, grid=grid, extra=dict(extra or {}), graph=graph or {},
+                  cycles="clock64" if hybrid else "")
 
 
 def check_launch(spec_: S.Spec, num_warps: int) -> None:

@@ -215,7 +215,10 @@ def test_merge_matches_the_library_merge(tmp_path, capsys):
     paths = [traces[r].save(tmp_path / f"r{r}.arrow") for r in (0, 1)]
     out = tmp_path / "m.arrow"
     code, text, err = run(["merge", *paths, "-o", out, "--align", "o"], capsys)
-    assert code == 0 and "aligned on o" in text and "warning: ranks [0, 1] are aligned" in err
+    assert code == 0 and "rank 1: by stage o (ASSUMED: skew not measured)" in text
+    assert "warning: ranks [0, 1] are aligned" in err
+    info = run(["info", out], capsys)[1]
+    assert "aligned    rank 0: by stage o (ASSUMED" in info and "aligned    rank 1: by stage o" in info
     got, want = load(out), merge(traces, align="o")
     assert got.ranks == [0, 1] and got.offsets == want.offsets and any(want.offsets.values())
     assert got.tasks.equals(want.tasks)

@@ -62,14 +62,14 @@ def test_bad_calibrations_are_refused():
         K.Calibration.from_dict({"offset_ns": "x"})
 
 
-def _two_ranks(clock_of_rank, events, cal_of_rank=None):
+def _two_ranks(clock_of_rank, events, cal_of_rank=None, graph=None):
     """Two ranks' traces of stage x (task 0, CTA 0) at the given host ns, each read on
     its own device clock ``host + clock_of_rank[r]`` (globaltimer ticks are ns)."""
     from bufkit import empty, put
     from timeline import collect
     from timeline import schema as S
 
-    spec = S.Spec("tp", [("x", 1), ("y", 1)], world=2, clock=S.CLOCKS["globaltimer"])
+    spec = S.Spec("tp", [("x", 1), ("y", 1)], world=2, clock=S.CLOCKS["globaltimer"], graph=graph or {})
     out = []
     for r in (0, 1):
         sp = spec.replace(rank=r)
@@ -125,3 +125,61 @@ def test_calibrations_travel_in_the_trace_file(tmp_path):
     back = load(m.save(tmp_path / "m.arrow"))
     assert [K.calibrations_of(sp) for sp in back.specs] == [cal[0], cal[1]]
     assert back.offsets == m.offsets and back.tasks.equals(m.tasks)
+    assert K.alignment_of(back) == K.alignment_of(m)
+
+
+def test_the_cli_states_each_ranks_calibration_and_alignment(tmp_path, capsys):
+    from timeline.cli import main
+
+    clock = {0: 10**12, 1: 2 * 10**12}
+    events = {r: [("x", [10**9 + i for i in range(5)])] for r in (0, 1)}
+    cal = {0: [K.Calibration(clock[0], 40.0, 10**9, 10, "gpu0"), K.Calibration(clock[0] + 60, 30.0, 11 * 10**9, 10, "gpu0")],
+           1: [K.Calibration(clock[1], 70.0, 10**9, 10, "gpu1")]}
+    paths = [t.save(tmp_path / f"r{i}.arrow") for i, t in enumerate(_two_ranks(clock, events, cal))]
+    assert main([*map(str, ["merge", *paths, "-o", tmp_path / "m.arrow", "-q"])]) == 0
+    out = capsys.readouterr().out
+    assert "rank 1: by measured clocks, offset" in out and "± 70 ns" in out
+    assert main(["info", str(tmp_path / "m.arrow")]) == 0
+    info = capsys.readouterr().out
+    # rank 0: 60 ns gained over 10 s is +0.006 ppm, ± (40 + 30) ns / 10 s
+    assert "clock      rank 0: 2 calibration(s) against the host, best ± 30 ns, drift +0.006 ± 0.007 ppm" in info
+    assert "clock      rank 1: 1 calibration(s) against the host, best ± 70 ns" in info
+    assert "aligned    rank 0: by measured clocks" in info and "aligned    rank 1: by measured clocks" in info
+
+
+
+def test_cross_rank_causality_is_checked_against_the_alignment_uncertainty():
+    """y waits (start -> hint) for an all-reduce of x. In host time rank 1's x is ready
+    200 ns before either y's wait ends. A rank-1 calibration that places it e ns late
+    leaves a cross-rank violation exactly when e - 200 exceeds the two ranks' stated
+    uncertainty (50 + 50 ns). Rank 1 began x 3 µs before rank 0 began: a merge by first
+    stamps moves it 3 µs late and shows the violation too."""
+    from timeline import edges as E
+    from timeline import graph as G
+    from timeline import merge
+
+    clock = {0: 10**12, 1: 10**12 + 7_000_000}
+    b = 10**9
+    five = lambda t0: [t0 + 100 * k for k in range(5)]  # noqa: E731  start, hint, staged, compute, end
+    events = {0: [("x", five(b)), ("y", [b + 3000, b + 3500, b + 3600, b + 3700, b + 3800])],
+              1: [("x", [b - 3000, b - 2900, b - 2800, b + 3300, b + 3400]), ("y", [b + 3000 + 400, b + 3500, b + 3600, b + 3700, b + 3800])]}
+    graph = {"y": [G.allreduce("x")]}
+
+    def merged(error_ns):
+        cal = {0: [K.Calibration(clock[0], 50.0, b, 100, "gpu0")],
+               1: [K.Calibration(clock[1] - error_ns, 50.0, b, 100, "gpu1")]}
+        return merge(_two_ranks(clock, events, cal, graph))
+
+    def cross(t):
+        return t.anomaly_summary().get("cross_rank_causality", 0)
+
+    assert E.edges(merged(0)).violations.size == 0 and cross(merged(0)) == 0
+    assert cross(merged(290)) == 0  # 90 ns past ready: within the 100 ns the two ranks may be off
+    late = merged(310)
+    assert cross(late) == 1 and "causality" not in late.anomaly_summary()
+    row = [r for r in late.anomalies.to_pylist() if r["kind"] == "cross_rank_causality"]
+    assert [(r["rank"], r["stage"], r["count"]) for r in row] == [(0, "y", 1)]
+    assert [a.by for a in K.alignment_of(late)] == ["clocks", "clocks"]
+    assert [a.uncertainty_ns for a in K.alignment_of(late)] == [50.0, 50.0]
+    first = merge(_two_ranks(clock, events, None, graph))  # each rank's 0 is its first stamp
+    assert cross(first) >= 1 and not any(a.measured for a in K.alignment_of(first))

@@ -519,7 +519,7 @@ def test_metadata_holds_spec_anomalies_and_version(tmp_path):
     meta = pa.ipc.open_file(str(tmp_path / "t.arrow")).schema.metadata
     assert json.loads(meta[S.META_SPEC])["stages"] == [["norm", 2], ["gemv", 3], ["act", 1]]
     assert json.loads(meta[S.META_ANOMALIES])[0]["kind"] == "unwritten"
-    assert meta[S.META_LAYOUT] == b"2"
+    assert meta[S.META_LAYOUT] == b"3"  # layout 3: files of layout 2 (the bundled traces) still load
 
 
 # -- merge --------------------------------------------------------------------------------

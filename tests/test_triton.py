@@ -94,9 +94,9 @@ def test_device_arithmetic_decodes_with_the_collector():
 
 
 # -- PTX: a normal build has no timer read ------------------------------------------------
-def _demo_ptx(on: bool, waves: int) -> str:
+def _demo_ptx(on: bool, waves: int, hybrid: bool = False) -> str:
     s = tm.Shape()
-    sp = tm.spec(s, waves=waves, launches=4)
+    sp = tm.spec(s, waves=waves, launches=4, hybrid=hybrid)
     k = itl.compile_launch(
         tm.mono_ffn_kernel, *([torch.float16] * 6), torch.int64, torch.int32,
         torch.int64 if on else None, 3, 17, s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G,
@@ -106,7 +106,9 @@ def _demo_ptx(on: bool, waves: int) -> str:
 
 @pytest.fixture(scope="module")
 def demo_ptx():
-    return {(on, w): _demo_ptx(on, w) for on, w in ((False, 1), (True, 1), (True, 8))}
+    ptx = {(on, w): _demo_ptx(on, w) for on, w in ((False, 1), (True, 1), (True, 8))}
+    ptx.update({("hybrid", w): _demo_ptx(True, w, hybrid=True) for w in (1, 8)})
+    return ptx
 
 
 def test_normal_build_reads_no_timer(demo_ptx):
@@ -123,7 +125,7 @@ def test_timeline_build_reads_the_timer_once_per_stamp(demo_ptx, waves):
     read for the placement word (pure: the compiler may read it once), and the
     per-warp build reads %tid.x for the warp."""
     ptx = demo_ptx[(True, waves)]
-    assert ptx.count("%globaltimer") == 5 * len(tm.STAGES)
+    assert ptx.count("%globaltimer") == 5 * len(tm.STAGES) and "%clock64" not in ptx
     # one predicated drop-counter add per first-phase site and the slot header's write
     # count (the demo's own atomics are acq_rel / release); none at all in a normal build
     assert ptx.count("atom.global.gpu.relaxed.add.u64") == len(tm.STAGES) + 1
@@ -267,3 +269,13 @@ def test_the_clock_ping_pong_kernel_compiles_to_a_spin_a_read_and_a_release():
     assert sorted(kinds) == ["clock", "release", "spin", "spin", "store"], body  # not unrolled: one round's code
     after_spin = kinds[kinds.index("clock"):]  # the block the spin exits to, in its own order
     assert after_spin[:3] == ["clock", "store", "release"], body
+
+
+@pytest.mark.parametrize("waves", [1, 8])
+def test_a_hybrid_build_reads_the_cycle_counter_per_stamp_and_the_timer_twice_a_task(demo_ptx, waves):
+    """Hybrid: one %clock64 read per stamp site, %globaltimer only at the first and the
+    last phase of each stage's task (its two anchors), stored at the anchor columns."""
+    ptx = demo_ptx[("hybrid", waves)]
+    assert ptx.count("%clock64") == 5 * len(tm.STAGES)
+    assert ptx.count("%globaltimer") == 2 * len(tm.STAGES)
+    assert demo_ptx[(False, 1)].count("%clock64") == 0

@@ -50,6 +50,7 @@ def test_page_banners(state):
     small = VTR.select(state, "", None, False)
     assert small.key == {"name": "small.arrow"} and "SYNTHETIC" in component_text(small.banners)
     assert "anomalies" not in component_text(small.banners)
+    assert "ranks on one time axis: rank 0: by first stamp (ASSUMED: skew not measured)" in component_text(small.banners)
     bad = VTR.select(state, "?trace=anomalies.arrow", None, False)
     assert "This trace has" in component_text(bad.banners) and "missing_phase" in component_text(bad.banners)
     assert "no_placement" in component_text(bad.anomalies)

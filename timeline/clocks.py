@@ -126,3 +126,50 @@ def placement_at(cals, host_ns: int) -> Placement:
     near = min(abs(host_ns - a.host_ns), abs(host_ns - b.host_ns))
     offset = a.offset_ns + round(d.ppm * 1e-6 * (host_ns - a.host_ns))  # int: exact at 1e18
     return Placement(offset, max(a.uncertainty_ns, b.uncertainty_ns) + d.uncertainty_ppm * 1e-6 * near)
+
+
+# -- a merged trace's alignment -----------------------------------------------------
+ALIGNMENT = "alignment"  # Spec.extra key of a merged rank: how its clock was put on the common axis
+
+
+class Alignment(NamedTuple):
+    """How one rank of a trace sits on the common time axis: ``by`` ``"clocks"``
+    (measured: its ns are host time within ``± uncertainty_ns``), ``"stage S:P"`` or
+    ``"first stamp"`` (assumed: ``uncertainty_ns`` None, the skew is unknown), or
+    ``"own clock"`` (a one-rank trace: nothing to align); ``offset_ns`` is what the
+    merge added to the rank's own axis."""
+
+    rank: int
+    by: str
+    offset_ns: int
+    uncertainty_ns: float | None
+
+    @property
+    def measured(self) -> bool:
+        return self.uncertainty_ns is not None
+
+
+def alignment_of(trace) -> list:
+    """Every rank's ``Alignment``, in rank order, from the specs a merge stamped."""
+    out = []
+    for sp in sorted(trace.specs, key=lambda s: s.rank):
+        how = sp.extra.get(ALIGNMENT) or {"by": "own clock", "uncertainty_ns": None}
+        u = how.get("uncertainty_ns")
+        out.append(Alignment(sp.rank, str(how.get("by", "?")), int(trace.offsets.get(sp.rank, 0)),
+                             None if u is None else float(u)))
+    return out
+
+
+def uncertainty_by_rank(trace) -> dict:
+    """rank -> the ns by which its events may sit off the common axis (0 when
+    the rank was not aligned by measured clocks: nothing bounds its skew)."""
+    return {a.rank: (a.uncertainty_ns or 0.0) for a in alignment_of(trace)}
+
+
+def describe(a: Alignment) -> str:
+    """One line for a rank's alignment, as the CLI and the dashboard print it."""
+    if a.by == "own clock":
+        return f"rank {a.rank}: its own clock (not aligned to other ranks)"
+    if a.measured:
+        return f"rank {a.rank}: by measured clocks, offset {a.offset_ns:+,} ns, ± {a.uncertainty_ns:,.0f} ns"
+    return f"rank {a.rank}: by {a.by} (ASSUMED: skew not measured), offset {a.offset_ns:+,} ns"

@@ -9,7 +9,8 @@ exactly the spec's is refused, never guessed at. All work is columnar numpy over
 the whole buffer; there is no per-row Python loop.
 
 The steps: read the buffer and cut it into records and trailer by the layout
-(``timeline.intake``), then, each a function below, per record decide unwritten / impossible
+(``timeline.intake``), place a hybrid build's cycle counts on its clock
+(``_on_global_clock``), then, each a function below, per record decide unwritten / impossible
 / bad placement / outside the launch window (``_screen``), flag the rows kept
 (``_flag``), and build the tasks table (``_tasks_table``). One ``Anomalies``
 accumulator (``timeline.trailer``, with the checks of padding and trailer) collects
@@ -24,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from timeline import hybrid as H
 from timeline import rows as R
 from timeline import schema as S
 from timeline.intake import CollectError, _Cut, cut_buffer, read_buffer
@@ -137,7 +139,7 @@ def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
     ``windows``, or the largest cluster of the launch's ticks with no gap over
     ``gap_ms``. None when there is none."""
     lay = spec.layout
-    gap = max(1, int(gap_ms * 1e-3 * spec.clock.hz))
+    gap = max(1, int(gap_ms * 1e-3 * S.table_clock(spec).hz))
     per_launch = lay.rows * lay.waves
     outside = None
     for launch in range(lay.launches):
@@ -161,16 +163,21 @@ def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
     return outside
 
 
-def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, windows) -> np.ndarray:
-    """Which records become rows: written, no negative tick, a valid placement word
-    (or none), inside their launch's window. The rest are counted."""
+def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, windows, unplaced=None) -> np.ndarray:
+    """Which records become rows: written, placed on the clock (a hybrid build), no
+    negative tick, a valid placement word (or none), inside their launch's window.
+    The rest are counted."""
     has = rec.stamps > 0
     acc.per_stage("unwritten", ~has)
     keep = has.copy()
+    if unplaced is not None:
+        lost = has & unplaced
+        acc.per_stage("unanchored", lost, rec.stamps)
+        keep &= ~lost
     bad_tick = has & (rec.lo < 0)
     acc.per_stage("impossible_tick", bad_tick, rec.stamps)
     keep &= ~bad_tick
-    bad_place = keep & S.bad_placement(rec.place, spec.arch, spec.grid, cut.version)
+    bad_place = keep & S.bad_placement(rec.place, spec.arch, spec.grid, cut.versions)
     acc.per_stage("bad_placement", bad_place, rec.stamps)
     keep &= ~bad_place
     outside = _outside_windows(rec, keep, spec, gap_ms, windows)
@@ -178,6 +185,20 @@ def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, wind
         acc.per_stage("outside_window", outside, rec.stamps)
         keep &= ~outside
     return keep
+
+
+def _on_global_clock(rec: _Records, cut: _Cut, spec: S.Spec, launch_of, acc: Anomalies):
+    """A hybrid build's records with every cycle count placed on the global clock
+    (``timeline.hybrid``, in ``schema.table_clock`` ticks), and the records it could
+    not place; clock changes and stray anchors are counted per launch."""
+    lay, P, M = spec.layout, len(spec.phases), len(spec.marks)
+    first, last = (np.ascontiguousarray(cut.records[:, S.anchor_col(lay, k)]) for k in (0, 1))
+    got = H.place(rec.ticks + rec.marks, first, last, rec.place, launch_of, spec)
+    for kind, counts in (("clock_change", got.changes), ("anchor_outlier", got.outliers)):
+        for launch in np.flatnonzero(counts):
+            acc.add(kind, int(counts[launch]), launch=int(launch))
+    words = np.column_stack([rec.place] + got.columns)
+    return _columns(words, P, M), got.unplaced
 
 
 def _unstamped(spec: S.Spec) -> dict:
@@ -261,11 +282,12 @@ def _origin_and_span(rec: _Records, k, spec: S.Spec) -> int:
     if not lo.size:
         return 0
     origin, last = int(lo.min()), int(rec.hi[k].max())
-    limit = S.max_span_ticks(spec.clock)
+    clock = S.table_clock(spec)
+    limit = S.max_span_ticks(clock)
     if last - origin > limit:
         raise CollectError(
             f"stamp buffer of {spec.kernel!r} (rank {spec.rank}): its kept ticks span {last - origin} "
-            f"ticks ({origin} .. {last}), more than the {limit} ticks of {spec.clock.name} a trace holds "
+            f"ticks ({origin} .. {last}), more than the {limit} ticks of {clock.name} a trace holds "
             "exactly (2**53 ns); the buffer mixes ticks of unrelated runs or garbage: reset it before "
             "capturing, or pass windows=[(lo, hi), ...] per launch (CLI: --window-gap-ms)")
     return origin
@@ -310,13 +332,13 @@ def _tasks_table(rec: _Records, keep, flags, coords, spec: S.Spec, slots: Slots)
         unwritten = None if w.all() else ~w
         if unwritten is not None:
             ns[unwritten] = 0  # unwritten: null in the table, 0 for the arithmetic
-        cols[f"{p}_ns"] = R.arrow(S.ticks_to_ns(ns, spec.clock, inplace=True), mask=unwritten)
+        cols[f"{p}_ns"] = R.arrow(S.ticks_to_ns(ns, S.table_clock(spec), inplace=True), mask=unwritten)
     for j, p in enumerate(spec.phases):
         cols[f"{p}_tick"] = R.arrow(kt[j])
     km = [m[k] for m in rec.marks]
     for name, t in zip(spec.marks, km):  # a mark: its own time, or null; no order, no inheriting
         w = t != 0
-        ns = S.ticks_to_ns(np.where(w, t - origin, 0), spec.clock, inplace=True)
+        ns = S.ticks_to_ns(np.where(w, t - origin, 0), S.table_clock(spec), inplace=True)
         cols[f"{name}_ns"] = R.arrow(ns, mask=None if w.all() else ~w)
     for name, t in zip(spec.marks, km):
         cols[f"{name}_tick"] = R.arrow(t)
@@ -352,8 +374,10 @@ def collect(
     acc = Anomalies(spec, coords[0], coords[1])
     layout_anomalies(cut, spec, acc)
     slots = slot_identity(cut, spec, acc)
-    rec = _columns(cut.records, len(spec.phases), len(spec.marks))
-    keep = _screen(rec, cut, spec, acc, gap_ms, windows)
+    rec, unplaced = _columns(cut.records, len(spec.phases), len(spec.marks)), None
+    if spec.cycles:
+        rec, unplaced = _on_global_clock(rec, cut, spec, coords[0], acc)
+    keep = _screen(rec, cut, spec, acc, gap_ms, windows, unplaced)
     flags = _flag(rec, keep, spec, acc, coords[3])
     tasks, origin = _tasks_table(rec, keep, flags, coords, spec, slots)
     report = anomalies_table(acc.rows)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from timeline import clocks as K
 from timeline import compare as C
 from timeline import rows as R
 from timeline import schema as S
@@ -311,10 +312,31 @@ def info_dict(trace, path: Path) -> dict:
         "time": span,
         "origins": trace.origins,
         "offsets": trace.offsets,
+        "alignment": [a._asdict() for a in K.alignment_of(trace)],
+        "calibrations": {sp.rank: [c.to_dict() for c in K.calibrations_of(sp)] for sp in trace.specs},
         "anomalies": trace.anomalies.to_pylist(),
         "anomaly_totals": trace.anomaly_summary(),
         "buffer_bytes_per_rank": trace.spec.layout.nbytes,
     }
+
+
+def _clock_lines(trace) -> list:
+    """``timeline info``'s lines on the clocks: each rank's calibrations (or none) and,
+    in a trace of several ranks, how each was put on the common axis."""
+    lines = []
+    for sp in sorted(trace.specs, key=lambda s: s.rank):
+        cals = K.calibrations_of(sp)
+        if cals:
+            best = min(c.uncertainty_ns for c in cals)
+            tail = ""
+            if len(cals) > 1:
+                d = K.drift(cals[0], cals[-1])
+                tail = f", drift {d.ppm:+.3f} ± {d.uncertainty_ppm:.3f} ppm over {d.seconds:.1f} s"
+            lines.append(f"clock      rank {sp.rank}: {len(cals)} calibration(s) against the host, "
+                         f"best ± {best:,.0f} ns{tail}")
+    if len(trace.ranks) > 1:
+        lines += [f"aligned    {K.describe(a)}" for a in K.alignment_of(trace)]
+    return lines
 
 
 def cmd_info(args) -> int:
@@ -341,8 +363,8 @@ def cmd_info(args) -> int:
         print(f"           rank {r['rank']} launch {r['launch']}: {r['rows']:,} rows")
     if d["time"]:
         print(f"time       {d['time']['span_us']:.2f} µs from first to last stamp")
-    if d["offsets"]:
-        print(f"aligned    per-rank offsets (ns) {d['offsets']}")
+    for line in _clock_lines(trace):
+        print(line)
     if not d["anomalies"]:
         print("anomalies  none")
     else:
@@ -368,9 +390,13 @@ def cmd_merge(args) -> int:
     for note in merged.notes:
         print(f"warning: {note}", file=sys.stderr)
     merged.save(out)
-    print(f"wrote {out}: ranks {merged.ranks}, launches {merged.launches}, "
-          f"{merged.tasks.num_rows} task rows" + (f", aligned on {args.align}" if args.align else "")
-          + (", ranks aligned by their measured clocks" if len(merged.ranks) > 1 and not merged.notes else ""))
+    print(f"wrote {out}: ranks {merged.ranks}, launches {merged.launches}, {merged.tasks.num_rows} task rows")
+    for a in K.alignment_of(merged):
+        print(f"  {K.describe(a)}")
+    cross = merged.anomaly_summary().get("cross_rank_causality", 0)
+    if cross:
+        print(f"warning: {cross} cross-rank causality violation(s): a wait ended before another rank's producer "
+              "was ready, beyond the alignment uncertainty (`timeline info` lists them)", file=sys.stderr)
     return 0
 
 

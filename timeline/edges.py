@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from timeline import clocks as K
 from timeline import grouped as GR
 from timeline import rows as R
 from timeline.grouped import AnalysisError
@@ -62,7 +63,9 @@ class Graph(NamedTuple):
     """``edges``' answer: the merged tasks, every edge as parallel arrays (consumer and
     producer task indices, kind index into ``KINDS``, slack, gating), each task's
     gating edge (-1: none), the tasks whose wait ended before a producer was ready
-    (``violations``), and data edges whose producer has no row (``missing``)."""
+    (``violations``; ``cross_rank``: those with such a producer on another rank,
+    beyond the two ranks' alignment uncertainty), and data edges whose producer has
+    no row (``missing``)."""
 
     tasks: Tasks
     consumer: np.ndarray
@@ -73,6 +76,7 @@ class Graph(NamedTuple):
     gate: np.ndarray  # per task: its gating edge, -1 for none
     violations: np.ndarray  # task indices
     missing: int
+    cross_rank: np.ndarray = np.zeros(0, dtype=np.int64)  # the violations with a producer on another rank
 
 
 def merged_tasks(trace) -> Tasks:
@@ -207,10 +211,43 @@ def edges(trace) -> Graph:
     gating = np.zeros(cons.size, dtype=bool)
     gating[gate[gate >= 0]] = True
     slack[gating] = 0
-    worst_ready = np.full(m.n, R.MISSING, dtype=np.int64)
-    np.maximum.at(worst_ready, dc, m.ready[dp])
-    violations = np.flatnonzero(m.wait_end < worst_ready)
-    return Graph(m, cons, prod, kind, slack, gating, gate, violations, missing)
+    bad = m.wait_end[dc] < m.ready[dp] - _tolerance(trace, m, dc, dp)
+    cross = m.rank[dc] != m.rank[dp]
+    return Graph(m, cons, prod, kind, slack, gating, gate, np.unique(dc[bad]), missing, np.unique(dc[bad & cross]))
+
+
+def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
+    """Per data edge, the ns by which its consumer's wait may end before its producer's
+    ``ready`` and still be consistent: the two ranks' alignment uncertainties
+    (``timeline.clocks.uncertainty_by_rank``) where the edge crosses ranks, else 0
+    (one rank, one clock)."""
+    u = K.uncertainty_by_rank(trace)
+    per_rank = np.zeros(int(max(m.rank.max(), max(u, default=0))) + 1)
+    for r, v in u.items():
+        per_rank[r] = v
+    tol = np.ceil(per_rank[m.rank[dc]] + per_rank[m.rank[dp]]).astype(np.int64)
+    return np.where(m.rank[dc] != m.rank[dp], tol, 0)
+
+
+def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
+    """The causality violations as anomaly rows (``ANOMALIES_SCHEMA``), one per (rank,
+    launch, stage) of the consumers: ``cross_rank_causality`` where a producer on
+    another rank was ready after the wait ended (beyond the alignment uncertainty: the
+    rank clocks are placed wrong), ``causality`` for the rest (a wrong graph or wait)."""
+    from timeline import schema as S
+
+    g = g or edges(trace)
+    m, rows = g.tasks, []
+    cross = np.isin(g.violations, g.cross_rank)
+    for kind, which in (("causality", g.violations[~cross]), ("cross_rank_causality", g.violations[cross])):
+        if not which.size:
+            continue
+        gid, ng, (rank, launch, stage) = GR.group_ids(m.rank[which], m.launch[which], m.stage[which])
+        count = np.bincount(gid, minlength=ng)
+        names = trace.spec.stage_names
+        rows += [{"rank": int(r), "kind": kind, "launch": int(la), "stage": names[int(st)], "phase": None,
+                  "count": int(n), "stamps": 0} for r, la, st, n in zip(rank, launch, stage, count)]
+    return pa.Table.from_pylist(rows, schema=S.ANOMALIES_SCHEMA)
 
 
 def edges_table(trace, g: Graph | None = None) -> pa.Table:

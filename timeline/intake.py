@@ -85,12 +85,12 @@ def read_buffer(buffer) -> np.ndarray:
 
 class _Cut(NamedTuple):
     """A buffer cut by its layout: ``records`` ``(n, cols)``, the ``trailer`` (None
-    for a layout-1 buffer, which has none) and the layout version its placement
-    words must carry."""
+    for a layout-1 buffer, which has none) and the layout versions its placement
+    words may carry (a buffer of layout 2 is one of layout 3 without anchors)."""
 
     records: np.ndarray
     trailer: np.ndarray | None
-    version: int
+    versions: tuple
 
 
 def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
@@ -104,9 +104,10 @@ def cut_buffer(arr: np.ndarray, spec: S.Spec) -> _Cut:
     records' shape; a ``CollectError`` naming both shapes for anything else."""
     lay = spec.layout
     if arr.shape == (lay.words,):
-        return _Cut(arr[: lay.record_words].reshape(-1, lay.cols), arr[lay.record_words:], S.LAYOUT_VERSION)
-    if arr.shape in ((lay.record_words,), lay.shape):  # layout 1: records, no trailer
-        return _Cut(arr.reshape(-1, lay.cols), None, 1)
+        versions = (S.LAYOUT_VERSION,) if spec.cycles else (2, S.LAYOUT_VERSION)
+        return _Cut(arr[: lay.record_words].reshape(-1, lay.cols), arr[lay.record_words:], versions)
+    if arr.shape in ((lay.record_words,), lay.shape) and not spec.cycles:  # layout 1: records, no trailer
+        return _Cut(arr.reshape(-1, lay.cols), None, (1,))
     hint = ""
     if _looks_legacy(arr, spec):
         hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "

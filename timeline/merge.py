@@ -113,12 +113,25 @@ def merge(traces, *, align: str | None = None) -> Trace:
                          "of one run (or convert each with windows=)") from None
     ranks = sorted(spec_of_rank)
     specs = [_aligned(spec_of_rank[r], align, by and by[r]) if len(ranks) > 1 else spec_of_rank[r] for r in ranks]
-    return Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
-                 synthetic=any(t.synthetic for t in traces),
-                 notes=() if by is not None else _uncalibrated(ranks, align, spec_of_rank))
+    merged = Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
+                   synthetic=any(t.synthetic for t in traces),
+                   notes=() if by is not None else _uncalibrated(ranks, align, spec_of_rank))
+    return _with_causality(merged) if len(ranks) > 1 else merged
 
 
-ALIGNMENT = "alignment"  # Spec.extra key of a merged rank: how it was put on the common axis
+def _with_causality(trace: Trace) -> Trace:
+    """``trace`` with its causality violations (``timeline.edges``) counted among its
+    anomalies, when its spec declares a task graph and a wait: across ranks the
+    independent check of how the ranks were aligned."""
+    from timeline import edges as E
+
+    if not (trace.spec.graph and trace.spec.wait) or trace.tasks.num_rows == 0:
+        return trace
+    found = E.causality_anomalies(trace)
+    if not found.num_rows:
+        return trace
+    return Trace(trace.tasks, trace.specs, pa.concat_tables([trace.anomalies, found]), origins=trace.origins,
+                 offsets=trace.offsets, synthetic=trace.synthetic, notes=trace.notes)
 
 
 def _by_clocks(spec_of_rank: dict, origins: dict):
@@ -130,7 +143,7 @@ def _by_clocks(spec_of_rank: dict, origins: dict):
         return None
     host = {}
     for r, c in cals.items():
-        device_ns = origins[r] * 10**9 // spec_of_rank[r].clock.hz  # the origin tick, exact
+        device_ns = origins[r] * 10**9 // S.table_clock(spec_of_rank[r]).hz  # the origin tick, exact
         p = K.placement_at(c, device_ns - c[0].offset_ns)
         host[r] = (device_ns - p.offset_ns, p.uncertainty_ns)
     h0 = min(h for h, _ in host.values())
@@ -143,7 +156,7 @@ def _aligned(spec: S.Spec, align, placed) -> S.Spec:
         how = {"by": "clocks", "uncertainty_ns": placed.uncertainty_ns}
     else:
         how = {"by": f"stage {align}" if align else "first stamp", "uncertainty_ns": None}
-    return spec.replace(extra={**spec.extra, ALIGNMENT: how})
+    return spec.replace(extra={**spec.extra, K.ALIGNMENT: how})
 
 
 def _uncalibrated(ranks, align, spec_of_rank) -> tuple:

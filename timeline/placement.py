@@ -1,4 +1,4 @@
-"""The placement word of a stamp record (layout version 2): which CTA and wave wrote
+"""The placement word of a stamp record (layout versions 2 and 3): which CTA and wave wrote
 it and where on the hardware (AMD ``HW_ID`` / ``XCC_ID``, NVIDIA ``%smid``), packed
 by the device at the first stamp of a task, checked and unpacked by the collector.
 Part of the contract of ``timeline.schema``, which re-exports every name here."""
@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-LAYOUT_VERSION = 2  # the stamp-buffer layout this release writes; the placement word carries it
-READABLE_LAYOUTS = (1, 2)  # layout versions this release decodes
+LAYOUT_VERSION = 3  # the stamp-buffer layout this release writes; the placement word carries it
+READABLE_LAYOUTS = (1, 2, 3)  # layout versions this release decodes
 
 
 class Field(NamedTuple):
@@ -98,9 +98,9 @@ ARCH_LIMITS = {
 }
 
 
-def bad_placement(words: np.ndarray, arch: str, grid: int, version: int) -> np.ndarray:
-    """Where a written (nonzero) placement word cannot be this build's: another
-    layout ``version``, the reserved top bit set, a CTA at or past ``grid`` (when
+def bad_placement(words: np.ndarray, arch: str, grid: int, versions) -> np.ndarray:
+    """Where a written (nonzero) placement word cannot be this build's: a layout
+    version not in ``versions``, the reserved top bit set, a CTA at or past ``grid`` (when
     known, > 0), a wave, XCC or hardware word past what ``arch``'s vendor has
     (``ARCH_LIMITS``). The one validity check of the placement word."""
     lo, hi = _halves(words)
@@ -112,7 +112,8 @@ def bad_placement(words: np.ndarray, arch: str, grid: int, version: int) -> np.n
         return _bits(hi, f[name].lo, f[name].width, scratch=scratch) >= limit
 
     top = f["version"].lo  # the version and, above it, the reserved top bit (a negative int64 word)
-    bad = np.right_shift(hi, top, out=scratch) != version
+    v = np.right_shift(hi, top, out=scratch)
+    bad = ~np.isin(v, np.asarray(versions, dtype=np.uint32))
     bad |= past("wave", lim.waves)
     bad |= past("xcc", lim.xccs)
     if lim.hw_words < (1 << 32):

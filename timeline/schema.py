@@ -10,7 +10,7 @@ both backends (``instrument.flydsl``, ``instrument.triton``) call ``word_offset`
 them with numpy arrays, so a kernel and its decoder cannot disagree. Every function
 that a device helper calls uses only ``+ * << |`` on its arguments for that reason.
 
-Layout version 2 (docs/FORMAT.md has the picture):
+Layout version 3 (docs/FORMAT.md has the picture):
 
 - the buffer is int64: records of shape ``(launches, rows, waves, cols)``, then a
   trailer of one drop counter per stage (padded to even), zeroed before a launch;
@@ -23,10 +23,14 @@ Layout version 2 (docs/FORMAT.md has the picture):
   so 0 means "not written" there too;
 - a stamp whose (launch, task) lies outside its stage's slots is not stored: the
   device adds 1 to that stage's drop counter instead, so an undercounted stage is
-  a counted anomaly, never another stage's rows overwritten.
+  a counted anomaly, never another stage's rows overwritten;
+- a hybrid build (``Spec.cycles``) stamps the cycle counter in the phase and mark
+  columns and two anchor columns after them: the global clock at the task's first
+  and at its last stamp (``timeline.hybrid`` places the cycles on the clock).
 
-Layout version 1 (the previous release) is the records alone, no trailer; its
-buffers and trace files still decode.
+Layout version 2 is version 3 without hybrid builds (its placement words carry
+2); version 1 the records alone, no trailer. Their buffers and trace files still
+decode.
 """
 
 from __future__ import annotations
@@ -58,6 +62,12 @@ class Clock(NamedTuple):
 CLOCKS = {
     "memrealtime": Clock("memrealtime", 100_000_000),  # AMD s_memrealtime, 10 ns a tick
     "globaltimer": Clock("globaltimer", 1_000_000_000),  # NVIDIA %globaltimer, ns
+}
+
+
+CYCLE_COUNTERS = {  # the per-SM / per-CU cycle counters a hybrid build stamps (Spec.cycles)
+    "clock64": "NVIDIA %clock64: the SM's cycle counter",
+    "memtime": "AMD s_memtime: the shader clock's cycle counter",
 }
 
 
@@ -94,7 +104,9 @@ class Spec:
     clock; ``arch`` the target (``gfx942``, ``gfx950``, ``sm_90``, ...) which also
     says how the hardware part of the placement word decodes; ``rank`` / ``world``
     the tensor-parallel position of the GPU that wrote the buffer; ``graph`` the task
-    graph, ``{stage: [producer Rule, ...]}`` (``timeline.graph``; empty: not declared)."""
+    graph, ``{stage: [producer Rule, ...]}`` (``timeline.graph``; empty: not declared);
+    ``cycles`` makes it a hybrid build (``timeline.hybrid``): every stamp reads that
+    cycle counter, a task's first and last stamps also ``clock``."""
 
     kernel: str
     stages: tuple
@@ -111,6 +123,7 @@ class Spec:
     unstamped: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> phases it never stamps
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     graph: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> producer rules (timeline.graph)
+    cycles: str = ""  # hybrid build: the cycle counter every stamp reads (CYCLE_COUNTERS); "": the clock alone
 
     def __post_init__(self):
         stages = tuple((str(n), int(c)) for n, c in self.stages)
@@ -145,6 +158,10 @@ class Spec:
             raise SpecError(f"clock rate must be 1 .. {MAX_CLOCK_HZ} Hz; got {self.clock}")
         if not 0 <= self.grid <= MAX_CTA + 1:
             raise SpecError(f"grid must be 0 (unknown) .. {MAX_CTA + 1} CTAs; got {self.grid}")
+        object.__setattr__(self, "cycles", str(self.cycles or ""))
+        if self.cycles and (self.cycles not in CYCLE_COUNTERS or 1_000_000_000 % self.clock.hz):
+            raise SpecError(f"cycles={self.cycles!r}: a hybrid build reads one of {sorted(CYCLE_COUNTERS)} beside a "
+                            f"clock whose rate divides 1 GHz; got clock {self.clock}")
         object.__setattr__(self, "wait", _declared_wait(self.phases, self.wait))
         unstamped = {str(k): tuple(str(p) for p in v) for k, v in dict(self.unstamped).items()}
         bad = {k: v for k, v in unstamped.items() if k not in names or any(p not in self.phases[1:] for p in v)}
@@ -238,6 +255,7 @@ class Spec:
             "unstamped": {k: list(v) for k, v in self.unstamped.items()},
             "extra": dict(self.extra),
             **({"graph": graph_to_dict(self.graph)} if self.graph else {}),
+            **({"cycles": self.cycles} if self.cycles else {}),
         }
 
     def to_json(self) -> str:
@@ -252,7 +270,7 @@ class Spec:
                 f"{LAYOUT_VERSION}. Decode it with the mono-timeline release that wrote it."
             )
         known = {"kernel", "stages", "phases", "waves", "launches", "clock", "arch", "wait", "marks", "unstamped",
-                 "rank", "world", "grid", "extra", "graph"}
+                 "rank", "world", "grid", "extra", "graph", "cycles"}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     @classmethod
@@ -290,6 +308,9 @@ class Layout(NamedTuple):
     first: tuple  # first row of each stage, in stage order
     counts: tuple  # tasks of each stage, in stage order
     trailer: int  # words after the records: the drop counters
+    phases: int = 0  # phase columns (1 .. phases)
+    anchors: int = 0  # a hybrid build's first anchor column (global clock at the first stamp; +1: at the last); 0: none
+    used: int = 0  # columns the device writes (the rest is padding)
 
     @property
     def shape(self) -> tuple:
@@ -312,19 +333,36 @@ class Layout(NamedTuple):
 
 def layout_of(spec: Spec) -> Layout:
     """The buffer layout a spec implies: rows = all tasks of all stages, cols = one
-    placement word + one tick per phase + one per mark, rounded up to even (16-byte
-    records), and a trailer of one drop counter per stage and a slot header and
+    placement word + one tick per phase + one per mark (+ two anchors in a hybrid
+    build), rounded up to even (16-byte records), and a trailer of one drop counter per stage and a slot header and
     write count per launch slot, rounded up to even."""
     first, row = [], 0
     for _, count in spec.stages:
         first.append(row)
         row += count
-    cols = 1 + len(spec.phases) + len(spec.marks)
-    cols += cols % 2
+    used = 1 + len(spec.phases) + len(spec.marks)
+    anchors = used if spec.cycles else 0
+    used += 2 if spec.cycles else 0
     counts = tuple(c for _, c in spec.stages)
     trailer = len(counts) + 2 * spec.launches  # drop counters, then a (header, writes) pair per slot
     trailer += trailer % 2
-    return Layout(spec.launches, row, spec.waves, cols, tuple(first), counts, trailer)
+    return Layout(spec.launches, row, spec.waves, used + used % 2, tuple(first), counts, trailer,
+                  len(spec.phases), anchors, used)
+
+
+def anchor_col(layout: Layout, k):
+    """Column of a hybrid record's anchor ``k``: the global clock read at the task's
+    first stamp (0) and at its last (1), beside the cycle counts of its phases."""
+    return layout.anchors + k
+
+
+def table_clock(spec: Spec) -> Clock:
+    """The clock of a trace's ``*_tick`` columns: the spec's clock, or for a hybrid
+    build ns of it (``timeline.hybrid`` places each cycle count there, between the
+    clock's steps)."""
+    if not spec.cycles:
+        return spec.clock
+    return Clock(f"{spec.clock.name}+{spec.cycles}", 1_000_000_000)
 
 
 def phase_col(phase_index):

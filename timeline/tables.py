@@ -33,6 +33,11 @@ ANOMALY_KINDS = {
     "overflow": "nonzero words in padding columns or in the trailer's padding: the kernel wrote outside the layout",
     "slot_rewritten": "a launch slot's header was written more than once: the slot holds stamps of two launches (reset the buffer between captures, or give each launch its own slot)",
     "bad_slot_header": "a launch slot's header is not one the device helpers write (bad version, or a write count without a header); its step and layer are unknown",
+    "causality": "a task's wait ended before a producer (on its own rank) was ready: the task graph or the declared wait (Spec.wait) is wrong for this kernel",
+    "cross_rank_causality": "a task's wait ended before a producer on another rank was ready, by more than the two ranks' alignment uncertainty: the ranks' clocks are placed wrong (uncalibrated, or aligned by an assumption)",
+    "unanchored": "(hybrid builds) a record on an SM / CU where no task's stamps carry the global clock: its cycle counts cannot be placed in time; the row is dropped",
+    "clock_change": "(hybrid builds) an SM / CU whose cycle counter changed rate within the launch (a clock change): its stamps are placed on a line of several pieces; counted per SM / CU",
+    "anchor_outlier": "(hybrid builds) a global-clock anchor far off its SM's line (the task was descheduled between the two reads?): left out of the fit; counted per anchor",
     "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
 }
 

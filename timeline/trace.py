@@ -203,7 +203,7 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
         ns = np.zeros(tick.shape, dtype=np.int64)
         for r, sp in spec_of_rank.items():
             m = (rank == r) & (tick != 0)
-            ns[m] = S.ticks_to_ns(tick[m] - origins.get(r, 0), sp.clock) + offsets.get(r, 0)
+            ns[m] = S.ticks_to_ns(tick[m] - origins.get(r, 0), S.table_clock(sp)) + offsets.get(r, 0)
         name = f"{p}_ns"
         tasks = tasks.set_column(tasks.schema.get_field_index(name), name, R.arrow(ns, mask=tick == 0))
     return tasks

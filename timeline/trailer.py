@@ -45,7 +45,8 @@ class Anomalies:
 def layout_anomalies(cut: _Cut, spec: S.Spec, acc: Anomalies) -> None:
     """Writes outside the record fields: padding columns, the device's drop counters
     and the trailer's padding."""
-    lay, used = spec.layout, 1 + len(spec.phases) + len(spec.marks)
+    lay = spec.layout
+    used = lay.used
     if lay.cols > used:
         pad_nz = int(np.count_nonzero(cut.records[:, used:]))
         if pad_nz:

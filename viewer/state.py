@@ -12,6 +12,7 @@ from collections import OrderedDict
 
 import dash
 
+from timeline import clocks as K
 from viewer import figures as F
 from viewer import model as M
 from viewer.page import msg
@@ -108,6 +109,10 @@ class App:
                            "no XCC/SE/CU was read from the hardware", "info"))
         for note in tr.notes:
             out.append(msg(f"note: {note.replace(str(item.path), item.name)}", "info"))
+        if len(tr.ranks) > 1:
+            aligned = K.alignment_of(tr)
+            kind = "info" if all(a.measured for a in aligned) else "warning"
+            out.append(msg("ranks on one time axis: " + "; ".join(K.describe(a) for a in aligned), kind))
         summary = tr.anomaly_summary()
         if summary:
             parts = ", ".join(f"{k} ×{v}" for k, v in sorted(summary.items()))

@@ -71,3 +71,55 @@ def run(buffer, spins, *, launch=0, num_warps=4):
         spins = spins_tensor(spins, device=buffer.tensor.device)
     calib_kernel[(sp.grid,)](buffer.tensor, spins, buffer.launch_slot(launch), buffer.layout,
                              len(sp.stages), len(sp.phases), num_warps=num_warps)
+
+
+# -- the hybrid clock's truth test ------------------------------------------------------------
+HYBRID_SPIN_NS = (50, 100, 200, 500, 1_000, 10_000, 100_000)  # spins on %globaltimer
+HYBRID_SPIN_CYCLES = (100, 200, 500, 1_000, 2_000, 20_000, 200_000)  # spins on %clock64
+
+
+def hybrid_spec(grid: int, spins, unit: str, *, launches=1, arch=itl.DEFAULT_ARCH, extra=None):
+    """Spec of the hybrid calibration kernel: one stage ``spin_<n><unit>`` per spin
+    length, ``grid`` tasks each, stamps on ``%clock64`` (``unit``: "ns" spins on the
+    global clock, "cycles" on the cycle counter)."""
+    return itl.spec(f"triton_hybrid_calibration_{unit}", [(f"spin_{n}{unit}", grid) for n in spins],
+                    launches=launches, grid=grid, arch=arch, hybrid=True,
+                    extra={"spins": list(spins), "spin_unit": unit, **(extra or {})})
+
+
+@triton.jit
+def spin_cycles(target):
+    """Read ``%clock64`` until it reaches ``target``."""
+    now = itl.clock64()
+    while now < target:
+        now = itl.clock64()
+    return now
+
+
+@triton.jit(do_not_specialize=["launch"])
+def hybrid_calib_kernel(stamps, spins, launch, LAYOUT: tl.constexpr, STAGES: tl.constexpr,
+                        PHASES: tl.constexpr, CYCLES: tl.constexpr):
+    """Task ``bid`` of every stage s, a hybrid build: stamp phase 0, then for each
+    later phase spin ``spins[s]`` cycles past the previous stamp's ``%clock64``
+    (``CYCLES``) or ``spins[s]`` ns of ``%globaltimer`` from a read right after it,
+    and stamp the next phase."""
+    bid = tl.program_id(0)
+    for s in tl.static_range(STAGES):
+        n = tl.load(spins + s)
+        prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, 0)
+        for p in tl.static_range(1, PHASES):
+            if CYCLES:
+                spin_cycles(prev + n)
+            else:
+                spin_until(itl.globaltimer() + n)
+            prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, p)
+
+
+def run_hybrid(buffer, spins, *, launch=0, num_warps=4):
+    """Launch the hybrid calibration kernel into ``buffer``'s slot ``launch``."""
+    sp = buffer.spec
+    if not hasattr(spins, "data_ptr"):
+        spins = spins_tensor(spins, device=buffer.tensor.device)
+    hybrid_calib_kernel[(sp.grid,)](buffer.tensor, spins, buffer.launch_slot(launch), buffer.layout,
+                                    len(sp.stages), len(sp.phases), sp.extra["spin_unit"] == "cycles",
+                                    num_warps=num_warps)

@@ -41,12 +41,13 @@ EPS = 1e-6
 MAX_SPIN = 1 << 20  # acquire loads one wait may take (about a second) before it reports a hang
 
 
-def spec(shape: Shape = Shape(), *, waves=1, launches=1, arch=itl.DEFAULT_ARCH, extra=None):
+def spec(shape: Shape = Shape(), *, waves=1, launches=1, arch=itl.DEFAULT_ARCH, extra=None, hybrid=False):
     """The timeline spec of this kernel: stages up/norm/down with their task counts,
-    and its task graph (the mailboxes ``norm`` and ``down`` wait on)."""
+    and its task graph (the mailboxes ``norm`` and ``down`` wait on); ``hybrid``:
+    stamps on ``%clock64`` (``instrument.triton``)."""
     return itl.spec("triton_mono_ffn", list(zip(STAGES, task_counts(shape))), waves=waves,
                     launches=launches, grid=shape.G, arch=arch,
-                    extra={"shape": shape._asdict(), **(extra or {})}, graph=graph(shape))
+                    extra={"shape": shape._asdict(), **(extra or {})}, graph=graph(shape), hybrid=hybrid)
 
 
 def graph(shape: Shape = Shape()) -> dict:

@@ -1,0 +1,169 @@
+"""The hybrid clock (``timeline.hybrid`` through ``collect``): synthetic buffers whose
+cycle counters and global clock have known relations: rates and offsets per SM, a
+32 ns global step, a clock change, a stray anchor, an SM without anchors."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bufkit import empty
+from timeline import collect
+from timeline import schema as S
+
+EPOCH = 1_700_000_000_000_000_000  # %globaltimer reads ns since 1970: past float64's exact integers
+PHASES = S.DEFAULT_PHASES
+
+
+def hybrid_spec(tasks=64, **kw):
+    return S.Spec("hy", [("a", tasks), ("b", tasks)], clock=S.CLOCKS["globaltimer"], cycles="clock64",
+                  arch="sm_90", grid=132, **kw)
+
+
+def sm_cycles(t_ns, hz, offset, change=None):
+    """An SM's cycle count at true ns ``t_ns``: ``offset + t * hz``, the rate ``change``
+    = (at ns, new hz) from then on."""
+    t = np.asarray(t_ns, dtype=np.float64)
+    c = t * hz / 1e9
+    if change is not None:
+        at, hz2 = change
+        c = np.where(t < at, c, at * hz / 1e9 + (t - at) * hz2 / 1e9)
+    return (offset + np.floor(c)).astype(np.int64)
+
+
+def write(spec, truth, sms, *, step=32, change=None, stray=None, bare=()):
+    """A hybrid buffer of ``truth`` (``{(stage, task): 5 true ns}``), task k on SM
+    ``k % sms`` (rate 1.98 GHz + 10 MHz per SM, offsets 1e9 apart), anchors the
+    global clock (ns since ``EPOCH``) floored to ``step``. ``change``: (sm, at ns, hz)
+    a clock change; ``stray``: (stage, task) whose first anchor is read 5 µs late;
+    ``bare``: SMs whose anchors are never written."""
+    buf, lay = empty(spec), spec.layout
+    for k, ((stage, task), t) in enumerate(sorted(truth.items())):
+        sm = k % sms
+        hz, ch = 1.98e9 + 1e7 * sm, None
+        if change and change[0] == sm:
+            ch = change[1:]
+        s = spec.stage_index(stage)
+        base = S.word_offset(lay, 0, s, task, 0, 0)
+        buf[base] = S.pack_placement(task, 0, sm)
+        cyc = sm_cycles(t, hz, 10**9 * (sm + 1), ch)
+        for j in range(len(PHASES)):
+            buf[base + S.phase_col(j)] = cyc[j]
+        if sm in bare:
+            continue
+        g = EPOCH + (np.asarray(t, dtype=np.int64)[[0, -1]] // step) * step
+        if stray == (stage, task):
+            g[0] += 5000
+        buf[base + S.anchor_col(lay, 0)], buf[base + S.anchor_col(lay, 1)] = g
+    return buf
+
+
+def truth_of(n, seed, gap=0):
+    """``n`` tasks per stage over ~100 µs, phases 3 ns .. 2 µs apart (some 0 apart)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for stage in ("a", "b"):
+        for task in range(n):
+            t0 = int(rng.integers(1_000, 100_000)) + (100_000 if stage == "b" else 0)
+            d = rng.choice([0, 3, 17, 100, 2000], size=4)
+            out[(stage, task)] = [t0 + int(x) for x in np.cumsum(np.r_[0, d])]
+    return out
+
+
+def placed(trace):
+    """``{(stage, task): [ns of each phase since the trace origin]}``."""
+    rows = trace.tasks.to_pylist()
+    return {(r["stage"], r["task"]): [r[f"{p}_ns"] for p in PHASES] for r in rows}
+
+
+def check(trace, truth, tol_ns, interval_ns=2):
+    """Every phase of every task where the truth puts it (up to one shift: the origin),
+    within ``tol_ns``; every interval within ``interval_ns``."""
+    got = placed(trace)
+    assert set(got) == set(truth)
+    shift = np.median([got[k][0] - truth[k][0] for k in truth])
+    err = max(abs(g - (t + shift)) for k in truth for g, t in zip(got[k], truth[k]))
+    ierr = max(abs((g1 - g0) - (t1 - t0)) for k in truth
+               for g0, g1, t0, t1 in zip(got[k], got[k][1:], truth[k], truth[k][1:]))
+    assert err <= tol_ns and ierr <= interval_ns, (err, ierr)
+    return err
+
+
+def test_hybrid_stamps_land_within_a_ns_of_the_truth_on_a_32ns_clock():
+    spec = hybrid_spec()
+    truth = truth_of(64, seed=1)
+    trace = collect(write(spec, truth, sms=4), spec)
+    assert trace.anomaly_count == 0
+    # across SMs: each SM's line rests on its 64 anchors' 32 ns steps (~1 ns each); within a task: a ns
+    check(trace, truth, tol_ns=4)
+    # the same phases on the global clock alone would be 32 ns steps: 3 ns and 17 ns phases decode to 0 or 32
+    iv = trace.intervals.to_pylist()
+    assert {r["duration_ns"] for r in iv} >= {3, 17, 100}
+    assert S.table_clock(spec) == S.Clock("globaltimer+clock64", 10**9)
+
+
+def test_a_clock_change_is_split_and_counted():
+    spec = hybrid_spec()
+    truth = truth_of(64, seed=2)
+    trace = collect(write(spec, truth, sms=2, change=(1, 100_000, 1.4e9)), spec)
+    assert trace.anomaly_summary() == {"clock_change": 1}
+    # each piece rests on ~64 anchors of 32 ns steps: its ends are off by a few ns (2 sigma here)
+    check(trace, truth, tol_ns=6, interval_ns=6)
+
+
+def test_a_stray_anchor_is_left_out_of_the_fit():
+    spec = hybrid_spec()
+    truth = truth_of(64, seed=3)
+    trace = collect(write(spec, truth, sms=2, stray=("a", 5)), spec)
+    assert trace.anomaly_summary() == {"anchor_outlier": 1}
+    check(trace, truth, tol_ns=4)
+
+
+def test_an_sm_without_anchors_is_dropped_and_counted():
+    spec = hybrid_spec(tasks=8)
+    truth = truth_of(8, seed=4)
+    trace = collect(write(spec, truth, sms=2, bare=(1,)), spec)
+    rows = [r for r in trace.anomalies.to_pylist() if r["kind"] == "unanchored"]
+    assert sum(r["count"] for r in rows) == 8 and sum(r["stamps"] for r in rows) == 8 * 5
+    assert trace.tasks.num_rows == 8 and set(trace.tasks.column("sm").to_pylist()) == {0}
+
+
+def test_one_anchored_task_on_an_sm_borrows_the_launchs_rate():
+    spec = hybrid_spec(tasks=33)
+    truth = truth_of(33, seed=5)
+    trace = collect(write(spec, truth, sms=33), spec)  # each SM: two tasks, 4 anchors; SM 32: ... still 2 tasks
+    assert trace.anomaly_count == 0
+    check(trace, truth, tol_ns=40)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), sms=st.integers(1, 6), step=st.sampled_from([1, 10, 32, 1000]))
+def test_hybrid_placement_property(seed, sms, step):
+    """Any rates and offsets, any global step up to 1 µs: across SMs within the error
+    of a line through each SM's anchors (steps of ``step``: 6 / sqrt(anchors) of a
+    step, beyond 5 sigma), inside a task ~1 ns."""
+    spec = hybrid_spec(tasks=48)
+    truth = truth_of(48, seed=seed)
+    trace = collect(write(spec, truth, sms=sms, step=step), spec)
+    assert trace.anomaly_count == 0
+    anchors = 2 * 96 // sms
+    check(trace, truth, tol_ns=3 + step * 6 / anchors ** 0.5, interval_ns=3 + step // 200)
+
+
+def test_layout_versions():
+    """A hybrid record has two anchor columns; a layout-2 buffer (placement words
+    carrying 2) of a plain spec still decodes; a hybrid spec refuses it."""
+    hy, plain = hybrid_spec(), S.Spec("p", [("a", 2)], clock="globaltimer", arch="sm_90")
+    assert (hy.layout.anchors, hy.layout.used, hy.layout.cols) == (6, 8, 8)
+    assert (plain.layout.anchors, plain.layout.used, plain.layout.cols) == (0, 6, 6)
+    assert S.Spec.from_json(hy.to_json()).cycles == "clock64" and "cycles" not in plain.to_dict()
+    buf = empty(plain)
+    v2 = (((2 << 28) | (1 << 10)) << 32) | 7
+    buf[0], buf[1:6] = v2, [10, 20, 30, 40, 50]
+    t = collect(buf, plain)
+    assert t.anomaly_summary() == {"unwritten": 1} and t.tasks.column("cta").to_pylist() == [1]
+    hbuf = empty(hy)
+    hbuf[0], hbuf[1:6], hbuf[6:8] = v2, [10, 20, 30, 40, 50], [EPOCH, EPOCH + 40]
+    assert collect(hbuf, hy).anomaly_summary()["bad_placement"] == 1
+    with pytest.raises(S.SpecError, match="a hybrid build reads one of"):
+        S.Spec("x", [("a", 1)], cycles="tsc")
