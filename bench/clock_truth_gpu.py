@@ -77,9 +77,19 @@ def spins(unit: str, values, grid: int, arch: str, env: dict) -> dict:
             row["max_minus_n"] = int(x.max()) - n
             say(f"  {n:8d} {x.size:9d} {x.min():8d} {np.median(x):8.0f} {x.max():8d} {row['max_minus_n']:6d}")
         else:
-            row["mhz"] = n * 1e3 / float(np.median(x))
+            row["mhz"] = n * 1e3 / float(np.median(x)) if np.median(x) > 0 else float("nan")
             say(f"  {n:8d} {x.size:9d} {x.min():8d} {np.median(x):8.1f} {x.max():8d} {row['mhz']:12.1f}")
         rows.append(row)
+    if unit == "cycles":  # the reference: K / f + c0, c0 the back-to-back interval, f from the longest spin
+        c0 = rows[0]["median"]
+        f = values[-1] / (rows[-1]["median"] - c0)  # cycles per ns
+        say(f"  reference K / f + c0: c0 = {c0:.1f} ns (K = 0: two stamps back to back), f = {f * 1e3:.1f} MHz "
+            f"(from K = {values[-1]})")
+        for n, name, row in zip(values, sp.stage_names, rows):
+            err = d[name] - (n / f + c0)
+            row["ref_err_max_ns"] = float(np.abs(err).max())
+            row["ref_err_median_ns"] = float(np.median(err))
+            say(f"  K {n:8d}: decoded - reference median {np.median(err):+6.1f} ns, worst |.| {np.abs(err).max():6.1f} ns")
     return {"unit": unit, "anomalies": trace.anomaly_summary(), "rows": rows}
 
 
@@ -112,11 +122,39 @@ def demo(arch: str, env: dict, out: Path, launches: int = 8) -> dict:
             f"{res[name]['median_start_hint_ns']:.0f} ns (min {res[name]['min_start_hint_ns']}), anomalies "
             f"{trace.anomaly_summary() or 'none'}, hangs {ffn.hangs()}")
         if hybrid:
+            raw = buf.tensor.cpu().numpy()
+            np.savez_compressed(out / "h200_hybrid_buffer.npz", buffer=raw, spec=np.array(buf.spec.to_json()))
+            res[name].update(_anchor_check(trace, raw, buf.spec))
             path = out / "h200_mono_hybrid.arrow"
             trace.save(path)
             res[name]["file"] = path.name
             res[name]["bytes"] = path.stat().st_size
     return res
+
+
+def _anchor_check(trace, raw, spec) -> dict:
+    """A hybrid trace against its own anchors: each task's first and last stamp as
+    placed minus the global clock read there (within two steps by construction), and
+    the SM clock each task ran at (cycles over global ns of its two anchors, tasks
+    of at least 2 µs), its spread being what the clock_change count reports."""
+    from timeline import schema as S
+
+    lay = spec.layout
+    rec = raw[: lay.record_words].reshape(-1, lay.cols)
+    rec = rec[rec[:, 0] != 0]
+    t = trace.tasks
+    first, last = (np.asarray(t.column(f"{p}_tick")) for p in (spec.phases[0], spec.phases[-1]))
+    g0, g1 = rec[:, S.anchor_col(lay, 0)], rec[:, S.anchor_col(lay, 1)]
+    dc = (rec[:, S.phase_col(len(spec.phases) - 1)] - rec[:, S.phase_col(0)]).astype(np.float64)
+    dg = (g1 - g0).astype(np.float64)
+    mhz = dc[dg >= 2000] / dg[dg >= 2000] * 1e3
+    out = {"first_minus_anchor_ns": [int((first - g0).min()), int((first - g0).max())],
+           "last_minus_anchor_ns": [int((last - g1).min()), int((last - g1).max())],
+           "task_mhz_p1_p50_p99": [float(np.percentile(mhz, q)) for q in (1, 50, 99)]}
+    say(f"  hybrid against its anchors: first stamp - anchor {out['first_minus_anchor_ns']} ns, last stamp - anchor "
+        f"{out['last_minus_anchor_ns']} ns; SM clock a task ran at (>= 2 µs tasks) p1/p50/p99 "
+        + "/".join(f"{v:.0f}" for v in out["task_mhz_p1_p50_p99"]) + " MHz")
+    return out
 
 
 def main(argv=None) -> int:

@@ -7,11 +7,13 @@ small amount of real work: load a 1-element-per-thread fp32 tile (L2-resident),
 a dependent FMA chain on it (``--iters`` x 8 FMAs, about 1 us), store the tile to
 the task's own slot. Each task is stamped at the 5 phases of the mono kernels
 with ``instrument.triton.stamp`` (start, tile load issued, half the chain, the
-whole chain, tile stored) in five builds of the same kernel: ``TL=False``
+whole chain, tile stored) in six builds of the same kernel: ``TL=False``
 (normal build), lead-thread stamps (``waves=1``) and per-warp stamps
 (``waves=num_warps``), both also as hybrid builds (``%clock64`` every stamp,
-``%globaltimer`` at the first and last), plus the normal build a second time (A/A:
-the noise floor).
+``%globaltimer`` at the first and last), the hybrid lead build with its ticks held
+in registers and the record written once at the task's end (``work_kernel_regs``:
+``tick`` / ``task_record``), plus the normal build a second time (A/A: the noise
+floor).
 
 The launches of every (build, T) pair are interleaved round by round (order
 rotated), timed with CUDA events around a batch of launches; each round gives a
@@ -65,11 +67,12 @@ def chain(y, x, n):
 
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
-                BLOCK: tl.constexpr):
+                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
     """Persistent: CTA ``bid`` runs tasks ``bid + i G`` for ``i < n_tasks``; each task
     loads tile ``task % TILES``, runs the FMA chain in two halves and stores to
     ``out[task]``. Stamps (when ``TL``): 0 start, 1 load issued, 2 first half of the
-    chain done, 3 chain done, 4 tile stored."""
+    chain done, 3 chain done, 4 tile stored; ``EXTRA``: after stamps 1..4 also one of
+    the spec's four marks (5 + k), right behind it: four further stamps a task."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
@@ -79,26 +82,74 @@ def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, 
         itl.stamp(stamps, LAYOUT, launch, 0, task, 0, TL)
         x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
         itl.stamp(stamps, LAYOUT, launch, 0, task, 1, TL)
+        if EXTRA:
+            itl.stamp(stamps, LAYOUT, launch, 0, task, 5, TL)
         y = chain(x, x, half)
         itl.stamp(stamps, LAYOUT, launch, 0, task, 2, TL)
+        if EXTRA:
+            itl.stamp(stamps, LAYOUT, launch, 0, task, 6, TL)
         y = chain(y, x, iters - half)
         itl.stamp(stamps, LAYOUT, launch, 0, task, 3, TL)
+        if EXTRA:
+            itl.stamp(stamps, LAYOUT, launch, 0, task, 7, TL)
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
         itl.stamp(stamps, LAYOUT, launch, 0, task, 4, TL)
+        if EXTRA:
+            itl.stamp(stamps, LAYOUT, launch, 0, task, 8, TL)
+
+
+@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
+def work_kernel_regs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    """``work_kernel`` with register-held hybrid stamps: ``task_begin`` / ``tick`` read
+    ``%clock64`` into registers, ``task_record`` writes the task's record at its end."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        c0, g0 = itl.task_begin(TL)
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
+        c1 = itl.tick(TL)
+        y = chain(x, x, half)
+        c2 = itl.tick(TL)
+        y = chain(y, x, iters - half)
+        c3 = itl.tick(TL)
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        itl.task_record(stamps, LAYOUT, launch, 0, task, g0, (c0, c1, c2, c3), TL)
 
 
 # -- host side -------------------------------------------------------------------------
-def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None, hybrid=False):
+EXTRA_MARKS = ("m1", "m2", "m3", "m4")  # the further stamps of the EXTRA builds
+
+
+def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None, hybrid=False, marks=()):
     """One stage ``work`` of ``grid x tasks_per_cta`` tasks (the largest T timed; a
     launch with fewer tasks fills a prefix of the task rows); ``hybrid``: stamps on
     ``%clock64``, ``%globaltimer`` anchors at the first and last phase."""
-    return itl.spec("stamp_cost", [("work", grid * tasks_per_cta)], waves=waves, grid=grid, arch=arch,
-                    extra=dict(extra or {}), hybrid=hybrid)
+    sp = itl.spec("stamp_cost", [("work", grid * tasks_per_cta)], waves=waves, grid=grid, arch=arch,
+                  extra=dict(extra or {}), hybrid=hybrid)
+    return sp.replace(marks=list(marks)) if marks else sp
 
 
 BUILDS = (  # name, waves (0: num_warps), stamped, hybrid
     ("off", 1, False, False), ("lead", 1, True, False), ("warps", 0, True, False),
-    ("hlead", 1, True, True), ("hwarps", 0, True, True))
+    ("hlead", 1, True, True), ("hwarps", 0, True, True), ("regs", 1, True, True),
+    ("lead+4", 1, True, False), ("hlead+4", 1, True, True))
+
+
+def kernel_of(build: str):
+    """The kernel a build runs: register-held stamps (``regs``) or a store a stamp."""
+    return work_kernel_regs if build == "regs" else work_kernel
+
+
+def marks_of(build: str) -> tuple:
+    return EXTRA_MARKS if build.endswith("+4") else ()
+
+
+def extra_of(build: str) -> dict:
+    return {"EXTRA": True} if build.endswith("+4") else {}
 
 
 def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
@@ -113,10 +164,10 @@ def compile_check(grid: int, tmax: int, iters: int) -> dict:
     res = {}
     for nw in (4, 8):
         for name, waves, on, hybrid in BUILDS:
-            lay = spec(grid, tmax, waves=waves or nw, arch="sm_90", hybrid=hybrid).layout
-            k = itl.compile_launch(work_kernel, torch.float32, torch.float32,
+            lay = spec(grid, tmax, waves=waves or nw, arch="sm_90", hybrid=hybrid, marks=marks_of(name)).layout
+            k = itl.compile_launch(kernel_of(name), torch.float32, torch.float32,
                                    torch.int64 if on else None, 0, tmax, iters, lay, on, nw * 32,
-                                   grid=(grid,), num_warps=nw)
+                                   grid=(grid,), num_warps=nw, **extra_of(name))
             ptx = k.asm["ptx"]
             res[(nw, name)] = {"globaltimer": ptx.count("%globaltimer"), "clock64": ptx.count("%clock64"),
                                "fma": ptx.count("fma.rn.f32"), "st_global": ptx.count("st.global")}
@@ -138,14 +189,15 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
     g = torch.Generator(device="cuda").manual_seed(nw)
     inp = torch.rand(TILES * block, device="cuda", generator=g) * 0.01
     out = torch.empty(grid * tmax * block, device="cuda")
-    bufs = {name: alloc(spec(grid, tmax, waves=waves or nw, arch=arch, hybrid=hybrid))
+    bufs = {name: alloc(spec(grid, tmax, waves=waves or nw, arch=arch, hybrid=hybrid, marks=marks_of(name)))
             for name, waves, on, hybrid in BUILDS if on}
     builds = {"off": (bufs["lead"], False), **{name: (b, True) for name, b in bufs.items()},
               "off2": (bufs["lead"], False)}
 
     def go(build, t):
         buf, on = builds[build]
-        work_kernel[(grid,)](*launch_args(inp, out, buf, buf.layout, t, iters, on, nw), num_warps=nw)
+        kernel_of(build)[(grid,)](*launch_args(inp, out, buf, buf.layout, t, iters, on, nw), num_warps=nw,
+                                  **extra_of(build))
 
     # the decode check first: one launch of each stamped build at T = tmax into a clean buffer
     check = {}
@@ -232,7 +284,8 @@ def main(argv=None) -> int:
     ok = True
     for (nw, name), v in cc.items():
         want = {"off": (0, 0), "lead": (PHASES_PER_TASK, 0), "warps": (PHASES_PER_TASK, 0),
-                "hlead": (2, PHASES_PER_TASK), "hwarps": (2, PHASES_PER_TASK)}[name]
+                "hlead": (2, PHASES_PER_TASK), "hwarps": (2, PHASES_PER_TASK), "regs": (2, PHASES_PER_TASK),
+                "lead+4": (PHASES_PER_TASK + 4, 0), "hlead+4": (2, PHASES_PER_TASK + 4)}[name]
         # the chain is two loops of 8 FMAs in every build; the normal build's loops may
         # be unswitched (versioned on half > 0) into more copies of the same loops
         good = (v["globaltimer"], v["clock64"]) == want and v["fma"] % 8 == 0 and v["fma"] >= 16
@@ -257,8 +310,8 @@ def main(argv=None) -> int:
         say(f"== {nw} warps")
         m = measure(nw, grid, args.tasks, args.iters, env["arch"], args.rounds, args.batch)
         results["by_warps"].append(m)
-        for c in m["check"].values():
-            ok &= not c["anomalies"] and c["rows"] == c["expected_rows"]
+        for c in m["check"].values():  # a clock change is what the hybrid decode reports, not a fault
+            ok &= not (set(c["anomalies"]) - {"clock_change"}) and c["rows"] == c["expected_rows"]
         say(f"  {'variant':7s} {'T/CTA':>6s} {'t_off us':>10s} {'t_on us':>10s} {'ratio':>7s} "
             f"{'on-off ns (p25..p75)':>26s} {'ns/stamp':>9s}")
         for r in m["rows"]:
@@ -277,7 +330,12 @@ def main(argv=None) -> int:
         f = m["fits"]
         say(f"  {m['num_warps']} warps: lead {f['lead']['ns_per_stamp']:.2f} ns/stamp, per warp "
             f"{f['warps']['ns_per_stamp']:.2f} ns/stamp; hybrid lead {f['hlead']['ns_per_stamp']:.2f}, hybrid per "
-            f"warp {f['hwarps']['ns_per_stamp']:.2f} ns/stamp; A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
+            f"warp {f['hwarps']['ns_per_stamp']:.2f}, hybrid in registers {f['regs']['ns_per_stamp']:.2f} ns/stamp; "
+            f"A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
+        for base in ("lead", "hlead"):  # four further stamps a task: (slope a task with them - without) / 4
+            further = (f[base + "+4"]["ns_per_stamp"] - f[base]["ns_per_stamp"]) * PHASES_PER_TASK / 4
+            m.setdefault("further_stamp_ns", {})[base] = further
+            say(f"    a further stamp ({base}, one more stamp right behind another): {further:.2f} ns")
     say(f"  {'ALL OK' if ok else 'FAILED (see above)'}; {time.time() - t0:.0f} s")
     tag = env["gpu"].split()[-1].lower()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -167,3 +167,39 @@ def test_layout_versions():
     assert collect(hbuf, hy).anomaly_summary()["bad_placement"] == 1
     with pytest.raises(S.SpecError, match="a hybrid build reads one of"):
         S.Spec("x", [("a", 1)], cycles="tsc")
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), at=st.integers(20_000, 180_000), mhz=st.integers(1_000, 2_100),
+       step=st.sampled_from([1, 10, 32]))
+def test_a_clock_change_anywhere_never_puts_a_stamp_before_an_earlier_one(seed, at, mhz, step):
+    """SM 0's clock changes rate at any time to any rate: stamps stay in order (no
+    ``backwards``), the change is counted, every phase within a few steps."""
+    spec = hybrid_spec(tasks=48)
+    truth = truth_of(48, seed=seed)
+    trace = collect(write(spec, truth, sms=2, step=step, change=(0, at, mhz * 1e6)), spec)
+    assert set(trace.anomaly_summary()) <= {"clock_change"}
+    check(trace, truth, tol_ns=4 * step + 12, interval_ns=4 * step + 12)
+
+
+def test_the_h200_hybrid_buffer_decodes_to_the_bundled_trace_on_its_anchors():
+    """A real hybrid buffer (the demo kernel on the H200, its SM clock moving within
+    launches): it decodes to the bundled trace; no stamp out of order; every task's
+    first and last stamp within two timer steps (64 ns) of the global clock read there."""
+    from pathlib import Path
+
+    from timeline import load
+
+    root = Path(__file__).resolve().parent.parent / "traces"
+    npz = np.load(root / "h200_hybrid_buffer.npz")
+    spec = S.Spec.from_json(str(npz["spec"]))
+    trace = collect(npz["buffer"], spec)
+    assert trace.tasks.equals(load(root / "h200_mono_hybrid.arrow").tasks)
+    assert set(trace.anomaly_summary()) == {"clock_change"}
+    lay = spec.layout
+    rec = npz["buffer"][: lay.record_words].reshape(-1, lay.cols)
+    rec = rec[rec[:, 0] != 0]
+    for phase, k in ((spec.phases[0], 0), (spec.phases[-1], 1)):
+        off = np.asarray(trace.tasks.column(f"{phase}_tick")) - rec[:, S.anchor_col(lay, k)]
+        assert np.abs(off).max() <= 2 * 32 + 2
+    assert (np.asarray(trace.intervals.column("duration_ns")) > 0).all()

@@ -1,21 +1,28 @@
 """The hybrid clock: phases stamped on a cycle counter, placed on the global clock.
 
 A hybrid build (``Spec.cycles``) stamps every phase and mark with the cycle counter
-of the SM / CU it runs on (``%clock64``, ``s_memtime``: sub-ns steps, but one
-counter per SM, free-running at the SM's clock, which may change) and, at a task's
-first and last stamp, also reads the global clock (``%globaltimer``,
-``s_memrealtime``: one time for the whole GPU, in coarse steps) into two anchor
-columns. Per launch and clock domain (an SM; an XCC's CU) the anchors give the
-line ``global = a + b * cycles``; every stamp of that domain is placed on it. So
-intervals inside a task have the counter's resolution, while order across SMs
-rests on the global clock, its steps averaged over every anchor of the SM.
+of the SM / CU it runs on (``%clock64``, ``s_memtime``: sub-ns steps, one counter
+per SM, running at the SM's clock, which changes under load) and, at a task's first
+and last stamp, also reads the global clock (``%globaltimer``, ``s_memrealtime``:
+one time for the whole GPU, in coarse steps) into two anchor columns. Per launch
+and clock domain (an SM; an XCC's CU) the anchors, in cycle order, are points of
+the domain's cycles-to-time curve; every stamp of the domain is placed on it.
 
-The line is fitted by least squares, split where the residuals say the SM's clock
-changed frequency (``_segments``: at most ``MAX_SEGMENTS`` pieces, each of at least
-``MIN_POINTS`` anchors) and refitted without anchors far off it (``_robust``: a task
-descheduled between its two reads). A domain with one usable anchor takes the
-launch's median rate; one with none cannot be placed. Each of these is counted
-(``clock_change``, ``anchor_outlier``, ``unanchored``).
+The curve (``domain_lines``): one least-squares line while every anchor lies within
+two of the clock's steps of it (a steady clock: its steps averaged over all the
+domain's anchors), else split at the best point and each side again
+(``_segments``), down to pieces of two anchors, each piece joined to the one
+before at their kink. So a steady SM gets the precision of all its anchors, and
+an SM whose clock moves (the H200 does, within one launch of the demo kernel:
+bench/results/clock_truth_h200.txt) gets a line per stretch of steady clock, at
+worst per task; within a piece every stamp keeps the counter's resolution.
+Anchors read late (above a later anchor of the domain by more than a step: the
+task descheduled between the two reads?) are left out first.
+
+Counted per launch: domains that needed more than one piece (``clock_change``),
+late anchors (``anchor_outlier``), records whose domain has no anchor
+(``unanchored``, dropped). A domain of one distinct cycle value takes its
+launch's median rate.
 
 Output: ns of the global clock (``schema.table_clock``), int64, 0 where unwritten.
 """
@@ -29,20 +36,21 @@ import numpy as np
 from timeline import grouped as GR
 from timeline import schema as S
 
-MIN_POINTS = 8  # anchors a piece of a split line needs on each side
-MAX_SEGMENTS = 8  # pieces one domain's line is split into at most (clock changes in one launch)
+MIN_POINTS = 2  # anchors a piece of a split line needs
 
 
-class Line(NamedTuple):
-    """``global = g0 + a + b * (cycles - c0)`` (global clock ticks) for cycles from
-    ``lo`` on (until the next piece's ``lo``); ``g0`` / ``c0`` integers (the raw
-    values are ~1e18, past float64's exact integers), ``a`` / ``b`` floats."""
+class Curve(NamedTuple):
+    """A domain's cycles-to-time curve: ``global = g0 + y(cycles - c0)`` (global clock
+    ticks), ``y`` linear between the knots ``(xs, ys)`` (non-decreasing) and along the
+    first / last piece's rate (``rate_lo`` / ``rate_hi``, ticks a cycle) beyond them.
+    ``g0`` / ``c0`` integers: the raw values are ~1e18, past float64's exact integers."""
 
-    lo: int
     c0: int
     g0: int
-    a: float
-    b: float
+    xs: np.ndarray
+    ys: np.ndarray
+    rate_lo: float
+    rate_hi: float
 
 
 class Placed(NamedTuple):
@@ -67,17 +75,6 @@ def _fit(x: np.ndarray, y: np.ndarray):
     return a, b, y - (a + b * x)
 
 
-def _robust(x, y, tol: float):
-    """``_fit`` without the anchors more than ``tol`` off the first fit (refitted once),
-    and how many it left out."""
-    a, b, r = _fit(x, y)
-    off = np.abs(r) > tol
-    if off.any() and (~off).sum() >= 2:
-        a, b, _ = _fit(x[~off], y[~off])
-        return a, b, int(off.sum())
-    return a, b, 0
-
-
 def _best_split(x, y) -> int:
     """The index k (``MIN_POINTS`` <= k <= n - ``MIN_POINTS``) that splits sorted
     points into two lines of the least total squared residual, by prefix sums."""
@@ -98,41 +95,50 @@ def _best_split(x, y) -> int:
     return MIN_POINTS + int(np.argmin(total))
 
 
-def _without_strays(x, y, tol: float):
-    """A line through all anchors but a few strays (at most one in 20): the worst
-    anchor dropped and the line refitted while one is more than ``tol`` off. None
-    when that many are not enough (the anchors do not lie on one line)."""
-    keep = np.ones(len(x), dtype=bool)
-    for _ in range(max(1, len(x) // 20) + 1):
-        a, b, r = _fit(x[keep], y[keep])
-        worst = int(np.argmax(np.abs(r)))
-        if abs(r[worst]) <= tol:
-            return a, b, int((~keep).sum())
-        keep[np.flatnonzero(keep)[worst]] = False
-        if keep.sum() < 2:
-            break
-    return None
+def _segments(x, y, tol: float) -> list:
+    """Lines ``(i, j, a, b)`` through sorted anchors ``x[i:j], y[i:j]``: one where every
+    anchor lies within ``tol`` of it, else split at the best point (a clock change)
+    and each side again, down to pieces of ``MIN_POINTS``; in order."""
+    done, todo = [], [(0, len(x))]
+    while todo:
+        i, j = todo.pop()
+        a, b, r = _fit(x[i:j], y[i:j])
+        if j - i < 2 * MIN_POINTS or np.abs(r).max() <= tol:
+            done.append((i, j, a, b))
+            continue
+        k = i + _best_split(x[i:j], y[i:j])
+        todo += [(k, j), (i, k)]
+    return sorted(done)
 
 
-def _segments(x, y, tol: float, pieces: int = MAX_SEGMENTS) -> tuple:
-    """Lines ``(lo_x, a, b)`` through sorted anchors ``(x, y)`` and the anchors left
-    out: one line when all but a few strays lie within ``tol`` of it, else split at
-    the best point (a clock change) and each side again, into at most ``pieces``;
-    each piece starts where it meets the one before (the kink), or at its first anchor."""
-    one = _without_strays(x, y, tol)
-    if one is not None or pieces < 2 or len(x) < 2 * MIN_POINTS:
-        if one is None:
-            a, b, out = _robust(x, y, tol)
-        else:
-            a, b, out = one
-        return [(x[0], a, b)], out
-    k = _best_split(x, y)
-    left, lo = _segments(x[:k], y[:k], tol, pieces // 2)
-    right, ro = _segments(x[k:], y[k:], tol, pieces - pieces // 2)
-    (_, a1, b1), (_, a2, b2) = left[-1], right[0]
-    meet = (a2 - a1) / (b1 - b2) if b1 != b2 else x[k]
-    right[0] = (meet if x[k - 1] <= meet <= x[k] else x[k], a2, b2)
-    return left + right, lo + ro
+def _curve(c0: int, g0: int, x, pieces) -> Curve:
+    """The curve through the pieces: each piece's line at its first and last anchor,
+    joined to the next at the lines' kink where it lies between their anchors, else
+    bridged linearly (continuous: no stamp placed before an earlier one), the knots
+    held non-decreasing against the clock's steps."""
+    xs, ys, before = [], [], None
+    for i, j, a, b in pieces:
+        if before is not None and before[1] != b:  # where the two lines meet, when between their anchors: the kink
+            meet = (a - before[0]) / (before[1] - b)
+            if xs[-1] < meet < x[i]:
+                xs.append(meet)
+                ys.append(a + b * meet)
+        before = (a, b)
+        for xv in (x[i], x[j - 1]):
+            if xs and xv <= xs[-1]:  # a knot at the same cycles: keep the later piece's value
+                xs.pop()
+                ys.pop()
+            xs.append(xv)
+            ys.append(a + b * xv)
+    ys = np.maximum.accumulate(np.asarray(ys))
+    return Curve(c0, g0, np.asarray(xs), ys, pieces[0][3], pieces[-1][3])
+
+
+def late_anchors(c: np.ndarray, g: np.ndarray, step: int) -> np.ndarray:
+    """Anchors (in cycle order) read late: above a later anchor by more than a step."""
+    later_min = np.minimum.accumulate(g[::-1])[::-1]
+    later = np.r_[later_min[1:], np.iinfo(np.int64).max]
+    return g - step > later
 
 
 def _anchors(c_first: np.ndarray, c_last: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple:
@@ -152,29 +158,29 @@ def _step(g: np.ndarray) -> int:
     return int(d.min()) if d.size else 1
 
 
-def domain_lines(c: np.ndarray, g: np.ndarray, tol: float):
-    """A domain's ``Line``s from its anchors (cycles ``c``, global ``g``; int64), the
-    anchors left out, or None with fewer than two distinct cycle values."""
+def domain_curve(c: np.ndarray, g: np.ndarray, step: int):
+    """A domain's ``Curve`` from its anchors (cycles ``c``, global ``g``; int64) and how
+    many anchors it left out as read late, and how many pieces it took; None for
+    the curve with fewer than two distinct cycle values."""
     order = np.argsort(c, kind="stable")
     c, g = c[order], g[order]
+    late = late_anchors(c, g, step)
+    c, g = c[~late], g[~late]
     if c.size < 2 or c[0] == c[-1]:
-        return None, 0
+        return None, int(late.sum()), 0
     c0, g0 = int(c[0]), int(g[0])
     x, y = (c - c0).astype(np.float64), (g - g0).astype(np.float64)
-    pieces, out = _segments(x, y, tol)
-    return [Line(c0 + int(lo), c0, g0, float(a), float(b)) for lo, a, b in pieces], out
+    pieces = _segments(x, y, 2.0 * step + 2.0)  # two steps of the clock, plus the two reads' jitter
+    return _curve(c0, g0, x, pieces), int(late.sum()), len(pieces)
 
 
-def _on_lines(v: np.ndarray, lines: list, mul: int) -> np.ndarray:
-    """Cycle counts ``v`` (nonzero) placed on ``lines``, in ns of the global clock."""
-    lo = np.array([ln.lo for ln in lines[1:]], dtype=np.int64)
-    k = np.searchsorted(lo, v, side="right") if lo.size else np.zeros(v.size, dtype=np.int64)
-    out = np.empty(v.size, dtype=np.int64)
-    for i, ln in enumerate(lines):
-        m = k == i
-        frac = (ln.a + ln.b * (v[m] - ln.c0).astype(np.float64)) * mul
-        out[m] = ln.g0 * mul + np.rint(frac).astype(np.int64)
-    return out
+def _on_curve(v: np.ndarray, cv: Curve, mul: int) -> np.ndarray:
+    """Cycle counts ``v`` (nonzero) placed on a curve, in ns of the global clock."""
+    x = (v - cv.c0).astype(np.float64)
+    y = np.interp(x, cv.xs, cv.ys)
+    y = np.where(x < cv.xs[0], cv.ys[0] + (x - cv.xs[0]) * cv.rate_lo, y)
+    y = np.where(x > cv.xs[-1], cv.ys[-1] + (x - cv.xs[-1]) * cv.rate_hi, y)
+    return cv.g0 * mul + np.rint(y * mul).astype(np.int64)
 
 
 def _domains(place: np.ndarray, launch: np.ndarray, arch: str):
@@ -196,22 +202,22 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
     gid, ng = _domains(placement, launch, spec.arch)
     P = len(spec.phases)
     ac, ag, arow = _anchors(cycles[0], cycles[P - 1], first, last)
-    tol = 2.0 * _step(ag) + 2.0  # two steps of the clock, plus the two reads' jitter
+    step = _step(ag)
     agid = gid[arow]
     order = np.argsort(agid, kind="stable")
     bounds = np.searchsorted(agid[order], np.arange(ng + 1))
-    lines, n_launch = [None] * ng, spec.launches
+    curves, n_launch = [None] * ng, spec.launches
     changes, outliers = np.zeros(n_launch, np.int64), np.zeros(n_launch, np.int64)
     launch_of_group = np.full(ng, -1, dtype=np.int64)
     launch_of_group[gid[gid >= 0]] = launch[gid >= 0]
     for d in range(ng):
         sel = order[bounds[d]: bounds[d + 1]]
-        ln, out = domain_lines(ac[sel], ag[sel], tol) if sel.size else (None, 0)
-        lines[d] = ln
-        if ln is not None:
-            changes[launch_of_group[d]] += len(ln) > 1
+        cv, out, pieces = domain_curve(ac[sel], ag[sel], step) if sel.size else (None, 0, 0)
+        curves[d] = cv
+        if sel.size:
+            changes[launch_of_group[d]] += pieces > 1
             outliers[launch_of_group[d]] += out
-    _borrow_rates(lines, ac, ag, agid, launch_of_group)
+    _borrow_rates(curves, ac, ag, agid, launch_of_group)
     placed = [np.zeros_like(c) for c in cycles]
     unplaced = np.zeros(len(placement), dtype=bool)
     rec_order = np.argsort(gid, kind="stable")
@@ -222,7 +228,7 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
         dst[nodomain] = src[nodomain]
     for d in range(ng):
         rows = rec_order[rb[d + 1]: rb[d + 2]]
-        if lines[d] is None:
+        if curves[d] is None:
             unplaced[rows] = True
             for src, dst in zip(cycles, placed):
                 dst[rows] = src[rows]  # kept as they are: the rows are dropped, their stamps counted
@@ -230,7 +236,7 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
         for src, dst in zip(cycles, placed):
             v = src[rows]
             w = v != 0
-            dst[rows[w]] = _on_lines(v[w], lines[d], mul)
+            dst[rows[w]] = _on_curve(v[w], curves[d], mul)
     unanchored = np.bincount(launch[unplaced & _written(cycles)], minlength=n_launch)
     return Placed(placed, unplaced, changes, outliers, unanchored)
 
@@ -242,19 +248,21 @@ def _written(cycles: list) -> np.ndarray:
     return w
 
 
-def _borrow_rates(lines: list, ac, ag, agid, launch_of_group) -> None:
-    """A domain with anchors but no line of its own (one distinct cycle value) gets
+def _borrow_rates(curves: list, ac, ag, agid, launch_of_group) -> None:
+    """A domain with anchors but no curve of its own (one distinct cycle value) gets
     its launch's median rate through its anchors' median point."""
     rates = {}
-    for d, ln in enumerate(lines):
-        if ln is not None:
-            rates.setdefault(int(launch_of_group[d]), []).extend(x.b for x in ln)
-    for d, ln in enumerate(lines):
+    for d, cv in enumerate(curves):
+        if cv is not None:
+            span = np.diff(cv.xs)
+            r = np.divide(np.diff(cv.ys), span, out=np.full(span.size, np.nan), where=span > 0)
+            rates.setdefault(int(launch_of_group[d]), []).extend(r[np.isfinite(r)].tolist() or [cv.rate_lo])
+    for d, cv in enumerate(curves):
         la = int(launch_of_group[d])
         m = agid == d
-        if ln is not None or not m.any() or la not in rates:
+        if cv is not None or not m.any() or la not in rates:
             continue
         b = float(np.median(rates[la]))
         c0, g0 = int(ac[m][0]), int(ag[m][0])
         a = float(np.median((ag[m] - g0) - b * (ac[m] - c0)))
-        lines[d] = [Line(c0, c0, g0, a, b)]
+        curves[d] = Curve(c0, g0, np.array([0.0]), np.array([a]), b, b)

@@ -74,8 +74,8 @@ def run(buffer, spins, *, launch=0, num_warps=4):
 
 
 # -- the hybrid clock's truth test ------------------------------------------------------------
-HYBRID_SPIN_NS = (50, 100, 200, 500, 1_000, 10_000, 100_000)  # spins on %globaltimer
-HYBRID_SPIN_CYCLES = (100, 200, 500, 1_000, 2_000, 20_000, 200_000)  # spins on %clock64
+HYBRID_SPIN_NS = (0, 50, 100, 200, 500, 1_000, 10_000, 100_000)  # spins on %globaltimer (0: back to back)
+HYBRID_SPIN_CYCLES = (0, 100, 200, 500, 1_000, 2_000, 20_000, 200_000)  # spins on %clock64
 
 
 def hybrid_spec(grid: int, spins, unit: str, *, launches=1, arch=itl.DEFAULT_ARCH, extra=None):
