@@ -25,7 +25,10 @@ Contract:
   argument); tests/test_flydsl_isa.py checks it on gfx942 and gfx950. Stage and
   phase names are checked in both builds (plain Python at trace time).
 - A stamp reads ``s_memrealtime`` (the 100 MHz device clock) and stores the tick at
-  ``timeline.schema.word_offset`` (the layout arithmetic lives there only). The
+  ``timeline.schema.word_offset`` (the layout arithmetic lives there only). A
+  hybrid build (``Spec(cycles="memtime")``, ``timeline.hybrid``) reads ``s_memtime``
+  (the shader clock's cycle counter) instead and, at the first and the last phase,
+  also ``s_memrealtime`` into the record's anchor column (one more 8-byte store). The
   spec's first phase also writes the placement word (``placement_hi(cta, wave,
   XCC_ID) << 32 | HW_ID``) into column 0, beside its tick in column 1: one 16-byte
   ``buffer_store_dwordx4``. Later phases store the tick alone
@@ -70,7 +73,7 @@ the mono kernels' ``ops.py`` does. flydsl is imported on first use:
 from __future__ import annotations
 
 from instrument.flydsl_ops import (WAVE_LANES, both, buffer_add_one, flydsl_expr, getreg, known_block_waves,
-                                   memrealtime, sched_fence, uniform, wave_id)
+                                   memrealtime, memtime, sched_fence, uniform, wave_id)
 from timeline import schema as S
 
 
@@ -246,7 +249,7 @@ class Timeline(CarriesNothing):
         voff = fx.Int32(0) if keep is True else fx.Int32(keep.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
         if fence:
             sched_fence()
-        tick = memrealtime()
+        tick, anchor = self._read_clocks(pi)
         if pi == 0:
             data = fx.Vector.from_elements([self._placement(place_wave), tick], fx.Int64)
             fx.rocdl.raw_ptr_buffer_store(data.ir_value(), rsrc, voff.ir_value(), off.ir_value())
@@ -257,6 +260,18 @@ class Timeline(CarriesNothing):
             # instruction's immediate offset
             col = voff + S.phase_col(pi) * 8
             fx.rocdl.raw_ptr_buffer_store(tick.ir_value(), rsrc, col.ir_value(), off.ir_value())
+        if anchor is not None:
+            col = voff + S.anchor_col(self.layout, 0 if pi == 0 else 1) * 8
+            fx.rocdl.raw_ptr_buffer_store(anchor.ir_value(), rsrc, col.ir_value(), off.ir_value())
+
+    def _read_clocks(self, pi):
+        """A stamp's readings: ``(s_memrealtime, None)``; in a hybrid build
+        (``spec.cycles``) ``(s_memtime, None)``, and at the first and the last phase
+        ``(s_memtime, s_memrealtime)`` read back to back (the record's anchor)."""
+        if not self.spec.cycles:
+            return memrealtime(), None
+        tick = memtime()
+        return tick, (memrealtime() if pi in (0, len(self.spec.phases) - 1) else None)
 
     def _in_slots(self, stage, si, task):
         """``in_slots`` for a stamp: True when launch and task are Python ints in the

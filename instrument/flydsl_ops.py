@@ -27,6 +27,16 @@ def memrealtime():
     return fx.Int64(llvm.call_intrinsic(T.i64, "llvm.amdgcn.s.memrealtime", [], [], []))
 
 
+def memtime():
+    """``s_memtime``: the shader clock's 64-bit cycle counter (a hybrid build's stamp,
+    ``timeline.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
+    fx = flydsl_expr()
+    from flydsl._mlir.dialects import llvm
+    from flydsl.expr.typing import T
+
+    return fx.Int64(llvm.call_intrinsic(T.i64, "llvm.amdgcn.s.memtime", [], [], []))
+
+
 def getreg(simm16: int):
     """``s_getreg_b32`` of the hardware-register field ``simm16`` (see ``hwreg``),
     an ``fx.Int32`` in a scalar register."""

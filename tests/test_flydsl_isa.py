@@ -50,6 +50,8 @@ def _jobs(stripped):
         I.Job("sites_pred/timeline", PROBES, "launch_sites", (0, 0, 64, 1, ALL_SITES, True)),
         I.Job("sites_pred/normal", PROBES, "launch_sites", (0, 0, 64, 0, ALL_SITES, True)),
         I.Job("cta/no_fence", PROBES, "launch_cta", (0, 0, 64, 3)),  # Timeline(fence=False)
+        I.Job("cta/hybrid", PROBES, "launch_cta", (0, 0, 64, 4)),  # Spec(cycles="memtime")
+        I.Job("waves/hybrid", PROBES, "launch_waves", (0, 0, 64, 4)),
         I.Job("glm5/kernel", GLM5, "launch", GLM5_ARGS + (GLM5_OWN,)),
         I.Job("glm5/kernel_fenced", GLM5, "launch", GLM5_ARGS + (GLM5_OWN_FENCED,)),
     ]
@@ -280,3 +282,20 @@ def test_glm5_a_uniform_load_after_a_stamp_moves_to_the_vector_unit(isa, arch, b
     stamped, normal = isa[(arch, f"glm5/{build}")], isa[(arch, "glm5/normal")]
     assert stamped.count("global_load_dword") - normal.count("global_load_dword") == 1
     assert _data_loads(stamped) == _data_loads(normal)
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+@pytest.mark.parametrize("kernel", ["cta", "waves"])
+def test_a_hybrid_build_reads_the_cycle_counter_per_stamp_and_the_clock_twice_a_task(isa, arch, kernel):
+    """Hybrid (``Spec(cycles="memtime")``): ``s_memtime`` at every stamp site,
+    ``s_memrealtime`` only at the first and the last phase, each stored at its
+    anchor column (offsets 48 and 56 of a 64-byte record: placement, 5 phases, 2
+    anchors) beside the same tick stores as a plain build; no branch added."""
+    hy, plain = isa[(arch, f"{kernel}/hybrid")], isa[(arch, f"{kernel}/timeline")]
+    assert hy.count("s_memtime") == 5 and hy.count("s_memrealtime") == 2
+    assert hy.count("buffer_store_dwordx4") == plain.count("buffer_store_dwordx4") == 1
+    assert hy.count("buffer_store_dwordx2") == plain.count("buffer_store_dwordx2") + 2
+    offsets = sorted({int(m) for m in re.findall(r"buffer_store_dwordx2 .* offset:(\d+)", "\n".join(hy.instructions))})
+    assert offsets == [16, 24, 32, 40, 48, 56], offsets
+    branches = [i for i in hy.instructions if i.startswith(("s_cbranch", "s_branch"))]
+    assert len(branches) == len([i for i in plain.instructions if i.startswith(("s_cbranch", "s_branch"))])
