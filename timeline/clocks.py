@@ -4,10 +4,14 @@ ping-pong calibration (``instrument.calibrate`` runs it on a GPU).
 A round: the host reads its clock (``sent``), posts a value, a device thread that
 spins on it reads the device clock (``device``) and answers, the host reads its
 clock when the answer arrives (``received``). The device read happened somewhere in
-``[sent, received]``, so ``offset = device - (sent + received) / 2`` holds within
-half the round trip. The best round (the shortest trip) bounds it tightest. Two
-calibrations of one device (before and after a capture) give its drift against the
-host clock in ppm, with the uncertainty their bounds leave.
+``[sent, received]``, so the offset lies in ``[device - received, device + step -
+sent]`` (``step``: the device clock's resolution), widened by what a drift of
+``DRIFT_PPM_BOUND`` could move it between that round and the rounds' middle. Every
+round's interval holds it, so their intersection does: where the device's reply came early in one round's
+trip and late in another's, that is much narrower than the best round's half trip
+(which bounds it when the intersection is empty: the clocks drifted apart during
+the rounds). Two calibrations of one device (before and after a capture) give its
+drift against the host clock in ppm, with the uncertainty their bounds leave.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import numpy as np
 class ClockError(ValueError):
     """A calibration that cannot be read: no rounds, answers before the question, or
     two calibrations of different devices or too close together to give a drift."""
+
+
+DRIFT_PPM_BOUND = 20.0  # how far a device clock may drift from the host's while the rounds run (H200: 5.7 ppm)
 
 
 class Calibration(NamedTuple):
@@ -46,9 +53,12 @@ class Calibration(NamedTuple):
                 from None
 
 
-def estimate(sent, device, received, *, name: str = "") -> Calibration:
-    """The calibration of ping-pong rounds (int64 ns arrays of one length): the
-    offset and half the round trip of the shortest round."""
+def estimate(sent, device, received, *, name: str = "", step_ns: int | None = None) -> Calibration:
+    """The calibration of ping-pong rounds (int64 ns arrays of one length): the middle
+    of the intersection of every round's interval and half its width (see the module
+    docstring), or the shortest round's where the intersection is empty. ``step_ns``:
+    the device clock's step (None: the greatest common divisor of the readings'
+    differences, e.g. 32 ns for the H200's ``%globaltimer``)."""
     sent, device, received = (np.asarray(a, dtype=np.int64) for a in (sent, device, received))
     if not sent.size or not (sent.shape == device.shape == received.shape):
         raise ClockError(f"a calibration needs rounds of (sent, device, received) of one length; got "
@@ -57,9 +67,19 @@ def estimate(sent, device, received, *, name: str = "") -> Calibration:
     if (trip < 0).any():
         raise ClockError(f"round {int(np.flatnonzero(trip < 0)[0])} was answered before it was sent: the host "
                          "times are not one monotonic clock")
+    if step_ns is None:  # from enough readings only: the gcd of a few differences is no step
+        d = np.diff(np.unique(device))
+        step_ns = int(np.gcd.reduce(d)) if d.size >= 16 else 1
+    host = (int(sent[0]) + int(received[-1])) // 2
+    drift = np.ceil(np.abs((sent + received) // 2 - host) * DRIFT_PPM_BOUND * 1e-6).astype(np.int64)
+    lower = int((device - received - drift).max())  # exact in int64: device ~1.8e18, trips ~µs
+    upper = int((device - sent + drift).min()) + max(int(step_ns) - 1, 0)
+    if lower <= upper:
+        return Calibration((lower + upper) // 2, (upper - lower) / 2 + 0.5 * ((lower + upper) % 2), host,
+                           int(sent.size), name)
     best = int(np.argmin(trip))
     mid2 = int(sent[best]) + int(received[best])  # twice the midpoint, exact in integers
-    return Calibration(int(device[best]) - mid2 // 2, int(trip[best]) / 2, mid2 // 2, int(sent.size), name)
+    return Calibration(int(device[best]) - mid2 // 2, int(trip[best]) / 2 + step_ns, mid2 // 2, int(sent.size), name)
 
 
 class Drift(NamedTuple):
@@ -83,10 +103,17 @@ def drift(before: Calibration, after: Calibration) -> Drift:
                  (before.uncertainty_ns + after.uncertainty_ns) / dt * 1e6, dt / 1e9)
 
 
-def agree(a: Calibration, b: Calibration) -> bool:
+def apart(a: Calibration, b: Calibration, ppm: float = 0.0) -> float:
+    """``b``'s offset minus ``a``'s at one host time (``a``'s): ``b`` moved back along a
+    drift of ``ppm`` over the host time between them."""
+    return (b.offset_ns - a.offset_ns) - ppm * 1e-6 * (b.host_ns - a.host_ns)
+
+
+def agree(a: Calibration, b: Calibration, ppm: float = 0.0) -> bool:
     """Whether two calibrations of the same clock (two processes, one GPU) agree: their
-    offsets within the sum of their uncertainties."""
-    return abs(a.offset_ns - b.offset_ns) <= a.uncertainty_ns + b.uncertainty_ns
+    offsets, at one host time along a drift of ``ppm``, within the sum of their
+    uncertainties."""
+    return abs(apart(a, b, ppm)) <= a.uncertainty_ns + b.uncertainty_ns
 
 
 CALIBRATIONS = "calibrations"  # Spec.extra key: the rank's calibrations, as dicts, in host-time order
