@@ -7,13 +7,18 @@ small amount of real work: load a 1-element-per-thread fp32 tile (L2-resident),
 a dependent FMA chain on it (``--iters`` x 8 FMAs, about 1 us), store the tile to
 the task's own slot. Each task is stamped at the 5 phases of the mono kernels
 with ``instrument.triton.stamp`` (start, tile load issued, half the chain, the
-whole chain, tile stored) in six builds of the same kernel: ``TL=False``
-(normal build), lead-thread stamps (``waves=1``) and per-warp stamps
-(``waves=num_warps``), both also as hybrid builds (``%clock64`` every stamp,
-``%globaltimer`` at the first and last), the hybrid lead build with its ticks held
-in registers and the record written once at the task's end (``work_kernel_regs``:
-``tick`` / ``task_record``), plus the normal build a second time (A/A: the noise
-floor).
+whole chain, tile stored). Builds of the same kernel: ``TL=False`` (normal build),
+lead-thread stamps (``waves=1``) and per-warp stamps (``waves=num_warps``), both
+also as hybrid builds (``%clock64`` every stamp, ``%globaltimer`` at the first and
+the last; ``hlead``, ``hwarps``); ``lead+4`` / ``hlead+4``: four further stamps a
+task (marks right behind four of the stamps), whose difference to the build
+without them is what a further stamp costs; the normal build a second time (A/A:
+the noise floor). And three experiments, other ways to stamp measured against the
+library's (defined here, not in ``instrument``): ``regs`` (the ticks held in
+registers, the record written once at the task's end), ``dlead`` (each stamp
+stores the reading of the one before, so no store waits for its own counter
+read) and ``c32`` (phases 1..4 read the 32-bit ``%clock``; its buffer does not
+decode); ``dlead`` and ``c32`` also ``+4``.
 
 The launches of every (build, T) pair are interleaved round by round (order
 rotated), timed with CUDA events around a batch of launches; each round gives a
@@ -21,7 +26,8 @@ paired difference ``t_on - t_off``. Per CTA timeline a launch holds ``5 T``
 stamps, so ``(t_on - t_off) / (5 T)`` is the cost of one stamp, and the slope of
 ``t_on - t_off`` against ``5 T`` over T = 64, 256, 1024 is that cost free of any
 per-launch constant. Done at 4 and 8 warps. One check: the stamped builds' buffers
-decode with ``timeline.collect`` with zero anomalies.
+(but ``c32``'s) decode with ``timeline.collect``, every row there, no anomaly but
+``clock_change`` (a hybrid decode's report that the SM clock moved).
 
 Output: ``DIR/stamp_cost_<gpu>.txt`` (what is printed) and ``.json``.
 """
@@ -98,6 +104,82 @@ def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, 
             itl.stamp(stamps, LAYOUT, launch, 0, task, 8, TL)
 
 
+# -- experiments: other ways to stamp, measured beside the library's ------------------------------
+@triton.jit
+def stamp_deferred(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr, prev,
+                   PREV: tl.constexpr, ON: tl.constexpr):
+    """A hybrid lead-thread stamp that does not wait for its own reading: it reads
+    ``%clock64``, stores ``prev`` (the reading of stamp ``PREV``, returned by the
+    stamp before; ``PREV`` < 0: none) and returns its own. The first phase stores
+    its placement word and anchor at once (``stamp_lead``); the last phase stores its
+    own reading and the second anchor too. A store of a register read long ago
+    issues without waiting; a store of the counter just read waits for the read."""
+    if ON:
+        tl.static_assert(LAYOUT.anchors != 0 and LAYOUT.waves == 1,
+                         "stamp_deferred needs a hybrid lead-thread spec: spec(..., hybrid=True)")
+        if PHASE == 0:
+            t = itl.stamp_lead(stamps, LAYOUT, launch, STAGE, task, 0)
+        else:
+            ok = itl.in_slots(LAYOUT, launch, STAGE, task)
+            t = itl.clock64()
+            if PHASE == LAYOUT.phases - 1:
+                tl.store(stamps + itl.anchor_offset(LAYOUT, launch, STAGE, task, 0, 1), itl.globaltimer(), mask=ok)
+                tl.store(stamps + itl.stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t, mask=ok)
+            if PREV > 0:  # PREV 0 was stored by the first phase itself
+                tl.store(stamps + itl.stamp_offset(LAYOUT, launch, STAGE, task, 0, PREV), prev, mask=ok)
+        return t
+    else:
+        return tl.zeros([], dtype=tl.int64)
+
+
+@triton.jit
+def tick(ON: tl.constexpr):
+    """A stamp held in a register: ``%clock64`` (int64; 0 when not ``ON``). The
+    task's ticks go to the buffer together, with ``task_record``, when it ends."""
+    if ON:
+        return itl.clock64()
+    else:
+        return tl.zeros([], dtype=tl.int64)
+
+
+@triton.jit
+def task_begin(ON: tl.constexpr):
+    """The first phase's stamp of a register-held record: ``(%clock64, %globaltimer)``
+    read back to back (the record's first anchor); zeros when not ``ON``."""
+    if ON:
+        c = itl.clock64()
+        return c, itl.globaltimer()
+    else:
+        return tl.zeros([], dtype=tl.int64), tl.zeros([], dtype=tl.int64)
+
+
+@triton.jit
+def task_record(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, first, ticks,
+                ON: tl.constexpr):
+    """The last phase's stamp and the whole record: read ``%clock64`` and
+    ``%globaltimer`` (the second anchor), then write placement word, one tick per
+    phase (``ticks``: the tuple of phases 0 .. P-2, ``tick`` / ``task_begin``
+    readings; the last is this read) and both anchors (``first``: ``task_begin``'s
+    timer) as one ``LAYOUT.cols``-word row, 16-byte vector stores, from the lanes
+    that hold it. Outside the stage's slots nothing is stored and the stage's drop
+    counter counts 1. Needs a hybrid lead-thread layout (``waves == 1``)."""
+    if ON:
+        tl.static_assert(LAYOUT.anchors == LAYOUT.phases + 1 and LAYOUT.waves == 1,
+                         "task_record needs a hybrid lead-thread spec without marks: spec(..., hybrid=True)")
+        last = itl.clock64()
+        g1 = itl.globaltimer()
+        ok = itl.in_slots(LAYOUT, launch, STAGE, task)
+        col = tl.arange(0, LAYOUT.cols)
+        row = tl.where(col == itl._PLACEMENT_COL, itl.placement_word(tl.program_id(0), 0, itl.smid()), 0)
+        for j in tl.static_range(LAYOUT.phases - 1):
+            row = tl.where(col == itl.phase_col(j), ticks[j], row)
+        row = tl.where(col == itl.phase_col(LAYOUT.phases - 1), last, row)
+        row = tl.where(col == itl.anchor_col(LAYOUT, 0), first, row)
+        row = tl.where(col == itl.anchor_col(LAYOUT, 1), g1, row)
+        tl.store(stamps + itl.word_offset(LAYOUT, launch, STAGE, task, 0, 0) + col, row, mask=ok)
+        tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, STAGE), 1, mask=ok == 0, sem="relaxed")
+
+
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel_regs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
                      BLOCK: tl.constexpr):
@@ -109,15 +191,95 @@ def work_kernel_regs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.conste
     half = iters // 2
     for i in range(n_tasks):
         task = bid + i * G
-        c0, g0 = itl.task_begin(TL)
+        c0, g0 = task_begin(TL)
         x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
-        c1 = itl.tick(TL)
+        c1 = tick(TL)
         y = chain(x, x, half)
-        c2 = itl.tick(TL)
+        c2 = tick(TL)
         y = chain(y, x, iters - half)
-        c3 = itl.tick(TL)
+        c3 = tick(TL)
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
-        itl.task_record(stamps, LAYOUT, launch, 0, task, g0, (c0, c1, c2, c3), TL)
+        task_record(stamps, LAYOUT, launch, 0, task, g0, (c0, c1, c2, c3), TL)
+
+
+@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
+def work_kernel_deferred(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
+                         BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
+    """``work_kernel`` with deferred hybrid stamps (``stamp_deferred``: each stores
+    the reading of the stamp before it); ``EXTRA``: the four marks as well."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 0, 0, -1, TL)
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
+        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 1, t, 0, TL)
+        p = 1
+        if EXTRA:
+            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 5, t, 1, TL)
+            p = 5
+        y = chain(x, x, half)
+        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 2, t, p, TL)
+        p = 2
+        if EXTRA:
+            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 6, t, 2, TL)
+            p = 6
+        y = chain(y, x, iters - half)
+        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 3, t, p, TL)
+        p = 3
+        if EXTRA:
+            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 7, t, 3, TL)
+            p = 7
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        if EXTRA:
+            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 8, t, p, TL)
+            p = 8
+        stamp_deferred(stamps, LAYOUT, launch, 0, task, 4, t, p, TL)
+
+
+@triton.jit
+def _clock32():
+    return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _probe32(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr):
+    """An experiment, not a stamp this tool decodes: the 32-bit ``%clock`` stored."""
+    ok = itl.in_slots(LAYOUT, launch, 0, task)
+    tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), _clock32().to(tl.int64), mask=ok)
+
+
+@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
+def work_kernel_c32(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
+                    BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
+    """``work_kernel`` (hybrid) whose phases 1..4 and marks read the 32-bit ``%clock``
+    instead of ``%clock64``: what the cheaper counter read would cost (its buffer
+    does not decode as a hybrid build's)."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 0, TL)
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
+        _probe32(stamps, LAYOUT, launch, task, 1)
+        if EXTRA:
+            _probe32(stamps, LAYOUT, launch, task, 5)
+        y = chain(x, x, half)
+        _probe32(stamps, LAYOUT, launch, task, 2)
+        if EXTRA:
+            _probe32(stamps, LAYOUT, launch, task, 6)
+        y = chain(y, x, iters - half)
+        _probe32(stamps, LAYOUT, launch, task, 3)
+        if EXTRA:
+            _probe32(stamps, LAYOUT, launch, task, 7)
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        if EXTRA:
+            _probe32(stamps, LAYOUT, launch, task, 8)
+        itl.stamp(stamps, LAYOUT, launch, 0, task, 4, TL)
 
 
 # -- host side -------------------------------------------------------------------------
@@ -136,11 +298,16 @@ def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None, hy
 BUILDS = (  # name, waves (0: num_warps), stamped, hybrid
     ("off", 1, False, False), ("lead", 1, True, False), ("warps", 0, True, False),
     ("hlead", 1, True, True), ("hwarps", 0, True, True), ("regs", 1, True, True),
-    ("lead+4", 1, True, False), ("hlead+4", 1, True, True))
+    ("lead+4", 1, True, False), ("hlead+4", 1, True, True), ("dlead", 1, True, True), ("dlead+4", 1, True, True),
+    ("c32", 1, True, True), ("c32+4", 1, True, True))
 
 
 def kernel_of(build: str):
     """The kernel a build runs: register-held stamps (``regs``) or a store a stamp."""
+    if build.startswith("dlead"):
+        return work_kernel_deferred
+    if build.startswith("c32"):
+        return work_kernel_c32
     return work_kernel_regs if build == "regs" else work_kernel
 
 
@@ -202,6 +369,8 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
     # the decode check first: one launch of each stamped build at T = tmax into a clean buffer
     check = {}
     for name in bufs:
+        if name.startswith("c32"):  # an experiment: its 32-bit readings do not decode
+            continue
         buf = bufs[name]
         go(name, tmax)  # compile
         buf.reset()
@@ -285,7 +454,9 @@ def main(argv=None) -> int:
     for (nw, name), v in cc.items():
         want = {"off": (0, 0), "lead": (PHASES_PER_TASK, 0), "warps": (PHASES_PER_TASK, 0),
                 "hlead": (2, PHASES_PER_TASK), "hwarps": (2, PHASES_PER_TASK), "regs": (2, PHASES_PER_TASK),
-                "lead+4": (PHASES_PER_TASK + 4, 0), "hlead+4": (2, PHASES_PER_TASK + 4)}[name]
+                "lead+4": (PHASES_PER_TASK + 4, 0), "hlead+4": (2, PHASES_PER_TASK + 4),
+                "dlead": (2, PHASES_PER_TASK), "dlead+4": (2, PHASES_PER_TASK + 4),
+                "c32": (2, 2), "c32+4": (2, 2)}[name]
         # the chain is two loops of 8 FMAs in every build; the normal build's loops may
         # be unswitched (versioned on half > 0) into more copies of the same loops
         good = (v["globaltimer"], v["clock64"]) == want and v["fma"] % 8 == 0 and v["fma"] >= 16
@@ -330,9 +501,10 @@ def main(argv=None) -> int:
         f = m["fits"]
         say(f"  {m['num_warps']} warps: lead {f['lead']['ns_per_stamp']:.2f} ns/stamp, per warp "
             f"{f['warps']['ns_per_stamp']:.2f} ns/stamp; hybrid lead {f['hlead']['ns_per_stamp']:.2f}, hybrid per "
-            f"warp {f['hwarps']['ns_per_stamp']:.2f}, hybrid in registers {f['regs']['ns_per_stamp']:.2f} ns/stamp; "
+            f"warp {f['hwarps']['ns_per_stamp']:.2f}, hybrid in registers {f['regs']['ns_per_stamp']:.2f}, hybrid "
+            f"deferred {f['dlead']['ns_per_stamp']:.2f} ns/stamp; "
             f"A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
-        for base in ("lead", "hlead"):  # four further stamps a task: (slope a task with them - without) / 4
+        for base in ("lead", "hlead", "dlead", "c32"):  # four further stamps a task: (slope a task with them - without) / 4
             further = (f[base + "+4"]["ns_per_stamp"] - f[base]["ns_per_stamp"]) * PHASES_PER_TASK / 4
             m.setdefault("further_stamp_ns", {})[base] = further
             say(f"    a further stamp ({base}, one more stamp right behind another): {further:.2f} ns")

@@ -228,55 +228,6 @@ def stamp(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE
             stamp_warps(stamps, LAYOUT, launch, STAGE, task, PHASE)
 
 
-# -- register-held stamps (hybrid, lead thread): one record store a task -----------------------
-@triton.jit
-def tick(ON: tl.constexpr):
-    """A stamp held in a register: ``%clock64`` (int64; 0 when not ``ON``). The
-    task's ticks go to the buffer together, with ``task_record``, when it ends."""
-    if ON:
-        return clock64()
-    else:
-        return tl.zeros([], dtype=tl.int64)
-
-
-@triton.jit
-def task_begin(ON: tl.constexpr):
-    """The first phase's stamp of a register-held record: ``(%clock64, %globaltimer)``
-    read back to back (the record's first anchor); zeros when not ``ON``."""
-    if ON:
-        c = clock64()
-        return c, globaltimer()
-    else:
-        return tl.zeros([], dtype=tl.int64), tl.zeros([], dtype=tl.int64)
-
-
-@triton.jit
-def task_record(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, first, ticks,
-                ON: tl.constexpr):
-    """The last phase's stamp and the whole record: read ``%clock64`` and
-    ``%globaltimer`` (the second anchor), then write placement word, one tick per
-    phase (``ticks``: the tuple of phases 0 .. P-2, ``tick`` / ``task_begin``
-    readings; the last is this read) and both anchors (``first``: ``task_begin``'s
-    timer) as one ``LAYOUT.cols``-word row, 16-byte vector stores, from the lanes
-    that hold it. Outside the stage's slots nothing is stored and the stage's drop
-    counter counts 1. Needs a hybrid lead-thread layout (``waves == 1``)."""
-    if ON:
-        tl.static_assert(LAYOUT.anchors == LAYOUT.phases + 1 and LAYOUT.waves == 1,
-                         "task_record needs a hybrid lead-thread spec without marks: spec(..., hybrid=True)")
-        last = clock64()
-        g1 = globaltimer()
-        ok = in_slots(LAYOUT, launch, STAGE, task)
-        col = tl.arange(0, LAYOUT.cols)
-        row = tl.where(col == _PLACEMENT_COL, placement_word(tl.program_id(0), 0, smid()), 0)
-        for j in tl.static_range(LAYOUT.phases - 1):
-            row = tl.where(col == phase_col(j), ticks[j], row)
-        row = tl.where(col == phase_col(LAYOUT.phases - 1), last, row)
-        row = tl.where(col == anchor_col(LAYOUT, 0), first, row)
-        row = tl.where(col == anchor_col(LAYOUT, 1), g1, row)
-        tl.store(stamps + word_offset(LAYOUT, launch, STAGE, task, 0, 0) + col, row, mask=ok)
-        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=ok == 0, sem="relaxed")
-
-
 @triton.jit
 def slot_header(stamps, LAYOUT: tl.constexpr, launch, step, layer, ON: tl.constexpr):
     """Once per launch (CTA 0's thread): write launch slot ``launch``'s header,
