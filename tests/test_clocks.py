@@ -169,6 +169,12 @@ def test_the_cli_states_each_ranks_calibration_and_alignment(tmp_path, capsys):
     assert "clock      rank 0: 2 calibration(s) against the host, best ± 30 ns, drift +0.006 ± 0.007 ppm" in info
     assert "clock      rank 1: 1 calibration(s) against the host, best ± 70 ns" in info
     assert "aligned    rank 0: by measured clocks" in info and "aligned    rank 1: by measured clocks" in info
+    assert main(["summary", str(tmp_path / "m.arrow")]) == 0
+    assert "ranks aligned by their measured clocks, each within ± 70 ns" in capsys.readouterr().out
+    assert main(["merge", str(paths[0]), str(paths[1]), "-o", str(tmp_path / "s.arrow"), "-q", "--align", "x"]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(tmp_path / "s.arrow")]) == 0
+    assert "ranks aligned by stage x: ASSUMED" in capsys.readouterr().out
 
 
 

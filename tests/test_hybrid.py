@@ -203,3 +203,15 @@ def test_the_h200_hybrid_buffer_decodes_to_the_bundled_trace_on_its_anchors():
         off = np.asarray(trace.tasks.column(f"{phase}_tick")) - rec[:, S.anchor_col(lay, k)]
         assert np.abs(off).max() <= 2 * 32 + 2
     assert (np.asarray(trace.intervals.column("duration_ns")) > 0).all()
+
+
+def test_the_cli_says_a_trace_is_hybrid(capsys):
+    from pathlib import Path
+
+    from timeline.cli import main
+
+    path = Path(__file__).resolve().parent.parent / "traces" / "h200_mono_hybrid.arrow"
+    assert main(["info", str(path)]) == 0
+    assert "clock globaltimer 1000 MHz + cycle counter clock64 (hybrid)" in capsys.readouterr().out
+    assert main(["summary", str(path)]) == 0
+    assert "hybrid clock: phases on the clock64 cycle counter, placed on globaltimer" in capsys.readouterr().out

@@ -87,8 +87,19 @@ def _title(trace) -> str:
     mhz = sp.clock.hz / 1e6
     lines = [f"{sp.kernel} · {sp.arch} · clock {sp.clock.name} {mhz:g} MHz · ranks {trace.ranks} · "
              f"launches {trace.launches}"]
+    if sp.cycles:
+        lines.append(f"hybrid clock: phases on the {sp.cycles} cycle counter, placed on {sp.clock.name} "
+                     "(timeline.hybrid)")
     if trace.synthetic:
         lines.append("SYNTHETIC trace (timeline.synth model): not measured on a GPU")
+    if len(trace.ranks) > 1:
+        aligned = K.alignment_of(trace)
+        if all(a.measured for a in aligned):
+            worst = max(a.uncertainty_ns for a in aligned)
+            lines.append(f"ranks aligned by their measured clocks, each within ± {worst:,.0f} ns (`timeline info`)")
+        else:
+            lines.append(f"ranks aligned by {aligned[0].by}: ASSUMED, the skew between ranks is not measured "
+                         "(`timeline info`)")
     n = trace.anomaly_count
     if n:
         lines.append(f"anomalies: {trace.anomaly_summary()} (see `timeline info`)")
@@ -352,7 +363,8 @@ def cmd_info(args) -> int:
     if d["synthetic"]:
         print("SYNTHETIC  yes: made by timeline.synth, not measured on a GPU")
     print(f"kernel     {sp['kernel']}  arch {sp['arch']}  clock {sp['clock']['name']} "
-          f"{sp['clock']['hz'] / 1e6:g} MHz  grid {sp['grid'] or '?'}")
+          f"{sp['clock']['hz'] / 1e6:g} MHz" + (f" + cycle counter {sp['cycles']} (hybrid)" if sp.get("cycles") else "")
+          + f"  grid {sp['grid'] or '?'}")
     print(f"stages     {stages}")
     print(f"phases     {', '.join(sp['phases'])}")
     print(f"buffer     {lay.shape} int64 (launches, rows, waves, cols) = {lay.nbytes:,} bytes per rank; "
