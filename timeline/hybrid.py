@@ -174,13 +174,115 @@ def domain_curve(c: np.ndarray, g: np.ndarray, step: int):
     return _curve(c0, g0, x, pieces), int(late.sum()), len(pieces)
 
 
-def _on_curve(v: np.ndarray, cv: Curve, mul: int) -> np.ndarray:
-    """Cycle counts ``v`` (nonzero) placed on a curve, in ns of the global clock."""
-    x = (v - cv.c0).astype(np.float64)
-    y = np.interp(x, cv.xs, cv.ys)
-    y = np.where(x < cv.xs[0], cv.ys[0] + (x - cv.xs[0]) * cv.rate_lo, y)
-    y = np.where(x > cv.xs[-1], cv.ys[-1] + (x - cv.xs[-1]) * cv.rate_hi, y)
-    return cv.g0 * mul + np.rint(y * mul).astype(np.int64)
+class Knots(NamedTuple):
+    """Every domain's curve as flat arrays for one vectorized placement: knot ``x`` /
+    ``y`` (domain after domain), the slope from each knot on (the last knot's: the
+    curve's rate beyond it), and per domain its ``c0`` / ``g0``, first and last knot
+    (-1: no curve), its ``rate_lo``."""
+
+    x: np.ndarray
+    y: np.ndarray
+    slope: np.ndarray
+    c0: np.ndarray
+    g0: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    rate_lo: np.ndarray
+
+
+def _knots(st: Steady, curves: list) -> Knots:
+    """The steady domains' lines (two knots each, laid out at once) and the other
+    domains' curves (None: a domain without one) as ``Knots``."""
+    n = len(curves)
+    ok = np.flatnonzero(st.ok)
+    m = ok.size
+    xs = [np.column_stack([np.zeros(m), st.xlast[ok]]).reshape(-1)]
+    ys = [np.column_stack([st.a[ok], st.a[ok] + st.b[ok] * st.xlast[ok]]).reshape(-1)]
+    slopes = [np.repeat(st.b[ok], 2)]
+    c0, g0, rate_lo = st.c0.copy(), st.g0.copy(), st.b.copy()
+    first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    first[ok], last[ok] = 2 * np.arange(m), 2 * np.arange(m) + 1
+    k = 2 * m
+    for d, cv in enumerate(curves):
+        if cv is None:
+            continue
+        dx, dy = np.diff(cv.xs), np.diff(cv.ys)
+        seg = np.divide(dy, dx, out=np.full(dx.size, cv.rate_hi), where=dx > 0)
+        xs.append(cv.xs)
+        ys.append(cv.ys)
+        slopes.append(np.r_[seg, cv.rate_hi])
+        c0[d], g0[d], rate_lo[d] = cv.c0, cv.g0, cv.rate_lo
+        first[d], last[d] = k, k + len(cv.xs) - 1
+        k += len(cv.xs)
+    return Knots(np.concatenate(xs), np.concatenate(ys), np.concatenate(slopes), c0, g0, first, last, rate_lo)
+
+
+def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
+    """Cycle counts ``v`` (nonzero) of domains ``d`` (each with a curve) placed on
+    their domain's curve, in ns of the global clock: one knot search for all, each
+    value's search kept inside its domain's knots (``first`` .. ``last``)."""
+    x = (v - kn.c0[d]).astype(np.float64)
+    lo, hi = kn.first[d], kn.last[d]
+    a, b = lo.copy(), hi.copy()  # bisection inside each domain's knots: the last knot at or before x
+    while True:
+        todo = a < b
+        if not todo.any():
+            break
+        mid = (a + b + 1) // 2
+        right = kn.x[mid] <= x
+        a = np.where(todo & right, mid, a)
+        b = np.where(todo & ~right, mid - 1, b)
+    p = a
+    before = x < kn.x[lo]
+    slope = np.where(before, kn.rate_lo[d], kn.slope[p])
+    y = kn.y[p] + (x - kn.x[p]) * slope
+    return kn.g0[d] * mul + np.rint(y * mul).astype(np.int64)
+
+
+class Steady(NamedTuple):
+    """``_steady``'s answer, per domain: whether one line is all it needs (``ok``) and
+    that line, ``global = g0 + a + b (cycles - c0)`` up to ``xlast`` cycles past ``c0``."""
+
+    ok: np.ndarray
+    c0: np.ndarray
+    g0: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    xlast: np.ndarray
+
+
+def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
+    """Every domain's line where one line is all it needs, at once for all domains:
+    every anchor within the tolerance of its least-squares line, none above the next
+    by more than a step (read late), two distinct cycle values (``ok``; the others
+    ``domain_curve`` takes one by one)."""
+    keep = agid >= 0
+    order = np.lexsort((ac[keep], agid[keep]))
+    d, c, g = agid[keep][order], ac[keep][order], ag[keep][order]
+    if not d.size:
+        z = np.zeros(ng)
+        return Steady(np.zeros(ng, bool), z.astype(np.int64), z.astype(np.int64), z, z, z)
+    starts = np.searchsorted(d, np.arange(ng))
+    n = np.bincount(d, minlength=ng)
+    has = n > 0
+    c0 = np.where(has, c[np.minimum(starts, d.size - 1)], 0)
+    g0 = np.where(has, g[np.minimum(starts, d.size - 1)], 0)
+    x, y = (c - c0[d]).astype(np.float64), (g - g0[d]).astype(np.float64)
+    nn = np.maximum(n, 1)
+    mx, my = np.bincount(d, x, ng) / nn, np.bincount(d, y, ng) / nn
+    dx, dy = x - mx[d], y - my[d]
+    sxx, sxy = np.bincount(d, dx * dx, ng), np.bincount(d, dx * dy, ng)
+    b = np.divide(sxy, sxx, out=np.zeros(ng), where=sxx > 0)
+    a = my - b * mx
+    worst = np.zeros(ng)
+    np.maximum.at(worst, d, np.abs(y - (a[d] + b[d] * x)))
+    late = np.zeros(ng, dtype=bool)
+    same = d[1:] == d[:-1]
+    late[d[:-1][same & (g[:-1] - step > g[1:])]] = True
+    xlast = np.zeros(ng)
+    np.maximum.at(xlast, d, x)
+    ok = has & (n >= 2) & (xlast > 0) & (worst <= 2.0 * step + 2.0) & ~late
+    return Steady(ok, c0, g0, a, b, xlast)
 
 
 def _domains(place: np.ndarray, launch: np.ndarray, arch: str):
@@ -206,37 +308,29 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
     agid = gid[arow]
     order = np.argsort(agid, kind="stable")
     bounds = np.searchsorted(agid[order], np.arange(ng + 1))
-    curves, n_launch = [None] * ng, spec.launches
+    st, curves, n_launch = _steady(ac, ag, agid, ng, step), [None] * ng, spec.launches
     changes, outliers = np.zeros(n_launch, np.int64), np.zeros(n_launch, np.int64)
     launch_of_group = np.full(ng, -1, dtype=np.int64)
     launch_of_group[gid[gid >= 0]] = launch[gid >= 0]
     for d in range(ng):
         sel = order[bounds[d]: bounds[d + 1]]
-        cv, out, pieces = domain_curve(ac[sel], ag[sel], step) if sel.size else (None, 0, 0)
-        curves[d] = cv
-        if sel.size:
-            changes[launch_of_group[d]] += pieces > 1
-            outliers[launch_of_group[d]] += out
-    _borrow_rates(curves, ac, ag, agid, launch_of_group)
-    placed = [np.zeros_like(c) for c in cycles]
-    unplaced = np.zeros(len(placement), dtype=bool)
-    rec_order = np.argsort(gid, kind="stable")
-    rb = np.searchsorted(gid[rec_order], np.arange(-1, ng + 1))
-    nodomain = rec_order[rb[0]: rb[1]]  # no placement word: no domain
-    unplaced[nodomain] = True
-    for src, dst in zip(cycles, placed):
-        dst[nodomain] = src[nodomain]
-    for d in range(ng):
-        rows = rec_order[rb[d + 1]: rb[d + 2]]
-        if curves[d] is None:
-            unplaced[rows] = True
-            for src, dst in zip(cycles, placed):
-                dst[rows] = src[rows]  # kept as they are: the rows are dropped, their stamps counted
+        if st.ok[d] or not sel.size:  # one line fits: steady, nothing left out
             continue
-        for src, dst in zip(cycles, placed):
-            v = src[rows]
-            w = v != 0
-            dst[rows[w]] = _on_curve(v[w], curves[d], mul)
+        curves[d], out, pieces = domain_curve(ac[sel], ag[sel], step)
+        changes[launch_of_group[d]] += pieces > 1
+        outliers[launch_of_group[d]] += out
+    _borrow_rates(curves, st, ac, ag, agid, launch_of_group)
+    kn = _knots(st, curves)
+    has = gid >= 0
+    has[has] = kn.first[gid[has]] >= 0
+    unplaced = ~has  # no placement word (no domain), or a domain without a curve
+    placed = []
+    for src in cycles:
+        dst = src.copy()  # the unplaced rows keep their counts: dropped, their stamps counted
+        m = has & (src != 0)
+        dst[has & (src == 0)] = 0
+        dst[m] = _on_knots(src[m], gid[m], kn, mul)
+        placed.append(dst)
     unanchored = np.bincount(launch[unplaced & _written(cycles)], minlength=n_launch)
     return Placed(placed, unplaced, changes, outliers, unanchored)
 
@@ -248,10 +342,15 @@ def _written(cycles: list) -> np.ndarray:
     return w
 
 
-def _borrow_rates(curves: list, ac, ag, agid, launch_of_group) -> None:
+def _borrow_rates(curves: list, st: Steady, ac, ag, agid, launch_of_group) -> None:
     """A domain with anchors but no curve of its own (one distinct cycle value) gets
     its launch's median rate through its anchors' median point."""
+    needy = [d for d, cv in enumerate(curves) if cv is None and not st.ok[d]]
+    if not needy or not np.isin(agid, needy).any():
+        return
     rates = {}
+    for d in np.flatnonzero(st.ok).tolist():
+        rates.setdefault(int(launch_of_group[d]), []).append(float(st.b[d]))
     for d, cv in enumerate(curves):
         if cv is not None:
             span = np.diff(cv.xs)
@@ -260,7 +359,7 @@ def _borrow_rates(curves: list, ac, ag, agid, launch_of_group) -> None:
     for d, cv in enumerate(curves):
         la = int(launch_of_group[d])
         m = agid == d
-        if cv is not None or not m.any() or la not in rates:
+        if cv is not None or st.ok[d] or not m.any() or la not in rates:
             continue
         b = float(np.median(rates[la]))
         c0, g0 = int(ac[m][0]), int(ag[m][0])
