@@ -8,10 +8,10 @@ one time for the whole GPU, in coarse steps) into two anchor columns. Per launch
 and clock domain (an SM; an XCC's CU) the anchors, in cycle order, are points of
 the domain's cycles-to-time curve; every stamp of the domain is placed on it.
 
-The curve (``domain_lines``): one least-squares line while every anchor lies within
+The curve: one least-squares line while every anchor lies within
 two of the clock's steps of it (a steady clock: its steps averaged over all the
 domain's anchors), else split at the best point and each side again
-(``_segments``), down to pieces of two anchors, each piece joined to the one
+(``_segment_all``), down to pieces of two anchors, each piece joined to the one
 before at their kink. So a steady SM gets the precision of all its anchors, and
 an SM whose clock moves (the H200 does, within one launch of the demo kernel:
 bench/results/clock_truth_h200.txt) gets a line per stretch of steady clock, at
@@ -39,20 +39,6 @@ from timeline import schema as S
 MIN_POINTS = 2  # anchors a piece of a split line needs
 
 
-class Curve(NamedTuple):
-    """A domain's cycles-to-time curve: ``global = g0 + y(cycles - c0)`` (global clock
-    ticks), ``y`` linear between the knots ``(xs, ys)`` (non-decreasing) and along the
-    first / last piece's rate (``rate_lo`` / ``rate_hi``, ticks a cycle) beyond them.
-    ``g0`` / ``c0`` integers: the raw values are ~1e18, past float64's exact integers."""
-
-    c0: int
-    g0: int
-    xs: np.ndarray
-    ys: np.ndarray
-    rate_lo: float
-    rate_hi: float
-
-
 class Placed(NamedTuple):
     """What ``place`` returns: every stamp column in ns of the global clock (0 where
     unwritten), the records it could not place, and per launch the clock-change,
@@ -63,82 +49,6 @@ class Placed(NamedTuple):
     changes: np.ndarray
     outliers: np.ndarray
     unanchored: np.ndarray
-
-
-def _fit(x: np.ndarray, y: np.ndarray):
-    """Least-squares ``y = a + b x`` and its residuals (``b`` 0 for a single x)."""
-    xm, ym = x.mean(), y.mean()
-    dx = x - xm
-    sxx = float(dx @ dx)
-    b = float(dx @ (y - ym)) / sxx if sxx > 0 else 0.0
-    a = ym - b * xm
-    return a, b, y - (a + b * x)
-
-
-def _best_split(x, y) -> int:
-    """The index k (``MIN_POINTS`` <= k <= n - ``MIN_POINTS``) that splits sorted
-    points into two lines of the least total squared residual, by prefix sums."""
-    n = len(x)
-    k = np.arange(1, n + 1, dtype=np.float64)
-
-    def sse(xs, ys, m):  # residual sum of squares of a line through the first m points, for every m
-        sx, sy = np.cumsum(xs), np.cumsum(ys)
-        sxx, sxy, syy = np.cumsum(xs * xs), np.cumsum(xs * ys), np.cumsum(ys * ys)
-        vx = sxx - sx * sx / m
-        cxy = sxy - sx * sy / m
-        vy = syy - sy * sy / m
-        return vy - np.divide(cxy * cxy, vx, out=np.zeros_like(vx), where=vx > 0)
-
-    left = sse(x, y, k)
-    right = sse(x[::-1], y[::-1], k)[::-1]
-    total = left[MIN_POINTS - 1: n - MIN_POINTS] + right[MIN_POINTS: n - MIN_POINTS + 1]
-    return MIN_POINTS + int(np.argmin(total))
-
-
-def _segments(x, y, tol: float) -> list:
-    """Lines ``(i, j, a, b)`` through sorted anchors ``x[i:j], y[i:j]``: one where every
-    anchor lies within ``tol`` of it, else split at the best point (a clock change)
-    and each side again, down to pieces of ``MIN_POINTS``; in order."""
-    done, todo = [], [(0, len(x))]
-    while todo:
-        i, j = todo.pop()
-        a, b, r = _fit(x[i:j], y[i:j])
-        if j - i < 2 * MIN_POINTS or np.abs(r).max() <= tol:
-            done.append((i, j, a, b))
-            continue
-        k = i + _best_split(x[i:j], y[i:j])
-        todo += [(k, j), (i, k)]
-    return sorted(done)
-
-
-def _curve(c0: int, g0: int, x, pieces) -> Curve:
-    """The curve through the pieces: each piece's line at its first and last anchor,
-    joined to the next at the lines' kink where it lies between their anchors, else
-    bridged linearly (continuous: no stamp placed before an earlier one), the knots
-    held non-decreasing against the clock's steps."""
-    xs, ys, before = [], [], None
-    for i, j, a, b in pieces:
-        if before is not None and before[1] != b:  # where the two lines meet, when between their anchors: the kink
-            meet = (a - before[0]) / (before[1] - b)
-            if xs[-1] < meet < x[i]:
-                xs.append(meet)
-                ys.append(a + b * meet)
-        before = (a, b)
-        for xv in (x[i], x[j - 1]):
-            if xs and xv <= xs[-1]:  # a knot at the same cycles: keep the later piece's value
-                xs.pop()
-                ys.pop()
-            xs.append(xv)
-            ys.append(a + b * xv)
-    ys = np.maximum.accumulate(np.asarray(ys))
-    return Curve(c0, g0, np.asarray(xs), ys, pieces[0][3], pieces[-1][3])
-
-
-def late_anchors(c: np.ndarray, g: np.ndarray, step: int) -> np.ndarray:
-    """Anchors (in cycle order) read late: above a later anchor by more than a step."""
-    later_min = np.minimum.accumulate(g[::-1])[::-1]
-    later = np.r_[later_min[1:], np.iinfo(np.int64).max]
-    return g - step > later
 
 
 def _anchors(c_first: np.ndarray, c_last: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple:
@@ -158,22 +68,6 @@ def _step(g: np.ndarray) -> int:
     return int(d.min()) if d.size else 1
 
 
-def domain_curve(c: np.ndarray, g: np.ndarray, step: int):
-    """A domain's ``Curve`` from its anchors (cycles ``c``, global ``g``; int64) and how
-    many anchors it left out as read late, and how many pieces it took; None for
-    the curve with fewer than two distinct cycle values."""
-    order = np.argsort(c, kind="stable")
-    c, g = c[order], g[order]
-    late = late_anchors(c, g, step)
-    c, g = c[~late], g[~late]
-    if c.size < 2 or c[0] == c[-1]:
-        return None, int(late.sum()), 0
-    c0, g0 = int(c[0]), int(g[0])
-    x, y = (c - c0).astype(np.float64), (g - g0).astype(np.float64)
-    pieces = _segments(x, y, 2.0 * step + 2.0)  # two steps of the clock, plus the two reads' jitter
-    return _curve(c0, g0, x, pieces), int(late.sum()), len(pieces)
-
-
 class Knots(NamedTuple):
     """Every domain's curve as flat arrays for one vectorized placement: knot ``x`` /
     ``y`` (domain after domain), the slope from each knot on (the last knot's: the
@@ -188,33 +82,6 @@ class Knots(NamedTuple):
     first: np.ndarray
     last: np.ndarray
     rate_lo: np.ndarray
-
-
-def _knots(st: Steady, curves: list) -> Knots:
-    """The steady domains' lines (two knots each, laid out at once) and the other
-    domains' curves (None: a domain without one) as ``Knots``."""
-    n = len(curves)
-    ok = np.flatnonzero(st.ok)
-    m = ok.size
-    xs = [np.column_stack([np.zeros(m), st.xlast[ok]]).reshape(-1)]
-    ys = [np.column_stack([st.a[ok], st.a[ok] + st.b[ok] * st.xlast[ok]]).reshape(-1)]
-    slopes = [np.repeat(st.b[ok], 2)]
-    c0, g0, rate_lo = st.c0.copy(), st.g0.copy(), st.b.copy()
-    first, last = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    first[ok], last[ok] = 2 * np.arange(m), 2 * np.arange(m) + 1
-    k = 2 * m
-    for d, cv in enumerate(curves):
-        if cv is None:
-            continue
-        dx, dy = np.diff(cv.xs), np.diff(cv.ys)
-        seg = np.divide(dy, dx, out=np.full(dx.size, cv.rate_hi), where=dx > 0)
-        xs.append(cv.xs)
-        ys.append(cv.ys)
-        slopes.append(np.r_[seg, cv.rate_hi])
-        c0[d], g0[d], rate_lo[d] = cv.c0, cv.g0, cv.rate_lo
-        first[d], last[d] = k, k + len(cv.xs) - 1
-        k += len(cv.xs)
-    return Knots(np.concatenate(xs), np.concatenate(ys), np.concatenate(slopes), c0, g0, first, last, rate_lo)
 
 
 def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
@@ -255,7 +122,7 @@ def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
     """Every domain's line where one line is all it needs, at once for all domains:
     every anchor within the tolerance of its least-squares line, none above the next
     by more than a step (read late), two distinct cycle values (``ok``; the others
-    ``domain_curve`` takes one by one)."""
+    ``_moving`` segments, all of them at once)."""
     keep = agid >= 0
     order = np.lexsort((ac[keep], agid[keep]))
     d, c, g = agid[keep][order], ac[keep][order], ag[keep][order]
@@ -285,6 +152,130 @@ def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
     return Steady(ok, c0, g0, a, b, xlast)
 
 
+def _late_within(g: np.ndarray, d: np.ndarray, step: int) -> np.ndarray:
+    """The anchors read late, of many domains at once (sorted by domain, then cycles;
+    ``g`` relative to each domain's first, >= 0 up to a step): above a later anchor
+    of the same domain by more than a step. A domain's values are
+    lifted above every earlier domain's, so one running minimum from the end never
+    carries a value from one domain into the one before."""
+    lift = int(g.max(initial=0)) + 2 * step + 1
+    h = g + d.astype(np.int64) * lift
+    later = np.minimum.accumulate(h[::-1])[::-1]
+    later = np.r_[later[1:], np.iinfo(np.int64).max]
+    return (h - step > later) & (np.r_[d[1:], -1] == d)
+
+
+def _fits(x, y, seg, nseg):
+    """Least-squares lines of many segments at once (``seg``: each point's segment,
+    sorted): ``(a, b)`` per segment and each point's residual; centered sums."""
+    n = np.maximum(np.bincount(seg, minlength=nseg), 1)
+    mx, my = np.bincount(seg, x, nseg) / n, np.bincount(seg, y, nseg) / n
+    dx, dy = x - mx[seg], y - my[seg]
+    sxx, sxy = np.bincount(seg, dx * dx, nseg), np.bincount(seg, dx * dy, nseg)
+    b = np.divide(sxy, sxx, out=np.zeros(nseg), where=sxx > 0)
+    a = my - b * mx
+    return a, b, y - (a[seg] + b[seg] * x)
+
+
+def _splits(x, y, lo, hi) -> np.ndarray:
+    """For segments ``[lo, hi)`` of sorted points (each at least 2 ``MIN_POINTS``
+    long), the split index of the least total squared residual of two lines, each
+    part at least ``MIN_POINTS`` long, all at once, from segment-local prefix sums of coordinates
+    scaled to each segment (a long segment loses no precision)."""
+    m = hi - lo
+    start = np.r_[0, np.cumsum(m)[:-1]]  # each segment's first position in the flat layout
+    seg = np.repeat(np.arange(lo.size), m)
+    local = np.arange(m.sum()) - start[seg]  # 0 .. m - 1 within its segment
+    span = np.maximum(x[hi - 1] - x[lo], 1.0)
+
+    def sse(idx):  # per position t: the squared residual of a line through the segment's first local[t] + 1 of idx
+        xs, ys = (x[idx] - x[lo][seg]) / span[seg], y[idx] - y[lo][seg]
+        k = local + 1.0
+        sums = []
+        for v in (xs, ys, xs * xs, xs * ys, ys * ys):
+            c = np.cumsum(v)
+            sums.append(c - np.r_[0.0, c][start][seg])
+        sx, sy, sxx, sxy, syy = sums
+        vx, cxy = sxx - sx * sx / k, sxy - sx * sy / k
+        return (syy - sy * sy / k) - np.divide(cxy * cxy, vx, out=np.zeros_like(vx), where=vx > 1e-18)
+
+    forward = lo[seg] + local
+    left = sse(forward)  # the first k = local + 1 points
+    right = sse(hi[seg] - 1 - local)  # the last local + 1 points
+    k = local + 1
+    ok = (k >= MIN_POINTS) & (m[seg] - k >= MIN_POINTS)
+    total = np.where(ok, left + right[np.minimum(start[seg] + m[seg] - k - 1, len(right) - 1)], np.inf)
+    least = np.minimum.reduceat(total, start)  # each segment's least total, then the first place it is reached
+    best = np.minimum.reduceat(np.where(total == least[seg], np.arange(total.size), total.size), start)
+    return lo + k[best]
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray):
+    """The positions of ranges ``[lo, hi)`` laid end to end, and each one's range."""
+    m = hi - lo
+    seg = np.repeat(np.arange(lo.size), m)
+    start = np.r_[0, np.cumsum(m)[:-1]]
+    return lo[seg] + np.arange(m.sum()) - start[seg], seg
+
+
+def _segment_all(x, y, lo, hi, tol: float):
+    """Binary segmentation of many domains at once (domain k's sorted points ``[lo[k],
+    hi[k])``): a segment's least-squares line where every point lies within ``tol``
+    of it (or it is shorter than 2 ``MIN_POINTS``), else split at ``_splits`` and each
+    side again; a round per level of splitting, every segment's line and worst
+    residual in one pass, the split of every segment that needs one in another.
+    Returns the pieces ``(lo, hi, a, b)``, in order."""
+    done = []
+    while lo.size:
+        idx, seg = _ranges(lo, hi)
+        a, b, r = _fits(x[idx], y[idx], seg, lo.size)
+        worst = np.zeros(lo.size)
+        np.maximum.at(worst, seg, np.abs(r))
+        fine = (hi - lo < 2 * MIN_POINTS) | (worst <= tol)
+        done.append((lo[fine], hi[fine], a[fine], b[fine]))
+        lo, hi = lo[~fine], hi[~fine]
+        if lo.size:
+            k = _splits(x, y, lo, hi)
+            lo, hi = np.r_[lo, k], np.r_[k, hi]
+    plo, phi, pa, pb = (np.concatenate(v) for v in zip(*done))
+    order = np.argsort(plo, kind="stable")
+    return plo[order], phi[order], pa[order], pb[order]
+
+
+def _running_max_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate`` restarted at every domain (``d`` sorted): each
+    domain lifted above the one before."""
+    lift = float(np.ptp(v)) + 1.0 if v.size else 1.0
+    return np.maximum.accumulate(v + d * lift) - d * lift
+
+
+def _piece_knots(x, y, pieces, dom_of_point):
+    """The pieces' curve as knots per domain: each piece's line at its
+    first and last point, the kink with the piece before where it lies between
+    them, a knot dropped where a later one of its domain is at the same or fewer
+    cycles, values held non-decreasing. Returns ``(kx, ky, kdom)`` and per piece
+    its domain."""
+    plo, phi, pa, pb = pieces
+    pd = dom_of_point[plo]
+    x0, x1 = x[plo], x[phi - 1]
+    same = np.r_[False, pd[1:] == pd[:-1]]
+    prev_a, prev_b, prev_x1 = np.r_[0.0, pa[:-1]], np.r_[0.0, pb[:-1]], np.r_[0.0, x1[:-1]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        meet = (pa - prev_a) / (prev_b - pb)
+    kink = same & (prev_b != pb) & (prev_x1 < meet) & (meet < x0)
+    kx = np.column_stack([np.where(kink, meet, np.nan), x0, x1]).reshape(-1)
+    ky = np.column_stack([pa + pb * np.where(kink, meet, 0.0), pa + pb * x0, pa + pb * x1]).reshape(-1)
+    kdom = np.repeat(pd, 3)
+    keep = ~np.isnan(kx)
+    kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
+    flipped = (kdom.max(initial=0) - kdom)[::-1]  # the domains in the reversed order, ascending again
+    later = -_running_max_within(-kx[::-1], flipped)[::-1]  # the least x of this knot and the later ones
+    nxt = np.r_[later[1:], np.inf]
+    keep = ~((kdom == np.r_[kdom[1:], -1]) & (nxt <= kx))
+    kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
+    return kx, _running_max_within(ky, kdom), kdom, pd
+
+
 def _domains(place: np.ndarray, launch: np.ndarray, arch: str):
     """Per record its (launch, clock domain) group id, the domain the placement
     word's ``hw_unit`` (an SM on NVIDIA, an XCC's CU on AMD); -1 without one."""
@@ -297,42 +288,123 @@ def _domains(place: np.ndarray, launch: np.ndarray, arch: str):
 def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarray, launch: np.ndarray,
           spec: S.Spec) -> Placed:
     """Every stamp column of a hybrid build's records (``cycles``: one int64 array per
-    phase and mark, 0 = unwritten; ``first`` / ``last`` the anchors) in ns of the
-    global clock (the first phase's stamp read ``first``, the last phase's ``last``).
-    See the module docstring."""
+    phase and mark, 0 = unwritten; ``first`` / ``last``: the global clock read at
+    the first and the last phase's stamp) in ns of the global clock. See the module
+    docstring."""
     mul = 1_000_000_000 // spec.clock.hz
     gid, ng = _domains(placement, launch, spec.arch)
-    P = len(spec.phases)
+    P, n_launch = len(spec.phases), spec.launches
     ac, ag, arow = _anchors(cycles[0], cycles[P - 1], first, last)
     step = _step(ag)
     agid = gid[arow]
-    order = np.argsort(agid, kind="stable")
-    bounds = np.searchsorted(agid[order], np.arange(ng + 1))
-    st, curves, n_launch = _steady(ac, ag, agid, ng, step), [None] * ng, spec.launches
-    changes, outliers = np.zeros(n_launch, np.int64), np.zeros(n_launch, np.int64)
-    launch_of_group = np.full(ng, -1, dtype=np.int64)
-    launch_of_group[gid[gid >= 0]] = launch[gid >= 0]
-    for d in range(ng):
-        sel = order[bounds[d]: bounds[d + 1]]
-        if st.ok[d] or not sel.size:  # one line fits: steady, nothing left out
-            continue
-        curves[d], out, pieces = domain_curve(ac[sel], ag[sel], step)
-        changes[launch_of_group[d]] += pieces > 1
-        outliers[launch_of_group[d]] += out
-    _borrow_rates(curves, st, ac, ag, agid, launch_of_group)
-    kn = _knots(st, curves)
+    launch_of = np.full(ng, -1, dtype=np.int64)
+    launch_of[gid[gid >= 0]] = launch[gid >= 0]
+    st = _steady(ac, ag, agid, ng, step)
+    moving = _moving(ac, ag, agid, ng, st, step)
+    changes = np.bincount(launch_of[moving.changed], minlength=n_launch)
+    outliers = np.bincount(launch_of[moving.late_dom], minlength=n_launch)
+    kn = _all_knots(st, moving, ng, launch_of)
     has = gid >= 0
     has[has] = kn.first[gid[has]] >= 0
     unplaced = ~has  # no placement word (no domain), or a domain without a curve
     placed = []
     for src in cycles:
         dst = src.copy()  # the unplaced rows keep their counts: dropped, their stamps counted
-        m = has & (src != 0)
         dst[has & (src == 0)] = 0
+        m = has & (src != 0)
         dst[m] = _on_knots(src[m], gid[m], kn, mul)
         placed.append(dst)
     unanchored = np.bincount(launch[unplaced & _written(cycles)], minlength=n_launch)
     return Placed(placed, unplaced, changes, outliers, unanchored)
+
+
+class Moving(NamedTuple):
+    """The domains one line does not fit, segmented (``_moving``): their knots (domain
+    after domain), each domain's ``c0`` / ``g0`` and ``rate_lo`` / ``rate_hi``, the
+    domains with more than one piece (``changed``, a domain per entry), each late
+    anchor's domain (``late_dom``), and the domains left with anchors of one cycle
+    value (``single``) with their anchors' median point for a borrowed rate."""
+
+    kx: np.ndarray
+    ky: np.ndarray
+    kdom: np.ndarray
+    c0: np.ndarray
+    g0: np.ndarray
+    rate_lo: np.ndarray
+    rate_hi: np.ndarray
+    changed: np.ndarray
+    late_dom: np.ndarray
+    single: np.ndarray
+
+
+def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
+    """Segment every domain ``_steady`` did not take, all at once: late anchors out
+    (``_late_within``), then ``_segment_all`` and ``_piece_knots``."""
+    sel = np.flatnonzero((agid >= 0) & ~st.ok[np.maximum(agid, 0)])
+    order = sel[np.lexsort((ac[sel], agid[sel]))]
+    d, c, g = agid[order], ac[order], ag[order]
+    c0, g0 = np.zeros(ng, np.int64), np.zeros(ng, np.int64)
+    firsts = np.r_[True, d[1:] != d[:-1]] if d.size else np.zeros(0, bool)
+    c0[d[firsts]], g0[d[firsts]] = c[firsts], g[firsts]
+    late = _late_within(g - g0[d], d, step) if d.size else np.zeros(0, bool)
+    late_dom = d[late]
+    d, c, g = d[~late], c[~late], g[~late]
+    x, y = (c - c0[d]).astype(np.float64), (g - g0[d]).astype(np.float64)
+    doms = np.unique(d)
+    lo, hi = np.searchsorted(d, doms), np.searchsorted(d, doms, side="right")
+    spread = np.zeros(doms.size, dtype=bool)
+    if doms.size:
+        xmax = np.zeros(ng)
+        np.maximum.at(xmax, d, x)
+        spread = (hi - lo >= 2) & (xmax[doms] > 0)
+    rate_lo, rate_hi = np.zeros(ng), np.zeros(ng)
+    if spread.any():
+        pieces = _segment_all(x, y, lo[spread], hi[spread], 2.0 * step + 2.0)
+        kx, ky, kdom, pd = _piece_knots(x, y, pieces, d)
+        first_piece = np.r_[True, pd[1:] != pd[:-1]]
+        last_piece = np.r_[pd[1:] != pd[:-1], True]
+        rate_lo[pd[first_piece]], rate_hi[pd[last_piece]] = pieces[3][first_piece], pieces[3][last_piece]
+        counts = np.bincount(pd, minlength=ng)
+        changed = np.flatnonzero(counts > 1)
+    else:
+        kx = ky = np.zeros(0)
+        kdom = np.zeros(0, np.int64)
+        changed = np.zeros(0, np.int64)
+    single = doms[~spread]
+    return Moving(kx, ky, kdom, c0, g0, rate_lo, rate_hi, changed, late_dom, single)
+
+
+def _all_knots(st: Steady, mv: Moving, ng: int, launch_of) -> Knots:
+    """``Knots`` of every domain: the steady lines (two knots each), the segmented
+    curves, and a domain of one cycle value on its launch's median rate through its
+    first anchor (one knot)."""
+    ok = np.flatnonzero(st.ok)
+    kx = [np.column_stack([np.zeros(ok.size), st.xlast[ok]]).reshape(-1), mv.kx]
+    ky = [np.column_stack([st.a[ok], st.a[ok] + st.b[ok] * st.xlast[ok]]).reshape(-1), mv.ky]
+    kdom = [np.repeat(ok, 2), mv.kdom]
+    c0, g0 = np.where(st.ok, st.c0, mv.c0), np.where(st.ok, st.g0, mv.g0)
+    rate_lo, rate_hi = np.where(st.ok, st.b, mv.rate_lo), np.where(st.ok, st.b, mv.rate_hi)
+    if mv.single.size:
+        known = st.ok.copy()
+        known[mv.kdom] = True
+        for dm in mv.single.tolist():  # few: a domain whose anchors share one cycle count
+            peers = known & (launch_of == launch_of[dm])
+            if not peers.any():
+                continue
+            rate_lo[dm] = rate_hi[dm] = float(np.median(np.r_[rate_lo[peers], rate_hi[peers]]))
+            kx.append(np.zeros(1))
+            ky.append(np.zeros(1))
+            kdom.append(np.array([dm]))
+    kx, ky, kdom = np.concatenate(kx), np.concatenate(ky), np.concatenate(kdom)
+    order = np.argsort(kdom, kind="stable")
+    kx, ky, kdom = kx[order], ky[order], kdom[order]
+    same = np.r_[kdom[1:] == kdom[:-1], False]
+    dx, dy = np.r_[np.diff(kx), 0.0], np.r_[np.diff(ky), 0.0]
+    slope = np.where(same & (dx > 0), dy / np.where(dx > 0, dx, 1.0), rate_hi[kdom])
+    first, last = np.full(ng, -1, np.int64), np.full(ng, -1, np.int64)
+    doms = np.unique(kdom)
+    first[doms], last[doms] = np.searchsorted(kdom, doms), np.searchsorted(kdom, doms, side="right") - 1
+    return Knots(kx, ky, slope, c0, g0, first, last, rate_lo)
 
 
 def _written(cycles: list) -> np.ndarray:
@@ -341,27 +413,3 @@ def _written(cycles: list) -> np.ndarray:
         w |= c != 0
     return w
 
-
-def _borrow_rates(curves: list, st: Steady, ac, ag, agid, launch_of_group) -> None:
-    """A domain with anchors but no curve of its own (one distinct cycle value) gets
-    its launch's median rate through its anchors' median point."""
-    needy = [d for d, cv in enumerate(curves) if cv is None and not st.ok[d]]
-    if not needy or not np.isin(agid, needy).any():
-        return
-    rates = {}
-    for d in np.flatnonzero(st.ok).tolist():
-        rates.setdefault(int(launch_of_group[d]), []).append(float(st.b[d]))
-    for d, cv in enumerate(curves):
-        if cv is not None:
-            span = np.diff(cv.xs)
-            r = np.divide(np.diff(cv.ys), span, out=np.full(span.size, np.nan), where=span > 0)
-            rates.setdefault(int(launch_of_group[d]), []).extend(r[np.isfinite(r)].tolist() or [cv.rate_lo])
-    for d, cv in enumerate(curves):
-        la = int(launch_of_group[d])
-        m = agid == d
-        if cv is not None or st.ok[d] or not m.any() or la not in rates:
-            continue
-        b = float(np.median(rates[la]))
-        c0, g0 = int(ac[m][0]), int(ag[m][0])
-        a = float(np.median((ag[m] - g0) - b * (ac[m] - c0)))
-        curves[d] = Curve(c0, g0, np.array([0.0]), np.array([a]), b, b)
