@@ -43,6 +43,7 @@ class StampBuffer:
         self.tensor = torch.zeros(self.layout.words, dtype=torch.int64, device=self.device)
         self.records = self.tensor[: self.layout.record_words].view(self.layout.shape)
         self.drops = self.tensor[self.layout.record_words: self.layout.record_words + len(self.layout.counts)]
+        self.calibrations = []  # timeline.clocks.Calibration of this device's clock, recorded by collect()
 
     @property
     def nbytes(self) -> int:
@@ -67,10 +68,22 @@ class StampBuffer:
         """Zero every slot (0 = not written), so a new capture starts clean."""
         self.tensor.zero_()
 
+    def calibrate(self, rounds: int = 200):
+        """Measure this buffer's device clock against the host's (``instrument.calibrate``)
+        and keep the ``Calibration``: ``collect`` records every one kept in the trace's
+        spec, so that ``timeline merge`` aligns this rank by its measured clock. Call it
+        before and after a capture for the drift."""
+        from instrument.clocksync import calibrate
+
+        c = calibrate(self.device, rounds)
+        self.calibrations.append(c)
+        return c
+
     def collect(self, **kw):
         """Copy the buffer to the host (after the device is done) and decode it with
-        ``timeline.collect``. Refused while a CUDA graph capture is in progress: the
-        copy would be captured instead of done."""
+        ``timeline.collect``, the spec carrying the calibrations kept
+        (``timeline.clocks.with_calibrations``). Refused while a CUDA graph capture is
+        in progress: the copy would be captured instead of done."""
         torch = _torch()
         if self.device.type == "cuda":
             if torch.cuda.is_current_stream_capturing():
@@ -78,7 +91,12 @@ class StampBuffer:
                     "cannot read the stamp buffer while a CUDA graph capture is in progress; "
                     "read it after the graph is replayed and synchronized")
             torch.cuda.synchronize(self.device)
-        return collect(self.tensor.detach().cpu().numpy(), self.spec, **kw)
+        spec = self.spec
+        if self.calibrations:
+            from timeline.clocks import with_calibrations
+
+            spec = with_calibrations(spec, self.calibrations)
+        return collect(self.tensor.detach().cpu().numpy(), spec, **kw)
 
 
 def alloc(spec: S.Spec, device="cuda") -> StampBuffer:
@@ -87,15 +105,20 @@ def alloc(spec: S.Spec, device="cuda") -> StampBuffer:
 
 
 @contextlib.contextmanager
-def capture(buf: StampBuffer, **collect_kw):
+def capture(buf: StampBuffer, *, calibrate: bool = False, **collect_kw):
     """``with capture(buf) as cap: <launches>`` resets the buffer on entry and, on a
     clean exit, decodes it into ``cap.trace``. The launches inside pick their slots
-    with ``buf.launch_slot(i)``."""
+    with ``buf.launch_slot(i)``. ``calibrate``: measure the device clock on entry and
+    on exit (``StampBuffer.calibrate``), recorded in the trace."""
 
     class _Capture:
         trace = None
 
     cap = _Capture()
     buf.reset()
+    if calibrate:
+        buf.calibrate()
     yield cap
+    if calibrate:
+        buf.calibrate()
     cap.trace = buf.collect(**collect_kw)

@@ -152,6 +152,19 @@ def _stamp_like_the_kernel(buf, spec, launch, G, base, t0=1_000_000):
                 flat[S.word_offset(lay, launch, si, task, 0, S.phase_col(pi))] = tick
 
 
+def test_a_buffer_records_its_calibrations_in_the_trace():
+    pytest.importorskip("torch")
+    from instrument.buffer import alloc
+    from timeline import clocks as K
+
+    buf = alloc(SPEC, "cpu")
+    _stamp_like_the_kernel(buf, SPEC, 0, 64, {"norm": 0, "up": 4, "down": 68}, t0=10_000_000)
+    assert K.calibrations_of(buf.collect().spec) == []
+    cals = [K.Calibration(7_000, 40.0, 2_000, 10, "cpu"), K.Calibration(7_100, 30.0, 1_000, 10, "cpu")]
+    buf.calibrations.extend(cals)
+    assert K.calibrations_of(buf.collect().spec) == sorted(cals, key=lambda c: c.host_ns)
+
+
 def test_buffer_round_trip_into_a_trace():
     torch = pytest.importorskip("torch")
     from instrument.buffer import BufferError, alloc, capture
