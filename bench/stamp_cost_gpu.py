@@ -71,37 +71,57 @@ def chain(y, x, n):
     return y
 
 
+@triton.jit
+def _clock32():
+    return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, TL: tl.constexpr,
+                C32: tl.constexpr):
+    """``instrument.triton.stamp`` of stage 0; with ``C32`` (an experiment, not a stamp
+    this tool decodes) every stamp but the first and the last phase's stores the
+    32-bit ``%clock`` instead."""
+    if C32 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
+        if TL:
+            ok = itl.in_slots(LAYOUT, launch, 0, task)
+            tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), _clock32().to(tl.int64), mask=ok)
+    else:
+        itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
+
+
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
-                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
+                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, C32: tl.constexpr = False):
     """Persistent: CTA ``bid`` runs tasks ``bid + i G`` for ``i < n_tasks``; each task
     loads tile ``task % TILES``, runs the FMA chain in two halves and stores to
     ``out[task]``. Stamps (when ``TL``): 0 start, 1 load issued, 2 first half of the
     chain done, 3 chain done, 4 tile stored; ``EXTRA``: after stamps 1..4 also one of
-    the spec's four marks (5 + k), right behind it: four further stamps a task."""
+    the spec's four marks (5 + k), right behind it: four further stamps a task;
+    ``C32``: see ``bench_stamp``."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     half = iters // 2
     for i in range(n_tasks):
         task = bid + i * G
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 0, TL)
+        bench_stamp(stamps, LAYOUT, launch, task, 0, TL, C32)
         x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 1, TL)
+        bench_stamp(stamps, LAYOUT, launch, task, 1, TL, C32)
         if EXTRA:
-            itl.stamp(stamps, LAYOUT, launch, 0, task, 5, TL)
+            bench_stamp(stamps, LAYOUT, launch, task, 5, TL, C32)
         y = chain(x, x, half)
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 2, TL)
+        bench_stamp(stamps, LAYOUT, launch, task, 2, TL, C32)
         if EXTRA:
-            itl.stamp(stamps, LAYOUT, launch, 0, task, 6, TL)
+            bench_stamp(stamps, LAYOUT, launch, task, 6, TL, C32)
         y = chain(y, x, iters - half)
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 3, TL)
+        bench_stamp(stamps, LAYOUT, launch, task, 3, TL, C32)
         if EXTRA:
-            itl.stamp(stamps, LAYOUT, launch, 0, task, 7, TL)
+            bench_stamp(stamps, LAYOUT, launch, task, 7, TL, C32)
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 4, TL)
+        bench_stamp(stamps, LAYOUT, launch, task, 4, TL, C32)
         if EXTRA:
-            itl.stamp(stamps, LAYOUT, launch, 0, task, 8, TL)
+            bench_stamp(stamps, LAYOUT, launch, task, 8, TL, C32)
 
 
 # -- experiments: other ways to stamp, measured beside the library's ------------------------------
@@ -239,49 +259,6 @@ def work_kernel_deferred(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.co
         stamp_deferred(stamps, LAYOUT, launch, 0, task, 4, t, p, TL)
 
 
-@triton.jit
-def _clock32():
-    return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _probe32(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr):
-    """An experiment, not a stamp this tool decodes: the 32-bit ``%clock`` stored."""
-    ok = itl.in_slots(LAYOUT, launch, 0, task)
-    tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), _clock32().to(tl.int64), mask=ok)
-
-
-@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
-def work_kernel_c32(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
-                    BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
-    """``work_kernel`` (hybrid) whose phases 1..4 and marks read the 32-bit ``%clock``
-    instead of ``%clock64``: what the cheaper counter read would cost (its buffer
-    does not decode as a hybrid build's)."""
-    bid = tl.program_id(0)
-    G = tl.num_programs(0)
-    lanes = tl.arange(0, BLOCK)
-    half = iters // 2
-    for i in range(n_tasks):
-        task = bid + i * G
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 0, TL)
-        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
-        _probe32(stamps, LAYOUT, launch, task, 1)
-        if EXTRA:
-            _probe32(stamps, LAYOUT, launch, task, 5)
-        y = chain(x, x, half)
-        _probe32(stamps, LAYOUT, launch, task, 2)
-        if EXTRA:
-            _probe32(stamps, LAYOUT, launch, task, 6)
-        y = chain(y, x, iters - half)
-        _probe32(stamps, LAYOUT, launch, task, 3)
-        if EXTRA:
-            _probe32(stamps, LAYOUT, launch, task, 7)
-        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
-        if EXTRA:
-            _probe32(stamps, LAYOUT, launch, task, 8)
-        itl.stamp(stamps, LAYOUT, launch, 0, task, 4, TL)
-
-
 # -- host side -------------------------------------------------------------------------
 EXTRA_MARKS = ("m1", "m2", "m3", "m4")  # the further stamps of the EXTRA builds
 
@@ -306,8 +283,6 @@ def kernel_of(build: str):
     """The kernel a build runs: register-held stamps (``regs``) or a store a stamp."""
     if build.startswith("dlead"):
         return work_kernel_deferred
-    if build.startswith("c32"):
-        return work_kernel_c32
     return work_kernel_regs if build == "regs" else work_kernel
 
 
@@ -316,7 +291,8 @@ def marks_of(build: str) -> tuple:
 
 
 def extra_of(build: str) -> dict:
-    return {"EXTRA": True} if build.endswith("+4") else {}
+    """The constexpr switches a build passes: its further stamps, the 32-bit counter."""
+    return {**({"EXTRA": True} if build.endswith("+4") else {}), **({"C32": True} if build.startswith("c32") else {})}
 
 
 def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
