@@ -142,13 +142,18 @@ class Timeline(CarriesNothing):
     it would be a runtime branch). ``launch``: the launch slot
     (``StampBuffer.launch_slot``), a Python int or a CTA-uniform ``fx.Int32``.
     ``lead``: the thread whose wave stamps in CTA mode, by default. ``cta``: the CTA
-    number of the placement word (default ``block_idx.x``).
+    number of the placement word (default ``block_idx.x``). ``hold``: inside ``with
+    tl.task(...)``, the middle phases' readings stay in scalar registers and the
+    task's end stores them (two columns a 16-byte store): a further stamp is the
+    clock read alone until then (3 instructions a stamp in all, against 4; a stamp in
+    a loop or branch of the task's body is stored at once, as its value cannot
+    reach the end).
 
     Built in a timeline build, the handle costs a few scalar instructions at kernel
     start (the wave number, the buffer resource) and 4 SGPRs for the resource."""
 
     def __init__(self, spec: S.Spec, stamps=None, enabled: bool = False, *, launch=0, lead: int = 0, cta=None,
-                 fence: bool = True):
+                 fence: bool = True, hold: bool = False):
         if not isinstance(enabled, bool):
             raise InstrumentError(
                 f"Timeline(enabled=...) must be a Python bool (an fx.Constexpr[bool] kernel "
@@ -159,6 +164,7 @@ class Timeline(CarriesNothing):
         self.enabled = enabled
         self.lead = lead
         self.fence = bool(fence)  # the build-wide default of every stamp's fence
+        self.hold = bool(hold)  # a task scope's middle phases: readings held in registers, stored at its end
         self._scope = None
         if not enabled:
             return
@@ -239,14 +245,7 @@ class Timeline(CarriesNothing):
         if not self.enabled:
             return
         fx = self._fx
-        rsrc, rec_wave, place_wave = self._stamper(lead)
-        ok = self._in_slots(stage, si, task)
-        off = self._record(si, fx.Int32(task), rec_wave)
-        if ok is not True:  # outside the slots the record offset is 0 too: no 32-bit wrap
-            off = fx.Int32(ok.select(off, fx.Int32(0)))  # back into range
-        off = uniform(off)
-        keep = both(ok, True if pred is None else pred)
-        voff = fx.Int32(0) if keep is True else fx.Int32(keep.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
+        rsrc, off, voff, ok, place_wave = self._where(stage, si, task, lead, pred)
         if fence:
             sched_fence()
         tick, anchor = self._read_clocks(pi)
@@ -263,6 +262,61 @@ class Timeline(CarriesNothing):
         if anchor is not None:
             col = voff + S.anchor_col(self.layout, 0 if pi == 0 else 1) * 8
             fx.rocdl.raw_ptr_buffer_store(anchor.ir_value(), rsrc, col.ir_value(), off.ir_value())
+
+    def _where(self, stage, si, task, lead, pred):
+        """Where a stamp of (stage, task) goes: ``(buffer resource, record byte offset,
+        voffset, in-slots condition, placement wave)``; the voffset is out of range
+        where the stamp must not land (outside the slots, ``pred`` false)."""
+        fx = self._fx
+        rsrc, rec_wave, place_wave = self._stamper(lead)
+        ok = self._in_slots(stage, si, task)
+        off = self._record(si, fx.Int32(task), rec_wave)
+        if ok is not True:  # outside the slots the record offset is 0 too: no 32-bit wrap
+            off = fx.Int32(ok.select(off, fx.Int32(0)))  # back into range
+        off = uniform(off)
+        keep = both(ok, True if pred is None else pred)
+        voff = fx.Int32(0) if keep is True else fx.Int32(keep.select(fx.Int32(0), fx.Int32(_OUT_OF_RANGE_I32)))
+        return rsrc, off, voff, ok, place_wave
+
+    def _held_reading(self, phase, fence):
+        """A middle phase's reading kept by the innermost task scope (``hold``), or None
+        where it must be stored now: not holding, a first or last phase, or a stamp
+        inside a region (a loop, a branch) of the task's body, whose values the end
+        of the task cannot see."""
+        scope = self._scope
+        pi = self.spec.stamp_index(phase)
+        if not (self.enabled and self.hold and scope is not None and 0 < pi < len(self.spec.phases) - 1):
+            return None
+        from flydsl._mlir import ir
+
+        if ir.InsertionPoint.current.block != scope.block:
+            return None
+        if fence:
+            sched_fence()
+        scope.held.append((pi, self._read_clocks(pi)[0]))
+        return True
+
+    def _store_held(self, scope):
+        """The held readings of a task scope (``hold``), stored at its end: adjacent
+        columns two at a time (one 16-byte store), the rest one 8-byte store each."""
+        if not scope.held:
+            return
+        fx = self._fx
+        si = self.spec.stage_index(scope.stage)
+        rsrc, off, voff, _, _ = self._where(scope.stage, si, scope.task, scope.lead, scope.pred)
+        held = sorted(scope.held, key=lambda h: h[0])
+        k = 0
+        while k < len(held):
+            pi, tick = held[k]
+            col = voff + S.phase_col(pi) * 8
+            if k + 1 < len(held) and held[k + 1][0] == pi + 1:
+                data = fx.Vector.from_elements([tick, held[k + 1][1]], fx.Int64)
+                fx.rocdl.raw_ptr_buffer_store(data.ir_value(), rsrc, col.ir_value(), off.ir_value())
+                k += 2
+            else:
+                fx.rocdl.raw_ptr_buffer_store(tick.ir_value(), rsrc, col.ir_value(), off.ir_value())
+                k += 1
+        scope.held = []
 
     def _read_clocks(self, pi):
         """A stamp's readings: ``(s_memrealtime, None)``; in a hybrid build
@@ -358,7 +412,9 @@ class Timeline(CarriesNothing):
             raise InstrumentError(
                 f"tl.mark({phase!r}) outside a `with tl.task(stage, task):` block; "
                 "use tl.stamp(stage, task, phase) there")
-        self.stamp(scope.stage, scope.task, phase, scope.lead, scope.pred, scope.fence)
+        fence = self.fence if scope.fence is None else scope.fence
+        if self._held_reading(phase, fence) is None:
+            self.stamp(scope.stage, scope.task, phase, scope.lead, scope.pred, scope.fence)
 
     def hint(self):
         """Stamp ``hint``: the wait for producers is over."""
@@ -380,11 +436,16 @@ class _TaskScope:
         self.tl, self.stage, self.task = tl, stage, task
         self.lead, self.pred, self.fence = lead, pred, fence
         self._outer = None
+        self.block, self.held = None, []  # hold: the block the task's body is traced into, its readings
 
     def __enter__(self):
         tl = self.tl
         self._outer, tl._scope = tl._scope, self
         tl.stamp(self.stage, self.task, 0, self.lead, self.pred, self.fence)
+        if tl.enabled and tl.hold:
+            from flydsl._mlir import ir
+
+            self.block = ir.InsertionPoint.current.block
         return tl
 
     def __exit__(self, exc_type, exc, tb):
@@ -392,4 +453,6 @@ class _TaskScope:
         tl._scope = self._outer
         if exc_type is None:
             tl.stamp(self.stage, self.task, len(tl.spec.phases) - 1, self.lead, self.pred, self.fence)
+            if tl.enabled:
+                tl._store_held(self)
         return False

@@ -52,6 +52,8 @@ def _jobs(stripped):
         I.Job("cta/no_fence", PROBES, "launch_cta", (0, 0, 64, 3)),  # Timeline(fence=False)
         I.Job("cta/hybrid", PROBES, "launch_cta", (0, 0, 64, 4)),  # Spec(cycles="memtime")
         I.Job("waves/hybrid", PROBES, "launch_waves", (0, 0, 64, 4)),
+        I.Job("cta/hold", PROBES, "launch_cta", (0, 0, 64, 5)),  # Timeline(hold=True), hybrid
+        I.Job("start_end/hybrid", PROBES, "launch_sites", (0, 0, 64, 4, 0b10001, False)),
         I.Job("glm5/kernel", GLM5, "launch", GLM5_ARGS + (GLM5_OWN,)),
         I.Job("glm5/kernel_fenced", GLM5, "launch", GLM5_ARGS + (GLM5_OWN_FENCED,)),
     ]
@@ -298,4 +300,27 @@ def test_a_hybrid_build_reads_the_cycle_counter_per_stamp_and_the_clock_twice_a_
     offsets = sorted({int(m) for m in re.findall(r"buffer_store_dwordx2 .* offset:(\d+)", "\n".join(hy.instructions))})
     assert offsets == [16, 24, 32, 40, 48, 56], offsets
     branches = [i for i in hy.instructions if i.startswith(("s_cbranch", "s_branch"))]
+    assert len(branches) == len([i for i in plain.instructions if i.startswith(("s_cbranch", "s_branch"))])
+
+
+@pytest.mark.parametrize("arch", I.ARCHES)
+def test_held_readings_make_a_further_stamp_three_instructions(isa, arch, record_property):
+    """``Timeline(hold=True)``: the task's middle phases read the counter into scalar
+    registers and the task's end stores them (two columns a 16-byte store). Against the
+    same kernel stamping only start and end, a further stamp costs 3 instructions on
+    gfx942 and gfx950 (4 without holding: s_memtime, s_waitcnt, v_mov_b64,
+    buffer_store) and every column still gets its store, no branch added."""
+    hold, plain, ends = (isa[(arch, k)] for k in ("cta/hold", "cta/hybrid", "start_end/hybrid"))
+    assert hold.count("s_memtime") == 5 and hold.count("s_memrealtime") == 2
+    per = (len(hold.instructions) - len(ends.instructions)) / 3
+    per_plain = (len(plain.instructions) - len(ends.instructions)) / 3
+    record_property("further_stamp_instructions", {"hold": per, "store each": per_plain})
+    assert per <= 3 < per_plain, (per, per_plain)
+    text = "\n".join(hold.instructions)
+    cols = set()
+    for m in re.finditer(r"buffer_store_dwordx(\d) .*?(?:offset:(\d+))?$", text, re.M):
+        first = int(m.group(2) or 0) // 8
+        cols.update(range(first, first + int(m.group(1)) // 2))
+    assert cols == set(range(8)), cols  # placement, 5 phases, 2 anchors
+    branches = [i for i in hold.instructions if i.startswith(("s_cbranch", "s_branch"))]
     assert len(branches) == len([i for i in plain.instructions if i.startswith(("s_cbranch", "s_branch"))])

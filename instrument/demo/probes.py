@@ -5,7 +5,8 @@ and read their ISA.
 Each kernel takes ``MODE`` (compile time): ``NORMAL`` (a normal build: the
 ``Timeline`` is off), ``TIMELINE`` (stamps on), ``TIMELINE_NO_FENCE`` (stamps on,
 ``Timeline(fence=False)``), ``HYBRID`` (stamps on, a hybrid build: ``s_memtime``
-every stamp, ``s_memrealtime`` anchors) or ``KTRACE`` (FlyDSL's own KTRACE
+every stamp, ``s_memrealtime`` anchors), ``HYBRID_HOLD`` (the same, the middle phases'
+readings held and stored at the task's end: ``Timeline(hold=True)``) or ``KTRACE`` (FlyDSL's own KTRACE
 through ``KtracePhases``, which has the ``Timeline`` interface and records one
 ``ktrace`` range per phase interval; compile it with ``FLYDSL_KTRACE_ENABLE=1``).
 
@@ -29,7 +30,7 @@ import flydsl.expr as fx
 from instrument.flydsl import CarriesNothing, Timeline
 from timeline.schema import Spec
 
-NORMAL, TIMELINE, KTRACE, TIMELINE_NO_FENCE, HYBRID = 0, 1, 2, 3, 4
+NORMAL, TIMELINE, KTRACE, TIMELINE_NO_FENCE, HYBRID, HYBRID_HOLD = 0, 1, 2, 3, 4, 5
 G = 8  # CTAs (a power of two)
 THREADS = 256  # 4 waves
 TASKS = 64
@@ -89,8 +90,8 @@ def phases(mode, spec, stamps, sites=ALL):
     """The kernel's phase handle for a build mode (see the module docstring)."""
     if mode == KTRACE:
         return KtracePhases(spec, sites)
-    if mode == HYBRID:
-        return Timeline(spec.replace(cycles="memtime"), stamps, True)
+    if mode in (HYBRID, HYBRID_HOLD):
+        return Timeline(spec.replace(cycles="memtime"), stamps, True, hold=mode == HYBRID_HOLD)
     return Timeline(spec, stamps, mode in (TIMELINE, TIMELINE_NO_FENCE), fence=mode != TIMELINE_NO_FENCE)
 
 
