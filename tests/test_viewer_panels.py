@@ -324,3 +324,13 @@ def test_the_gantt_draws_the_exact_critical_path(tmp_path):
     assert max(ends) == pytest.approx(g.tasks.end[g.tasks.launch == 1].max() / 1e3)
     plain = VG.gantt(state, "g.arrow", "stage", None, [1], None, None, None, "filters", None, None, None, None, None)
     assert not [t for t in plain.figure["data"] if t.get("meta", {}).get("kind") == "critical-path"]
+
+
+def test_the_top_bar_says_a_trace_is_hybrid():
+    from pathlib import Path
+
+    traces = Path(__file__).resolve().parent.parent / "traces"
+    st, _, name = V.prepare(["--trace-dir", str(traces), str(traces / "h200_mono_hybrid.arrow")])
+    assert "globaltimer + clock64 (hybrid)" in st.info(st.store.get(name))
+    st2, _, name2 = V.prepare(["--trace-dir", str(traces), str(traces / "h200_mono_demo.arrow")])
+    assert "(hybrid)" not in st2.info(st2.store.get(name2))

@@ -127,6 +127,7 @@ class App:
         """The one-line description of a trace in the page's top bar."""
         tr, d = item.trace, item.data
         sp = tr.spec
-        return (f"{sp.kernel} · {sp.arch} · {sp.clock.name} · ranks {len(tr.ranks)} · launches "
+        clock = f"{sp.clock.name} + {sp.cycles} (hybrid)" if sp.cycles else sp.clock.name
+        return (f"{sp.kernel} · {sp.arch} · {clock} · ranks {len(tr.ranks)} · launches "
                 f"{len(tr.launches)} · {tr.tasks.num_rows:,} task rows · {d.n:,} intervals · "
                 f"{(d.t_max - d.t_min) / 1e3:,.1f} µs")
