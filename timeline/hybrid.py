@@ -86,8 +86,8 @@ class Knots(NamedTuple):
 
 def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
     """Cycle counts ``v`` (nonzero) of domains ``d`` (each with a curve) placed on
-    their domain's curve, in ns of the global clock: one knot search for all, each
-    value's search kept inside its domain's knots (``first`` .. ``last``)."""
+    their domain's curve, in ns of the global clock: one bisection for all values at
+    once, each kept inside its domain's knots (``first`` .. ``last``)."""
     x = (v - kn.c0[d]).astype(np.float64)
     lo, hi = kn.first[d], kn.last[d]
     a, b = lo.copy(), hi.copy()  # bisection inside each domain's knots: the last knot at or before x
