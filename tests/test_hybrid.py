@@ -215,3 +215,20 @@ def test_the_cli_says_a_trace_is_hybrid(capsys):
     assert "clock globaltimer 1000 MHz + cycle counter clock64 (hybrid)" in capsys.readouterr().out
     assert main(["summary", str(path)]) == 0
     assert "hybrid clock: phases on the clock64 cycle counter, placed on globaltimer" in capsys.readouterr().out
+
+
+def test_a_record_with_a_bad_placement_word_stays_out_of_its_sms_fit():
+    """A stale record whose placement word claims SM 0 but carries another layout's
+    version, its anchors far off: counted as bad_placement, and SM 0's stamps are
+    placed as without it (no clock change, no late anchor)."""
+    spec = hybrid_spec()
+    truth = truth_of(64, seed=1)
+    buf = write(spec, truth, sms=4)
+    lay = spec.layout
+    base = S.word_offset(lay, 0, spec.stage_index("a"), 0, 0, 0)
+    buf[base] = ((((7 << 28) | (0 << 10)) << 32) | 0)  # version 7: not this build's
+    buf[base + S.anchor_col(lay, 0)] += 10**9
+    trace = collect(buf, spec)
+    assert trace.anomaly_summary() == {"bad_placement": 1}
+    clean = {k: v for k, v in truth.items() if k != ("a", 0)}
+    check(trace, clean, tol_ns=4)

@@ -193,12 +193,13 @@ def _on_global_clock(rec: _Records, cut: _Cut, spec: S.Spec, launch_of, acc: Ano
     not place; clock changes and stray anchors are counted per launch."""
     lay, P, M = spec.layout, len(spec.phases), len(spec.marks)
     first, last = (np.ascontiguousarray(cut.records[:, S.anchor_col(lay, k)]) for k in (0, 1))
-    got = H.place(rec.ticks + rec.marks, first, last, rec.place, launch_of, spec)
+    bad = S.bad_placement(rec.place, spec.arch, spec.grid, cut.versions)  # no SM of its own: kept out of every fit
+    got = H.place(rec.ticks + rec.marks, first, last, np.where(bad, 0, rec.place), launch_of, spec)
     for kind, counts in (("clock_change", got.changes), ("anchor_outlier", got.outliers)):
         for launch in np.flatnonzero(counts):
             acc.add(kind, int(counts[launch]), launch=int(launch))
     words = np.column_stack([rec.place] + got.columns)
-    return _columns(words, P, M), got.unplaced
+    return _columns(words, P, M), got.unplaced & ~bad  # a bad placement word is _screen's bad_placement
 
 
 def _unstamped(spec: S.Spec) -> dict:
