@@ -232,3 +232,23 @@ def test_a_record_with_a_bad_placement_word_stays_out_of_its_sms_fit():
     assert trace.anomaly_summary() == {"bad_placement": 1}
     clean = {k: v for k, v in truth.items() if k != ("a", 0)}
     check(trace, clean, tol_ns=4)
+
+
+def test_a_clock_change_is_a_notice_not_a_doubtful_stamp():
+    """clock_change is listed, but not counted as an anomaly, no error under strict=,
+    and the dashboard shows it as information, not a warning."""
+    from pathlib import Path
+
+    from viewer import app as V
+    from viewerkit import component_text
+
+    spec = hybrid_spec()
+    truth = truth_of(64, seed=2)
+    buf = write(spec, truth, sms=2, change=(1, 100_000, 1.4e9))
+    trace = collect(buf, spec, strict=True)
+    assert trace.anomaly_summary() == {"clock_change": 1} and trace.anomaly_count == 0
+    traces = Path(__file__).resolve().parent.parent / "traces"
+    st, _, name = V.prepare(["--trace-dir", str(traces), str(traces / "h200_mono_hybrid.arrow")])
+    banners = st.banners(st.store.get(name))
+    text = component_text(banners)
+    assert "clock_change ×1024" in text and "This trace has" not in text

@@ -382,7 +382,7 @@ def collect(
     flags = _flag(rec, keep, spec, acc, coords[3])
     tasks, origin = _tasks_table(rec, keep, flags, coords, spec, slots)
     report = anomalies_table(acc.rows)
-    if strict and report.num_rows:
+    if strict and any(kind not in S.NOTICE_KINDS for kind in report.column("kind").to_pylist()):
         raise CollectError(_strict_message(spec, report))
     return Trace(tasks, [spec], report, origins={spec.rank: origin}, synthetic=synthetic)
 

@@ -41,6 +41,10 @@ ANOMALY_KINDS = {
     "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
 }
 
+# Kinds that report what the hardware did rather than a stamp lost or doubtful: listed in
+# the report, not counted by Trace.anomaly_count, no error under strict=.
+NOTICE_KINDS = frozenset({"clock_change"})
+
 ANOMALIES_SCHEMA = pa.schema(
     [
         ("rank", pa.int16()),
@@ -133,4 +137,4 @@ META_SYNTHETIC = b"mono_timeline.synthetic"
 META_CHECKSUM = b"mono_timeline.checksum"  # blake2b of the tasks' values and the other metadata
 
 
-__all__ = ["ANOMALIES_SCHEMA", "ANOMALY_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA", "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC", "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names", "tasks_schema"]
+__all__ = ["ANOMALIES_SCHEMA", "ANOMALY_KINDS", "NOTICE_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA", "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC", "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names", "tasks_schema"]

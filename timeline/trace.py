@@ -115,8 +115,9 @@ class Trace:
     @property
     def anomaly_count(self) -> int:
         """Anomaly lines that mean data is missing or doubtful (size_mismatch of an
-        all-zero tail counts too: the spec and the buffer disagree)."""
-        return int(pc.sum(self.anomalies.column("count")).as_py() or 0)
+        all-zero tail counts too: the spec and the buffer disagree); the notices
+        (``NOTICE_KINDS``: what the hardware did) are not counted."""
+        return sum(n for kind, n in self.anomaly_summary().items() if kind not in S.NOTICE_KINDS)
 
     def anomaly_summary(self) -> dict:
         """``{kind: total count}`` over the report."""

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import dash
 
 from timeline import clocks as K
+from timeline import schema as S
 from viewer import figures as F
 from viewer import model as M
 from viewer.page import msg
@@ -114,6 +115,10 @@ class App:
             kind = "info" if all(a.measured for a in aligned) else "warning"
             out.append(msg("ranks on one time axis: " + "; ".join(K.describe(a) for a in aligned), kind))
         summary = tr.anomaly_summary()
+        notices = {k: v for k, v in summary.items() if k in S.NOTICE_KINDS}
+        summary = {k: v for k, v in summary.items() if k not in S.NOTICE_KINDS}
+        for kind, n in sorted(notices.items()):
+            out.append(msg(f"{kind} ×{n}: {S.ANOMALY_KINDS[kind]}", "info"))
         if summary:
             parts = ", ".join(f"{k} ×{v}" for k, v in sorted(summary.items()))
             out.append(msg(f"⚠ This trace has {tr.anomaly_count} anomalies ({parts}): some stamps are "
