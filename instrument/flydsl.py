@@ -72,32 +72,15 @@ the mono kernels' ``ops.py`` does. flydsl is imported on first use:
 
 from __future__ import annotations
 
-from instrument.flydsl_ops import (WAVE_LANES, both, buffer_add_one, flydsl_expr, getreg, known_block_waves,
-                                   memrealtime, memtime, sched_fence, uniform, wave_id)
+from instrument.flydsl_ops import (HW_ID_SIMM16, WAVE_LANES, XCC_ID_SIMM16, InstrumentError,  # noqa: F401
+                                   both, buffer_add_one, flydsl_expr, getreg, hwreg, known_block_waves, memrealtime,
+                                   memtime, sched_fence, uniform, wave_id)
 from timeline import schema as S
 
 
-HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
-HW_REG_XCC_ID = 20
 MAX_BYTES = 1 << 31  # buffer offsets are 32-bit, and OUT_OF_RANGE must stay out of range
 OUT_OF_RANGE = 1 << 31  # a buffer offset past any stamp buffer: the store is dropped
 _OUT_OF_RANGE_I32 = OUT_OF_RANGE - (1 << 32)  # the same 32 bits as a signed Int32
-
-
-class InstrumentError(ValueError):
-    """A timeline build asked for something the layout or the device cannot do."""
-
-
-def hwreg(reg_id: int, offset: int = 0, size: int = 32) -> int:
-    """The ``s_getreg_b32`` simm16 operand reading ``size`` bits of hardware register
-    ``reg_id`` from bit ``offset``: ``id | offset << 6 | (size - 1) << 11``."""
-    if not (0 <= reg_id < 64 and 0 <= offset < 32 and 1 <= size <= 32 - offset):
-        raise InstrumentError(f"no such hwreg field: id={reg_id} offset={offset} size={size}")
-    return reg_id | (offset << 6) | ((size - 1) << 11)
-
-
-HW_ID_SIMM16 = hwreg(HW_REG_HW_ID)  # all of HW_ID: the placement word's low half
-XCC_ID_SIMM16 = hwreg(HW_REG_XCC_ID, 0, 4)  # XCC_ID[3:0]: the XCC (die) number
 
 
 def check_spec(spec: S.Spec) -> S.Layout:
@@ -456,3 +439,7 @@ class _TaskScope:
             if tl.enabled:
                 tl._store_held(self)
         return False
+
+
+__all__ = ["HW_ID_SIMM16", "XCC_ID_SIMM16", "CarriesNothing", "InstrumentError", "MAX_BYTES", "OUT_OF_RANGE",
+           "Timeline", "check_spec", "hwreg"]

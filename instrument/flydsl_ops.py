@@ -1,12 +1,32 @@
 """FlyDSL device primitives of a timeline build (call them inside a ``@flyc.kernel``
-body): the clock read, hardware-register reads, the buffer atomic, the scheduling
-fence, wave-uniform values. Only FlyDSL's published ``flydsl.expr`` API and LLVM
+body): the clock reads, hardware-register reads (and the ``s_getreg`` operand
+encoding, ``hwreg``), the buffer atomic, the scheduling fence, wave-uniform values;
+and ``InstrumentError``, what ``instrument.flydsl`` raises. Only FlyDSL's published ``flydsl.expr`` API and LLVM
 intrinsics through ``flydsl._mlir.dialects.llvm``; flydsl is imported on first use,
 so ``instrument.flydsl``'s host-side checks work without it."""
 
 from __future__ import annotations
 
 WAVE_LANES = 64  # gfx942 / gfx950 run wave64
+
+HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
+HW_REG_XCC_ID = 20
+
+
+class InstrumentError(ValueError):
+    """A timeline build asked for something the layout or the device cannot do."""
+
+
+def hwreg(reg_id: int, offset: int = 0, size: int = 32) -> int:
+    """The ``s_getreg_b32`` simm16 operand reading ``size`` bits of hardware register
+    ``reg_id`` from bit ``offset``: ``id | offset << 6 | (size - 1) << 11``."""
+    if not (0 <= reg_id < 64 and 0 <= offset < 32 and 1 <= size <= 32 - offset):
+        raise InstrumentError(f"no such hwreg field: id={reg_id} offset={offset} size={size}")
+    return reg_id | (offset << 6) | ((size - 1) << 11)
+
+
+HW_ID_SIMM16 = hwreg(HW_REG_HW_ID)  # all of HW_ID: the placement word's low half
+XCC_ID_SIMM16 = hwreg(HW_REG_XCC_ID, 0, 4)  # XCC_ID[3:0]: the XCC (die) number
 
 
 # -- device primitives (call inside a @flyc.kernel body) ----------------------------

@@ -62,7 +62,7 @@ def test_collect_load_info_import_no_pandas(tmp_path):
     code = (
         "import sys\n"
         "from timeline import synth, collect, load\n"
-        "from timeline.commands import info_dict\n"
+        "from timeline.info_commands import info_dict\n"
         "from pathlib import Path\n"
         "(sp, buf), = synth.synth_buffers(synth.glm5_spec(waves=2, launches=2), grid=64, seed=3)\n"
         f"p = Path({str(tmp_path / 't.arrow')!r})\n"

@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
     p.add_argument("--stage", type=str_list, metavar="NAME[,NAME..]", help="only these stages")
 
-    p = _sub(subs, "info", "cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
+    p = _sub(subs, "info", "timeline.info_commands:cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
              "examples:\n  timeline info run.arrow\n  timeline info run.arrow --json")
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
