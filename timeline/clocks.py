@@ -31,7 +31,7 @@ DRIFT_PPM_BOUND = 20.0  # how far a device clock may drift from the host's while
 
 class Calibration(NamedTuple):
     """``device ns = host ns + offset_ns``, within ``± uncertainty_ns``, measured at
-    host time ``host_ns`` (CLOCK_MONOTONIC ns) from the best of ``rounds`` rounds;
+    host time ``host_ns`` (CLOCK_MONOTONIC ns) from ``rounds`` rounds;
     ``device`` names the clock (e.g. ``"cuda:0 %globaltimer"``)."""
 
     offset_ns: int  # an int: device clocks read ~1.8e18 ns, past float64's exact integers
@@ -72,14 +72,14 @@ def estimate(sent, device, received, *, name: str = "", step_ns: int | None = No
         step_ns = int(np.gcd.reduce(d)) if d.size >= 16 else 1
     host = (int(sent[0]) + int(received[-1])) // 2
     drift = np.ceil(np.abs((sent + received) // 2 - host) * DRIFT_PPM_BOUND * 1e-6).astype(np.int64)
-    lower = int((device - received - drift).max())  # exact in int64: device ~1.8e18, trips ~µs
-    upper = int((device - sent + drift).min()) + max(int(step_ns) - 1, 0)
-    if lower <= upper:
-        return Calibration((lower + upper) // 2, (upper - lower) / 2 + 0.5 * ((lower + upper) % 2), host,
-                           int(sent.size), name)
-    best = int(np.argmin(trip))
-    mid2 = int(sent[best]) + int(received[best])  # twice the midpoint, exact in integers
-    return Calibration(int(device[best]) - mid2 // 2, int(trip[best]) / 2 + step_ns, mid2 // 2, int(sent.size), name)
+    lo = device - received - drift  # each round's interval of the offset; exact in int64 (device ~1.8e18)
+    hi = device - sent + drift + max(int(step_ns) - 1, 0)
+    lower, upper = int(lo.max()), int(hi.min())
+    if lower > upper:  # no common point: the best round's own interval
+        best = int(np.argmin(trip))
+        lower, upper = int(lo[best]), int(hi[best])
+    return Calibration((lower + upper) // 2, (upper - lower) / 2 + 0.5 * ((lower + upper) % 2), host,
+                       int(sent.size), name)
 
 
 class Drift(NamedTuple):

@@ -234,7 +234,7 @@ def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
     launch, stage) of the consumers: ``cross_rank_causality`` where a producer on
     another rank was ready after the wait ended (beyond the alignment uncertainty: the
     rank clocks are placed wrong), ``causality`` for the rest (a wrong graph or wait)."""
-    from timeline import schema as S
+    from timeline.trace import anomalies_table
 
     g = g or edges(trace)
     m, rows = g.tasks, []
@@ -245,9 +245,8 @@ def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
         gid, ng, (rank, launch, stage) = GR.group_ids(m.rank[which], m.launch[which], m.stage[which])
         count = np.bincount(gid, minlength=ng)
         names = trace.spec.stage_names
-        rows += [{"rank": int(r), "kind": kind, "launch": int(la), "stage": names[int(st)], "phase": None,
-                  "count": int(n), "stamps": 0} for r, la, st, n in zip(rank, launch, stage, count)]
-    return pa.Table.from_pylist(rows, schema=S.ANOMALIES_SCHEMA)
+        rows += [(int(r), kind, int(la), names[int(st)], "", int(n), 0) for r, la, st, n in zip(rank, launch, stage, count)]
+    return anomalies_table(rows)
 
 
 def edges_table(trace, g: Graph | None = None) -> pa.Table:
