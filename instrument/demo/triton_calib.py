@@ -31,11 +31,20 @@ def spec(grid: int, spin_ns=SPIN_NS, *, launches=1, arch=itl.DEFAULT_ARCH, extra
 
 
 @triton.jit
-def spin_until(target):
-    """Read ``%globaltimer`` until it reaches ``target``; returns the last reading."""
-    now = itl.globaltimer()
+def _read(CYCLES: tl.constexpr):
+    if CYCLES:
+        return itl.clock64()
+    else:
+        return itl.globaltimer()
+
+
+@triton.jit
+def spin_until(target, CYCLES: tl.constexpr = False):
+    """Read ``%globaltimer`` (``CYCLES``: ``%clock64``) until it reaches ``target``;
+    returns the last reading."""
+    now = _read(CYCLES)
     while now < target:
-        now = itl.globaltimer()
+        now = _read(CYCLES)
     return now
 
 
@@ -87,15 +96,6 @@ def hybrid_spec(grid: int, spins, unit: str, *, launches=1, arch=itl.DEFAULT_ARC
                     extra={"spins": list(spins), "spin_unit": unit, **(extra or {})})
 
 
-@triton.jit
-def spin_cycles(target):
-    """Read ``%clock64`` until it reaches ``target``."""
-    now = itl.clock64()
-    while now < target:
-        now = itl.clock64()
-    return now
-
-
 @triton.jit(do_not_specialize=["launch"])
 def hybrid_calib_kernel(stamps, spins, launch, LAYOUT: tl.constexpr, STAGES: tl.constexpr,
                         PHASES: tl.constexpr, CYCLES: tl.constexpr):
@@ -109,7 +109,7 @@ def hybrid_calib_kernel(stamps, spins, launch, LAYOUT: tl.constexpr, STAGES: tl.
         prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, 0)
         for p in tl.static_range(1, PHASES):
             if CYCLES:
-                spin_cycles(prev + n)
+                spin_until(prev + n, True)
             else:
                 spin_until(itl.globaltimer() + n)
             prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, p)
