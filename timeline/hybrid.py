@@ -135,17 +135,10 @@ def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
     c0 = np.where(has, c[np.minimum(starts, d.size - 1)], 0)
     g0 = np.where(has, g[np.minimum(starts, d.size - 1)], 0)
     x, y = (c - c0[d]).astype(np.float64), (g - g0[d]).astype(np.float64)
-    nn = np.maximum(n, 1)
-    mx, my = np.bincount(d, x, ng) / nn, np.bincount(d, y, ng) / nn
-    dx, dy = x - mx[d], y - my[d]
-    sxx, sxy = np.bincount(d, dx * dx, ng), np.bincount(d, dx * dy, ng)
-    b = np.divide(sxy, sxx, out=np.zeros(ng), where=sxx > 0)
-    a = my - b * mx
+    a, b, r = _fits(x, y, d, ng)
     worst = np.zeros(ng)
-    np.maximum.at(worst, d, np.abs(y - (a[d] + b[d] * x)))
-    late = np.zeros(ng, dtype=bool)
-    same = d[1:] == d[:-1]
-    late[d[:-1][same & (g[:-1] - step > g[1:])]] = True
+    np.maximum.at(worst, d, np.abs(r))
+    late = np.bincount(d[_late_within(y, d, step)], minlength=ng) > 0
     xlast = np.zeros(ng)
     np.maximum.at(xlast, d, x)
     ok = has & (n >= 2) & (xlast > 0) & (worst <= 2.0 * step + 2.0) & ~late
@@ -154,15 +147,10 @@ def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
 
 def _late_within(g: np.ndarray, d: np.ndarray, step: int) -> np.ndarray:
     """The anchors read late, of many domains at once (sorted by domain, then cycles;
-    ``g`` relative to each domain's first, >= 0 up to a step): above a later anchor
-    of the same domain by more than a step. A domain's values are
-    lifted above every earlier domain's, so one running minimum from the end never
-    carries a value from one domain into the one before."""
-    lift = int(g.max(initial=0)) + 2 * step + 1
-    h = g + d.astype(np.int64) * lift
-    later = np.minimum.accumulate(h[::-1])[::-1]
-    later = np.r_[later[1:], np.iinfo(np.int64).max]
-    return (h - step > later) & (np.r_[d[1:], -1] == d)
+    ``g`` relative to each domain's first anchor): above a later anchor of the same
+    domain by more than a step."""
+    later = np.r_[_suffix_min_within(g, d)[1:], np.inf]
+    return (np.r_[d[1:], -1] == d) & (g - step > later)
 
 
 def _fits(x, y, seg, nseg):
@@ -244,9 +232,17 @@ def _segment_all(x, y, lo, hi, tol: float):
 
 def _running_max_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
     """``np.maximum.accumulate`` restarted at every domain (``d`` sorted): each
-    domain lifted above the one before."""
+    domain lifted above the one before, so the running maximum never carries a value
+    into the next domain."""
     lift = float(np.ptp(v)) + 1.0 if v.size else 1.0
     return np.maximum.accumulate(v + d * lift) - d * lift
+
+
+def _suffix_min_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Per position, the least ``v`` at it and after it within its domain (``d``
+    sorted): ``_running_max_within`` of the negated values from the end."""
+    flipped = (d.max(initial=0) - d)[::-1]  # the domains in reversed order, ascending again
+    return -_running_max_within(-np.asarray(v, dtype=np.float64)[::-1], flipped)[::-1]
 
 
 def _piece_knots(x, y, pieces, dom_of_point):
@@ -268,9 +264,7 @@ def _piece_knots(x, y, pieces, dom_of_point):
     kdom = np.repeat(pd, 3)
     keep = ~np.isnan(kx)
     kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
-    flipped = (kdom.max(initial=0) - kdom)[::-1]  # the domains in the reversed order, ascending again
-    later = -_running_max_within(-kx[::-1], flipped)[::-1]  # the least x of this knot and the later ones
-    nxt = np.r_[later[1:], np.inf]
+    nxt = np.r_[_suffix_min_within(kx, kdom)[1:], np.inf]  # the least x of the later knots
     keep = ~((kdom == np.r_[kdom[1:], -1]) & (nxt <= kx))
     kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
     return kx, _running_max_within(ky, kdom), kdom, pd
