@@ -1,10 +1,13 @@
 """Rank clocks measured, not assumed (issue 12, item 3), on one GPU: ``instrument.
-calibrate`` (a ping-pong through pinned host memory) run
+calibrate`` by both methods (``listen``: many pollers bracket the host's post;
+``pingpong``: a round trip), side by side, run
 
 - twice in one process ``--gap`` seconds apart (default 60): the drift in ppm;
 - in between, by two processes at once, each as its own "rank": they share one
   device clock, so their offsets, compared at one host time along that drift, must
-  agree within their stated uncertainties (goal: each <= 1 µs).
+  agree within their stated uncertainties (goal: each <= 1 µs);
+- and each process's two methods against each other (both bound the same offset:
+  they must agree too, a check of each method's bound).
 
     PYTHONPATH=. python3 bench/clocks_gpu.py --out DIR
 
@@ -22,12 +25,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+METHODS = ("listen", "pingpong")
 
-def one(rounds: int) -> dict:
+
+def both(rounds: int) -> dict:
+    """``{method: Calibration}``, one after the other."""
     from instrument.clocksync import calibrate
 
-    calibrate(rounds=20)  # compile and warm the path
-    return calibrate(rounds=rounds).to_dict()
+    return {m: calibrate(rounds=rounds, method=m) for m in METHODS}
+
+
+def one(rounds: int) -> dict:
+    both(20)  # compile and warm the paths
+    return {m: c.to_dict() for m, c in both(rounds).items()}
+
+
+def listen_rounds(rounds: int) -> str:
+    """What one listen calibration's rounds looked like: the host's post-and-fence
+    (``received - sent``) and the device's bracket (earliest hit - latest miss), ns."""
+    import numpy as np
+
+    from instrument import clocksync
+
+    dev, _ = clocksync._device_of(None)
+    sent, lo, received, hi = clocksync._listened(dev, rounds, 64, 10.0)
+    host, bracket = received - sent, hi - lo
+    return (f"listen rounds ({sent.size} of {rounds} with a miss): host post+fence min/median/max "
+            f"{host.min()}/{np.median(host):.0f}/{host.max()} ns; device bracket min/median/max "
+            f"{bracket.min()}/{np.median(bracket):.0f}/{bracket.max()} ns")
+
+
+def _pair_line(i, x, y, ppm, K) -> str:
+    ok = K.agree(x, y, ppm)
+    return (f"{i:>4} {x.offset_ns:>20d} {x.uncertainty_ns:>7.1f} {y.offset_ns:>20d} {y.uncertainty_ns:>7.1f} "
+            f"{K.apart(x, y, ppm):>11.1f} {str(ok):>6} "
+            f"{'met' if ok and max(x.uncertainty_ns, y.uncertainty_ns) <= 1000 else 'NOT met':>12}")
 
 
 def main() -> int:
@@ -43,42 +75,48 @@ def main() -> int:
         return 0
     from timeline import clocks as K
 
-    from instrument.clocksync import calibrate
-
-    calibrate(rounds=20)
-    before = calibrate(rounds=a.rounds)
+    both(20)
+    shape = listen_rounds(a.rounds)
+    before = both(a.rounds)
     t0 = time.monotonic()
     pairs = []
     for _ in range(a.pairs):  # while the drift interval runs
         procs = [subprocess.Popen([sys.executable, __file__, "--one", "--rounds", str(a.rounds)],
                                   stdout=subprocess.PIPE, text=True) for _ in range(2)]
-        cal = [K.Calibration.from_dict(json.loads(p.communicate()[0].strip().splitlines()[-1])) for p in procs]
-        pairs.append(cal)
+        got = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+        pairs.append([{m: K.Calibration.from_dict(g[m]) for m in METHODS} for g in got])
     time.sleep(max(0.0, a.gap - (time.monotonic() - t0)))  # the interval the drift is measured over
-    after = calibrate(rounds=a.rounds)
-    d = K.drift(before, after)
-    lines = [f"instrument.calibrate on one GPU: {a.rounds} ping-pong rounds each, the intersection of their "
-             "intervals (offset = device %globaltimer - host CLOCK_MONOTONIC)",
-             "two processes at once, each its own 'rank' (one device clock: the offsets must agree), compared at one "
-             "host time along the drift measured below",
-             f"{'pair':>4} {'offset A ns':>20} {'± ns':>7} {'offset B ns':>20} {'± ns':>7} {'B-A at A ns':>11} "
-             f"{'agree':>6} {'goal <= 1 µs':>12}"]
-    for i, (x, y) in enumerate(pairs):
-        ok = K.agree(x, y, d.ppm)
-        lines.append(f"{i:>4} {x.offset_ns:>20d} {x.uncertainty_ns:>7.1f} {y.offset_ns:>20d} "
-                     f"{y.uncertainty_ns:>7.1f} {K.apart(x, y, d.ppm):>11.1f} {str(ok):>6} "
-                     f"{'met' if ok and max(x.uncertainty_ns, y.uncertainty_ns) <= 1000 else 'NOT met':>12}")
-    lines.append(f"drift over {d.seconds:.1f} s: {d.ppm:+.3f} ppm ± {d.uncertainty_ppm:.4f} "
-                 f"(offsets {before.offset_ns} ± {before.uncertainty_ns:.1f} -> "
-                 f"{after.offset_ns} ± {after.uncertainty_ns:.1f} ns)")
+    after = both(a.rounds)
+    drift = {m: K.drift(before[m], after[m]) for m in METHODS}
+    lines = [f"instrument.calibrate on one GPU: {a.rounds} rounds each, the intersection of their intervals "
+             "(offset = device %globaltimer - host CLOCK_MONOTONIC); listen: 64 CTAs poll the host's post; "
+             "pingpong: one thread answers it", shape]
+    head = (f"{'pair':>4} {'offset A ns':>20} {'± ns':>7} {'offset B ns':>20} {'± ns':>7} {'B-A at A ns':>11} "
+            f"{'agree':>6} {'goal <= 1 µs':>12}")
+    for m in METHODS:
+        lines += [f"\n{m}: two processes at once, each its own 'rank' (one device clock: the offsets must agree), "
+                  "compared at one host time along the drift measured below", head]
+        lines += [_pair_line(i, x[m], y[m], drift[m].ppm, K) for i, (x, y) in enumerate(pairs)]
+        d = drift[m]
+        lines.append(f"{m} drift over {d.seconds:.1f} s: {d.ppm:+.3f} ppm ± {d.uncertainty_ppm:.4f} "
+                     f"(offsets {before[m].offset_ns} ± {before[m].uncertainty_ns:.1f} -> "
+                     f"{after[m].offset_ns} ± {after[m].uncertainty_ns:.1f} ns)")
+    lines += ["\nthe two methods in one process (A: listen, B: pingpong, a few ms apart): they bound one offset",
+              head.replace("goal <= 1 µs", "")]
+    cross = [(p[0]["listen"], p[0]["pingpong"]) for p in pairs] + [(before["listen"], before["pingpong"]),
+                                                                   (after["listen"], after["pingpong"])]
+    for i, (x, y) in enumerate(cross):
+        lines.append(_pair_line(i, x, y, drift["listen"].ppm, K)[:-13])
     text = "\n".join(lines)
     print(text)
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "clocks_h200.txt").write_text(text + "\n")
         (a.out / "clocks_h200.json").write_text(json.dumps(
-            {"pairs": [[x.to_dict(), y.to_dict()] for x, y in pairs], "before": before.to_dict(),
-             "after": after.to_dict(), "drift": d._asdict()}, indent=1))
+            {"pairs": [[{m: c.to_dict() for m, c in x.items()} for x in p] for p in pairs],
+             "before": {m: c.to_dict() for m, c in before.items()},
+             "after": {m: c.to_dict() for m, c in after.items()},
+             "drift": {m: d._asdict() for m, d in drift.items()}}, indent=1))
     return 0
 
 

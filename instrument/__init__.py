@@ -11,9 +11,10 @@ def alloc(spec, device="cuda"):
     return _alloc(spec, device)
 
 
-def calibrate(device=None, rounds: int = 200):
+def calibrate(device=None, rounds: int = 200, method: str = "listen"):
     """``device``'s clock against the host's CLOCK_MONOTONIC: a
-    ``timeline.clocks.Calibration`` (offset ± uncertainty; see ``instrument.clocksync``)."""
+    ``timeline.clocks.Calibration`` (offset ± uncertainty; ``method`` ``"listen"`` or
+    ``"pingpong"``, see ``instrument.clocksync``)."""
     from instrument.clocksync import calibrate as _calibrate
 
-    return _calibrate(device, rounds)
+    return _calibrate(device, rounds, method=method)

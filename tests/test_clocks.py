@@ -60,6 +60,39 @@ def test_the_rounds_intersection_is_much_tighter_than_the_best_round():
     assert far.uncertainty_ns >= trip.min() / 2  # the best round's bound
 
 
+def listen_rounds(offset_ns, n, seed, pollers=64):
+    """Synthetic listen rounds: the host's post lands in host memory inside its
+    fenced store (``sent`` .. ``received``), pollers issue loads at random phases,
+    each served 400 .. 700 ns after issue and back 400 .. 700 ns later; the device
+    bounds are the latest miss's issue and the earliest hit's return, on a 32 ns timer."""
+    rng = np.random.default_rng(seed)
+    sent = EPOCH + np.cumsum(rng.integers(5_000, 20_000, n))
+    received = sent + rng.integers(150, 400, n)
+    post = sent + (rng.random(n) * (received - sent)).astype(np.int64)
+    lo, hi = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for k in range(n):
+        issue = post[k] + rng.integers(-3_000, 3_000, pollers)
+        served = issue + rng.integers(400, 700, pollers)
+        back = served + rng.integers(400, 700, pollers)
+        lo[k], hi[k] = issue[served < post[k]].max(), back[served >= post[k]].min()
+    timer = lambda t: ((t + offset_ns) // 32) * 32  # noqa: E731
+    return sent, timer(lo), received, timer(hi)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(-2 * 10**18, 2 * 10**18), st.integers(1, 200), st.integers(0, 2**32 - 1))
+def test_listen_rounds_bound_the_true_offset(offset, n, seed):
+    """A listen round's device interval (latest miss .. earliest hit): the true offset
+    within the stated uncertainty, never wider than the best round's, and 100 rounds
+    near the limit the fastest trips leave ((400 + 400 + 150) / 2 ns)."""
+    sent, lo, received, hi = listen_rounds(offset, n, seed)
+    c = K.estimate(sent, lo, received, device_hi=hi)
+    assert abs(c.offset_ns - offset) <= c.uncertainty_ns
+    assert c.uncertainty_ns <= ((hi - lo) + (received - sent)).min() / 2 + 32 + 2
+    if n >= 100:
+        assert c.uncertainty_ns < 600
+
+
 def test_drift_and_agreement():
     a = K.estimate(*rounds(5_000, 20.0, 200, 1))
     b = K.estimate(*rounds(5_000, 20.0, 200, 2, start=10**12 + 60 * 10**9))
@@ -78,6 +111,8 @@ def test_bad_calibrations_are_refused():
         K.estimate([], [], [])
     with pytest.raises(K.ClockError, match="round 1 was answered before it was sent"):
         K.estimate([1, 10], [5, 6], [3, 4])
+    with pytest.raises(K.ClockError, match="round 1's device interval ends before it begins"):
+        K.estimate([1, 2], [5, 6], [3, 4], device_hi=[5, 5])
     a = K.Calibration(0.0, 1.0, 100, 1, "gpu0")
     with pytest.raises(K.ClockError, match="two calibrations of one clock"):
         K.drift(a, a._replace(device="gpu1", host_ns=200))

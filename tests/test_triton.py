@@ -271,6 +271,29 @@ def test_the_clock_ping_pong_kernel_compiles_to_a_spin_a_read_and_a_release():
     assert after_spin[:3] == ["clock", "store", "release"], body
 
 
+def test_the_clock_listen_kernel_brackets_each_load_between_two_timer_reads():
+    """instrument.clocksync's listen kernel for sm_90: %globaltimer read before every
+    volatile load of the host's word (the poll loop not unrolled: two loads, one before
+    the loop and one in it), the miss's reading kept before the next one is taken,
+    and after the loop (its exit branches on the load) a reading, both bounds
+    stored and the round published by a system-scope release exchange, in that order."""
+    import re
+
+    from instrument.clocksync import _listen
+
+    ptx = itl.compile_launch(_listen, torch.int64, torch.int64, torch.int64, 8, grid=(64,), num_warps=1).asm["ptx"]
+    body = [ln.strip() for ln in ptx.splitlines()
+            if re.search(r"ld\.volatile|%globaltimer|st\.global|atom\.|^mov\.b64\s+%rd\d+, %rd\d+;", ln.strip())]
+    kinds = ["load" if "ld.volatile.global" in ln else "clock" if "%globaltimer" in ln
+             else "release" if "atom.global.sys.release.exch" in ln else "keep" if ln.startswith("mov.b64")
+             else "store" for ln in body]
+    assert kinds.count("load") == 2 and kinds.count("clock") == 3 and kinds.count("release") == 1, body
+    loop = kinds[kinds.index("keep"):]
+    assert loop[:3] == ["keep", "clock", "load"], body  # the missed load's issue kept, then the next read
+    exit_ = kinds[:kinds.index("release") + 1]
+    assert exit_[-4:] == ["clock", "store", "store", "release"], body
+
+
 @pytest.mark.parametrize("waves", [1, 8])
 def test_a_hybrid_build_reads_the_cycle_counter_per_stamp_and_the_timer_twice_a_task(demo_ptx, waves):
     """Hybrid: one %clock64 read per stamp site, %globaltimer only at the first and the

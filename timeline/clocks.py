@@ -1,17 +1,23 @@
 """A device clock measured against the host's ``CLOCK_MONOTONIC``: the arithmetic of a
-ping-pong calibration (``instrument.calibrate`` runs it on a GPU).
+calibration (``instrument.calibrate`` runs it on a GPU).
 
-A round: the host reads its clock (``sent``), posts a value, a device thread that
-spins on it reads the device clock (``device``) and answers, the host reads its
-clock when the answer arrives (``received``). The device read happened somewhere in
-``[sent, received]``, so the offset lies in ``[device - received, device + step -
-sent]`` (``step``: the device clock's resolution), widened by what a drift of
-``DRIFT_PPM_BOUND`` could move it between that round and the rounds' middle. Every
-round's interval holds it, so their intersection does: where the device's reply came early in one round's
-trip and late in another's, that is much narrower than the best round's half trip
-(which bounds it when the intersection is empty: the clocks drifted apart during
-the rounds). Two calibrations of one device (before and after a capture) give its
-drift against the host clock in ppm, with the uncertainty their bounds leave.
+A round pins one event on both clocks. Ping-pong: the host reads its clock
+(``sent``), posts a value, a device thread that spins on it reads the device clock
+(``device``) and answers, the host reads its clock when the answer arrives
+(``received``): the device read happened somewhere in ``[sent, received]``. Listen:
+the host reads its clock, posts a value and fences it out (``sent``, ``received``,
+a few hundred ns apart), while device threads poll the word, each noting when it
+issued its last read that missed the value and when its first read that saw it
+returned: the post reached host memory in ``[device, device_hi]`` on the device
+clock (the latest miss's issue, the earliest hit's return). Either way the offset
+lies in ``[device - received, device_hi + step - sent]`` (``step``: the device
+clock's resolution), widened by what a drift of ``DRIFT_PPM_BOUND`` could move it
+between that round and the rounds' middle. Every round's interval holds it, so
+their intersection does: much narrower than the best round's own interval where
+the event fell early in one round and late in another (the best round bounds it
+when the intersection is empty: the clocks drifted apart during the rounds). Two
+calibrations of one device (before and after a capture) give its drift against the
+host clock in ppm, with the uncertainty their bounds leave.
 """
 
 from __future__ import annotations
@@ -53,30 +59,36 @@ class Calibration(NamedTuple):
                 from None
 
 
-def estimate(sent, device, received, *, name: str = "", step_ns: int | None = None) -> Calibration:
-    """The calibration of ping-pong rounds (int64 ns arrays of one length): the middle
-    of the intersection of every round's interval and half its width (see the module
-    docstring), or the shortest round's where the intersection is empty. ``step_ns``:
-    the device clock's step (None: the greatest common divisor of the readings'
-    differences, e.g. 32 ns for the H200's ``%globaltimer``)."""
+def estimate(sent, device, received, *, device_hi=None, name: str = "", step_ns: int | None = None) -> Calibration:
+    """The calibration of rounds (int64 ns arrays of one length): the middle of the
+    intersection of every round's interval and half its width (see the module
+    docstring), or the shortest round's where the intersection is empty. A round says
+    one event happened on the device clock in ``[device, device_hi]`` (``device_hi``
+    None: ``device``, one reading) and on the host clock in ``[sent, received]``.
+    ``step_ns``: the device clock's step (None: the greatest common divisor of the
+    readings' differences, e.g. 32 ns for the H200's ``%globaltimer``)."""
     sent, device, received = (np.asarray(a, dtype=np.int64) for a in (sent, device, received))
-    if not sent.size or not (sent.shape == device.shape == received.shape):
+    device_hi = device if device_hi is None else np.asarray(device_hi, dtype=np.int64)
+    if not sent.size or not (sent.shape == device.shape == received.shape == device_hi.shape):
         raise ClockError(f"a calibration needs rounds of (sent, device, received) of one length; got "
                          f"{sent.size}, {device.size}, {received.size}")
     trip = received - sent
     if (trip < 0).any():
         raise ClockError(f"round {int(np.flatnonzero(trip < 0)[0])} was answered before it was sent: the host "
                          "times are not one monotonic clock")
+    if (device_hi < device).any():
+        raise ClockError(f"round {int(np.flatnonzero(device_hi < device)[0])}'s device interval ends before it "
+                         "begins: the device readings are not one clock")
     if step_ns is None:  # from enough readings only: the gcd of a few differences is no step
-        d = np.diff(np.unique(device))
+        d = np.diff(np.unique(np.concatenate([device, device_hi])))
         step_ns = int(np.gcd.reduce(d)) if d.size >= 16 else 1
     host = (int(sent[0]) + int(received[-1])) // 2
     drift = np.ceil(np.abs((sent + received) // 2 - host) * DRIFT_PPM_BOUND * 1e-6).astype(np.int64)
     lo = device - received - drift  # each round's interval of the offset; exact in int64 (device ~1.8e18)
-    hi = device - sent + drift + max(int(step_ns) - 1, 0)
+    hi = device_hi - sent + drift + max(int(step_ns) - 1, 0)
     lower, upper = int(lo.max()), int(hi.min())
     if lower > upper:  # no common point: the best round's own interval
-        best = int(np.argmin(trip))
+        best = int(np.argmin(hi - lo))
         lower, upper = int(lo[best]), int(hi[best])
     return Calibration((lower + upper) // 2, (upper - lower) / 2 + 0.5 * ((lower + upper) % 2), host,
                        int(sent.size), name)

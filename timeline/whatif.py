@@ -144,24 +144,32 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
     floor = _per_stage_min(m.stage, own, ~held & (hi > lo))  # shortest unheld wait of the stage
     hmin = _per_stage_min(m.stage, handoff, held)  # shortest hand-off of the stage
     dur = np.diff(rec, axis=1) * scale + add
-    sim = np.zeros_like(rec, dtype=np.float64)
-    done = np.zeros(m.n, dtype=bool)
+    before = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, :w0], axis=1)), axis=1)  # start .. wait start
+    after = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, w1:], axis=1)), axis=1)  # wait end .. end
+    start, wait_end = np.zeros(m.n), np.zeros(m.n)
+    sim_end = end.astype(np.float64).tolist()  # a producer not yet simulated counts with its recorded end
+    first_rec = rec[:, 0].astype(np.float64).tolist()
+    gap = (rec[:, 0] - end[np.maximum(prev, 0)]).astype(np.float64).tolist()  # after the CTA's previous task
+    lead, tail, own_l, hand_l = before[:, -1].tolist(), after[:, -1].tolist(), own.tolist(), handoff.tolist()
+    prev_l, lo_l, hi_l, held_l = prev.tolist(), lo.tolist(), hi.tolist(), held.tolist()
+    floor_l, hmin_l, dp_l = floor[m.stage].tolist(), hmin[m.stage].tolist(), dp.tolist()
     for i in np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist():
-        q = prev[i]
-        start = float(rec[i, 0]) if q < 0 else sim[q, -1] + float(rec[i, 0] - rec[q, -1])
-        sim[i, :w0 + 1] = start + np.concatenate(([0.0], np.cumsum(dur[i, :w0])))
-        ws = sim[i, w0]
-        if hi[i] > lo[i]:
-            ps = dp[lo[i]:hi[i]]
-            latest = max(sim[p, -1] if done[p] else float(end[p]) for p in ps.tolist())
-            if held[i]:
-                we = max(latest + handoff[i], ws + min(own[i], floor[m.stage[i]]))
+        q = prev_l[i]
+        t0 = first_rec[i] if q < 0 else sim_end[q] + gap[i]
+        ws = t0 + lead[i]
+        if hi_l[i] > lo_l[i]:
+            latest = max(sim_end[p] for p in dp_l[lo_l[i]:hi_l[i]])
+            if held_l[i]:
+                we = max(latest + hand_l[i], ws + min(own_l[i], floor_l[i]))
             else:
-                we = max(ws + own[i], latest + min(hmin[m.stage[i]], handoff[i]))
+                we = max(ws + own_l[i], latest + min(hmin_l[i], hand_l[i]))
         else:
-            we = ws + own[i]
-        sim[i, w1:] = we + np.concatenate(([0.0], np.cumsum(dur[i, w1:])))
-        done[i] = True
+            we = ws + own_l[i]
+        start[i], wait_end[i] = t0, we
+        sim_end[i] = we + tail[i]
+    sim = np.zeros_like(rec, dtype=np.float64)
+    sim[:, :w0 + 1] = start[:, None] + before
+    sim[:, w1:] = wait_end[:, None] + after
     return Replay(m, rec, sim, g)
 
 

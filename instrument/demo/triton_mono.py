@@ -109,12 +109,14 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
                     M: tl.constexpr, D: tl.constexpr, F: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                     R: tl.constexpr, BF: tl.constexpr, G: tl.constexpr,
-                    LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr = 0):
+                    LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr = 0,
+                    NP: tl.constexpr = 1):
     """One launch of the FFN block (module docstring). ``TL`` switches the timeline
     build; ``stamps`` is the stamp buffer (``None`` when off), ``launch`` its slot,
     ``tag`` this launch's mailbox tag (nonzero, new every launch); ``DELAY`` ns of
     ``%globaltimer`` spin added to every norm task's compute (0, the default: no code
-    at all), the tunable stage the what-if replay is checked against on hardware."""
+    at all), the tunable stage the what-if replay is checked against on hardware;
+    ``NP`` passes of norm's sum of squares (``Shape.norm_passes``)."""
     bid = tl.program_id(0)
     itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)  # step = this launch's tag, layer = its slot
     UP_N: tl.constexpr = F // BN
@@ -144,10 +146,11 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
         itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
         rows = t * R + tl.arange(0, R)
         ss = tl.zeros([R], dtype=tl.float32)
-        for c in range(0, F, BF):
-            v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
-            ss += tl.sum(v * v, axis=1)
-        rs = tl.rsqrt(ss / F + 1e-6)
+        for _ in range(NP):
+            for c in range(0, F, BF):
+                v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
+                ss += tl.sum(v * v, axis=1)
+        rs = tl.rsqrt(ss / (F * NP) + 1e-6)
         itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
         if DELAY > 0:
             spin_from = itl.globaltimer()
@@ -209,7 +212,7 @@ class MonoFFN:
             layout, stamps, slot = self._off_layout, None, 0
         mono_ffn_kernel[(s.G,)](
             x, self.w1, self.h, self.a, self.w2, y, self.mbox, self.err, stamps, slot, self.tag,
-            s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, layout, on, MAX_SPIN, int(delay_ns),
+            s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, layout, on, MAX_SPIN, int(delay_ns), s.norm_passes,
             num_warps=s.num_warps, num_stages=s.num_stages)
 
     def hangs(self) -> int:

@@ -14,7 +14,9 @@ STAGES = ("up", "norm", "down")
 
 class Shape(NamedTuple):
     """Problem and tiling: M tokens, model width D, hidden width F; GEMM tiles
-    BM×BN with K step BK; R rows a norm task in chunks of BF columns; G CTAs."""
+    BM×BN with K step BK; R rows a norm task in chunks of BF columns, its sum of
+    squares read ``norm_passes`` times (1; more: a slower norm doing real work, for
+    the what-if check); G CTAs."""
 
     M: int = 2048
     D: int = 1024
@@ -27,6 +29,7 @@ class Shape(NamedTuple):
     G: int = 128
     num_warps: int = 8
     num_stages: int = 3
+    norm_passes: int = 1
 
 
 def check_shape(shape: Shape, sms: int | None = None) -> None:
