@@ -40,19 +40,35 @@ def one(rounds: int) -> dict:
     return {m: c.to_dict() for m, c in both(rounds).items()}
 
 
-def listen_rounds(rounds: int) -> str:
-    """What one listen calibration's rounds looked like: the host's post-and-fence
-    (``received - sent``) and the device's bracket (earliest hit - latest miss), ns."""
+SWEEP = (("pingpong", 1, 0), ("pingpong", 1, 4_000), ("listen", 1, 0), ("listen", 1, 4_000), ("listen", 2, 4_000),
+         ("listen", 4, 4_000), ("listen", 64, 4_000))  # (method, pollers, random pause up to ns)
+
+
+def sweep(rounds: int) -> list:
+    """One calibration per ``SWEEP`` setting, the rounds' shape beside it: the host's
+    side (``received - sent``) and, for listen, the device's bracket (earliest hit -
+    latest miss), ns."""
     import numpy as np
 
-    from instrument import clocksync
+    from instrument import clocksync as C
+    from timeline import clocks as K
 
-    dev, _ = clocksync._device_of(None)
-    sent, lo, received, hi = clocksync._listened(dev, rounds, 64, 10.0)
-    host, bracket = received - sent, hi - lo
-    return (f"listen rounds ({sent.size} of {rounds} with a miss): host post+fence min/median/max "
-            f"{host.min()}/{np.median(host):.0f}/{host.max()} ns; device bracket min/median/max "
-            f"{bracket.min()}/{np.median(bracket):.0f}/{bracket.max()} ns")
+    dev, name = C._device_of(None)
+    out = [f"one {rounds}-round calibration per setting, back to back:",
+           f"{'method':>9} {'pollers':>7} {'pause ns':>8} {'± ns':>7} {'host side min/median ns':>24} "
+           f"{'device bracket min/median ns':>29}"]
+    for method, ctas, pause in SWEEP:
+        if method == "listen":
+            sent, lo, received, hi = C._listened(dev, rounds, ctas, 10.0, pause)
+            cal, bracket = K.estimate(sent, lo, received, device_hi=hi, name=name), hi - lo
+            dev_text = f"{bracket.min()}/{np.median(bracket):.0f}"
+        else:
+            sent, seen, received = C._pingpong(dev, rounds, 10.0, pause)
+            cal, dev_text = K.estimate(sent, seen, received, name=name), "-"
+        host = received - sent
+        out.append(f"{method:>9} {ctas:>7} {pause:>8} {cal.uncertainty_ns:>7.1f} "
+                   f"{f'{host.min()}/{np.median(host):.0f}':>24} {dev_text:>29}")
+    return out
 
 
 def _pair_line(i, x, y, ppm, K) -> str:
@@ -76,7 +92,7 @@ def main() -> int:
     from timeline import clocks as K
 
     both(20)
-    shape = listen_rounds(a.rounds)
+    swept = sweep(a.rounds)
     before = both(a.rounds)
     t0 = time.monotonic()
     pairs = []
@@ -89,8 +105,8 @@ def main() -> int:
     after = both(a.rounds)
     drift = {m: K.drift(before[m], after[m]) for m in METHODS}
     lines = [f"instrument.calibrate on one GPU: {a.rounds} rounds each, the intersection of their intervals "
-             "(offset = device %globaltimer - host CLOCK_MONOTONIC); listen: 64 CTAs poll the host's post; "
-             "pingpong: one thread answers it", shape]
+             "(offset = device %globaltimer - host CLOCK_MONOTONIC); listen: one CTA polls the host's post; "
+             "pingpong: one thread answers it; both with random pauses of up to 4 µs between rounds", *swept]
     head = (f"{'pair':>4} {'offset A ns':>20} {'± ns':>7} {'offset B ns':>20} {'± ns':>7} {'B-A at A ns':>11} "
             f"{'agree':>6} {'goal <= 1 µs':>12}")
     for m in METHODS:

@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -187,6 +188,14 @@ def variant_lines(traces: dict) -> list:
     return out
 
 
+_STARTED = time.monotonic()
+
+
+def _progress(what: str) -> None:
+    """A line on stderr with the seconds since the start (a run cut short shows where)."""
+    print(f"[{time.monotonic() - _STARTED:6.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -206,6 +215,7 @@ def main(argv=None) -> int:
     ffn = tm.MonoFFN(shape, seed=0)
     rows = []
     traces = capture_all(ffn, shape, arch, {**{d: d for d in DELAYS_NS}, "A/A": 0}, a.rounds, PER_ROUND)
+    _progress("captured the spin settings")
     assert ffn.hangs() == 0, "a mailbox wait gave up"
     for d in (DELAYS_NS[0], DELAYS_NS[-1]):
         traces[d].save(a.out / f"h200_whatif_delay{d}.arrow")
@@ -255,15 +265,25 @@ def main(argv=None) -> int:
                  f"+0.00): the run's noise floor for a measured change, {abs(aa):.0%} of a 1 µs change")
     rows.append({"from": "A/A", "delay_ns": 0, "measured_change_us": aa})
     try:
-        lines += variant_lines(capture_variants(shape, arch, a.rounds, PER_ROUND))
+        _progress("predicted the spin settings")
+        variants = capture_variants(shape, arch, a.rounds, PER_ROUND)
+        _progress("captured the variants")
+        lines += variant_lines(variants)
+        for name, t in variants.items():
+            t.save(a.out / f"h200_whatif_{name.replace(' ', '_').replace('=', '')}.arrow")
     except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
         lines.append(f"\nvariants: not run ({type(e).__name__}: {str(e)[:200]})")
+        variants = {}
     lines.append("\nmedian interval durations against +0 (ns), what else moved between the settings:")
     base_med = interval_medians(base)
     for d in DELAYS_NS[1:]:
         med = interval_medians(traces[d])
         moved = {k: med[k] - base_med[k] for k in med if k in base_med and abs(med[k] - base_med[k]) >= 50}
         lines.append(f"  +{d // 1000}us: " + ", ".join(f"{st} {ph} {v:+.0f}" for (st, ph), v in moved.items()))
+    for name in VARIANTS if variants else ():
+        base_v, med = interval_medians(variants["base"]), interval_medians(variants[name])
+        moved = {k: med[k] - base_v[k] for k in med if k in base_v and abs(med[k] - base_v[k]) >= 50}
+        lines.append(f"  {name}: " + ", ".join(f"{st} {ph} {v:+.0f}" for (st, ph), v in moved.items()))
     text = "\n".join(lines)
     print(text)
     (a.out / "whatif_h200.txt").write_text(text + "\n")

@@ -1,19 +1,22 @@
 """A GPU's ``%globaltimer`` measured against the host's ``CLOCK_MONOTONIC`` through
 pinned host memory (``timeline.clocks`` holds the arithmetic), two ways:
 
-- ``listen`` (the default): one thread in each of ``ctas`` CTAs polls a host word
+- ``listen`` (the default): one thread in each of ``ctas`` CTAs (1) polls a host word
   with volatile loads (PTX ``ld.volatile``: a system-scope read, served by host
   memory, never by a GPU cache), reading ``%globaltimer`` before every load and
   after the load that sees the round's value (the read after it waits on that
   load: the loop's exit branches on it). The host reads its clock, posts the round,
   fences the store out of its core (a locked instruction) and reads its clock
   again. The post reached host memory after the latest issue of a load that missed
-  it and before the earliest return of one that saw it: with many pollers at
-  random phases that is about one PCIe read apart, and the host's own side is the
-  few hundred ns of its fenced store.
+  it and before the earliest return of one that saw it: two reads apart for one
+  poller, and the host's own side is the few hundred ns of its fenced store. The
+  host pauses a random 0 .. ``pause_ns`` between rounds, so that the post falls at
+  a random point of a read and the rounds' intersection narrows towards one read.
+  (More pollers do not help: the H200 serves their reads of one word one after
+  another, ``bench/results/clocks_h200.txt``.)
 - ``pingpong``: one thread spins on the host word and answers with its
   ``%globaltimer`` and a system-scope release; the host times the round trip (a
-  poll, a write and the host's spin: several µs).
+  poll, a write and the host's spin: a few µs), with the same random pauses.
 
 Runs on NVIDIA GPUs (Triton, torch); AMD's counterpart (``s_memrealtime``) is not
 written yet.
@@ -93,7 +96,18 @@ def _late(k: int, rounds: int, timeout_s: float) -> K.ClockError:
                         "(pinned host memory not visible to the kernel?)")
 
 
-def _pingpong(dev, rounds: int, timeout_s: float):
+def _pauses(rounds: int, pause_ns: int) -> list:
+    """Random host pauses between rounds (ns): the device's poll at a random phase."""
+    return np.random.default_rng().integers(0, max(int(pause_ns), 1), rounds).tolist()
+
+
+def _wait(clock, ns: int) -> None:
+    until = clock(time.CLOCK_MONOTONIC) + ns
+    while clock(time.CLOCK_MONOTONIC) < until:
+        pass
+
+
+def _pingpong(dev, rounds: int, timeout_s: float, pause_ns: int):
     """(sent, device, received) of ``rounds`` ping-pong rounds."""
     import torch
 
@@ -104,7 +118,8 @@ def _pingpong(dev, rounds: int, timeout_s: float):
         _pong[(1,)](_HostWord(flag), _HostWord(answer), rounds, num_warps=1)
         sent, seen, received = (np.zeros(rounds, np.int64) for _ in range(3))
         clock, deadline = time.clock_gettime_ns, time.monotonic() + timeout_s
-        for k in range(1, rounds + 1):
+        for k, pause in zip(range(1, rounds + 1), _pauses(rounds, pause_ns)):
+            _wait(clock, pause)
             t0 = clock(time.CLOCK_MONOTONIC)
             f[0] = k
             while a[0] != k:
@@ -116,7 +131,7 @@ def _pingpong(dev, rounds: int, timeout_s: float):
     return sent, seen, received
 
 
-def _listened(dev, rounds: int, ctas: int, timeout_s: float):
+def _listened(dev, rounds: int, ctas: int, timeout_s: float, pause_ns: int):
     """(sent, device, received, device_hi) of ``rounds`` listen rounds; rounds that no
     CTA's load missed (no lower bound) left out."""
     import torch
@@ -126,13 +141,12 @@ def _listened(dev, rounds: int, ctas: int, timeout_s: float):
     bounds = torch.zeros(rounds, ctas, 2, dtype=torch.int64, device=dev)
     f, d = flag.numpy(), done.numpy()
     fence = threading.Lock()  # acquire/release: locked instructions, which drain the store buffer (x86)
-    rng = np.random.default_rng()
-    pause = rng.integers(0, 4_000, rounds)  # ns between rounds: the pollers' phases spread
     with torch.cuda.device(dev):
         _listen[(ctas,)](_HostWord(flag), bounds, _HostWord(done), rounds, num_warps=1)
         sent, received = np.zeros(rounds, np.int64), np.zeros(rounds, np.int64)
         clock, mono, deadline = time.clock_gettime_ns, time.CLOCK_MONOTONIC, time.monotonic() + timeout_s
-        for k in range(1, rounds + 1):
+        for k, pause in zip(range(1, rounds + 1), _pauses(rounds, pause_ns)):
+            _wait(clock, pause)
             t0 = clock(mono)
             f[0] = k
             fence.acquire()
@@ -142,9 +156,6 @@ def _listened(dev, rounds: int, ctas: int, timeout_s: float):
             while (d < k).any():
                 if time.monotonic() > deadline:
                     raise _late(k, rounds, timeout_s)
-            until = clock(mono) + int(pause[k - 1])
-            while clock(mono) < until:
-                pass
         torch.cuda.synchronize(dev)
     b = bounds.cpu().numpy()
     missed = b[:, :, 0] > 0
@@ -154,16 +165,17 @@ def _listened(dev, rounds: int, ctas: int, timeout_s: float):
 
 
 def calibrate(device=None, rounds: int = 200, timeout_s: float = 10.0, *, method: str = "listen",
-              ctas: int = 64) -> K.Calibration:
+              ctas: int = 1, pause_ns: int = 4_000) -> K.Calibration:
     """Offset of ``device``'s ``%globaltimer`` from the host's CLOCK_MONOTONIC, ± half
     the intersection of ``rounds`` rounds' intervals (``timeline.clocks.estimate``);
-    ``method``: ``"listen"`` (``ctas`` pollers) or ``"pingpong"`` (module docstring)."""
+    ``method``: ``"listen"`` (``ctas`` pollers) or ``"pingpong"``; up to ``pause_ns``
+    random ns between rounds (module docstring)."""
     if method not in METHODS:
         raise K.ClockError(f"calibrate's method is one of {METHODS}; got {method!r}")
     dev, name = _device_of(device)
     if method == "pingpong":
-        return K.estimate(*_pingpong(dev, rounds, timeout_s), name=name)
-    sent, lo, received, hi = _listened(dev, rounds, ctas, timeout_s)
+        return K.estimate(*_pingpong(dev, rounds, timeout_s, pause_ns), name=name)
+    sent, lo, received, hi = _listened(dev, rounds, ctas, timeout_s, pause_ns)
     if not sent.size:
         raise K.ClockError(f"no listen round of {rounds} had a poller miss the post: re-run with more rounds")
     return K.estimate(sent, lo, received, device_hi=hi, name=name)
