@@ -202,9 +202,19 @@ def fidelity(trace, g: E.Graph | None = None) -> Fidelity:
     """The unchanged replay against the recorded times."""
     r = replay(trace, (), g)
     err = np.abs(r.simulated[:, -1] - r.recorded[:, -1])
-    kernel = [abs(r.simulated[r.tasks.launch == la, -1].max() - r.recorded[r.tasks.launch == la, -1].max())
-              for la in np.unique(r.tasks.launch).tolist()]
-    return Fidelity(float(err.max()) if err.size else 0.0, float(max(kernel)) if kernel else 0.0)
+    gid, n, _ = GR.group_ids(r.tasks.launch)
+    _, sim_end = _extent(gid, n, r.simulated[:, -1], r.simulated[:, -1])
+    _, rec_end = _extent(gid, n, r.recorded[:, -1], r.recorded[:, -1])
+    kernel = np.abs(sim_end - rec_end)
+    return Fidelity(float(err.max()) if err.size else 0.0, float(kernel.max()) if kernel.size else 0.0)
+
+
+def _extent(gid: np.ndarray, n: int, lo_vals, hi_vals):
+    """Per group of ``n``: the minimum of ``lo_vals`` and the maximum of ``hi_vals`` (float ns)."""
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(lo, gid, np.asarray(lo_vals, dtype=np.float64))
+    np.maximum.at(hi, gid, np.asarray(hi_vals, dtype=np.float64))
+    return lo, hi
 
 
 def predict(trace, changes) -> Prediction:
@@ -214,20 +224,18 @@ def predict(trace, changes) -> Prediction:
     g = E.edges(trace)
     r = replay(trace, changes, g)
     m = r.tasks
-    rows, stage_rows = [], []
-    for la in np.unique(m.launch).tolist():
-        sel = m.launch == la
-        t0 = float(r.recorded[sel, 0].min())
-        meas, pred = float(r.recorded[sel, -1].max()) - t0, float(r.simulated[sel, -1].max()) - t0
-        rows.append({"launch": la, "measured_us": meas / 1e3, "predicted_us": pred / 1e3,
-                     "saving_us": (meas - pred) / 1e3})
-        for si, name in enumerate(trace.spec.stage_names):
-            s = sel & (m.stage == si)
-            if s.any():
-                row = {"launch": la, "stage": name}
-                for kind, times in (("measured", r.recorded), ("predicted", r.simulated)):
-                    first, last = float(times[s].min()) - t0, float(times[s].max()) - t0
-                    row.update({f"{kind}_first_us": first / 1e3, f"{kind}_last_us": last / 1e3,
-                                f"{kind}_span_us": (last - first) / 1e3})
-                stage_rows.append(row)
-    return Prediction(pa.Table.from_pylist(rows), pa.Table.from_pylist(stage_rows), fidelity(trace, g))
+    lid, nl, (launch,) = GR.group_ids(m.launch)
+    t0, meas_end = _extent(lid, nl, r.recorded[:, 0], r.recorded[:, -1])
+    _, pred_end = _extent(lid, nl, r.simulated[:, -1], r.simulated[:, -1])
+    meas, pred = (meas_end - t0) / 1e3, (pred_end - t0) / 1e3
+    launches = pa.table({"launch": pa.array(launch.tolist(), pa.int64()), "measured_us": meas,
+                         "predicted_us": pred, "saving_us": meas - pred})
+    sid, ns, (s_launch, s_stage) = GR.group_ids(m.launch, m.stage)  # (launch, stage) in order
+    base = t0[np.searchsorted(launch, s_launch)]
+    stages = {"launch": pa.array(s_launch.tolist(), pa.int64()),
+              "stage": [trace.spec.stage_names[i] for i in s_stage.tolist()]}
+    for kind, times in (("measured", r.recorded), ("predicted", r.simulated)):
+        first, last = _extent(sid, ns, times.min(axis=1), times.max(axis=1))
+        stages.update({f"{kind}_first_us": (first - base) / 1e3, f"{kind}_last_us": (last - base) / 1e3,
+                       f"{kind}_span_us": (last - first) / 1e3})
+    return Prediction(launches, pa.table(stages), fidelity(trace, g))
