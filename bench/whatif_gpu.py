@@ -1,16 +1,20 @@
 """The what-if replay checked on hardware: the Triton FFN demo with a tunable spin
-in every ``norm`` task's compute (``DELAY``: +0, +1, +2, +4 µs), captured on the GPU
-at each setting; each setting's kernel time predicted from the +0 trace (and the +0
-one back from the +4 µs trace) by ``timeline.whatif`` with ``--add norm.compute=NS``,
-against what was measured. Needs an NVIDIA GPU (Triton, torch).
+in every ``norm`` task's compute (``DELAY``), captured on the GPU at each setting:
+the reference build spins one ``%globaltimer`` step (``SPIN_FLOOR_NS``), a +N
+build N ns more, so that every setting runs the same code; each setting's kernel
+time predicted from the reference trace (and the reference back from the +4096 ns
+trace) by ``timeline.whatif`` with ``--add norm.compute=N``, against what was
+measured. Then real variants of norm (its chunk width, its sum of squares read
+twice), predicted from the base build given norm's measured phase changes, and
+the base predicted back from the two-pass build. Needs an NVIDIA GPU (Triton, torch).
 
-    PYTHONPATH=. python3 bench/whatif_gpu.py --out DIR
+    PYTHONPATH=. python3 bench/whatif_gpu.py --out DIR [--rounds 96]
 
 Kernel time = first start to last end of a launch in its trace (the median over the
 launches; the settings' launches interleaved in rounds, so that clock drift hits
 all alike); the normal build's CUDA-event time per launch is printed beside it. Goal
 (issue 11): prediction error <= 10 % of the measured change and <= 1 µs. Writes
-``whatif_h200.txt`` / ``.json`` and the +0 and +4 µs traces to DIR.
+``whatif_h200.txt`` / ``.json`` and every setting's trace to DIR.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DELAYS_NS = (0, 1000, 2000, 4000)
+SPIN_FLOOR_NS = 32  # the reference build's spin: one %globaltimer step, so a +N build spins N ns longer
+DELAYS_NS = (0, 1024, 2048, 4096)  # ns of spin on top of the floor: whole 32 ns timer steps
 ROUNDS, PER_ROUND = 8, 4  # launches a setting: interleaved rounds
 WARMUP = 10  # launches of every setting before any is measured
 
@@ -164,27 +169,90 @@ def variant_lines(traces: dict) -> list:
     """Each variant's kernel time predicted from the base trace, fed the variant's
     measured norm phase changes only (what a faster norm would be), and fed every
     phase's measured change (the replay's own error where the variant's code moved
-    other stages too), against measured."""
+    other stages too), against measured; and the base (one pass) predicted back from
+    the two-pass build: a faster norm."""
     from timeline import whatif as W
 
-    base = traces["base"]
-    m0 = kernel_us(base)
     out = ["\na real stage made slower / faster: the norm tasks' chunk width BF (base 512) or its sum of squares read "
            "twice; predicted from the base trace given the variant's measured norm phase changes (median per "
            "interval) only, and given every phase's measured change (all-changes)",
-           f"{'variant':>14} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} {'err/change':>10}"
+           f"{'variant':>24} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} {'err/change':>10}"
            f"  goal  | all-changes: predicted error err/change"]
-    for name in VARIANTS:
-        changes = measured_changes(base, traces[name])
-        pred = median_predicted_us(W.predict(base, norm_only(changes)))
-        pred_all = median_predicted_us(W.predict(base, changes))
-        meas = kernel_us(traces[name])
-        ch = meas - m0
+    pairs = [(name, traces["base"], traces[name]) for name in VARIANTS]
+    pairs.append(("norm 1 pass from 2 passes", traces["norm 2 passes"], traces["base"]))
+    for name, src, dst in pairs:
+        changes = measured_changes(src, dst)
+        pred = median_predicted_us(W.predict(src, norm_only(changes)))
+        pred_all = median_predicted_us(W.predict(src, changes))
+        meas = kernel_us(dst)
+        ch = meas - kernel_us(src)
         rel = abs(pred - meas) / abs(ch) if ch else float("nan")
         ok = abs(pred - meas) <= 1.0 and (not ch or rel <= 0.10)
-        out.append(f"{name:>14} {meas:>9.2f} {pred:>10.2f} {ch:>+8.2f} {pred - meas:>+7.2f} {rel:>10.1%} "
-                   f"{'met' if ok else 'NOT met':>7} | {pred_all:>9.2f} {pred_all - meas:>+6.2f} "
-                   f"{abs(pred_all - meas) / abs(ch) if ch else float('nan'):>9.1%}")
+        out.append(f"{name:>24} {meas:>9.2f} {pred:>10.2f} {ch:>+8.2f} {pred - meas:>+7.2f} {rel:>10.1%} "
+                   f"{'met' if ok else 'NOT met':>7} | {_err(pred_all, meas, ch)}")
+    return out
+
+
+def spin_rows(ffn, shape, traces: dict) -> list:
+    """Per spin setting, the kernel time measured and predicted from the reference
+    (``DELAYS_NS[0]``) trace, and the +4 µs trace predicted back to the reference: with
+    the spin's own length, with every phase's measured change (all-changes) and with
+    norm's measured changes only (norm-only)."""
+    from timeline import whatif as W
+
+    def row(src, dst, add_ns, label, delay_ns, event):
+        changes = measured_changes(src, dst)
+        meas, pred = kernel_us(dst), predicted_us(src, add_ns)
+        return {"from": label, "delay_ns": delay_ns, "measured_us": meas, "predicted_us": pred,
+                "predicted_all_us": median_predicted_us(W.predict(src, changes)),
+                "predicted_norm_us": median_predicted_us(W.predict(src, norm_only(changes))),
+                "measured_change_us": meas - kernel_us(src), "error_us": pred - meas, "event_us": event,
+                "fidelity": W.fidelity(dst)._asdict()}
+
+    ref, slow = traces[DELAYS_NS[0]], traces[DELAYS_NS[-1]]
+    rows = [row(ref, traces[d], d, "+0", d, event_time_us(ffn, shape, SPIN_FLOOR_NS + d)) for d in DELAYS_NS]
+    rows.append(row(slow, ref, -DELAYS_NS[-1], f"+{DELAYS_NS[-1]}", 0, None))
+    return rows
+
+
+def _err(pred, meas, change) -> str:
+    rel = abs(pred - meas) / abs(change) if change else float("nan")
+    return f"{pred:>9.2f} {pred - meas:>+6.2f} {rel:>9.1%}"
+
+
+def spin_lines(rows, shape, launches: int, rounds: int) -> list:
+    """The spin settings' table."""
+    out = [f"what-if replay vs the H200: Triton FFN demo {tuple(shape)[:9]}, {launches} launches a setting "
+           f"in {rounds} interleaved rounds after {WARMUP} warm-up launches of each, a %globaltimer spin in every norm "
+           f"task's compute: the reference build spins {SPIN_FLOOR_NS} ns (one timer step), a +N build N ns more",
+           "kernel = first start to last end of a launch (median over launches); event = the normal build's "
+           "CUDA-event time per launch; all-changes = the prediction fed every phase's measured median change "
+           "(not only the spin): the replay's own error, without the drift of the other phases; "
+           "norm-only = the prediction fed the norm stage's measured median phase changes (what the spin really "
+           "added to norm, as for the variants below)",
+           f"{'from':>6} {'spin +ns':>8} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} "
+           f"{'err/change':>10} {'event':>8} {'fidelity (task, kernel ns)':>27}  goal (<= 10 % of change, <= 1 µs)"
+           f"  | all-changes: predicted error err/change | norm-only: predicted error err/change"]
+    for r in rows:
+        change = r["measured_change_us"]
+        rel = abs(r["error_us"]) / abs(change) if change else float("nan")
+        ok = abs(r["error_us"]) <= 1.0 and (not change or rel <= 0.10)
+        ev = f"{r['event_us']:.2f}" if r["event_us"] is not None else "-"
+        out.append(f"{r['from']:>6} {r['delay_ns']:>8} {r['measured_us']:>9.2f} {r['predicted_us']:>10.2f} "
+                   f"{change:>+8.2f} {r['error_us']:>+7.2f} {rel:>10.1%} {ev:>8} "
+                   f"{r['fidelity']['task_end_ns']:>13.0f} {r['fidelity']['kernel_end_ns']:>13.0f}  "
+                   f"{'met' if ok else 'NOT met':>8}  | {_err(r['predicted_all_us'], r['measured_us'], change)}"
+                   f"  | {_err(r['predicted_norm_us'], r['measured_us'], change)}")
+    return out
+
+
+def moved_lines(pairs) -> list:
+    """``(label, before, after)`` traces: the median interval changes of at least 50 ns."""
+    out = []
+    for label, before, after in pairs:
+        mb, ma = interval_medians(before), interval_medians(after)
+        moved = {k: ma[k] - mb[k] for k in ma if k in mb and abs(ma[k] - mb[k]) >= 50}
+        out.append(f"  {label}: " + ", ".join(f"{st} {ph} {v:+.0f}" for (st, ph), v in moved.items()))
     return out
 
 
@@ -205,7 +273,6 @@ def main(argv=None) -> int:
 
     from instrument import triton as itl
     from instrument.demo import triton_mono as tm
-    from timeline import whatif as W
 
     if not torch.cuda.is_available():
         print("no GPU: this benchmark runs the Triton demo on an NVIDIA GPU", file=sys.stderr)
@@ -213,77 +280,35 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     shape, arch = tm.Shape(), itl.arch_of()
     ffn = tm.MonoFFN(shape, seed=0)
-    rows = []
-    traces = capture_all(ffn, shape, arch, {**{d: d for d in DELAYS_NS}, "A/A": 0}, a.rounds, PER_ROUND)
+    settings = {**{d: SPIN_FLOOR_NS + d for d in DELAYS_NS}, "A/A": SPIN_FLOOR_NS, "no spin code": 0}
+    traces = capture_all(ffn, shape, arch, settings, a.rounds, PER_ROUND)
     _progress("captured the spin settings")
     assert ffn.hangs() == 0, "a mailbox wait gave up"
     for d in (DELAYS_NS[0], DELAYS_NS[-1]):
-        traces[d].save(a.out / f"h200_whatif_delay{d}.arrow")
-    base, slow = traces[DELAYS_NS[0]], traces[DELAYS_NS[-1]]
-    meas0 = kernel_us(base)
-    for d in DELAYS_NS:
-        meas = kernel_us(traces[d])
-        pred = predicted_us(base, d)
-        changes = measured_changes(base, traces[d])
-        rows.append({"from": "+0", "delay_ns": d, "measured_us": meas, "predicted_us": pred,
-                     "predicted_all_us": median_predicted_us(W.predict(base, changes)),
-                     "predicted_norm_us": median_predicted_us(W.predict(base, norm_only(changes))),
-                     "measured_change_us": meas - meas0, "error_us": pred - meas,
-                     "event_us": event_time_us(ffn, shape, d), "fidelity": W.fidelity(traces[d])._asdict()})
-    back = predicted_us(slow, -DELAYS_NS[-1])
-    changes = measured_changes(slow, base)
-    rows.append({"from": f"+{DELAYS_NS[-1] // 1000}us", "delay_ns": 0, "measured_us": meas0, "predicted_us": back,
-                 "predicted_all_us": median_predicted_us(W.predict(slow, changes)),
-                 "predicted_norm_us": median_predicted_us(W.predict(slow, norm_only(changes))),
-                 "measured_change_us": meas0 - kernel_us(slow), "error_us": back - meas0, "event_us": None,
-                 "fidelity": W.fidelity(slow)._asdict()})
-    lines = [f"what-if replay vs the H200: Triton FFN demo {tuple(shape)[:9]}, {a.rounds * PER_ROUND} launches a "
-             f"setting in {a.rounds} interleaved rounds after {WARMUP} warm-up launches of each, a %globaltimer spin "
-             "added to every norm task's compute",
-             "kernel = first start to last end of a launch (median over launches); event = the normal build's "
-             "CUDA-event time per launch; all-changes = the prediction fed every phase's measured median change "
-             "(not only the spin): the replay's own error, without the drift of the other phases; "
-             "norm-only = the prediction fed the norm stage's measured median phase changes (what the spin really "
-             "added to norm, as for the variants below)",
-             f"{'from':>6} {'delay':>7} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} "
-             f"{'err/change':>10} {'event':>8} {'fidelity (task, kernel ns)':>27}  goal (<= 10 % of change, <= 1 µs)"
-             f"  | all-changes: predicted error err/change | norm-only: predicted error err/change"]
-    for r in rows:
-        change = r["measured_change_us"]
-        rel = abs(r["error_us"]) / abs(change) if change else float("nan")
-        ok = abs(r["error_us"]) <= 1.0 and (not change or rel <= 0.10)
-        ev = f"{r['event_us']:.2f}" if r["event_us"] is not None else "-"
-        lines.append(f"{r['from']:>6} {r['delay_ns'] / 1e3:>6.0f}us {r['measured_us']:>9.2f} {r['predicted_us']:>10.2f} "
-                     f"{change:>+8.2f} {r['error_us']:>+7.2f} {rel:>10.1%} {ev:>8} "
-                     f"{r['fidelity']['task_end_ns']:>13.0f} {r['fidelity']['kernel_end_ns']:>13.0f}  "
-                     f"{'met' if ok else 'NOT met':>8}  | {r['predicted_all_us']:>9.2f} {r['predicted_all_us'] - r['measured_us']:>+6.2f}"
-                     f" {abs(r['predicted_all_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}"
-                     f"  | {r['predicted_norm_us']:>9.2f} {r['predicted_norm_us'] - r['measured_us']:>+6.2f}"
-                     f" {abs(r['predicted_norm_us'] - r['measured_us']) / abs(change) if change else float('nan'):>9.1%}")
-    aa = kernel_us(traces["A/A"]) - meas0
-    lines.append(f"A/A: a second +0 setting in the same rounds measured {aa:+.2f} µs against the first (predicted "
-                 f"+0.00): the run's noise floor for a measured change, {abs(aa):.0%} of a 1 µs change")
-    rows.append({"from": "A/A", "delay_ns": 0, "measured_change_us": aa})
+        traces[d].save(a.out / f"whatif_spin{SPIN_FLOOR_NS + d}.arrow")
+    rows = spin_rows(ffn, shape, traces)
+    lines = spin_lines(rows, shape, a.rounds * PER_ROUND, a.rounds)
+    ref = kernel_us(traces[DELAYS_NS[0]])
+    aa, code = kernel_us(traces["A/A"]) - ref, kernel_us(traces["no spin code"]) - ref
+    lines += [f"A/A: a second reference setting in the same rounds measured {aa:+.2f} µs against the first (predicted "
+              f"+0.00): the run's noise floor for a measured change, {abs(aa):.0%} of a 1 µs change",
+              f"the spin's code itself: the build without it (DELAY=0) measured {code:+.2f} µs against the reference "
+              "(not a phase change the replay is given)"]
+    rows += [{"from": "A/A", "delay_ns": 0, "measured_change_us": aa},
+             {"from": "no spin code", "delay_ns": -SPIN_FLOOR_NS, "measured_change_us": code}]
+    _progress("predicted the spin settings")
     try:
-        _progress("predicted the spin settings")
         variants = capture_variants(shape, arch, a.rounds, PER_ROUND)
         _progress("captured the variants")
         lines += variant_lines(variants)
         for name, t in variants.items():
-            t.save(a.out / f"h200_whatif_{name.replace(' ', '_').replace('=', '')}.arrow")
+            t.save(a.out / f"whatif_{name.replace(' ', '_').replace('=', '')}.arrow")
     except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
         lines.append(f"\nvariants: not run ({type(e).__name__}: {str(e)[:200]})")
         variants = {}
-    lines.append("\nmedian interval durations against +0 (ns), what else moved between the settings:")
-    base_med = interval_medians(base)
-    for d in DELAYS_NS[1:]:
-        med = interval_medians(traces[d])
-        moved = {k: med[k] - base_med[k] for k in med if k in base_med and abs(med[k] - base_med[k]) >= 50}
-        lines.append(f"  +{d // 1000}us: " + ", ".join(f"{st} {ph} {v:+.0f}" for (st, ph), v in moved.items()))
-    for name in VARIANTS if variants else ():
-        base_v, med = interval_medians(variants["base"]), interval_medians(variants[name])
-        moved = {k: med[k] - base_v[k] for k in med if k in base_v and abs(med[k] - base_v[k]) >= 50}
-        lines.append(f"  {name}: " + ", ".join(f"{st} {ph} {v:+.0f}" for (st, ph), v in moved.items()))
+    lines.append("\nmedian interval durations against the reference (ns), what else moved between the settings:")
+    lines += moved_lines([(f"+{d}", traces[DELAYS_NS[0]], traces[d]) for d in DELAYS_NS[1:]]
+                         + [(n, variants["base"], variants[n]) for n in (VARIANTS if variants else ())])
     text = "\n".join(lines)
     print(text)
     (a.out / "whatif_h200.txt").write_text(text + "\n")
