@@ -346,6 +346,15 @@ def test_paths_binary_and_text_files_get_the_same_text(trace, tmp_path):
         write_chrome(trace, tmp_path)
 
 
+def test_a_failing_write_is_one_export_error_and_no_thread_is_left(trace):
+    import threading
+
+    before = threading.active_count()
+    with pytest.raises(ExportError, match=r"cannot write '/dev/full': No space left on device; free space"):
+        write_chrome(trace, "/dev/full", chunk_rows=500)  # every write fails: ENOSPC, in the writer thread
+    assert threading.active_count() == before
+
+
 def test_progress_counts_task_rows_to_the_total(trace):
     calls = []
     write_chrome(trace, io.BytesIO(), progress=lambda d, t: calls.append((d, t)), chunk_rows=1000)

@@ -226,6 +226,10 @@ def test_selection_and_errors(trace, tmp_path):
         write_perfetto(trace, io.BytesIO(), stages=["rooter"])
     with pytest.raises(ExportError, match="existing directory"):
         write_perfetto(trace, tmp_path / "missing" / "t.pftrace")
+    with pytest.raises(ExportError, match="this export is binary: open the file with mode 'wb'"):
+        write_perfetto(trace, io.StringIO())
+    with pytest.raises(ExportError, match="cannot write '/dev/full': No space left on device"):
+        write_perfetto(trace, "/dev/full")
     path = tmp_path / "t.pftrace"
     calls = []
     n = write_perfetto(trace, path, progress=lambda a, b: calls.append((a, b)), chunk_rows=3000)

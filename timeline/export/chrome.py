@@ -35,10 +35,8 @@ matrix in row-major order *is* the JSON text of the chunk, written with one
 
 from __future__ import annotations
 
-import io
 import json
 from functools import partial
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -46,6 +44,7 @@ import pyarrow.compute as pc
 
 from timeline import schema as S
 from timeline.export import _common as C
+from timeline.export._sink import open_sink
 from timeline.export._text import SPACE, assemble, digits, micros, strings
 from timeline.trace import Trace, __version__
 
@@ -318,31 +317,6 @@ def _width_of(pieces) -> int:
     return sum(len(p) if isinstance(p, bytes) else p.shape[1] for p in pieces)
 
 
-def _open(path_or_file):
-    """(binary writer, close-when-done) for a path or an open file (text or binary)."""
-    if hasattr(path_or_file, "write"):
-        f = path_or_file
-        if isinstance(f, io.TextIOBase):
-            return _TextSink(f), False
-        return f, False
-    path = Path(path_or_file)
-    if path.is_dir():
-        raise C.ExportError(f"{str(path)!r} is a directory; give a file name such as trace.json")
-    if not path.parent.exists():
-        raise C.ExportError(f"cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist")
-    return open(path, "wb"), True
-
-
-class _TextSink:
-    """Bytes in, text out: lets a text file (``sys.stdout``, ``io.StringIO``) take the export."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def write(self, b):
-        self.f.write(bytes(b).decode())
-
-
 def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stages=None,
                  progress=None, complete: bool = False, chunk_rows: int = C.CHUNK_ROWS) -> int:
     """Write ``trace`` as Chrome Trace Event Format JSON to a path or an open file
@@ -360,7 +334,7 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
     base_ns = time_base(sub)
     stage_names = sub.spec.stage_names
     keys = C.placement_keys(sub)
-    f, close = _open(path_or_file)
+    f = open_sink(path_or_file, "trace.json")
     try:
         f.write(_header(sub, base_ns))
         events, done, total = 0, 0, sub.tasks.num_rows
@@ -382,6 +356,5 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
         events += k
         f.write(b"\n]}\n")
     finally:
-        if close:
-            f.close()
+        f.close()
     return events

@@ -31,13 +31,12 @@ runtime), not with this code.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from timeline import rows as R
 from timeline import schema as S
 from timeline.export import _common as C
+from timeline.export._sink import open_sink
 from timeline.export._text import assemble
 from timeline.trace import Trace
 
@@ -386,14 +385,7 @@ def write_perfetto(trace: Trace, path, *, ranks=None, launches=None, stages=None
     stage_names = sub.spec.stage_names
     pairs = S.interval_names(sub.phases)
     base = min(0, _min_ns(sub))
-    if hasattr(path, "write"):
-        f, close = path, False
-    else:
-        p = Path(path)
-        if p.is_dir() or not p.parent.exists():
-            raise C.ExportError(f"cannot write {str(p)!r}: give a file in an existing directory, "
-                                "e.g. trace.perfetto-trace")
-        f, close = open(p, "wb"), True
+    f = open_sink(path, "trace.perfetto-trace", text=False)
     try:
         f.write(_interned(stage_names, pairs, arg_names(sub)))
         f.write(_tracks(sub, num))
@@ -410,6 +402,5 @@ def write_perfetto(trace: Trace, path, *, ranks=None, launches=None, stages=None
                 progress(done, total)
         f.write(_flows(sub, num, base)[0])
     finally:
-        if close:
-            f.close()
+        f.close()
     return slices
