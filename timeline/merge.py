@@ -58,47 +58,10 @@ def merge(traces, *, align: str | None = None) -> Trace:
     numbers of the later trace are renumbered after the earlier's. ``align``: see
     the module docstring."""
     traces = list(traces)
-    if not traces:
-        raise MergeError("nothing to merge: give at least one trace")
-    first = traces[0].spec
-    for t in traces[1:]:
-        if t.spec.stages != first.stages or t.spec.phases != first.phases or t.spec.marks != first.marks:
-            raise MergeError(
-                f"cannot merge traces of different builds: {first.kernel!r} has stages "
-                f"{list(first.stage_names)} / phases {list(first.phases)}, {t.spec.kernel!r} has "
-                f"{list(t.spec.stage_names)} / {list(t.spec.phases)}")
-    spec_of_rank, parts, anomalies, seen_launch = {}, [], [], {}
-    for t in traces:
-        for sp in t.specs:
-            old = spec_of_rank.setdefault(sp.rank, sp)
-            if old.clock != sp.clock:
-                raise MergeError(f"rank {sp.rank} appears with two clocks: {old.clock} and {sp.clock}")
-        tasks = t.tasks
-        # renumber launches that collide with an earlier trace of the same rank
-        launch = R.numpy(tasks.column("launch")).copy()
-        rank = R.numpy(tasks.column("rank"))
-        for r in np.unique(rank):
-            m = rank == r
-            used = seen_launch.setdefault(int(r), set())
-            mine = set(np.unique(launch[m]).tolist())
-            if used & mine:
-                launch[m] += max(used) + 1
-            used.update(np.unique(launch[m]).tolist())
-        tasks = tasks.set_column(tasks.schema.get_field_index("launch"), "launch", pa.array(launch))
-        parts.append(tasks)
-        anomalies.append(t.anomalies)
-    tasks = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
-    schema = S.tasks_schema(first.phases, first.marks)
-    tasks = tasks.select(schema.names).cast(schema)
-    # each rank's origin: its earliest stamp over all its traces
-    origins = {}
-    rank = R.numpy(tasks.column("rank"))
-    for r in spec_of_rank:
-        m = rank == r
-        mins = [R.numpy(tasks.column(f"{p}_tick"))[m] for p in first.phases + first.marks]
-        allt = np.concatenate(mins)
-        allt = allt[allt != 0]
-        origins[r] = int(allt.min()) if allt.size else 0
+    first = _one_build(traces)
+    spec_of_rank = _specs_by_rank(traces)
+    tasks = _concat_tasks(traces, first)
+    origins = _origins(tasks, spec_of_rank, first)
     try:
         tasks = retime(tasks, spec_of_rank, origins, {})
         offsets, by = {}, _by_clocks(spec_of_rank, origins) if not align else None
@@ -113,10 +76,69 @@ def merge(traces, *, align: str | None = None) -> Trace:
                          "of one run (or convert each with windows=)") from None
     ranks = sorted(spec_of_rank)
     specs = [_aligned(spec_of_rank[r], align, by and by[r]) if len(ranks) > 1 else spec_of_rank[r] for r in ranks]
-    merged = Trace(tasks, specs, pa.concat_tables(anomalies), origins=origins, offsets=offsets,
-                   synthetic=any(t.synthetic for t in traces),
+    merged = Trace(tasks, specs, pa.concat_tables([t.anomalies for t in traces]), origins=origins,
+                   offsets=offsets, synthetic=any(t.synthetic for t in traces),
                    notes=() if by is not None else _uncalibrated(ranks, align, spec_of_rank))
     return _with_causality(merged) if len(ranks) > 1 else merged
+
+
+def _one_build(traces: list):
+    """The first trace's spec, after checking that every trace is of one build
+    (stages, phases, marks); a ``MergeError`` otherwise or for no trace at all."""
+    if not traces:
+        raise MergeError("nothing to merge: give at least one trace")
+    first = traces[0].spec
+    for t in traces[1:]:
+        if t.spec.stages != first.stages or t.spec.phases != first.phases or t.spec.marks != first.marks:
+            raise MergeError(
+                f"cannot merge traces of different builds: {first.kernel!r} has stages "
+                f"{list(first.stage_names)} / phases {list(first.phases)}, {t.spec.kernel!r} has "
+                f"{list(t.spec.stage_names)} / {list(t.spec.phases)}")
+    return first
+
+
+def _specs_by_rank(traces: list) -> dict:
+    """``{rank: spec}`` (the first seen); a ``MergeError`` for a rank seen with two clocks."""
+    spec_of_rank = {}
+    for t in traces:
+        for sp in t.specs:
+            old = spec_of_rank.setdefault(sp.rank, sp)
+            if old.clock != sp.clock:
+                raise MergeError(f"rank {sp.rank} appears with two clocks: {old.clock} and {sp.clock}")
+    return spec_of_rank
+
+
+def _concat_tasks(traces: list, first) -> pa.Table:
+    """Every trace's tasks in one table of the build's schema, launches that collide
+    with an earlier trace's of the same rank renumbered after them."""
+    parts, seen_launch = [], {}
+    for t in traces:
+        tasks = t.tasks
+        launch = R.numpy(tasks.column("launch")).copy()
+        rank = R.numpy(tasks.column("rank"))
+        for r in np.unique(rank):
+            m = rank == r
+            used = seen_launch.setdefault(int(r), set())
+            mine = set(np.unique(launch[m]).tolist())
+            if used & mine:
+                launch[m] += max(used) + 1
+            used.update(np.unique(launch[m]).tolist())
+        parts.append(tasks.set_column(tasks.schema.get_field_index("launch"), "launch", pa.array(launch)))
+    tasks = pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
+    schema = S.tasks_schema(first.phases, first.marks)
+    return tasks.select(schema.names).cast(schema)
+
+
+def _origins(tasks: pa.Table, spec_of_rank: dict, first) -> dict:
+    """Each rank's origin: its earliest written stamp over all its traces (0 for none)."""
+    origins = {}
+    rank = R.numpy(tasks.column("rank"))
+    for r in spec_of_rank:
+        m = rank == r
+        allt = np.concatenate([R.numpy(tasks.column(f"{p}_tick"))[m] for p in first.phases + first.marks])
+        allt = allt[allt != 0]
+        origins[r] = int(allt.min()) if allt.size else 0
+    return origins
 
 
 def _with_causality(trace: Trace) -> Trace:

@@ -84,40 +84,67 @@ def synth_buffers(
     epoch = rng.integers(10**9, 10**12, size=R).astype(np.float64) * tick
     skew = rng.uniform(0, 3000, size=R)
     t_launch = np.zeros(R)
-    placement = _placements(spec, G, rng)
-
+    run = _Run(spec, lay, models, base, G, slow, bufs, _placements(spec, G, rng), epoch, tick, rng,
+               barriers, allreduce, mailbox_ns, poll_ns)
     for launch in range(spec.launches):
         cursor = (t_launch + skew)[:, None] + rng.uniform(0, 500, size=(R, G))
         prev_end = None  # (R, n_prev) end times of the previous stage's tasks
-        for s, (name, count) in enumerate(spec.stages):
-            m = models[s]
-            ends = np.zeros((R, count))
-            task_ids = np.arange(count)
-            cta_of = (task_ids + base[s]) & (G - 1)  # the CTA whose rotation reaches task t
-            rounds = -(-count // G)
-            for rnd in range(rounds):
-                sel = task_ids[(task_ids // G) == rnd]  # tasks of this round, one per CTA at most
-                c = cta_of[sel]
-                start = cursor[:, c]
-                ready = _ready(start, prev_end, sel, count, name in barriers or name in allreduce,
-                               name in allreduce, mailbox_ns)
-                hint = np.maximum(start + poll_ns, ready)
-                d = lambda mean: mean * rng.lognormal(0.0, 0.25, size=(R, sel.size))  # noqa: E731
-                staged = hint + d(m.staging)
-                compute = staged + d(m.compute) * slow[c]
-                end = compute + d(m.epilogue)
-                ends[:, sel] = end
-                cursor[:, c] = end + rng.uniform(50, 150, size=(R, sel.size))
-                times = {"start": start, "hint": hint, "staged": staged, "compute": compute, "end": end}
-                cols = _phase_times(spec.phases, times, start, end)
-                _write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng)
-            prev_end = ends
+        for s in range(len(spec.stages)):
+            prev_end = _run_stage(run, launch, s, cursor, prev_end)
         t_launch = cursor.max(axis=1).max() + launch_gap_ns + np.zeros(R)
     out = []
     for r in range(R):
         sp = spec.replace(rank=r, world=R, grid=G, extra={**spec.extra, "synthetic": True})
         out.append((sp, bufs[r]))
     return out
+
+
+class _Run(NamedTuple):
+    """What every stage of a ``synth_buffers`` run shares."""
+
+    spec: S.Spec
+    lay: object
+    models: list
+    base: list
+    G: int
+    slow: np.ndarray
+    bufs: np.ndarray
+    placement: object
+    epoch: np.ndarray
+    tick: float
+    rng: object
+    barriers: tuple
+    allreduce: tuple
+    mailbox_ns: float
+    poll_ns: float
+
+
+def _run_stage(run: _Run, launch: int, s: int, cursor: np.ndarray, prev_end) -> np.ndarray:
+    """Stage ``s`` of ``launch`` on every rank, a round of the rotation at a time:
+    its stamps written into ``run.bufs``, each CTA's ``cursor`` moved past its task;
+    returns the tasks' end times ``(ranks, count)``."""
+    name, count = run.spec.stages[s]
+    m, rng = run.models[s], run.rng
+    ends = np.zeros((cursor.shape[0], count))
+    task_ids = np.arange(count)
+    cta_of = (task_ids + run.base[s]) & (run.G - 1)  # the CTA whose rotation reaches task t
+    for rnd in range(-(-count // run.G)):
+        sel = task_ids[(task_ids // run.G) == rnd]  # tasks of this round, one per CTA at most
+        c = cta_of[sel]
+        start = cursor[:, c]
+        ready = _ready(start, prev_end, sel, count, name in run.barriers or name in run.allreduce,
+                       name in run.allreduce, run.mailbox_ns)
+        hint = np.maximum(start + run.poll_ns, ready)
+        d = lambda mean: mean * rng.lognormal(0.0, 0.25, size=(cursor.shape[0], sel.size))  # noqa: E731
+        staged = hint + d(m.staging)
+        compute = staged + d(m.compute) * run.slow[c]
+        end = compute + d(m.epilogue)
+        ends[:, sel] = end
+        cursor[:, c] = end + rng.uniform(50, 150, size=(cursor.shape[0], sel.size))
+        times = {"start": start, "hint": hint, "staged": staged, "compute": compute, "end": end}
+        cols = _phase_times(run.spec.phases, times, start, end)
+        _write(run.bufs, run.spec, run.lay, launch, s, sel, c, cols, run.placement, run.epoch, run.tick, rng)
+    return ends
 
 
 def _check_grid(grid: int) -> None:

@@ -180,7 +180,19 @@ def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float,
     tid = data.tid[idx]
     if hover_per_task is None:
         hover_per_task = np.unique(tid).size > HOVER_PER_INTERVAL
-    if hover_per_task:  # one point per task: the middle of its intervals in view
+    traces += _hover_traces(data, idx, y, (s_us, e_us), xdt, width, hover_per_task)
+    return traces + mark_traces(data, tid, y, width)
+
+
+def _hover_traces(data: M.TraceData, idx: np.ndarray, y: np.ndarray, span_us, xdt, width: float,
+                  per_task: bool) -> list:
+    """One invisible marker trace per stage present, its points carrying their
+    task's hover text: at the middle of every interval in view, or with ``per_task``
+    at the middle of every task's intervals in view. ``span_us``: the intervals'
+    (start, end) µs."""
+    s_us, e_us = span_us
+    if per_task:
+        tid = data.tid[idx]
         order = np.argsort(tid, kind="stable")
         first = np.flatnonzero(np.concatenate(([True], tid[order][1:] != tid[order][:-1])))
         lo = np.minimum.reduceat(s_us[order], first)
@@ -191,6 +203,7 @@ def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float,
     st = data.stage[h_idx]
     by = np.argsort(st, kind="stable")
     cuts = np.flatnonzero(np.diff(st[by])) + 1
+    traces = []
     for part in np.split(by, cuts) if by.size else []:
         s = int(st[part[0]])
         traces.append({
@@ -202,9 +215,9 @@ def bar_traces(data: M.TraceData, view: M.View, pos: np.ndarray, row_px: float,
             "hoverlabel": {"bgcolor": stage_colour(s)},
             "name": data.stage_names[s], "legendgroup": data.stage_names[s], "showlegend": False,
             "xaxis": "x", "yaxis": "y",
-            "meta": {"kind": "hover", "stage": data.stage_names[s], "per": "task" if hover_per_task else "interval"},
+            "meta": {"kind": "hover", "stage": data.stage_names[s], "per": "task" if per_task else "interval"},
         })
-    return traces + mark_traces(data, tid, y, width)
+    return traces
 
 
 def mark_traces(data: M.TraceData, tid: np.ndarray, y: np.ndarray, width: float) -> list:
@@ -357,6 +370,27 @@ def concurrency_traces(table: pa.Table | None, data: M.TraceData, stages) -> lis
     return out
 
 
+def _notes(note: str, concurrency_note: str) -> list:
+    """The figure's annotations: ``note`` across the Gantt, ``concurrency_note``
+    across the concurrency chart (none for an empty text)."""
+    out = []
+    if note:
+        out.append({"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                    "showarrow": False, "font": {"size": 16, "color": "#666"}})
+    if concurrency_note:
+        out.append({"text": concurrency_note, "xref": "x2 domain", "yref": "y2 domain", "x": 0.5, "y": 0.5,
+                    "showarrow": False, "font": {"color": "#888"}})
+    return out
+
+
+def _separators(bounds) -> list:
+    """Horizontal lines between row groups (``row_ticks``' bounds), darker between
+    major groups; at most ``MAX_SEPARATORS``."""
+    return [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": b - 0.5,
+             "y1": b - 0.5, "line": {"color": "#444" if major else "#bbb", "width": 1.2 if major else 0.6}}
+            for b, major in bounds[:MAX_SEPARATORS]]
+
+
 def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: int, t1_ns: int,
                  class_ok=None, stages=None, width_px: int = 1200, height_px: int = 560,
                  bar_limit: int = BAR_LIMIT, concurrency: pa.Table | None = None,
@@ -380,18 +414,9 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
         traces = [raster_trace(data, view, pos, r0, r1, t0_ns, t1_ns, width_px, height_px)]
     traces = traces + concurrency_traces(concurrency, data, stages) + legend_traces(data, stages)
     vals, text, bounds = row_ticks(data, view, r0, r1)
-    shapes = [{"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y", "y0": b - 0.5,
-               "y1": b - 0.5, "line": {"color": "#444" if major else "#bbb", "width": 1.2 if major else 0.6}}
-              for b, major in bounds[:MAX_SEPARATORS]]
+    shapes = _separators(bounds)
     x_range = [t0_ns / 1e3, t1_ns / 1e3]
-    annotations = []
-    if note:
-        annotations.append({"text": note, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                            "showarrow": False, "font": {"size": 16, "color": "#666"}})
-    if concurrency_note:
-        annotations.append({"text": concurrency_note,
-                            "xref": "x2 domain", "yref": "y2 domain", "x": 0.5, "y": 0.5,
-                            "showarrow": False, "font": {"color": "#888"}})
+    annotations = _notes(note, concurrency_note)
     layout = {
         "template": {"layout": {"font": {"family": "Inter, Helvetica, Arial, sans-serif", "size": 12}}},
         "title": {"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
