@@ -104,6 +104,41 @@ def _gemm_tile(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, t, TL:
     tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], out)
 
 
+@triton.jit
+def _norm_task(stamps, LAYOUT: tl.constexpr, launch, t, TL: tl.constexpr, h, a, mbox, err, tag,
+               F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, R: tl.constexpr, BF: tl.constexpr,
+               N_UP: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr, NP: tl.constexpr):
+    """Norm task ``t``: wait for the up tiles of its row block, the sum of squares of
+    its R rows (``NP`` passes), ``DELAY`` ns of spin, the normalized SiLU rows
+    written in chunks of BF, then its mailbox published; stamped at every phase."""
+    UP_N: tl.constexpr = F // BN
+    cols = tl.arange(0, BF)
+    itl.stamp(stamps, LAYOUT, launch, 1, t, 0, TL)
+    rb = (t * R) // BM
+    for j in range(UP_N):
+        wait_tag(mbox + rb * UP_N + j, tag, err, MAX)
+    itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
+    rows = t * R + tl.arange(0, R)
+    ss = tl.zeros([R], dtype=tl.float32)
+    for _ in range(NP):
+        for c in range(0, F, BF):
+            v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
+            ss += tl.sum(v * v, axis=1)
+    rs = tl.rsqrt(ss / (F * NP) + 1e-6)
+    itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
+    if DELAY > 0:
+        spin_from = itl.globaltimer()
+        while itl.globaltimer() - spin_from < DELAY:
+            pass
+    for c in range(0, F, BF):
+        v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
+        hn = v * rs[:, None]
+        tl.store(a + rows[:, None] * F + c + cols[None, :], (hn * tl.sigmoid(hn)).to(tl.float16))
+    itl.stamp(stamps, LAYOUT, launch, 1, t, 3, TL)
+    publish(mbox + N_UP + t, tag, t + 1)
+    itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
+
+
 @triton.jit(do_not_specialize=["launch", "tag"])
 def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
                     M: tl.constexpr, D: tl.constexpr, F: tl.constexpr,
@@ -137,32 +172,8 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
         itl.stamp(stamps, LAYOUT, launch, 0, t, 4, TL)
 
     # stage 1: RMS norm + SiLU over R rows; needs every up tile of its row block
-    cols = tl.arange(0, BF)
     for t in range((bid + G - BASE_NORM) & (G - 1), N_NORM, G):
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 0, TL)
-        rb = (t * R) // BM
-        for j in range(UP_N):
-            wait_tag(mbox + rb * UP_N + j, tag, err, MAX)
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
-        rows = t * R + tl.arange(0, R)
-        ss = tl.zeros([R], dtype=tl.float32)
-        for _ in range(NP):
-            for c in range(0, F, BF):
-                v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
-                ss += tl.sum(v * v, axis=1)
-        rs = tl.rsqrt(ss / (F * NP) + 1e-6)
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
-        if DELAY > 0:
-            spin_from = itl.globaltimer()
-            while itl.globaltimer() - spin_from < DELAY:
-                pass
-        for c in range(0, F, BF):
-            v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
-            hn = v * rs[:, None]
-            tl.store(a + rows[:, None] * F + c + cols[None, :], (hn * tl.sigmoid(hn)).to(tl.float16))
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 3, TL)
-        publish(mbox + N_UP + t, tag, t + 1)
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
+        _norm_task(stamps, LAYOUT, launch, t, TL, h, a, mbox, err, tag, F, BM, BN, R, BF, N_UP, MAX, DELAY, NP)
 
     # stage 2: down-projection tiles; need the norm tasks of their rows
     for t in range((bid + G - BASE_DOWN) & (G - 1), N_DOWN, G):
