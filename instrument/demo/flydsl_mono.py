@@ -178,12 +178,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
             hv = [value_of(poll(hbox, i)) for i in hwords]
             fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
-            ys = []
-            for m in fx.range_constexpr(M):
-                acc = hv[m * D_LANE] * ws[0]
-                for k in fx.range_constexpr(1, D_LANE):
-                    acc = acc + hv[m * D_LANE + k] * ws[k]
-                ys.append(silu(wave_sum(acc)))
+            ys = row_sums(hv, ws, M, D_LANE, silu)
             tl.compute()
             publish_if(lane == 0, ybox, [m * N + n for m in range(M)], ys, tag)
 
@@ -199,14 +194,22 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
             yv = [value_of(poll(ybox, i)) for i in ywords]
             fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
-            outs = []
-            for m in fx.range_constexpr(M):
-                acc = yv[m * N_LANE] * wv[0]
-                for k in fx.range_constexpr(1, N_LANE):
-                    acc = acc + yv[m * N_LANE + k] * wv[k]
-                outs.append(wave_sum(acc))
+            outs = row_sums(yv, wv, M, N_LANE)
             tl.compute()
             store_rows_if(lane == 0, out, p, outs)
+
+
+def row_sums(vals, ws, rows: int, width: int, post=None) -> list:
+    """Per row m < ``rows``: the wave's sum of ``vals[m * width + k] * ws[k]`` over
+    k < ``width``, through ``post`` if given; unrolled when the kernel is traced
+    (``rows`` and ``width`` are compile-time)."""
+    out = []
+    for m in range(rows):
+        acc = vals[m * width] * ws[0]
+        for k in range(1, width):
+            acc = acc + vals[m * width + k] * ws[k]
+        out.append(post(wave_sum(acc)) if post is not None else wave_sum(acc))
+    return out
 
 
 @traced
