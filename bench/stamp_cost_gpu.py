@@ -18,7 +18,12 @@ library's (defined here, not in ``instrument``): ``regs`` (the ticks held in
 registers, the record written once at the task's end), ``dlead`` (each stamp
 stores the reading of the one before, so no store waits for its own counter
 read) and ``c32`` (phases 1..4 read the 32-bit ``%clock``; its buffer does not
-decode); ``dlead`` and ``c32`` also ``+4``.
+decode); ``dlead`` and ``c32`` also ``+4``. And the ``BETWEEN`` builds (``lead6``,
+``warps6``, ``hlead6``, ``hwarps6``): the chain's two halves run as three loops
+each, and their ``+4`` puts the four marks between those loops, so that a further
+stamp has work on both sides and is measured against the same six loops without
+it (a mark right behind another stamp waits for that stamp's store to read its
+register; ``lead+4`` measures that case).
 
 The launches of every (build, T) pair are interleaved round by round (order
 rotated), timed with CUDA events around a batch of launches; each round gives a
@@ -90,15 +95,37 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
         itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
 
 
+@triton.jit
+def chain_marked(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, TL: tl.constexpr, C32: tl.constexpr,
+                 PIECES: tl.constexpr, MID: tl.constexpr, MARK0: tl.constexpr):
+    """``chain(y, x, n)`` in ``PIECES`` (1 or 3) loops of ``n // 3``, ``n // 3`` and the
+    rest steps; with ``MID`` a mark stamp (``MARK0``, ``MARK0 + 1``) between them: a
+    stamp with work on both sides, against the same loops without it."""
+    if PIECES == 1:
+        y = chain(y, x, n)
+    else:
+        k = n // 3
+        y = chain(y, x, k)
+        if MID:
+            bench_stamp(stamps, LAYOUT, launch, task, MARK0, TL, C32)
+        y = chain(y, x, k)
+        if MID:
+            bench_stamp(stamps, LAYOUT, launch, task, MARK0 + 1, TL, C32)
+        y = chain(y, x, n - 2 * k)
+    return y
+
+
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
-                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, C32: tl.constexpr = False):
+                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, C32: tl.constexpr = False,
+                PIECES: tl.constexpr = 1, MID: tl.constexpr = False):
     """Persistent: CTA ``bid`` runs tasks ``bid + i G`` for ``i < n_tasks``; each task
     loads tile ``task % TILES``, runs the FMA chain in two halves and stores to
     ``out[task]``. Stamps (when ``TL``): 0 start, 1 load issued, 2 first half of the
     chain done, 3 chain done, 4 tile stored; ``EXTRA``: after stamps 1..4 also one of
     the spec's four marks (5 + k), right behind it: four further stamps a task;
-    ``C32``: see ``bench_stamp``."""
+    ``C32``: see ``bench_stamp``; ``PIECES`` / ``MID``: see ``chain_marked`` (the four
+    marks between the pieces of the two halves)."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
@@ -110,11 +137,11 @@ def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, 
         bench_stamp(stamps, LAYOUT, launch, task, 1, TL, C32)
         if EXTRA:
             bench_stamp(stamps, LAYOUT, launch, task, 5, TL, C32)
-        y = chain(x, x, half)
+        y = chain_marked(x, x, half, stamps, LAYOUT, launch, task, TL, C32, PIECES, MID, 5)
         bench_stamp(stamps, LAYOUT, launch, task, 2, TL, C32)
         if EXTRA:
             bench_stamp(stamps, LAYOUT, launch, task, 6, TL, C32)
-        y = chain(y, x, iters - half)
+        y = chain_marked(y, x, iters - half, stamps, LAYOUT, launch, task, TL, C32, PIECES, MID, 7)
         bench_stamp(stamps, LAYOUT, launch, task, 3, TL, C32)
         if EXTRA:
             bench_stamp(stamps, LAYOUT, launch, task, 7, TL, C32)
@@ -276,7 +303,11 @@ BUILDS = (  # name, waves (0: num_warps), stamped, hybrid
     ("off", 1, False, False), ("lead", 1, True, False), ("warps", 0, True, False),
     ("hlead", 1, True, True), ("hwarps", 0, True, True), ("regs", 1, True, True),
     ("lead+4", 1, True, False), ("hlead+4", 1, True, True), ("dlead", 1, True, True), ("dlead+4", 1, True, True),
-    ("c32", 1, True, True), ("c32+4", 1, True, True))
+    ("c32", 1, True, True), ("c32+4", 1, True, True),
+    # the chain's halves in three loops each, without and with a mark between the loops
+    ("lead6", 1, True, False), ("lead6+4", 1, True, False), ("warps6", 0, True, False), ("warps6+4", 0, True, False),
+    ("hlead6", 1, True, True), ("hlead6+4", 1, True, True), ("hwarps6", 0, True, True), ("hwarps6+4", 0, True, True))
+BETWEEN = ("lead6", "warps6", "hlead6", "hwarps6")  # builds whose +4 puts its marks between work
 
 
 def kernel_of(build: str):
@@ -291,8 +322,13 @@ def marks_of(build: str) -> tuple:
 
 
 def extra_of(build: str) -> dict:
-    """The constexpr switches a build passes: its further stamps, the 32-bit counter."""
-    return {**({"EXTRA": True} if build.endswith("+4") else {}), **({"C32": True} if build.startswith("c32") else {})}
+    """The constexpr switches a build passes: its further stamps (right behind others,
+    or for the ``BETWEEN`` builds between pieces of work), the 32-bit counter."""
+    between = build.split("+")[0] in BETWEEN
+    further = build.endswith("+4")
+    return {**({"PIECES": 3} if between else {}), **({"MID": True} if between and further else {}),
+            **({"EXTRA": True} if further and not between else {}),
+            **({"C32": True} if build.startswith("c32") else {})}
 
 
 def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
@@ -359,7 +395,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
                      for p in range(len(tr.phases) - 1)}
         check[name] = {"rows": tr.tasks.num_rows, "expected_rows": grid * tmax * buf.spec.waves,
                        "anomalies": tr.anomaly_summary(), "median_phase_ns": per_phase}
-        say(f"  decode {name:5s}: {tr.tasks.num_rows} rows (expected {grid * tmax * buf.spec.waves}), anomalies "
+        say(f"  decode {name:9s}: {tr.tasks.num_rows} rows (expected {grid * tmax * buf.spec.waves}), anomalies "
             f"{tr.anomaly_summary() or 'none'}; median phase ns "
             + ", ".join(f"{k} {v:.0f}" for k, v in per_phase.items()))
     go("off", tmax)
@@ -432,12 +468,16 @@ def main(argv=None) -> int:
                 "hlead": (2, PHASES_PER_TASK), "hwarps": (2, PHASES_PER_TASK), "regs": (2, PHASES_PER_TASK),
                 "lead+4": (PHASES_PER_TASK + 4, 0), "hlead+4": (2, PHASES_PER_TASK + 4),
                 "dlead": (2, PHASES_PER_TASK), "dlead+4": (2, PHASES_PER_TASK + 4),
-                "c32": (2, 2), "c32+4": (2, 2)}[name]
+                "c32": (2, 2), "c32+4": (2, 2),
+                "lead6": (PHASES_PER_TASK, 0), "lead6+4": (PHASES_PER_TASK + 4, 0),
+                "warps6": (PHASES_PER_TASK, 0), "warps6+4": (PHASES_PER_TASK + 4, 0),
+                "hlead6": (2, PHASES_PER_TASK), "hlead6+4": (2, PHASES_PER_TASK + 4),
+                "hwarps6": (2, PHASES_PER_TASK), "hwarps6+4": (2, PHASES_PER_TASK + 4)}[name]
         # the chain is two loops of 8 FMAs in every build; the normal build's loops may
         # be unswitched (versioned on half > 0) into more copies of the same loops
         good = (v["globaltimer"], v["clock64"]) == want and v["fma"] % 8 == 0 and v["fma"] >= 16
         ok &= good
-        say(f"  {nw} warps {name:5s}: {v}  -> {'OK' if good else 'FAIL'}")
+        say(f"  {nw} warps {name:9s}: {v}  -> {'OK' if good else 'FAIL'}")
     if args.compile_only:
         return 0 if ok else 1
     if not torch.cuda.is_available():
@@ -459,18 +499,18 @@ def main(argv=None) -> int:
         results["by_warps"].append(m)
         for c in m["check"].values():  # a clock change is what the hybrid decode reports, not a fault
             ok &= not (set(c["anomalies"]) - {"clock_change"}) and c["rows"] == c["expected_rows"]
-        say(f"  {'variant':7s} {'T/CTA':>6s} {'t_off us':>10s} {'t_on us':>10s} {'ratio':>7s} "
+        say(f"  {'variant':9s} {'T/CTA':>6s} {'t_off us':>10s} {'t_on us':>10s} {'ratio':>7s} "
             f"{'on-off ns (p25..p75)':>26s} {'ns/stamp':>9s}")
         for r in m["rows"]:
             label = "off A/A" if r["variant"] == "off2" else r["variant"]
-            say(f"  {label:7s} {r['tasks_per_cta']:6d} {r['t_off_us']:10.2f} {r['t_on_us']:10.2f} "
+            say(f"  {label:9s} {r['tasks_per_cta']:6d} {r['t_off_us']:10.2f} {r['t_on_us']:10.2f} "
                 f"{r['ratio']:7.4f} {r['diff_ns_median']:9.0f} ({r['diff_ns_p25']:7.0f}..{r['diff_ns_p75']:7.0f}) "
                 f"{r['ns_per_stamp']:9.2f}")
         t_task = m["rows"][0]["task_us_off"]
         say(f"  task (off build): {t_task * 1e3:.0f} ns; slope fit of on-off against 5 T (stamps per CTA):")
         for name, f in m["fits"].items():
             label = "off A/A" if name == "off2" else name
-            say(f"    {label:7s} {f['ns_per_stamp']:7.2f} ns per stamp  (intercept {f['intercept_ns'] / 1e3:+.2f} us "
+            say(f"    {label:9s} {f['ns_per_stamp']:7.2f} ns per stamp  (intercept {f['intercept_ns'] / 1e3:+.2f} us "
                 "a launch)")
     say("== summary")
     for m in results["by_warps"]:
@@ -480,10 +520,12 @@ def main(argv=None) -> int:
             f"warp {f['hwarps']['ns_per_stamp']:.2f}, hybrid in registers {f['regs']['ns_per_stamp']:.2f}, hybrid "
             f"deferred {f['dlead']['ns_per_stamp']:.2f} ns/stamp; "
             f"A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
-        for base in ("lead", "hlead", "dlead", "c32"):  # four further stamps a task: (slope a task with them - without) / 4
+        for base in ("lead", "hlead", "dlead", "c32") + BETWEEN:  # (slope a task with four more - without) / 4
             further = (f[base + "+4"]["ns_per_stamp"] - f[base]["ns_per_stamp"]) * PHASES_PER_TASK / 4
             m.setdefault("further_stamp_ns", {})[base] = further
-            say(f"    a further stamp ({base}, one more stamp right behind another): {further:.2f} ns")
+            where = ("between two pieces of work, against the same loops without it" if base in BETWEEN
+                     else "right behind another")
+            say(f"    a further stamp ({base}, {where}): {further:.2f} ns")
     say(f"  {'ALL OK' if ok else 'FAILED (see above)'}; {time.time() - t0:.0f} s")
     tag = env["gpu"].split()[-1].lower()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -129,20 +129,21 @@ def placement_word(cta, wave, sm):
 
 @triton.jit
 def stamp_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave, PHASE: tl.constexpr):
-    """Word offset of phase ``PHASE``'s tick of (launch, stage, task, wave)."""
-    return word_offset(LAYOUT, launch, STAGE, task, wave, phase_col(PHASE))
+    """Word offset of phase ``PHASE``'s tick of (launch, stage, task, wave), in int64
+    (a record's columns are then one base address and constant offsets)."""
+    return word_offset(LAYOUT, launch, STAGE, tl.cast(task, tl.int64), wave, phase_col(PHASE))
 
 
 @triton.jit
 def placement_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave):
     """Word offset of the placement word of (launch, stage, task, wave)."""
-    return word_offset(LAYOUT, launch, STAGE, task, wave, _PLACEMENT_COL)
+    return word_offset(LAYOUT, launch, STAGE, tl.cast(task, tl.int64), wave, _PLACEMENT_COL)
 
 
 @triton.jit
 def anchor_offset(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wave, K: tl.constexpr):
     """Word offset of a hybrid record's anchor ``K`` (0: first stamp, 1: last)."""
-    return word_offset(LAYOUT, launch, STAGE, task, wave, anchor_col(LAYOUT, K))
+    return word_offset(LAYOUT, launch, STAGE, tl.cast(task, tl.int64), wave, anchor_col(LAYOUT, K))
 
 
 # -- stamps ----------------------------------------------------------------------------------
