@@ -1,12 +1,14 @@
 """The what-if replay checked on hardware: the Triton FFN demo with a tunable spin
 in every ``norm`` task's compute (``DELAY``), captured on the GPU at each setting:
-the reference build spins one ``%globaltimer`` step (``SPIN_FLOOR_NS``), a +N
-build N ns more, so that every setting runs the same code; each setting's kernel
-time predicted from the reference trace (and the reference back from the +4096 ns
-trace) by ``timeline.whatif`` with ``--add norm.compute=N``, against what was
-measured. Then real variants of norm (its chunk width, its sum of squares read
-twice), predicted from the base build given norm's measured phase changes, and
-the base predicted back from the two-pass build. Needs an NVIDIA GPU (Triton, torch).
+the reference build (``REFERENCE``: norm reads its sum of squares twice) spins one
+``%globaltimer`` step (``SPIN_FLOOR_NS``), a +N build N ns more, so that every
+setting runs the same code; each setting's kernel time predicted from the
+reference trace (and the reference back from the +4096 ns trace) by
+``timeline.whatif`` with ``--add norm.compute=N``, against what was measured. In
+the same interleaved rounds, real variants of norm (``VARIANTS``: its sum of
+squares read once or three times, its chunk width), each predicted from the
+reference trace given norm's measured phase changes, and the reference back from
+the three-pass build. Needs an NVIDIA GPU (Triton, torch).
 
     PYTHONPATH=. python3 bench/whatif_gpu.py --out DIR [--rounds 96]
 
@@ -30,6 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SPIN_FLOOR_NS = 32  # the reference build's spin: one %globaltimer step, so a +N build spins N ns longer
 DELAYS_NS = (0, 1024, 2048, 4096)  # ns of spin on top of the floor: whole 32 ns timer steps
+REFERENCE = {"norm_passes": 2}  # the reference norm reads its sum of squares twice: a real faster and slower exist
+VARIANTS = {"norm 1 pass": {"norm_passes": 1}, "norm 3 passes": {"norm_passes": 3},  # real work, same code shape
+            "norm BF=128": {"BF": 128}, "norm BF=1024": {"BF": 1024}}  # norm reads its rows in chunks of BF
 ROUNDS, PER_ROUND = 8, 4  # launches a setting: interleaved rounds
 WARMUP = 10  # launches of every setting before any is measured
 
@@ -42,30 +47,34 @@ def _io(shape):
             torch.empty(shape.M, shape.D, device="cuda", dtype=torch.float16))
 
 
-def capture_all(ffn, shape, arch: str, settings: dict, rounds: int, per_round: int) -> dict:
-    """A timeline-build trace per setting (``{name: delay ns}``), ``rounds x
-    per_round`` launches each, the settings interleaved round by round (clock and
-    thermal drift spread over all of them alike) after a warm-up of every setting."""
+def capture_all(shapes: dict, arch: str, settings: dict, rounds: int, per_round: int) -> dict:
+    """A timeline-build trace per setting (``{name: (shape name, delay ns)}``, the
+    shapes in ``shapes``), ``rounds x per_round`` launches each, the settings
+    interleaved round by round (clock and thermal drift spread over all of them
+    alike) after a warm-up of every setting. Returns the traces and the
+    ``MonoFFN`` of each shape."""
     import torch
 
     from instrument.buffer import alloc
     from instrument.demo import triton_mono as tm
 
-    bufs = {k: alloc(tm.spec(shape, launches=rounds * per_round, arch=arch, extra={"delay_ns": d}))
-            for k, d in settings.items()}
-    x, y = _io(shape)
-    for _ in range(WARMUP):  # compile every DELAY, warm caches and clocks
-        for k, d in settings.items():
-            ffn.run(x, y, buffer=bufs[k], launch=0, delay_ns=d)
+    ffns = {k: tm.MonoFFN(sh, seed=0) for k, sh in shapes.items()}
+    bufs = {k: alloc(tm.spec(shapes[sk], launches=rounds * per_round, arch=arch, extra={"delay_ns": d}))
+            for k, (sk, d) in settings.items()}
+    x, y = _io(next(iter(shapes.values())))
+    for _ in range(WARMUP):  # compile every build, warm caches and clocks
+        for k, (sk, d) in settings.items():
+            ffns[sk].run(x, y, buffer=bufs[k], launch=0, delay_ns=d)
     torch.cuda.synchronize()
     for b in bufs.values():
         b.reset()
     for r in range(rounds):
-        for k, d in settings.items():
+        for k, (sk, d) in settings.items():
             for i in range(per_round):
-                ffn.run(x, y, buffer=bufs[k], launch=r * per_round + i, delay_ns=d)
+                ffns[sk].run(x, y, buffer=bufs[k], launch=r * per_round + i, delay_ns=d)
     torch.cuda.synchronize()
-    return {d: b.collect() for d, b in bufs.items()}
+    assert all(f.hangs() == 0 for f in ffns.values()), "a mailbox wait gave up"
+    return {k: b.collect() for k, b in bufs.items()}, ffns
 
 
 def event_time_us(ffn, shape, delay_ns: int, samples: int = 20) -> float:
@@ -135,51 +144,23 @@ def norm_only(changes) -> list:
     return [c for c in changes if c.stage == "norm"]
 
 
-VARIANTS = {"norm BF=128": {"BF": 128}, "norm BF=1024": {"BF": 1024},  # norm reads its rows in chunks of BF
-            "norm 2 passes": {"norm_passes": 2}}  # and its sum of squares twice: more real work, same code shape
-
-
-def capture_variants(shape, arch: str, rounds: int, per_round: int) -> dict:
-    """The base shape and each ``VARIANTS`` shape (a slower or faster norm, the same
-    task graph), interleaved round by round like ``capture_all``."""
-    import torch
-
-    from instrument.buffer import alloc
-    from instrument.demo import triton_mono as tm
-
-    shapes = {"base": shape, **{k: shape._replace(**v) for k, v in VARIANTS.items()}}
-    ffns = {k: tm.MonoFFN(s, seed=0) for k, s in shapes.items()}
-    bufs = {k: alloc(tm.spec(s, launches=rounds * per_round, arch=arch)) for k, s in shapes.items()}
-    x, y = _io(shape)
-    for _ in range(WARMUP):
-        for k in shapes:
-            ffns[k].run(x, y, buffer=bufs[k], launch=0)
-    torch.cuda.synchronize()
-    for b in bufs.values():
-        b.reset()
-    for r in range(rounds):
-        for k in shapes:
-            for i in range(per_round):
-                ffns[k].run(x, y, buffer=bufs[k], launch=r * per_round + i)
-    torch.cuda.synchronize()
-    return {k: b.collect() for k, b in bufs.items()}
-
-
 def variant_lines(traces: dict) -> list:
-    """Each variant's kernel time predicted from the base trace, fed the variant's
-    measured norm phase changes only (what a faster norm would be), and fed every
-    phase's measured change (the replay's own error where the variant's code moved
-    other stages too), against measured; and the base (one pass) predicted back from
-    the two-pass build: a faster norm."""
+    """Each variant's kernel time predicted from the reference trace (``DELAYS_NS[0]``),
+    fed the variant's measured norm phase changes only (what a user would estimate
+    for a faster or slower norm), and fed every phase's measured change (the replay's
+    own error where the variant's code moved other stages too), against measured;
+    and the reference predicted back from the three-pass build."""
     from timeline import whatif as W
 
-    out = ["\na real stage made slower / faster: the norm tasks' chunk width BF (base 512) or its sum of squares read "
-           "twice; predicted from the base trace given the variant's measured norm phase changes (median per "
-           "interval) only, and given every phase's measured change (all-changes)",
-           f"{'variant':>24} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} {'err/change':>10}"
+    out = ["\na real stage made slower / faster, in the same rounds: norm's sum of squares read once or three times "
+           "(the reference: twice), or its chunk width BF (reference 512); predicted from the reference trace given "
+           "the variant's measured norm phase changes (median per interval) only, and given every phase's measured "
+           "change (all-changes)",
+           f"{'variant':>28} {'measured':>9} {'predicted':>10} {'change':>8} {'error':>7} {'err/change':>10}"
            f"  goal  | all-changes: predicted error err/change"]
-    pairs = [(name, traces["base"], traces[name]) for name in VARIANTS]
-    pairs.append(("norm 1 pass from 2 passes", traces["norm 2 passes"], traces["base"]))
+    ref = traces[DELAYS_NS[0]]
+    pairs = [(name, ref, traces[name]) for name in VARIANTS]
+    pairs.append(("2 passes back from 3 passes", traces["norm 3 passes"], ref))
     for name, src, dst in pairs:
         changes = measured_changes(src, dst)
         pred = median_predicted_us(W.predict(src, norm_only(changes)))
@@ -188,12 +169,12 @@ def variant_lines(traces: dict) -> list:
         ch = meas - kernel_us(src)
         rel = abs(pred - meas) / abs(ch) if ch else float("nan")
         ok = abs(pred - meas) <= 1.0 and (not ch or rel <= 0.10)
-        out.append(f"{name:>24} {meas:>9.2f} {pred:>10.2f} {ch:>+8.2f} {pred - meas:>+7.2f} {rel:>10.1%} "
+        out.append(f"{name:>28} {meas:>9.2f} {pred:>10.2f} {ch:>+8.2f} {pred - meas:>+7.2f} {rel:>10.1%} "
                    f"{'met' if ok else 'NOT met':>7} | {_err(pred_all, meas, ch)}")
     return out
 
 
-def spin_rows(ffn, shape, traces: dict) -> list:
+def spin_rows(ffn, traces: dict) -> list:
     """Per spin setting, the kernel time measured and predicted from the reference
     (``DELAYS_NS[0]``) trace, and the +4 µs trace predicted back to the reference: with
     the spin's own length, with every phase's measured change (all-changes) and with
@@ -210,7 +191,7 @@ def spin_rows(ffn, shape, traces: dict) -> list:
                 "fidelity": W.fidelity(dst)._asdict()}
 
     ref, slow = traces[DELAYS_NS[0]], traces[DELAYS_NS[-1]]
-    rows = [row(ref, traces[d], d, "+0", d, event_time_us(ffn, shape, SPIN_FLOOR_NS + d)) for d in DELAYS_NS]
+    rows = [row(ref, traces[d], d, "+0", d, event_time_us(ffn, ffn.shape, SPIN_FLOOR_NS + d)) for d in DELAYS_NS]
     rows.append(row(slow, ref, -DELAYS_NS[-1], f"+{DELAYS_NS[-1]}", 0, None))
     return rows
 
@@ -278,18 +259,19 @@ def main(argv=None) -> int:
         print("no GPU: this benchmark runs the Triton demo on an NVIDIA GPU", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
-    shape, arch = tm.Shape(), itl.arch_of()
-    ffn = tm.MonoFFN(shape, seed=0)
-    settings = {**{d: SPIN_FLOOR_NS + d for d in DELAYS_NS}, "A/A": SPIN_FLOOR_NS, "no spin code": 0}
-    traces = capture_all(ffn, shape, arch, settings, a.rounds, PER_ROUND)
-    _progress("captured the spin settings")
-    assert ffn.hangs() == 0, "a mailbox wait gave up"
-    for d in (DELAYS_NS[0], DELAYS_NS[-1]):
-        traces[d].save(a.out / f"whatif_spin{SPIN_FLOOR_NS + d}.arrow")
-    rows = spin_rows(ffn, shape, traces)
-    lines = spin_lines(rows, shape, a.rounds * PER_ROUND, a.rounds)
-    ref = kernel_us(traces[DELAYS_NS[0]])
-    aa, code = kernel_us(traces["A/A"]) - ref, kernel_us(traces["no spin code"]) - ref
+    arch = itl.arch_of()
+    ref = tm.Shape()._replace(**REFERENCE)
+    shapes = {"ref": ref, **{k: ref._replace(**v) for k, v in VARIANTS.items()}}
+    settings = {**{d: ("ref", SPIN_FLOOR_NS + d) for d in DELAYS_NS}, "A/A": ("ref", SPIN_FLOOR_NS),
+                "no spin code": ("ref", 0), **{k: (k, SPIN_FLOOR_NS) for k in VARIANTS}}
+    traces, ffns = capture_all(shapes, arch, settings, a.rounds, PER_ROUND)
+    _progress("captured every setting")
+    for k, t in traces.items():
+        t.save(a.out / f"whatif_{str(k).replace(' ', '_').replace('=', '').replace('/', '')}.arrow")
+    rows = spin_rows(ffns["ref"], traces)
+    lines = spin_lines(rows, ref, a.rounds * PER_ROUND, a.rounds)
+    m_ref = kernel_us(traces[DELAYS_NS[0]])
+    aa, code = kernel_us(traces["A/A"]) - m_ref, kernel_us(traces["no spin code"]) - m_ref
     lines += [f"A/A: a second reference setting in the same rounds measured {aa:+.2f} µs against the first (predicted "
               f"+0.00): the run's noise floor for a measured change, {abs(aa):.0%} of a 1 µs change",
               f"the spin's code itself: the build without it (DELAY=0) measured {code:+.2f} µs against the reference "
@@ -297,22 +279,14 @@ def main(argv=None) -> int:
     rows += [{"from": "A/A", "delay_ns": 0, "measured_change_us": aa},
              {"from": "no spin code", "delay_ns": -SPIN_FLOOR_NS, "measured_change_us": code}]
     _progress("predicted the spin settings")
-    try:
-        variants = capture_variants(shape, arch, a.rounds, PER_ROUND)
-        _progress("captured the variants")
-        lines += variant_lines(variants)
-        for name, t in variants.items():
-            t.save(a.out / f"whatif_{name.replace(' ', '_').replace('=', '')}.arrow")
-    except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
-        lines.append(f"\nvariants: not run ({type(e).__name__}: {str(e)[:200]})")
-        variants = {}
+    lines += variant_lines(traces)
     lines.append("\nmedian interval durations against the reference (ns), what else moved between the settings:")
     lines += moved_lines([(f"+{d}", traces[DELAYS_NS[0]], traces[d]) for d in DELAYS_NS[1:]]
-                         + [(n, variants["base"], variants[n]) for n in (VARIANTS if variants else ())])
+                         + [(n, traces[DELAYS_NS[0]], traces[n]) for n in VARIANTS])
     text = "\n".join(lines)
     print(text)
     (a.out / "whatif_h200.txt").write_text(text + "\n")
-    (a.out / "whatif_h200.json").write_text(json.dumps({"shape": shape._asdict(), "rows": rows}, indent=1))
+    (a.out / "whatif_h200.json").write_text(json.dumps({"shape": ref._asdict(), "rows": rows}, indent=1))
     return 0
 
 
