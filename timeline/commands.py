@@ -13,7 +13,6 @@ import numpy as np
 import pyarrow as pa
 
 from timeline import clocks as K
-from timeline import compare as C
 from timeline import rows as R
 from timeline import schema as S
 from timeline.textout import Progress, _json_rows, format_table
@@ -133,6 +132,7 @@ def cmd_convert(args) -> int:
 
 def cmd_summary(args) -> int:
     from timeline import analysis as A
+    from timeline import compare as C
     from timeline import legacy_reports as LR
 
     trace = _load(args.trace)
@@ -207,6 +207,7 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
     """``summary --critical-path``: ``analysis.critical_path`` of every selected
     (rank, launch), times in µs from the launch's first start."""
     from timeline import analysis as A
+    from timeline import compare as C
     from timeline.critical import path_us
 
     if trace.spec.graph:
@@ -232,6 +233,7 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
 
 def cmd_compare(args) -> int:
     """``timeline compare A B``: per stage, B - A (``timeline.compare``)."""
+    from timeline import compare as C
     from timeline import analysis as A
 
     a, b = _load(args.a), _load(args.b)
