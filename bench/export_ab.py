@@ -3,7 +3,7 @@ figure a before/after claim needs where the machine's own speed wanders (the
 development VM's did, by 2-4x between sessions).
 
     python bench/export_ab.py BEFORE_DIR [AFTER_DIR=.]
-    git archive 7d26bfd | tar -x -C /tmp/before && python bench/export_ab.py /tmp/before
+    b=$(mktemp -d) && git archive 7d26bfd timeline | tar -x -C "$b" && python bench/export_ab.py "$b"
 
 Each checkout's ``timeline`` (its own synth, its own exporters) runs in a fresh
 process per export, the checkouts alternating ``--repeats`` times; the SYNTHETIC
