@@ -406,3 +406,20 @@ def test_any_tick_pattern_exports_every_interval_once(steps, complete):
     for e in phases:
         lo, hi = span[e["args"]["task"]]
         assert lo <= e["start"] <= e["end"] <= hi
+
+
+def test_a_writer_that_breaks_is_raised_and_nothing_hangs(trace, tmp_path, monkeypatch):
+    """A bug in the writer thread (not an OSError) surfaces in the caller as it is, and
+    the export does not wait forever on a queue nobody drains."""
+    from timeline.export import _sink
+
+    class Broken:
+        def write(self, b):
+            raise TypeError("a broken file object")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(_sink, "open", lambda path, mode: Broken(), raising=False)
+    with pytest.raises(TypeError, match="a broken file object"):
+        write_chrome(trace, tmp_path / "t.json", chunk_rows=50)

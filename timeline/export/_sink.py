@@ -32,17 +32,22 @@ class _Threaded:
         self.t.start()
 
     def _run(self) -> None:
-        while (b := self.q.get()) is not None:
+        while (b := self.q.get()) is not None:  # drains to the end even after an error: no put ever blocks
             if self.error is None:
                 try:
                     self.f.write(b)
-                except OSError as e:
+                except Exception as e:  # noqa: BLE001 - handed to the export's thread by _raise
                     self.error = e
 
     def _raise(self) -> None:
-        if self.error is not None:
-            raise ExportError(f"cannot write {self.name!r}: {self.error.strerror or self.error}; "
-                              "free space there or give another path") from None
+        """The writer's error in the export's thread: an ``OSError`` as one ``ExportError``
+        line, anything else (a bug) as it is."""
+        e = self.error
+        if isinstance(e, OSError):
+            raise ExportError(f"cannot write {self.name!r}: {e.strerror or e}; free space there or give "
+                              "another path") from None
+        if e is not None:
+            raise e
 
     def write(self, b) -> None:
         self._raise()
@@ -99,5 +104,5 @@ def open_sink(path_or_file, example: str, *, text: bool = True):
     try:
         f = open(path, "wb")
     except OSError as e:
-        raise ExportError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+        raise ExportError(f"cannot write {str(path)!r}: {e.strerror or e}; give a path you can write") from None
     return _Threaded(f, str(path))
