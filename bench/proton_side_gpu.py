@@ -1,0 +1,162 @@
+"""A further timeline record between pieces of work, this tool's against Triton
+Proton's, side by side in one run on an NVIDIA GPU (written for the H200).
+
+    PYTHONPATH=. python3 bench/proton_side_gpu.py --out DIR
+
+The kernel is ``bench/stamp_cost_gpu.py``'s persistent FMA-chain task, its chain in
+three loops. Ours: the ``hwarps6`` / ``hwarps6+4`` and ``hlead6`` / ``hlead6+4``
+builds there (hybrid stamps; ``+4``: four marks between the loops). Proton's: the
+same task with ``triton.profiler.language`` scopes, a ``task`` scope around it and,
+with ``MID``, a ``mid`` scope around the middle loop of each half (four more records
+a task, between the loops), compiled and run inside one Proton instrumentation
+session (warp granularity; a shared-memory buffer large enough that no record is
+overwritten: Proton's parser died with SIGFPE once its circular buffer wrapped). Each launch is timed with CUDA events
+(a batch of one by default: Proton's host work after a launch stays outside), the builds interleaved round by round, at 64 / 256 /
+512 tasks per CTA; a further record costs ``slope(t_with - t_without) / 4`` per
+task. Proton's own records per task are not counted by us: the figure is the
+difference its four extra records make, like ours.
+
+Our builds run with the Proton session deactivated: launching a kernel without
+Proton records inside an active session killed the process with SIGFPE (Triton
+3.6 on the H200). Not yet run to the end: 40 rounds did not finish in 400 s, most
+of it Proton's host work after each of its launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+import triton.profiler.language as pl
+
+import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
+
+from instrument import alloc
+
+
+@triton.jit
+def _third_marked(y, x, n, MID: tl.constexpr):
+    """``chain(y, x, n)`` in three loops, with ``MID`` a ``mid`` scope around the middle one."""
+    k = n // 3
+    y = SC.chain(y, x, k)
+    if MID:
+        pl.enter_scope("mid")
+    y = SC.chain(y, x, k)
+    if MID:
+        pl.exit_scope("mid")
+    return SC.chain(y, x, n - 2 * k)
+
+
+@triton.jit(do_not_specialize=["n_tasks", "iters"])
+def proton_kernel(inp, out, n_tasks, iters, BLOCK: tl.constexpr, MID: tl.constexpr):
+    """``stamp_cost_gpu.work_kernel``'s task with Proton scopes: ``task`` around it,
+    with ``MID`` a ``mid`` scope around the middle loop of each half."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        pl.enter_scope("task")
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)
+        y = _third_marked(x, x, half, MID)
+        y = _third_marked(y, x, iters - half, MID)
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        pl.exit_scope("task")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 512])  # 512: Proton's records fit in shared
+    ap.add_argument("--iters", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=1, help="launches a timed sample (1: Proton's host work after "
+                    "each launch stays outside the events)")
+    ap.add_argument("--warps", type=int, default=4)
+    a = ap.parse_args(argv)
+    import triton.profiler as proton
+    import triton.profiler.language as pl
+
+    pl.enable_semantic("triton")
+    nw, tmax = a.warps, max(a.tasks)
+    grid = torch.cuda.get_device_properties(0).multi_processor_count
+    arch = SC.itl.arch_of()
+    block = nw * 32
+    inp = torch.rand(SC.TILES * block, device="cuda") * 0.01
+    out = torch.empty(grid * tmax * block, device="cuda")
+    ours = {}
+    for name in ("hlead6", "hlead6+4", "hwarps6", "hwarps6+4"):
+        waves, hybrid = next((w, h) for n, w, _, h in SC.BUILDS if n == name)
+        buf = alloc(SC.spec(grid, tmax, waves=waves or nw, arch=arch, hybrid=hybrid, marks=SC.marks_of(name)))
+        ours[name] = buf
+
+    def go(name, t):
+        if name.startswith("proton"):
+            proton_kernel[(grid,)](inp, out, t, a.iters, block, name.endswith("+4"), num_warps=nw)
+        else:
+            buf = ours[name]
+            SC.kernel_of(name)[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, True, nw),
+                                        num_warps=nw, **SC.extra_of(name))
+
+    builds = ("hlead6", "hlead6+4", "hwarps6", "hwarps6+4", "proton", "proton+4")
+    from triton.profiler.mode import Default, buffer_types
+
+    per_warp = 1 << (tmax * 6 * 8 - 1).bit_length()  # a power of two holding a warp's records (6 a task, 8 bytes)
+    session = proton.start(str(Path(tempfile.gettempdir()) / "proton_side"), backend="instrumentation",
+                           data="trace", mode=Default(buffer_type=buffer_types["global"], buffer_size=nw * per_warp))
+
+    def timed(name, t):  # our builds run (and compile) with the session off: Proton's hook is for its own kernels
+        ours_ = not name.startswith("proton")
+        if ours_:
+            proton.deactivate(session)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(a.batch):
+            go(name, t)
+        e1.record()
+        if ours_:
+            proton.activate(session)
+        return e0, e1
+
+    configs = [(b, t) for t in a.tasks for b in builds]
+    for c in configs:
+        for _ in range(3):
+            timed(*c)
+    torch.cuda.synchronize()
+    ev = {c: [] for c in configs}
+    for r in range(a.rounds):
+        k = r % len(configs)
+        for c in configs[k:] + configs[:k]:
+            ev[c].append(timed(*c))
+        torch.cuda.synchronize()
+        print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
+    proton.finalize()
+    us = {c: np.array([e0.elapsed_time(e1) * 1e3 / a.batch for e0, e1 in ev[c]]) for c in configs}
+    lines = [f"a further record between pieces of work, ours (hybrid stamps) and Proton's (scopes), one run: "
+             f"{grid} CTAs x {nw} warps, {a.iters * 8} dependent FMAs a task in three loops a half, "
+             f"{a.rounds} rounds x {a.batch} launches, interleaved",
+             f"{'pair':>22} " + " ".join(f"{'T=' + str(t):>12}" for t in a.tasks) + "   ns per further record (slope / 4)"]
+    res = {}
+    for base in ("hlead6", "hwarps6", "proton"):
+        diffs = [float(np.median((us[(base + '+4', t)] - us[(base, t)]) * 1e3)) for t in a.tasks]
+        slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0]) / 4
+        res[base] = {"diff_ns": diffs, "ns_per_record": slope}
+        lines.append(f"{base + '+4 - ' + base:>22} " + " ".join(f"{d:12.0f}" for d in diffs) + f"   {slope:8.2f}")
+    text = "\n".join(lines)
+    print(text)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "proton_side_h200.txt").write_text(text + "\n")
+    (a.out / "proton_side_h200.json").write_text(json.dumps({"tasks": a.tasks, "results": res}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
