@@ -5,6 +5,7 @@ decoder, the PTX of a normal build holds no timer read, and the host-side helper
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from instrument import triton as itl  # noqa: E402
 from instrument.demo import triton_calib as tc  # noqa: E402
@@ -302,3 +306,55 @@ def test_a_hybrid_build_reads_the_cycle_counter_per_stamp_and_the_timer_twice_a_
     assert ptx.count("%clock64") == 5 * len(tm.STAGES)
     assert ptx.count("%globaltimer") == 2 * len(tm.STAGES)
     assert demo_ptx[(False, 1)].count("%clock64") == 0
+
+
+# -- SASS: a record's stamps store at one base address -----------------------------------
+@triton.jit
+def _stamped_work(x, stamps, n, LAYOUT: tl.constexpr):
+    """Tasks of one stage: phases 0..4 and the spec's two marks, work between them."""
+    for t in range(tl.program_id(0), n, tl.num_programs(0)):
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 0, True)
+        v = tl.load(x + t)
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 1, True)
+        v = v * v + 1.0
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 5, True)
+        v = v * v + 2.0
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 2, True)
+        v = v * v + 3.0
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 6, True)
+        v = v * v + 4.0
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 3, True)
+        tl.store(x + t, v)
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 4, True)
+
+
+def _sass(cubin: bytes, tmp_path) -> list:
+    """The instructions of ``cubin`` as text, through the ``nvdisasm`` Triton ships."""
+    import triton as _triton
+
+    tool = Path(_triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    text = subprocess.run([str(tool), "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    return [line.split("*/", 1)[1].split(";")[0].strip() for line in text.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_every_stamp_of_a_record_stores_at_one_base_plus_a_constant(tmp_path, hybrid):
+    """The word offsets are 64-bit, so phases 1..4 and the marks of a task store at one
+    base register plus their columns' constant offsets: a further stamp is a counter
+    read and a store, with no address arithmetic of its own (bench/stamp_cost_gpu.py)."""
+    sp = itl.spec("sass", [("work", 4096)], grid=132, hybrid=hybrid).replace(marks=["m1", "m2"])
+    k = itl.compile_launch(_stamped_work, torch.float32, torch.int64, 4096, sp.layout, grid=(132,), num_warps=4)
+    sass = _sass(k.asm["cubin"], tmp_path)
+    clock = "SR_CLOCKLO" if hybrid else "SR_GLOBALTIMERLO"
+    bases = []
+    for i, ins in enumerate(sass):
+        m = re.match(r"CS2R (R\d+), " + clock, ins)
+        if not m:
+            continue
+        store = next(s for s in sass[i + 1:] if re.search(r"STG\.E\.64 .*, " + m.group(1) + "$", s))
+        bases.append(re.search(r"\[(R\d+)\.64(\+0x[0-9a-f]+)?\]", store).groups())
+    later = bases[1:]  # the first stamp's store computes the base
+    assert len(later) >= 6
+    assert len({b for b, _ in later}) == 1 and all(off for _, off in later)
