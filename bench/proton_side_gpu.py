@@ -35,6 +35,7 @@ import torch
 import triton
 import triton.language as tl
 import triton.profiler.language as pl
+from triton.profiler.mode import Default, buffer_types
 
 import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 
@@ -107,39 +108,22 @@ def main(argv=None) -> int:
                                         num_warps=nw, **SC.extra_of(name))
 
     builds = ("hlead6", "hlead6+4", "hwarps6", "hwarps6+4", "proton", "proton+4")
-    from triton.profiler.mode import Default, buffer_types
-
     per_warp = 1 << (tmax * 6 * 8 - 1).bit_length()  # a power of two holding a warp's records (6 a task, 8 bytes)
     session = proton.start(str(Path(tempfile.gettempdir()) / "proton_side"), backend="instrumentation",
                            data="trace", mode=Default(buffer_type=buffer_types["global"], buffer_size=nw * per_warp))
 
-    def timed(name, t):  # our builds run (and compile) with the session off: Proton's hook is for its own kernels
-        ours_ = not name.startswith("proton")
+    def timed(config):  # our builds run (and compile) with the session off: Proton's hook is for its own kernels
+        ours_ = not config[0].startswith("proton")
         if ours_:
             proton.deactivate(session)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(a.batch):
-            go(name, t)
-        e1.record()
+        pair = SC.events_around(lambda: go(*config), a.batch)
         if ours_:
             proton.activate(session)
-        return e0, e1
+        return pair
 
     configs = [(b, t) for t in a.tasks for b in builds]
-    for c in configs:
-        for _ in range(3):
-            timed(*c)
-    torch.cuda.synchronize()
-    ev = {c: [] for c in configs}
-    for r in range(a.rounds):
-        k = r % len(configs)
-        for c in configs[k:] + configs[:k]:
-            ev[c].append(timed(*c))
-        torch.cuda.synchronize()
-        print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
+    us = SC.interleaved(configs, timed, a.rounds, a.batch, sync_every=1)
     proton.finalize()
-    us = {c: np.array([e0.elapsed_time(e1) * 1e3 / a.batch for e0, e1 in ev[c]]) for c in configs}
     lines = [f"a further record between pieces of work, ours (hybrid stamps) and Proton's (scopes), one run: "
              f"{grid} CTAs x {nw} warps, {a.iters * 8} dependent FMAs a task in three loops a half, "
              f"{a.rounds} rounds x {a.batch} launches, interleaved",

@@ -360,6 +360,35 @@ def environment(argv) -> dict:
     return env("PYTHONPATH=. python3 bench/stamp_cost_gpu.py " + " ".join(argv))
 
 
+def events_around(launch, batch: int) -> tuple:
+    """CUDA events recorded around ``batch`` calls of ``launch``."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(batch):
+        launch()
+    e1.record()
+    return e0, e1
+
+
+def interleaved(configs: list, timed, rounds: int, batch: int, sync_every: int = 20) -> dict:
+    """``{config: µs per launch of every round}``: ``timed(config)`` (an event pair
+    around ``batch`` launches) three times each to warm up, then ``rounds`` rounds of
+    every config, the order rotated a step each round so that drift hits all alike."""
+    for c in configs:  # warm-up: clocks up, caches warm
+        for _ in range(3):
+            timed(c)
+    torch.cuda.synchronize()
+    ev = {c: [] for c in configs}
+    for r in range(rounds):
+        k = r % len(configs)
+        for c in configs[k:] + configs[:k]:
+            ev[c].append(timed(c))
+        if r % sync_every == sync_every - 1:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return {c: np.array([a.elapsed_time(b) * 1e3 / batch for a, b in ev[c]]) for c in configs}
+
+
 def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int) -> dict:
     """Interleaved timing of off / lead / per warp / off again at each T; paired
     differences per round; the decode check at the largest T."""
@@ -402,24 +431,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
     torch.cuda.synchronize()
 
     configs = [(b, t) for t in tasks for b in builds]
-    for b, t in configs:  # warm-up: clocks up, caches warm
-        for _ in range(3):
-            go(b, t)
-    torch.cuda.synchronize()
-    ev = {c: [] for c in configs}
-    for r in range(rounds):
-        k = r % len(configs)
-        for c in configs[k:] + configs[:k]:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for _ in range(batch):
-                go(*c)
-            e1.record()
-            ev[c].append((e0, e1))
-        if r % 20 == 19:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    us = {c: np.array([a.elapsed_time(b) * 1e3 / batch for a, b in ev[c]]) for c in configs}
+    us = interleaved(configs, lambda c: events_around(lambda: go(*c), batch), rounds, batch)
 
     rows = []
     fits = {}
