@@ -268,6 +268,10 @@ def test_stamp_sites_counts_first_and_other_phases():
         I.stamp_sites(KERNEL_SRC, "nope")
     with pytest.raises(ValueError, match="not a literal"):
         I.stamp_sites("def k(tl, p):\n    tl.stamp('a', 0, p)\n", "k")
+    # a helper of the same source counts once per call (it is inlined when the kernel is traced)
+    helper = ("def stage(tl, t):\n    tl.legacy_stamp('a', t, 0)\n    tl.legacy_stamp('a', t, 4)\n"
+              "def k(tl):\n    tl.slot_header(0, 0)\n    stage(tl, 1)\n    stage(tl, 2)\n    tl.legacy_stamp('b', 0, 3)\n")
+    assert I.stamp_sites(helper, "k") == I.Sites(first=2, other=3, headers=1)
 
 
 ISA_TEXT = """\

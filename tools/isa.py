@@ -316,17 +316,28 @@ class Sites(NamedTuple):
 
 
 def stamp_sites(source: str, function: str, handle: str = "tl", first_phase: str = "start") -> Sites:
-    """Count the stamp sites of ``function`` in ``source``: a ``with <handle>.task(...)``
-    is one first-phase and one other stamp (entry and exit), ``<handle>.hint/staged/
-    compute/mark(...)`` one other, ``<handle>.stamp(stage, task, phase)`` and
-    ``<handle>.legacy_stamp(name, t, which)`` one of either by its literal phase
-    (``first_phase`` or 0 counts as first)."""
+    """Count the stamp sites of ``function`` in ``source``, and of the functions of
+    ``source`` it calls, once per call (they are inlined when the kernel is traced):
+    a ``with <handle>.task(...)`` is one first-phase and one other stamp (entry and
+    exit), ``<handle>.hint/staged/compute/mark(...)`` one other,
+    ``<handle>.stamp(stage, task, phase)`` and ``<handle>.legacy_stamp(name, t,
+    which)`` one of either by its literal phase (``first_phase`` or 0 counts as first)."""
     tree = ast.parse(source)
-    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function), None)
-    if fn is None:
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    if function not in functions:
         raise ValueError(f"no function {function!r} in this source")
+    return _sites_of(functions[function], functions, handle, first_phase)
+
+
+def _sites_of(fn, functions: dict, handle: str, first_phase: str) -> Sites:
+    """``stamp_sites`` of one function definition."""
     first = other = headers = 0
     for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in functions \
+                and node.func.id != fn.name:
+            sub = _sites_of(functions[node.func.id], functions, handle, first_phase)
+            first, other, headers = first + sub.first, other + sub.other, headers + sub.headers
+            continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == handle):
             continue

@@ -188,19 +188,9 @@ def publish_wave(boxes, stage, t, wave, lane, value, tag):
         publish(boxes, pair_index(stage, t, wave), value, tag)
 
 
-# -- the kernel ---------------------------------------------------------------------------------
-@flyc.kernel(known_block_size=[THREADS, 1, 1])
-def glm5_kernel(x: fx.Int64, w: fx.Int64, boxes: fx.Int64, step: fx.Int64, stamps: fx.Int64, layer: fx.Int32,
-                G: fx.Constexpr[int], MODE: fx.Constexpr[int]):
-    tl = stamper(MODE, stamps, layer)
-    bid = fx.Int32(fx.block_idx.x)
-    tid = fx.Int32(fx.thread_idx.x)
-    lane = tid & (LANES - 1)
-    wave = uniform(tid) >> 6
-    now_step = uniform(fx.generic_load(_ptr(step, fx.Int32, 4), dtype=fx.Int32))
-    tag = now_step * LAYERS + layer + 1
-    tl.slot_header(now_step, layer)
-
+@traced
+def _mla_in(tl, x, w, boxes, bid, tid, lane, wave, tag, G):
+    """Stages qkv_a, cache and q_b: the MLA input projections; each CTA takes its tasks by the rotation (``first_task``)."""
     # 1. qkv_a: no producer (no hint); the input, then the weights, go out first
     for t in range(first_task(bid, "qkv_a", G), COUNT["qkv_a"], G):
         tl.legacy_stamp("qkv_a", t, 0)
@@ -240,6 +230,10 @@ def glm5_kernel(x: fx.Int64, w: fx.Int64, boxes: fx.Int64, step: fx.Int64, stamp
         publish_wave(boxes, "q_b", t, wave, lane, v, tag)
         tl.legacy_stamp("q_b", t, 4)
 
+
+@traced
+def _mla_core(tl, x, w, boxes, bid, tid, lane, wave, tag, G):
+    """Stages uk, split, uv and o: attention proper and its output projection; each CTA takes its tasks by the rotation (``first_task``)."""
     # 4. uk <- q_b (its head's q_nope)
     for t in range(first_task(bid, "uk", G), COUNT["uk"], G):
         tl.legacy_stamp("uk", t, 0)
@@ -299,6 +293,10 @@ def glm5_kernel(x: fx.Int64, w: fx.Int64, boxes: fx.Int64, step: fx.Int64, stamp
         publish_wave(boxes, "o", t, wave, lane, v, tag)
         tl.legacy_stamp("o", t, 4)
 
+
+@traced
+def _moe(tl, x, w, boxes, bid, tid, lane, wave, tag, G):
+    """Stages router, ug and down: the MoE; each CTA takes its tasks by the rotation (``first_task``)."""
     # 8. router <- o; marks 5 (from wave 7), 6, 7
     for t in range(first_task(bid, "router", G), COUNT["router"], G):
         tl.legacy_stamp("router", t, 0)
@@ -345,6 +343,24 @@ def glm5_kernel(x: fx.Int64, w: fx.Int64, boxes: fx.Int64, step: fx.Int64, stamp
         fx.gpu.barrier()
         publish_wave(boxes, "down", t, wave, lane, v, tag)
         tl.legacy_stamp("down", t, 4)
+
+
+# -- the kernel ---------------------------------------------------------------------------------
+@flyc.kernel(known_block_size=[THREADS, 1, 1])
+def glm5_kernel(x: fx.Int64, w: fx.Int64, boxes: fx.Int64, step: fx.Int64, stamps: fx.Int64, layer: fx.Int32,
+                G: fx.Constexpr[int], MODE: fx.Constexpr[int]):
+    tl = stamper(MODE, stamps, layer)
+    bid = fx.Int32(fx.block_idx.x)
+    tid = fx.Int32(fx.thread_idx.x)
+    lane = tid & (LANES - 1)
+    wave = uniform(tid) >> 6
+    now_step = uniform(fx.generic_load(_ptr(step, fx.Int32, 4), dtype=fx.Int32))
+    tag = now_step * LAYERS + layer + 1
+    tl.slot_header(now_step, layer)
+
+    _mla_in(tl, x, w, boxes, bid, tid, lane, wave, tag, G)
+    _mla_core(tl, x, w, boxes, bid, tid, lane, wave, tag, G)
+    _moe(tl, x, w, boxes, bid, tid, lane, wave, tag, G)
 
 
 @flyc.jit
