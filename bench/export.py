@@ -13,7 +13,8 @@ it, "wall Mev/s" by the wall time, what the user waits for. Our exporters run
 ``--repeat`` times, alternating, and the median-wall run is shown (this machine's
 kernel time for a page-cache write varies several-fold from run to run). A run
 makes the B/E text and throws it away (no file): the exporter's cost without the
-disk's. The naive baselines:
+disk's; and a plain write of as many bytes, for the disk alone. The naive
+baselines:
 
 - ``json.dump``: a list of dicts, one per event (ts/dur as float µs), dumped at once;
 - ``pb2 objects``: one ``perfetto_trace_pb2.TracePacket`` per slice begin/end, set
@@ -123,9 +124,24 @@ class _Discard(io.RawIOBase):
         return len(b)
 
 
+def plain_write(path: str, mb: float) -> dict:
+    """Write ``mb`` MB of one 1 MB buffer to ``path``: what the disk alone costs this
+    machine for a file the size of the export's (its kernel time is the ``sys`` s)."""
+    piece = memoryview(b" " * (1 << 20))
+    r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(int(mb * 1e6) >> 20):
+            f.write(piece)
+    r1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - w0
+    os.remove(path)
+    return {"mode": "plain_write", "wall": wall, "sys": r1.ru_stime - r0.ru_stime, "mb": mb}
+
+
 def one(mode: str, a) -> dict:
     from timeline.cli import tune_process
 
+    if mode == "plain_write":
+        return plain_write(os.path.join(a.dir, "out.plain"), a.plain_mb)
     tune_process()  # as the timeline command runs
     trace = make_trace(a.launches, a.world, a.grid, a.waves)
     if mode.startswith("naive"):
@@ -185,19 +201,21 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs of each of our exporters (median)")
     ap.add_argument("--one", metavar="MODE", help=argparse.SUPPRESS)
     ap.add_argument("--dir", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--plain-mb", type=float, default=0, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(one(a.one, a)))
         return
     with tempfile.TemporaryDirectory() as d:
         runs = {}
-        fast = ("chrome_X", "chrome_BE", "chrome_BE_nofile", "perfetto")
+        fast = ("chrome_X", "chrome_BE", "plain_write", "chrome_BE_nofile", "perfetto")
         for mode in fast * a.repeat + ("naive_json", "naive_pb2"):  # the fast ones alternate, a.repeat times
             cmd = [sys.executable, __file__, "--one", mode, "--dir", d, "--launches", str(a.launches),
                    "--world", str(a.world), "--grid", str(a.grid), "--waves", str(a.waves),
-                   "--naive-max", str(a.naive_max)]
+                   "--naive-max", str(a.naive_max), "--plain-mb", str(runs.get("chrome_BE", [{"mb": 0}])[-1]["mb"])]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             runs.setdefault(mode, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+        plain = runs.pop("plain_write")
         res = {mode: _median_run(r) for mode, r in runs.items()}
     print(f"timeline.export vs straightforward exporters (SYNTHETIC: {a.world} ranks x {a.launches} launches x "
           f"{a.grid} CTAs x {a.waves} waves; one process each)")
@@ -212,6 +230,10 @@ def main():
     nf = res["chrome_BE_nofile"]
     print(f"Chrome JSON, B/E pairs, the text made and thrown away (no file): {nf['events']} events, {nf['cpu']:.2f} cpu s, "
           f"{nf['rate'] / 1e6:.2f} Mev/s: the file's write is the rest of the row above")
+    ks, ws = sorted(p["sys"] for p in plain), sorted(p["wall"] for p in plain)
+    print(f"a plain write of the B/E file's {plain[0]['mb']:.0f} MB (1 MB pieces of one buffer, a fresh process, in the "
+          f"same rotation), {len(plain)} runs: kernel time {ks[0]:.2f} .. {ks[-1]:.2f} s, wall {ws[0]:.2f} .. "
+          f"{ws[-1]:.2f} s: what this machine's disk alone costs, run to run")
     print("events: Chrome = trace events written (B/E counts each half); Perfetto = slices (a begin and an end each)")
     print(f"Mev/s = events / cpu s (both threads: the export writes a file it opens from a thread of its own while it "
           f"makes the next chunk); wall Mev/s = events / wall s, what the user waits for; ours: the median-wall run "
