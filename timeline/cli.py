@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the GLM-5 tools' profile_summary.py CSV: event,ctas,first_us,median_us,last_us")
     p.add_argument("--union", action="store_true", help="all launches as one scope (default: a typical launch)")
     p.add_argument("--idle", action="store_true", help="idle time per CTA, the idlest first")
-    p.add_argument("--critical-path", action="store_true", help="each launch's critical path (a heuristic)")
+    p.add_argument("--critical-path", action="store_true", help="each launch's critical path (exact along the task graph's gating edges when the trace has one, else a heuristic)")
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
     p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
