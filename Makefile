@@ -1,5 +1,6 @@
 # mono-timeline: two commands on a fresh machine.
-#   make demo   set up, then open the dashboard on the bundled real H200 trace
+#   make demo   set up (and the dashboard's own plotly.js bundle), then open the dashboard on the
+#               bundled real H200 trace
 #   make test   set up (test extras, FlyDSL, Chromium, lld, the export readers), then run every test
 # Everything lands in .venv/ and .cache/ inside the checkout.
 
@@ -8,11 +9,12 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 CACHE   := .cache
 TRACE   ?= traces/h200_mono_demo.arrow
+PLOTLY_JS := $(CACHE)/plotly/plotly-timeline.min.js
 HOST    ?= 127.0.0.1
 PORT    ?= 8050
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup setup-test bench clean
+.PHONY: demo test setup setup-test plotly-bundle bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -46,11 +48,20 @@ $(CACHE)/node/.readers: tests/readers/package.json
 	npm install --silent --no-audit --no-fund --ignore-scripts --omit=optional --prefix $(CACHE)/node
 	touch $@
 
-setup: $(VENV)/.core
-setup-test: $(VENV)/.test $(CACHE)/.apt $(CACHE)/node/.readers
+# the dashboard's own plotly.js: only the trace types it draws, a third of the package's
+# bundle (tools/plotly_bundle.py: plotly.js + esbuild from npm; node + npm where none)
+$(PLOTLY_JS): pyproject.toml tools/plotly_bundle.py viewer/page.py | $(VENV)/.core
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm; }
+	$(BIN)/python -m tools.plotly_bundle $@
 
+setup: $(VENV)/.core
+setup-test: $(VENV)/.test $(CACHE)/.apt $(CACHE)/node/.readers $(PLOTLY_JS)
+plotly-bundle: $(PLOTLY_JS)
+
+# without the bundle (no npm registry, say) the dashboard serves the plotly package's own
 demo: setup
-	$(BIN)/timeline-view $(TRACE) --host $(HOST) --port $(PORT)
+	@$(MAKE) --no-print-directory plotly-bundle || echo "make demo: note: the plotly.js bundle did not build; serving the plotly package's (slower first paint)"
+	$(BIN)/timeline-view $(TRACE) --host $(HOST) --port $(PORT) $$([ -f $(PLOTLY_JS) ] && echo --plotly-js $(PLOTLY_JS))
 
 test: setup-test
 	$(BIN)/pytest -q

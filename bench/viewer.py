@@ -143,12 +143,13 @@ BROWSER_ZOOMS = (0.5, 0.1, 0.02, 0.3, 0.05, 0.01)  # fractions of the first view
 def browser_zooms(state, t0_ns: int, span_ns: int, rounds: int = 2) -> list:
     """Zoom round trips in headless Chromium (``tools.browser.zoom_round_trip``:
     gesture -> the server's figure painted), each fraction of ``BROWSER_ZOOMS`` from
-    a different start, ``rounds`` times, in one warm browser."""
+    a different start, ``rounds`` times, in one warm browser, with the first of
+    ``bundles``."""
     from tools import browser as B
     from viewer import wiring as VW
 
     out = []
-    with B.serve(VW.build(state)) as url, B.chromium(1600, 1100) as driver:
+    with B.serve(VW.build(state, plotly=next(iter(bundles().values())))) as url, B.chromium(1600, 1100) as driver:
         driver.get(url)
         B.gantt_ready(driver, 120)
         B.next_frames(driver)
@@ -174,33 +175,47 @@ def print_browser_zooms(zs: list):
           f"{part('server_ms'):.3f} s, response -> painted {part('drawn_ms'):.3f} s")
 
 
+PLOTLY_BUNDLE = ROOT / ".cache" / "plotly" / "plotly-timeline.min.js"  # what `make demo` serves
+
+
+def bundles() -> dict:
+    """The plotly.js each first paint is timed with, by label: the dashboard's own
+    bundle (``make plotly-bundle``; what ``make demo`` serves) and the ``plotly``
+    package's (what ``timeline-view`` serves without ``--plotly-js``)."""
+    from viewer import page as VP
+
+    out = {"dashboard bundle": VP.plotly_bundle(PLOTLY_BUNDLE)} if PLOTLY_BUNDLE.is_file() else {}
+    return {**out, "plotly package": VP.plotly_bundle()}
+
+
 def first_paint(state, colds: int = 3, url_query: str = "") -> dict:
-    """Seconds from navigation to the Gantt drawn (and painted) in headless Chromium:
-    ``colds`` page loads each in a fresh browser (cold cache, as a first visit),
-    then two warm reloads in the last one; with the browser's account of the cold
-    loads (``tools.browser.paint_timings``: bundles, layout, callbacks, plotly.js
-    evaluation, main-thread busy time)."""
-    from viewer import app as V
-    from viewer import client as VC
+    """Seconds from navigation to the Gantt drawn (and painted) in headless Chromium,
+    by plotly.js bundle (``bundles``): ``colds`` page loads each in a fresh browser
+    (cold cache, as a first visit), the bundles taking turns so that both see the
+    same machine, then two warm reloads in the last one; with the browser's account of
+    the cold loads (``tools.browser.paint_timings``: bundles, layout, callbacks,
+    plotly.js evaluation, main-thread busy time)."""
+    from contextlib import ExitStack
+
     from viewer import wiring as VW
-    from viewer.panels import gantt as VG
-    from viewer.panels import tables as VT
     from tools import browser as B
 
-    cold, warm, parts = [], [], []
-    with B.serve(VW.build(state)) as url:
+    out = {label: {"cold": [], "warm": [], "parts": []} for label in bundles()}
+    with ExitStack() as stack:
+        urls = {label: stack.enter_context(B.serve(VW.build(state, plotly=b))) for label, b in bundles().items()}
         for i in range(colds):
-            with B.chromium(1600, 1100) as driver:
-                B.watch_gantt(driver)
-                for j in range(1 if i < colds - 1 else 3):
-                    t = time.perf_counter()
-                    driver.get(url + url_query)
-                    B.gantt_ready(driver, 120)
-                    B.next_frames(driver)
-                    (warm if j else cold).append(time.perf_counter() - t)
-                    if not j:
-                        parts.append(B.paint_timings(driver))
-    return {"cold": cold, "warm": warm, "parts": parts}
+            for label, url in urls.items():
+                with B.chromium(1600, 1100) as driver:
+                    B.watch_gantt(driver)
+                    for j in range(1 if i < colds - 1 else 3):
+                        t = time.perf_counter()
+                        driver.get(url + url_query)
+                        B.gantt_ready(driver, 120)
+                        B.next_frames(driver)
+                        out[label]["warm" if j else "cold"].append(time.perf_counter() - t)
+                        if not j:
+                            out[label]["parts"].append(B.paint_timings(driver))
+    return out
 
 
 def run_trace(path: Path, colds: int) -> dict:
@@ -230,18 +245,23 @@ def fmt_bytes(n: int) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
-def print_paint(fp: dict):
-    cold, warm = fp["cold"], fp["warm"]
-    p90 = float(np.quantile(cold, 0.9))
-    print(f"  first paint in Chromium            {statistics.median(cold):7.3f} s  cold browser cache (median of "
-          f"{len(cold)}: {', '.join(f'{c:.2f}' for c in cold)}), {statistics.median(warm):.3f} s warm")
-    print(f"    p90 of the cold loads {p90:.3f} s (goal <= {GOAL_PAINT_P90_S} s: "
-          f"{'met' if p90 <= GOAL_PAINT_P90_S else 'NOT met'})")
-    med = {k: statistics.median(p[k] or 0 for p in fp["parts"]) for k in fp["parts"][0]}
-    print(f"    cold, in the browser (median): Gantt drawn at {med['gantt_ms'] / 1e3:.2f} s, bundles {med['scripts_ms'] / 1e3:.2f} s, layout "
-          f"{med['layout_ms'] / 1e3:.2f} s, {med['callbacks']:.0f} callbacks ({med['callback_ms'] / 1e3:.2f} s "
-          f"server round trips), plotly.js evaluation {med['plotly_ms'] / 1e3:.2f} s, main thread busy "
-          f"{med['main_busy_ms'] / 1e3:.2f} s, {fmt_bytes(med['bytes'])} transferred")
+def print_paint(by_bundle: dict):
+    p90s = {}
+    for label, fp in by_bundle.items():
+        cold, warm = fp["cold"], fp["warm"]
+        p90s[label] = p90 = float(np.quantile(cold, 0.9))
+        print(f"  first paint in Chromium, {label}: {statistics.median(cold):.3f} s  cold browser cache (median of "
+              f"{len(cold)}: {', '.join(f'{c:.2f}' for c in cold)}), {statistics.median(warm):.3f} s warm")
+        print(f"    p90 of the cold loads {p90:.3f} s (goal <= {GOAL_PAINT_P90_S} s: "
+              f"{'met' if p90 <= GOAL_PAINT_P90_S else 'NOT met'})")
+        med = {k: statistics.median(p[k] or 0 for p in fp["parts"]) for k in fp["parts"][0]}
+        print(f"    cold, in the browser (median): Gantt drawn at {med['gantt_ms'] / 1e3:.2f} s, bundles {med['scripts_ms'] / 1e3:.2f} s, layout "
+              f"{med['layout_ms'] / 1e3:.2f} s, {med['callbacks']:.0f} callbacks ({med['callback_ms'] / 1e3:.2f} s "
+              f"server round trips), plotly.js evaluation {med['plotly_ms'] / 1e3:.2f} s, main thread busy "
+              f"{med['main_busy_ms'] / 1e3:.2f} s, {fmt_bytes(med['bytes'])} transferred")
+    if len(p90s) == 2:
+        (a, pa_), (b, pb) = p90s.items()
+        print(f"    side by side, loads taking turns: p90 {a} / {b} = {pa_ / pb:.2f}")
 
 
 def report_trace(r: dict):

@@ -14,7 +14,7 @@ from viewer import app as V
 from viewer import wiring as VW
 from tools import browser as B
 
-from viewerkit import make_trace_dir
+from viewerkit import dashboard_bundle, make_trace_dir
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(B.available() is not None, reason=f"no headless browser: {B.available()}")]
@@ -28,14 +28,15 @@ ROWS = ("var g=document.querySelector('#gantt .js-plotly-plot'); var rows={};"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The dashboard started as ``timeline-view --trace-dir DIR`` with no TRACE, DIR
-    holding the test traces and a copy of small.arrow under the bundled trace's name."""
+    """The dashboard started as ``make demo`` starts it, ``timeline-view --trace-dir DIR
+    --plotly-js BUNDLE`` with no TRACE, DIR holding the test traces and a copy of
+    small.arrow under the bundled trace's name."""
     root = tmp_path_factory.mktemp("site")
     d, secret = make_trace_dir(root)
     shutil.copy(d / "small.arrow", d / V.DEFAULT_TRACE)
     state, _, first = V.prepare(["--trace-dir", str(d)])
     assert first == V.DEFAULT_TRACE
-    with B.serve(VW.build(state)) as url, B.chromium(1400, 1100) as driver:
+    with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 1100) as driver:
         yield {"url": url, "driver": driver, "state": state, "dir": d}
 
 
@@ -71,6 +72,8 @@ def test_default_trace_loads_with_its_rows(page, tmp_path):
     loaded = driver.execute_script("return performance.getEntriesByType('resource').map(e=>e.name)"
                                    ".filter(n=>/plotly[^/]*\\.js/.test(n))")
     assert len(loaded) == 1 and "/_timeline-view/plotly-" in loaded[0]  # plotly.js loaded (and run) once
+    from viewer.page import TRACE_TYPES  # ... the dashboard's own bundle, with the trace types it draws
+    assert driver.execute_script("return Object.keys(Plotly.PlotSchema.get().traces).sort()") == list(TRACE_TYPES)
     assert "SYNTHETIC" in text_of(driver, "banners")
     ticks = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').layout.yaxis.ticktext")
     assert len(ticks) == 32 and ticks[0] == "r0 L0 · cta 0 w0" and ticks[17] == "r1 L0 · cta 0 w1"
@@ -248,7 +251,8 @@ def test_table_headers_sort_the_rows(page):
 
 def test_a_trace_with_a_task_graph_shows_its_critical_path_and_what_if(tmp_path):
     """In Chromium: the Gantt of a trace with its task graph carries the critical-path
-    line; the What if tab predicts from what is typed in its box."""
+    line; the What if tab predicts from what is typed in its box. Served with the
+    plotly package's own plotly.js (what ``timeline-view`` serves without ``--plotly-js``)."""
     from timeline import load, presets
 
     d = tmp_path / "traces"

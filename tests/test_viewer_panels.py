@@ -127,7 +127,8 @@ def test_first_view_is_what_the_callbacks_would_draw(state, monkeypatch):
 def test_page_loads_plotly_early_with_the_compile_hint(state):
     client = VW.build(state).server.test_client()
     page = client.get("/").get_data(as_text=True)
-    src = f"/_timeline-view/plotly-{VP.plotly_version()}.min.js"
+    src = "/" + VP.plotly_bundle().route
+    assert src.startswith(f"/_timeline-view/plotly-{VP.plotly_version()}-")
     assert f'<script async src="{src}"' in page and "window.Plotly = new Promise" in page
     assert page.index(src) < page.index("dash_renderer")  # from the head, before Dash's bundles
     js = client.get(src)
@@ -135,6 +136,63 @@ def test_page_loads_plotly_early_with_the_compile_hint(state):
     body = js.get_data()
     assert body.startswith(b"//# allFunctionsCalledOnLoad\n") and b"plotly.js v" + VP.plotly_version().encode() in body
     assert "immutable" in js.headers["Cache-Control"]
+
+
+def _bundle(tmp_path, head: str, name="b.js"):
+    path = tmp_path / name
+    path.write_text(head + "\nvar Plotly = {};\n")
+    return path
+
+
+def test_page_serves_a_given_plotly_bundle_under_its_own_address(state, tmp_path):
+    """A bundle of the dashboard's trace types for this plotly.js goes out instead of
+    the package's, compile hint first, at an address that names its content."""
+    traces = ",".join(sorted(VP.TRACE_TYPES) + ["pie"])
+    one = VP.plotly_bundle(_bundle(tmp_path, f"/* timeline-view plotly.js {VP.plotly_version()} traces={traces} */"))
+    assert one.traces == tuple(traces.split(",")) and one.version == VP.plotly_version()
+    other = VP.plotly_bundle(_bundle(tmp_path, f"/* timeline-view plotly.js {VP.plotly_version()} traces={traces},box */",
+                                     "c.js"))
+    assert one.route != other.route != VP.plotly_bundle().route
+    client = VW.build(state, plotly=one).server.test_client()
+    assert f'<script async src="/{one.route}"' in client.get("/").get_data(as_text=True)
+    body = client.get("/" + one.route).get_data()
+    assert body == VP.COMPILE_HINT + (tmp_path / "b.js").read_bytes()
+    assert b"plotly.js v" not in client.get("/" + VP.plotly_bundle().route).get_data()  # the package's: not served
+
+
+@pytest.mark.parametrize("head, message", [
+    ("var Plotly = 1;", "is not a bundle built by tools/plotly_bundle.py"),
+    ("/* timeline-view plotly.js {v} traces=scatter,bar */", "lacks the trace types heatmap, image, scattergl"),
+    ("/* timeline-view plotly.js 0.0.1 traces=bar,heatmap,image,scatter,scattergl */", "is plotly.js 0.0.1, the plotly"),
+])
+def test_a_bundle_that_cannot_draw_the_figures_is_refused_in_one_line(tmp_path, head, message):
+    with pytest.raises(VP.BundleError, match=message) as e:
+        VP.plotly_bundle(_bundle(tmp_path, head.format(v=VP.plotly_version())))
+    assert "make plotly-bundle" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(VP.BundleError, match="cannot read it"):
+        VP.plotly_bundle(tmp_path / "missing.js")
+    with pytest.raises(SystemExit):  # the command line says it before serving anything
+        V.prepare(["--plotly-js", str(tmp_path / "missing.js"), "traces/h200_mono_demo.arrow"])
+
+
+def test_every_figure_draws_only_the_trace_types_a_bundle_holds(tmp_path):
+    """Gantt (raster and bars, with the critical path), idle, what-if and compare
+    figures use ``page.TRACE_TYPES`` only: a served bundle holds no more."""
+    from timeline import load, presets
+
+    load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
+    state, _, _ = V.prepare(["--trace-dir", str(tmp_path), str(tmp_path / "g.arrow")])
+    figs = [VG.gantt(state, "g.arrow", "rank", None, None, None, None, None, "filters", None, None, None,
+                     None, None).figure]
+    state.bar_limit = 1
+    figs.append(VG.gantt(state, "g.arrow", "rank", None, None, None, None, None, "filters", None, None, None,
+                         None, None).figure)
+    figs += [VT.idle(state, "g.arrow", None, None)[0], VT.whatif(state, "g.arrow", "norm.compute=0.5")[0],
+             VT.compare(state, "g.arrow", "g.arrow")[0]]
+    types = {t.get("type", "scatter") for f in figs for t in f["data"]}
+    assert {"image", "scattergl", "scatter", "heatmap", "bar"} <= types  # every kind was drawn
+    assert types <= set(VP.TRACE_TYPES)
+    assert {f["layout"]["meta"]["mode"] for f in figs[:2]} == {"raster", "bars"}
 
 
 def test_page_search_from_the_referrer():

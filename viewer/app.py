@@ -1,6 +1,6 @@
 """``timeline-view``: the Dash dashboard of per-CTA, per-wave Gantt timelines.
 
-    timeline-view [TRACE ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--debug]
+    timeline-view [TRACE ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--plotly-js FILE] [--debug]
 
 It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
 With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (``./traces`` by
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from timeline.cli import tune_process
 from viewer.client import GANTT_PX
+from viewer.page import BundleError, plotly_bundle
 from viewer.panels.gantt import concurrency_table
 from viewer.sources import Catalog, SourceError, scan
 from viewer.state import App
@@ -68,6 +69,9 @@ def parse_args(argv=None):
     p.add_argument("--port", type=_port, default=8050, help="port, 1-65535 (default 8050)")
     p.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
                    help=f"directory whose trace files the page may open (default {DEFAULT_TRACE_DIR})")
+    p.add_argument("--plotly-js", type=Path, metavar="FILE",
+                   help="serve this plotly.js bundle (built by `make plotly-bundle`: only the trace types the "
+                        "dashboard draws, a faster first paint) instead of the plotly package's")
     p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader); never in production")
     return p, p.parse_args(argv)
 
@@ -75,8 +79,13 @@ def parse_args(argv=None):
 def prepare(argv=None) -> tuple:
     """Parse the command line and load the first trace, so that every bad input is
     reported here (on the command line, exit status 2) before anything is served.
-    Returns ``(App, args, name of the trace shown first)``."""
+    Returns ``(App, args, name of the trace shown first)``; ``args.plotly`` is the
+    plotly.js to serve (``page.plotly_bundle``)."""
     parser, args = parse_args(argv)
+    try:
+        args.plotly = plotly_bundle(args.plotly_js)
+    except BundleError as e:
+        parser.error(str(e))
     trace_dir = args.trace_dir
     if not trace_dir.is_dir():
         if args.trace_dir != DEFAULT_TRACE_DIR or not args.traces:
@@ -113,7 +122,7 @@ def main(argv=None) -> int:
         print(f"timeline-view: note: serving on {args.host} uncompressed (6 MB for a first visit): "
               "pip install flask-compress to compress", file=sys.stderr)
         compress = False
-    app = build(state, compress=compress, host=args.host)
+    app = build(state, compress=compress, host=args.host, plotly=args.plotly)
     url = f"http://{args.host}:{args.port}/"
     print(f"timeline-view: {first} at {url}" + ("  (debug mode)" if args.debug else ""), flush=True)
     app.run(host=args.host, port=args.port, debug=args.debug)

@@ -4,9 +4,12 @@ task, tabs), and the plain-HTML table panels. Nothing here reads a trace."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import math
+import re
 from pathlib import Path
+from typing import NamedTuple
 
 import flask
 from dash import dcc, html
@@ -58,6 +61,28 @@ PLOTLY_EARLY = (
 
 
 COMPILE_HINT = b"//# allFunctionsCalledOnLoad\n"
+TRACE_TYPES = ("bar", "heatmap", "image", "scatter", "scattergl")  # every plotly.js trace type the
+# dashboard's figures draw: what a plotly.js bundle it serves must hold (tools/plotly_bundle.py builds one)
+BUNDLE_HEADER = b"/* timeline-view plotly.js "  # first line of such a bundle: VERSION traces=A,B,... */
+
+
+class BundleError(ValueError):
+    """A plotly.js bundle given to the dashboard cannot serve its figures."""
+
+
+class PlotlyBundle(NamedTuple):
+    """The plotly.js the page loads: its version, the trace types it holds (None: all,
+    the ``plotly`` package's own bundle) and the bytes served, compile hint first."""
+
+    version: str
+    traces: tuple | None
+    body: bytes
+
+    @property
+    def route(self) -> str:
+        """Its URL path below the app's prefix: version and content hash, so that a
+        browser may cache it for a year."""
+        return f"_timeline-view/plotly-{self.version}-{hashlib.sha256(self.body).hexdigest()[:10]}.min.js"
 
 
 def plotly_version() -> str:
@@ -66,21 +91,46 @@ def plotly_version() -> str:
     return get_plotlyjs_version()
 
 
+def plotly_bundle(path: Path | None = None) -> PlotlyBundle:
+    """The plotly.js to serve: with no ``path`` the bundle the ``plotly`` package
+    ships (the one Dash would serve, every trace type); else a bundle of only the
+    trace types the dashboard draws (``tools/plotly_bundle.py``: a third of the bytes,
+    a fraction of the evaluation the first paint waits for). Either goes out behind
+    V8's explicit compile hint ``//# allFunctionsCalledOnLoad``: plotly.js calls most
+    of its functions while it initializes, and with the hint Chromium compiles them
+    on a background thread while the file downloads (bench/viewer.py --browser times
+    the first paint with both bundles). A given bundle must say it was built for this
+    plotly.js version with every type of ``TRACE_TYPES``: else ``BundleError``."""
+    if path is None:
+        return _package_bundle()
+    try:
+        body = Path(path).read_bytes()
+    except OSError as e:
+        raise BundleError(f"--plotly-js {str(path)!r}: cannot read it ({e.strerror}); build it with "
+                          "`make plotly-bundle` or leave the option out to serve plotly's own bundle") from None
+    head = body.split(b"\n", 1)[0]
+    m = re.fullmatch(rb"/\* timeline-view plotly\.js (\S+) traces=([a-z0-9,]+) \*/", head)
+    if m is None:
+        raise BundleError(f"--plotly-js {str(path)!r} is not a bundle built by tools/plotly_bundle.py (its first "
+                          "line names no version and trace types): rebuild it with `make plotly-bundle`")
+    version, traces = m.group(1).decode(), tuple(m.group(2).decode().split(","))
+    missing = sorted(set(TRACE_TYPES) - set(traces))
+    if version != plotly_version() or missing:
+        why = (f"lacks the trace types {', '.join(missing)}" if missing
+               else f"is plotly.js {version}, the plotly package here ships {plotly_version()}")
+        raise BundleError(f"--plotly-js {str(path)!r} {why}: rebuild it with `make plotly-bundle`")
+    return PlotlyBundle(version, traces, COMPILE_HINT + body)
+
+
 @functools.lru_cache(maxsize=1)
-def plotly_js() -> bytes:
-    """The plotly.js bundle that the ``plotly`` package ships (the one Dash would
-    serve), behind V8's explicit compile hint ``//# allFunctionsCalledOnLoad``:
-    plotly.js calls most of its functions while it initializes, and with the hint
-    Chromium compiles them on a background thread while the file downloads instead
-    of one by one on the main thread as they are first called (bench/viewer.py
-    --browser times the first paint). Other browsers read a comment."""
-    path = Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
-    return COMPILE_HINT + path.read_bytes()
+def _package_bundle() -> PlotlyBundle:
+    body = (Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js").read_bytes()
+    return PlotlyBundle(plotly_version(), None, COMPILE_HINT + body)
 
 
-def serve_plotly():
-    """The route of ``plotly_js``: versioned URL, so cached for a year."""
-    resp = flask.Response(plotly_js(), mimetype="application/javascript")
+def serve_plotly(bundle: PlotlyBundle):
+    """The route of ``bundle``: its URL names version and content, so cached for a year."""
+    resp = flask.Response(bundle.body, mimetype="application/javascript")
     resp.headers["Cache-Control"] = "public, max-age=31536000, immutable"
     return resp
 

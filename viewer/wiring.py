@@ -16,7 +16,7 @@ from dash import ALL, Input, Output, State
 from viewer import charts as CH
 from viewer.client import GANTT_PX
 from viewer.ids import GANTT_PROPS, TRACE_PROPS, TraceOut, outputs
-from viewer.page import CSS, PLOTLY_EARLY, TABLES, layout, msg, plotly_version, serve_plotly
+from viewer.page import CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, plotly_bundle, serve_plotly
 from viewer.panels import export as X
 from viewer.panels import gantt as G
 from viewer.panels import tables as T
@@ -184,7 +184,7 @@ def on_export(app, _n, key, ranks, launches, stages):
 
 
 # -- the app ------------------------------------------------------------------------------------------
-def _page(app, dash_app):
+def _page(app, dash_app, plotly: PlotlyBundle):
     """Dash's index page with plotly.js loading from the head and the CSS inline.
     plotly.js (the largest script, the slowest to evaluate) is what the first paint
     waits for; dcc.Graph would ask for it only once the layout and its
@@ -193,10 +193,9 @@ def _page(app, dash_app):
     bring one's own plotly.js): until the script has run it is a promise that the
     script's load resolves. The layout carries the first view (``first_view``)."""
     prefix = dash_app.config.requests_pathname_prefix
-    route = f"_timeline-view/plotly-{plotly_version()}.min.js"
-    dash_app.server.add_url_rule(f"/{route}", "timeline_view_plotly", serve_plotly)
+    dash_app.server.add_url_rule(f"/{plotly.route}", "timeline_view_plotly", partial(serve_plotly, plotly))
     dash_app.index_string = dash_app.index_string.replace(
-        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + f"<style>{CSS}</style>")
+        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + plotly.route) + f"<style>{CSS}</style>")
 
     def page_layout():
         # Dash validates the layout once at build time, outside any request
@@ -206,8 +205,9 @@ def _page(app, dash_app):
     dash_app.layout = page_layout
 
 
-def build(app, compress: bool = False, host: str | None = "127.0.0.1") -> dash.Dash:
-    """The Dash app over ``app`` (a ``viewer.state.App``). ``compress``: send responses
+def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: PlotlyBundle | None = None) -> dash.Dash:
+    """The Dash app over ``app`` (a ``viewer.state.App``). ``plotly``: the plotly.js it
+    serves (``page.plotly_bundle``; None: the ``plotly`` package's). ``compress``: send responses
     compressed (flask-compress): worth it over a network, not on loopback, where
     compressing costs more than it saves. ``host``: the address it will be bound to;
     on loopback every request must name a loopback ``Host``."""
@@ -215,7 +215,7 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1") -> dash.D
     # ``assets/`` directory beside the working directory holds; the CSS is inline
     d = dash.Dash("timeline-view", title="timeline-view", update_title=None, serve_locally=True, compress=compress,
                   assets_folder=str(Path(__file__).parent / "no-assets"), assets_ignore=".*")
-    _page(app, d)
+    _page(app, d, plotly or plotly_bundle())
     if host in LOOPBACK:
         d.server.before_request(loopback_host_only)
     d.server.register_error_handler(Exception, malformed)
