@@ -73,6 +73,12 @@ def load4(base, i):
     return fx.generic_load(_ptr(base + fx.Int64(i) * 4, fx.Float32, 16), dtype=fx.Float32, count=4)
 
 
+def load8(base, i) -> list:
+    """Floats ``i .. i+7`` of the f32 array at ``base`` (two ``load4``), as a list."""
+    a, b = load4(base, i), load4(base, i + 4)
+    return [a[k] for k in range(4)] + [b[k] for k in range(4)]
+
+
 def pair(value, tag):
     """The mailbox word of ``value`` (f32) for launch ``tag``: ``tag << 32 | bits``."""
     return (fx.Int64(tag) << 32) | fx.Int64(fx.Uint32(value.bitcast(fx.Int32)))
@@ -151,10 +157,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
         with tl.task("norm", t):
             tl.hint()  # no producers: x is an input
             row = t * D + lane * D_LANE
-            xa, xb = load4(x, row), load4(x, row + 4)
-            ga, gb = load4(gamma, lane * D_LANE), load4(gamma, lane * D_LANE + 4)
-            xs = [xa[k] for k in range(4)] + [xb[k] for k in range(4)]
-            gs = [ga[k] for k in range(4)] + [gb[k] for k in range(4)]
+            xs, gs = load8(x, row), load8(gamma, lane * D_LANE)
             fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
             ss = xs[0] * xs[0]
@@ -173,8 +176,7 @@ def mono_kernel(x: fx.Int64, gamma: fx.Int64, w1: fx.Int64, w2: fx.Int64, hbox: 
             fx.gpu.barrier()
             tl.hint()
             n = t * WAVES + wave
-            wa, wb = load4(w1, n * D + lane * D_LANE), load4(w1, n * D + lane * D_LANE + 4)
-            ws = [wa[k] for k in range(4)] + [wb[k] for k in range(4)]
+            ws = load8(w1, n * D + lane * D_LANE)
             hv = [value_of(poll(hbox, i)) for i in hwords]
             fx.rocdl.s_waitcnt(vmcnt=0)  # staged = operands landed, not just requested
             tl.staged()
