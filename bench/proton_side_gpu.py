@@ -9,17 +9,21 @@ builds there (hybrid stamps; ``+4``: four marks between the loops). Proton's: th
 same task with ``triton.profiler.language`` scopes, a ``task`` scope around it and,
 with ``MID``, a ``mid`` scope around the middle loop of each half (four more records
 a task, between the loops), compiled and run inside one Proton instrumentation
-session (warp granularity; a shared-memory buffer large enough that no record is
-overwritten: Proton's parser died with SIGFPE once its circular buffer wrapped). Each launch is timed with CUDA events
-(a batch of one by default: Proton's host work after a launch stays outside), the builds interleaved round by round, at 64 / 256 /
-512 tasks per CTA; a further record costs ``slope(t_with - t_without) / 4`` per
-task. Proton's own records per task are not counted by us: the figure is the
-difference its four extra records make, like ours.
+session (warp granularity; a global-memory buffer large enough that no record is
+overwritten: Proton's parser died with SIGFPE once its circular buffer wrapped). Each
+launch is timed on the device: its kernel's duration as CUPTI records it (through
+``torch.profiler``), so Proton's host work after each of its launches (hundreds of ms
+at 256 tasks a CTA, growing with its records) stays outside, as it does not with CUDA
+events around the launch (printed beside, for that reason). The builds are interleaved
+round by round at 64 / 256 / 512 tasks per CTA; a further record costs
+``slope(t_with - t_without) / 4`` per task. Baselines without any record, ``off6``
+(our kernel, timeline off) and ``proton0`` (Proton's kernel without scopes, in the
+session), give what a task's whole record costs: ours five stamps, two anchors and the
+placement word; Proton's two records of its ``task`` scope.
 
 Our builds run with the Proton session deactivated: launching a kernel without
 Proton records inside an active session killed the process with SIGFPE (Triton
-3.6 on the H200). Not yet run to the end: 40 rounds did not finish in 400 s, most
-of it Proton's host work after each of its launches.
+3.6 on the H200).
 """
 
 from __future__ import annotations
@@ -56,21 +60,38 @@ def _third_marked(y, x, n, MID: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["n_tasks", "iters"])
-def proton_kernel(inp, out, n_tasks, iters, BLOCK: tl.constexpr, MID: tl.constexpr):
-    """``stamp_cost_gpu.work_kernel``'s task with Proton scopes: ``task`` around it,
-    with ``MID`` a ``mid`` scope around the middle loop of each half."""
+def proton_kernel(inp, out, n_tasks, iters, BLOCK: tl.constexpr, MID: tl.constexpr, TASK: tl.constexpr):
+    """``stamp_cost_gpu.work_kernel``'s task with Proton scopes: with ``TASK`` a
+    ``task`` scope around it, with ``MID`` a ``mid`` scope around the middle loop of
+    each half."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     half = iters // 2
     for i in range(n_tasks):
         task = bid + i * G
-        pl.enter_scope("task")
+        if TASK:
+            pl.enter_scope("task")
         x = tl.load(inp + (task % 64) * BLOCK + lanes)
         y = _third_marked(x, x, half, MID)
         y = _third_marked(y, x, iters - half, MID)
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
-        pl.exit_scope("task")
+        if TASK:
+            pl.exit_scope("task")
+
+
+def device_us(prof, launched: list, batch: int, names) -> dict:
+    """``{config: µs per launch}`` from the profiler's kernel records: the kernels
+    named ``names`` in start order are ``launched`` (``batch`` each), one for one."""
+    kernels = sorted((e for e in prof.profiler.kineto_results.events()
+                      if e.device_type() == torch.autograd.DeviceType.CUDA and e.name().startswith(names)),
+                     key=lambda e: e.start_ns())
+    if len(kernels) != len(launched) * batch:
+        raise RuntimeError(f"{len(kernels)} kernel records for {len(launched) * batch} launches")
+    out = {}
+    for i, c in enumerate(launched):
+        out.setdefault(c, []).append(sum(k.duration_ns() for k in kernels[i * batch:(i + 1) * batch]) / 1e3 / batch)
+    return {c: np.array(v[3:]) for c, v in out.items()}  # the three warm-up launches of each left out
 
 
 def main(argv=None) -> int:
@@ -101,13 +122,17 @@ def main(argv=None) -> int:
 
     def go(name, t):
         if name.startswith("proton"):
-            proton_kernel[(grid,)](inp, out, t, a.iters, block, name.endswith("+4"), num_warps=nw)
+            proton_kernel[(grid,)](inp, out, t, a.iters, block, name.endswith("+4"), name != "proton0", num_warps=nw)
+        elif name == "off6":  # our kernel, the chain in the same three loops, no timeline
+            buf = ours["hlead6"]
+            SC.work_kernel[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, False, nw), num_warps=nw,
+                                    PIECES=3)
         else:
             buf = ours[name]
             SC.kernel_of(name)[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, True, nw),
                                         num_warps=nw, **SC.extra_of(name))
 
-    builds = ("hlead6", "hlead6+4", "hwarps6", "hwarps6+4", "proton", "proton+4")
+    builds = ("off6", "hlead6", "hlead6+4", "hwarps6", "hwarps6+4", "proton0", "proton", "proton+4")
     per_warp = 1 << (tmax * 6 * 8 - 1).bit_length()  # a power of two holding a warp's records (6 a task, 8 bytes)
     session = proton.start(str(Path(tempfile.gettempdir()) / "proton_side"), backend="instrumentation",
                            data="trace", mode=Default(buffer_type=buffer_types["global"], buffer_size=nw * per_warp))
@@ -122,18 +147,37 @@ def main(argv=None) -> int:
         return pair
 
     configs = [(b, t) for t in a.tasks for b in builds]
-    us = SC.interleaved(configs, timed, a.rounds, a.batch, sync_every=1)
+    launched = []
+
+    def logged(config):
+        launched.append(config)
+        return timed(config)
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        events_us = SC.interleaved(configs, logged, a.rounds, a.batch, sync_every=1)
     proton.finalize()
+    us = device_us(prof, launched, a.batch, ("work_kernel", "proton_kernel"))
     lines = [f"a further record between pieces of work, ours (hybrid stamps) and Proton's (scopes), one run: "
              f"{grid} CTAs x {nw} warps, {a.iters * 8} dependent FMAs a task in three loops a half, "
-             f"{a.rounds} rounds x {a.batch} launches, interleaved",
+             f"{a.rounds} rounds x {a.batch} launches, interleaved; each launch's duration on the device (CUPTI, "
+             "through torch.profiler): Proton's host work after its launches stays outside",
              f"{'pair':>22} " + " ".join(f"{'T=' + str(t):>12}" for t in a.tasks) + "   ns per further record (slope / 4)"]
     res = {}
     for base in ("hlead6", "hwarps6", "proton"):
         diffs = [float(np.median((us[(base + '+4', t)] - us[(base, t)]) * 1e3)) for t in a.tasks]
         slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0]) / 4
-        res[base] = {"diff_ns": diffs, "ns_per_record": slope}
-        lines.append(f"{base + '+4 - ' + base:>22} " + " ".join(f"{d:12.0f}" for d in diffs) + f"   {slope:8.2f}")
+        ev = [float(np.median((events_us[(base + '+4', t)] - events_us[(base, t)]) * 1e3)) for t in a.tasks]
+        res[base] = {"diff_ns": diffs, "ns_per_record": slope, "event_diff_ns": ev}
+        lines.append(f"{base + '+4 - ' + base:>22} " + " ".join(f"{d:12.0f}" for d in diffs) + f"   {slope:8.2f}"
+                     + "   (CUDA events around the launch: " + ", ".join(f"{d:.0f}" for d in ev) + " ns)")
+    stamps = len(ours["hlead6"].spec.phases)  # a task's stamps (its phases), anchors aside
+    for base, zero, records in (("hlead6", "off6", stamps), ("hwarps6", "off6", stamps), ("proton", "proton0", 2)):
+        diffs = [float(np.median((us[(base, t)] - us[(zero, t)]) * 1e3)) for t in a.tasks]
+        slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0])
+        res[base]["ns_per_task_record"] = slope
+        lines.append(f"{base + ' - ' + zero:>22} " + " ".join(f"{d:12.0f}" for d in diffs)
+                     + f"   {slope:8.2f} ns a task's whole record, {slope / records:.2f} per record ({records} a task)")
+    lines.append("kernel time, median µs: " + ", ".join(f"{b} T={t} {np.median(us[(b, t)]):.1f}" for b, t in configs))
     text = "\n".join(lines)
     print(text)
     a.out.mkdir(parents=True, exist_ok=True)
