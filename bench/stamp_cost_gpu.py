@@ -81,16 +81,41 @@ def _clock32():
     return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
+EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_PRED_DROP = 1, 2, 3, 4, 5, 6, 7  # bench_stamp's
+# experiments (0: the library's)
+
+
 @triton.jit
 def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, TL: tl.constexpr,
                 C32: tl.constexpr):
-    """``instrument.triton.stamp`` of stage 0; with ``C32`` (an experiment, not a stamp
-    this tool decodes) every stamp but the first and the last phase's stores the
-    32-bit ``%clock`` instead."""
-    if C32 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
+    """``instrument.triton.stamp`` of stage 0, or (``C32`` an experiment code, none a
+    stamp this tool decodes whole; lead thread): 1, every stamp but the first and the
+    last phase's stores the 32-bit ``%clock``; 2, a hybrid stamp without its anchors;
+    3, without the record's bookkeeping (slot check, placement word, drop counter);
+    4, neither: a cycle-counter read and its store; 5, without the drop counter; 6,
+    without the placement word; 7, the drop counter as an atomic predicated off where
+    the library branches around it (the library's stamp before that change)."""
+    if C32 == 1 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
         if TL:
             ok = itl.in_slots(LAYOUT, launch, 0, task)
             tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), _clock32().to(tl.int64), mask=ok)
+    elif C32 >= 2:
+        if TL:
+            tl.static_assert(LAYOUT.anchors != 0 and LAYOUT.waves == 1, "experiments 2-4: hybrid lead-thread spec")
+            ok = (task >= 0) if C32 == 3 or C32 == 4 else itl.in_slots(LAYOUT, launch, 0, task)
+            t = itl.clock64()
+            if C32 != 2 and C32 != 4:
+                itl._anchor(stamps, LAYOUT, launch, 0, task, 0, PHASE, ok)
+            tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), t, mask=ok)
+            if PHASE == 0 and C32 != 3 and C32 != 4:
+                if C32 != 6:
+                    place = itl.placement_word(tl.program_id(0), 0, itl.smid())
+                    tl.store(stamps + itl.placement_offset(LAYOUT, launch, 0, task, 0), place, mask=ok)
+                if C32 == 7:
+                    tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
+                elif C32 != 5:
+                    if ok == 0:
+                        tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, sem="relaxed")
     else:
         itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
 

@@ -1,0 +1,78 @@
+"""Where a task's timeline record costs, on an NVIDIA GPU (written for the H200).
+
+    PYTHONPATH=. python3 bench/record_cost_gpu.py --out DIR
+
+``bench/stamp_cost_gpu.py``'s FMA-chain kernel, its chain in three loops a half
+(the ``hlead6`` build: a hybrid lead-thread record of five stamps, two anchors, the
+placement word), against the same kernel without a record (``off6``) and against
+experiments (``stamp_cost_gpu.bench_stamp``): ``preddrop`` (the drop counter's atomic
+predicated off, as the library had it, where it now branches around it) and those
+that leave parts of the record out (none decodes whole): ``noanchor`` (no ``%globaltimer`` anchors), ``nodrop`` (no drop
+counter), ``noplace`` (no placement word), ``nobook`` (no slot check, placement word or
+drop counter) and ``bare`` (neither: five cycle-counter
+reads and their stores). Interleaved round by round, CUDA events around each
+launch; what a part costs a task is the slope over T = 64 / 256 / 512 tasks a CTA of
+the difference to ``off6``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
+
+from instrument import alloc
+
+BUILDS = {"off6": None, "hlead6": 0, "preddrop": SC.EXP_PRED_DROP, "noanchor": SC.EXP_NO_ANCHOR, "nodrop": SC.EXP_NO_DROP,
+          "noplace": SC.EXP_NO_PLACE, "nobook": SC.EXP_NO_BOOK, "bare": SC.EXP_BARE}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 512])
+    ap.add_argument("--iters", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--warps", type=int, default=4)
+    a = ap.parse_args(argv)
+    nw, tmax = a.warps, max(a.tasks)
+    grid = torch.cuda.get_device_properties(0).multi_processor_count
+    block = nw * 32
+    inp = torch.rand(SC.TILES * block, device="cuda") * 0.01
+    out = torch.empty(grid * tmax * block, device="cuda")
+    buf = alloc(SC.spec(grid, tmax, waves=1, arch=SC.itl.arch_of(), hybrid=True))
+
+    def go(name, t):
+        exp = BUILDS[name]
+        SC.work_kernel[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, exp is not None, nw),
+                                num_warps=nw, PIECES=3, C32=exp or 0)
+
+    configs = [(b, t) for t in a.tasks for b in BUILDS]
+    us = SC.interleaved(configs, lambda c: SC.events_around(lambda: go(*c), 1), a.rounds, 1, sync_every=1)
+    lines = [f"a task's hybrid lead-thread record and its parts, against the kernel without one: {grid} CTAs x "
+             f"{nw} warps, {a.iters * 8} dependent FMAs a task in three loops a half, {a.rounds} rounds, "
+             "interleaved, CUDA events around each launch",
+             f"{'build - off6':>18} " + " ".join(f"{'T=' + str(t):>10}" for t in a.tasks) + "   ns a task (slope)"]
+    res = {}
+    for name in list(BUILDS)[1:]:
+        diffs = [float(np.median((us[(name, t)] - us[("off6", t)]) * 1e3)) for t in a.tasks]
+        slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0])
+        res[name] = {"diff_ns": diffs, "ns_per_task": slope}
+        lines.append(f"{name:>18} " + " ".join(f"{d:10.0f}" for d in diffs) + f"   {slope:8.2f}")
+    lines.append("kernel time, median µs: " + ", ".join(f"{b} T={t} {np.median(us[(b, t)]):.1f}" for b, t in configs))
+    text = "\n".join(lines)
+    print(text)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "record_cost_h200.txt").write_text(text + "\n")
+    (a.out / "record_cost_h200.json").write_text(json.dumps({"tasks": a.tasks, "results": res}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
