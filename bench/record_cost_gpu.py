@@ -5,9 +5,10 @@
 ``bench/stamp_cost_gpu.py``'s FMA-chain kernel, its chain in three loops a half
 (the ``hlead6`` build: a hybrid lead-thread record of five stamps, two anchors, the
 placement word), against the same kernel without a record (``off6``) and against
-experiments (``stamp_cost_gpu.bench_stamp``): ``preddrop`` (the drop counter's atomic
-predicated off, as the library had it, where it now branches around it) and those
-that leave parts of the record out (none decodes whole): ``noanchor`` (no ``%globaltimer`` anchors), ``nodrop`` (no drop
+experiments (``stamp_cost_gpu.bench_stamp``): ``reddrop`` (the drop counter a
+predicated ``red``, no result, instead of the library's ``atomic_add`` predicated
+off), ``branchdrop`` (the atomic behind a branch) and those that leave parts of the
+record out (none decodes whole): ``noanchor`` (no ``%globaltimer`` anchors), ``nodrop`` (no drop
 counter), ``noplace`` (no placement word), ``nobook`` (no slot check, placement word or
 drop counter) and ``bare`` (neither: five cycle-counter
 reads and their stores). Interleaved round by round, CUDA events around each
@@ -29,7 +30,7 @@ import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 
 from instrument import alloc
 
-BUILDS = {"off6": None, "hlead6": 0, "preddrop": SC.EXP_PRED_DROP, "noanchor": SC.EXP_NO_ANCHOR, "nodrop": SC.EXP_NO_DROP,
+BUILDS = {"off6": None, "hlead6": 0, "reddrop": SC.EXP_RED_DROP, "branchdrop": SC.EXP_BRANCH_DROP, "noanchor": SC.EXP_NO_ANCHOR, "nodrop": SC.EXP_NO_DROP,
           "noplace": SC.EXP_NO_PLACE, "nobook": SC.EXP_NO_BOOK, "bare": SC.EXP_BARE}
 
 

@@ -81,8 +81,22 @@ def _clock32():
     return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
-EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_PRED_DROP = 1, 2, 3, 4, 5, 6, 7  # bench_stamp's
+EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_RED_DROP, EXP_BRANCH_DROP = range(1, 9)
+# bench_stamp's
 # experiments (0: the library's)
+
+
+@triton.jit
+def _tid():
+    return tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _red_add(word, pred):
+    """Add 1 to the int64 at ``word`` where ``pred`` holds, by ``red`` (no result)."""
+    tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p red.global.gpu.relaxed.add.u64 [$1], 1; mov.u32 $0, 0; }",
+        "=r,l,r", [word, pred.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -93,8 +107,8 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
     last phase's stores the 32-bit ``%clock``; 2, a hybrid stamp without its anchors;
     3, without the record's bookkeeping (slot check, placement word, drop counter);
     4, neither: a cycle-counter read and its store; 5, without the drop counter; 6,
-    without the placement word; 7, the drop counter as an atomic predicated off where
-    the library branches around it (the library's stamp before that change)."""
+    without the placement word; 7, the drop counter as a predicated ``red`` (no result)
+    instead of the library's ``atomic_add``; 8, the library's atomic behind a branch."""
     if C32 == 1 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
         if TL:
             ok = itl.in_slots(LAYOUT, launch, 0, task)
@@ -112,10 +126,12 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
                     place = itl.placement_word(tl.program_id(0), 0, itl.smid())
                     tl.store(stamps + itl.placement_offset(LAYOUT, launch, 0, task, 0), place, mask=ok)
                 if C32 == 7:
-                    tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
-                elif C32 != 5:
+                    _red_add(stamps + itl.drop_counter_word(LAYOUT, 0), (ok == 0) & (_tid() == 0))
+                elif C32 == 8:
                     if ok == 0:
                         tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, sem="relaxed")
+                elif C32 != 5:
+                    tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
     else:
         itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
 

@@ -177,8 +177,7 @@ def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, 
     if PHASE == 0:
         place = placement_word(tl.program_id(0), 0, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place, mask=ok)
-        if ok == 0:  # a branch: an atomic predicated off still costs (bench/record_cost_gpu.py)
-            tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, sem="relaxed")
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=ok == 0, sem="relaxed")
     return t
 
 
@@ -210,8 +209,8 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     if PHASE == 0:
         place = placement_word(tl.program_id(0), warp, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead & ok)
-        if ok == 0:  # a branch: an atomic predicated off still costs (bench/record_cost_gpu.py)
-            tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1, mask=lead, sem="relaxed")
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1, mask=lead & (ok == 0),
+                      sem="relaxed")
 
 
 @triton.jit

@@ -123,28 +123,6 @@ def test_normal_build_reads_no_timer(demo_ptx):
     assert off.count("wgmma.mma_async") == demo_ptx[(True, 1)].count("wgmma.mma_async") > 0
 
 
-def _branched_around(ptx: str, needle: str) -> int:
-    """How many ``needle`` instructions sit in a block that a branch just before it
-    jumps over (``@%p bra L`` with ``L:`` after the instruction)."""
-    lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith(("//", ".loc"))]
-    n = 0
-    for i, ln in enumerate(lines):
-        if needle not in ln:
-            continue
-        jumps = [re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", b) for b in lines[max(0, i - 8):i]]
-        targets = {m.group(1) for m in jumps if m}
-        n += any(f"{t}:" in after for t in targets for after in lines[i + 1:i + 8])
-    return n
-
-
-@pytest.mark.parametrize("waves", [1, 8])
-def test_the_drop_counter_is_skipped_by_a_branch(demo_ptx, waves):
-    """A stamp inside its stage's slots never issues the drop counter's atomic: the
-    first phase branches around it (predicated off, the atomic still cost the H200
-    16 ns a task: bench/results/record_cost_h200.txt)."""
-    assert _branched_around(demo_ptx[(True, waves)], "atom.global.gpu.relaxed.add.u64") == len(tm.STAGES)
-
-
 @pytest.mark.parametrize("waves", [1, 8])
 def test_timeline_build_reads_the_timer_once_per_stamp(demo_ptx, waves):
     """Switch on: one %globaltimer read per stamp site (5 phases x 3 stages), the SM
