@@ -29,7 +29,6 @@ Proton records inside an active session killed the process with SIGFPE (Triton
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -164,25 +163,19 @@ def main(argv=None) -> int:
              f"{'pair':>22} " + " ".join(f"{'T=' + str(t):>12}" for t in a.tasks) + "   ns per further record (slope / 4)"]
     res = {}
     for base in ("hlead6", "hwarps6", "proton"):
-        diffs = [float(np.median((us[(base + '+4', t)] - us[(base, t)]) * 1e3)) for t in a.tasks]
-        slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0]) / 4
-        ev = [float(np.median((events_us[(base + '+4', t)] - events_us[(base, t)]) * 1e3)) for t in a.tasks]
-        res[base] = {"diff_ns": diffs, "ns_per_record": slope, "event_diff_ns": ev}
-        lines.append(f"{base + '+4 - ' + base:>22} " + " ".join(f"{d:12.0f}" for d in diffs) + f"   {slope:8.2f}"
+        diffs, slope = SC.diff_slope(us, base + "+4", base, a.tasks)
+        ev, _ = SC.diff_slope(events_us, base + "+4", base, a.tasks)
+        res[base] = {"diff_ns": diffs, "ns_per_record": slope / 4, "event_diff_ns": ev}
+        lines.append(f"{base + '+4 - ' + base:>22} " + " ".join(f"{d:12.0f}" for d in diffs) + f"   {slope / 4:8.2f}"
                      + "   (CUDA events around the launch: " + ", ".join(f"{d:.0f}" for d in ev) + " ns)")
     stamps = len(ours["hlead6"].spec.phases)  # a task's stamps (its phases), anchors aside
     for base, zero, records in (("hlead6", "off6", stamps), ("hwarps6", "off6", stamps), ("proton", "proton0", 2)):
-        diffs = [float(np.median((us[(base, t)] - us[(zero, t)]) * 1e3)) for t in a.tasks]
-        slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0])
+        diffs, slope = SC.diff_slope(us, base, zero, a.tasks)
         res[base]["ns_per_task_record"] = slope
         lines.append(f"{base + ' - ' + zero:>22} " + " ".join(f"{d:12.0f}" for d in diffs)
                      + f"   {slope:8.2f} ns a task's whole record, {slope / records:.2f} per record ({records} a task)")
     lines.append("kernel time, median µs: " + ", ".join(f"{b} T={t} {np.median(us[(b, t)]):.1f}" for b, t in configs))
-    text = "\n".join(lines)
-    print(text)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "proton_side_h200.txt").write_text(text + "\n")
-    (a.out / "proton_side_h200.json").write_text(json.dumps({"tasks": a.tasks, "results": res}, indent=1))
+    SC.save(a.out, "proton_side_h200", lines, {"tasks": a.tasks, "results": res})
     return 0
 
 

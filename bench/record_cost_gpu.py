@@ -19,7 +19,6 @@ the difference to ``off6``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -62,16 +61,11 @@ def main(argv=None) -> int:
              f"{'build - off6':>18} " + " ".join(f"{'T=' + str(t):>10}" for t in a.tasks) + "   ns a task (slope)"]
     res = {}
     for name in list(BUILDS)[1:]:
-        diffs = [float(np.median((us[(name, t)] - us[("off6", t)]) * 1e3)) for t in a.tasks]
-        slope = float(np.polyfit(np.array(a.tasks, float), np.array(diffs), 1)[0])
+        diffs, slope = SC.diff_slope(us, name, "off6", a.tasks)
         res[name] = {"diff_ns": diffs, "ns_per_task": slope}
         lines.append(f"{name:>18} " + " ".join(f"{d:10.0f}" for d in diffs) + f"   {slope:8.2f}")
     lines.append("kernel time, median µs: " + ", ".join(f"{b} T={t} {np.median(us[(b, t)]):.1f}" for b, t in configs))
-    text = "\n".join(lines)
-    print(text)
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "record_cost_h200.txt").write_text(text + "\n")
-    (a.out / "record_cost_h200.json").write_text(json.dumps({"tasks": a.tasks, "results": res}, indent=1))
+    SC.save(a.out, "record_cost_h200", lines, {"tasks": a.tasks, "results": res})
     return 0
 
 

@@ -430,6 +430,23 @@ def interleaved(configs: list, timed, rounds: int, batch: int, sync_every: int =
     return {c: np.array([a.elapsed_time(b) * 1e3 / batch for a, b in ev[c]]) for c in configs}
 
 
+def diff_slope(us: dict, build: str, base: str, tasks: list) -> tuple:
+    """``(median ns of build - base at each T, slope in ns a task)``: ``us`` as
+    ``interleaved`` returns it, keyed ``(build, T)``."""
+    diffs = [float(np.median((us[(build, t)] - us[(base, t)]) * 1e3)) for t in tasks]
+    return diffs, float(np.polyfit(np.array(tasks, float), np.array(diffs), 1)[0])
+
+
+def save(out: Path, stem: str, lines: list, results: dict) -> str:
+    """Print ``lines`` and write them and ``results`` to ``out/stem.txt`` / ``.json``."""
+    text = "\n".join(lines)
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.txt").write_text(text + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return text
+
+
 def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int) -> dict:
     """Interleaved timing of off / lead / per warp / off again at each T; paired
     differences per round; the decode check at the largest T."""
