@@ -81,7 +81,8 @@ def _clock32():
     return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
-EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_RED_DROP, EXP_BRANCH_DROP = range(1, 9)
+(EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_RED_DROP, EXP_BRANCH_DROP,
+ EXP_PLAIN_DROP) = range(1, 10)
 # bench_stamp's
 # experiments (0: the library's)
 
@@ -108,7 +109,9 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
     3, without the record's bookkeeping (slot check, placement word, drop counter);
     4, neither: a cycle-counter read and its store; 5, without the drop counter; 6,
     without the placement word; 7, the drop counter as a predicated ``red`` (no result)
-    instead of the library's ``atomic_add``; 8, the library's atomic behind a branch."""
+    instead of the library's ``atomic_add``; 8, the library's atomic behind a branch; 9,
+    the count as a predicated plain load, add and store (what a drop word a CTA owns
+    alone would take; here one shared word, so it only times the instructions)."""
     if C32 == 1 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
         if TL:
             ok = itl.in_slots(LAYOUT, launch, 0, task)
@@ -127,6 +130,9 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
                     tl.store(stamps + itl.placement_offset(LAYOUT, launch, 0, task, 0), place, mask=ok)
                 if C32 == 7:
                     _red_add(stamps + itl.drop_counter_word(LAYOUT, 0), (ok == 0) & (_tid() == 0))
+                elif C32 == 9:
+                    word = stamps + itl.drop_counter_word(LAYOUT, 0)
+                    tl.store(word, tl.load(word, mask=ok == 0, other=0) + 1, mask=ok == 0)
                 elif C32 == 8:
                     if ok == 0:
                         tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, sem="relaxed")
