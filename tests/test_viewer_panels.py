@@ -147,11 +147,11 @@ def _bundle(tmp_path, head: str, name="b.js"):
 def test_page_serves_a_given_plotly_bundle_under_its_own_address(state, tmp_path):
     """A bundle of the dashboard's trace types for this plotly.js goes out instead of
     the package's, compile hint first, at an address that names its content."""
-    traces = ",".join(sorted(VP.TRACE_TYPES) + ["pie"])
-    one = VP.plotly_bundle(_bundle(tmp_path, f"/* timeline-view plotly.js {VP.plotly_version()} traces={traces} */"))
-    assert one.traces == tuple(traces.split(",")) and one.version == VP.plotly_version()
-    other = VP.plotly_bundle(_bundle(tmp_path, f"/* timeline-view plotly.js {VP.plotly_version()} traces={traces},box */",
-                                     "c.js"))
+    traces = sorted(VP.TRACE_TYPES + ("pie",))
+    head = VP.bundle_header(VP.plotly_version(), traces).decode().rstrip("\n")  # what tools/plotly_bundle.py writes
+    one = VP.plotly_bundle(_bundle(tmp_path, head))
+    assert one.traces == tuple(traces) and one.version == VP.plotly_version()
+    other = VP.plotly_bundle(_bundle(tmp_path, VP.bundle_header(VP.plotly_version(), traces + ["box"]).decode(), "c.js"))
     assert one.route != other.route != VP.plotly_bundle().route
     client = VW.build(state, plotly=one).server.test_client()
     assert f'<script async src="/{one.route}"' in client.get("/").get_data(as_text=True)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from viewer.page import BUNDLE_HEADER, TRACE_TYPES, plotly_version
+from viewer.page import TRACE_TYPES, bundle_header, plotly_version
 
 # what the build needs besides plotly.js itself: plotly.js's own devDependencies for its
 # esbuild build (esbuild-config.js of the release), pinned
@@ -55,11 +55,6 @@ def entry(traces) -> str:
     return f"var Plotly = require('plotly.js/lib/core');\nPlotly.register([{mods}]);\nmodule.exports = Plotly;\n"
 
 
-def header(version: str, traces) -> bytes:
-    """The bundle's first line, which ``viewer.page.plotly_bundle`` checks."""
-    return BUNDLE_HEADER + f"{version} traces={','.join(sorted(traces))} */\n".encode()
-
-
 def _run(cmd: list, cwd: Path, what: str):
     try:
         done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
@@ -88,7 +83,7 @@ def build(out: Path, traces=TRACE_TYPES, version: str | None = None) -> Path:
     tmp = work / "bundle.min.js"
     _run(["node", "build.js", entry(traces), tmp.name], work, "esbuild")
     part = out.with_name(out.name + ".part")
-    part.write_bytes(header(version, traces) + tmp.read_bytes())
+    part.write_bytes(bundle_header(version, traces) + tmp.read_bytes())
     os.replace(part, out)
     return out
 

@@ -63,7 +63,7 @@ PLOTLY_EARLY = (
 COMPILE_HINT = b"//# allFunctionsCalledOnLoad\n"
 TRACE_TYPES = ("bar", "heatmap", "image", "scatter", "scattergl")  # every plotly.js trace type the
 # dashboard's figures draw: what a plotly.js bundle it serves must hold (tools/plotly_bundle.py builds one)
-BUNDLE_HEADER = b"/* timeline-view plotly.js "  # first line of such a bundle: VERSION traces=A,B,... */
+BUNDLE_HEADER = rb"/\* timeline-view plotly\.js (\S+) traces=([a-z0-9,]+) \*/"  # a bundle's first line
 
 
 class BundleError(ValueError):
@@ -108,8 +108,7 @@ def plotly_bundle(path: Path | None = None) -> PlotlyBundle:
     except OSError as e:
         raise BundleError(f"--plotly-js {str(path)!r}: cannot read it ({e.strerror}); build it with "
                           "`make plotly-bundle` or leave the option out to serve plotly's own bundle") from None
-    head = body.split(b"\n", 1)[0]
-    m = re.fullmatch(rb"/\* timeline-view plotly\.js (\S+) traces=([a-z0-9,]+) \*/", head)
+    m = re.fullmatch(BUNDLE_HEADER, body.split(b"\n", 1)[0])
     if m is None:
         raise BundleError(f"--plotly-js {str(path)!r} is not a bundle built by tools/plotly_bundle.py (its first "
                           "line names no version and trace types): rebuild it with `make plotly-bundle`")
@@ -126,6 +125,12 @@ def plotly_bundle(path: Path | None = None) -> PlotlyBundle:
 def _package_bundle() -> PlotlyBundle:
     body = (Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js").read_bytes()
     return PlotlyBundle(plotly_version(), None, COMPILE_HINT + body)
+
+
+def bundle_header(version: str, traces) -> bytes:
+    """The first line of a plotly.js bundle of ``traces`` for plotly.js ``version``
+    (``BUNDLE_HEADER``), which ``plotly_bundle`` reads back."""
+    return f"/* timeline-view plotly.js {version} traces={','.join(sorted(traces))} */\n".encode()
 
 
 def serve_plotly(bundle: PlotlyBundle):

@@ -192,10 +192,10 @@ def _page(app, dash_app, plotly: PlotlyBundle):
     the layout; dcc.Graph uses ``window.Plotly`` when set (the documented way to
     bring one's own plotly.js): until the script has run it is a promise that the
     script's load resolves. The layout carries the first view (``first_view``)."""
-    prefix = dash_app.config.requests_pathname_prefix
-    dash_app.server.add_url_rule(f"/{plotly.route}", "timeline_view_plotly", partial(serve_plotly, plotly))
+    prefix, route = dash_app.config.requests_pathname_prefix, plotly.route
+    dash_app.server.add_url_rule(f"/{route}", "timeline_view_plotly", partial(serve_plotly, plotly))
     dash_app.index_string = dash_app.index_string.replace(
-        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + plotly.route) + f"<style>{CSS}</style>")
+        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + f"<style>{CSS}</style>")
 
     def page_layout():
         # Dash validates the layout once at build time, outside any request
