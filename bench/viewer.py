@@ -6,7 +6,8 @@ drawing every interval as a bar would send instead.
 
     python bench/viewer.py                 # 10 k, 100 k, 1 M intervals
     python bench/viewer.py --sizes 1m --browser --colds 10   # also first paint (p90 of 10 cold
-                                                              # loads) and zoom round trips in headless Chromium
+                                                              # loads with each plotly.js bundle, taking
+                                                              # turns) and zoom round trips in headless Chromium
     python bench/viewer.py --sizes '' --trace traces/h200_mono_demo.arrow   # first paint on a real trace
 
 The sizes' traces are SYNTHETIC (``timeline.synth``, GLM-5 stage list); ``--trace``
