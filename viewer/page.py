@@ -94,8 +94,8 @@ def plotly_version() -> str:
 def plotly_bundle(path: Path | None = None) -> PlotlyBundle:
     """The plotly.js to serve: with no ``path`` the bundle the ``plotly`` package
     ships (the one Dash would serve, every trace type); else a bundle of only the
-    trace types the dashboard draws (``tools/plotly_bundle.py``: a third of the bytes,
-    a fraction of the evaluation the first paint waits for). Either goes out behind
+    trace types the dashboard draws (``tools/plotly_bundle.py``: less to load and to
+    evaluate before the first paint). Either goes out behind
     V8's explicit compile hint ``//# allFunctionsCalledOnLoad``: plotly.js calls most
     of its functions while it initializes, and with the hint Chromium compiles them
     on a background thread while the file downloads (bench/viewer.py --browser times
