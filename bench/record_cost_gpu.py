@@ -8,7 +8,8 @@ placement word), against the same kernel without a record (``off6``) and against
 experiments (``stamp_cost_gpu.bench_stamp``): ``reddrop`` (the drop counter a
 predicated ``red``, no result, instead of the library's ``atomic_add`` predicated
 off), ``branchdrop`` (the atomic behind a branch), ``plaindrop`` (a predicated plain
-load, add and store) and those that leave parts of the
+load, add and store), ``dropfirst`` (the atomic before the first phase's counter read,
+not after its stores) and those that leave parts of the
 record out (none decodes whole): ``noanchor`` (no ``%globaltimer`` anchors), ``nodrop`` (no drop
 counter), ``noplace`` (no placement word), ``nobook`` (no slot check, placement word or
 drop counter) and ``bare`` (neither: five cycle-counter
@@ -31,7 +32,7 @@ import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 from instrument import alloc
 
 BUILDS = {"off6": None, "hlead6": 0, "reddrop": SC.EXP_RED_DROP, "branchdrop": SC.EXP_BRANCH_DROP,
-          "plaindrop": SC.EXP_PLAIN_DROP, "noanchor": SC.EXP_NO_ANCHOR, "nodrop": SC.EXP_NO_DROP,
+          "plaindrop": SC.EXP_PLAIN_DROP, "dropfirst": SC.EXP_DROP_FIRST, "noanchor": SC.EXP_NO_ANCHOR, "nodrop": SC.EXP_NO_DROP,
           "noplace": SC.EXP_NO_PLACE, "nobook": SC.EXP_NO_BOOK, "bare": SC.EXP_BARE}
 
 

@@ -82,7 +82,7 @@ def _clock32():
 
 
 (EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_RED_DROP, EXP_BRANCH_DROP,
- EXP_PLAIN_DROP) = range(1, 10)
+ EXP_PLAIN_DROP, EXP_DROP_FIRST) = range(1, 11)
 # bench_stamp's
 # experiments (0: the library's)
 
@@ -111,7 +111,10 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
     without the placement word; 7, the drop counter as a predicated ``red`` (no result)
     instead of the library's ``atomic_add``; 8, the library's atomic behind a branch; 9,
     the count as a predicated plain load, add and store (what a drop word a CTA owns
-    alone would take; here one shared word, so it only times the instructions)."""
+    alone would take; here one shared word, so it only times the instructions); 10, the
+    library's atomic counted before the first phase's counter read rather than after
+    its stores (the block the atomic's branch ends then holds the stamp's stores and the
+    work's first load together)."""
     if C32 == 1 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
         if TL:
             ok = itl.in_slots(LAYOUT, launch, 0, task)
@@ -120,6 +123,8 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
         if TL:
             tl.static_assert(LAYOUT.anchors != 0 and LAYOUT.waves == 1, "experiments 2-4: hybrid lead-thread spec")
             ok = (task >= 0) if C32 == 3 or C32 == 4 else itl.in_slots(LAYOUT, launch, 0, task)
+            if C32 == 10 and PHASE == 0:
+                tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
             t = itl.clock64()
             if C32 != 2 and C32 != 4:
                 itl._anchor(stamps, LAYOUT, launch, 0, task, 0, PHASE, ok)
@@ -136,7 +141,7 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
                 elif C32 == 8:
                     if ok == 0:
                         tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, sem="relaxed")
-                elif C32 != 5:
+                elif C32 != 5 and C32 != 10:
                     tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
     else:
         itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
