@@ -90,7 +90,7 @@ def device_us(prof, launched: list, batch: int, names) -> dict:
     out = {}
     for i, c in enumerate(launched):
         out.setdefault(c, []).append(sum(k.duration_ns() for k in kernels[i * batch:(i + 1) * batch]) / 1e3 / batch)
-    return {c: np.array(v[3:]) for c, v in out.items()}  # the three warm-up launches of each left out
+    return {c: np.array(v[SC.WARMUP:]) for c, v in out.items()}  # the warm-up launches left out
 
 
 def main(argv=None) -> int:

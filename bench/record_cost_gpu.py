@@ -31,9 +31,10 @@ import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 
 from instrument import alloc
 
-BUILDS = {"off6": None, "hlead6": 0, "reddrop": SC.EXP_RED_DROP, "branchdrop": SC.EXP_BRANCH_DROP,
-          "plaindrop": SC.EXP_PLAIN_DROP, "dropfirst": SC.EXP_DROP_FIRST, "noanchor": SC.EXP_NO_ANCHOR, "nodrop": SC.EXP_NO_DROP,
-          "noplace": SC.EXP_NO_PLACE, "nobook": SC.EXP_NO_BOOK, "bare": SC.EXP_BARE}
+BUILDS = {"off6": None, "hlead6": 0, **{name: e.value for name, e in (
+    ("reddrop", SC.EXP_RED_DROP), ("branchdrop", SC.EXP_BRANCH_DROP), ("plaindrop", SC.EXP_PLAIN_DROP),
+    ("dropfirst", SC.EXP_DROP_FIRST), ("noanchor", SC.EXP_NO_ANCHOR), ("nodrop", SC.EXP_NO_DROP),
+    ("noplace", SC.EXP_NO_PLACE), ("nobook", SC.EXP_NO_BOOK), ("bare", SC.EXP_BARE))}}
 
 
 def main(argv=None) -> int:
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     def go(name, t):
         exp = BUILDS[name]
         SC.work_kernel[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, exp is not None, nw),
-                                num_warps=nw, PIECES=3, C32=exp or 0)
+                                num_warps=nw, PIECES=3, EXP=exp or 0)
 
     configs = [(b, t) for t in a.tasks for b in BUILDS]
     us = SC.interleaved(configs, lambda c: SC.events_around(lambda: go(*c), 1), a.rounds, 1, sync_every=1)

@@ -81,10 +81,17 @@ def _clock32():
     return tl.inline_asm_elementwise("mov.u32 $0, %clock;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
 
-(EXP_C32, EXP_NO_ANCHOR, EXP_NO_BOOK, EXP_BARE, EXP_NO_DROP, EXP_NO_PLACE, EXP_RED_DROP, EXP_BRANCH_DROP,
- EXP_PLAIN_DROP, EXP_DROP_FIRST) = range(1, 11)
-# bench_stamp's
-# experiments (0: the library's)
+# bench_stamp's experiments (0: the library's stamp); see its docstring
+EXP_C32 = tl.constexpr(1)
+EXP_NO_ANCHOR = tl.constexpr(2)
+EXP_NO_BOOK = tl.constexpr(3)
+EXP_BARE = tl.constexpr(4)
+EXP_NO_DROP = tl.constexpr(5)
+EXP_NO_PLACE = tl.constexpr(6)
+EXP_RED_DROP = tl.constexpr(7)
+EXP_BRANCH_DROP = tl.constexpr(8)
+EXP_PLAIN_DROP = tl.constexpr(9)
+EXP_DROP_FIRST = tl.constexpr(10)
 
 
 @triton.jit
@@ -102,53 +109,55 @@ def _red_add(word, pred):
 
 @triton.jit
 def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, TL: tl.constexpr,
-                C32: tl.constexpr):
-    """``instrument.triton.stamp`` of stage 0, or (``C32`` an experiment code, none a
-    stamp this tool decodes whole; lead thread): 1, every stamp but the first and the
-    last phase's stores the 32-bit ``%clock``; 2, a hybrid stamp without its anchors;
-    3, without the record's bookkeeping (slot check, placement word, drop counter);
-    4, neither: a cycle-counter read and its store; 5, without the drop counter; 6,
-    without the placement word; 7, the drop counter as a predicated ``red`` (no result)
-    instead of the library's ``atomic_add``; 8, the library's atomic behind a branch; 9,
-    the count as a predicated plain load, add and store (what a drop word a CTA owns
-    alone would take; here one shared word, so it only times the instructions); 10, the
-    library's atomic counted before the first phase's counter read rather than after
-    its stores (the block the atomic's branch ends then holds the stamp's stores and the
-    work's first load together)."""
-    if C32 == 1 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
+                EXP: tl.constexpr):
+    """``instrument.triton.stamp`` of stage 0, or an experiment (``EXP``; none a stamp
+    this tool decodes whole): ``EXP_C32``, every stamp but the first and the last
+    phase's stores the 32-bit ``%clock``; the others a hybrid lead-thread stamp with a
+    part left out or done another way: ``EXP_NO_ANCHOR`` without its anchors,
+    ``EXP_NO_BOOK`` without the record's bookkeeping (slot check, placement word, drop
+    counter), ``EXP_BARE`` neither (a cycle-counter read and its store),
+    ``EXP_NO_DROP`` / ``EXP_NO_PLACE`` without the drop counter / placement word;
+    the drop counter as a predicated ``red`` (no result) instead of the library's
+    ``atomic_add`` (``EXP_RED_DROP``), as that atomic behind a branch
+    (``EXP_BRANCH_DROP``), as a predicated plain load, add and store (``EXP_PLAIN_DROP``:
+    what a drop word one CTA owns would take; here one shared word, so it only times
+    the instructions), or counted before the first phase's counter read rather than
+    after its stores (``EXP_DROP_FIRST``)."""
+    if EXP == EXP_C32 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
         if TL:
             ok = itl.in_slots(LAYOUT, launch, 0, task)
             tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), _clock32().to(tl.int64), mask=ok)
-    elif C32 >= 2:
+    elif EXP > EXP_C32:
         if TL:
-            tl.static_assert(LAYOUT.anchors != 0 and LAYOUT.waves == 1, "experiments 2-4: hybrid lead-thread spec")
-            ok = (task >= 0) if C32 == 3 or C32 == 4 else itl.in_slots(LAYOUT, launch, 0, task)
-            if C32 == 10 and PHASE == 0:
+            tl.static_assert(LAYOUT.anchors != 0 and LAYOUT.waves == 1, "the experiments: a hybrid lead-thread spec")
+            no_book = EXP == EXP_NO_BOOK or EXP == EXP_BARE
+            ok = (task >= 0) if no_book else itl.in_slots(LAYOUT, launch, 0, task)
+            if EXP == EXP_DROP_FIRST and PHASE == 0:
                 tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
             t = itl.clock64()
-            if C32 != 2 and C32 != 4:
+            if EXP != EXP_NO_ANCHOR and EXP != EXP_BARE:
                 itl._anchor(stamps, LAYOUT, launch, 0, task, 0, PHASE, ok)
             tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), t, mask=ok)
-            if PHASE == 0 and C32 != 3 and C32 != 4:
-                if C32 != 6:
+            if PHASE == 0 and not no_book:
+                if EXP != EXP_NO_PLACE:
                     place = itl.placement_word(tl.program_id(0), 0, itl.smid())
                     tl.store(stamps + itl.placement_offset(LAYOUT, launch, 0, task, 0), place, mask=ok)
-                if C32 == 7:
-                    _red_add(stamps + itl.drop_counter_word(LAYOUT, 0), (ok == 0) & (_tid() == 0))
-                elif C32 == 9:
-                    word = stamps + itl.drop_counter_word(LAYOUT, 0)
-                    tl.store(word, tl.load(word, mask=ok == 0, other=0) + 1, mask=ok == 0)
-                elif C32 == 8:
+                drop_word = itl.drop_counter_word(LAYOUT, 0)
+                if EXP == EXP_RED_DROP:
+                    _red_add(stamps + drop_word, (ok == 0) & (_tid() == 0))
+                elif EXP == EXP_PLAIN_DROP:
+                    tl.store(stamps + drop_word, tl.load(stamps + drop_word, mask=ok == 0, other=0) + 1, mask=ok == 0)
+                elif EXP == EXP_BRANCH_DROP:
                     if ok == 0:
-                        tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, sem="relaxed")
-                elif C32 != 5 and C32 != 10:
-                    tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
+                        tl.atomic_add(stamps + drop_word, 1, sem="relaxed")
+                elif EXP != EXP_NO_DROP and EXP != EXP_DROP_FIRST:
+                    tl.atomic_add(stamps + drop_word, 1, mask=ok == 0, sem="relaxed")
     else:
         itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
 
 
 @triton.jit
-def chain_marked(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, TL: tl.constexpr, C32: tl.constexpr,
+def chain_marked(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, TL: tl.constexpr, EXP: tl.constexpr,
                  PIECES: tl.constexpr, MID: tl.constexpr, MARK0: tl.constexpr):
     """``chain(y, x, n)`` in ``PIECES`` (1 or 3) loops of ``n // 3``, ``n // 3`` and the
     rest steps; with ``MID`` a mark stamp (``MARK0``, ``MARK0 + 1``) between them: a
@@ -159,24 +168,24 @@ def chain_marked(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, TL: tl.con
         k = n // 3
         y = chain(y, x, k)
         if MID:
-            bench_stamp(stamps, LAYOUT, launch, task, MARK0, TL, C32)
+            bench_stamp(stamps, LAYOUT, launch, task, MARK0, TL, EXP)
         y = chain(y, x, k)
         if MID:
-            bench_stamp(stamps, LAYOUT, launch, task, MARK0 + 1, TL, C32)
+            bench_stamp(stamps, LAYOUT, launch, task, MARK0 + 1, TL, EXP)
         y = chain(y, x, n - 2 * k)
     return y
 
 
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
-                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, C32: tl.constexpr = False,
+                BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, EXP: tl.constexpr = 0,
                 PIECES: tl.constexpr = 1, MID: tl.constexpr = False):
     """Persistent: CTA ``bid`` runs tasks ``bid + i G`` for ``i < n_tasks``; each task
     loads tile ``task % TILES``, runs the FMA chain in two halves and stores to
     ``out[task]``. Stamps (when ``TL``): 0 start, 1 load issued, 2 first half of the
     chain done, 3 chain done, 4 tile stored; ``EXTRA``: after stamps 1..4 also one of
     the spec's four marks (5 + k), right behind it: four further stamps a task;
-    ``C32``: see ``bench_stamp``; ``PIECES`` / ``MID``: see ``chain_marked`` (the four
+    ``EXP``: see ``bench_stamp``; ``PIECES`` / ``MID``: see ``chain_marked`` (the four
     marks between the pieces of the two halves)."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
@@ -184,23 +193,23 @@ def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, 
     half = iters // 2
     for i in range(n_tasks):
         task = bid + i * G
-        bench_stamp(stamps, LAYOUT, launch, task, 0, TL, C32)
+        bench_stamp(stamps, LAYOUT, launch, task, 0, TL, EXP)
         x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
-        bench_stamp(stamps, LAYOUT, launch, task, 1, TL, C32)
+        bench_stamp(stamps, LAYOUT, launch, task, 1, TL, EXP)
         if EXTRA:
-            bench_stamp(stamps, LAYOUT, launch, task, 5, TL, C32)
-        y = chain_marked(x, x, half, stamps, LAYOUT, launch, task, TL, C32, PIECES, MID, 5)
-        bench_stamp(stamps, LAYOUT, launch, task, 2, TL, C32)
+            bench_stamp(stamps, LAYOUT, launch, task, 5, TL, EXP)
+        y = chain_marked(x, x, half, stamps, LAYOUT, launch, task, TL, EXP, PIECES, MID, 5)
+        bench_stamp(stamps, LAYOUT, launch, task, 2, TL, EXP)
         if EXTRA:
-            bench_stamp(stamps, LAYOUT, launch, task, 6, TL, C32)
-        y = chain_marked(y, x, iters - half, stamps, LAYOUT, launch, task, TL, C32, PIECES, MID, 7)
-        bench_stamp(stamps, LAYOUT, launch, task, 3, TL, C32)
+            bench_stamp(stamps, LAYOUT, launch, task, 6, TL, EXP)
+        y = chain_marked(y, x, iters - half, stamps, LAYOUT, launch, task, TL, EXP, PIECES, MID, 7)
+        bench_stamp(stamps, LAYOUT, launch, task, 3, TL, EXP)
         if EXTRA:
-            bench_stamp(stamps, LAYOUT, launch, task, 7, TL, C32)
+            bench_stamp(stamps, LAYOUT, launch, task, 7, TL, EXP)
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
-        bench_stamp(stamps, LAYOUT, launch, task, 4, TL, C32)
+        bench_stamp(stamps, LAYOUT, launch, task, 4, TL, EXP)
         if EXTRA:
-            bench_stamp(stamps, LAYOUT, launch, task, 8, TL, C32)
+            bench_stamp(stamps, LAYOUT, launch, task, 8, TL, EXP)
 
 
 # -- experiments: other ways to stamp, measured beside the library's ------------------------------
@@ -380,7 +389,7 @@ def extra_of(build: str) -> dict:
     further = build.endswith("+4")
     return {**({"PIECES": 3} if between else {}), **({"MID": True} if between and further else {}),
             **({"EXTRA": True} if further and not between else {}),
-            **({"C32": True} if build.startswith("c32") else {})}
+            **({"EXP": EXP_C32.value} if build.startswith("c32") else {})}
 
 
 def launch_args(inp, out, buf, layout, n_tasks, iters, on, num_warps):
@@ -422,12 +431,15 @@ def events_around(launch, batch: int) -> tuple:
     return e0, e1
 
 
+WARMUP = 3  # timed calls of each config before the rounds (``interleaved``)
+
+
 def interleaved(configs: list, timed, rounds: int, batch: int, sync_every: int = 20) -> dict:
     """``{config: µs per launch of every round}``: ``timed(config)`` (an event pair
-    around ``batch`` launches) three times each to warm up, then ``rounds`` rounds of
+    around ``batch`` launches) ``WARMUP`` times each to warm up, then ``rounds`` rounds of
     every config, the order rotated a step each round so that drift hits all alike."""
     for c in configs:  # warm-up: clocks up, caches warm
-        for _ in range(3):
+        for _ in range(WARMUP):
             timed(c)
     torch.cuda.synchronize()
     ev = {c: [] for c in configs}
