@@ -176,16 +176,14 @@ def print_browser_zooms(zs: list):
           f"{part('server_ms'):.3f} s, response -> painted {part('drawn_ms'):.3f} s")
 
 
-PLOTLY_BUNDLE = ROOT / ".cache" / "plotly" / "plotly-timeline.min.js"  # what `make demo` serves
-
-
 def bundles() -> dict:
     """The plotly.js each first paint is timed with, by label: the dashboard's own
     bundle (``make plotly-bundle``; what ``make demo`` serves) and the ``plotly``
     package's (what ``timeline-view`` serves without ``--plotly-js``)."""
+    from tools.plotly_bundle import CHECKOUT_BUNDLE
     from viewer import page as VP
 
-    out = {"dashboard bundle": VP.plotly_bundle(PLOTLY_BUNDLE)} if PLOTLY_BUNDLE.is_file() else {}
+    out = {"dashboard bundle": VP.plotly_bundle(CHECKOUT_BUNDLE)} if CHECKOUT_BUNDLE.is_file() else {}
     return {**out, "plotly package": VP.plotly_bundle()}
 
 
@@ -201,9 +199,10 @@ def first_paint(state, colds: int = 3, url_query: str = "") -> dict:
     from viewer import wiring as VW
     from tools import browser as B
 
-    out = {label: {"cold": [], "warm": [], "parts": []} for label in bundles()}
+    by_label = bundles()
+    out = {label: {"cold": [], "warm": [], "parts": [], "bundle_bytes": len(b.body)} for label, b in by_label.items()}
     with ExitStack() as stack:
-        urls = {label: stack.enter_context(B.serve(VW.build(state, plotly=b))) for label, b in bundles().items()}
+        urls = {label: stack.enter_context(B.serve(VW.build(state, plotly=b))) for label, b in by_label.items()}
         for i in range(colds):
             for label, url in urls.items():
                 with B.chromium(1600, 1100) as driver:
@@ -253,7 +252,8 @@ def print_paint(by_bundle: dict):
     for label, fp in by_bundle.items():
         cold, warm = fp["cold"], fp["warm"]
         p90s[label] = p90 = float(np.quantile(cold, 0.9))
-        print(f"  first paint in Chromium, {label}: {statistics.median(cold):.3f} s  cold browser cache (median of "
+        print(f"  first paint in Chromium, {label} ({fmt_bytes(fp['bundle_bytes'])} of plotly.js): "
+              f"{statistics.median(cold):.3f} s  cold browser cache (median of "
               f"{len(cold)}: {', '.join(f'{c:.2f}' for c in cold)}), {statistics.median(warm):.3f} s warm")
         print(f"    p90 of the cold loads {p90:.3f} s (goal <= {GOAL_PAINT_P90_S} s: "
               f"{'met' if p90 <= GOAL_PAINT_P90_S else 'NOT met'})")

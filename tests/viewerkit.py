@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import os
-from pathlib import Path
 
 import numpy as np
 
@@ -14,17 +13,15 @@ import pyarrow.parquet as pq
 from timeline import Spec, collect, synth
 
 
-PLOTLY_BUNDLE = Path(__file__).resolve().parent.parent / ".cache" / "plotly" / "plotly-timeline.min.js"
-
-
 def dashboard_bundle():
     """The plotly.js bundle ``make demo`` serves (``make plotly-bundle`` builds it;
     ``make test`` does before the tests): a browser test that needs it fails, naming
     the command, when it is missing or stale."""
+    from tools.plotly_bundle import CHECKOUT_BUNDLE
     from viewer import page
 
     try:
-        return page.plotly_bundle(PLOTLY_BUNDLE)
+        return page.plotly_bundle(CHECKOUT_BUNDLE)
     except page.BundleError as e:
         raise AssertionError(f"{e} (make setup-test builds it)") from None
 

@@ -22,6 +22,10 @@ from pathlib import Path
 
 from viewer.page import TRACE_TYPES, bundle_header, plotly_version
 
+CHECKOUT_BUNDLE = Path(__file__).resolve().parent.parent / ".cache" / "plotly" / "plotly-timeline.min.js"
+# where `make plotly-bundle` writes it (the Makefile's PLOTLY_JS): what `make demo` serves, the
+# browser tests and bench/viewer.py load
+
 # what the build needs besides plotly.js itself: plotly.js's own devDependencies for its
 # esbuild build (esbuild-config.js of the release), pinned
 BUILD_DEPS = {"esbuild": "0.28.1", "esbuild-plugin-glsl": "1.4.2", "esbuild-plugin-environment": "0.5.0",
