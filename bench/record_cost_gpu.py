@@ -16,6 +16,12 @@ drop counter) and ``bare`` (neither: five cycle-counter
 reads and their stores). Interleaved round by round, CUDA events around each
 launch; what a part costs a task is the slope over T = 64 / 256 / 512 tasks a CTA of
 the difference to ``off6``.
+
+    PYTHONPATH=. python bench/record_cost_gpu.py --sass DIR   # no GPU: where each build's first load sits
+
+``--sass`` compiles every build for sm_90 (no GPU needed) and prints, from its SASS,
+what lies between the first stamp's counter read and the task's tile load (``LDG``):
+how many instructions and how many branches.
 """
 
 from __future__ import annotations
@@ -37,14 +43,42 @@ BUILDS = {"off6": None, "hlead6": 0, **{name: e.value for name, e in (
     ("noplace", SC.EXP_NO_PLACE), ("nobook", SC.EXP_NO_BOOK), ("bare", SC.EXP_BARE))}}
 
 
+def sass_report(out: Path, warps: int = 4) -> str:
+    """``--sass``: per build, the instructions and branches from the first
+    ``CS2R ... SR_CLOCKLO`` to the first ``LDG`` of its SASS (compiled, not run)."""
+    from tools.sass import instructions
+
+    grid = 132
+    layout = SC.spec(grid, 512, waves=1, arch="sm_90", hybrid=True).layout
+    lines = ["each build's SASS (sm_90, compiled here, not run): from the first stamp's counter read to the task's "
+             "tile load", f"{'build':>12} {'instructions':>12} {'branches':>9}"]
+    res = {}
+    for name, exp in BUILDS.items():
+        k = SC.itl.compile_launch(SC.work_kernel, torch.float32, torch.float32, torch.int64, 0, 64, 64, layout,
+                                  exp is not None, warps * 32, grid=(grid,), num_warps=warps, PIECES=3, EXP=exp or 0)
+        sass = instructions(k.asm["cubin"])
+        load = next(i for i, ins in enumerate(sass) if ins.startswith("LDG"))
+        read = next((i for i, ins in enumerate(sass) if "SR_CLOCKLO" in ins), load)
+        between = sass[read:load]
+        res[name] = {"instructions": len(between), "branches": sum(" BRA " in f" {ins} " for ins in between)}
+        lines.append(f"{name:>12} {res[name]['instructions']:>12} {res[name]['branches']:>9}")
+    return SC.save(out, "record_cost_sass", lines, res)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--sass", type=Path, metavar="DIR", help="no GPU: the SASS report into DIR, nothing run")
     ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 512])
     ap.add_argument("--iters", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--warps", type=int, default=4)
     a = ap.parse_args(argv)
+    if a.sass:
+        sass_report(a.sass, a.warps)
+        return 0
+    if a.out is None:
+        ap.error("--out DIR (or --sass DIR)")
     nw, tmax = a.warps, max(a.tasks)
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     block = nw * 32

@@ -25,6 +25,7 @@ from instrument.demo import triton_calib as tc  # noqa: E402
 from instrument.demo import triton_mono as tm  # noqa: E402
 from timeline import schema as S  # noqa: E402
 from timeline.collect import collect  # noqa: E402
+from tools.sass import instructions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -328,17 +329,6 @@ def _stamped_work(x, stamps, n, LAYOUT: tl.constexpr):
         itl.stamp(stamps, LAYOUT, 0, 0, t, 4, True)
 
 
-def _sass(cubin: bytes, tmp_path) -> list:
-    """The instructions of ``cubin`` as text, through the ``nvdisasm`` Triton ships."""
-    import triton as _triton
-
-    tool = Path(_triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-    path = tmp_path / "k.cubin"
-    path.write_bytes(cubin)
-    text = subprocess.run([str(tool), "-c", str(path)], capture_output=True, text=True, check=True).stdout
-    return [line.split("*/", 1)[1].split(";")[0].strip() for line in text.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-
-
 @pytest.mark.parametrize("hybrid", [False, True])
 def test_every_stamp_of_a_record_stores_at_one_base_plus_a_constant(tmp_path, hybrid):
     """The word offsets are 64-bit, so phases 1..4 and the marks of a task store at one
@@ -346,7 +336,7 @@ def test_every_stamp_of_a_record_stores_at_one_base_plus_a_constant(tmp_path, hy
     read and a store, with no address arithmetic of its own (bench/stamp_cost_gpu.py)."""
     sp = itl.spec("sass", [("work", 4096)], grid=132, hybrid=hybrid).replace(marks=["m1", "m2"])
     k = itl.compile_launch(_stamped_work, torch.float32, torch.int64, 4096, sp.layout, grid=(132,), num_warps=4)
-    sass = _sass(k.asm["cubin"], tmp_path)
+    sass = instructions(k.asm["cubin"])
     clock = "SR_CLOCKLO" if hybrid else "SR_GLOBALTIMERLO"
     bases = []
     for i, ins in enumerate(sass):
