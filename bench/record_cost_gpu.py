@@ -9,7 +9,8 @@ experiments (``stamp_cost_gpu.bench_stamp``): ``reddrop`` (the drop counter a
 predicated ``red``, no result, instead of the library's ``atomic_add`` predicated
 off), ``branchdrop`` (the atomic behind a branch), ``plaindrop`` (a predicated plain
 load, add and store), ``dropfirst`` (the atomic before the first phase's counter read,
-not after its stores) and those that leave parts of the
+not after its stores), ``droplast`` (the atomic at the last phase), ``flagdrop`` (no
+count: a predicated plain store of the task's index + 1) and those that leave parts of the
 record out (none decodes whole): ``noanchor`` (no ``%globaltimer`` anchors), ``nodrop`` (no drop
 counter), ``noplace`` (no placement word), ``nobook`` (no slot check, placement word or
 drop counter) and ``bare`` (neither: five cycle-counter
@@ -39,7 +40,7 @@ from instrument import alloc
 
 BUILDS = {"off6": None, "hlead6": 0, **{name: e.value for name, e in (
     ("reddrop", SC.EXP_RED_DROP), ("branchdrop", SC.EXP_BRANCH_DROP), ("plaindrop", SC.EXP_PLAIN_DROP),
-    ("dropfirst", SC.EXP_DROP_FIRST), ("noanchor", SC.EXP_NO_ANCHOR), ("nodrop", SC.EXP_NO_DROP),
+    ("dropfirst", SC.EXP_DROP_FIRST), ("droplast", SC.EXP_DROP_LAST), ("flagdrop", SC.EXP_FLAG_DROP), ("noanchor", SC.EXP_NO_ANCHOR), ("nodrop", SC.EXP_NO_DROP),
     ("noplace", SC.EXP_NO_PLACE), ("nobook", SC.EXP_NO_BOOK), ("bare", SC.EXP_BARE))}}
 
 

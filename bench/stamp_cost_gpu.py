@@ -92,6 +92,8 @@ EXP_RED_DROP = tl.constexpr(7)
 EXP_BRANCH_DROP = tl.constexpr(8)
 EXP_PLAIN_DROP = tl.constexpr(9)
 EXP_DROP_FIRST = tl.constexpr(10)
+EXP_FLAG_DROP = tl.constexpr(11)
+EXP_DROP_LAST = tl.constexpr(12)
 
 
 @triton.jit
@@ -122,7 +124,9 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
     (``EXP_BRANCH_DROP``), as a predicated plain load, add and store (``EXP_PLAIN_DROP``:
     what a drop word one CTA owns would take; here one shared word, so it only times
     the instructions), or counted before the first phase's counter read rather than
-    after its stores (``EXP_DROP_FIRST``)."""
+    after its stores (``EXP_DROP_FIRST``), counted at the last phase instead of the
+    first (``EXP_DROP_LAST``), or not counted but flagged: a predicated plain store of
+    the task's index + 1 (``EXP_FLAG_DROP``)."""
     if EXP == EXP_C32 and PHASE != 0 and PHASE != LAYOUT.phases - 1:
         if TL:
             ok = itl.in_slots(LAYOUT, launch, 0, task)
@@ -138,6 +142,8 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
             if EXP != EXP_NO_ANCHOR and EXP != EXP_BARE:
                 itl._anchor(stamps, LAYOUT, launch, 0, task, 0, PHASE, ok)
             tl.store(stamps + itl.stamp_offset(LAYOUT, launch, 0, task, 0, PHASE), t, mask=ok)
+            if PHASE == LAYOUT.phases - 1 and EXP == EXP_DROP_LAST:
+                tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0), 1, mask=ok == 0, sem="relaxed")
             if PHASE == 0 and not no_book:
                 if EXP != EXP_NO_PLACE:
                     place = itl.placement_word(tl.program_id(0), 0, itl.smid())
@@ -147,10 +153,12 @@ def bench_stamp(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr,
                     _red_add(stamps + drop_word, (ok == 0) & (_tid() == 0))
                 elif EXP == EXP_PLAIN_DROP:
                     tl.store(stamps + drop_word, tl.load(stamps + drop_word, mask=ok == 0, other=0) + 1, mask=ok == 0)
+                elif EXP == EXP_FLAG_DROP:
+                    tl.store(stamps + drop_word, task.to(tl.int64) + 1, mask=ok == 0)
                 elif EXP == EXP_BRANCH_DROP:
                     if ok == 0:
                         tl.atomic_add(stamps + drop_word, 1, sem="relaxed")
-                elif EXP != EXP_NO_DROP and EXP != EXP_DROP_FIRST:
+                elif EXP != EXP_NO_DROP and EXP != EXP_DROP_FIRST and EXP != EXP_DROP_LAST:
                     tl.atomic_add(stamps + drop_word, 1, mask=ok == 0, sem="relaxed")
     else:
         itl.stamp(stamps, LAYOUT, launch, 0, task, PHASE, TL)
