@@ -13,12 +13,13 @@ also as hybrid builds (``%clock64`` every stamp, ``%globaltimer`` at the first a
 the last; ``hlead``, ``hwarps``); ``lead+4`` / ``hlead+4``: four further stamps a
 task (marks right behind four of the stamps), whose difference to the build
 without them is what a further stamp costs; the normal build a second time (A/A:
-the noise floor). And three experiments, other ways to stamp measured against the
+the noise floor); ``dlead`` / ``dwarps``: the library's deferred stamps
+(``stamp_deferred``: each stores the reading of the one before, so no store waits
+for its own counter read), hybrid, lead thread and per warp, also ``+4`` (as are
+``hwarps``). And two experiments, other ways to stamp measured against the
 library's (defined here, not in ``instrument``): ``regs`` (the ticks held in
-registers, the record written once at the task's end), ``dlead`` (each stamp
-stores the reading of the one before, so no store waits for its own counter
-read) and ``c32`` (phases 1..4 read the 32-bit ``%clock``; its buffer does not
-decode); ``dlead`` and ``c32`` also ``+4``. And the ``BETWEEN`` builds (``lead6``,
+registers, the record written once at the task's end) and ``c32`` (phases 1..4
+read the 32-bit ``%clock``; its buffer does not decode), also ``+4``. And the ``BETWEEN`` builds (``lead6``,
 ``warps6``, ``hlead6``, ``hwarps6``): the chain's two halves run as three loops
 each, and their ``+4`` puts the four marks between those loops, so that a further
 stamp has work on both sides and is measured against the same six loops without
@@ -222,33 +223,6 @@ def work_kernel(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, 
 
 # -- experiments: other ways to stamp, measured beside the library's ------------------------------
 @triton.jit
-def stamp_deferred(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr, prev,
-                   PREV: tl.constexpr, ON: tl.constexpr):
-    """A hybrid lead-thread stamp that does not wait for its own reading: it reads
-    ``%clock64``, stores ``prev`` (the reading of stamp ``PREV``, returned by the
-    stamp before; ``PREV`` < 0: none) and returns its own. The first phase stores
-    its placement word and anchor at once (``stamp_lead``); the last phase stores its
-    own reading and the second anchor too. A store of a register read long ago
-    issues without waiting; a store of the counter just read waits for the read."""
-    if ON:
-        tl.static_assert(LAYOUT.anchors != 0 and LAYOUT.waves == 1,
-                         "stamp_deferred needs a hybrid lead-thread spec: spec(..., hybrid=True)")
-        if PHASE == 0:
-            t = itl.stamp_lead(stamps, LAYOUT, launch, STAGE, task, 0)
-        else:
-            ok = itl.in_slots(LAYOUT, launch, STAGE, task)
-            t = itl.clock64()
-            if PHASE == LAYOUT.phases - 1:
-                tl.store(stamps + itl.anchor_offset(LAYOUT, launch, STAGE, task, 0, 1), itl.globaltimer(), mask=ok)
-                tl.store(stamps + itl.stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t, mask=ok)
-            if PREV > 0:  # PREV 0 was stored by the first phase itself
-                tl.store(stamps + itl.stamp_offset(LAYOUT, launch, STAGE, task, 0, PREV), prev, mask=ok)
-        return t
-    else:
-        return tl.zeros([], dtype=tl.int64)
-
-
-@triton.jit
 def tick(ON: tl.constexpr):
     """A stamp held in a register: ``%clock64`` (int64; 0 when not ``ON``). The
     task's ticks go to the buffer together, with ``task_record``, when it ends."""
@@ -321,38 +295,31 @@ def work_kernel_regs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.conste
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel_deferred(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
                          BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
-    """``work_kernel`` with deferred hybrid stamps (``stamp_deferred``: each stores
-    the reading of the stamp before it); ``EXTRA``: the four marks as well."""
+    """``work_kernel`` with deferred stamps (``instrument.triton.stamp_deferred``: each
+    stores the reading of the stamp before it); ``EXTRA``: the four marks as well."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     half = iters // 2
     for i in range(n_tasks):
         task = bid + i * G
-        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 0, 0, -1, TL)
+        t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 0, 0, -1, TL)
         x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
-        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 1, t, 0, TL)
-        p = 1
+        t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 1, t, 0, TL)
         if EXTRA:
-            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 5, t, 1, TL)
-            p = 5
+            t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 5, t, 1, TL)
         y = chain(x, x, half)
-        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 2, t, p, TL)
-        p = 2
+        t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 2, t, 1 + 4 * EXTRA, TL)  # held: mark 5 or phase 1
         if EXTRA:
-            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 6, t, 2, TL)
-            p = 6
+            t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 6, t, 2, TL)
         y = chain(y, x, iters - half)
-        t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 3, t, p, TL)
-        p = 3
+        t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 3, t, 2 + 4 * EXTRA, TL)
         if EXTRA:
-            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 7, t, 3, TL)
-            p = 7
+            t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 7, t, 3, TL)
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
         if EXTRA:
-            t = stamp_deferred(stamps, LAYOUT, launch, 0, task, 8, t, p, TL)
-            p = 8
-        stamp_deferred(stamps, LAYOUT, launch, 0, task, 4, t, p, TL)
+            t = itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 8, t, 7, TL)
+        itl.stamp_deferred(stamps, LAYOUT, launch, 0, task, 4, t, 3 + 5 * EXTRA, TL)
 
 
 # -- host side -------------------------------------------------------------------------
@@ -371,7 +338,8 @@ def spec(grid: int, tasks_per_cta: int, *, waves: int, arch: str, extra=None, hy
 BUILDS = (  # name, waves (0: num_warps), stamped, hybrid
     ("off", 1, False, False), ("lead", 1, True, False), ("warps", 0, True, False),
     ("hlead", 1, True, True), ("hwarps", 0, True, True), ("regs", 1, True, True),
-    ("lead+4", 1, True, False), ("hlead+4", 1, True, True), ("dlead", 1, True, True), ("dlead+4", 1, True, True),
+    ("lead+4", 1, True, False), ("hlead+4", 1, True, True), ("hwarps+4", 0, True, True), ("dlead", 1, True, True), ("dlead+4", 1, True, True),
+    ("dwarps", 0, True, True), ("dwarps+4", 0, True, True),
     ("c32", 1, True, True), ("c32+4", 1, True, True),
     # the chain's halves in three loops each, without and with a mark between the loops
     ("lead6", 1, True, False), ("lead6+4", 1, True, False), ("warps6", 0, True, False), ("warps6+4", 0, True, False),
@@ -381,7 +349,7 @@ BETWEEN = ("lead6", "warps6", "hlead6", "hwarps6")  # builds whose +4 puts its m
 
 def kernel_of(build: str):
     """The kernel a build runs: register-held stamps (``regs``) or a store a stamp."""
-    if build.startswith("dlead"):
+    if build.startswith(("dlead", "dwarps")):
         return work_kernel_deferred
     return work_kernel_regs if build == "regs" else work_kernel
 
@@ -568,7 +536,9 @@ def main(argv=None) -> int:
         want = {"off": (0, 0), "lead": (PHASES_PER_TASK, 0), "warps": (PHASES_PER_TASK, 0),
                 "hlead": (2, PHASES_PER_TASK), "hwarps": (2, PHASES_PER_TASK), "regs": (2, PHASES_PER_TASK),
                 "lead+4": (PHASES_PER_TASK + 4, 0), "hlead+4": (2, PHASES_PER_TASK + 4),
+                "hwarps+4": (2, PHASES_PER_TASK + 4),
                 "dlead": (2, PHASES_PER_TASK), "dlead+4": (2, PHASES_PER_TASK + 4),
+                "dwarps": (2, PHASES_PER_TASK), "dwarps+4": (2, PHASES_PER_TASK + 4),
                 "c32": (2, 2), "c32+4": (2, 2),
                 "lead6": (PHASES_PER_TASK, 0), "lead6+4": (PHASES_PER_TASK + 4, 0),
                 "warps6": (PHASES_PER_TASK, 0), "warps6+4": (PHASES_PER_TASK + 4, 0),
@@ -619,9 +589,10 @@ def main(argv=None) -> int:
         say(f"  {m['num_warps']} warps: lead {f['lead']['ns_per_stamp']:.2f} ns/stamp, per warp "
             f"{f['warps']['ns_per_stamp']:.2f} ns/stamp; hybrid lead {f['hlead']['ns_per_stamp']:.2f}, hybrid per "
             f"warp {f['hwarps']['ns_per_stamp']:.2f}, hybrid in registers {f['regs']['ns_per_stamp']:.2f}, hybrid "
-            f"deferred {f['dlead']['ns_per_stamp']:.2f} ns/stamp; "
+            f"deferred {f['dlead']['ns_per_stamp']:.2f}, hybrid deferred per warp {f['dwarps']['ns_per_stamp']:.2f} "
+            "ns/stamp; "
             f"A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
-        for base in ("lead", "hlead", "dlead", "c32") + BETWEEN:  # (slope a task with four more - without) / 4
+        for base in ("lead", "hlead", "dlead", "hwarps", "dwarps", "c32") + BETWEEN:  # (slope a task with four more - without) / 4
             further = (f[base + "+4"]["ns_per_stamp"] - f[base]["ns_per_stamp"]) * PHASES_PER_TASK / 4
             m.setdefault("further_stamp_ns", {})[base] = further
             where = ("between two pieces of work, against the same loops without it" if base in BETWEEN

@@ -186,14 +186,9 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     """Per-warp stamp (``LAYOUT.waves == num_warps``): lane 0 of each warp stores its
     own timer read into record ``wave = warp`` (``%tid.x >> 5``); phase 0 also
     stores each warp's placement word. Outside the stage's slots nothing is stored
-    and phase 0 adds 1 per warp to the stage's drop counter."""
-    NW: tl.constexpr = _num_warps()
-    tl.static_assert(LAYOUT.waves == NW,
-                     "per-warp stamps need spec.waves == the kernel's num_warps")
-    lanes = tl.arange(0, NW * 32)
-    tid = thread_id_like(lanes)
-    warp = tid >> 5
-    lead = (tid & 31) == 0
+    and phase 0 adds 1 per warp to the stage's drop counter. Returns each thread's
+    reading (int64, one element per thread), as ``stamp_lead`` does."""
+    lanes, warp, lead = _warps(LAYOUT)
     ok = in_slots(LAYOUT, launch, STAGE, task)
     if LAYOUT.anchors != 0:
         t = clock64_like(lanes)
@@ -211,6 +206,92 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead & ok)
         tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1, mask=lead & (ok == 0),
                       sem="relaxed")
+    return t
+
+
+@triton.jit
+def _warps(LAYOUT: tl.constexpr):
+    """Per-warp stamping's view of the CTA, one element per thread: ``(lanes, warp,
+    lead)``, the thread's warp from ``%tid.x`` and whether it is its warp's lane 0."""
+    NW: tl.constexpr = _num_warps()
+    tl.static_assert(LAYOUT.waves == NW,
+                     "per-warp stamps need spec.waves == the kernel's num_warps")
+    lanes = tl.arange(0, NW * 32)
+    tid = thread_id_like(lanes)
+    return lanes, tid >> 5, (tid & 31) == 0
+
+
+@triton.jit
+def stamp_deferred(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr,
+                   held, HELD: tl.constexpr, ON: tl.constexpr):
+    """A stamp whose store does not wait for its own reading: it reads the counter,
+    stores ``held`` as phase ``HELD``'s tick (the reading the task's previous
+    ``stamp_deferred`` returned) and returns its own for the next one to store.
+
+    Phase 0 begins the chain (``HELD`` < 0) and stores its own reading at once, as
+    ``stamp`` does, with the placement word and drop count; the last phase
+    (``LAYOUT.phases - 1``) ends it and stores its own too. So chain a task's
+    stamps from phase 0 to its last phase in program order, marks between them,
+    none inside a loop or branch of the task's body (a reading held there never
+    reaches the next stamp): use ``stamp`` for those. Why: a store of the counter
+    just read waits for the read, which a stamp right behind another pays for.
+    Lead thread or per warp and plain or hybrid as ``LAYOUT`` says; returns 0
+    and emits nothing when not ``ON``."""
+    tl.static_assert((PHASE == 0) == (HELD < 0),
+                     "stamp_deferred: phase 0 begins a task's chain (HELD=-1); every later stamp stores "
+                     "the phase before it (HELD=that phase)")
+    if ON:
+        if LAYOUT.waves == 1:
+            if PHASE == 0:
+                t = stamp_lead(stamps, LAYOUT, launch, STAGE, task, 0)
+            else:
+                t = _held_lead(stamps, LAYOUT, launch, STAGE, task, PHASE, held, HELD)
+        else:
+            if PHASE == 0:
+                t = stamp_warps(stamps, LAYOUT, launch, STAGE, task, 0)
+            else:
+                t = _held_warps(stamps, LAYOUT, launch, STAGE, task, PHASE, held, HELD)
+        return t
+    else:
+        return tl.zeros([], dtype=tl.int64)
+
+
+@triton.jit
+def _held_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr,
+               held, HELD: tl.constexpr):
+    """``stamp_deferred`` past phase 0, lead thread: read, store ``held`` at ``HELD``
+    (and at the last phase the anchor and the reading itself); returns the reading."""
+    ok = in_slots(LAYOUT, launch, STAGE, task)
+    if LAYOUT.anchors != 0:
+        t = clock64()
+        _anchor(stamps, LAYOUT, launch, STAGE, task, 0, PHASE, ok)
+    else:
+        t = globaltimer()
+    if HELD != 0:  # phase 0 stored its own
+        tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, HELD), held, mask=ok)
+    if PHASE == LAYOUT.phases - 1:
+        tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t, mask=ok)
+    return t
+
+
+@triton.jit
+def _held_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr,
+                held, HELD: tl.constexpr):
+    """``stamp_deferred`` past phase 0, per warp (lane 0 of each warp stores)."""
+    lanes, warp, lead = _warps(LAYOUT)
+    ok = in_slots(LAYOUT, launch, STAGE, task)
+    if LAYOUT.anchors != 0:
+        t = clock64_like(lanes)
+        if PHASE == LAYOUT.phases - 1:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 1), globaltimer_like(lanes),
+                     mask=lead & ok)
+    else:
+        t = globaltimer_like(lanes)
+    if HELD != 0:
+        tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, HELD), held, mask=lead & ok)
+    if PHASE == LAYOUT.phases - 1:
+        tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, PHASE), t, mask=lead & ok)
+    return t
 
 
 @triton.jit

@@ -26,6 +26,7 @@ from instrument.demo import triton_mono as tm  # noqa: E402
 from timeline import schema as S  # noqa: E402
 from timeline.collect import collect  # noqa: E402
 from tools.sass import instructions  # noqa: E402
+from tritonkit import deferred_spec, deferred_work  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -348,3 +349,41 @@ def test_every_stamp_of_a_record_stores_at_one_base_plus_a_constant(tmp_path, hy
     later = bases[1:]  # the first stamp's store computes the base
     assert len(later) >= 6
     assert len({b for b, _ in later}) == 1 and all(off for _, off in later)
+
+
+# -- deferred stamps: no store waits for its own reading ---------------------------------------
+@pytest.mark.parametrize("waves,hybrid", [(1, True), (1, False), (4, True), (4, False)])
+def test_a_deferred_stamp_stores_the_reading_before_its_own(waves, hybrid):
+    """In a ``stamp_deferred`` chain every reading is stored once: phase 0's before the
+    next read, the last phase's after its own read, every other one only after the
+    next stamp's read (so no store waits for the read just made); the mark's column
+    and the phases' columns each get one store (PTX, sm_90, compiled here)."""
+    sp = deferred_spec(waves, hybrid)
+    k = itl.compile_launch(deferred_work, torch.float32, torch.int64, 4096, sp.layout, grid=(132,), num_warps=4)
+    lines = [ln.strip() for ln in k.asm["ptx"].splitlines()]
+    counter = "%clock64" if hybrid else "%globaltimer"
+    reads = [(i, m.group(1)) for i, ln in enumerate(lines)
+             if (m := re.match(r"mov\.u64 (%rd\d+), " + counter + ";", ln))]
+    stores = {}
+    for i, ln in enumerate(lines):
+        m = re.search(r"st\.global\.b64 \[ %rd\d+ \+ \d+ \], \{ (%rd\d+) \};", ln)
+        if m:
+            stores.setdefault(m.group(1), []).append(i)
+    assert len(reads) == 7, reads
+    assert all(len(stores.get(r, [])) == 1 for _, r in reads), (reads, stores)
+    at = [stores[r][0] for _, r in reads]
+    assert at[0] < reads[1][0]
+    assert all(at[k] > reads[k + 1][0] for k in range(1, 6)), (reads, at)
+    assert at[6] > reads[6][0]
+
+
+def test_a_deferred_chain_must_begin_at_phase_zero():
+    """A chain's first stamp is phase 0 (``HELD=-1``) and no other: said at compile time."""
+
+    @triton.jit
+    def bad(x, stamps, LAYOUT: tl.constexpr):
+        itl.stamp_deferred(stamps, LAYOUT, 0, 0, 0, 1, 0, -1, True)
+
+    with pytest.raises(triton.compiler.errors.CompilationError) as e:
+        itl.compile_launch(bad, torch.float32, torch.int64, deferred_spec(1, True).layout, grid=(1,), num_warps=4)
+    assert "phase 0 begins a task's chain" in "".join(str(x) for x in e.value.__cause__.args) + str(e.value)

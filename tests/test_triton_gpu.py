@@ -18,6 +18,7 @@ from instrument import alloc  # noqa: E402
 from instrument import triton as itl  # noqa: E402
 from instrument.demo import triton_calib as tc  # noqa: E402
 from instrument.demo import triton_mono as tm  # noqa: E402
+from tritonkit import DEFERRED_ORDER, deferred_spec, deferred_work  # noqa: E402
 
 SMALL = tm.Shape(M=512, D=256, F=1024, G=64)
 
@@ -170,3 +171,23 @@ def test_a_capture_calibrates_and_the_trace_carries_it(ffn):
     assert len(cals) == 2 and cals[0].host_ns < cals[1].host_ns
     assert abs(K.drift(cals[0], cals[1]).ppm) < 1e4
     assert set(cap.trace.anomaly_summary()) <= {"clock_change"} and cap.trace.tasks.num_rows == sum(tm.task_counts(s))
+
+
+@pytest.mark.parametrize("waves,hybrid", [(1, True), (1, False), (4, True), (4, False)])
+def test_a_deferred_chain_decodes_every_stamp_in_its_order(waves, hybrid):
+    """``stamp_deferred`` on the GPU: every task's record whole (one row per task and
+    wave, phases and both marks written), no anomaly but a hybrid decode's
+    ``clock_change``, and the stamps in the chain's program order."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    n = 8 * sms
+    sp = deferred_spec(waves, hybrid, tasks=n, grid=sms, arch=itl.arch_of())
+    buf = alloc(sp)
+    x = torch.rand(n, device="cuda")
+    deferred_work[(sms,)](x, buf.tensor, n, sp.layout, num_warps=4)
+    trace = buf.collect()
+    assert set(trace.anomaly_summary()) <= {"clock_change"}, trace.anomaly_summary()
+    t = trace.tasks
+    assert t.num_rows == n * waves
+    ns = np.stack([t.column(f"{p}_ns").to_numpy(zero_copy_only=False) for p in DEFERRED_ORDER], axis=1)
+    assert not np.isnan(ns.astype(float)).any()
+    assert (np.diff(ns, axis=1) >= 0).all()
