@@ -160,6 +160,36 @@ def _anchor(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, wav
 
 
 @triton.jit
+def _read_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr, ok):
+    """The lead thread's reading: ``%globaltimer``, or in a hybrid build ``%clock64``
+    with the first and last phase's anchor stored right after it (``_anchor``)."""
+    if LAYOUT.anchors != 0:
+        t = clock64()
+        _anchor(stamps, LAYOUT, launch, STAGE, task, 0, PHASE, ok)
+    else:
+        t = globaltimer()
+    return t
+
+
+@triton.jit
+def _read_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr,
+                lanes, warp, lead, ok):
+    """Every thread's reading (``_read_lead`` per warp): each warp's anchors stored
+    by its lane 0 (``lead``) where ``ok``."""
+    if LAYOUT.anchors != 0:
+        t = clock64_like(lanes)
+        if PHASE == 0:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 0), globaltimer_like(lanes),
+                     mask=lead & ok)
+        if PHASE == LAYOUT.phases - 1:
+            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 1), globaltimer_like(lanes),
+                     mask=lead & ok)
+    else:
+        t = globaltimer_like(lanes)
+    return t
+
+
+@triton.jit
 def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
     """Lead-thread stamp (``LAYOUT.waves == 1``): one timer read stored by one
     thread into (launch, STAGE, task, wave 0, PHASE); phase 0 also stores the
@@ -168,11 +198,7 @@ def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, 
     ``%globaltimer``, or in a hybrid build (``LAYOUT.anchors``) ``%clock64``, the
     first and last phase then also storing a ``%globaltimer`` anchor."""
     ok = in_slots(LAYOUT, launch, STAGE, task)
-    if LAYOUT.anchors != 0:
-        t = clock64()
-        _anchor(stamps, LAYOUT, launch, STAGE, task, 0, PHASE, ok)
-    else:
-        t = globaltimer()
+    t = _read_lead(stamps, LAYOUT, launch, STAGE, task, PHASE, ok)
     tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, PHASE), t, mask=ok)
     if PHASE == 0:
         place = placement_word(tl.program_id(0), 0, smid())
@@ -190,16 +216,7 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     reading (int64, one element per thread), as ``stamp_lead`` does."""
     lanes, warp, lead = _warps(LAYOUT)
     ok = in_slots(LAYOUT, launch, STAGE, task)
-    if LAYOUT.anchors != 0:
-        t = clock64_like(lanes)
-        if PHASE == 0:
-            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 0), globaltimer_like(lanes),
-                     mask=lead & ok)
-        if PHASE == LAYOUT.phases - 1:
-            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 1), globaltimer_like(lanes),
-                     mask=lead & ok)
-    else:
-        t = globaltimer_like(lanes)
+    t = _read_warps(stamps, LAYOUT, launch, STAGE, task, PHASE, lanes, warp, lead, ok)
     tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, PHASE), t, mask=lead & ok)
     if PHASE == 0:
         place = placement_word(tl.program_id(0), warp, smid())
@@ -262,11 +279,7 @@ def _held_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, 
     """``stamp_deferred`` past phase 0, lead thread: read, store ``held`` at ``HELD``
     (and at the last phase the anchor and the reading itself); returns the reading."""
     ok = in_slots(LAYOUT, launch, STAGE, task)
-    if LAYOUT.anchors != 0:
-        t = clock64()
-        _anchor(stamps, LAYOUT, launch, STAGE, task, 0, PHASE, ok)
-    else:
-        t = globaltimer()
+    t = _read_lead(stamps, LAYOUT, launch, STAGE, task, PHASE, ok)
     if HELD != 0:  # phase 0 stored its own
         tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, 0, HELD), held, mask=ok)
     if PHASE == LAYOUT.phases - 1:
@@ -280,13 +293,7 @@ def _held_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     """``stamp_deferred`` past phase 0, per warp (lane 0 of each warp stores)."""
     lanes, warp, lead = _warps(LAYOUT)
     ok = in_slots(LAYOUT, launch, STAGE, task)
-    if LAYOUT.anchors != 0:
-        t = clock64_like(lanes)
-        if PHASE == LAYOUT.phases - 1:
-            tl.store(stamps + anchor_offset(LAYOUT, launch, STAGE, task, warp, 1), globaltimer_like(lanes),
-                     mask=lead & ok)
-    else:
-        t = globaltimer_like(lanes)
+    t = _read_warps(stamps, LAYOUT, launch, STAGE, task, PHASE, lanes, warp, lead, ok)
     if HELD != 0:
         tl.store(stamps + stamp_offset(LAYOUT, launch, STAGE, task, warp, HELD), held, mask=lead & ok)
     if PHASE == LAYOUT.phases - 1:
