@@ -1,0 +1,173 @@
+"""A tensor-parallel demo in Triton: ``world`` ranks, one all-reduce stage, one GPU.
+
+``Y = X @ W`` with K split over the ranks, the shape of a row-parallel layer. Each
+rank is one persistent launch on a CUDA stream of its own in one process on one GPU,
+so the ranks share one device clock: what a merge of their traces must find is no
+skew at all, a truth a multi-GPU run cannot give. Rank ``r`` owns columns
+``[r K/world, (r+1) K/world)`` of X and those rows of W:
+
+- ``part`` (``(M/BM)(N/BN)`` tasks): tile t of ``X_r @ W_r`` (fp16, fp32
+  accumulation) into ``parts[r]``, then mailbox ``mail[r, t]`` posted with this
+  launch's tag (``triton_mono.publish``);
+- ``reduce`` (as many tasks): waits for ``mail[q, t]`` of every rank q (``hint``),
+  loads the ``world`` partial tiles (``staged``), sums them (``compute``) and stores
+  tile t of Y into ``out[r]`` (``end``).
+
+Its task graph: reduce task t waits for part task t on every rank (an all-reduce
+edge, ``timeline.graph``). Every CTA of every rank must be resident at once (a rank
+spinning on a peer that cannot run would never finish; ``MAX_SPIN`` bounds a wait
+and counts it), so the grid is at most SMs / world CTAs a rank.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import triton
+import triton.language as tl
+
+from instrument import triton as itl
+from instrument.demo.triton_mono import MAX_SPIN, publish, wait_tag
+from timeline import graph as G
+
+STAGES = ("part", "reduce")
+
+
+class TPShape(NamedTuple):
+    """Problem and launch shape: ``Y (M x N) = X (M x K) @ W (K x N)``, K split over
+    ``world`` ranks, BM x BN tiles, BK the K step, G CTAs a rank."""
+
+    M: int = 1024
+    N: int = 1024
+    K: int = 2048
+    BM: int = 64
+    BN: int = 64
+    BK: int = 64
+    G: int = 32
+    world: int = 2
+    num_warps: int = 4
+
+    @property
+    def tasks(self) -> int:
+        """Tasks of each stage: one a tile of Y."""
+        return (self.M // self.BM) * (self.N // self.BN)
+
+
+def check_tp_shape(s: TPShape, sms: int) -> None:
+    """Raise ``ValueError`` for a shape the kernel cannot run: tiles that do not
+    divide, a K shard not a multiple of BK, or more CTAs than the SMs hold for
+    every rank at once."""
+    if s.M % s.BM or s.N % s.BN or s.K % (s.world * s.BK):
+        raise ValueError(f"TPShape {tuple(s)}: M, N must be multiples of BM, BN and K of world * BK")
+    if s.G * s.world > sms:
+        raise ValueError(f"TPShape G={s.G} x world={s.world} CTAs exceed the {sms} SMs: a rank could "
+                         "spin on a peer that is not resident; lower G")
+
+
+def spec(shape: TPShape = TPShape(), *, rank: int = 0, arch=itl.DEFAULT_ARCH, extra=None):
+    """Rank ``rank``'s timeline spec: stages part / reduce and the all-reduce edge."""
+    return itl.spec("triton_tp_allreduce", [(n, shape.tasks) for n in STAGES], grid=shape.G, arch=arch,
+                    rank=rank, world=shape.world, extra={"shape": shape._asdict(), **(extra or {})},
+                    graph={"reduce": [G.Rule("part", allreduce=True)]})
+
+
+@triton.jit(do_not_specialize=["launch", "tag", "rank"])
+def tp_kernel(x, w, parts, mail, out, err, stamps, launch, tag, rank, WORLD: tl.constexpr,
+              M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr, G: tl.constexpr, LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr):
+    """Rank ``rank``'s launch (module docstring); ``stamps`` / ``launch`` / ``TL`` as
+    ``triton_mono.mono_ffn_kernel``'s, ``tag`` this launch's mailbox tag (the same on
+    every rank). ``rank`` is a runtime value: one compiled kernel serves every rank
+    (a rank compiled while its peers already spin would keep them waiting)."""
+    bid = tl.program_id(0)
+    itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)
+    KR: tl.constexpr = K // WORLD
+    TN: tl.constexpr = N // BN
+    NT: tl.constexpr = (M // BM) * TN
+    rk = tl.arange(0, BK)
+    for t in range(bid, NT, G):
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 0, TL)
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 1, TL)  # no producers
+        offs_m = (t // TN) * BM + tl.arange(0, BM)
+        offs_n = (t % TN) * BN + tl.arange(0, BN)
+        pa = x + offs_m[:, None] * K + rank * KR + rk[None, :]
+        pb = w + (rank * KR + rk)[:, None] * N + offs_n[None, :]
+        a0 = tl.load(pa)
+        b0 = tl.load(pb)
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 2, TL)
+        acc = tl.dot(a0, b0)
+        for k in range(BK, KR, BK):
+            acc = tl.dot(tl.load(pa + k), tl.load(pb + k * N), acc)
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 3, TL)
+        tl.store(parts + rank * M * N + offs_m[:, None] * N + offs_n[None, :], acc)
+        publish(mail + rank * NT + t, tag, t + 1)
+        itl.stamp(stamps, LAYOUT, launch, 0, t, 4, TL)
+    for t in range(bid, NT, G):
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 0, TL)
+        for q in range(WORLD):
+            wait_tag(mail + q * NT + t, tag, err, MAX)
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
+        offs_m = (t // TN) * BM + tl.arange(0, BM)
+        offs_n = (t % TN) * BN + tl.arange(0, BN)
+        tile = offs_m[:, None] * N + offs_n[None, :]
+        acc = tl.load(parts + tile, cache_modifier=".cg")  # a peer's tile: past the L1
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
+        for q in tl.static_range(1, WORLD):
+            acc += tl.load(parts + q * M * N + tile, cache_modifier=".cg")
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 3, TL)
+        tl.store(out + rank * M * N + tile, acc)
+        itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
+
+
+def shared_clock_error(merged, rank: int = 1) -> int:
+    """ns by which a merge of this demo's rank traces puts ``rank`` off where the one
+    clock its ranks share puts it, against rank 0: the difference of the offsets the
+    merge added minus that of the ranks' origins (raw ``%globaltimer`` ticks of one
+    GPU, one axis). A multi-GPU run has no such truth."""
+    return (merged.offsets.get(rank, 0) - merged.offsets.get(0, 0)) - (merged.origins[rank] - merged.origins[0])
+
+
+class TensorParallel:
+    """Every rank's shard, work buffers and CUDA stream on one GPU. ``run(buffers)``
+    launches all ranks at once (each on its own stream), the same tag for all; the
+    result is ``out[r]`` = ``X @ W`` on every rank."""
+
+    def __init__(self, shape: TPShape = TPShape(), *, device="cuda", seed=0):
+        import torch
+
+        self.shape = s = shape
+        check_tp_shape(s, torch.cuda.get_device_properties(device).multi_processor_count)
+        g = torch.Generator(device=device).manual_seed(seed)
+        self.x = (torch.randn(s.M, s.K, device=device, generator=g) / s.K ** 0.25).half()
+        self.w = (torch.randn(s.K, s.N, device=device, generator=g) / s.K ** 0.25).half()
+        self.parts = torch.empty(s.world, s.M, s.N, device=device, dtype=torch.float32)
+        self.out = torch.empty(s.world, s.M, s.N, device=device, dtype=torch.float32)
+        self.mail = torch.zeros(s.world, s.tasks, device=device, dtype=torch.int64)
+        self.err = torch.zeros(1, device=device, dtype=torch.int32)
+        self.streams = [torch.cuda.Stream(device) for _ in range(s.world)]
+        self.tag = 0
+        self._off = spec(s).layout
+
+    def run(self, buffers=None, launch: int = 0) -> None:
+        """One launch a rank, all ranks at once; ``buffers``: a ``StampBuffer`` per rank
+        (timeline build, each for ``spec(shape, rank=r)``) or ``None``."""
+        import torch
+
+        s = self.shape
+        self.tag += 1
+        main = torch.cuda.current_stream()
+        for r, stream in enumerate(self.streams):
+            stream.wait_stream(main)
+        for r, stream in enumerate(self.streams):
+            buf = buffers[r] if buffers else None
+            layout, stamps, slot = (buf.layout, buf.tensor, buf.launch_slot(launch)) if buf else (self._off, None, 0)
+            with torch.cuda.stream(stream):
+                tp_kernel[(s.G,)](self.x, self.w, self.parts, self.mail, self.out, self.err, stamps, slot,
+                                  self.tag, r, s.world, s.M, s.N, s.K, s.BM, s.BN, s.BK, s.G, layout,
+                                  buf is not None, MAX_SPIN, num_warps=s.num_warps)
+        for stream in self.streams:
+            main.wait_stream(stream)
+
+    def hangs(self) -> int:
+        """Waits that gave up (must be 0)."""
+        return int(self.err.item())

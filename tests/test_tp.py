@@ -1,0 +1,95 @@
+"""The tensor-parallel demo (``instrument.demo.triton_tp``): its sm_90 PTX, its shape
+checks, and its two rank traces captured on one H200 (``traces/h200_tp2_rank*.arrow``,
+``bench/tp_clocks_gpu.py``), whose ranks share one clock: the calibrated merge must
+put them where that clock does, a stage alignment is off and says it is assumed."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import timeline
+from instrument import triton as itl
+from instrument.demo import triton_tp as tp
+from timeline import clocks as K
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+
+
+def _ptx(rank: int, on: bool, shape=tp.TPShape()) -> str:
+    s = shape
+    k = itl.compile_launch(tp.tp_kernel, torch.float16, torch.float16, torch.float32, torch.int64, torch.float32,
+                           torch.int32, torch.int64 if on else None, 0, 7, rank, s.world, s.M, s.N, s.K, s.BM,
+                           s.BN, s.BK, s.G, tp.spec(s, rank=rank).layout, on, 1 << 20, grid=(s.G,),
+                           num_warps=s.num_warps)
+    return k.asm["ptx"]
+
+
+def test_one_kernel_serves_every_rank_and_stamps_only_in_a_timeline_build():
+    """rank is a runtime value (a rank compiled while its peers spin would stall them):
+    rank 0's and rank 1's PTX are one; 5 phases x 2 stages timer reads in a timeline
+    build, none in a normal one; mailboxes released and acquired at GPU scope, the
+    peers' tiles loaded past the L1."""
+    on0, on1, off = _ptx(0, True), _ptx(1, True), _ptx(1, False)
+    assert on0 == on1
+    assert on1.count("%globaltimer") == 10 and "%globaltimer" not in off
+    for ptx in (on1, off):
+        assert "atom.global.gpu.release.exch.b64" in ptx and "atom.global.gpu.acq" in ptx
+        assert "ld.global.cg" in ptx
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"M": 1000}, "multiples"), ({"K": 2048 + 64}, "multiples"), ({"G": 100}, "exceed the 132 SMs")])
+def test_a_shape_the_kernel_cannot_run_is_refused(change, match):
+    with pytest.raises(ValueError, match=match):
+        tp.check_tp_shape(tp.TPShape()._replace(**change), 132)
+
+
+def test_the_spec_declares_the_all_reduce_edge():
+    sp = tp.spec(rank=1)
+    (rule,) = sp.graph["reduce"]
+    assert (sp.rank, sp.world, rule.stage, rule.allreduce, rule.count) == (1, 2, "part", True, 1)
+    assert sp.wait == ("start", "hint")
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return [timeline.load(TRACES / f"h200_tp2_rank{r}.arrow") for r in (0, 1)]
+
+
+def test_tp_traces_are_clean_calibrated_ranks_of_one_h200(ranks):
+    for r, t in enumerate(ranks):
+        assert not t.synthetic and t.anomaly_count == 0 and t.notes == ()
+        assert (t.spec.rank, t.spec.world, t.spec.arch) == (r, 2, "sm_90")
+        assert t.spec.extra["captured"]["gpu"] == "NVIDIA H200"
+        assert t.tasks.num_rows == 2 * tp.TPShape().tasks
+        assert len(K.calibrations_of(t.spec)) == 2  # before and after the capture
+
+
+def test_the_calibrated_merge_puts_the_ranks_where_their_shared_clock_does(ranks):
+    """The truth here is exact (one GPU, one %globaltimer): rank 1 lands within the
+    ranks' summed uncertainties of it, and no reduce wait ends before the later
+    rank's part task of its tile ended (beyond those uncertainties)."""
+    m = timeline.merge(ranks)
+    al = K.alignment_of(m)
+    assert [a.by for a in al] == ["clocks", "clocks"] and m.notes == ()
+    bound = sum(a.uncertainty_ns for a in al)
+    assert abs(tp.shared_clock_error(m)) <= bound
+    assert m.anomaly_summary().get("cross_rank_causality", 0) == 0
+    stage = np.asarray(m.tasks.column("stage").to_pylist())
+    task = m.tasks.column("task").to_numpy()
+    end, hint = (m.tasks.column(c).to_numpy() for c in ("end_ns", "hint_ns"))
+    part = stage == "part"
+    ready = np.zeros(task.max() + 1, dtype=np.int64)
+    np.maximum.at(ready, task[part], end[part])  # the later rank's part of each tile
+    assert (hint[~part] >= ready[task[~part]] - bound).all()
+
+
+def test_a_stage_alignment_of_the_same_ranks_is_off_and_says_it_is_assumed(ranks):
+    """Aligned on reduce:hint (each rank's earliest) the ranks sit tens of µs from
+    where their clock puts them: the skew a stage alignment assumes away."""
+    m = timeline.merge(ranks, align="reduce:hint")
+    assert abs(tp.shared_clock_error(m)) > 10_000
+    assert [a.by for a in K.alignment_of(m)] == ["stage reduce:hint"] * 2
+    assert "assumed" in m.notes[0]
