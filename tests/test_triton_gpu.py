@@ -1,6 +1,6 @@
 """The Triton backend on a real NVIDIA GPU (pytest mark ``gpu``): the demo mono
 kernel against torch, per-warp stamps placing every warp, the calibration kernel's
-decoded durations. Skipped where triton or a CUDA GPU is missing (CI)."""
+decoded durations, the tensor-parallel demo's ranks merged onto their shared clock. Skipped where triton or a CUDA GPU is missing (CI)."""
 
 import numpy as np
 import pyarrow.compute as pc
@@ -191,3 +191,38 @@ def test_a_deferred_chain_decodes_every_stamp_in_its_order(waves, hybrid):
     ns = np.stack([t.column(f"{p}_ns").to_numpy(zero_copy_only=False) for p in DEFERRED_ORDER], axis=1)
     assert not np.isnan(ns.astype(float)).any()
     assert (np.diff(ns, axis=1) >= 0).all()
+
+
+def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
+    """The tensor-parallel demo's two ranks (two streams of this GPU, one clock):
+    both builds match torch, no wait gives up, and the merge of their calibrated
+    traces puts rank 1 within the ranks' summed uncertainties of that clock with no
+    causality violation."""
+    from instrument.buffer import capture
+    from instrument.demo import triton_tp as tp
+    from timeline import clocks as K
+    from timeline import merge
+
+    s = tp.TPShape(M=256, N=256, K=1024)
+    model = tp.TensorParallel(s, seed=5)
+    bufs = [alloc(tp.spec(s, rank=r, arch=itl.arch_of())) for r in range(s.world)]
+    model.run()  # compiles each build once: one kernel serves both ranks
+    model.run(bufs)
+    torch.cuda.synchronize()
+    model.err.zero_()
+    ref = model.x.float() @ model.w.float()
+    model.out.fill_(float("nan"))
+    model.run()
+    torch.cuda.synchronize()
+    assert float((model.out - ref).abs().max() / ref.abs().max()) < 1e-4
+    model.out.fill_(float("nan"))
+    with capture(bufs[0], calibrate=True) as c0, capture(bufs[1], calibrate=True) as c1:
+        model.run(bufs)
+    assert float((model.out - ref).abs().max() / ref.abs().max()) < 1e-4
+    assert model.hangs() == 0
+    m = merge([c0.trace, c1.trace])
+    bound = sum(a.uncertainty_ns for a in K.alignment_of(m))
+    print(f"tp merge: rank 1 {tp.shared_clock_error(m):+d} ns off the shared clock, bound {bound:.0f} ns; "
+          f"skew {m.origins[1] - m.origins[0]} ns; anomalies {m.anomaly_summary()}")
+    assert abs(tp.shared_clock_error(m)) <= bound
+    assert m.anomaly_count == 0
