@@ -1,6 +1,7 @@
 """The Triton backend on a real NVIDIA GPU (pytest mark ``gpu``): the demo mono
 kernel against torch, per-warp stamps placing every warp, the calibration kernel's
-decoded durations, the tensor-parallel demo's ranks merged onto their shared clock. Skipped where triton or a CUDA GPU is missing (CI)."""
+decoded durations, the tensor-parallel demo's ranks merged onto their shared clock.
+Skipped where triton or a CUDA GPU is missing (CI)."""
 
 import numpy as np
 import pyarrow.compute as pc
