@@ -93,3 +93,24 @@ def test_a_stage_alignment_of_the_same_ranks_is_off_and_says_it_is_assumed(ranks
     assert abs(tp.shared_clock_error(m)) > 10_000
     assert [a.by for a in K.alignment_of(m)] == ["stage reduce:hint"] * 2
     assert "assumed" in m.notes[0]
+
+
+def _calibrations_shifted(t, ns: int):
+    """Trace ``t`` with every calibration's offset ``ns`` off what was measured."""
+    from timeline.trace import Trace
+
+    cals = [c._replace(offset_ns=c.offset_ns + ns) for c in K.calibrations_of(t.spec)]
+    return Trace(t.tasks, [K.with_calibrations(t.spec, cals)], t.anomalies, origins=t.origins,
+                 offsets=t.offsets, synthetic=t.synthetic, notes=t.notes)
+
+
+@pytest.mark.parametrize("ns, flagged", [(-5_000, True), (-20_000, True), (20_000, False)])
+def test_the_causality_check_catches_a_rank_clock_placed_too_late(ranks, ns, flagged):
+    """Rank 1's calibrations made 5 or 20 µs wrong so that it lands that much later:
+    every rank-0 reduce task's wait then ends before the rank-1 part it waited for,
+    beyond the stated uncertainty (256 violations). Placed early instead, nothing
+    contradicts it here (rank 1's reduce waited long past rank 0's parts): the check
+    bounds a clock error from one side only, as far as the waits allow."""
+    m = timeline.merge([ranks[0], _calibrations_shifted(ranks[1], ns)])
+    assert tp.shared_clock_error(m) == pytest.approx(-ns, abs=50)
+    assert m.anomaly_summary().get("cross_rank_causality", 0) == (tp.TPShape().tasks if flagged else 0)
