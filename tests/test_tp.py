@@ -114,3 +114,15 @@ def test_the_causality_check_catches_a_rank_clock_placed_too_late(ranks, ns, fla
     m = timeline.merge([ranks[0], _calibrations_shifted(ranks[1], ns)])
     assert tp.shared_clock_error(m) == pytest.approx(-ns, abs=50)
     assert m.anomaly_summary().get("cross_rank_causality", 0) == (tp.TPShape().tasks if flagged else 0)
+
+
+def test_buffers_of_the_wrong_ranks_are_refused_before_a_launch():
+    """A buffer of rank 0 given as rank 1's would merge plausibly and wrongly."""
+    from types import SimpleNamespace
+
+    s = tp.TPShape()
+    with pytest.raises(ValueError, match=r"\(rank, world\) \[\(0, 2\), \(0, 2\)\]"):
+        tp.check_tp_buffers(s, [SimpleNamespace(spec=tp.spec(rank=0)) for _ in (0, 1)])
+    with pytest.raises(ValueError, match=r"\[\(0, 2\)\]"):
+        tp.check_tp_buffers(s, [SimpleNamespace(spec=tp.spec(rank=0))])
+    tp.check_tp_buffers(s, [SimpleNamespace(spec=tp.spec(rank=r)) for r in (0, 1)])

@@ -10,8 +10,8 @@ skew at all, a truth a multi-GPU run cannot give. Rank ``r`` owns columns
   accumulation) into ``parts[r]``, then mailbox ``mail[r, t]`` posted with this
   launch's tag (``triton_mono.publish``);
 - ``reduce`` (as many tasks): waits for ``mail[q, t]`` of every rank q (``hint``),
-  loads the ``world`` partial tiles (``staged``), sums them (``compute``) and stores
-  tile t of Y into ``out[r]`` (``end``).
+  loads the ``world`` partial tiles (``staged``: the first one's load issued), sums
+  them (``compute``) and stores tile t of Y into ``out[r]`` (``end``).
 
 Its task graph: reduce task t waits for part task t on every rank (an all-reduce
 edge, ``timeline.graph``). Every CTA of every rank must be resident at once (a rank
@@ -62,6 +62,17 @@ def check_tp_shape(s: TPShape, sms: int) -> None:
     if s.G * s.world > sms:
         raise ValueError(f"TPShape G={s.G} x world={s.world} CTAs exceed the {sms} SMs: a rank could "
                          "spin on a peer that is not resident; lower G")
+
+
+def check_tp_buffers(s: TPShape, buffers) -> None:
+    """Raise ``ValueError`` unless buffer r is rank r's of this world (a trace labelled
+    with another rank would merge plausibly and wrongly) and fits the launch."""
+    ranks = [(b.spec.rank, b.spec.world) for b in buffers]
+    if ranks != [(r, s.world) for r in range(s.world)]:
+        raise ValueError(f"stamp buffers are for (rank, world) {ranks}; give one a rank, in rank order, "
+                         f"each allocated for triton_tp.spec(shape, rank=r) (world {s.world})")
+    for b in buffers:
+        itl.check_launch(b.spec, s.num_warps)
 
 
 def spec(shape: TPShape = TPShape(), *, rank: int = 0, arch=itl.DEFAULT_ARCH, extra=None):
@@ -154,9 +165,11 @@ class TensorParallel:
         import torch
 
         s = self.shape
+        if buffers:
+            check_tp_buffers(s, buffers)
         self.tag += 1
         main = torch.cuda.current_stream()
-        for r, stream in enumerate(self.streams):
+        for stream in self.streams:
             stream.wait_stream(main)
         for r, stream in enumerate(self.streams):
             buf = buffers[r] if buffers else None
