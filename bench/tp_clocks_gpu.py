@@ -39,18 +39,11 @@ import torch
 import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 
 from instrument import alloc
-from instrument import triton as itl
 from instrument.demo import triton_tp as tp
 from timeline import clocks as K
 from timeline.merge import merge
 
 STAGE_ALIGN = "reduce:hint"
-
-
-def max_error(model: tp.TensorParallel) -> float:
-    """Largest |out[r] - X @ W| over ranks and elements, relative to max |X @ W|."""
-    ref = model.x.float() @ model.w.float()
-    return float((model.out - ref).abs().max() / ref.abs().max())
 
 
 def violations(m) -> int:
@@ -102,18 +95,12 @@ def main(argv=None) -> int:
     s = tp.TPShape(world=a.world, G=a.grid)
     model = tp.TensorParallel(s)
     bufs = [alloc(tp.spec(s, rank=r, arch=env["arch"], extra={"captured": env})) for r in range(s.world)]
-    model.run()  # compile both builds first: one kernel serves every rank
-    model.run(bufs)
-    torch.cuda.synchronize()
-    model.err.zero_()
-    model.out.fill_(float("nan"))
+    model.warm_up(bufs)
     model.run()
-    torch.cuda.synchronize()
-    e_off = max_error(model)
+    e_off = model.error()
     model.out.fill_(float("nan"))
     model.run(bufs)
-    torch.cuda.synchronize()
-    e_on = max_error(model)
+    e_on = model.error()
     ok = e_off < 1e-2 and e_on < 1e-2 and model.hangs() == 0
     lines.append(f"shape {tuple(s)}: {s.tasks} tasks a stage a rank, {s.G} CTAs a rank; max relative error "
                  f"normal {e_off:.1e}, timeline {e_on:.1e}; waits given up {model.hangs()}")

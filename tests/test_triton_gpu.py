@@ -207,19 +207,13 @@ def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
     s = tp.TPShape(M=256, N=256, K=1024)
     model = tp.TensorParallel(s, seed=5)
     bufs = [alloc(tp.spec(s, rank=r, arch=itl.arch_of())) for r in range(s.world)]
-    model.run()  # compiles each build once: one kernel serves both ranks
-    model.run(bufs)
-    torch.cuda.synchronize()
-    model.err.zero_()
-    ref = model.x.float() @ model.w.float()
-    model.out.fill_(float("nan"))
+    model.warm_up(bufs)
     model.run()
-    torch.cuda.synchronize()
-    assert float((model.out - ref).abs().max() / ref.abs().max()) < 1e-4
+    assert model.error() < 1e-4
     model.out.fill_(float("nan"))
     with capture(bufs[0], calibrate=True) as c0, capture(bufs[1], calibrate=True) as c1:
         model.run(bufs)
-    assert float((model.out - ref).abs().max() / ref.abs().max()) < 1e-4
+    assert model.error() < 1e-4
     assert model.hangs() == 0
     m = merge([c0.trace, c1.trace])
     bound = sum(a.uncertainty_ns for a in K.alignment_of(m))

@@ -181,6 +181,27 @@ class TensorParallel:
         for stream in self.streams:
             main.wait_stream(stream)
 
+    def warm_up(self, buffers) -> None:
+        """One launch of the normal and of the timeline build (each compiled then),
+        after which the waits' count is zeroed and ``out`` poisoned (NaN): what a check
+        sees next is its own launches'."""
+        import torch
+
+        self.run()
+        self.run(buffers)
+        torch.cuda.synchronize()
+        self.err.zero_()
+        self.out.fill_(float("nan"))
+
+    def error(self) -> float:
+        """Largest ``|out[r] - X @ W|`` over ranks and elements, relative to ``max |X @ W|``
+        (float32 from the fp16 inputs); NaN where a rank wrote nothing since ``warm_up``."""
+        import torch
+
+        torch.cuda.synchronize()
+        ref = self.x.float() @ self.w.float()
+        return float((self.out - ref).abs().max() / ref.abs().max())
+
     def hangs(self) -> int:
         """Waits that gave up (must be 0)."""
         return int(self.err.item())
