@@ -330,12 +330,14 @@ def _stamped_work(x, stamps, n, LAYOUT: tl.constexpr):
         itl.stamp(stamps, LAYOUT, 0, 0, t, 4, True)
 
 
+@pytest.mark.parametrize("waves", [1, 4])
 @pytest.mark.parametrize("hybrid", [False, True])
-def test_every_stamp_of_a_record_stores_at_one_base_plus_a_constant(tmp_path, hybrid):
+def test_every_stamp_of_a_record_stores_at_one_base_plus_a_constant(tmp_path, hybrid, waves):
     """The word offsets are 64-bit, so phases 1..4 and the marks of a task store at one
     base register plus their columns' constant offsets: a further stamp is a counter
-    read and a store, with no address arithmetic of its own (bench/stamp_cost_gpu.py)."""
-    sp = itl.spec("sass", [("work", 4096)], grid=132, hybrid=hybrid).replace(marks=["m1", "m2"])
+    read and a store, with no address arithmetic of its own, lead thread or per warp
+    (bench/stamp_cost_gpu.py)."""
+    sp = itl.spec("sass", [("work", 4096)], grid=132, hybrid=hybrid, waves=waves).replace(marks=["m1", "m2"])
     k = itl.compile_launch(_stamped_work, torch.float32, torch.int64, 4096, sp.layout, grid=(132,), num_warps=4)
     sass = instructions(k.asm["cubin"])
     clock = "SR_CLOCKLO" if hybrid else "SR_GLOBALTIMERLO"
