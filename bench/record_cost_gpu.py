@@ -14,7 +14,11 @@ count: a predicated plain store of the task's index + 1) and those that leave pa
 record out (none decodes whole): ``noanchor`` (no ``%globaltimer`` anchors), ``nodrop`` (no drop
 counter), ``noplace`` (no placement word), ``nobook`` (no slot check, placement word or
 drop counter) and ``bare`` (neither: five cycle-counter
-reads and their stores). Interleaved round by round, CUDA events around each
+reads and their stores); and ``bench/held_stamps_gpu.py``'s lane-held record
+(``row6``: ``stamp_row``, the record held across a warp's lanes and written whole at
+the last phase) with its write done another way: ``rowred`` (the drop counted by a
+predicated ``red``), ``rownodrop`` (not counted), ``rownowrite`` (neither row nor drop
+stored: what holding alone costs). Interleaved round by round, CUDA events around each
 launch; what a part costs a task is the slope over T = 64 / 256 / 512 tasks a CTA of
 the difference to ``off6``.
 
@@ -34,7 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
+import held_stamps_gpu as HS  # bench/ is this script's sys.path[0]
+import stamp_cost_gpu as SC
 
 from instrument import alloc
 
@@ -42,6 +47,14 @@ BUILDS = {"off6": None, "hlead6": 0, **{name: e.value for name, e in (
     ("reddrop", SC.EXP_RED_DROP), ("branchdrop", SC.EXP_BRANCH_DROP), ("plaindrop", SC.EXP_PLAIN_DROP),
     ("dropfirst", SC.EXP_DROP_FIRST), ("droplast", SC.EXP_DROP_LAST), ("flagdrop", SC.EXP_FLAG_DROP), ("noanchor", SC.EXP_NO_ANCHOR), ("nodrop", SC.EXP_NO_DROP),
     ("noplace", SC.EXP_NO_PLACE), ("nobook", SC.EXP_NO_BOOK), ("bare", SC.EXP_BARE))}}
+ROW_BUILDS = {"row6": 0, "rowred": HS.ROW_RED.value, "rownodrop": HS.ROW_NO_DROP.value,
+              "rownowrite": HS.ROW_NO_WRITE.value}  # lane-held records (held_stamps_gpu.stamp_row), their write
+BUILDS.update(ROW_BUILDS)
+
+
+def kernel_of(name: str):
+    """A build's kernel: ``held_stamps_gpu``'s lane-held one for ``ROW_BUILDS``."""
+    return HS.work_kernel_row if name in ROW_BUILDS else SC.work_kernel
 
 
 def sass_report(out: Path, warps: int = 4) -> str:
@@ -55,7 +68,7 @@ def sass_report(out: Path, warps: int = 4) -> str:
              "tile load", f"{'build':>12} {'instructions':>12} {'branches':>9}"]
     res = {}
     for name, exp in BUILDS.items():
-        k = SC.itl.compile_launch(SC.work_kernel, torch.float32, torch.float32, torch.int64, 0, 64, 64, layout,
+        k = SC.itl.compile_launch(kernel_of(name), torch.float32, torch.float32, torch.int64, 0, 64, 64, layout,
                                   exp is not None, warps * 32, grid=(grid,), num_warps=warps, PIECES=3, EXP=exp or 0)
         sass = instructions(k.asm["cubin"])
         load = next(i for i, ins in enumerate(sass) if ins.startswith("LDG"))
@@ -89,7 +102,7 @@ def main(argv=None) -> int:
 
     def go(name, t):
         exp = BUILDS[name]
-        SC.work_kernel[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, exp is not None, nw),
+        kernel_of(name)[(grid,)](*SC.launch_args(inp, out, buf, buf.layout, t, a.iters, exp is not None, nw),
                                 num_warps=nw, PIECES=3, EXP=exp or 0)
 
     configs = [(b, t) for t in a.tasks for b in BUILDS]
@@ -104,7 +117,7 @@ def main(argv=None) -> int:
         res[name] = {"diff_ns": diffs, "ns_per_task": slope}
         lines.append(f"{name:>18} " + " ".join(f"{d:10.0f}" for d in diffs) + f"   {slope:8.2f}")
     lines.append("kernel time, median µs: " + ", ".join(f"{b} T={t} {np.median(us[(b, t)]):.1f}" for b, t in configs))
-    SC.save(a.out, "record_cost_h200", lines, {"tasks": a.tasks, "results": res})
+    SC.save(a.out, "record_cost_h200" if nw == 4 else f"record_cost_w{nw}_h200", lines, {"tasks": a.tasks, "results": res})
     return 0
 
 

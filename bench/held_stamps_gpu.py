@@ -1,0 +1,365 @@
+"""Stamps held until the task's end, against the library's deferred stamps (H200).
+
+    PYTHONPATH=. python3 bench/held_stamps_gpu.py --out DIR
+
+``bench/stamp_cost_gpu.py`` measured a further deferred hybrid stamp right behind
+another at about 4 ns (lead thread) and 10 ns (per warp), each stamp a ``CS2R`` and
+one store. Two ways to take the store out of a further stamp, both hybrid, lead
+thread and per warp, written here (experiments, not in ``instrument``):
+
+- ``row``: the record held across a warp's lanes (lane ``c`` keeps column ``c``),
+  a stamp a counter read and a select; the last phase stores the row, one
+  coalesced store a warp (``stamp_row``);
+- ``p``: every reading in a register of its own, a further stamp nothing but the
+  ``CS2R``; the last phase stores the record as int64 pairs, ``st.global.v2.b64``
+  from one thread (``pair_record``).
+
+Builds, in the style of ``stamp_cost_gpu.py`` (same FMA-chain kernel, slopes over T
+tasks a CTA, interleaved round by round, CUDA events around each batch): the library's
+``dlead`` / ``dwarps`` and the experiments' ``rowlead`` / ``rowwarps`` / ``plead`` /
+``pwarps``, each also ``+4`` (four marks right behind four stamps); ``rowlead6`` /
+``rowwarps6`` (``+4``: the marks between pieces of work); ``off`` and ``off2`` (A/A).
+Every stamped build's buffer is decoded once (rows whole; its anomalies printed).
+``bench/record_cost_gpu.py`` times ``stamp_row``'s write in parts (``bench_row``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
+
+from instrument import alloc
+from instrument import triton as itl
+from triton.language.extra.cuda import num_warps as _num_warps
+
+
+# -- lane-held records -------------------------------------------------------------------
+@triton.jit
+def _row_view(LAYOUT: tl.constexpr):
+    """``(lanes, wave, col, writer)``, one element a thread: the thread's record (its
+    warp, or 0 for a lead-thread layout), the column its lane holds (``%tid.x & 31``)
+    and whether it writes it (lead thread: warp 0's lanes; never past the columns)."""
+    NW: tl.constexpr = _num_warps()
+    tl.static_assert(LAYOUT.cols <= 32, "a lane-held record has at most 32 columns")
+    lanes = tl.arange(0, NW * 32)
+    tid = itl.thread_id_like(lanes)
+    col = tid & 31
+    if LAYOUT.waves == 1:
+        return lanes, tid * 0, col, (tid < 32) & (col < LAYOUT.cols)
+    else:
+        return lanes, tid >> 5, col, col < LAYOUT.cols
+
+
+@triton.jit
+def _row_hold(LAYOUT: tl.constexpr, PHASE: tl.constexpr, row, lanes, wave, col):
+    """Read ``%clock64``; lane ``phase_col(PHASE)`` of ``row`` keeps it (phase 0 starts
+    the row: placement word, zeros; the first and last phase also hold an anchor)."""
+    t = itl.clock64_like(lanes)
+    if PHASE == 0:
+        g = itl.globaltimer_like(lanes)
+        row = tl.where(col == itl._PLACEMENT_COL, itl.placement_word(tl.program_id(0), wave, itl.smid()),
+                       tl.zeros_like(t))
+        row = tl.where(col == itl.anchor_col(LAYOUT, 0), g, row)
+    if PHASE == LAYOUT.phases - 1:
+        g = itl.globaltimer_like(lanes)
+        row = tl.where(col == itl.anchor_col(LAYOUT, 1), g, row)
+    return tl.where(col == itl.phase_col(PHASE), t, row)
+
+
+@triton.jit
+def _row_write(stamps, LAYOUT: tl.constexpr, launch, task, row, lanes, wave, col, writer):
+    """Each writer lane stores its column of record (launch, stage 0, task, wave);
+    outside the stage's slots lane 0 of each writing warp counts a drop instead."""
+    ok = itl.in_slots(LAYOUT, launch, 0, task)
+    tl.store(stamps + itl.word_offset(LAYOUT, launch, 0, tl.cast(task, tl.int64), wave, col), row,
+             mask=writer & ok)
+    tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0) + 0 * lanes, 1,
+                  mask=writer & (col == 0) & (ok == 0), sem="relaxed")
+
+
+@triton.jit
+def stamp_row(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, row, ON: tl.constexpr):
+    """A hybrid stamp of stage 0 held in the warp's lanes (``_row_hold``); the last
+    phase writes the row (``_row_write``). Returns the row (0 when not ``ON``)."""
+    if ON:
+        lanes, wave, col, writer = _row_view(LAYOUT)
+        row = _row_hold(LAYOUT, PHASE, row, lanes, wave, col)
+        if PHASE == LAYOUT.phases - 1:
+            _row_write(stamps, LAYOUT, launch, task, row, lanes, wave, col, writer)
+        return row
+    else:
+        return tl.zeros([], dtype=tl.int64)
+
+
+# bench_row's experiments (0: stamp_row)
+ROW_RED = tl.constexpr(1)
+ROW_NO_DROP = tl.constexpr(2)
+ROW_NO_WRITE = tl.constexpr(3)
+
+
+@triton.jit
+def bench_row(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, r, TL: tl.constexpr,
+              EXP: tl.constexpr):
+    """``stamp_row``, or its last phase's write done another way: ``ROW_RED`` the drop
+    counted by a predicated ``red`` (no branch), ``ROW_NO_DROP`` not counted,
+    ``ROW_NO_WRITE`` neither row nor drop (the store predicated off by ``task < 0``):
+    what holding alone costs."""
+    if EXP == 0 or PHASE != LAYOUT.phases - 1:
+        r = stamp_row(stamps, LAYOUT, launch, task, PHASE, r, TL)
+    elif TL:
+        lanes, wave, col, writer = _row_view(LAYOUT)
+        r = _row_hold(LAYOUT, PHASE, r, lanes, wave, col)
+        ok = itl.in_slots(LAYOUT, launch, 0, task)
+        if EXP == ROW_NO_WRITE:
+            ok = task < 0
+        tl.store(stamps + itl.word_offset(LAYOUT, launch, 0, tl.cast(task, tl.int64), wave, col), r,
+                 mask=writer & ok)
+        if EXP == ROW_RED:
+            SC._red_add(stamps + itl.drop_counter_word(LAYOUT, 0) + 0 * lanes, writer & (col == 0) & (ok == 0))
+    return r
+
+
+@triton.jit
+def chain_row(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, r, TL: tl.constexpr,
+              PIECES: tl.constexpr, MID: tl.constexpr, MARK0: tl.constexpr, EXP: tl.constexpr):
+    """``stamp_cost_gpu.chain_marked`` for lane-held stamps: returns ``(y, row)``."""
+    if PIECES == 1:
+        y = SC.chain(y, x, n)
+    else:
+        k = n // 3
+        y = SC.chain(y, x, k)
+        if MID:
+            r = bench_row(stamps, LAYOUT, launch, task, MARK0, r, TL, EXP)
+        y = SC.chain(y, x, k)
+        if MID:
+            r = bench_row(stamps, LAYOUT, launch, task, MARK0 + 1, r, TL, EXP)
+        y = SC.chain(y, x, n - 2 * k)
+    return y, r
+
+
+@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
+def work_kernel_row(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
+                    BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, PIECES: tl.constexpr = 1,
+                    MID: tl.constexpr = False, EXP: tl.constexpr = 0):
+    """``stamp_cost_gpu.work_kernel`` with lane-held stamps (``bench_row``)."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        r = bench_row(stamps, LAYOUT, launch, task, 0, 0, TL, EXP)
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
+        r = bench_row(stamps, LAYOUT, launch, task, 1, r, TL, EXP)
+        if EXTRA:
+            r = bench_row(stamps, LAYOUT, launch, task, 5, r, TL, EXP)
+        y, r = chain_row(x, x, half, stamps, LAYOUT, launch, task, r, TL, PIECES, MID, 5, EXP)
+        r = bench_row(stamps, LAYOUT, launch, task, 2, r, TL, EXP)
+        if EXTRA:
+            r = bench_row(stamps, LAYOUT, launch, task, 6, r, TL, EXP)
+        y, r = chain_row(y, x, iters - half, stamps, LAYOUT, launch, task, r, TL, PIECES, MID, 7, EXP)
+        r = bench_row(stamps, LAYOUT, launch, task, 3, r, TL, EXP)
+        if EXTRA:
+            r = bench_row(stamps, LAYOUT, launch, task, 7, r, TL, EXP)
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        if EXTRA:
+            r = bench_row(stamps, LAYOUT, launch, task, 8, r, TL, EXP)
+        bench_row(stamps, LAYOUT, launch, task, 4, r, TL, EXP)
+
+
+# -- register-held records, written as pairs ---------------------------------------------
+@triton.jit
+def _st_pair(ptr, a, b, pred):
+    """Store the int64 pair ``(a, b)`` at ``ptr`` (16-byte aligned), one
+    ``st.global.v2.b64``, where ``pred``."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $4, 0; @p st.global.v2.b64 [$1], {$2, $3}; mov.u32 $0, 0; }",
+        "=r,l,l,l,r", [ptr, a, b, pred.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _pair_view(LAYOUT: tl.constexpr, BLOCK: tl.constexpr):
+    """``(lanes, wave, writer)``: lead thread (``waves == 1``: thread 0 writes record 0)
+    or per warp (one element a thread; lane 0 writes its warp's record)."""
+    lanes = tl.arange(0, BLOCK)
+    tid = itl.thread_id_like(lanes)
+    if LAYOUT.waves == 1:
+        return lanes, tid * 0, tid == 0
+    else:
+        return lanes, tid >> 5, (tid & 31) == 0
+
+
+@triton.jit
+def pair_tick(lanes, TL: tl.constexpr):
+    """A register-held stamp: ``%clock64`` in every thread; 0 when not ``TL``."""
+    if TL:
+        return itl.clock64_like(lanes)
+    else:
+        return 0
+
+
+@triton.jit
+def pair_timer(lanes, TL: tl.constexpr):
+    """The first anchor of a register-held record: ``%globaltimer``; 0 when not ``TL``."""
+    if TL:
+        return itl.globaltimer_like(lanes)
+    else:
+        return 0
+
+
+@triton.jit
+def pair_record(stamps, LAYOUT: tl.constexpr, launch, task, lanes, wave, writer, c, m, g0, TL: tl.constexpr):
+    """The last phase's stamp and the task's record from registers: ``c`` the readings
+    of phases 0-3, ``m`` the marks' (or ``()``), ``g0`` the first anchor; reads the
+    last phase and the second anchor, then stores the record as int64 pairs (placement
+    and phase 0, phases 1-2, 3-4, the marks, the anchors) from the writer thread;
+    outside the stage's slots the drop counter counts 1 instead."""
+    if TL:
+        last = pair_tick(lanes, TL)
+        g1 = pair_timer(lanes, TL)
+        ok = itl.in_slots(LAYOUT, launch, 0, task)
+        pred = writer & ok
+        base = stamps + itl.word_offset(LAYOUT, launch, 0, tl.cast(task, tl.int64), wave, 0)
+        _st_pair(base, itl.placement_word(tl.program_id(0), wave, itl.smid()), c[0], pred)
+        _st_pair(base + 2, c[1], c[2], pred)
+        _st_pair(base + 4, c[3], last, pred)
+        if len(m) == 4:
+            _st_pair(base + 6, m[0], m[1], pred)
+            _st_pair(base + 8, m[2], m[3], pred)
+        _st_pair(base + itl.anchor_col(LAYOUT, 0), g0, g1, pred)
+        tl.atomic_add(stamps + itl.drop_counter_word(LAYOUT, 0) + 0 * lanes, 1, mask=writer & (ok == 0),
+                      sem="relaxed")
+
+
+@triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
+def work_kernel_pairs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
+                      BLOCK: tl.constexpr, EXTRA: tl.constexpr = False):
+    """``stamp_cost_gpu.work_kernel`` with register-held stamps (``pair_record``)."""
+    bid = tl.program_id(0)
+    G = tl.num_programs(0)
+    lanes, wave, writer = _pair_view(LAYOUT, BLOCK)
+    half = iters // 2
+    for i in range(n_tasks):
+        task = bid + i * G
+        c0 = pair_tick(lanes, TL)
+        g0 = pair_timer(lanes, TL)
+        x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
+        c1 = pair_tick(lanes, TL)
+        if EXTRA:
+            m1 = pair_tick(lanes, TL)
+        y = SC.chain(x, x, half)
+        c2 = pair_tick(lanes, TL)
+        if EXTRA:
+            m2 = pair_tick(lanes, TL)
+        y = SC.chain(y, x, iters - half)
+        c3 = pair_tick(lanes, TL)
+        if EXTRA:
+            m3 = pair_tick(lanes, TL)
+        tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
+        if EXTRA:
+            m4 = pair_tick(lanes, TL)
+            pair_record(stamps, LAYOUT, launch, task, lanes, wave, writer, (c0, c1, c2, c3), (m1, m2, m3, m4), g0,
+                        TL)
+        else:
+            pair_record(stamps, LAYOUT, launch, task, lanes, wave, writer, (c0, c1, c2, c3), (), g0, TL)
+
+
+# -- host side -------------------------------------------------------------------------------
+BUILDS = {"dlead": 1, "dwarps": 0, "rowlead": 1, "rowwarps": 0, "rowlead6": 1, "rowwarps6": 0,
+          "plead": 1, "pwarps": 0}  # each also "+4"; waves (0: num_warps)
+BETWEEN = ("rowlead6", "rowwarps6")
+
+
+def launch(build: str, inp, out, buf, t: int, iters: int, nw: int, grid: int) -> None:
+    """One launch of ``build`` (``off``, ``off2``: the normal build) with ``t`` tasks a CTA."""
+    base, _, four = build.partition("+")
+    on = not base.startswith("off")
+    args = SC.launch_args(inp, out, buf, buf.layout, t, iters, on, nw)
+    if not on or base in ("dlead", "dwarps"):
+        SC.work_kernel_deferred[(grid,)](*args, num_warps=nw, EXTRA=bool(four))
+    elif base.startswith("row"):
+        between = base in BETWEEN
+        work_kernel_row[(grid,)](*args, num_warps=nw, **({"PIECES": 3, "MID": bool(four)} if between
+                                                           else {"EXTRA": bool(four)}))
+    else:
+        work_kernel_pairs[(grid,)](*args, num_warps=nw, EXTRA=bool(four))
+
+
+def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int) -> tuple:
+    """``(lines, results)``: each build's decode, ns a stamp against ``off`` (slope over
+    T, / 5 stamps a task), and a further stamp's cost (``+4`` against its build)."""
+    tmax = max(tasks)
+    block = nw * 32
+    inp = torch.rand(SC.TILES * block, device="cuda") * 0.01
+    out = torch.empty(grid * tmax * block, device="cuda")
+    bufs = {b + s: alloc(SC.spec(grid, tmax, waves=w or nw, arch=arch, hybrid=True, marks=SC.marks_of(s)))
+            for b, w in BUILDS.items() for s in ("", "+4")}
+    bufs["off"] = bufs["off2"] = bufs["dlead"]
+    lines = [f"== {nw} warps"]
+    decode = {}
+    for b, buf in bufs.items():
+        if b.startswith("off"):
+            continue
+        launch(b, inp, out, buf, tmax, iters, nw, grid)
+        buf.reset()
+        launch(b, inp, out, buf, tmax, iters, nw, grid)
+        tr = buf.collect()
+        decode[b] = {"rows": tr.tasks.num_rows, "expected": grid * tmax * buf.spec.waves,
+                     "anomalies": tr.anomaly_summary()}
+        lines.append(f"  decode {b}: {decode[b]['rows']} rows (expected {decode[b]['expected']}), anomalies "
+                     f"{decode[b]['anomalies'] or 'none'}")
+    builds = ["off", *[b for b in bufs if not b.startswith("off")], "off2"]
+    configs = [(b, t) for t in tasks for b in builds]
+    us = SC.interleaved(configs, lambda c: SC.events_around(
+        lambda: launch(c[0], inp, out, bufs[c[0]], c[1], iters, nw, grid), batch), rounds, batch)
+    fits = {b: SC.diff_slope(us, b, "off", tasks) for b in builds[1:]}
+    per_stamp = {b: slope / SC.PHASES_PER_TASK for b, (_, slope) in fits.items()}
+    further = {b: (per_stamp[b + "+4"] - per_stamp[b]) * SC.PHASES_PER_TASK / 4 for b in BUILDS}
+    lines.append("  ns a stamp (slope against off over T = " + str(tasks) + ", / 5 stamps a task): "
+                 + ", ".join(f"{b} {v:.2f}" for b, v in per_stamp.items()))
+    lines.append("  a further stamp, ns (right behind another; " + ", ".join(BETWEEN) + ": between pieces of "
+                 "work): " + ", ".join(f"{b} {v:.2f}" for b, v in further.items()))
+    lines.append("  build - off at each T, ns a launch: " + "; ".join(
+        f"{b} " + "/".join(f"{d:.0f}" for d in diffs) for b, (diffs, _) in fits.items()))
+    return lines, {"num_warps": nw, "decode": decode, "diff_ns": {b: d for b, (d, _) in fits.items()},
+                   "ns_per_stamp": per_stamp, "further_stamp_ns": further}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--iters", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=5)
+    a = ap.parse_args(argv)
+    grid = torch.cuda.get_device_properties(0).multi_processor_count
+    from gpu_run import environment  # bench/ is this script's sys.path[0]
+
+    env = environment("PYTHONPATH=. python3 bench/held_stamps_gpu.py " + " ".join(sys.argv[1:] if argv is None
+                                                                                 else argv))
+    lines = [f"{k}: {v}" for k, v in env.items()]
+    lines.append(f"grid {grid}, {a.iters * 8} dependent FMAs a task, {a.rounds} rounds x {a.batch} launches, "
+                 "interleaved; all builds hybrid")
+    res = {"environment": env, "tasks": a.tasks, "by_warps": []}
+    bad = []
+    for nw in (4, 8):
+        more, r = measure(nw, grid, a.tasks, a.iters, env["arch"], a.rounds, a.batch)
+        lines += more
+        res["by_warps"].append(r)
+        bad += [f"{nw} warps {b}" for b, d in r["decode"].items() if d["rows"] != d["expected"]]
+    lines.append("decode: every build's rows whole" if not bad else "decode: rows missing in " + ", ".join(bad))
+    SC.save(a.out, "held_stamps_h200", lines, res)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
