@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -322,7 +320,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
         lambda: launch(c[0], inp, out, bufs[c[0]], c[1], iters, nw, grid), batch), rounds, batch)
     fits = {b: SC.diff_slope(us, b, "off", tasks) for b in builds[1:]}
     per_stamp = {b: slope / SC.PHASES_PER_TASK for b, (_, slope) in fits.items()}
-    further = {b: (per_stamp[b + "+4"] - per_stamp[b]) * SC.PHASES_PER_TASK / 4 for b in BUILDS}
+    further = {b: SC.further_ns(per_stamp, b) for b in BUILDS}
     lines.append("  ns a stamp (slope against off over T = " + str(tasks) + ", / 5 stamps a task): "
                  + ", ".join(f"{b} {v:.2f}" for b, v in per_stamp.items()))
     lines.append("  a further stamp, ns (right behind another; " + ", ".join(BETWEEN) + ": between pieces of "
@@ -335,11 +333,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 1024])
-    ap.add_argument("--iters", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=5)
+    SC.slope_args(ap, rounds=200)
     a = ap.parse_args(argv)
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     from gpu_run import environment  # bench/ is this script's sys.path[0]

@@ -436,6 +436,22 @@ def diff_slope(us: dict, build: str, base: str, tasks: list) -> tuple:
     return diffs, float(np.polyfit(np.array(tasks, float), np.array(diffs), 1)[0])
 
 
+def further_ns(per_stamp: dict, base: str) -> float:
+    """What one further stamp costs, ns: the build with four more a task (``base +
+    "+4"``) against ``base``, from their ns a stamp averaged over a task's five."""
+    return (per_stamp[base + "+4"] - per_stamp[base]) * PHASES_PER_TASK / 4
+
+
+def slope_args(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """The options of the benches timed as this one is (``warp_store_gpu.py``,
+    ``held_stamps_gpu.py``): results folder, tasks a CTA, FMA steps, rounds, batch."""
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--iters", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--batch", type=int, default=5)
+
+
 def save(out: Path, stem: str, lines: list, results: dict) -> str:
     """Print ``lines`` and write them and ``results`` to ``out/stem.txt`` / ``.json``."""
     text = "\n".join(lines)
@@ -593,7 +609,7 @@ def main(argv=None) -> int:
             "ns/stamp; "
             f"A/A {f['off2']['ns_per_stamp']:+.2f} ns/stamp")
         for base in ("lead", "hlead", "dlead", "hwarps", "dwarps", "c32") + BETWEEN:  # (slope a task with four more - without) / 4
-            further = (f[base + "+4"]["ns_per_stamp"] - f[base]["ns_per_stamp"]) * PHASES_PER_TASK / 4
+            further = further_ns({b: v["ns_per_stamp"] for b, v in f.items()}, base)
             m.setdefault("further_stamp_ns", {})[base] = further
             where = ("between two pieces of work, against the same loops without it" if base in BETWEEN
                      else "right behind another")

@@ -68,7 +68,6 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
     from timeline import synth
     from viewer import app as V
     from viewer import client as VC
-    from viewer import wiring as VW
     from viewer.panels import gantt as VG
     from viewer.panels import tables as VT
     from viewer import figures as F

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 import triton
@@ -148,7 +147,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
     slopes = {b: slope / SC.PHASES_PER_TASK for b, (_, slope) in fits.items()}
     lines = [f"== {nw} warps: ns a stamp (slope against off over T = {tasks}, / 5 stamps a task)",
              "  " + ", ".join(f"{b} {s:.2f}" for b, s in slopes.items())]
-    further = {b: (slopes[b + "+4"] - slopes[b]) * SC.PHASES_PER_TASK / 4 for b in ("dlead", "dwarps", *HOWS)}
+    further = {b: SC.further_ns(slopes, b) for b in ("dlead", "dwarps", *HOWS)}
     lines.append("  a further stamp right behind another, ns: " + ", ".join(f"{b} {v:.2f}" for b, v in further.items()))
     lines.append("  build - off at each T, ns a launch: " + "; ".join(
         f"{b} " + "/".join(f"{d:.0f}" for d in diffs) for b, (diffs, _) in fits.items()))
@@ -158,11 +157,7 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--tasks", type=int, nargs="+", default=[64, 256, 1024])
-    ap.add_argument("--iters", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--batch", type=int, default=5)
+    SC.slope_args(ap, rounds=100)
     ap.add_argument("--again", action="store_true",
                     help="the experiments' second stamp stores the first's reading again (one more store a task)")
     a = ap.parse_args(argv)
