@@ -1,6 +1,7 @@
 """Ranks on one GPU with an all-reduce stage: the calibrated merge against the truth.
 
     PYTHONPATH=. python3 bench/tp_clocks_gpu.py --out DIR [--world 2 --grid 32] [--captures 5]
+    PYTHONPATH=. python3 bench/tp_clocks_gpu.py --out DIR --gpus 2    # a rank a GPU (not run yet)
 
 ``instrument.demo.triton_tp``: ``Y = X @ W`` with K split over ``--world`` ranks, each
 rank a persistent launch of ``--grid`` CTAs on its own CUDA stream of one GPU,
@@ -25,7 +26,12 @@ torch (fp32 from the fp16 inputs) on every rank, normal and timeline build, and 
 wait may give up. The last capture's rank traces go to
 ``DIR/h200_tp<world>_rank<r>.arrow``; the printed lines and numbers to
 ``DIR/tp_clocks_<gpu>.txt`` / ``.json`` (``tp_clocks_w<world>_<gpu>`` for a world
-other than 2). A multi-GPU run would give the same table without the truth.
+other than 2). With ``--gpus N`` every rank runs on a GPU of its own (``world`` = N,
+mailboxes on GPU 0 at system scope) and there is no truth: the table gives each
+capture's calibrated skew, the ranks' uncertainties, the causality violations of both
+merges and how far the stage alignment moves a rank from the calibrated placement
+(``tp_clocks_gpus<N>_<gpu>``). That mode was written for a 2-GPU machine and has not
+run: none was lent.
 """
 
 from __future__ import annotations
@@ -51,18 +57,26 @@ def violations(m) -> int:
     return int(m.anomaly_summary().get("cross_rank_causality", 0))
 
 
-def judged(traces) -> dict:
+def moved(a, b, r: int) -> int:
+    """ns by which merge ``b`` places rank ``r`` (against rank 0) from where ``a`` does."""
+    return (b.offsets.get(r, 0) - b.offsets.get(0, 0)) - (a.offsets.get(r, 0) - a.offsets.get(0, 0))
+
+
+def judged(traces, truth: bool = True) -> dict:
     """One capture's ranks merged both ways: per rank past 0 the error against the
-    shared clock, and its bound (rank 0's and its uncertainty), the violations."""
+    shared clock (``truth``: the ranks are on one GPU; else ``None``) and its bound
+    (rank 0's and its uncertainty), how far the stage alignment moves it from the
+    calibrated placement, the violations."""
     cal, stg = merge(traces), merge(traces, align=STAGE_ALIGN)
     unc = [al.uncertainty_ns for al in K.alignment_of(cal)]
     others = range(1, len(traces))
     drift = [K.drift(*K.calibrations_of(t.spec)[:2]) for t in traces]
     return {"skew_ns": max(cal.origins.values()) - min(cal.origins.values()),
-            "clocks_error_ns": [tp.shared_clock_error(cal, r) for r in others],
+            "clocks_error_ns": [tp.shared_clock_error(cal, r) for r in others] if truth else None,
             "bound_ns": [unc[0] + unc[r] for r in others], "uncertainty_ns": unc,
-            "clocks_violations": violations(cal),
-            "stage_error_ns": [tp.shared_clock_error(stg, r) for r in others], "stage_violations": violations(stg),
+            "clocks_violations": violations(cal), "stage_moves_ns": [moved(cal, stg, r) for r in others],
+            "stage_error_ns": [tp.shared_clock_error(stg, r) for r in others] if truth else None,
+            "stage_violations": violations(stg),
             "drift_ppm": [d.ppm for d in drift], "drift_uncertainty_ppm": [d.uncertainty_ppm for d in drift],
             "other_anomalies": {k: v for k, v in cal.anomaly_summary().items() if k != "cross_rank_causality"}}
 
@@ -74,10 +88,29 @@ def capture(model, bufs, rounds: int):
         b.calibrations.clear()
         b.calibrate(rounds)
     model.run(bufs)
-    torch.cuda.synchronize()
+    model.synchronize()
     for b in bufs:
         b.calibrate(rounds)
     return [b.collect() for b in bufs]
+
+
+def prepared(s, devices, env: dict) -> tuple:
+    """``(model, buffers, line, ok, errors)``: the demo on ``devices`` (``None``: one GPU),
+    a stamp buffer a rank on its device, both builds checked against torch after a
+    launch of each to compile it, no wait given up."""
+    model = tp.TensorParallel(s, devices=devices)
+    bufs = [alloc(tp.spec(s, rank=r, arch=env["arch"], extra={"captured": env}), device=model.devices[r])
+            for r in range(s.world)]
+    model.warm_up(bufs)
+    model.run()
+    e_off = model.error()
+    model.poison()
+    model.run(bufs)
+    e_on = model.error()
+    where = f" on {s.world} GPUs" if devices else ""
+    line = (f"shape {tuple(s)}{where}: {s.tasks} tasks a stage a rank, {s.G} CTAs a rank; max relative error "
+            f"normal {e_off:.1e}, timeline {e_on:.1e}; waits given up {model.hangs()}")
+    return model, bufs, line, e_off < 1e-2 and e_on < 1e-2 and model.hangs() == 0, (e_off, e_on)
 
 
 def main(argv=None) -> int:
@@ -87,46 +120,70 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=500, help="calibration rounds")
     ap.add_argument("--world", type=int, default=2, help="ranks (streams of the one GPU)")
     ap.add_argument("--grid", type=int, default=32, help="CTAs a rank (world x grid <= the SMs)")
+    ap.add_argument("--gpus", type=int, default=0, help="a rank a GPU on this many GPUs (world = gpus)")
     a = ap.parse_args(argv)
     from gpu_run import environment
 
     env = environment("PYTHONPATH=. python3 bench/tp_clocks_gpu.py " + " ".join(sys.argv[1:] if argv is None else argv))
-    lines = [f"{k}: {v}" for k, v in env.items()]
-    s = tp.TPShape(world=a.world, G=a.grid)
-    model = tp.TensorParallel(s)
-    bufs = [alloc(tp.spec(s, rank=r, arch=env["arch"], extra={"captured": env})) for r in range(s.world)]
-    model.warm_up(bufs)
-    model.run()
-    e_off = model.error()
-    model.out.fill_(float("nan"))
-    model.run(bufs)
-    e_on = model.error()
-    ok = e_off < 1e-2 and e_on < 1e-2 and model.hangs() == 0
-    lines.append(f"shape {tuple(s)}: {s.tasks} tasks a stage a rank, {s.G} CTAs a rank; max relative error "
-                 f"normal {e_off:.1e}, timeline {e_on:.1e}; waits given up {model.hangs()}")
-    lines.append(f"{'capture':>7} {'skew ns':>9} {'clocks: worst error ns':>22} {'its bound':>9} "
-                 f"{'± ns (ranks)':>13} {'violations':>10} {'stage: worst error ns':>21} {'violations':>10}")
-    rows = []
-    for i in range(a.captures):
-        traces = capture(model, bufs, a.rounds)
+    s = tp.TPShape(world=a.gpus or a.world, G=a.grid)
+    devices = [torch.device("cuda", r) for r in range(a.gpus)] if a.gpus else None
+    model, bufs, line, ok, (e_off, e_on) = prepared(s, devices, env)
+    lines = [f"{k}: {v}" for k, v in env.items()] + [line]
+    table = several_gpus if a.gpus else one_gpu
+    more, rows, traces, good = table(model, bufs, a.captures, a.rounds)
+    lines += more
+    a.out.mkdir(parents=True, exist_ok=True)
+    tag = env["gpu"].split()[-1].lower()
+    for r, t in enumerate(traces):
+        t.save(a.out / (f"{tag}_tp{s.world}gpus_rank{r}.arrow" if a.gpus else f"h200_tp{s.world}_rank{r}.arrow"))
+    lines.append(f"{'ALL OK' if ok and good else 'FAILED'}: " + (
+        "no causality violation in any calibrated merge, no other anomaly" if a.gpus else
+        "every calibrated merge puts every rank within its and rank 0's summed uncertainties of the shared clock, "
+        "no causality violation, no other anomaly"))
+    stem = (f"tp_clocks_gpus{a.gpus}_{tag}" if a.gpus else f"tp_clocks_{tag}" if s.world == 2
+            else f"tp_clocks_w{s.world}_{tag}")
+    SC.save(a.out, stem, lines, {"environment": env, "shape": s._asdict(), "captures": rows,
+                                 "error_normal": e_off, "error_timeline": e_on})
+    return 0 if ok and good else 1
+
+
+def one_gpu(model, bufs, captures: int, rounds: int) -> tuple:
+    """``(lines, rows, last traces, ok)``: ranks on one GPU, each capture's worst rank
+    against the shared clock, within the ranks' summed uncertainties."""
+    world = model.shape.world
+    lines = [f"{'capture':>7} {'skew ns':>9} {'clocks: worst error ns':>22} {'its bound':>9} "
+             f"{'± ns (ranks)':>13} {'violations':>10} {'stage: worst error ns':>21} {'violations':>10}"]
+    rows, ok = [], True
+    for i in range(captures):
+        traces = capture(model, bufs, rounds)
         row = judged(traces)
         rows.append(row)
         ok &= row["clocks_violations"] == 0 and not row["other_anomalies"] and all(
             abs(e) <= b for e, b in zip(row["clocks_error_ns"], row["bound_ns"]))
-        w = max(range(s.world - 1), key=lambda k: abs(row["clocks_error_ns"][k]))
+        w = max(range(world - 1), key=lambda k: abs(row["clocks_error_ns"][k]))
         u = row["uncertainty_ns"]
         lines.append(f"{i:7d} {row['skew_ns']:9d} {row['clocks_error_ns'][w]:22d} {row['bound_ns'][w]:9.0f} "
                      f"{min(u):6.0f}-{max(u):<6.0f} {row['clocks_violations']:10d} "
                      f"{max(row['stage_error_ns'], key=abs):21d} {row['stage_violations']:10d}")
-    a.out.mkdir(parents=True, exist_ok=True)
-    for r, t in enumerate(traces):
-        t.save(a.out / f"h200_tp{s.world}_rank{r}.arrow")
-    lines.append(f"{'ALL OK' if ok else 'FAILED'}: every calibrated merge puts every rank within its and rank 0's "
-                 "summed uncertainties of the shared clock, no causality violation, no other anomaly")
-    tag = env["gpu"].split()[-1].lower()
-    SC.save(a.out, f"tp_clocks_{tag}" if s.world == 2 else f"tp_clocks_w{s.world}_{tag}", lines, {"environment": env, "shape": s._asdict(), "captures": rows,
-                                              "error_normal": e_off, "error_timeline": e_on})
-    return 0 if ok else 1
+    return lines, rows, traces, ok
+
+
+def several_gpus(model, bufs, captures: int, rounds: int) -> tuple:
+    """``(lines, rows, last traces, ok)``: a rank a GPU, no truth; each capture's
+    calibrated skew, the ranks' uncertainties, both merges' violations and the stage
+    alignment's largest move from the calibrated placement."""
+    lines = [f"{'capture':>7} {'skew ns':>12} {'± ns (ranks)':>13} {'violations':>10} "
+             f"{'stage: largest move ns':>22} {'violations':>10}"]
+    rows, ok = [], True
+    for i in range(captures):
+        traces = capture(model, bufs, rounds)
+        row = judged(traces, truth=False)
+        rows.append(row)
+        ok &= row["clocks_violations"] == 0 and not row["other_anomalies"]
+        u = row["uncertainty_ns"]
+        lines.append(f"{i:7d} {row['skew_ns']:12d} {min(u):6.0f}-{max(u):<6.0f} {row['clocks_violations']:10d} "
+                     f"{max(row['stage_moves_ns'], key=abs):22d} {row['stage_violations']:10d}")
+    return lines, rows, traces, ok
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ checks, and its two rank traces captured on one H200 (``traces/h200_tp2_rank*.ar
 ``bench/tp_clocks_gpu.py``), whose ranks share one clock: the calibrated merge must
 put them where that clock does, a stage alignment is off and says it is assumed."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,11 @@ from timeline import clocks as K
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
 
-def _ptx(rank: int, on: bool, shape=tp.TPShape()) -> str:
+def _ptx(rank: int, on: bool, shape=tp.TPShape(), scope="gpu") -> str:
     s = shape
     k = itl.compile_launch(tp.tp_kernel, torch.float16, torch.float16, torch.float32, torch.int64, torch.float32,
                            torch.int32, torch.int64 if on else None, 0, 7, rank, s.world, s.M, s.N, s.K, s.BM,
-                           s.BN, s.BK, s.G, tp.spec(s, rank=rank).layout, on, 1 << 20, grid=(s.G,),
+                           s.BN, s.BK, s.G, tp.spec(s, rank=rank).layout, on, 1 << 20, scope, grid=(s.G,),
                            num_warps=s.num_warps)
     return k.asm["ptx"]
 
@@ -35,12 +36,55 @@ def test_one_kernel_serves_every_rank_and_stamps_only_in_a_timeline_build():
     assert on0 == on1
     assert on1.count("%globaltimer") == 10 and "%globaltimer" not in off
     for ptx in (on1, off):
-        assert "atom.global.gpu.release.exch.b64" in ptx and "atom.global.gpu.acq" in ptx
+        assert "atom.global.gpu.release.exch.b64" in ptx and "ld.global.gpu.acquire.b64" in ptx
         assert "ld.global.cg" in ptx
 
 
+def test_ranks_on_several_gpus_release_and_acquire_their_mailboxes_at_system_scope():
+    """A rank a GPU: a waiter on another GPU must see the partial tiles its mailbox
+    announces, so every mailbox exchange and wait, and the waits' count, is at system
+    scope (only the stamp buffer's own drop counter stays at GPU scope); still one
+    kernel for every rank."""
+    sys0, sys1 = _ptx(0, True, scope="sys"), _ptx(1, True, scope="sys")
+    assert sys0 == sys1
+    for ptx, drop in ((sys1, {"atom.global.gpu.relaxed.add.u64"}), (_ptx(1, False, scope="sys"), set())):
+        ops = set(re.findall(r"\b(?:atom|ld)\.global\.(?:gpu|sys)\.[a-z_0-9.]+", ptx))
+        assert {"atom.global.sys.release.exch.b64", "ld.global.sys.acquire.b64",
+                "atom.global.sys.acq_rel.add.u32"} <= ops
+        assert {o for o in ops if ".gpu." in o} == drop
+
+
+@pytest.mark.parametrize("devices, match", [
+    ([0], "give 2 CUDA devices"), (["cpu", 0], "give 2 CUDA devices"), ([0, 1, 1], "one GPU or each on its own"),
+    ([0, 2], "cuda:2 cannot reach cuda:0's memory")])
+def test_devices_the_ranks_cannot_run_on_are_refused(devices, match):
+    world = 3 if len(devices) == 3 else 2
+    devs = [torch.device(d) if isinstance(d, str) else torch.device("cuda", d) for d in devices]
+    with pytest.raises(ValueError, match=match):
+        tp.check_tp_devices(world, devs, lambda d, p: {d, p} != {0, 2})
+
+
+def test_one_gpu_or_a_gpu_a_rank_with_peer_access_is_accepted():
+    reach = lambda d, p: True  # noqa: E731
+    tp.check_tp_devices(2, [torch.device("cuda", 0)] * 2, lambda d, p: False)
+    tp.check_tp_devices(2, [torch.device("cuda", 0), torch.device("cuda", 1)], reach)
+    tp.check_tp_shape(tp.TPShape(G=100), 132, ranks_a_gpu=1)  # a GPU a rank: 100 CTAs fit its 132 SMs
+    with pytest.raises(ValueError, match="1 ranks a GPU"):
+        tp.check_tp_shape(tp.TPShape(G=140), 132, ranks_a_gpu=1)
+
+
+def test_buffers_on_other_gpus_than_their_ranks_are_refused():
+    from types import SimpleNamespace
+
+    devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    bufs = [SimpleNamespace(spec=tp.spec(rank=r), device=devs[0]) for r in (0, 1)]
+    with pytest.raises(ValueError, match="alloc rank r's buffer on its device"):
+        tp.check_tp_buffers(tp.TPShape(), bufs, devs)
+    tp.check_tp_buffers(tp.TPShape(), [SimpleNamespace(spec=tp.spec(rank=r), device=devs[r]) for r in (0, 1)], devs)
+
+
 @pytest.mark.parametrize("change, match", [
-    ({"M": 1000}, "multiples"), ({"K": 2048 + 64}, "multiples"), ({"G": 100}, "exceed the 132 SMs")])
+    ({"M": 1000}, "multiples"), ({"K": 2048 + 64}, "multiples"), ({"G": 100}, "2 ranks a GPU CTAs exceed the 132 SMs")])
 def test_a_shape_the_kernel_cannot_run_is_refused(change, match):
     with pytest.raises(ValueError, match=match):
         tp.check_tp_shape(tp.TPShape()._replace(**change), 132)

@@ -102,6 +102,13 @@ def _column(name, fn):
     return edit
 
 
+def _retyped(name, array):
+    """Column ``name`` replaced by ``array(n)``: a type no trace column has."""
+    def edit(t, m):
+        return t.set_column(t.schema.get_field_index(name), name, array(t.num_rows)), m
+    return edit
+
+
 def _specs(fn):
     def edit(t, m):
         d = json.loads(m[S.META_SPECS])
@@ -149,6 +156,12 @@ CRAFTED = {
     "a launch past the slots": (_column("launch", lambda v: (v + 3).astype(np.int32)), "past its spec's slots"),
     "a negative task": (_column("task", lambda v: (v - 1).astype(np.int32)), "past its spec's slots"),
     "fractional times": (_column("start_ns", lambda v: v + 0.5), "does not hold the type"),
+    "a column of nulls": (_retyped("hint_ns", pa.nulls), "hint_ns is not the time"),
+    "a column of bools with nulls": (_retyped("flags", lambda n: pa.array([True, None] * (n // 2) + [None] * (n % 2))),
+                                     r"columns \['flags'\] hold nulls"),
+    "a task without a number": (_retyped("task", lambda n: pa.array([None] + [0] * (n - 1), pa.int32())),
+                                r"columns \['task'\] hold nulls"),
+    "a column of words": (_retyped("task", lambda n: pa.array(["x"] * n)), "does not hold the type"),
     "a time that is not its tick's": (_column("end_ns", lambda v: v + 1), "end_ns is not the time"),
     "a tick past the exact span": (_column("end_tick", lambda v: v + (1 << 62)), "exact time axis"),
 }

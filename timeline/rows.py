@@ -188,6 +188,12 @@ _NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, 
                 pa.float32(): np.float32, pa.float64(): np.float64}
 
 
+def is_plain(t: pa.DataType) -> bool:
+    """Whether ``numpy`` reads values of type ``t`` straight from their buffers: a
+    fixed-width numeric type or bool."""
+    return t in _NUMPY_TYPES or t == pa.bool_()
+
+
 def np_dtype(t: pa.DataType) -> np.dtype:
     """The numpy dtype of a fixed-width numeric Arrow type (``DataType.to_pandas_dtype``
     imports pandas: see ``arrow``)."""
@@ -208,7 +214,7 @@ def numpy(values) -> np.ndarray:
     is a view of Arrow's memory."""
     if values.null_count and pa.types.is_floating(values.type):
         values = filled(values, np.nan)
-    if values.null_count or not (values.type in _NUMPY_TYPES or values.type == pa.bool_()):
+    if values.null_count or not is_plain(values.type):
         return values.to_numpy(zero_copy_only=False)
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     if len(chunks) == 1:
@@ -218,12 +224,13 @@ def numpy(values) -> np.ndarray:
 
 
 def filled(values, fill):
-    """``values`` (an Arrow array or chunked array of a numeric type) with every null
+    """``values`` (an Arrow array or chunked array of a numeric or bool type) with every null
     replaced by ``fill``; ``values`` itself when it has none. Not ``pc.fill_null``
     with a Python value: that goes through ``pa.scalar`` (see ``arrow``)."""
     if not values.null_count:
         return values
-    return pc.fill_null(values, arrow(np.array([fill], dtype=np_dtype(values.type)))[0])
+    dt = bool if values.type == pa.bool_() else np_dtype(values.type)
+    return pc.fill_null(values, arrow(np.array([fill], dtype=dt))[0])
 
 
 def from_python(values, type: pa.DataType) -> pa.Array:

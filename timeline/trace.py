@@ -231,6 +231,9 @@ def table_checksum(tasks: pa.Table, metadata: dict) -> str:
             chunks = col.chunks
         valid, values = hashlib.blake2b(digest_size=16), hashlib.blake2b(digest_size=16)
         for c in chunks:
+            if not R.is_plain(c.type):  # no trace column has such a type: a damaged file's, hashed as it reads
+                values.update(json.dumps(c.to_pylist(), default=repr).encode())
+                continue
             if c.null_count:
                 valid.update(R.numpy(c.is_valid()).tobytes())
                 c = R.filled(c, 0)
@@ -347,7 +350,9 @@ def _read_meta(meta: dict, where: str) -> _Meta:
 
 def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     """The table's columns as ``tasks_schema(phases, marks)``: every column present,
-    each castable without loss (a fractional time in an int column is refused)."""
+    each castable without loss (a fractional time in an int column is refused), nulls
+    only where the format has them (ns of unwritten stamps, a slot's unknown step and
+    layer, placement fields a record lacks or its vendor does not have)."""
     want = S.tasks_schema(phases, marks)
     for name in ("step", "layer"):  # files written before slot headers: identity unknown
         if name not in table.column_names:
@@ -359,9 +364,14 @@ def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     if extra:
         raise _refuse(where, f"it holds columns {extra} its spec's phases {list(phases)} do not name")
     try:
-        return table.select(want.names).cast(want).replace_schema_metadata(None)
+        tasks = table.select(want.names).cast(want).replace_schema_metadata(None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise _refuse(where, f"a column does not hold the type the format says ({str(e).splitlines()[0]})") from None
+    may_lack = {"step", "layer", *S.PLACEMENT_COLUMNS, *(f"{p}_ns" for p in (*phases, *marks))}
+    holed = [n for n in want.names if n not in may_lack and tasks.column(n).null_count]
+    if holed:
+        raise _refuse(where, f"columns {holed} hold nulls; the format has a value in every row of them")
+    return tasks
 
 
 def _first_bad(mask: np.ndarray) -> str:

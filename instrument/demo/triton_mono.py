@@ -59,24 +59,26 @@ def graph(shape: Shape = Shape()) -> dict:
 
 # -- device code ---------------------------------------------------------------------
 @triton.jit
-def publish(box, tag, value):
+def publish(box, tag, value, SCOPE: tl.constexpr = tl.constexpr("gpu")):
     """Make this CTA's stores visible, then post ``value << 32 | tag`` with a release
-    exchange (one thread; the barrier orders the other threads' stores before it)."""
+    exchange (one thread; the barrier orders the other threads' stores before it).
+    ``SCOPE``: ``"gpu"``, or ``"sys"`` where a waiter runs on another GPU."""
     tl.debug_barrier()
-    tl.atomic_xchg(box, (value.to(tl.int64) << 32) | tag, sem="release", scope="gpu")
+    tl.atomic_xchg(box, (value.to(tl.int64) << 32) | tag, sem="release", scope=SCOPE)
 
 
 @triton.jit
-def wait_tag(box, tag, err, MAX: tl.constexpr):
+def wait_tag(box, tag, err, MAX: tl.constexpr, SCOPE: tl.constexpr = tl.constexpr("gpu")):
     """Spin with acquire loads until the mailbox's low half is ``tag``; after MAX
-    tries give up and count the hang in ``err`` (the host fails the run on it)."""
-    seen = tl.atomic_add(box, 0, sem="acquire", scope="gpu")
+    tries give up and count the hang in ``err`` (the host fails the run on it).
+    ``SCOPE`` as ``publish``'s."""
+    seen = tl.atomic_add(box, 0, sem="acquire", scope=SCOPE)
     n = 0
     while ((seen & 0xFFFFFFFF) != tag) & (n < MAX):
-        seen = tl.atomic_add(box, 0, sem="acquire", scope="gpu")
+        seen = tl.atomic_add(box, 0, sem="acquire", scope=SCOPE)
         n += 1
     if n >= MAX:
-        tl.atomic_add(err, 1)
+        tl.atomic_add(err, 1, scope=SCOPE)
 
 
 @triton.jit
