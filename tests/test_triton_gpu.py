@@ -194,19 +194,17 @@ def test_a_deferred_chain_decodes_every_stamp_in_its_order(waves, hybrid):
     assert (np.diff(ns, axis=1) >= 0).all()
 
 
-def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
-    """The tensor-parallel demo's two ranks (two streams of this GPU, one clock):
-    both builds match torch, no wait gives up, and the merge of their calibrated
-    traces puts rank 1 within the ranks' summed uncertainties of that clock with no
-    causality violation."""
+def _tp_traces(devices=None):
+    """The tensor-parallel demo's two ranks (on ``devices``, or streams of this GPU),
+    checked: both builds match torch, no wait gives up. Returns the two ranks'
+    calibrated traces of one launch."""
     from instrument.buffer import capture
     from instrument.demo import triton_tp as tp
-    from timeline import clocks as K
-    from timeline import merge
 
     s = tp.TPShape(M=256, N=256, K=1024)
-    model = tp.TensorParallel(s, seed=5)
-    bufs = [alloc(tp.spec(s, rank=r, arch=itl.arch_of())) for r in range(s.world)]
+    model = tp.TensorParallel(s, devices=devices, seed=5)
+    bufs = [alloc(tp.spec(s, rank=r, arch=itl.arch_of(model.devices[r])), device=model.devices[r])
+            for r in range(s.world)]
     model.warm_up(bufs)
     model.run()
     assert model.error() < 1e-4
@@ -215,7 +213,18 @@ def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
         model.run(bufs)
     assert model.error() < 1e-4
     assert model.hangs() == 0
-    m = merge([c0.trace, c1.trace])
+    return [c0.trace, c1.trace]
+
+
+def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
+    """The tensor-parallel demo's two ranks (two streams of this GPU, one clock): the
+    merge of their calibrated traces puts rank 1 within the ranks' summed
+    uncertainties of that clock with no causality violation."""
+    from instrument.demo import triton_tp as tp
+    from timeline import clocks as K
+    from timeline import merge
+
+    m = merge(_tp_traces())
     bound = sum(a.uncertainty_ns for a in K.alignment_of(m))
     print(f"tp merge: rank 1 {tp.shared_clock_error(m):+d} ns off the shared clock, bound {bound:.0f} ns; "
           f"skew {m.origins[1] - m.origins[0]} ns; anomalies {m.anomaly_summary()}")
@@ -226,28 +235,14 @@ def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_tp_ranks_on_two_gpus_merge_by_their_clocks_with_no_causality_violation():
     """The demo with a rank a GPU (mailboxes on GPU 0, released and acquired at system
-    scope): both builds match torch, no wait gives up, and the calibrated merge of the
-    two ranks' traces (two clocks, no truth) shows no cross-rank causality violation;
-    the stage-aligned merge is printed beside it. Written for a 2-GPU machine; it has
-    not run (none was lent)."""
-    from instrument.buffer import capture
-    from instrument.demo import triton_tp as tp
+    scope): the calibrated merge of the two ranks' traces (two clocks, no truth)
+    shows no cross-rank causality violation; the stage-aligned merge is printed
+    beside it. Written for a 2-GPU machine; it has not run (none was lent)."""
     from timeline import clocks as K
     from timeline import merge
 
-    s = tp.TPShape(M=256, N=256, K=1024)
-    devices = [torch.device("cuda", r) for r in range(s.world)]
-    model = tp.TensorParallel(s, devices=devices, seed=5)
-    bufs = [alloc(tp.spec(s, rank=r, arch=itl.arch_of(devices[r])), device=devices[r]) for r in range(s.world)]
-    model.warm_up(bufs)
-    model.run()
-    assert model.error() < 1e-4
-    model.poison()
-    with capture(bufs[0], calibrate=True) as c0, capture(bufs[1], calibrate=True) as c1:
-        model.run(bufs)
-    assert model.error() < 1e-4
-    assert model.hangs() == 0
-    m, staged = merge([c0.trace, c1.trace]), merge([c0.trace, c1.trace], align="reduce:hint")
+    traces = _tp_traces([torch.device("cuda", r) for r in range(2)])
+    m, staged = merge(traces), merge(traces, align="reduce:hint")
     unc = [a.uncertainty_ns for a in K.alignment_of(m)]
     print(f"tp on two GPUs: skew {m.origins[1] - m.origins[0]} ns (+-{unc}), stage-aligned puts rank 1 "
           f"{(staged.offsets.get(1, 0) - staged.offsets.get(0, 0)) - (m.offsets.get(1, 0) - m.offsets.get(0, 0))} "
