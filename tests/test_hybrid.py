@@ -4,7 +4,7 @@ cycle counters and global clock have known relations: rates and offsets per SM, 
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bufkit import empty
@@ -174,12 +174,35 @@ def test_layout_versions():
        step=st.sampled_from([1, 10, 32]))
 def test_a_clock_change_anywhere_never_puts_a_stamp_before_an_earlier_one(seed, at, mhz, step):
     """SM 0's clock changes rate at any time to any rate: stamps stay in order (no
-    ``backwards``), the change is counted, every phase within a few steps."""
+    ``backwards``), the change is counted, every phase within a few steps, where
+    the change leaves two of SM 0's anchors on each side (a line needs two: the
+    next test is the case without)."""
     spec = hybrid_spec(tasks=48)
     truth = truth_of(48, seed=seed)
+    anchors = np.array([t[i] for k, (_, t) in enumerate(sorted(truth.items())) if k % 2 == 0 for i in (0, -1)])
+    assume(min((anchors < at).sum(), (anchors > at).sum()) >= 2)
     trace = collect(write(spec, truth, sms=2, step=step, change=(0, at, mhz * 1e6)), spec)
     assert set(trace.anomaly_summary()) <= {"clock_change"}
     check(trace, truth, tol_ns=4 * step + 12, interval_ns=4 * step + 12)
+
+
+def test_a_clock_change_before_a_domains_second_anchor_is_interpolated_within_its_task():
+    """SM 0's clock halves inside its first task, before any second anchor: no line
+    can be drawn before the change, so that task's inner stamps are interpolated
+    between its two anchors (off the truth, in order, within them); every other
+    stamp within a few ns. Found by the property test above (its example)."""
+    spec = hybrid_spec(tasks=48)
+    truth = truth_of(48, seed=1232)
+    trace = collect(write(spec, truth, sms=2, step=1, change=(0, 20_000, 1e9)), spec)
+    assert trace.anomaly_summary() == {"clock_change": 1}
+    got = placed(trace)
+    shift = np.median([got[k][0] - truth[k][0] for k in truth])
+    off = {k: max(abs(g - (t + shift)) for g, t in zip(got[k], truth[k])) for k in truth}
+    sm0 = [k for i, k in enumerate(sorted(truth)) if i % 2 == 0]  # write's SM of a task
+    (straddling,) = [k for k in sm0 if truth[k][0] < 20_000 < truth[k][-1]]
+    assert off[straddling] > 16 and max(v for k, v in off.items() if k != straddling) <= 16
+    inner = got[straddling]
+    assert inner == sorted(inner) and inner[0] <= min(inner[1:-1]) and max(inner[1:-1]) <= inner[-1]
 
 
 def test_the_h200_hybrid_buffer_decodes_to_the_bundled_trace_on_its_anchors():

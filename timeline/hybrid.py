@@ -17,7 +17,10 @@ an SM whose clock moves (the H200 does, within one launch of the demo kernel:
 bench/results/clock_truth_h200.txt) gets a line per stretch of steady clock, at
 worst per task; within a piece every stamp keeps the counter's resolution.
 Anchors read late (above a later anchor of the domain by more than a step: the
-task descheduled between the two reads?) are left out first.
+task descheduled between the two reads?) are left out first. A change with fewer
+than two of the domain's anchors on one side cannot be located (a line needs two):
+the stamps inside the task it falls in are then interpolated between that task's
+anchors, in order but off by up to the change's effect (tests/test_hybrid.py).
 
 Counted per launch: domains that needed more than one piece (``clock_change``),
 late anchors (``anchor_outlier``), records whose domain has no anchor
