@@ -195,9 +195,9 @@ def is_plain(t: pa.DataType) -> bool:
 
 
 def np_dtype(t: pa.DataType) -> np.dtype:
-    """The numpy dtype of a fixed-width numeric Arrow type (``DataType.to_pandas_dtype``
-    imports pandas: see ``arrow``)."""
-    return np.dtype(_NUMPY_TYPES[t])
+    """The numpy dtype of a fixed-width numeric or bool Arrow type (``is_plain``;
+    ``DataType.to_pandas_dtype`` imports pandas: see ``arrow``)."""
+    return np.dtype(bool) if t == pa.bool_() else np.dtype(_NUMPY_TYPES[t])
 
 
 def _chunk_numpy(c: pa.Array) -> np.ndarray:
@@ -219,8 +219,7 @@ def numpy(values) -> np.ndarray:
     chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
     if len(chunks) == 1:
         return _chunk_numpy(chunks[0])
-    dt = bool if values.type == pa.bool_() else np_dtype(values.type)
-    return np.concatenate([_chunk_numpy(c) for c in chunks]) if chunks else np.empty(0, dt)
+    return np.concatenate([_chunk_numpy(c) for c in chunks]) if chunks else np.empty(0, np_dtype(values.type))
 
 
 def filled(values, fill):
@@ -229,8 +228,7 @@ def filled(values, fill):
     with a Python value: that goes through ``pa.scalar`` (see ``arrow``)."""
     if not values.null_count:
         return values
-    dt = bool if values.type == pa.bool_() else np_dtype(values.type)
-    return pc.fill_null(values, arrow(np.array([fill], dtype=dt))[0])
+    return pc.fill_null(values, arrow(np.array([fill], dtype=np_dtype(values.type)))[0])
 
 
 def from_python(values, type: pa.DataType) -> pa.Array:

@@ -96,6 +96,14 @@ def tasks_schema(phases, marks=()) -> pa.Schema:
     return pa.schema(cols)
 
 
+def nullable_columns(phases, marks=()) -> frozenset:
+    """The ``tasks`` columns that may hold nulls: ``<phase>_ns`` / ``<mark>_ns`` of an
+    unwritten stamp, ``step`` / ``layer`` of a slot without a header, the placement
+    fields a record lacks or its vendor does not have. Every other column has a value
+    in every row."""
+    return frozenset({"step", "layer", *PLACEMENT_COLUMNS, *(f"{p}_ns" for p in (*phases, *marks))})
+
+
 INTERVALS_SCHEMA = pa.schema(
     [
         ("rank", pa.int16()),
@@ -137,4 +145,4 @@ META_SYNTHETIC = b"mono_timeline.synthetic"
 META_CHECKSUM = b"mono_timeline.checksum"  # blake2b of the tasks' values and the other metadata
 
 
-__all__ = ["ANOMALIES_SCHEMA", "ANOMALY_KINDS", "NOTICE_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA", "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC", "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names", "tasks_schema"]
+__all__ = ["ANOMALIES_SCHEMA", "ANOMALY_KINDS", "NOTICE_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA", "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC", "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names", "nullable_columns", "tasks_schema"]

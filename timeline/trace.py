@@ -351,8 +351,7 @@ def _read_meta(meta: dict, where: str) -> _Meta:
 def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     """The table's columns as ``tasks_schema(phases, marks)``: every column present,
     each castable without loss (a fractional time in an int column is refused), nulls
-    only where the format has them (ns of unwritten stamps, a slot's unknown step and
-    layer, placement fields a record lacks or its vendor does not have)."""
+    only in ``nullable_columns``."""
     want = S.tasks_schema(phases, marks)
     for name in ("step", "layer"):  # files written before slot headers: identity unknown
         if name not in table.column_names:
@@ -367,7 +366,7 @@ def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
         tasks = table.select(want.names).cast(want).replace_schema_metadata(None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
         raise _refuse(where, f"a column does not hold the type the format says ({str(e).splitlines()[0]})") from None
-    may_lack = {"step", "layer", *S.PLACEMENT_COLUMNS, *(f"{p}_ns" for p in (*phases, *marks))}
+    may_lack = S.nullable_columns(phases, marks)
     holed = [n for n in want.names if n not in may_lack and tasks.column(n).null_count]
     if holed:
         raise _refuse(where, f"columns {holed} hold nulls; the format has a value in every row of them")
