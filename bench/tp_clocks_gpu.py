@@ -57,11 +57,6 @@ def violations(m) -> int:
     return int(m.anomaly_summary().get("cross_rank_causality", 0))
 
 
-def moved(a, b, r: int) -> int:
-    """ns by which merge ``b`` places rank ``r`` (against rank 0) from where ``a`` does."""
-    return (b.offsets.get(r, 0) - b.offsets.get(0, 0)) - (a.offsets.get(r, 0) - a.offsets.get(0, 0))
-
-
 def judged(traces, truth: bool = True) -> dict:
     """One capture's ranks merged both ways: per rank past 0 the error against the
     shared clock (``truth``: the ranks are on one GPU; else ``None``) and its bound
@@ -74,7 +69,7 @@ def judged(traces, truth: bool = True) -> dict:
     return {"skew_ns": max(cal.origins.values()) - min(cal.origins.values()),
             "clocks_error_ns": [tp.shared_clock_error(cal, r) for r in others] if truth else None,
             "bound_ns": [unc[0] + unc[r] for r in others], "uncertainty_ns": unc,
-            "clocks_violations": violations(cal), "stage_moves_ns": [moved(cal, stg, r) for r in others],
+            "clocks_violations": violations(cal), "stage_moves_ns": [tp.rank_shift(stg, r) - tp.rank_shift(cal, r) for r in others],
             "stage_error_ns": [tp.shared_clock_error(stg, r) for r in others] if truth else None,
             "stage_violations": violations(stg),
             "drift_ppm": [d.ppm for d in drift], "drift_uncertainty_ppm": [d.uncertainty_ppm for d in drift],
@@ -129,8 +124,7 @@ def main(argv=None) -> int:
     devices = [torch.device("cuda", r) for r in range(a.gpus)] if a.gpus else None
     model, bufs, line, ok, (e_off, e_on) = prepared(s, devices, env)
     lines = [f"{k}: {v}" for k, v in env.items()] + [line]
-    table = several_gpus if a.gpus else one_gpu
-    more, rows, traces, good = table(model, bufs, a.captures, a.rounds)
+    more, rows, traces, good = table(model, bufs, a.captures, a.rounds, truth=not a.gpus)
     lines += more
     a.out.mkdir(parents=True, exist_ok=True)
     tag = env["gpu"].split()[-1].lower()
@@ -147,42 +141,35 @@ def main(argv=None) -> int:
     return 0 if ok and good else 1
 
 
-def one_gpu(model, bufs, captures: int, rounds: int) -> tuple:
-    """``(lines, rows, last traces, ok)``: ranks on one GPU, each capture's worst rank
-    against the shared clock, within the ranks' summed uncertainties."""
-    world = model.shape.world
-    lines = [f"{'capture':>7} {'skew ns':>9} {'clocks: worst error ns':>22} {'its bound':>9} "
-             f"{'± ns (ranks)':>13} {'violations':>10} {'stage: worst error ns':>21} {'violations':>10}"]
+def table(model, bufs, captures: int, rounds: int, truth: bool) -> tuple:
+    """``(lines, rows, last traces, ok)`` of ``captures`` calibrated captures: with
+    ``truth`` (ranks on one GPU) each capture's worst rank against the shared clock,
+    which must lie within the ranks' summed uncertainties; without (a rank a GPU) the
+    stage alignment's largest move from the calibrated placement. Both: the skew, the
+    ranks' uncertainties, each merge's causality violations (none allowed in the
+    calibrated one), no other anomaly."""
+    if truth:
+        head = f"{'skew ns':>9} {'clocks: worst error ns':>22} {'its bound':>9}"
+        tail = f"{'stage: worst error ns':>21}"
+    else:
+        head, tail = f"{'skew ns':>12}", f"{'stage: largest move ns':>22}"
+    lines = [f"{'capture':>7} {head} {'± ns (ranks)':>13} {'violations':>10} {tail} {'violations':>10}"]
     rows, ok = [], True
     for i in range(captures):
         traces = capture(model, bufs, rounds)
-        row = judged(traces)
-        rows.append(row)
-        ok &= row["clocks_violations"] == 0 and not row["other_anomalies"] and all(
-            abs(e) <= b for e, b in zip(row["clocks_error_ns"], row["bound_ns"]))
-        w = max(range(world - 1), key=lambda k: abs(row["clocks_error_ns"][k]))
-        u = row["uncertainty_ns"]
-        lines.append(f"{i:7d} {row['skew_ns']:9d} {row['clocks_error_ns'][w]:22d} {row['bound_ns'][w]:9.0f} "
-                     f"{min(u):6.0f}-{max(u):<6.0f} {row['clocks_violations']:10d} "
-                     f"{max(row['stage_error_ns'], key=abs):21d} {row['stage_violations']:10d}")
-    return lines, rows, traces, ok
-
-
-def several_gpus(model, bufs, captures: int, rounds: int) -> tuple:
-    """``(lines, rows, last traces, ok)``: a rank a GPU, no truth; each capture's
-    calibrated skew, the ranks' uncertainties, both merges' violations and the stage
-    alignment's largest move from the calibrated placement."""
-    lines = [f"{'capture':>7} {'skew ns':>12} {'± ns (ranks)':>13} {'violations':>10} "
-             f"{'stage: largest move ns':>22} {'violations':>10}"]
-    rows, ok = [], True
-    for i in range(captures):
-        traces = capture(model, bufs, rounds)
-        row = judged(traces, truth=False)
+        row = judged(traces, truth)
         rows.append(row)
         ok &= row["clocks_violations"] == 0 and not row["other_anomalies"]
         u = row["uncertainty_ns"]
-        lines.append(f"{i:7d} {row['skew_ns']:12d} {min(u):6.0f}-{max(u):<6.0f} {row['clocks_violations']:10d} "
-                     f"{max(row['stage_moves_ns'], key=abs):22d} {row['stage_violations']:10d}")
+        if truth:
+            ok &= all(abs(e) <= b for e, b in zip(row["clocks_error_ns"], row["bound_ns"]))
+            w = max(range(len(traces) - 1), key=lambda k: abs(row["clocks_error_ns"][k]))
+            first = f"{row['skew_ns']:9d} {row['clocks_error_ns'][w]:22d} {row['bound_ns'][w]:9.0f}"
+            last = f"{max(row['stage_error_ns'], key=abs):21d}"
+        else:
+            first, last = f"{row['skew_ns']:12d}", f"{max(row['stage_moves_ns'], key=abs):22d}"
+        lines.append(f"{i:7d} {first} {min(u):6.0f}-{max(u):<6.0f} {row['clocks_violations']:10d} {last} "
+                     f"{row['stage_violations']:10d}")
     return lines, rows, traces, ok
 
 

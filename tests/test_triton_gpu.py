@@ -238,6 +238,7 @@ def test_tp_ranks_on_two_gpus_merge_by_their_clocks_with_no_causality_violation(
     scope): the calibrated merge of the two ranks' traces (two clocks, no truth)
     shows no cross-rank causality violation; the stage-aligned merge is printed
     beside it. Written for a 2-GPU machine; it has not run (none was lent)."""
+    from instrument.demo import triton_tp as tp
     from timeline import clocks as K
     from timeline import merge
 
@@ -245,6 +246,5 @@ def test_tp_ranks_on_two_gpus_merge_by_their_clocks_with_no_causality_violation(
     m, staged = merge(traces), merge(traces, align="reduce:hint")
     unc = [a.uncertainty_ns for a in K.alignment_of(m)]
     print(f"tp on two GPUs: skew {m.origins[1] - m.origins[0]} ns (+-{unc}), stage-aligned puts rank 1 "
-          f"{(staged.offsets.get(1, 0) - staged.offsets.get(0, 0)) - (m.offsets.get(1, 0) - m.offsets.get(0, 0))} "
-          f"ns from there; anomalies {m.anomaly_summary()}")
+          f"{tp.rank_shift(staged) - tp.rank_shift(m)} ns from there; anomalies {m.anomaly_summary()}")
     assert m.anomaly_count == 0

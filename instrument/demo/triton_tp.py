@@ -162,12 +162,19 @@ def tp_kernel(x, w, parts, mail, out, err, stamps, launch, tag, rank, WORLD: tl.
         itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
 
 
+def rank_shift(merged, rank: int = 1) -> int:
+    """ns a merge adds to ``rank``'s times against rank 0's (the difference of the
+    offsets it chose): two merges of the same traces place ``rank`` apart by the
+    difference of their shifts."""
+    return merged.offsets.get(rank, 0) - merged.offsets.get(0, 0)
+
+
 def shared_clock_error(merged, rank: int = 1) -> int:
     """ns by which a merge of this demo's rank traces puts ``rank`` off where the one
-    clock its ranks share puts it, against rank 0: the difference of the offsets the
-    merge added minus that of the ranks' origins (raw ``%globaltimer`` ticks of one
-    GPU, one axis). A multi-GPU run has no such truth."""
-    return (merged.offsets.get(rank, 0) - merged.offsets.get(0, 0)) - (merged.origins[rank] - merged.origins[0])
+    clock its ranks share puts it, against rank 0: its ``rank_shift`` minus the
+    difference of the ranks' origins (raw ``%globaltimer`` ticks of one GPU, one
+    axis). A multi-GPU run has no such truth."""
+    return rank_shift(merged, rank) - (merged.origins[rank] - merged.origins[0])
 
 
 class TensorParallel:
@@ -175,7 +182,7 @@ class TensorParallel:
     or rank r on ``devices[r]``, the shared buffers (partial tiles, mailboxes, the
     waits' count) on rank 0's. ``run(buffers)`` launches all ranks at once (each on its
     own stream), the same tag for all; the result is ``out[r]`` = ``X @ W`` on every
-    rank."""
+    rank (on its device)."""
 
     def __init__(self, shape: TPShape = TPShape(), *, device="cuda", devices=None, seed=0):
         import torch
@@ -193,12 +200,10 @@ class TensorParallel:
         self.parts = torch.empty(s.world, s.M, s.N, device=home, dtype=torch.float32)
         self.mail = torch.zeros(s.world, s.tasks, device=home, dtype=torch.int64)
         self.err = torch.zeros(1, device=home, dtype=torch.int32)
+        self.out = [torch.empty(s.M, s.N, device=d, dtype=torch.float32) for d in self.devices]
         if self.cross:
-            self.out = [torch.empty(s.M, s.N, device=d, dtype=torch.float32) for d in self.devices]
             for d in self.devices[1:]:
                 enable_peer_access(d, home)
-        else:
-            self.out = torch.empty(s.world, s.M, s.N, device=home, dtype=torch.float32)
         self.streams = [torch.cuda.Stream(d) for d in self.devices]
         self.tag = 0
         self._off = spec(s).layout
