@@ -31,6 +31,12 @@ def sm_cycles(t_ns, hz, offset, change=None):
     return (offset + np.floor(c)).astype(np.int64)
 
 
+def on_sm(truth, sms, sm) -> list:
+    """The (stage, task) keys ``write`` puts on SM ``sm``: task k (in key order) on
+    SM ``k % sms``."""
+    return [key for k, key in enumerate(sorted(truth)) if k % sms == sm]
+
+
 def write(spec, truth, sms, *, step=32, change=None, stray=None, bare=()):
     """A hybrid buffer of ``truth`` (``{(stage, task): 5 true ns}``), task k on SM
     ``k % sms`` (rate 1.98 GHz + 10 MHz per SM, offsets 1e9 apart), anchors the
@@ -38,8 +44,9 @@ def write(spec, truth, sms, *, step=32, change=None, stray=None, bare=()):
     a clock change; ``stray``: (stage, task) whose first anchor is read 5 µs late;
     ``bare``: SMs whose anchors are never written."""
     buf, lay = empty(spec), spec.layout
-    for k, ((stage, task), t) in enumerate(sorted(truth.items())):
-        sm = k % sms
+    sm_of = {key: sm for sm in range(sms) for key in on_sm(truth, sms, sm)}
+    for (stage, task), t in sorted(truth.items()):
+        sm = sm_of[(stage, task)]
         hz, ch = 1.98e9 + 1e7 * sm, None
         if change and change[0] == sm:
             ch = change[1:]
@@ -179,7 +186,7 @@ def test_a_clock_change_anywhere_never_puts_a_stamp_before_an_earlier_one(seed, 
     next test is the case without)."""
     spec = hybrid_spec(tasks=48)
     truth = truth_of(48, seed=seed)
-    anchors = np.array([t[i] for k, (_, t) in enumerate(sorted(truth.items())) if k % 2 == 0 for i in (0, -1)])
+    anchors = np.array([truth[key][i] for key in on_sm(truth, 2, 0) for i in (0, -1)])
     assume(min((anchors < at).sum(), (anchors > at).sum()) >= 2)
     trace = collect(write(spec, truth, sms=2, step=step, change=(0, at, mhz * 1e6)), spec)
     assert set(trace.anomaly_summary()) <= {"clock_change"}
@@ -198,8 +205,7 @@ def test_a_clock_change_before_a_domains_second_anchor_is_interpolated_within_it
     got = placed(trace)
     shift = np.median([got[k][0] - truth[k][0] for k in truth])
     off = {k: max(abs(g - (t + shift)) for g, t in zip(got[k], truth[k])) for k in truth}
-    sm0 = [k for i, k in enumerate(sorted(truth)) if i % 2 == 0]  # write's SM of a task
-    (straddling,) = [k for k in sm0 if truth[k][0] < 20_000 < truth[k][-1]]
+    (straddling,) = [k for k in on_sm(truth, 2, 0) if truth[k][0] < 20_000 < truth[k][-1]]
     assert off[straddling] > 16 and max(v for k, v in off.items() if k != straddling) <= 16
     inner = got[straddling]
     assert inner == sorted(inner) and inner[0] <= min(inner[1:-1]) and max(inner[1:-1]) <= inner[-1]
