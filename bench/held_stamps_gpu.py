@@ -187,12 +187,12 @@ def _st_pair(ptr, a, b, pred):
 def _pair_view(LAYOUT: tl.constexpr, BLOCK: tl.constexpr):
     """``(lanes, wave, writer)``: lead thread (``waves == 1``: thread 0 writes record 0)
     or per warp (one element a thread; lane 0 writes its warp's record)."""
-    lanes = tl.arange(0, BLOCK)
-    tid = itl.thread_id_like(lanes)
     if LAYOUT.waves == 1:
+        lanes = tl.arange(0, BLOCK)
+        tid = itl.thread_id_like(lanes)
         return lanes, tid * 0, tid == 0
     else:
-        return lanes, tid >> 5, (tid & 31) == 0
+        return itl._warps(LAYOUT)
 
 
 @triton.jit
