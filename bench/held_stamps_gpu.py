@@ -1,6 +1,7 @@
 """Stamps held until the task's end, against the library's deferred stamps (H200).
 
     PYTHONPATH=. python3 bench/held_stamps_gpu.py --out DIR
+    PYTHONPATH=. python bench/held_stamps_gpu.py --out DIR --sass   # no GPU: the builds' SASS
 
 ``bench/stamp_cost_gpu.py`` measured a further deferred hybrid stamp right behind
 another at about 4 ns (lead thread) and 10 ns (per warp), each stamp a ``CS2R`` and
@@ -18,8 +19,15 @@ Builds, in the style of ``stamp_cost_gpu.py`` (same FMA-chain kernel, slopes ove
 tasks a CTA, interleaved round by round, CUDA events around each batch): the library's
 ``dlead`` / ``dwarps`` and the experiments' ``rowlead`` / ``rowwarps`` / ``plead`` /
 ``pwarps``, each also ``+4`` (four marks right behind four stamps); ``rowlead6`` /
-``rowwarps6`` (``+4``: the marks between pieces of work); ``off`` and ``off2`` (A/A).
-Every stamped build's buffer is decoded once (rows whole; its anomalies printed).
+``rowwarps6`` (``+4``: the marks between pieces of work); ``rowlaglead`` /
+``rowlagwarps``: lane-held, each task's row (and its drop count) written one task
+later, right after the next task's tile load is issued (``row_write_behind``), so that
+no record store stands between a task's last stamp and the next load; ``off`` and
+``off2`` (A/A). ``--builds`` times some of them (each with its ``+4``), ``--stem``
+names the results file. Every stamped build's buffer is decoded once (rows whole; its
+anomalies printed). ``--sass`` (no GPU) reports from each build's sm_90 SASS its clock
+reads and record stores and how many of those stand between the tile load and the
+FMA chain (``record_stores``).
 ``bench/record_cost_gpu.py`` times ``stamp_row``'s write in parts (``bench_row``).
 """
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -101,6 +110,7 @@ def stamp_row(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, r
 ROW_RED = tl.constexpr(1)
 ROW_NO_DROP = tl.constexpr(2)
 ROW_NO_WRITE = tl.constexpr(3)
+ROW_LAG = tl.constexpr(4)
 
 
 @triton.jit
@@ -109,20 +119,32 @@ def bench_row(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, r
     """``stamp_row``, or its last phase's write done another way: ``ROW_RED`` the drop
     counted by a predicated ``red`` (no branch), ``ROW_NO_DROP`` not counted,
     ``ROW_NO_WRITE`` neither row nor drop (the store predicated off by ``task < 0``):
-    what holding alone costs."""
+    what holding alone costs; ``ROW_LAG`` no write here at all: the kernel writes the
+    row one task later (``work_kernel_row``'s ``LAG``)."""
     if EXP == 0 or PHASE != LAYOUT.phases - 1:
         r = stamp_row(stamps, LAYOUT, launch, task, PHASE, r, TL)
     elif TL:
         lanes, wave, col, writer = _row_view(LAYOUT)
         r = _row_hold(LAYOUT, PHASE, r, lanes, wave, col)
-        ok = itl.in_slots(LAYOUT, launch, 0, task)
-        if EXP == ROW_NO_WRITE:
-            ok = task < 0
-        tl.store(stamps + itl.word_offset(LAYOUT, launch, 0, tl.cast(task, tl.int64), wave, col), r,
-                 mask=writer & ok)
-        if EXP == ROW_RED:
-            SC._red_add(stamps + itl.drop_counter_word(LAYOUT, 0) + 0 * lanes, writer & (col == 0) & (ok == 0))
+        if EXP != ROW_LAG:
+            ok = itl.in_slots(LAYOUT, launch, 0, task)
+            if EXP == ROW_NO_WRITE:
+                ok = task < 0
+            tl.store(stamps + itl.word_offset(LAYOUT, launch, 0, tl.cast(task, tl.int64), wave, col), r,
+                     mask=writer & ok)
+            if EXP == ROW_RED:
+                SC._red_add(stamps + itl.drop_counter_word(LAYOUT, 0) + 0 * lanes,
+                            writer & (col == 0) & (ok == 0))
     return r
+
+
+@triton.jit
+def row_write_behind(stamps, LAYOUT: tl.constexpr, launch, task, row, have):
+    """Write the lane-held row of ``task``, an earlier task's, where ``have`` (there is
+    one): placed after the next task's tile load has been issued, the row's store and
+    drop count no longer stand between the task's last stamp and that load."""
+    lanes, wave, col, writer = _row_view(LAYOUT)
+    _row_write(stamps, LAYOUT, launch, task, row, lanes, wave, col, writer & have)
 
 
 @triton.jit
@@ -146,12 +168,18 @@ def chain_row(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, r, TL: tl.con
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel_row(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
                     BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, PIECES: tl.constexpr = 1,
-                    MID: tl.constexpr = False, EXP: tl.constexpr = 0):
-    """``stamp_cost_gpu.work_kernel`` with lane-held stamps (``bench_row``)."""
+                    MID: tl.constexpr = False, EXP: tl.constexpr = 0, LAG: tl.constexpr = False):
+    """``stamp_cost_gpu.work_kernel`` with lane-held stamps (``bench_row``); ``LAG``
+    (with ``EXP=ROW_LAG``): each task's row written by the next task, right after its
+    tile load and first stamps (``row_write_behind``), the last one after the loop."""
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     half = iters // 2
+    if LAG:
+        tl.static_assert(TL and EXP == ROW_LAG, "LAG: a stamped build with EXP=ROW_LAG")
+        held = tl.zeros([BLOCK], dtype=tl.int64)
+        held_task = bid - G
     for i in range(n_tasks):
         task = bid + i * G
         r = bench_row(stamps, LAYOUT, launch, task, 0, 0, TL, EXP)
@@ -159,6 +187,8 @@ def work_kernel_row(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constex
         r = bench_row(stamps, LAYOUT, launch, task, 1, r, TL, EXP)
         if EXTRA:
             r = bench_row(stamps, LAYOUT, launch, task, 5, r, TL, EXP)
+        if LAG:
+            row_write_behind(stamps, LAYOUT, launch, held_task, held, i > 0)
         y, r = chain_row(x, x, half, stamps, LAYOUT, launch, task, r, TL, PIECES, MID, 5, EXP)
         r = bench_row(stamps, LAYOUT, launch, task, 2, r, TL, EXP)
         if EXTRA:
@@ -170,7 +200,12 @@ def work_kernel_row(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constex
         tl.store(out + task.to(tl.int64) * BLOCK + lanes, y)
         if EXTRA:
             r = bench_row(stamps, LAYOUT, launch, task, 8, r, TL, EXP)
-        bench_row(stamps, LAYOUT, launch, task, 4, r, TL, EXP)
+        r = bench_row(stamps, LAYOUT, launch, task, 4, r, TL, EXP)
+        if LAG:
+            held = r
+            held_task = task
+    if LAG:
+        row_write_behind(stamps, LAYOUT, launch, held_task, held, n_tasks > 0)
 
 
 # -- register-held records, written as pairs ---------------------------------------------
@@ -272,40 +307,48 @@ def work_kernel_pairs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.const
 
 # -- host side -------------------------------------------------------------------------------
 BUILDS = {"dlead": 1, "dwarps": 0, "rowlead": 1, "rowwarps": 0, "rowlead6": 1, "rowwarps6": 0,
-          "plead": 1, "pwarps": 0}  # each also "+4"; waves (0: num_warps)
+          "rowlaglead": 1, "rowlagwarps": 0, "plead": 1, "pwarps": 0}  # each also "+4"; waves (0: num_warps)
 BETWEEN = ("rowlead6", "rowwarps6")
 
 
-def launch(build: str, inp, out, buf, t: int, iters: int, nw: int, grid: int) -> None:
-    """One launch of ``build`` (``off``, ``off2``: the normal build) with ``t`` tasks a CTA."""
+def kernel_of(build: str) -> tuple:
+    """``(kernel, constexpr switches)`` of ``build`` (``off``, ``off2``: the normal build)."""
     base, _, four = build.partition("+")
-    on = not base.startswith("off")
-    args = SC.launch_args(inp, out, buf, buf.layout, t, iters, on, nw)
-    if not on or base in ("dlead", "dwarps"):
-        SC.work_kernel_deferred[(grid,)](*args, num_warps=nw, EXTRA=bool(four))
-    elif base.startswith("row"):
-        between = base in BETWEEN
-        work_kernel_row[(grid,)](*args, num_warps=nw, **({"PIECES": 3, "MID": bool(four)} if between
-                                                           else {"EXTRA": bool(four)}))
-    else:
-        work_kernel_pairs[(grid,)](*args, num_warps=nw, EXTRA=bool(four))
+    if base.startswith(("off", "dlead", "dwarps")):
+        return SC.work_kernel_deferred, {"EXTRA": bool(four)}
+    if base.startswith("rowlag"):
+        return work_kernel_row, {"EXTRA": bool(four), "LAG": True, "EXP": ROW_LAG.value}
+    if base.startswith("row"):
+        return work_kernel_row, ({"PIECES": 3, "MID": bool(four)} if base in BETWEEN else {"EXTRA": bool(four)})
+    return work_kernel_pairs, {"EXTRA": bool(four)}
 
 
-def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int) -> tuple:
+def launch(build: str, inp, out, buf, t: int, iters: int, nw: int, grid: int) -> None:
+    """One launch of ``build`` with ``t`` tasks a CTA."""
+    kernel, switches = kernel_of(build)
+    args = SC.launch_args(inp, out, buf, buf.layout, t, iters, not build.startswith("off"), nw)
+    kernel[(grid,)](*args, num_warps=nw, **switches)
+
+
+def build_spec(build: str, nw: int, grid: int, tmax: int, arch: str):
+    """The spec ``build`` stamps into: hybrid, lead thread or ``nw`` warps, with the four
+    marks for a ``+4`` build."""
+    base = build.partition("+")[0]
+    return SC.spec(grid, tmax, waves=BUILDS[base] or nw, arch=arch, hybrid=True, marks=SC.marks_of(build))
+
+
+def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int, batch: int, chosen) -> tuple:
     """``(lines, results)``: each build's decode, ns a stamp against ``off`` (slope over
-    T, / 5 stamps a task), and a further stamp's cost (``+4`` against its build)."""
+    T, / 5 stamps a task), and a further stamp's cost (``+4`` against its build), for
+    the builds in ``chosen`` (each with its ``+4``)."""
     tmax = max(tasks)
     block = nw * 32
     inp = torch.rand(SC.TILES * block, device="cuda") * 0.01
     out = torch.empty(grid * tmax * block, device="cuda")
-    bufs = {b + s: alloc(SC.spec(grid, tmax, waves=w or nw, arch=arch, hybrid=True, marks=SC.marks_of(s)))
-            for b, w in BUILDS.items() for s in ("", "+4")}
-    bufs["off"] = bufs["off2"] = bufs["dlead"]
+    bufs = {b + s: alloc(build_spec(b + s, nw, grid, tmax, arch)) for b in chosen for s in ("", "+4")}
     lines = [f"== {nw} warps"]
     decode = {}
     for b, buf in bufs.items():
-        if b.startswith("off"):
-            continue
         launch(b, inp, out, buf, tmax, iters, nw, grid)
         buf.reset()
         launch(b, inp, out, buf, tmax, iters, nw, grid)
@@ -314,13 +357,14 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
                      "anomalies": tr.anomaly_summary()}
         lines.append(f"  decode {b}: {decode[b]['rows']} rows (expected {decode[b]['expected']}), anomalies "
                      f"{decode[b]['anomalies'] or 'none'}")
+    bufs["off"] = bufs["off2"] = next(iter(bufs.values()))  # a normal build: its buffer argument is None
     builds = ["off", *[b for b in bufs if not b.startswith("off")], "off2"]
     configs = [(b, t) for t in tasks for b in builds]
     us = SC.interleaved(configs, lambda c: SC.events_around(
         lambda: launch(c[0], inp, out, bufs[c[0]], c[1], iters, nw, grid), batch), rounds, batch)
     fits = {b: SC.diff_slope(us, b, "off", tasks) for b in builds[1:]}
     per_stamp = {b: slope / SC.PHASES_PER_TASK for b, (_, slope) in fits.items()}
-    further = {b: SC.further_ns(per_stamp, b) for b in BUILDS}
+    further = {b: SC.further_ns(per_stamp, b) for b in chosen}
     lines.append("  ns a stamp (slope against off over T = " + str(tasks) + ", / 5 stamps a task): "
                  + ", ".join(f"{b} {v:.2f}" for b, v in per_stamp.items()))
     lines.append("  a further stamp, ns (right behind another; " + ", ".join(BETWEEN) + ": between pieces of "
@@ -331,10 +375,49 @@ def measure(nw: int, grid: int, tasks: list, iters: int, arch: str, rounds: int,
                    "ns_per_stamp": per_stamp, "further_stamp_ns": further}
 
 
+def record_stores(sass: list) -> dict:
+    """Where a build's record stores (``STG.E.64`` / ``.128``) sit in its SASS against the
+    task's tile load (the first ``LDG``) and its FMA chain (the first ``FFMA``): how many
+    come between the two (they overlap the load's latency) and how many elsewhere (at a
+    stamp, or at the task's end, in front of the next task's load)."""
+    load = next(i for i, ins in enumerate(sass) if ins.startswith("LDG"))
+    chain = next(i for i, ins in enumerate(sass) if ins.startswith("FFMA") and i > load)
+    stores = [i for i, ins in enumerate(sass) if "STG.E.64" in ins or "STG.E.128" in ins]
+    inside = sum(load < i < chain for i in stores)
+    reads = sum("SR_CLOCKLO" in ins or "SR_GLOBALTIMERLO" in ins for ins in sass)
+    return {"clock_reads": reads, "record_stores": len(stores),
+            "between_load_and_chain": inside}
+
+
+def sass_report(out: Path, chosen, grid: int, tmax: int, iters: int) -> None:
+    """No GPU: compile each build for sm_90 at 4 and 8 warps and report ``record_stores``."""
+    from tools.sass import instructions
+
+    lines, res = ["held_stamps_gpu.py --sass: sm_90 SASS of each build, no GPU; per build: cycle-counter and "
+                  "timer reads, record stores, of them between the tile load and the FMA chain"], {}
+    for nw in (4, 8):
+        for b in [x + s for x in chosen for s in ("", "+4")]:
+            kernel, switches = kernel_of(b)
+            lay = build_spec(b, nw, grid, tmax, "sm_90").layout
+            k = itl.compile_launch(kernel, torch.float32, torch.float32, torch.int64, 0, tmax, iters, lay, True,
+                                   nw * 32, grid=(grid,), num_warps=nw, **switches)
+            res[f"{nw}w {b}"] = r = record_stores(instructions(k.asm["cubin"]))
+            lines.append(f"  {nw} warps {b}: clock reads {r['clock_reads']}, record stores {r['record_stores']}, "
+                         f"{r['between_load_and_chain']} of them between the tile load and the chain")
+    SC.save(out, "held_stamps_sass", lines, res)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     SC.slope_args(ap, rounds=200)
+    ap.add_argument("--builds", nargs="+", choices=list(BUILDS), default=list(BUILDS),
+                    help="the builds to time (each with its +4); default all")
+    ap.add_argument("--stem", default="held_stamps_h200", help="results file name (without .txt / .json)")
+    ap.add_argument("--sass", action="store_true", help="no GPU: each build's SASS report into --out, nothing run")
     a = ap.parse_args(argv)
+    if a.sass:
+        sass_report(a.out, a.builds, 132, max(a.tasks), a.iters)
+        return 0
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     from gpu_run import environment  # bench/ is this script's sys.path[0]
 
@@ -346,12 +429,12 @@ def main(argv=None) -> int:
     res = {"environment": env, "tasks": a.tasks, "by_warps": []}
     bad = []
     for nw in (4, 8):
-        more, r = measure(nw, grid, a.tasks, a.iters, env["arch"], a.rounds, a.batch)
+        more, r = measure(nw, grid, a.tasks, a.iters, env["arch"], a.rounds, a.batch, a.builds)
         lines += more
         res["by_warps"].append(r)
         bad += [f"{nw} warps {b}" for b, d in r["decode"].items() if d["rows"] != d["expected"]]
     lines.append("decode: every build's rows whole" if not bad else "decode: rows missing in " + ", ".join(bad))
-    SC.save(a.out, "held_stamps_h200", lines, res)
+    SC.save(a.out, a.stem, lines, res)
     return 1 if bad else 0
 
 
