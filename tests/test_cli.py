@@ -265,6 +265,15 @@ def test_help_has_examples(capsys):
         assert code == 0 and "examples:" in out and f"timeline {cmd} " in out, cmd
 
 
+def test_merge_help_states_the_default_alignment(capsys):
+    """merge's help says what it does by default (measured clocks, else a warning) and
+    that --align assumes (an earlier help said every rank started at its first stamp)."""
+    code, out, _ = run(["merge", "--help"], capsys)
+    text = " ".join(out.split())
+    assert code == 0 and "are aligned by their measured clocks" in text
+    assert "warns that the skew is not measured" in text and "labels the alignment ASSUMED" in text
+
+
 def test_format_table_aligns_groups_and_nulls():
     t = pa.table({"stage": ["a", "bb"], "x_us": [1.0, None], "share": [0.5, 0.25],
                   "s→e p50_us": [1.234, 2.0], "s→e p90_us": [3.0, 4.0]})

@@ -26,7 +26,7 @@ examples:
   timeline summary run.arrow --legacy                        # the mono kernels' own report
   timeline export run.arrow --chrome run.json                # open in Perfetto UI / chrome://tracing
   timeline info run.arrow                                    # spec, sizes, anomalies
-  timeline merge r0.arrow r1.arrow -o tp.arrow --align o     # ranks on one time axis
+  timeline merge r0.arrow r1.arrow -o tp.arrow               # ranks on one time axis (measured clocks)
 
 each command has its own --help with examples.
 """
@@ -173,13 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
              "examples:\n"
              "  timeline merge r0.arrow r1.arrow r2.arrow r3.arrow -o tp4.arrow\n"
              "  timeline merge r*.arrow -o tp.arrow --align o:hint\n\n"
-             "Each rank has its own clock: by default each rank's first stamp is its 0. --align\n"
-             "STAGE[:PHASE] shifts the ranks so that the earliest PHASE (default: where the spec's\n"
-             "wait for producers ends, hint in the demos, staged for GLM-5) of STAGE\n"
-             "coincides, e.g. an all-reduce stage whose wait ends on every rank at once.")
+             "Each rank has its own clock. Ranks whose traces carry clock calibrations\n"
+             "(buf.calibrate() / capture(buf, calibrate=True) on each rank) are aligned by their\n"
+             "measured clocks, each rank's offset and uncertainty printed; without them each rank's\n"
+             "first stamp is its 0 and the command warns that the skew is not measured. --align\n"
+             "STAGE[:PHASE] instead assumes that the earliest PHASE (default: where the spec's wait\n"
+             "for producers ends, hint in the demos, staged for GLM-5) of STAGE is one instant on\n"
+             "every rank, e.g. an all-reduce stage, and labels the alignment ASSUMED: it erases the\n"
+             "skew at that stage. With a task graph, cross-rank waits that end before their producer\n"
+             "beyond the ranks' uncertainty are counted as cross_rank_causality anomalies.")
     p.add_argument("traces", nargs="+", metavar="TRACE")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
-    p.add_argument("--align", metavar="STAGE[:PHASE]", help="align the ranks on this stage's phase")
+    p.add_argument("--align", metavar="STAGE[:PHASE]",
+                   help="assume this stage's phase is one instant on every rank (instead of measured clocks)")
 
     p = _sub(subs, "import-legacy", "cmd_import_legacy",
              "read the GLM-5 kernel's own timeline build ((n_tasks, 8) tensors) as a trace",
