@@ -41,6 +41,19 @@ def _sub(subs, name, func, help_, epilog):
     return p
 
 
+def _json_option(p) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+
+
+def _selection_options(p, stages: bool = False) -> None:
+    """The options that pick a part of a trace (``commands`` reads them as ``args.rank``,
+    ``args.launch``, ``args.stage``)."""
+    p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
+    p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
+    if stages:
+        p.add_argument("--stage", type=str_list, metavar="NAME[,NAME..]", help="only these stages")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="timeline",
@@ -90,9 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--union", action="store_true", help="all launches as one scope (default: a typical launch)")
     p.add_argument("--idle", action="store_true", help="idle time per CTA, the idlest first")
     p.add_argument("--critical-path", action="store_true", help="each launch's critical path (exact along the task graph's gating edges when the trace has one, else a heuristic)")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
-    p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
-    p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
+    _json_option(p)
+    _selection_options(p)
 
     p = _sub(subs, "compare", "cmd_compare", "per stage, trace B against trace A (B - A)",
              "examples:\n"
@@ -105,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", help="the trace after")
     p.add_argument("--scope", choices=("launch", "trace"), default="launch",
                    help="launch: a typical launch of each (default); trace: each trace whole")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    _json_option(p)
 
     p = _sub(subs, "set-graph", "timeline.graph_commands:cmd_set_graph",
              "attach a task graph (which tasks each task waits for) to a trace",
@@ -134,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
              "producer was ready). -o writes every edge (consumer, producer, kind, slack_ns, gating).")
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("-o", "--output", metavar="EDGES.arrow|.parquet", help="write the edges table")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    _json_option(p)
 
     p = _sub(subs, "whatif", "timeline.graph_commands:cmd_whatif",
              "predict the kernel time if some phases took longer or shorter (needs a task graph)",
@@ -149,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--scale", action="append", metavar="STAGE[.PHASE]=FACTOR", help="multiply those durations")
     p.add_argument("--add", action="append", metavar="STAGE[.PHASE]=NS", help="add NS to those durations")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    _json_option(p)
 
     p = _sub(subs, "export", "cmd_export", "export a trace to Chrome trace JSON and/or Perfetto protobuf",
              "examples:\n"
@@ -160,14 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--chrome", metavar="OUT.json", help="Chrome trace event JSON")
     p.add_argument("--perfetto", metavar="OUT.pftrace", help="Perfetto protobuf trace")
-    p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
-    p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
-    p.add_argument("--stage", type=str_list, metavar="NAME[,NAME..]", help="only these stages")
+    _selection_options(p, stages=True)
 
     p = _sub(subs, "info", "timeline.info_commands:cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
              "examples:\n  timeline info run.arrow\n  timeline info run.arrow --json")
     p.add_argument("trace", metavar="TRACE")
-    p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
+    _json_option(p)
 
     p = _sub(subs, "merge", "cmd_merge", "merge traces of several ranks / launches onto one time axis",
              "examples:\n"
