@@ -100,20 +100,27 @@ def _f32_ptr(addr):
     return fx.inttoptr(pt, addr)
 
 
+def _work_task(tl, data, t, tid):
+    """Task ``t`` in the structured form: load its element, square it plus 1, store it
+    back, stamped ``with tl.task`` and the three marks (no control flow: called from a
+    kernel's rewritten loop as is)."""
+    with tl.task("work", t):
+        p = _f32_ptr(data + fx.Int64(t * THREADS + tid) * 4)
+        tl.hint()
+        v = fx.ptr_load(p)
+        tl.staged()
+        v = v * v + 1.0
+        tl.compute()
+        fx.ptr_store(v, p)
+
+
 @flyc.kernel
 def probe_cta(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexpr[int]):
     tl = phases(MODE, SPEC, stamps)
     bid = fx.Int32(fx.block_idx.x)
     tid = fx.Int32(fx.thread_idx.x)
     for t in range(bid, n, G):
-        with tl.task("work", t):
-            p = _f32_ptr(data + fx.Int64(t * THREADS + tid) * 4)
-            tl.hint()
-            v = fx.ptr_load(p)
-            tl.staged()
-            v = v * v + 1.0
-            tl.compute()
-            fx.ptr_store(v, p)
+        _work_task(tl, data, t, tid)
 
 
 @flyc.kernel
@@ -146,14 +153,7 @@ def probe_waves(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexp
     bid = fx.Int32(fx.block_idx.x)
     tid = fx.Int32(fx.thread_idx.x)
     for t in range(bid, n, G):
-        with tl.task("work", t):
-            p = _f32_ptr(data + fx.Int64(t * THREADS + tid) * 4)
-            tl.hint()
-            v = fx.ptr_load(p)
-            tl.staged()
-            v = v * v + 1.0
-            tl.compute()
-            fx.ptr_store(v, p)
+        _work_task(tl, data, t, tid)
 
 
 @flyc.jit
