@@ -25,6 +25,24 @@ def deferred_work(x, stamps, n, LAYOUT: tl.constexpr):
         itl.stamp_deferred(stamps, LAYOUT, 0, 0, t, 4, c, 3, True)
 
 
+@triton.jit
+def stamped_work(x, stamps, n, LAYOUT: tl.constexpr):
+    """``deferred_work`` stamped with ``stamp`` (each stamp stores its own reading): the
+    same phases and marks in the same order."""
+    for t in range(tl.program_id(0), n, tl.num_programs(0)):
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 0, True)
+        v = tl.load(x + t)
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 1, True)
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 5, True)
+        v = v * v + 2.0
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 2, True)
+        v = v * v + 3.0
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 6, True)
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 3, True)
+        tl.store(x + t, v)
+        itl.stamp(stamps, LAYOUT, 0, 0, t, 4, True)
+
+
 DEFERRED_ORDER = ("start", "hint", "m1", "staged", "m2", "compute", "end")  # the chain's order
 
 
