@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 bench/held_stamps_gpu.py --out DIR
     PYTHONPATH=. python bench/held_stamps_gpu.py --out DIR --sass   # no GPU: the builds' SASS
+    TRITON_INTERPRET=1 PYTHONPATH=. python bench/held_stamps_gpu.py --out DIR --interp   # no GPU: run, check
 
 ``bench/stamp_cost_gpu.py`` measured a further deferred hybrid stamp right behind
 another at about 4 ns (lead thread) and 10 ns (per warp), each stamp a ``CS2R`` and
@@ -27,16 +28,20 @@ no record store stands between a task's last stamp and the next load; ``off`` an
 names the results file. Every stamped build's buffer is decoded once (rows whole; its
 anomalies printed). ``--sass`` (no GPU) reports from each build's sm_90 SASS its clock
 reads and record stores and how many of those stand between the tile load and the
-FMA chain (``record_stores``).
+FMA chain (``record_stores``); ``--interp`` (no GPU, ``TRITON_INTERPRET=1``) runs each
+build in Triton's interpreter, the clocks emulated, and checks every reading stored as
+taken (``interp_report``).
 ``bench/record_cost_gpu.py`` times ``stamp_row``'s write in parts (``bench_row``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -45,7 +50,6 @@ import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 
 from instrument import alloc
 from instrument import triton as itl
-from triton.language.extra.cuda import num_warps as _num_warps
 
 
 # -- lane-held records -------------------------------------------------------------------
@@ -54,7 +58,7 @@ def _row_view(LAYOUT: tl.constexpr):
     """``(lanes, wave, col, writer)``, one element a thread: the thread's record (its
     warp, or 0 for a lead-thread layout), the column its lane holds (``%tid.x & 31``)
     and whether it writes it (lead thread: warp 0's lanes; never past the columns)."""
-    NW: tl.constexpr = _num_warps()
+    NW: tl.constexpr = itl._num_warps()
     tl.static_assert(LAYOUT.cols <= 32, "a lane-held record has at most 32 columns")
     lanes = tl.arange(0, NW * 32)
     tid = itl.thread_id_like(lanes)
@@ -389,6 +393,62 @@ def record_stores(sass: list) -> dict:
             "between_load_and_chain": inside}
 
 
+def stamp_order(build: str) -> tuple:
+    """The phase and mark indices a task of ``build`` stamps, in program order."""
+    base, _, four = build.partition("+")
+    if not four:
+        return (0, 1, 2, 3, 4)
+    return (0, 1, 5, 6, 2, 7, 8, 3, 4) if base in BETWEEN else (0, 1, 5, 2, 6, 3, 7, 8, 4)
+
+
+def stored_as_read(words, spec, reads, order: tuple, grid: int, per_cta: int) -> bool:
+    """Whether task ``k`` of every CTA ``p`` holds, in every warp's record, the ``k``-th
+    run of ``len(order)`` cycle-counter readings CTA ``p`` took, in ``order``'s columns,
+    and as anchors its ``k``-th pair of timer readings (``tools.triton_interp.READS``)."""
+    from timeline import schema as S
+
+    lay = spec.layout
+    for cta in range(grid):
+        ticks = np.array([v for p, reg, v in reads if p == cta and reg == "clock64"]).reshape(per_cta, len(order))
+        timer = np.array([v for p, reg, v in reads if p == cta and reg == "globaltimer"]).reshape(per_cta, 2)
+        for k in range(per_cta):
+            for wave in range(spec.waves):
+                at = S.word_offset(lay, 0, 0, cta + k * grid, wave, np.array(
+                    [S.phase_col(i) for i in order] + [S.anchor_col(lay, 0), S.anchor_col(lay, 1)]))
+                if words[at].tolist() != ticks[k].tolist() + timer[k].tolist():
+                    return False
+    return True
+
+
+def interp_report(out: Path, chosen, grid: int = 3, per_cta: int = 4, iters: int = 2) -> int:
+    """No GPU, under ``TRITON_INTERPRET=1``: run each build (but the register-held ones,
+    whose paired store is inline asm) in Triton's interpreter, the clocks emulated
+    (``tools.triton_interp``), at 4 and 8 warps, and check that it decodes whole, with no
+    anomaly, every reading stored as taken (``stored_as_read``). 1 if one does not."""
+    from tools import triton_interp
+
+    lines, res = ["held_stamps_gpu.py --interp: each build in Triton's interpreter, clocks emulated, no GPU; "
+                  f"{grid} CTAs x {per_cta} tasks"], {}
+    for nw in (4, 8):
+        for b in [x + s for x in chosen if not x.startswith("p") for s in ("", "+4")]:
+            triton_interp.install(nw)
+            sp = build_spec(b, nw, grid, per_cta, "sm_90")
+            buf = alloc(sp, device="cpu")
+            launch(b, torch.rand(SC.TILES * nw * 32) * 0.01, torch.empty(grid * per_cta * nw * 32), buf, per_cta,
+                   iters, nw, grid)
+            trace = buf.collect()
+            r = {"rows": trace.tasks.num_rows, "expected": grid * per_cta * sp.waves,
+                 "anomalies": trace.anomaly_summary(),
+                 "stored_as_read": stored_as_read(buf.tensor.numpy(), sp, triton_interp.READS, stamp_order(b),
+                                                  grid, per_cta)}
+            res[f"{nw}w {b}"] = r
+            lines.append(f"  {nw} warps {b}: {r['rows']} rows (expected {r['expected']}), anomalies "
+                         f"{r['anomalies'] or 'none'}, every reading stored as taken: {r['stored_as_read']}")
+    SC.save(out, "held_stamps_interp", lines, res)
+    ok = all(r["rows"] == r["expected"] and not r["anomalies"] and r["stored_as_read"] for r in res.values())
+    return 0 if ok else 1
+
+
 def sass_report(out: Path, chosen, grid: int, tmax: int, iters: int) -> None:
     """No GPU: compile each build for sm_90 at 4 and 8 warps and report ``record_stores``."""
     from tools.sass import instructions
@@ -414,7 +474,13 @@ def main(argv=None) -> int:
                     help="the builds to time (each with its +4); default all")
     ap.add_argument("--stem", default="held_stamps_h200", help="results file name (without .txt / .json)")
     ap.add_argument("--sass", action="store_true", help="no GPU: each build's SASS report into --out, nothing run")
+    ap.add_argument("--interp", action="store_true",
+                    help="no GPU, with TRITON_INTERPRET=1: each build run in Triton's interpreter and checked")
     a = ap.parse_args(argv)
+    if a.interp:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            ap.error("--interp runs the kernels in Triton's interpreter: run with TRITON_INTERPRET=1 set")
+        return interp_report(a.out, a.builds)
     if a.sass:
         sass_report(a.out, a.builds, 132, max(a.tasks), a.iters)
         return 0

@@ -1,5 +1,5 @@
 """``instrument.triton``'s stamps run on the CPU: Triton's interpreter executes the
-stamps' own source, the special registers emulated (``interpkit``), so CI checks what
+stamps' own source, the special registers emulated (``tools.triton_interp``), so CI checks what
 the PTX checks cannot: each stamp, plain or deferred, lead thread or per warp, plain
 or hybrid clock, stores the very reading it took into its own column; the buffer
 decodes whole with those readings as its times; a task past its stage's slots is
@@ -28,19 +28,19 @@ GRID, PER_CTA = 3, 4
 _CHILD = textwrap.dedent("""
     import json, sys
     import numpy as np, torch
-    import interpkit
+    from tools import triton_interp
     from instrument import alloc
     from tritonkit import deferred_spec, deferred_work, stamped_work
     out, runs = sys.argv[1], json.loads(sys.argv[2])
     for r in runs:
-        interpkit.install(r["num_warps"], seed=r["seed"])
+        triton_interp.install(r["num_warps"], seed=r["seed"])
         sp = deferred_spec(r["waves"], r["hybrid"], tasks=r["slots"], grid=r["grid"])
         buf = alloc(sp, device="cpu")
         kernel = deferred_work if r["kernel"] == "deferred" else stamped_work
         kernel[(r["grid"],)](torch.zeros(r["n"]), buf.tensor, r["n"], sp.layout, num_warps=r["num_warps"])
         np.save(f"{out}/{r['name']}.npy", buf.tensor.numpy())
         with open(f"{out}/{r['name']}.json", "w") as f:
-            json.dump({"spec": sp.to_json(), "reads": interpkit.READS}, f)
+            json.dump({"spec": sp.to_json(), "reads": triton_interp.READS}, f)
 """)
 
 

@@ -12,7 +12,8 @@ test knows exactly what each stamp read. Two interpreter gaps are bridged:
 ``num_warps()`` (a compile-time builtin) answers the ``num_warps`` given, and a
 1-element scalar converts to an index under numpy 2.4 (``int(array([3]))`` raises
 there). Nothing else of the interpreter changes: the stamps' Python source, offsets,
-masks and stores run as written.
+masks and stores run as written. Not installed; ``tests/test_triton_interp.py`` and
+``bench/held_stamps_gpu.py --interp`` use it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class _Call:
 def _register(asm: str) -> str:
     m = re.search(r"mov\.u(?:32|64) \$0, %([a-z0-9_.]+);", asm)
     if not m:
-        raise NotImplementedError(f"interpkit emulates special-register reads only, not {asm!r}")
+        raise NotImplementedError(f"triton_interp emulates special-register reads only, not {asm!r}")
     return m.group(1)
 
 
@@ -60,7 +61,7 @@ def _read(builder, asm, constraints, values, types, is_pure, pack):
     elif reg == "tid.x":
         return _Call(TI.TensorHandle(np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape), tl.int32))
     else:
-        raise NotImplementedError(f"interpkit does not emulate %{reg}")
+        raise NotImplementedError(f"triton_interp does not emulate %{reg}")
     READS.append((int(builder.grid_idx[0]), reg, int(value)))
     scalar = ty.scalar if ty.is_block() else ty
     return _Call(TI.TensorHandle(np.full(shape, value, dtype=np.int64 if reg != "smid" else np.int32), scalar))
@@ -83,9 +84,9 @@ def install(num_warps: int, seed: int = 0) -> None:
     from instrument import triton as itl
 
     TI.InterpreterBuilder.create_inline_asm = _read
-    if not getattr(TI._patch_lang_tensor, "interpkit", False):
+    if not getattr(TI._patch_lang_tensor, "triton_interp", False):
         TI._patch_lang_tensor = _index_patch(TI._patch_lang_tensor)
-        TI._patch_lang_tensor.interpkit = True
+        TI._patch_lang_tensor.triton_interp = True
     for op in ("and", "or", "xor", "lshift", "rshift"):  # int & constexpr, as the placement word does
         if not hasattr(tl.constexpr, f"__r{op}__"):
             setattr(tl.constexpr, f"__r{op}__", _reflected(op))
