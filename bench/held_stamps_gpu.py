@@ -406,11 +406,12 @@ def stored_as_read(words, spec, reads, order: tuple, grid: int, per_cta: int) ->
     run of ``len(order)`` cycle-counter readings CTA ``p`` took, in ``order``'s columns,
     and as anchors its ``k``-th pair of timer readings (``tools.triton_interp.READS``)."""
     from timeline import schema as S
+    from tools.triton_interp import readings
 
     lay = spec.layout
     for cta in range(grid):
-        ticks = np.array([v for p, reg, v in reads if p == cta and reg == "clock64"]).reshape(per_cta, len(order))
-        timer = np.array([v for p, reg, v in reads if p == cta and reg == "globaltimer"]).reshape(per_cta, 2)
+        ticks = readings(reads, cta, "clock64").reshape(per_cta, len(order))
+        timer = readings(reads, cta, "globaltimer").reshape(per_cta, 2)
         for k in range(per_cta):
             for wave in range(spec.waves):
                 at = S.word_offset(lay, 0, 0, cta + k * grid, wave, np.array(

@@ -20,6 +20,7 @@ pytest.importorskip("triton")
 
 from timeline import schema as S  # noqa: E402
 from timeline.collect import collect  # noqa: E402
+from tools.triton_interp import readings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER_PHASES = (0, 1, 5, 2, 6, 3, 4)  # tritonkit.DEFERRED_ORDER as phase / mark indices
@@ -66,7 +67,7 @@ class Run:
         self.reads = meta["reads"]
 
     def readings(self, cta: int, register: str) -> np.ndarray:
-        return np.array([v for p, reg, v in self.reads if p == cta and reg == register], dtype=np.int64)
+        return readings(self.reads, cta, register)
 
     def column(self, task: int, wave: int, col: int) -> int:
         return int(self.words[S.word_offset(self.spec.layout, 0, 0, task, wave, col)])

@@ -29,6 +29,12 @@ _STATE = {"t": 0, "rng": np.random.default_rng(0)}
 STEP = (3, 40)  # ns the virtual time advances at each read, uniform in [3, 40)
 
 
+def readings(reads, program: int, register: str) -> np.ndarray:
+    """The values one program (CTA) read from one register (``"clock64"``,
+    ``"globaltimer"``), in the order read; ``reads`` a copy of ``READS``."""
+    return np.array([v for p, reg, v in reads if p == program and reg == register], dtype=np.int64)
+
+
 class _Call:
     """What the interpreter's semantic layer expects back from ``create_inline_asm``."""
 
