@@ -3,7 +3,9 @@ stamps' own source, the special registers emulated (``tools.triton_interp``), so
 the PTX checks cannot: each stamp, plain or deferred, lead thread or per warp, plain
 or hybrid clock, stores the very reading it took into its own column; the buffer
 decodes whole with those readings as its times; a task past its stage's slots is
-counted, not stored. (The same on an H200: ``test_triton_gpu.py``.)"""
+counted, not stored; and the demo mono kernel (one CTA, so that every producer runs
+before its consumer waits) computes its FFN and traces cleanly. (The same on an H200:
+``test_triton_gpu.py``.)"""
 
 import json
 import os
@@ -18,6 +20,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
+from instrument.demo import triton_mono as tm  # noqa: E402
 from timeline import schema as S  # noqa: E402
 from timeline.collect import collect  # noqa: E402
 from tools.triton_interp import readings  # noqa: E402
@@ -142,3 +145,81 @@ def test_tasks_past_the_stage_are_counted_not_stored(runs, config):
     trace = collect(run.words, run.spec)
     assert trace.tasks.num_rows == config["slots"] * config["waves"]
     assert trace.anomaly_summary() == {"dropped": extra * config["waves"]}
+
+
+# -- the demo mono kernel, one CTA ----------------------------------------------------------
+_DEMO_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np, torch
+    from tools import triton_interp
+    from instrument import alloc
+    from instrument.demo import triton_mono as tm
+    out, shape, runs = sys.argv[1], tm.Shape(**json.loads(sys.argv[2])), json.loads(sys.argv[3])
+    for r in runs:
+        triton_interp.install(shape.num_warps, seed=r["seed"])
+        ffn = tm.MonoFFN(shape, device="cpu", seed=r["seed"])
+        sp = tm.spec(shape, waves=r["waves"], launches=2, hybrid=r["hybrid"])
+        if r["short"]:  # up undercounted by `short` tasks; the graph names every up task, so none
+            (name, n_up), rest = sp.stages[0], sp.stages[1:]
+            sp = sp.replace(stages=[[name, n_up - r["short"]]] + [list(s) for s in rest], graph={})
+        buf = alloc(sp, device="cpu")
+        x = [torch.randn(shape.M, shape.D).half(), None, None]
+        errors, tags = [], []
+        for launch in (0, 1):
+            x[launch + 1] = torch.full_like(x[0], float("nan"))
+            ffn.run(x[launch], x[launch + 1], buffer=buf, launch=launch)
+            ref = tm.reference(x[launch], ffn.w1, ffn.w2)[2].double()
+            errors.append(float((x[launch + 1].double() - ref).norm() / ref.norm()))
+            tags.append(ffn.tag)
+        np.save(f"{out}/{r['name']}.npy", buf.tensor.numpy())
+        with open(f"{out}/{r['name']}.json", "w") as f:
+            json.dump({"spec": sp.to_json(), "errors": errors, "tags": tags, "hangs": ffn.hangs()}, f)
+""")
+DEMO_SHAPE = {"M": 64, "D": 64, "F": 128, "BM": 32, "BN": 32, "BK": 32, "R": 16, "BF": 64, "G": 1, "num_warps": 4}
+DEMO_RUNS = [{"name": f"demo_w{w}_{'hybrid' if h else 'plain'}_short{k}", "waves": w, "hybrid": h, "short": k,
+              "seed": 30 + i} for i, (w, h, k) in enumerate(((1, False, 0), (4, False, 0), (1, True, 0), (4, True, 0),
+                                                              (1, False, 3), (4, False, 3)))]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """Every demo run interpreted in one child process: ``{name: (meta, trace, words)}``."""
+    folder = tmp_path_factory.mktemp("interp_demo")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", _DEMO_CHILD, str(folder), json.dumps(DEMO_SHAPE),
+                           json.dumps(DEMO_RUNS)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {}
+    for r in DEMO_RUNS:
+        meta = json.loads((folder / f"{r['name']}.json").read_text())
+        words = np.load(folder / f"{r['name']}.npy")
+        out[r["name"]] = (meta, collect(words, S.Spec.from_json(meta["spec"])), words)
+    return out
+
+
+@pytest.mark.parametrize("run", [r for r in DEMO_RUNS if not r["short"]], ids=lambda r: r["name"])
+def test_demo_kernel_computes_its_ffn_and_traces_cleanly(demo, run):
+    """Two chained launches into two slots: each output matches torch, no wait gave up,
+    the buffer decodes with no anomaly, one row per task (per warp), phases in order,
+    each slot's header naming its launch (step = its mailbox tag, layer = its slot)."""
+    meta, trace, _ = demo[run["name"]]
+    assert meta["hangs"] == 0 and max(meta["errors"]) < 2e-2
+    assert trace.anomaly_summary() == {}
+    assert trace.tasks.num_rows == 2 * sum(tm.task_counts(tm.Shape(**DEMO_SHAPE))) * run["waves"]
+    ns = np.stack([trace.tasks.column(f"{p}_ns").to_numpy() for p in trace.phases], axis=1)
+    assert (np.diff(ns, axis=1) >= 0).all()
+    got = {r["launch"]: (r["step"], r["layer"]) for r in trace.tasks.select(["launch", "step", "layer"]).to_pylist()}
+    assert got == {0: (meta["tags"][0], 0), 1: (meta["tags"][1], 1)}
+
+
+@pytest.mark.parametrize("run", [r for r in DEMO_RUNS if r["short"]], ids=lambda r: r["name"])
+def test_demo_undercounted_stage_is_dropped_and_counted(demo, run):
+    """A spec short of 3 up tasks (the kernel runs them all): their stamps are dropped
+    and counted, 3 a launch per stamping warp, in up's drop counter only; the other
+    stages keep every row."""
+    meta, trace, words = demo[run["name"]]
+    spec = S.Spec.from_json(meta["spec"])
+    dropped = 2 * run["short"] * run["waves"]
+    assert trace.anomaly_summary() == {"dropped": dropped}
+    assert [int(words[S.drop_counter_word(spec.layout, s)]) for s in range(3)] == [dropped, 0, 0]
+    assert trace.tasks.num_rows == 2 * run["waves"] * sum(c for _, c in spec.stages)

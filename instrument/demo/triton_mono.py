@@ -64,7 +64,7 @@ def publish(box, tag, value, SCOPE: tl.constexpr = tl.constexpr("gpu")):
     exchange (one thread; the barrier orders the other threads' stores before it).
     ``SCOPE``: ``"gpu"``, or ``"sys"`` where a waiter runs on another GPU."""
     tl.debug_barrier()
-    tl.atomic_xchg(box, (value.to(tl.int64) << 32) | tag, sem="release", scope=SCOPE)
+    tl.atomic_xchg(box, (tl.cast(value, tl.int64) << 32) | tag, sem="release", scope=SCOPE)
 
 
 @triton.jit
@@ -193,14 +193,15 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
 class MonoFFN:
     """The demo kernel's weights and work buffers on one GPU, and its launches.
     ``run(x, y, ...)`` computes ``y = ffn(x)`` in one launch; ``tag`` advances by
-    one every launch."""
+    one every launch. ``device="cpu"`` for Triton's interpreter (``G = 1``: one CTA
+    runs every task in order, so no wait spins on a CTA that has not run)."""
 
     def __init__(self, shape: Shape = Shape(), *, device="cuda", seed=0):
         import torch
 
         self.shape = s = shape
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        check_shape(s, sms)
+        on_gpu = torch.device(device).type == "cuda"
+        check_shape(s, torch.cuda.get_device_properties(device).multi_processor_count if on_gpu else None)
         g = torch.Generator(device=device).manual_seed(seed)
         self.w1 = (torch.randn(s.D, s.F, device=device, generator=g) / s.D ** 0.5).half()
         self.w2 = (torch.randn(s.F, s.D, device=device, generator=g) / s.F ** 0.5).half()
