@@ -124,7 +124,7 @@ def bench_row(stamps, LAYOUT: tl.constexpr, launch, task, PHASE: tl.constexpr, r
     counted by a predicated ``red`` (no branch), ``ROW_NO_DROP`` not counted,
     ``ROW_NO_WRITE`` neither row nor drop (the store predicated off by ``task < 0``):
     what holding alone costs; ``ROW_LAG`` no write here at all: the kernel writes the
-    row one task later (``work_kernel_row``'s ``LAG``)."""
+    row one task later (``work_kernel_row``)."""
     if EXP == 0 or PHASE != LAYOUT.phases - 1:
         r = stamp_row(stamps, LAYOUT, launch, task, PHASE, r, TL)
     elif TL:
@@ -172,16 +172,16 @@ def chain_row(y, x, n, stamps, LAYOUT: tl.constexpr, launch, task, r, TL: tl.con
 @triton.jit(do_not_specialize=["launch", "n_tasks", "iters"])
 def work_kernel_row(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.constexpr, TL: tl.constexpr,
                     BLOCK: tl.constexpr, EXTRA: tl.constexpr = False, PIECES: tl.constexpr = 1,
-                    MID: tl.constexpr = False, EXP: tl.constexpr = 0, LAG: tl.constexpr = False):
-    """``stamp_cost_gpu.work_kernel`` with lane-held stamps (``bench_row``); ``LAG``
-    (with ``EXP=ROW_LAG``): each task's row written by the next task, right after its
-    tile load and first stamps (``row_write_behind``), the last one after the loop."""
+                    MID: tl.constexpr = False, EXP: tl.constexpr = 0):
+    """``stamp_cost_gpu.work_kernel`` with lane-held stamps (``bench_row``); with
+    ``EXP=ROW_LAG`` each task's row written by the next task, right after its tile
+    load and first stamps (``row_write_behind``), the last one after the loop."""
+    LAG: tl.constexpr = TL and EXP == ROW_LAG
     bid = tl.program_id(0)
     G = tl.num_programs(0)
     lanes = tl.arange(0, BLOCK)
     half = iters // 2
     if LAG:
-        tl.static_assert(TL and EXP == ROW_LAG, "LAG: a stamped build with EXP=ROW_LAG")
         held = tl.zeros([BLOCK], dtype=tl.int64)
         held_task = bid - G
     for i in range(n_tasks):
@@ -321,7 +321,7 @@ def kernel_of(build: str) -> tuple:
     if base.startswith(("off", "dlead", "dwarps")):
         return SC.work_kernel_deferred, {"EXTRA": bool(four)}
     if base.startswith("rowlag"):
-        return work_kernel_row, {"EXTRA": bool(four), "LAG": True, "EXP": ROW_LAG.value}
+        return work_kernel_row, {"EXTRA": bool(four), "EXP": ROW_LAG.value}
     if base.startswith("row"):
         return work_kernel_row, ({"PIECES": 3, "MID": bool(four)} if base in BETWEEN else {"EXTRA": bool(four)})
     return work_kernel_pairs, {"EXTRA": bool(four)}
