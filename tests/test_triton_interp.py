@@ -24,9 +24,9 @@ from instrument.demo import triton_mono as tm  # noqa: E402
 from timeline import schema as S  # noqa: E402
 from timeline.collect import collect  # noqa: E402
 from tools.triton_interp import readings  # noqa: E402
+from tritonkit import DEFERRED_ORDER  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER_PHASES = (0, 1, 5, 2, 6, 3, 4)  # tritonkit.DEFERRED_ORDER as phase / mark indices
 GRID, PER_CTA = 3, 4
 
 _CHILD = textwrap.dedent("""
@@ -97,14 +97,15 @@ def test_every_stamp_stores_the_reading_it_took(runs, config):
     stamp storing the wrong held reading, or into another column, breaks the equality."""
     run = runs[config["name"]]
     lay = run.spec.layout
+    order = [run.spec.stamp_index(name) for name in DEFERRED_ORDER]
     stamp_register = "clock64" if config["hybrid"] else "globaltimer"
     for cta in range(GRID):
-        stamps = run.readings(cta, stamp_register).reshape(PER_CTA, len(ORDER_PHASES))
+        stamps = run.readings(cta, stamp_register).reshape(PER_CTA, len(order))
         anchors = run.readings(cta, "globaltimer").reshape(PER_CTA, 2) if config["hybrid"] else None
         for k in range(PER_CTA):
             task = cta + k * GRID
             for wave in range(config["waves"]):
-                got = [run.column(task, wave, S.phase_col(p)) for p in ORDER_PHASES]
+                got = [run.column(task, wave, S.phase_col(p)) for p in order]
                 assert got == stamps[k].tolist(), (task, wave)
                 if anchors is not None:
                     assert [run.column(task, wave, S.anchor_col(lay, j)) for j in (0, 1)] == anchors[k].tolist()
