@@ -23,6 +23,7 @@ pytest.importorskip("triton")
 from instrument.demo import triton_mono as tm  # noqa: E402
 from timeline import schema as S  # noqa: E402
 from timeline.collect import collect  # noqa: E402
+from tools import triton_interp  # noqa: E402
 from tools.triton_interp import readings  # noqa: E402
 from tritonkit import DEFERRED_ORDER  # noqa: E402
 
@@ -130,9 +131,9 @@ def test_the_buffer_decodes_whole_with_its_readings_as_times(runs, config):
     if not config["hybrid"]:
         assert (np.diff(got, axis=1) == np.diff(want, axis=1)).all()
         return
-    interval = np.diff(want, axis=1) / 2  # ns: %clock64 = 2 T
+    interval = np.diff(want, axis=1) / triton_interp.CYCLES_PER_NS
     span = {c: np.ptp(run.readings(c, "globaltimer")) for c in range(GRID)}
-    bound = 1 + interval * 64 / np.array([span[t % GRID] for t in task])[:, None]
+    bound = 1 + interval * 2 * triton_interp.TIMER_STEP_NS / np.array([span[t % GRID] for t in task])[:, None]
     assert (np.abs(np.diff(got, axis=1) - interval) <= bound).all()
 
 

@@ -27,6 +27,8 @@ from triton.runtime import interpreter as TI
 READS: list = []  # (program id, register, value), in the order read
 _STATE = {"t": 0, "rng": np.random.default_rng(0)}
 STEP = (3, 40)  # ns the virtual time advances at each read, uniform in [3, 40)
+CYCLES_PER_NS = 2  # the emulated %clock64: a 2 GHz SM clock
+TIMER_STEP_NS = 32  # the emulated %globaltimer's step, the H200's
 
 
 def readings(reads, program: int, register: str) -> np.ndarray:
@@ -59,9 +61,9 @@ def _read(builder, asm, constraints, values, types, is_pure, pack):
     _STATE["t"] += int(_STATE["rng"].integers(*STEP))
     t = _STATE["t"]
     if reg == "clock64":
-        value = 2 * t
+        value = CYCLES_PER_NS * t
     elif reg == "globaltimer":
-        value = 10**9 + t // 32 * 32
+        value = 10**9 + t // TIMER_STEP_NS * TIMER_STEP_NS
     elif reg == "smid":
         value = builder.grid_idx[0]
     elif reg == "tid.x":
