@@ -137,12 +137,17 @@ def test_a_tensor_that_does_not_match_says_why(kw, message):
 
 
 def test_bad_legacy_files_are_one_line(tmp_path, capsys):
+    """Each bad file is one error line naming the file: not a torch file, not the
+    kernel's dict, a tensor of another dtype or shape than its stage list implies."""
     (tmp_path / "junk.pt").write_bytes(b"not a pickle")
     torch.save({"x": 1}, tmp_path / "other.pt")
-    for name, message in (("junk.pt", "not a torch file"), ("other.pt", "dict(stages=..., ticks=...)")):
+    torch.save({"stages": [["a", 3]], "ticks": torch.ones(3, 8, dtype=torch.int32)}, tmp_path / "int32.pt")
+    torch.save({"stages": [["a", 3]], "ticks": torch.ones(4, 8, dtype=torch.int64)}, tmp_path / "short.pt")
+    for name, message in (("junk.pt", "not a torch file"), ("other.pt", "dict(stages=..., ticks=...)"),
+                          ("int32.pt", "holds int32, not int64 ticks"), ("short.pt", "expected (3, 8)")):
         assert main(["import-legacy", str(tmp_path / name), "-o", str(tmp_path / "o.arrow")]) == 2
         err = capsys.readouterr().err
-        assert message in err and err.strip().count("\n") == 0
+        assert message in err and name in err and err.strip().count("\n") == 0, err
 
 
 def test_the_dashboard_shows_it_with_the_declared_wait(imported, run_dir):

@@ -52,11 +52,12 @@ class LegacyError(CollectError):
 
 
 class LegacyFile(NamedTuple):
-    """What ``read_legacy`` found: the tick tensor, the stage list, the rank."""
+    """What ``read_legacy`` found: the tick tensor, the stage list, the rank, the file."""
 
     ticks: np.ndarray
     stages: tuple
     rank: int | None  # from a ``rank<r>/`` folder, when the path has one
+    path: str
 
 
 def legacy_spec(stages, *, grid: int = 0, rank: int = 0, world: int = 1, arch: str = GLM5_ARCH,
@@ -81,7 +82,8 @@ def check_shape(ticks: np.ndarray, stages) -> None:
             f"expected ({n}, {LEGACY_COLS}) (one row per task, row = first[stage] + task; "
             f"{LEGACY_COLS} columns = 5 phases + 3 debug marks). Give the stage list the kernel ran with")
     if ticks.dtype != np.int64:
-        raise LegacyError(f"the legacy tensor holds {ticks.dtype}, not int64 ticks")
+        raise LegacyError(f"the legacy tensor holds {ticks.dtype}, not int64 ticks: give the tensor the kernel's "
+                          "timeline build wrote (int64 s_memrealtime ticks, 0 where unstamped) as it is")
 
 
 def rotation_ctas(stages, grid: int, base_order=GLM5_BASE_ORDER) -> np.ndarray:
@@ -165,7 +167,7 @@ def read_legacy(path, stages=None) -> LegacyFile:
             ticks = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
             raise LegacyError(f"{str(path)!r} is not a readable .npy tensor ({e})") from None
-        return LegacyFile(ticks, tuple(stages), rank)
+        return LegacyFile(ticks, tuple(stages), rank, str(path))
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is an extra
@@ -186,7 +188,7 @@ def read_legacy(path, stages=None) -> LegacyFile:
         st = tuple((str(n), int(c)) for n, c in (stages or data["stages"]))
     except (TypeError, ValueError):
         raise LegacyError(f"{str(path)!r}: 'stages' is not a list of (name, count) pairs") from None
-    return LegacyFile(ticks.detach().cpu().numpy(), st, rank)
+    return LegacyFile(ticks.detach().cpu().numpy(), st, rank, str(path))
 
 
 def import_legacy(paths, *, grid: int = 0, base_order=None, stages=None, arch: str = GLM5_ARCH,
@@ -200,6 +202,14 @@ def import_legacy(paths, *, grid: int = 0, base_order=None, stages=None, arch: s
     if len(set(ranks)) != len(ranks):
         raise LegacyError(f"two files of one rank: ranks {ranks} (from rank<r>/ folders or the order given)")
     world = max(ranks) + 1
-    traces = [collect_legacy(f.ticks, f.stages, grid=grid, base_order=base_order, rank=r, world=world,
-                             arch=arch, strict=strict) for f, r in zip(files, ranks)]
+    traces = [_collect_file(f, grid=grid, base_order=base_order, rank=r, world=world, arch=arch, strict=strict)
+              for f, r in zip(files, ranks)]
     return traces[0] if len(traces) == 1 else merge(traces)
+
+
+def _collect_file(f: LegacyFile, **kw) -> Trace:
+    """``collect_legacy`` of one file, its errors naming the file (one of several ranks')."""
+    try:
+        return collect_legacy(f.ticks, f.stages, **kw)
+    except LegacyError as e:
+        raise LegacyError(f"{f.path!r}: {e}") from None
