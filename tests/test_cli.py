@@ -106,7 +106,7 @@ def test_convert_errors_say_what_is_wrong(hand, capsys):
                                         capsys)
     buf[:-6].tofile(d / "short.bin")  # one record short: the wrong shape for this spec
     err = error_of(["convert", d / "short.bin", "--spec", spec_json, "-o", d / "t.arrow"], capsys)
-    assert f"has shape ({buf.size - 6},)" in err and f"needs ({buf.size},)" in err
+    assert f"short.bin' has shape ({buf.size - 6},)" in err and f"needs ({buf.size},)" in err
     (d / "odd.bin").write_bytes(b"\1" * 12)
     assert "not a whole number of int64 words" in error_of(
         ["convert", d / "odd.bin", "--spec", spec_json, "-o", d / "t.arrow"], capsys)

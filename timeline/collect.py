@@ -28,7 +28,7 @@ import pyarrow as pa
 from timeline import hybrid as H
 from timeline import rows as R
 from timeline import schema as S
-from timeline.intake import CollectError, _Cut, cut_buffer, read_buffer
+from timeline.intake import CollectError, _Cut, buffer_name, cut_buffer, read_buffer
 from timeline.trailer import Anomalies, Slots, layout_anomalies, slot_identity
 from timeline.trace import Trace, anomalies_table
 
@@ -370,7 +370,7 @@ def collect(
     gap_ms, windows = _options(spec, window_gap_ms, windows)
     if edges is not None:
         spec = with_edges(spec, edges)
-    cut = cut_buffer(read_buffer(buffer), spec)
+    cut = cut_buffer(read_buffer(buffer), spec, buffer_name(buffer))
     coords = _coords(spec)
     acc = Anomalies(spec, coords[0], coords[1])
     layout_anomalies(cut, spec, acc)

@@ -54,6 +54,12 @@ def _load_file(path: Path) -> np.ndarray:
     return np.fromfile(path, dtype="<i8")
 
 
+def buffer_name(buffer) -> str:
+    """How errors name a buffer: ``stamp buffer 'path'`` when read from a file (one of
+    several ranks'), else ``stamp buffer``."""
+    return f"stamp buffer {str(buffer)!r}" if isinstance(buffer, (str, os.PathLike)) else "stamp buffer"
+
+
 def read_buffer(buffer) -> np.ndarray:
     """The buffer as an int64 numpy array with its own shape, in C order. Accepts a
     torch tensor (any device; copied to host), a numpy array, or a path. A view in
@@ -74,11 +80,11 @@ def read_buffer(buffer) -> np.ndarray:
         arr = arr.view(np.int64)
     if arr.dtype != np.int64:
         raise CollectError(
-            f"stamp buffer has dtype {arr.dtype}; the kernel writes int64 words. Allocate it "
+            f"{buffer_name(buffer)} has dtype {arr.dtype}; the kernel writes int64 words. Allocate it "
             "with instrument.alloc(spec) (torch.int64) or pass the words viewed as int64")
     if arr.size and not arr.flags.c_contiguous:
         raise CollectError(
-            f"stamp buffer of shape {arr.shape} is not in C order (a transposed or strided view, "
+            f"{buffer_name(buffer)} of shape {arr.shape} is not in C order (a transposed or strided view, "
             "or a Fortran-order .npy): pass the words in the order the kernel wrote them")
     return arr
 
@@ -99,9 +105,10 @@ def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
     return arr.ndim == 2 and arr.shape[1] == 8 and arr.shape[0] == tasks
 
 
-def cut_buffer(arr: np.ndarray, spec: S.Spec) -> _Cut:
+def cut_buffer(arr: np.ndarray, spec: S.Spec, name: str = "stamp buffer") -> _Cut:
     """Records and trailer of a buffer of exactly the spec's size, flat or in the
-    records' shape; a ``CollectError`` naming both shapes for anything else."""
+    records' shape; a ``CollectError`` naming both shapes (and the buffer, ``name``:
+    ``buffer_name``) for anything else."""
     lay = spec.layout
     if arr.shape == (lay.words,):
         versions = (S.LAYOUT_VERSION,) if spec.cycles else (2, S.LAYOUT_VERSION)
@@ -113,7 +120,7 @@ def cut_buffer(arr: np.ndarray, spec: S.Spec) -> _Cut:
         hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "
                 "`timeline import-legacy` instead.")
     raise CollectError(
-        f"stamp buffer has shape {arr.shape} but spec {spec.kernel!r} needs ({lay.words},) "
+        f"{name} has shape {arr.shape} but spec {spec.kernel!r} needs ({lay.words},) "
         f"(records {lay.shape} = launches x rows x waves x cols, then {lay.trailer} trailer words), "
         f"or a layout-1 buffer of the records alone, {lay.shape}. Allocate it with "
         f"instrument.alloc(spec), or pass the spec the kernel was built with.{hint}")
