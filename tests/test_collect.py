@@ -523,7 +523,10 @@ def test_metadata_holds_spec_anomalies_and_version(tmp_path):
 
 
 # -- merge --------------------------------------------------------------------------------
-def test_merge_same_rank_launches_share_one_clock():
+def test_merge_same_rank_launches_share_one_clock(tmp_path):
+    """Two one-launch buffers of one rank: launches 0 and 1 on one origin, and the
+    merged rank's spec has the two launch slots its rows name, so the file it saves
+    loads back whole (it had one slot, and load refused the file merge wrote)."""
     sp = spec3()
     a = full_buffer(sp)
     b = full_buffer(sp)
@@ -536,6 +539,10 @@ def test_merge_same_rank_launches_share_one_clock():
     starts = m.tasks.filter(pc.equal(m.tasks["task"], 0)).column("start_ns").to_pylist()
     # launch 1 starts exactly 10_000 ticks = 100 us after launch 0, on one origin
     assert starts[:3] == [0, 2000, 5000] and starts[3:] == [100_000, 102_000, 105_000]
+    assert m.spec.launches == 2
+    m.save(tmp_path / "m.arrow")
+    back = load(tmp_path / "m.arrow")
+    assert back.tasks.equals(m.tasks) and back.launches == [0, 1]
 
 
 def test_merge_ranks_aligned_on_a_stage():
@@ -565,6 +572,10 @@ def test_merge_refuses_other_builds():
     b = collect(np.zeros(other.layout.words, np.int64), other)
     with pytest.raises(MergeError, match="different builds"):
         merge([a, b])
+    per_warp = spec3(waves=2)
+    c = collect(np.zeros(per_warp.layout.words, np.int64), per_warp)
+    with pytest.raises(MergeError, match="different launch shapes.*1 wave\\(s\\) a task.*another trace 2"):
+        merge([a, c])
 
 
 def test_merge_refuses_captures_no_exact_axis_holds():

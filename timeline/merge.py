@@ -55,12 +55,13 @@ def merge(traces, *, align: str | None = None) -> Trace:
     """One Trace from several: any mix of ranks and launches of one kernel spec.
 
     Same rank twice: both buffers' launches go on that rank's clock; colliding launch
-    numbers of the later trace are renumbered after the earlier's. ``align``: see
-    the module docstring."""
+    numbers of the later trace are renumbered after the earlier's, the rank's spec given
+    the launch slots they need. Traces of other builds or launch shapes (waves, grid)
+    are refused. ``align``: see the module docstring."""
     traces = list(traces)
     first = _one_build(traces)
-    spec_of_rank = _specs_by_rank(traces)
     tasks = _concat_tasks(traces, first)
+    spec_of_rank = _launch_slots(_specs_by_rank(traces), tasks)
     origins = _origins(tasks, spec_of_rank, first)
     try:
         tasks = retime(tasks, spec_of_rank, origins, {})
@@ -94,6 +95,11 @@ def _one_build(traces: list):
                 f"cannot merge traces of different builds: {first.kernel!r} has stages "
                 f"{list(first.stage_names)} / phases {list(first.phases)}, {t.spec.kernel!r} has "
                 f"{list(t.spec.stage_names)} / {list(t.spec.phases)}")
+        if (t.spec.waves, t.spec.grid) != (first.waves, first.grid):
+            raise MergeError(
+                f"cannot merge traces of different launch shapes: {first.kernel!r} stamped {first.waves} "
+                f"wave(s) a task on a grid of {first.grid}, another trace {t.spec.waves} on {t.spec.grid}; "
+                "merge captures of one build")
     return first
 
 
@@ -106,6 +112,20 @@ def _specs_by_rank(traces: list) -> dict:
             if old.clock != sp.clock:
                 raise MergeError(f"rank {sp.rank} appears with two clocks: {old.clock} and {sp.clock}")
     return spec_of_rank
+
+
+def _launch_slots(spec_of_rank: dict, tasks: pa.Table) -> dict:
+    """Each rank's spec with a launch slot for every launch the merge gave it: captures
+    of one rank in separate buffers each start at slot 0 and are numbered after one
+    another (``_concat_tasks``), so the rank now has more launches than one buffer had
+    slots (a trace whose rows name launches past its spec's slots does not load)."""
+    rank, launch = R.numpy(tasks.column("rank")), R.numpy(tasks.column("launch"))
+    out = {}
+    for r, sp in spec_of_rank.items():
+        mine = launch[rank == r]
+        need = int(mine.max()) + 1 if mine.size else 0
+        out[r] = sp.replace(launches=need) if need > sp.launches else sp
+    return out
 
 
 def _concat_tasks(traces: list, first) -> pa.Table:
