@@ -165,3 +165,27 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
         print(format_table(E.path_shares(path)))
     print(f"\ncausality violations: {g.violations.size}")
     return 0
+
+
+def cmd_whatif(args) -> int:
+    from timeline import whatif as W
+
+    changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
+    if not changes:
+        raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
+    trace = _load(args.trace)
+    p = W.predict(trace, changes)
+    if args.json:
+        print(json.dumps({"kernel": trace.spec.kernel, "changes": [c._asdict() for c in changes],
+                          "fidelity": p.fidelity._asdict(), "launches": p.launches.to_pylist(),
+                          "stages": p.stages.to_pylist()}, ensure_ascii=False, indent=1))
+        return 0
+    print(_title(trace))
+    print("what if: " + ", ".join(f"{c.stage}{'.' + c.phase if c.phase else ''} x{c.factor:g}"
+                                  + (f" {c.add_ns:+g} ns" if c.add_ns else "") for c in changes))
+    print(f"fidelity of the replay (no change): every task's end within {p.fidelity.task_end_ns:g} ns, every "
+          f"launch's within {p.fidelity.kernel_end_ns:g} ns\n")
+    print(format_table(p.launches))
+    print()
+    print(format_table(p.stages))
+    return 0
