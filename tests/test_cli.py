@@ -293,6 +293,37 @@ def test_whatif_predicts_from_the_command_line(capsys):
     assert "nothing to change" in error_of(["whatif", trace], capsys)
 
 
+def _readme_block(after: str, lang: str) -> str:
+    """The first ``lang`` code block of the README after the heading ``after``."""
+    text = (REPO / "README.md").read_text()
+    rest = text[text.index(after):]
+    start = rest.index(f"```{lang}\n") + len(lang) + 4
+    return rest[start: rest.index("```", start)]
+
+
+def test_the_readme_task_graph_commands_run_as_written(tmp_path, monkeypatch, capsys):
+    """The README's "Who waited for whom" commands, as a user pastes them next to the
+    bundled traces, each exit 0 (its whatif line named a command that had died)."""
+    import shlex
+
+    (tmp_path / "traces").symlink_to(REPO / "traces")
+    monkeypatch.chdir(tmp_path)
+    lines = [ln.split("#")[0] for ln in _readme_block("## Who waited for whom", "sh").splitlines()]
+    commands = [shlex.split(ln) for ln in lines if ln.strip()]
+    assert len(commands) == 4 and all(c[0] == "timeline" for c in commands)
+    for argv in commands:
+        code, _, err = run(argv[1:], capsys)
+        assert code == 0, (argv, err)
+
+
+def test_the_readme_python_example_runs(monkeypatch, capsys):
+    """The README's Python example runs as written from the checkout and prints the
+    stage report."""
+    monkeypatch.chdir(REPO)
+    exec(compile(_readme_block("## From a buffer to answers", "python"), "README.md", "exec"), {})
+    assert "stage" in capsys.readouterr().out
+
+
 def test_merge_help_states_the_default_alignment(capsys):
     """merge's help says what it does by default (measured clocks, else a warning) and
     that --align assumes (an earlier help said every rank started at its first stamp)."""
