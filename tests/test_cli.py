@@ -316,6 +316,34 @@ def test_the_readme_task_graph_commands_run_as_written(tmp_path, monkeypatch, ca
         assert code == 0, (argv, err)
 
 
+def test_every_command_line_in_the_docs_parses():
+    """Each ``timeline ...`` line in a code block of the README or docs/ is accepted by
+    the parser as written (up to a shell redirection or pipe): no example names an
+    option or command that does not exist."""
+    import contextlib
+    import io
+    import re
+    import shlex
+
+    from timeline.cli import build_parser
+
+    seen = 0
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for block in re.findall(r"```(?:sh|bash|console)?\n(.*?)```", doc.read_text(), re.S):
+            for line in block.splitlines():
+                line = re.split(r" #| > | \| ", line)[0].strip()
+                if not line.startswith("timeline "):
+                    continue
+                seen += 1
+                err = io.StringIO()
+                try:
+                    with contextlib.redirect_stderr(err):
+                        build_parser().parse_args(shlex.split(line)[1:])
+                except SystemExit:
+                    pytest.fail(f"{doc.name}: {line!r}: {err.getvalue().strip()}")
+    assert seen > 20
+
+
 def test_the_readme_python_example_runs(monkeypatch, capsys):
     """The README's Python example runs as written from the checkout and prints the
     stage report."""
