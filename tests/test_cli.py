@@ -329,19 +329,22 @@ def test_every_command_line_in_the_docs_parses():
 
     seen = 0
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for block in re.findall(r"```(?:sh|bash|console)?\n(.*?)```", doc.read_text(), re.S):
-            for line in block.splitlines():
-                line = re.split(r" #| > | \| ", line)[0].strip()
-                if not line.startswith("timeline "):
-                    continue
-                seen += 1
-                err = io.StringIO()
-                try:
-                    with contextlib.redirect_stderr(err):
-                        build_parser().parse_args(shlex.split(line)[1:])
-                except SystemExit:
-                    pytest.fail(f"{doc.name}: {line!r}: {err.getvalue().strip()}")
-    assert seen > 20
+        fenced = False
+        for line in doc.read_text().splitlines():
+            if line.startswith("```"):
+                fenced = not fenced
+                continue
+            line = re.split(r" #| > | \| ", line)[0].strip()
+            if not fenced or not line.startswith("timeline "):
+                continue
+            seen += 1
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err):
+                    build_parser().parse_args(shlex.split(line)[1:])
+            except SystemExit:
+                pytest.fail(f"{doc.name}: {line!r}: {err.getvalue().strip()}")
+    assert seen > 30
 
 
 def test_the_readme_python_example_runs(monkeypatch, capsys):
