@@ -224,7 +224,7 @@ def table_checksum(tasks: pa.Table, metadata: dict) -> str:
         h.update(f"{name}:{col.type}\0".encode())
         if pa.types.is_dictionary(col.type):
             col = pa.table({name: col}).unify_dictionaries().column(0)
-            if col.num_chunks:
+            if len(col):  # no rows, no decoded values: a file of none may keep the dictionary or not
                 h.update(json.dumps(col.chunk(0).dictionary.to_pylist(), default=repr).encode())  # repr: bytes of a damaged file
             chunks = [c.indices for c in col.chunks]
         else:
