@@ -545,6 +545,30 @@ def test_merge_same_rank_launches_share_one_clock(tmp_path):
     assert back.tasks.equals(m.tasks) and back.launches == [0, 1]
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(captures=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3), st.integers(0, 99)), min_size=1,
+                         max_size=4),
+       ext=st.sampled_from([".arrow", ".parquet"]))
+def test_whatever_merge_writes_loads_back(tmp_path, captures, ext):
+    """Any mix of captures (rank, launch slots, seed) of one build, merged and saved,
+    loads back as merged: a rank captured twice keeps every launch, each in a slot its
+    spec has, and rows of no rank are lost."""
+    from timeline import synth
+
+    def capture(rank, launches, seed):  # one rank's buffer of a 3-rank synthetic run
+        sp, buf = list(synth.synth_buffers(spec3(world=3, launches=launches), grid=4, seed=seed))[rank]
+        return collect(buf, sp, synthetic=True)
+
+    traces = [capture(*c) for c in captures]
+    m = merge(traces)
+    back = load(m.save(tmp_path / f"m{ext}"))
+    assert back.tasks.equals(m.tasks) and back.specs == m.specs
+    assert m.tasks.num_rows == sum(t.tasks.num_rows for t in traces)
+    for r in {c[0] for c in captures}:
+        want = sum(n for rank, n, _ in captures if rank == r)
+        assert len(np.unique(m.tasks.filter(pc.equal(m.tasks["rank"], r)).column("launch"))) == want
+
+
 def test_merge_ranks_aligned_on_a_stage():
     sp0, sp1 = spec3(rank=0, world=2), spec3(rank=1, world=2)
     a = full_buffer(sp0)
