@@ -527,8 +527,10 @@ def test_set_graph_edges_and_the_exact_critical_path(tmp_path, capsys):
     assert "declares no task graph" in error_of(["edges", real], capsys)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"down": [{"stage": "norm", "count": 9, "mul": 9}]}))
-    assert "but 'norm' has 64 tasks" in error_of(["set-graph", real, "--graph", bad, "-o", tmp_path / "x.arrow"],
-                                                  capsys)
+    err = error_of(["set-graph", real, "--graph", bad, "-o", tmp_path / "x.arrow"], capsys)
+    assert "but 'norm' has 64 tasks" in err and f"graph file {str(bad)!r}" in err
+    assert "or --graph FILE.json, not both" in error_of(
+        ["set-graph", real, "--graph", bad, "--preset", "glm5", "-o", tmp_path / "x.arrow"], capsys)
 
 
 def test_listed_edges_from_a_csv(tmp_path, capsys):

@@ -53,7 +53,9 @@ def cmd_set_graph(args) -> int:
     from timeline import presets
 
     if (args.preset is None) == (args.graph is None):
-        raise UsageError("give the graph: --preset NAME (" + ", ".join(presets.PRESETS) + ") or --graph FILE.json")
+        both = ", not both" if args.preset is not None else ""
+        raise UsageError("give the graph: --preset NAME (" + ", ".join(presets.PRESETS)
+                         + f") or --graph FILE.json{both}")
     out = _trace_out(args.output)
     trace = _load(args.trace)
     if args.preset is not None:
@@ -74,7 +76,12 @@ def cmd_set_graph(args) -> int:
         from timeline.collect import with_edges
 
         graph = with_edges(trace.spec.replace(graph=graph), load_edges(args.edges)).graph
-    traced = trace.with_graph(graph)
+    try:
+        traced = trace.with_graph(graph)
+    except ValueError as e:  # the graph's own error, said of the file it came from
+        if args.graph is None:
+            raise
+        raise type(e)(f"graph file {args.graph!r}: {e}") from None
     traced.save(out)
     print(f"wrote {out}: {sum(len(r) for r in traced.spec.graph.values())} producer rules over "
           f"{len(traced.spec.graph)} stages")
