@@ -130,7 +130,45 @@ def collect_legacy(ticks, stages, *, grid: int = 0, base_order=None, rank: int =
     ctas = rotation_ctas(stages, grid, base_order or GLM5_BASE_ORDER) if grid else None
     spec = legacy_spec(stages, grid=grid, rank=rank, world=world, arch=arch, wait=wait, derived=ctas is not None)
     trace = collect(to_buffer(np.ascontiguousarray(ticks), spec, ctas), spec, strict=strict)
-    return mark_derived(trace) if ctas is not None else trace
+    if ctas is None:
+        return trace
+    trace = mark_derived(trace)
+    overlaps = cta_overlaps(trace)
+    if not overlaps.num_rows:
+        return trace
+    n = sum(overlaps.column("count").to_pylist())
+    if strict:
+        raise LegacyError(f"{n} tasks start before an earlier task of the CTA the rotation rule gives them has "
+                          f"ended, but a CTA runs its tasks one after another: grid {grid} or the base order is not "
+                          "the kernel's; give the G and base[] order it ran with")
+    return Trace(trace.tasks, trace.specs, pa.concat_tables([trace.anomalies, overlaps]), origins=trace.origins,
+                 offsets=trace.offsets, synthetic=trace.synthetic, notes=trace.notes)
+
+
+def cta_overlaps(trace: Trace) -> pa.Table:
+    """Anomaly rows ``cta_overlap``, one per (rank, launch, stage): the tasks that start
+    before an earlier-starting task of their CTA and wave has ended. A CTA runs its
+    tasks one after another, so an overlap says the CTAs are wrong: for derived CTAs,
+    the rotation rule was given another grid or base order than the kernel ran with."""
+    from timeline import grouped as GR
+    from timeline.trace import anomalies_table
+
+    t = trace.tasks
+    cta = R.column(t, "cta", fill=-1).astype(np.int64)
+    known = np.flatnonzero(cta >= 0)
+    start, end = R.extent(R.phase_matrix(t, trace.phases))
+    keys = [R.column(t, c).astype(np.int64)[known] for c in ("rank", "launch", "wave")]
+    gid, _, _ = GR.group_ids(keys[0], keys[1], cta[known], keys[2])
+    sw = GR.sweep(gid, start[known], end[known])
+    over = known[sw.order[(sw.prev >= 0) & (sw.start < sw.end[np.maximum(sw.prev, 0)])]]
+    if not over.size:
+        return anomalies_table([])
+    cols = [R.column(t, c).astype(np.int64)[over] for c in ("rank", "launch", "stage_index")]
+    gid, ng, (rank, launch, stage) = GR.group_ids(*cols)
+    count = np.bincount(gid, minlength=ng)
+    names = trace.spec.stage_names
+    return anomalies_table([(int(r), "cta_overlap", int(la), names[int(st)], "", int(c), 0)
+                            for r, la, st, c in zip(rank, launch, stage, count)])
 
 
 def mark_derived(trace: Trace) -> Trace:
