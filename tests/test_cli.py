@@ -410,8 +410,8 @@ def test_export_perfetto_and_chrome_in_one_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--window-gap-ms", "nan"], "finite number >= 0"),
-    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--window-gap-ms", "-3"], "finite number >= 0"),
+    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--window-gap-ms", "nan"], "finite number > 0"),
+    (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--window-gap-ms", "-3"], "finite number > 0"),
     (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--rank", "-1"], "outside world size"),
     (["convert", "{buf}", "--spec", "{spec}", "-o", "{d}/t.arrow", "--rank", "40000"], "the rank column is int16"),
     (["convert", "{fifo}", "--spec", "{spec}", "-o", "{d}/t.arrow"], "not a regular file"),

@@ -301,7 +301,7 @@ def test_a_rate_that_does_not_divide_1ghz_is_exact():
 def test_options_from_users_are_checked():
     sp = spec3(launches=2)
     buf = full_buffer(sp)
-    for gap in (float("nan"), float("inf"), -1.0, "x"):
+    for gap in (float("nan"), float("inf"), -1.0, 0, "x"):
         with pytest.raises(CollectError, match="window_gap_ms"):
             collect(buf, sp, window_gap_ms=gap)
     for windows in ([(0, 1)], [(0, 1)] * 3, [(5, 1), (0, 1)], [(0.5, 1), (0, 1)], [("a", 1), (0, 1)], [1, 2]):

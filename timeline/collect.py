@@ -36,7 +36,7 @@ DEFAULT_WINDOW_GAP_MS = 100.0
 
 
 def _options(spec, window_gap_ms, windows):
-    """Check the options that come from users: a finite, non-negative gap and one
+    """Check the options that come from users: a finite, positive gap and one
     ``(lo, hi)`` integer pair per launch slot."""
     if not isinstance(spec, S.Spec):
         raise CollectError(f"collect needs a timeline.schema.Spec, got {type(spec).__name__}")
@@ -44,8 +44,9 @@ def _options(spec, window_gap_ms, windows):
         gap = float(window_gap_ms)
     except (TypeError, ValueError):
         raise CollectError(f"window_gap_ms must be a number of milliseconds; got {window_gap_ms!r}") from None
-    if not math.isfinite(gap) or gap < 0:
-        raise CollectError(f"window_gap_ms must be a finite number >= 0 ms; got {window_gap_ms!r}")
+    if not math.isfinite(gap) or gap <= 0:
+        raise CollectError(f"window_gap_ms must be a finite number > 0 ms; got {window_gap_ms!r} (0 would call every "
+                           "stamp not beside another stale; to keep every stamp, give a large gap, e.g. 1e9)")
     if windows is None:
         return gap, None
     try:
