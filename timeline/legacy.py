@@ -29,10 +29,11 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from timeline import grouped as GR
 from timeline import schema as S
 from timeline import rows as R
 from timeline.collect import CollectError, collect
-from timeline.trace import Trace
+from timeline.trace import Trace, anomalies_table
 
 LEGACY_COLS = 8
 LEGACY_PHASES = ("start", "hint", "staged", "compute", "end")  # columns 0-4
@@ -150,9 +151,6 @@ def cta_overlaps(trace: Trace) -> pa.Table:
     before an earlier-starting task of their CTA and wave has ended. A CTA runs its
     tasks one after another, so an overlap says the CTAs are wrong: for derived CTAs,
     the rotation rule was given another grid or base order than the kernel ran with."""
-    from timeline import grouped as GR
-    from timeline.trace import anomalies_table
-
     t = trace.tasks
     cta = R.column(t, "cta", fill=-1).astype(np.int64)
     known = np.flatnonzero(cta >= 0)
