@@ -175,6 +175,25 @@ def test_a_calibrated_merge_keeps_the_skew_a_stage_alignment_erases():
     assert half.specs[1].extra["alignment"]["by"] == "first stamp"
 
 
+def test_a_rank_captured_twice_keeps_the_calibrations_of_both_captures():
+    """Rank 1 captured twice (one device clock), only the second capture calibrated:
+    the merge places rank 1 by that calibration, not as uncalibrated; both captures'
+    calibrations, each once, ride in the merged rank's spec."""
+    from timeline import merge
+
+    clock = {0: 10**12, 1: 10**12 + 5_000_123}
+    base = 10**9
+    events = {0: [("x", [base]), ("y", [base + 10_000])], 1: [("x", [base + 3_000]), ("y", [base + 12_000])]}
+    cal = {r: [K.Calibration(clock[r], 50.0, base - 10**9, 100, f"gpu{r}"),
+               K.Calibration(clock[r], 50.0, base + 10**9, 100, f"gpu{r}")] for r in (0, 1)}
+    r0, r1 = _two_ranks(clock, events, cal)
+    _, r1_bare = _two_ranks(clock, events, {0: cal[0]})
+    m = merge([r0, r1_bare, r1])
+    assert m.notes == () and m.specs[1].extra["alignment"]["by"] == "clocks"
+    assert K.calibrations_of(m.specs[1]) == cal[1]
+    assert K.calibrations_of(merge([r0, r1, r1]).specs[1]) == cal[1]
+
+
 def test_calibrations_travel_in_the_trace_file(tmp_path):
     from timeline import load, merge
 

@@ -104,13 +104,18 @@ def _one_build(traces: list):
 
 
 def _specs_by_rank(traces: list) -> dict:
-    """``{rank: spec}`` (the first seen); a ``MergeError`` for a rank seen with two clocks."""
+    """``{rank: spec}``: the first seen, carrying the calibrations of every capture of
+    the rank (one device clock: each one measures it); a ``MergeError`` for a rank seen
+    with two clocks."""
     spec_of_rank = {}
     for t in traces:
         for sp in t.specs:
             old = spec_of_rank.setdefault(sp.rank, sp)
             if old.clock != sp.clock:
                 raise MergeError(f"rank {sp.rank} appears with two clocks: {old.clock} and {sp.clock}")
+            cals = list(dict.fromkeys(K.calibrations_of(old) + K.calibrations_of(sp)))  # each once
+            if old is not sp and cals:
+                spec_of_rank[sp.rank] = K.with_calibrations(old, cals)
     return spec_of_rank
 
 
