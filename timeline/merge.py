@@ -56,7 +56,7 @@ def merge(traces, *, align: str | None = None) -> Trace:
 
     Same rank twice: both buffers' launches go on that rank's clock; colliding launch
     numbers of the later trace are renumbered after the earlier's, the rank's spec given
-    the launch slots they need. Traces of other builds or launch shapes (waves, grid)
+    the launch slots they need and the calibrations of every capture. Traces of other builds or launch shapes (waves, grid)
     are refused. ``align``: see the module docstring."""
     traces = list(traces)
     first = _one_build(traces)
