@@ -156,6 +156,18 @@ def test_a_wrong_grid_or_base_order_shows_as_cta_overlaps(run_dir, tmp_path, cap
     assert "a CTA runs its tasks one after another" in capsys.readouterr().err
 
 
+def test_two_files_of_one_rank_are_named(run_dir, tmp_path, capsys):
+    """A file outside a rank<r>/ folder takes its place in the list as its rank: given
+    first beside rank0/trace.pt, both are rank 0, and the error names both and why."""
+    d, _ = run_dir
+    loose = tmp_path / "trace.pt"
+    loose.write_bytes((d / "rank0" / "trace.pt").read_bytes())
+    assert main(["import-legacy", str(loose), str(d / "rank0" / "trace.pt"), "-o", str(tmp_path / "o.arrow")]) == 2
+    err = capsys.readouterr().err
+    assert "two files of rank 0" in err and "its place in the list" in err and "its rank<r>/ folder" in err
+    assert str(loose) in err and err.strip().count("\n") == 0
+
+
 def test_bad_legacy_files_are_one_line(tmp_path, capsys):
     """Each bad file is one error line naming the file: not a torch file, not the
     kernel's dict, a tensor of another dtype or shape than its stage list implies."""

@@ -235,8 +235,13 @@ def import_legacy(paths, *, grid: int = 0, base_order=None, stages=None, arch: s
 
     files = [read_legacy(p, stages) for p in paths]
     ranks = [f.rank if f.rank is not None else i for i, f in enumerate(files)]
-    if len(set(ranks)) != len(ranks):
-        raise LegacyError(f"two files of one rank: ranks {ranks} (from rank<r>/ folders or the order given)")
+    for r in ranks:
+        twice = [f for f, rr in zip(files, ranks) if rr == r]
+        if len(twice) > 1:
+            why = ", ".join(f"{f.path!r} ({'its rank<r>/ folder' if f.rank is not None else 'its place in the list'})"
+                            for f in twice)
+            raise LegacyError(f"two files of rank {r}: {why}; give each rank's file once, in a rank<r>/ folder "
+                              "or in rank order")
     world = max(ranks) + 1
     traces = [_collect_file(f, grid=grid, base_order=base_order, rank=r, world=world, arch=arch, strict=strict)
               for f, r in zip(files, ranks)]
