@@ -347,6 +347,13 @@ def test_every_command_line_in_the_docs_parses():
     assert seen > 30
 
 
+def test_every_anomaly_kind_is_documented():
+    """Each kind a trace can report (``ANOMALY_KINDS``) is named in the README or docs/,
+    where a user who meets it looks."""
+    text = (REPO / "README.md").read_text() + "".join(p.read_text() for p in (REPO / "docs").glob("*.md"))
+    assert [k for k in S.ANOMALY_KINDS if f"`{k}`" not in text] == []
+
+
 def test_the_readme_python_example_runs(monkeypatch, capsys):
     """The README's Python example runs as written from the checkout and prints the
     stage report."""
