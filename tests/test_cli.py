@@ -478,6 +478,9 @@ def test_summary_idle_and_critical_path(launches4, capsys):
     assert shares == sorted(shares, reverse=True)  # the idlest first
     gaps = [g["duration_ns"] for g in doc["gaps"]]
     assert gaps == sorted(A.idle_gaps(trace).column("duration_ns").to_pylist(), reverse=True)[:20]
+    code, out, _ = run(["summary", d / "a.arrow", "--idle"], capsys)
+    assert code == 0 and "idle per CTA, the idlest first" in out and "the 20 largest gaps" in out
+    assert f"{doc['rows'][0]['idle_ns']}" in out.split("largest gaps")[0]
     doc = json.loads(run(["summary", d / "a.arrow", "--critical-path", "--launch", "2", "--json"], capsys)[1])
     path = A.critical_path(trace, rank=0, launch=2)
     rows = doc["rows"]

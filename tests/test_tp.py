@@ -160,6 +160,18 @@ def test_the_causality_check_catches_a_rank_clock_placed_too_late(ranks, ns, fla
     assert m.anomaly_summary().get("cross_rank_causality", 0) == (tp.TPShape().tasks if flagged else 0)
 
 
+def test_the_merge_command_warns_of_cross_rank_violations(ranks, tmp_path, capsys):
+    """``timeline merge`` of rank 0 and a rank 1 whose clock is placed 5 µs late says so
+    on stderr (the count, where to look), and its file carries them."""
+    from timeline.cli import main
+
+    shifted = _calibrations_shifted(ranks[1], -5_000).save(tmp_path / "r1.arrow")
+    assert main(["merge", str(TRACES / "h200_tp2_rank0.arrow"), str(shifted), "-o", str(tmp_path / "m.arrow")]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {tp.TPShape().tasks} cross-rank causality violation(s)" in err and "timeline info" in err
+    assert timeline.load(tmp_path / "m.arrow").anomaly_summary()["cross_rank_causality"] == tp.TPShape().tasks
+
+
 def test_buffers_of_the_wrong_ranks_are_refused_before_a_launch():
     """A buffer of rank 0 given as rank 1's would merge plausibly and wrongly."""
     from types import SimpleNamespace
