@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.compute as pc
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from bufkit import empty, put
 from timeline import collect, load, merge, presets
@@ -272,3 +274,38 @@ def test_the_committed_run_predicts_the_spin_within_the_goal():
     change = m4 - m0
     assert change > 3.5
     assert abs(p4 - m4) <= min(1.0, 0.1 * change) and abs(p0 - m0) <= min(1.0, 0.1 * change)
+
+
+# -- a graph from a user's JSON: anything is checked, or refused as a GraphError ----------------------
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 300) | st.integers() | st.floats(allow_nan=True)
+                     | st.sampled_from(["up", "norm", "down", "nope", "", "1"]),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.sampled_from(["stage", "count", "div", "mul", "mod", "offset", "allreduce",
+                                                        "pairs", "up", "norm", "down", "x"]), inner, max_size=5),
+                     max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(graph=st.dictionaries(st.sampled_from(["up", "norm", "down", "nope"]), _JSON, max_size=3) | _JSON)
+@example(graph={"up": None})  # each of these raised a TypeError or OverflowError, not a GraphError
+@example(graph={"norm": 5})
+@example(graph="up")
+@example(graph={"up": {"stage": None, "pairs": None}})
+@example(graph={"norm": {"stage": "up", "count": float("inf")}})
+@example(graph={"norm": {"stage": "up", "offset": 2 ** 63}})
+@example(graph={"norm": {"stage": "up", "pairs": [[0, 10 ** 40, 1]]}})
+def test_any_json_graph_is_checked_or_refused_in_one_line(graph):
+    """What ``set-graph --graph`` reads from a file, whatever it holds: a checked graph
+    whose every rule names a stage and tasks the spec has, or one ``GraphError`` line;
+    never another exception."""
+    stages = [("up", 8), ("norm", 4), ("down", 4)]
+    try:
+        checked = G.check_graph(graph, stages)
+    except G.GraphError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    count = dict(stages)
+    for consumer, rules in checked.items():
+        assert consumer in count
+        for r in rules:
+            assert r.stage in count and r.count >= 0 and r.div >= 1

@@ -69,8 +69,10 @@ class Rule(NamedTuple):
         try:
             r = cls(str(d["stage"]), **{k: (bool(v) if k == "allreduce" else int(v)) for k, v in d.items()
                                         if k not in ("stage", "pairs")}, pairs=pairs)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise GraphError(f"a producer rule's numbers must be integers; got {d!r}") from None
+        if max(r.count, r.div, r.mul, r.mod, r.offset) >= 1 << 31:
+            raise GraphError(f"a producer rule's numbers are task counts and indices, below 2**31; got {d!r}")
         if r.count < 0 or r.div < 1 or r.mul < 0 or r.mod < 0 or r.offset < 0:
             raise GraphError(f"a producer rule needs count >= 0, div >= 1, mul, mod, offset >= 0; got {d!r}")
         return r
@@ -122,13 +124,14 @@ def listed(stage: str, pairs, *, allreduce: bool = False) -> Rule:
 
 
 def _triples(pairs) -> tuple:
+    """A listed rule's ``pairs`` as int triples; a ``GraphError`` for anything else."""
     try:
         out = tuple(tuple(int(v) for v in p) for p in pairs)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         out = ((),)
-    if any(len(p) != 3 for p in out):
-        raise GraphError("a listed rule's pairs are (launch, consumer task, producer task) triples; "
-                         f"got {list(pairs)[:3]!r}...")
+    if any(len(p) != 3 or not all(-(1 << 31) <= v < 1 << 31 for v in p) for p in out):
+        raise GraphError("a listed rule's pairs are (launch, consumer task, producer task) triples of "
+                         f"integers below 2**31; got {repr(pairs)[:80]}")
     return out
 
 
@@ -164,11 +167,15 @@ def check_graph(graph, stages) -> dict:
     known stages, and for every consumer task a producer range inside its stage."""
     count = dict(stages)
     out = {}
-    for consumer, rules in dict(graph or {}).items():
+    if not isinstance(graph or {}, dict):
+        raise GraphError(f"a task graph is {{consumer stage: [rule, ...]}}; got {graph!r}")
+    for consumer, rules in (graph or {}).items():
         if consumer not in count:
             raise GraphError(f"the task graph names consumer stage {consumer!r}; the stages are {list(count)}")
         if isinstance(rules, (Rule, dict)):
             rules = [rules]
+        if not isinstance(rules, (list, tuple)):
+            raise GraphError(f"stage {consumer!r}'s producers are a rule or a list of rules; got {rules!r}")
         checked = []
         for r in rules:
             r = r if isinstance(r, Rule) else Rule.from_dict(r)
