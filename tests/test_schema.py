@@ -106,7 +106,11 @@ def test_spec_json_round_trip():
 @pytest.mark.parametrize("kw, msg", [
     (dict(stages=[]), "at least one stage"),
     (dict(stages=[("a", 1), ("a", 2)]), "unique"),
-    (dict(stages=[("a", 0)]), "at least one task"),
+    (dict(stages=[("a", 0)]), r"1 \.\. 2147483647 tasks"),
+    (dict(stages=[("a", 1 << 31)]), r"1 \.\. 2147483647 tasks \(the task column is int32\)"),
+    (dict(stages=[("a", float("inf"))]), "a count a whole number"),
+    (dict(stages=5), "pairs"),
+    (dict(launches=1 << 31), "the launch column is int32"),
     (dict(phases=("s", "s")), "distinct"),
     (dict(waves=0), "waves must be"),
     (dict(launches=0), "launches"),

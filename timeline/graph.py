@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from timeline.placement import MAX_INDEX
+
 
 class GraphError(ValueError):
     """A task graph that names an unknown stage, or producer tasks a stage does not have."""
@@ -71,8 +73,8 @@ class Rule(NamedTuple):
                                         if k not in ("stage", "pairs")}, pairs=pairs)
         except (TypeError, ValueError, OverflowError):
             raise GraphError(f"a producer rule's numbers must be integers; got {d!r}") from None
-        if max(r.count, r.div, r.mul, r.mod, r.offset) >= 1 << 31:
-            raise GraphError(f"a producer rule's numbers are task counts and indices, below 2**31; got {d!r}")
+        if max(r.count, r.div, r.mul, r.mod, r.offset) > MAX_INDEX:
+            raise GraphError(f"a producer rule's numbers are task counts and indices, at most {MAX_INDEX}; got {d!r}")
         if r.count < 0 or r.div < 1 or r.mul < 0 or r.mod < 0 or r.offset < 0:
             raise GraphError(f"a producer rule needs count >= 0, div >= 1, mul, mod, offset >= 0; got {d!r}")
         return r
@@ -129,9 +131,9 @@ def _triples(pairs) -> tuple:
         out = tuple(tuple(int(v) for v in p) for p in pairs)
     except (TypeError, ValueError, OverflowError):
         out = ((),)
-    if any(len(p) != 3 or not all(-(1 << 31) <= v < 1 << 31 for v in p) for p in out):
+    if any(len(p) != 3 or not all(-MAX_INDEX <= v <= MAX_INDEX for v in p) for p in out):
         raise GraphError("a listed rule's pairs are (launch, consumer task, producer task) triples of "
-                         f"integers below 2**31; got {repr(pairs)[:80]}")
+                         f"integers of at most {MAX_INDEX}; got {repr(pairs)[:80]}")
     return out
 
 

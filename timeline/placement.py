@@ -37,6 +37,7 @@ AMD_HW_ID_FIELDS = (
     Field("se", 13, 2),
 )
 MAX_WORLD = 1 << 15  # ranks and stage indices are int16 columns
+MAX_INDEX = (1 << 31) - 1  # task and launch numbers are int32 columns
 MAX_STAGES = (1 << 15) - 1
 MAX_CTA = (1 << 18) - 1
 MAX_WAVE = (1 << 6) - 1
@@ -167,4 +168,4 @@ def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
     return out
 
 
-__all__ = ["AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits", "bad_placement", "pack_placement", "placement_hi", "unpack_placement", "vendor_of"]
+__all__ = ["AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_INDEX", "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits", "bad_placement", "pack_placement", "placement_hi", "unpack_placement", "vendor_of"]

@@ -44,7 +44,7 @@ import numpy as np
 from timeline.graph import GraphError, check_graph, graph_to_dict
 from timeline.placement import *  # noqa: F401,F403  (the contract in one namespace: placement.__all__)
 from timeline.tables import *  # noqa: F401,F403  (and tables.__all__)
-from timeline.placement import LAYOUT_VERSION, MAX_CTA, MAX_STAGES, MAX_WORLD, READABLE_LAYOUTS
+from timeline.placement import LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WORLD, READABLE_LAYOUTS
 from timeline.ticktime import *  # noqa: F401,F403  (and ticktime.__all__: ticks to exact ns)
 from timeline.ticktime import MAX_CLOCK_HZ
 
@@ -128,7 +128,11 @@ class Spec:
     cycles: str = ""  # hybrid build: the cycle counter every stamp reads (CYCLE_COUNTERS); "": the clock alone
 
     def __post_init__(self):
-        stages = tuple((str(n), int(c)) for n, c in self.stages)
+        try:
+            stages = tuple((str(n), int(c)) for n, c in self.stages)
+        except (TypeError, ValueError, OverflowError):
+            raise SpecError(f"stages are (name, task count) pairs, a count a whole number; got "
+                            f"{repr(self.stages)[:120]}") from None
         object.__setattr__(self, "stages", stages)
         object.__setattr__(self, "phases", tuple(str(p) for p in self.phases))
         object.__setattr__(self, "clock", clock_of(self.clock))
@@ -138,9 +142,10 @@ class Spec:
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
             raise SpecError(f"stage names must be unique; repeated: {dup}")
-        bad = [(n, c) for n, c in stages if c < 1 or not n]
+        bad = [(n, c) for n, c in stages if not 1 <= c <= MAX_INDEX or not n]
         if bad:
-            raise SpecError(f"every stage needs a name and at least one task; got {bad}")
+            raise SpecError(f"every stage needs a name and 1 .. {MAX_INDEX} tasks (the task column is int32); "
+                            f"got {bad}")
         if len(self.phases) < 1 or len(set(self.phases)) != len(self.phases):
             raise SpecError(f"phases must be distinct names, at least one; got {self.phases}")
         reserved = {"placement"}
@@ -148,8 +153,8 @@ class Spec:
             raise SpecError(f"phase names {sorted(reserved)} are reserved")
         if not 1 <= self.waves <= 64:
             raise SpecError(f"waves must be 1..64 (stamping waves per task); got {self.waves}")
-        if self.launches < 1:
-            raise SpecError(f"launches must be at least 1; got {self.launches}")
+        if not 1 <= self.launches <= MAX_INDEX:
+            raise SpecError(f"launches must be 1 .. {MAX_INDEX} (the launch column is int32); got {self.launches}")
         if not 0 <= self.rank < max(self.world, 1):
             raise SpecError(f"rank {self.rank} is outside world size {self.world}")
         if self.world > MAX_WORLD:
