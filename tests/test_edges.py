@@ -216,6 +216,10 @@ def test_a_faster_producer_by_hand():
     assert slower.simulated[:, -1].max() == 250 + 2 * 60
     added = W.replay(trace, [W.parse_change("a.compute=100", add=True)])
     assert added.simulated[m.stage == 0, -1].tolist() == [210.0, 310.0]
+    # taking away more than an interval lasted leaves it at no time, not less: as if scaled by 0
+    gone = W.replay(trace, [W.parse_change("a.compute=-1e9", add=True)])
+    assert (gone.simulated == W.replay(trace, ["a.compute=0"]).simulated).all()
+    assert (np.diff(gone.simulated, axis=1) >= 0).all()
 
 
 def test_replay_refuses_what_it_cannot_predict():

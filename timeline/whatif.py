@@ -34,7 +34,7 @@ from timeline.grouped import AnalysisError
 
 class Change(NamedTuple):
     """Make the durations of ``stage``'s interval ending at ``phase`` (None: every
-    interval of the stage but its wait) ``duration * factor + add_ns``."""
+    interval of the stage but its wait) ``duration * factor + add_ns``, at least 0."""
 
     stage: str
     phase: str | None
@@ -143,7 +143,7 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
     own = rec[:, w1] - rec[:, w0]
     floor = _per_stage_min(m.stage, own, ~held & (hi > lo))  # shortest unheld wait of the stage
     hmin = _per_stage_min(m.stage, handoff, held)  # shortest hand-off of the stage
-    dur = np.diff(rec, axis=1) * scale + add
+    dur = np.maximum(np.diff(rec, axis=1) * scale + add, 0)  # no phase takes less than no time
     before = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, :w0], axis=1)), axis=1)  # start .. wait start
     after = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, w1:], axis=1)), axis=1)  # wait end .. end
     start, wait_end = np.zeros(m.n), np.zeros(m.n)
