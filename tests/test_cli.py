@@ -362,6 +362,19 @@ def test_the_readme_python_example_runs(monkeypatch, capsys):
     assert "stage" in capsys.readouterr().out
 
 
+def test_a_huge_selection_is_refused_at_once_and_said_briefly(capsys):
+    """``--launch 0-100000000`` expanded to 10**8 ints and the error printed them all
+    (a gigabyte, most of a minute): a list option names at most 2**20 values, and a
+    selection error shows a long list as its head, last value and count."""
+    from timeline.argtypes import MAX_VALUES
+
+    trace = str(REPO / "traces" / "h200_mono_demo.arrow")
+    err = error_of(["summary", trace, "--launch", "0-100000000"], capsys)
+    assert f"names more than {MAX_VALUES:,} values" in err
+    err = error_of(["summary", trace, "--launch", "0-5000"], capsys)
+    assert "launch [16, 17," in err and ", 5000] (4,985 values) not in this trace" in err and len(err) < 400
+
+
 def test_merge_help_states_the_default_alignment(capsys):
     """merge's help says what it does by default (measured clocks, else a warning) and
     that --align assumes (an earlier help said every rank started at its first stamp)."""

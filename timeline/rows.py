@@ -35,11 +35,20 @@ class Selection(NamedTuple):
         return self.ranks is None and self.launches is None and self.stages is None
 
 
+def brief(values, head: int = 16) -> str:
+    """A list as a message shows it: whole when short, else its first ``head`` values,
+    the last and how many (a selection may name millions)."""
+    values = list(values)
+    if len(values) <= head:
+        return str(values)
+    return f"[{', '.join(map(repr, values[:head]))}, ..., {values[-1]!r}] ({len(values):,} values)"
+
+
 def has(what: str, present) -> str:
     """``"it has launches [0, 1]"``, or why it has none."""
     if not len(present):
         return "it has no task rows at all (every slot unwritten or dropped: see its anomaly report)"
-    return f"it has {what}{'es' if what.endswith('h') else 's'} {list(present)}"
+    return f"it has {what}{'es' if what.endswith('h') else 's'} {brief(present)}"
 
 
 def _checked(what: str, asked, present, cast):
@@ -53,7 +62,7 @@ def _checked(what: str, asked, present, cast):
         raise SelectionError(f"{what}s must be a list of {cast.__name__}s; got {asked!r}") from None
     missing = sorted(set(values) - set(present))
     if missing:
-        raise SelectionError(f"{what} {missing} not in this trace; {has(what, present)}")
+        raise SelectionError(f"{what} {brief(missing)} not in this trace; {has(what, present)}")
     return values
 
 
