@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from timeline import analysis as A
 from timeline import compare as C
@@ -373,6 +375,23 @@ def test_a_huge_selection_is_refused_at_once_and_said_briefly(capsys):
     assert f"names more than {MAX_VALUES:,} values" in err
     err = error_of(["summary", trace, "--launch", "0-5000"], capsys)
     assert "launch [16, 17," in err and ", 5000] (4,985 values) not in this trace" in err and len(err) < 400
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="0123456789,- x", max_size=40))
+def test_a_list_option_takes_any_text(text):
+    """``int_list`` on any text: a list of at most ``MAX_VALUES`` ints, or an argparse
+    error line; never another exception, never a long expansion."""
+    import argparse
+
+    from timeline.argtypes import MAX_VALUES, int_list
+
+    try:
+        out = int_list(text)
+    except argparse.ArgumentTypeError as e:
+        assert "\n" not in str(e)
+        return
+    assert 0 < len(out) <= MAX_VALUES and all(isinstance(v, int) for v in out)
 
 
 def test_merge_help_states_the_default_alignment(capsys):
