@@ -87,6 +87,9 @@ def _device_of(device):
     dev = torch.device(device if device is not None else "cuda")
     if dev.type != "cuda":
         raise K.ClockError(f"calibrate needs a CUDA device; got {dev}")
+    if not torch.cuda.is_available():
+        raise K.ClockError(f"calibrate needs a CUDA device; torch sees none (torch.cuda.is_available() is False) "
+                           f"for {dev}")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     return dev, f"cuda:{index} %globaltimer"
 

@@ -142,6 +142,19 @@ def _two_ranks(clock_of_rank, events, cal_of_rank=None, graph=None):
     return out
 
 
+def test_calibrate_without_a_gpu_says_so_in_one_line():
+    """``instrument.calibrate`` where torch sees no CUDA device (or is given a CPU one)
+    is a ``ClockError``, not torch's AssertionError."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the GPU tests calibrate it")
+    import instrument
+
+    for device in ("cuda", "cuda:1", "cpu", None):
+        with pytest.raises(K.ClockError, match="calibrate needs a CUDA device"):
+            instrument.calibrate(device)
+
+
 def test_a_calibrated_merge_keeps_the_skew_a_stage_alignment_erases():
     """Rank 1 starts x 3 µs after rank 0 (host time); their device clocks differ by
     ~5 ms. Calibrated: the merge shows the 3 µs within the stated bounds; aligned on
