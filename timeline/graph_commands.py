@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from timeline import schema as S
 from timeline.commands import UsageError, _load, _out_dir_exists, _title, _trace_out
 from timeline.critical import path_us
 from timeline.textout import _json_rows, format_table
@@ -78,10 +79,10 @@ def cmd_set_graph(args) -> int:
         graph = with_edges(trace.spec.replace(graph=graph), load_edges(args.edges)).graph
     try:
         traced = trace.with_graph(graph)
-    except ValueError as e:  # the graph's own error, said of the file it came from
+    except S.SpecError as e:  # the graph's own error (a spec refuses a bad graph), said of its file
         if args.graph is None:
             raise
-        raise type(e)(f"graph file {args.graph!r}: {e}") from None
+        raise S.SpecError(f"graph file {args.graph!r}: {e}") from None
     traced.save(out)
     print(f"wrote {out}: {sum(len(r) for r in traced.spec.graph.values())} producer rules over "
           f"{len(traced.spec.graph)} stages")
