@@ -394,6 +394,14 @@ def test_a_list_option_takes_any_text(text):
     assert 0 < len(out) <= MAX_VALUES and all(isinstance(v, int) for v in out)
 
 
+def test_synth_refuses_what_it_cannot_model_in_one_line(tmp_path, capsys):
+    """``synth --seed -1`` was numpy's ValueError traceback; a grid past the placement
+    word's CTA field was called not a power of two."""
+    out = str(tmp_path / "s.arrow")
+    assert "--seed -1: give a non-negative integer" in error_of(["synth", "-o", out, "--seed", "-1"], capsys)
+    assert "power of two up to 262144" in error_of(["synth", "-o", out, "--grid", "524288"], capsys)
+
+
 def test_merge_help_states_the_default_alignment(capsys):
     """merge's help says what it does by default (measured clocks, else a warning) and
     that --align assumes (an earlier help said every rank started at its first stamp)."""

@@ -354,9 +354,12 @@ def cmd_synth(args) -> int:
     out = _trace_out(args.output)
     g = args.grid
     if g < 1 or g & (g - 1) or g > S.MAX_CTA + 1:
-        raise UsageError(f"--grid {g}: the rotation rule needs a power of two (e.g. 64, 256)")
+        raise UsageError(f"--grid {g}: the rotation rule needs a power of two up to {S.MAX_CTA + 1} "
+                         "(the placement word's CTA field), e.g. 64, 256")
     if args.ranks < 1:
         raise UsageError(f"--ranks {args.ranks}: give at least 1")
+    if args.seed < 0:
+        raise UsageError(f"--seed {args.seed}: give a non-negative integer")
     rows = args.ranks * args.launches * args.waves * sum(c for _, c in synth.GLM5_STAGES)
     if rows > SYNTH_MAX_ROWS:
         raise UsageError(f"--ranks x --launches x --waves asks for {rows:,} task rows; synth writes at most "
