@@ -65,6 +65,17 @@ def test_real_trace_is_clean_and_says_where_it_came_from(path):
     assert (np.diff(ns, axis=1) >= 0).all(), "a phase stamped before the one it follows"
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in TRACES.glob("*.*") if p.suffix in (".arrow", ".parquet")))
+def test_no_real_task_overlaps_another_of_its_cta_wave(name):
+    """On hardware placement a wave runs its tasks one after another: every bundled
+    H200 trace has no task that starts before another of its (rank, launch, CTA,
+    wave) ended, the property ``import-legacy``'s ``cta_overlap`` check rests on."""
+    from timeline.analysis import overlapping_tasks
+
+    trace = timeline.load(TRACES / name)
+    assert trace.tasks.num_rows and overlapping_tasks(trace).num_rows == 0
+
+
 def test_raw_buffers_decode_to_the_saved_tables():
     """The collector, run on the raw stamp buffers the GPU wrote, gives exactly the
     committed tables (nothing in the saved files was edited after collection)."""

@@ -238,6 +238,24 @@ def idle_per_cta(trace, *, ranks=None, launches=None) -> pa.Table:
     })
 
 
+def _wave_sweep(tasks: pa.Table, start: np.ndarray, end: np.ndarray):
+    """``(sweep, keys)``: the rows swept in time order within each (rank, launch, CTA,
+    wave) (``grouped.sweep``), and each group's key, ``(groups, 4)``."""
+    gid, ng, keys = GR.group_ids(*(R.column(tasks, c).astype(np.int64) for c in ("rank", "launch", "cta", "wave")))
+    keys = np.stack(keys, axis=1) if ng else np.zeros((0, 4), dtype=np.int64)
+    return GR.sweep(gid, start, end), keys
+
+
+def overlapping_tasks(trace, *, ranks=None, launches=None) -> pa.Table:
+    """The task rows that start before an earlier-starting task of their (rank, launch,
+    CTA, wave) has ended. A wave runs its tasks one after another, so such a row says
+    its CTA is wrong (a derived placement from the wrong rule, stamps in the wrong
+    record)."""
+    tasks, start, end = _cta_rows(trace, ranks, launches)
+    sw, _ = _wave_sweep(tasks, start, end)
+    return tasks.take(np.sort(sw.order[sw.overlapping]))
+
+
 def idle_gaps(trace, *, min_ns: int = 0, ranks=None, launches=None) -> pa.Table:
     """One row per gap between consecutive tasks of one (rank, launch, CTA, wave):
     ``start_ns`` (when the earlier tasks had all ended), ``end_ns`` (the next task's
@@ -246,13 +264,7 @@ def idle_gaps(trace, *, min_ns: int = 0, ranks=None, launches=None) -> pa.Table:
     launch, CTA, wave, time. Overlapping tasks of one wave (which a sane kernel
     never has) leave no gap rather than a negative one."""
     tasks, start, end = _cta_rows(trace, ranks, launches)
-    rank = R.column(tasks, "rank").astype(np.int64)
-    launch = R.column(tasks, "launch").astype(np.int64)
-    cta = R.column(tasks, "cta").astype(np.int64)
-    wv = R.column(tasks, "wave").astype(np.int64)
-    gid, ng, keys = GR.group_ids(rank, launch, cta, wv)
-    keys = np.stack(keys, axis=1) if ng else np.zeros((0, 4), dtype=np.int64)
-    sw = GR.sweep(gid, start, end)
+    sw, keys = _wave_sweep(tasks, start, end)
     prev = np.maximum(sw.prev, 0)
     gap = (sw.prev >= 0) & (sw.start > sw.end[prev])
     dur = sw.start - sw.end[prev]

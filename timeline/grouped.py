@@ -172,6 +172,11 @@ class Sweep(NamedTuple):
         """A sorted row that starts after everything earlier in its group has ended."""
         return (self.prev < 0) | (self.start > self.end[np.maximum(self.prev, 0)])
 
+    @property
+    def overlapping(self) -> np.ndarray:
+        """A sorted row that starts before an earlier row of its group has ended."""
+        return (self.prev >= 0) & (self.start < self.end[np.maximum(self.prev, 0)])
+
     def segments(self):
         """The union of each group's intervals: ``(gid, start, end)`` per maximal busy
         segment, in (group, time) order."""

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline import grouped as GR
+from timeline.analysis import overlapping_tasks
 from timeline import schema as S
 from timeline import rows as R
 from timeline.collect import CollectError, collect
@@ -148,21 +149,12 @@ def collect_legacy(ticks, stages, *, grid: int = 0, base_order=None, rank: int =
 
 def cta_overlaps(trace: Trace) -> pa.Table:
     """Anomaly rows ``cta_overlap``, one per (rank, launch, stage): the tasks that start
-    before an earlier-starting task of their CTA and wave has ended. A CTA runs its
-    tasks one after another, so an overlap says the CTAs are wrong: for derived CTAs,
-    the rotation rule was given another grid or base order than the kernel ran with."""
-    t = trace.tasks
-    cta = R.column(t, "cta", fill=-1).astype(np.int64)
-    known = np.flatnonzero(cta >= 0)
-    start, end = R.extent(R.phase_matrix(t, trace.phases))
-    keys = [R.column(t, c).astype(np.int64)[known] for c in ("rank", "launch", "wave")]
-    gid, _, _ = GR.group_ids(keys[0], keys[1], cta[known], keys[2])
-    sw = GR.sweep(gid, start[known], end[known])
-    over = known[sw.order[(sw.prev >= 0) & (sw.start < sw.end[np.maximum(sw.prev, 0)])]]
-    if not over.size:
-        return anomalies_table([])
-    cols = [R.column(t, c).astype(np.int64)[over] for c in ("rank", "launch", "stage_index")]
-    gid, ng, (rank, launch, stage) = GR.group_ids(*cols)
+    before an earlier task of their CTA and wave has ended (``analysis.overlapping_tasks``).
+    A CTA runs its tasks one after another, so for derived CTAs an overlap says the
+    rotation rule was given another grid or base order than the kernel ran with."""
+    over = overlapping_tasks(trace)
+    gid, ng, (rank, launch, stage) = GR.group_ids(
+        *(R.column(over, c).astype(np.int64) for c in ("rank", "launch", "stage_index")))
     count = np.bincount(gid, minlength=ng)
     names = trace.spec.stage_names
     return anomalies_table([(int(r), "cta_overlap", int(la), names[int(st)], "", int(c), 0)
