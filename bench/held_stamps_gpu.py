@@ -235,19 +235,14 @@ def _pair_view(LAYOUT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def pair_tick(lanes, TL: tl.constexpr):
-    """A register-held stamp: ``%clock64`` in every thread; 0 when not ``TL``."""
+def pair_tick(lanes, TL: tl.constexpr, ANCHOR: tl.constexpr = False):
+    """A register-held stamp in every thread: ``%clock64``, or with ``ANCHOR`` the
+    record's ``%globaltimer`` anchor; 0 when not ``TL``."""
     if TL:
-        return itl.clock64_like(lanes)
-    else:
-        return 0
-
-
-@triton.jit
-def pair_timer(lanes, TL: tl.constexpr):
-    """The first anchor of a register-held record: ``%globaltimer``; 0 when not ``TL``."""
-    if TL:
-        return itl.globaltimer_like(lanes)
+        if ANCHOR:
+            return itl.globaltimer_like(lanes)
+        else:
+            return itl.clock64_like(lanes)
     else:
         return 0
 
@@ -261,7 +256,7 @@ def pair_record(stamps, LAYOUT: tl.constexpr, launch, task, lanes, wave, writer,
     outside the stage's slots the drop counter counts 1 instead."""
     if TL:
         last = pair_tick(lanes, TL)
-        g1 = pair_timer(lanes, TL)
+        g1 = pair_tick(lanes, TL, True)
         ok = itl.in_slots(LAYOUT, launch, 0, task)
         pred = writer & ok
         base = stamps + itl.word_offset(LAYOUT, launch, 0, tl.cast(task, tl.int64), wave, 0)
@@ -287,7 +282,7 @@ def work_kernel_pairs(inp, out, stamps, launch, n_tasks, iters, LAYOUT: tl.const
     for i in range(n_tasks):
         task = bid + i * G
         c0 = pair_tick(lanes, TL)
-        g0 = pair_timer(lanes, TL)
+        g0 = pair_tick(lanes, TL, True)
         x = tl.load(inp + (task % 64) * BLOCK + lanes)  # 64 = TILES
         c1 = pair_tick(lanes, TL)
         if EXTRA:

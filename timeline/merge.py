@@ -56,8 +56,9 @@ def merge(traces, *, align: str | None = None) -> Trace:
 
     Same rank twice: both buffers' launches go on that rank's clock; colliding launch
     numbers of the later trace are renumbered after the earlier's, the rank's spec given
-    the launch slots they need and the calibrations of every capture. Traces of other builds or launch shapes (waves, grid)
-    are refused. ``align``: see the module docstring."""
+    the launch slots they need and the calibrations of every capture. Traces of other
+    builds or launch shapes (waves, grid) are refused. ``align``: see the module
+    docstring."""
     traces = list(traces)
     first = _one_build(traces)
     tasks = _concat_tasks(traces, first)
