@@ -404,15 +404,15 @@ def stored_as_read(words, spec, reads, order: tuple, grid: int, per_cta: int) ->
     from tools.triton_interp import readings
 
     lay = spec.layout
+    cols = np.array([S.phase_col(i) for i in order] + [S.anchor_col(lay, 0), S.anchor_col(lay, 1)])
+    waves = np.arange(spec.waves)[:, None]
     for cta in range(grid):
-        ticks = readings(reads, cta, "clock64").reshape(per_cta, len(order))
-        timer = readings(reads, cta, "globaltimer").reshape(per_cta, 2)
-        for k in range(per_cta):
-            for wave in range(spec.waves):
-                at = S.word_offset(lay, 0, 0, cta + k * grid, wave, np.array(
-                    [S.phase_col(i) for i in order] + [S.anchor_col(lay, 0), S.anchor_col(lay, 1)]))
-                if words[at].tolist() != ticks[k].tolist() + timer[k].tolist():
-                    return False
+        want = np.concatenate([readings(reads, cta, "clock64").reshape(per_cta, len(order)),
+                               readings(reads, cta, "globaltimer").reshape(per_cta, 2)], axis=1)
+        tasks = cta + grid * np.arange(per_cta)
+        at = S.word_offset(lay, 0, 0, tasks[:, None, None], waves[None], cols[None, None])  # (task, wave, col)
+        if not (words[at] == want[:, None, :]).all():
+            return False
     return True
 
 
