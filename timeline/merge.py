@@ -126,12 +126,9 @@ def _launch_slots(spec_of_rank: dict, tasks: pa.Table) -> dict:
     another (``_concat_tasks``), so the rank now has more launches than one buffer had
     slots (a trace whose rows name launches past its spec's slots does not load)."""
     rank, launch = R.numpy(tasks.column("rank")), R.numpy(tasks.column("launch"))
-    out = {}
-    for r, sp in spec_of_rank.items():
-        mine = launch[rank == r]
-        need = int(mine.max()) + 1 if mine.size else 0
-        out[r] = sp.replace(launches=need) if need > sp.launches else sp
-    return out
+    need = np.zeros(max(spec_of_rank) + 1, dtype=np.int64)
+    np.maximum.at(need, rank.astype(np.int64), launch.astype(np.int64) + 1)
+    return {r: sp.replace(launches=int(need[r])) if need[r] > sp.launches else sp for r, sp in spec_of_rank.items()}
 
 
 def _concat_tasks(traces: list, first) -> pa.Table:
