@@ -147,7 +147,7 @@ def test_a_wrong_grid_or_base_order_shows_as_cta_overlaps(run_dir, tmp_path, cap
     assert L.collect_legacy(tensors[0], L.GLM5_STAGES, grid=256).anomaly_summary() == {}
     wrong = L.collect_legacy(tensors[0], L.GLM5_STAGES, grid=grid, base_order=base_order)
     summary = wrong.anomaly_summary()
-    assert summary == {"cta_overlap": overlaps}
+    assert summary == {"cta_overlap": overlaps} and wrong.tasks.num_rows == len(tensors[0])  # every row kept
     assert wrong.anomaly_count == summary["cta_overlap"]
     argv = ["import-legacy", str(d / "rank0" / "trace.pt"), "-o", str(tmp_path / "w.arrow"), "--grid", str(grid)]
     argv += ["--base-order", ",".join(base_order)] if base_order else []
