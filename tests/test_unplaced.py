@@ -352,3 +352,24 @@ def test_perfetto_with_unplaced_rows_is_exact_in_the_trace_processor(reader_case
            and k[0] != "stage breakdown"}
     assert any(k[1].startswith("unplaced · lane 1") for k in got)
     assert mismatches(want, got) == []
+
+
+# -- the CLI ----------------------------------------------------------------------------------------------
+def test_cli_export_and_idle_with_unplaced_rows(tmp_path, capsys):
+    """Was: ``timeline export --chrome`` died with an ``IndexError`` traceback; the
+    idle report left the rows out without a word."""
+    from timeline.cli import main
+
+    trace = _fixed_trace()
+    path = trace.save(tmp_path / "u.arrow")
+    code = main(["export", str(path), "--chrome", str(tmp_path / "u.json"), "--perfetto", str(tmp_path / "u.pf")])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in out + err
+    names = {e["args"]["name"] for e in json.loads((tmp_path / "u.json").read_text())["traceEvents"]
+             if e.get("name") == "thread_name"}
+    assert {"unplaced · lane 0", "unplaced · lane 1"} <= names
+    assert main(["summary", str(path), "--idle"]) == 0
+    n = unplaced_count(trace)
+    assert f"({n} task rows without a placement word are left out" in capsys.readouterr().out
+    assert main(["summary", str(path), "--idle", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unplaced_rows"] == n
