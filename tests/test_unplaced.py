@@ -75,8 +75,13 @@ def unplaced_traces(draw, worlds=(1, 2)):
     return trace
 
 
+def unplaced_mask(trace) -> np.ndarray:
+    """Which task rows have no CTA, read from the table itself (not through the rule)."""
+    return trace.tasks.column("cta").is_null().to_numpy(zero_copy_only=False)
+
+
 def unplaced_count(trace) -> int:
-    return int((~R.placed(trace.tasks)).sum())
+    return int(unplaced_mask(trace).sum())
 
 
 def drawn_rows(trace) -> np.ndarray:
@@ -105,7 +110,8 @@ def test_lanes_never_overlap_and_are_no_more_than_the_peak(rows):
 @given(unplaced_traces())
 def test_tracks_put_unplaced_rows_on_lanes_never_a_cta(trace):
     tr = R.tracks(trace.tasks, trace.phases)
-    un = ~R.placed(trace.tasks)
+    un = unplaced_mask(trace)
+    assert (R.placed(trace.tasks) == ~un).all()
     assert (tr.lane[un] >= 0).all() and (tr.cta[un] == R.NO_CTA).all() and (tr.lane[~un] == R.NO_CTA).all()
     assert (tr.cta[~un] == R.column(trace.tasks, "cta", fill=-1)[~un]).all()
     assert R.track_name(-1, -1, 0) == "unplaced · lane 0" and R.track_name(3, 1) == "CTA 3 · wave 1"
@@ -142,7 +148,7 @@ def test_chrome_puts_unplaced_rows_on_unplaced_threads(trace, complete):
     doc = chrome_doc(trace, complete=complete)
     tasks = chrome_tasks(doc, trace.spec.stage_names)
     drawn = drawn_rows(trace)
-    un = ~R.placed(trace.tasks)
+    un = unplaced_mask(trace)
     assert len(tasks) == int(drawn.sum())  # every drawn row, none dropped
     on_unplaced = [a for name, a in tasks if name.startswith("unplaced · lane ")]
     assert len(on_unplaced) == int((drawn & un).sum())
@@ -164,12 +170,10 @@ def test_perfetto_puts_unplaced_rows_on_unplaced_tracks(trace):
     procs = {t.uuid for t in d.tracks.values() if t.HasField("parent_uuid") and t.parent_uuid == 1}
     names = {u: t.name for u, t in d.tracks.items()}
     parent = {u: t.parent_uuid for u, t in d.tracks.items() if t.HasField("parent_uuid")}
-    tasks = [s for s in d.slices() if s[6] == 0 and names[s[0]] != "stage breakdown"
-             and parent.get(parent.get(s[0])) != parent.get(s[0]) and s[2] in trace.spec.stage_names
-             and parent[s[0]] in procs]
-    drawn, un = drawn_rows(trace), ~R.placed(trace.tasks)
-    assert len(tasks) == int(drawn.sum())
-    assert all(parent[s[0]] in procs for s in tasks)  # inside a (rank, launch) of the kernel
+    # task slices: depth 0 on a track whose parent is a (rank, launch) (the stage breakdown's are a level lower)
+    tasks = [s for s in d.slices() if s[6] == 0 and parent.get(s[0]) in procs and s[2] in trace.spec.stage_names]
+    drawn, un = drawn_rows(trace), unplaced_mask(trace)
+    assert len(tasks) == int(drawn.sum())  # every drawn row on a described track of the kernel's tree
     unplaced = [s for s in tasks if names[s[0]].startswith("unplaced · lane ")]
     assert len(unplaced) == int((drawn & un).sum())
     assert all("cta" not in s[5] and "wave" not in s[5] for s in unplaced)
@@ -182,13 +186,6 @@ def test_perfetto_puts_unplaced_rows_on_unplaced_tracks(trace):
 def test_analyses_count_or_show_unplaced_rows(trace):
     """Was: the per-CTA tables left the rows out without a word, ``critical_path``
     filtered them away (its walk could skip the launch's last task)."""
-    n = unplaced_count(trace)
-    assert A.unplaced_rows(A.idle_per_cta(trace)) == n and A.unplaced_rows(A.idle_gaps(trace)) == n
-    assert A.unplaced_rows(A.overlapping_tasks(trace)) == n
-    assert A.idle_per_cta(trace).column("cta").null_count == 0
-    assert A.stage_report(trace).num_rows > 0
-    conc = A.concurrency(trace, bins=50)
-    assert np.isfinite(R.numpy(conc.column("ctas"))).all()
     for launch in trace.launches:
         for rank in trace.ranks:
             path = A.critical_path(trace, rank=rank, launch=launch)
@@ -197,6 +194,13 @@ def test_analyses_count_or_show_unplaced_rows(trace):
             assert path.num_rows and R.numpy(path.column("end_ns")).max() == last.max()  # reaches the last end
             cta = path.column("cta")
             assert all(c is None or c >= 0 for c in cta.to_pylist())
+    assert A.stage_report(trace).num_rows > 0
+    conc = A.concurrency(trace, bins=50)
+    assert np.isfinite(R.numpy(conc.column("ctas"))).all()
+    n = unplaced_count(trace)
+    assert A.idle_per_cta(trace).column("cta").null_count == 0
+    assert A.unplaced_rows(A.idle_per_cta(trace)) == n and A.unplaced_rows(A.idle_gaps(trace)) == n
+    assert A.unplaced_rows(A.overlapping_tasks(trace)) == n
 
 
 @SETTINGS
@@ -205,7 +209,7 @@ def test_edges_exact_path_and_whatif_with_unplaced_rows(trace):
     g = E.edges(trace)
     m = g.tasks
     placed_keys = {(r, la, s, k) for r, la, s, k, c in zip(*(R.column(trace.tasks, c).tolist() for c in
-                   ("rank", "launch", "stage_index", "task")), R.placed(trace.tasks).tolist()) if c}
+                   ("rank", "launch", "stage_index", "task")), (~unplaced_mask(trace)).tolist()) if c}
     for i in range(m.n):
         key = (int(m.rank[i]), int(m.launch[i]), int(m.stage[i]), int(m.task[i]))
         assert (m.cta[i] >= 0) == (key in placed_keys)  # any row of the task with a CTA gives it
@@ -255,9 +259,11 @@ def test_gantt_rows_of_unplaced_rows_are_labelled_and_apart(trace):
             s = sorted(spans.values())
             if grouping != "cta":
                 assert all(a[1] <= b[0] for a, b in zip(s, s[1:])), (grouping, labels[r], s)
-        fig = F.gantt_figure(d, view, r0=0, r1=view.n_rows, t0_ns=d.t_min, t1_ns=d.t_max + 1,
-                             stages=list(range(len(d.stage_names))))
-        assert fig
+        fig, _ = F.gantt_figure(d, view, r0=0, r1=view.n_rows, t0_ns=d.t_min, t1_ns=d.t_max + 1,
+                                stages=list(range(len(d.stage_names))))
+        hover = [t for t in fig["data"] if t.get("meta", {}).get("kind") == "hover"]
+        said = [t for t in hover if "unplaced: no placement word" in t["hovertemplate"]]
+        assert bool(said) == bool(un.any()) and all("CTA %{" in t["hovertemplate"] for t in hover if t not in said)
     # the full CTA range keeps the rows without a CTA
     from viewer.panels import gantt as VG
     assert VG.normalize(d, None, None, None, None, [0, int(d.cta.max())])[4] is None
@@ -286,7 +292,7 @@ def test_dashboard_export_and_gantt_callbacks(tmp_path_factory, trace):
     sent = VX.export(state, "u.arrow", None, None, None)
     doc = json.loads(base64.b64decode(sent["content"]))
     tasks = chrome_tasks(doc, trace.spec.stage_names)
-    un = ~R.placed(trace.tasks)
+    un = unplaced_mask(trace)
     assert sum(name.startswith("unplaced") for name, _ in tasks) == int((drawn_rows(trace) & un).sum())
     g = VG.gantt(state, "u.arrow", "rank", None, None, None, None, None, "filters", None, None, None, None, None)
     ticks = g.figure["layout"]["yaxis"].get("ticktext", [])
