@@ -7,8 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from bufkit import empty
-from timeline import collect
+from bufkit import empty, signed
+from timeline import CollectError, collect
 from timeline import schema as S
 
 EPOCH = 1_700_000_000_000_000_000  # %globaltimer reads ns since 1970: past float64's exact integers
@@ -281,3 +281,72 @@ def test_a_clock_change_is_a_notice_not_a_doubtful_stamp():
     banners = st.banners(st.store.get(name))
     text = component_text(banners)
     assert "clock_change ×1024" in text and "This trace has" not in text
+
+
+def _record_base(spec, key):
+    return S.word_offset(spec.layout, 0, spec.stage_index(key[0]), key[1], 0, 0)
+
+
+@pytest.mark.parametrize("col", ["first cycles", "inner cycles", "anchor"])
+def test_an_impossible_reading_is_screened_before_the_fit(col):
+    """One record of SM 0 reads an impossible value (a negative 64-bit counter: a
+    cycle count, or a global-clock anchor): it is dropped as impossible_tick (its five
+    stamps, once), never a knot of SM 0's line, so every other task is placed as
+    without it, and strict= refuses the buffer. Before: the record was a knot, the
+    report said only clock_change (a notice) and strict= passed."""
+    spec = hybrid_spec()
+    truth = truth_of(64, seed=1)
+    buf = write(spec, truth, sms=4)
+    key = on_sm(truth, 4, 0)[5]
+    base = _record_base(spec, key)
+    word = {"first cycles": base + S.phase_col(0), "inner cycles": base + S.phase_col(2),
+            "anchor": base + S.anchor_col(spec.layout, 1)}[col]
+    buf[word] = signed(0xFFFF_FFF0_0000_0000 | int(buf[word]) & 0xFFFF_FFFF)
+    trace = collect(buf, spec)
+    assert {r["kind"]: (r["count"], r["stamps"]) for r in trace.anomalies.to_pylist()} == {"impossible_tick": (1, 5)}
+    check(trace, {k: v for k, v in truth.items() if k != key}, tol_ns=4)
+    with pytest.raises(CollectError, match="impossible_tick: 1"):
+        collect(buf, spec, strict=True)
+
+
+def _anchor_step(buf, spec) -> int:
+    """The global clock's step as the buffer's anchors show it (``hybrid._step``'s rule)."""
+    lay = spec.layout
+    rec = buf[: lay.record_words].reshape(-1, lay.cols)
+    a = rec[:, [S.anchor_col(lay, 0), S.anchor_col(lay, 1)]]
+    d = np.diff(np.unique(a[a > 0]))
+    return int(d.min()) if d.size else 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), sms=st.integers(1, 4), step=st.sampled_from([1, 32, 1000]),
+       moves=st.lists(st.tuples(st.integers(0, 95), st.sampled_from(["anchor 0", "anchor 1", "cycles 0", "cycles 2"]),
+                                st.one_of(st.integers(-10**6, 10**6), st.integers(-3000, 3000),
+                                          st.sampled_from([-1 << 62, -1 << 40, -1]))), max_size=4))
+def test_a_strict_hybrid_timeline_agrees_with_every_anchor(seed, sms, step, moves):
+    """Anchors and cycle counts moved anywhere, or made impossible (a negative counter:
+    a hostile or damaged capture): ``collect(strict=True)`` refuses, or every row's
+    first and last stamp lies where the global clock read there says, within what the
+    clocks' steps allow (two global steps and 2 ns). A fit that disagrees with its
+    own anchors is an anomaly, never a notice."""
+    spec = hybrid_spec(tasks=48)
+    truth = truth_of(48, seed=seed)
+    buf = write(spec, truth, sms=sms, step=step)
+    keys = sorted(truth)
+    lay = spec.layout
+    for k, what, delta in moves:
+        word, col = what.split()
+        base = _record_base(spec, keys[k])
+        at = base + (S.anchor_col(lay, int(col)) if word == "anchor" else S.phase_col(int(col)))
+        buf[at] = delta if delta < -(1 << 30) else buf[at] + delta
+    try:
+        trace = collect(buf, spec, strict=True)
+    except CollectError as e:
+        assert "anomalies" in str(e)
+        return
+    tol = 2 * _anchor_step(buf, spec) + 2
+    rows = trace.tasks.to_pylist()
+    for r in rows:
+        base = _record_base(spec, (r["stage"], r["task"]))
+        assert abs(r[f"{PHASES[0]}_tick"] - buf[base + S.anchor_col(lay, 0)]) <= tol
+        assert abs(r[f"{PHASES[-1]}_tick"] - buf[base + S.anchor_col(lay, 1)]) <= tol

@@ -22,10 +22,18 @@ than two of the domain's anchors on one side cannot be located (a line needs two
 the stamps inside the task it falls in are then interpolated between that task's
 anchors, in order but off by up to the change's effect (tests/test_hybrid.py).
 
-Counted per launch: domains that needed more than one piece (``clock_change``),
-late anchors (``anchor_outlier``), records whose domain has no anchor
-(``unanchored``, dropped). A domain of one distinct cycle value takes its
-launch's median rate.
+Every reading is screened before it enters a fit (``impossible``): a negative
+counter or clock value, or a clock value past what int64 ns hold, is no reading a
+device makes; its record is dropped (``impossible_tick``) and none of its values is
+a knot. After the fit, every anchor it used is placed on its own domain's curve: one
+further than the clocks' steps allow (``tolerance``) from the global clock it read
+means the curve cannot be vouched for (``clock_misfit``, an anomaly, not a notice).
+
+Counted per launch: domains that needed more than one piece (``clock_change``, a
+notice: what the hardware did), late anchors (``anchor_outlier``), domains whose
+curve disagrees with their anchors (``clock_misfit``), records whose domain has no
+anchor (``unanchored``, dropped), records a curve places outside int64 ns
+(``impossible``). A domain of one distinct cycle value takes its launch's median rate.
 
 Output: ns of the global clock (``schema.table_clock``), int64, 0 where unwritten.
 """
@@ -40,17 +48,39 @@ from timeline import grouped as GR
 from timeline import schema as S
 
 MIN_POINTS = 2  # anchors a piece of a split line needs
+MAX_NS = 1 << 62  # a placed time, and a clock value in ns, stays below it: sums of two stay in int64
+
+
+def tolerance(step: int) -> float:
+    """How far (global clock ticks) an anchor may lie from its domain's curve: two of
+    the clock's steps (each anchor is floored to a step) and 2 for rounding. The one
+    home of the rule: the steady test, the segmentation and the misfit check use it."""
+    return 2.0 * step + 2.0
+
+
+def impossible(cycles: list, first: np.ndarray, last: np.ndarray, spec: S.Spec) -> np.ndarray:
+    """Per record: a reading no device makes (a negative cycle count or anchor, an
+    anchor whose ns would pass ``MAX_NS``). Screened before any fit: such a record
+    is dropped and none of its values becomes a knot."""
+    mul = 1_000_000_000 // spec.clock.hz
+    bad = (first < 0) | (last < 0) | (first >= MAX_NS // mul) | (last >= MAX_NS // mul)
+    for c in cycles:
+        bad |= c < 0
+    return bad
 
 
 class Placed(NamedTuple):
     """What ``place`` returns: every stamp column in ns of the global clock (0 where
-    unwritten), the records it could not place, and per launch the clock-change,
-    outlier and unanchored counts."""
+    unwritten), the records it could not place (no curve), the records a curve places
+    outside ``(0, MAX_NS)`` (``beyond``), and per launch the clock-change, outlier,
+    misfit and unanchored counts."""
 
     columns: list
     unplaced: np.ndarray
+    beyond: np.ndarray
     changes: np.ndarray
     outliers: np.ndarray
+    misfits: np.ndarray
     unanchored: np.ndarray
 
 
@@ -87,10 +117,11 @@ class Knots(NamedTuple):
     rate_lo: np.ndarray
 
 
-def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
+def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int):
     """Cycle counts ``v`` (nonzero) of domains ``d`` (each with a curve) placed on
     their domain's curve, in ns of the global clock: one bisection for all values at
-    once, each kept inside its domain's knots (``first`` .. ``last``)."""
+    once, each kept inside its domain's knots (``first`` .. ``last``). Returns the
+    ns and where they lie in ``(0, MAX_NS)`` (elsewhere: 0, no time at all)."""
     x = (v - kn.c0[d]).astype(np.float64)
     lo, hi = kn.first[d], kn.last[d]
     a, b = lo.copy(), hi.copy()  # bisection inside each domain's knots: the last knot at or before x
@@ -105,8 +136,11 @@ def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
     p = a
     before = x < kn.x[lo]
     slope = np.where(before, kn.rate_lo[d], kn.slope[p])
-    y = kn.y[p] + (x - kn.x[p]) * slope
-    return kn.g0[d] * mul + np.rint(y * mul).astype(np.int64)
+    yn = (kn.y[p] + (x - kn.x[p]) * slope) * mul
+    ok = np.isfinite(yn) & (np.abs(yn) < MAX_NS)
+    ns = kn.g0[d] * mul + np.rint(np.where(ok, yn, 0.0)).astype(np.int64)
+    ok &= (ns > 0) & (ns < MAX_NS)
+    return np.where(ok, ns, 0), ok
 
 
 class Steady(NamedTuple):
@@ -144,7 +178,7 @@ def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
     late = np.bincount(d[_late_within(y, d, step)], minlength=ng) > 0
     xlast = np.zeros(ng)
     np.maximum.at(xlast, d, x)
-    ok = has & (n >= 2) & (xlast > 0) & (worst <= 2.0 * step + 2.0) & ~late
+    ok = has & (n >= 2) & (xlast > 0) & (worst <= tolerance(step)) & ~late
     return Steady(ok, c0, g0, a, b, xlast)
 
 
@@ -292,34 +326,50 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
     gid, ng = _domains(placement, launch, spec.arch)
     P, n_launch = len(spec.phases), spec.launches
     ac, ag, arow = _anchors(cycles[0], cycles[P - 1], first, last)
-    step = _step(ag)
     agid = gid[arow]
+    step = _step(ag[agid >= 0])  # the anchors of the fits only: a record kept out of them sets no step
     launch_of = np.full(ng, -1, dtype=np.int64)
     launch_of[gid[gid >= 0]] = launch[gid >= 0]
     st = _steady(ac, ag, agid, ng, step)
     moving = _moving(ac, ag, agid, ng, st, step)
     changes = np.bincount(launch_of[moving.changed], minlength=n_launch)
-    outliers = np.bincount(launch_of[moving.late_dom], minlength=n_launch)
+    outliers = np.bincount(launch_of[agid[moving.late]], minlength=n_launch)
     kn = _all_knots(st, moving, ng, launch_of)
+    misfits = np.bincount(launch_of[_misfits(ac, ag, agid, moving.late, kn, mul, step)], minlength=n_launch)
     has = gid >= 0
     has[has] = kn.first[gid[has]] >= 0
     unplaced = ~has  # no placement word (no domain), or a domain without a curve
+    beyond = np.zeros(len(placement), dtype=bool)
     placed = []
     for src in cycles:
         dst = src.copy()  # the unplaced rows keep their counts: dropped, their stamps counted
         dst[has & (src == 0)] = 0
-        m = has & (src != 0)
-        dst[m] = _on_knots(src[m], gid[m], kn, mul)
+        m = np.flatnonzero(has & (src != 0))
+        dst[m], ok = _on_knots(src[m], gid[m], kn, mul)
+        dst[m[~ok]] = src[m[~ok]]  # no time: the record is dropped, its counts still counted
+        beyond[m[~ok]] = True
         placed.append(dst)
     unanchored = np.bincount(launch[unplaced & _written(cycles)], minlength=n_launch)
-    return Placed(placed, unplaced, changes, outliers, unanchored)
+    return Placed(placed, unplaced, beyond, changes, outliers, misfits, unanchored)
+
+
+def _misfits(ac, ag, agid, late, kn: Knots, mul: int, step: int) -> np.ndarray:
+    """The domains (one entry each) whose curve places one of the anchors it was fitted
+    to (``late`` ones left out) further than ``tolerance`` from the global clock that
+    anchor read: a curve its own knots disagree with."""
+    used = agid >= 0
+    used[late] = False
+    used[used] = kn.first[agid[used]] >= 0
+    at, ok = _on_knots(ac[used], agid[used], kn, mul)
+    off = ~ok | (np.abs(at - ag[used] * mul) > tolerance(step) * mul)
+    return np.unique(agid[used][off])
 
 
 class Moving(NamedTuple):
     """The domains one line does not fit, segmented (``_moving``): their knots (domain
     after domain), each domain's ``c0`` / ``g0`` and ``rate_lo`` / ``rate_hi``, the
-    domains with more than one piece (``changed``, a domain per entry), each late
-    anchor's domain (``late_dom``), and the domains left with anchors of one cycle
+    domains with more than one piece (``changed``, a domain per entry), the late
+    anchors (``late``: indices into the anchors), and the domains left with anchors of one cycle
     value (``single``) with their anchors' median point for a borrowed rate."""
 
     kx: np.ndarray
@@ -330,7 +380,7 @@ class Moving(NamedTuple):
     rate_lo: np.ndarray
     rate_hi: np.ndarray
     changed: np.ndarray
-    late_dom: np.ndarray
+    late: np.ndarray
     single: np.ndarray
 
 
@@ -344,7 +394,7 @@ def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
     firsts = np.r_[True, d[1:] != d[:-1]] if d.size else np.zeros(0, bool)
     c0[d[firsts]], g0[d[firsts]] = c[firsts], g[firsts]
     late = _late_within(g - g0[d], d, step) if d.size else np.zeros(0, bool)
-    late_dom = d[late]
+    late_idx = order[late]
     d, c, g = d[~late], c[~late], g[~late]
     x, y = (c - c0[d]).astype(np.float64), (g - g0[d]).astype(np.float64)
     doms = np.unique(d)
@@ -356,7 +406,7 @@ def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
         spread = (hi - lo >= 2) & (xmax[doms] > 0)
     rate_lo, rate_hi = np.zeros(ng), np.zeros(ng)
     if spread.any():
-        pieces = _segment_all(x, y, lo[spread], hi[spread], 2.0 * step + 2.0)
+        pieces = _segment_all(x, y, lo[spread], hi[spread], tolerance(step))
         kx, ky, kdom, pd = _piece_knots(x, y, pieces, d)
         first_piece = np.r_[True, pd[1:] != pd[:-1]]
         last_piece = np.r_[pd[1:] != pd[:-1], True]
@@ -368,7 +418,7 @@ def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
         kdom = np.zeros(0, np.int64)
         changed = np.zeros(0, np.int64)
     single = doms[~spread]
-    return Moving(kx, ky, kdom, c0, g0, rate_lo, rate_hi, changed, late_dom, single)
+    return Moving(kx, ky, kdom, c0, g0, rate_lo, rate_hi, changed, late_idx, single)
 
 
 def _all_knots(st: Steady, mv: Moving, ng: int, launch_of) -> Knots:

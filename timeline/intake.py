@@ -91,8 +91,9 @@ def read_buffer(buffer) -> np.ndarray:
 
 class _Cut(NamedTuple):
     """A buffer cut by its layout: ``records`` ``(n, cols)``, the ``trailer`` (None
-    for a layout-1 buffer, which has none) and the layout versions its placement
-    words may carry (a buffer of layout 2 is one of layout 3 without anchors)."""
+    for a layout-1 buffer, which has none) and the layout version its placement
+    words must carry (one: ``schema.buffer_version``; a buffer of layout 2 is one of
+    layout 3 without anchors), as a tuple for ``schema.bad_placement``."""
 
     records: np.ndarray
     trailer: np.ndarray | None
@@ -105,22 +106,41 @@ def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
     return arr.ndim == 2 and arr.shape[1] == 8 and arr.shape[0] == tasks
 
 
+def accepted_shapes(spec: S.Spec) -> tuple:
+    """The shapes ``cut_buffer`` takes for ``spec``: the flat buffer ``(words,)``,
+    and, for a spec that is not a hybrid build, a layout-1 buffer of the records
+    alone, flat or in the records' shape. The one list the check and its refusal
+    read, so a refusal never offers a shape it would refuse."""
+    lay = spec.layout
+    return ((lay.words,),) if spec.cycles else ((lay.words,), (lay.record_words,), lay.shape)
+
+
+def _shapes_text(spec: S.Spec) -> str:
+    """What a refusal offers: each of ``accepted_shapes`` and what it is."""
+    lay = spec.layout
+    flat = (f"({lay.words},) (the records, launches x rows x waves x cols = "
+            f"{' x '.join(map(str, lay.shape))}, then {lay.trailer} trailer words)")
+    if spec.cycles:
+        return flat + " (a hybrid build's records always come with their trailer)"
+    return flat + f", or a layout-1 buffer of the records alone, ({lay.record_words},) or {lay.shape}"
+
+
 def cut_buffer(arr: np.ndarray, spec: S.Spec, name: str = "stamp buffer") -> _Cut:
-    """Records and trailer of a buffer of exactly the spec's size, flat or in the
-    records' shape; a ``CollectError`` naming both shapes (and the buffer, ``name``:
+    """Records and trailer of a buffer of one of the spec's ``accepted_shapes``; a
+    ``CollectError`` offering exactly those shapes (and naming the buffer, ``name``:
     ``buffer_name``) for anything else."""
     lay = spec.layout
-    if arr.shape == (lay.words,):
-        versions = (S.LAYOUT_VERSION,) if spec.cycles else (2, S.LAYOUT_VERSION)
-        return _Cut(arr[: lay.record_words].reshape(-1, lay.cols), arr[lay.record_words:], versions)
-    if arr.shape in ((lay.record_words,), lay.shape) and not spec.cycles:  # layout 1: records, no trailer
+    shapes = accepted_shapes(spec)
+    if arr.shape == shapes[0]:
+        records = arr[: lay.record_words].reshape(-1, lay.cols)
+        version = S.buffer_version(records[:, S.PLACEMENT_COL], (S.LAYOUT_VERSION,) if spec.cycles else (2, S.LAYOUT_VERSION))
+        return _Cut(records, arr[lay.record_words:], (version,))
+    if arr.shape in shapes:  # layout 1: records, no trailer
         return _Cut(arr.reshape(-1, lay.cols), None, (1,))
     hint = ""
     if _looks_legacy(arr, spec):
         hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "
                 "`timeline import-legacy` instead.")
     raise CollectError(
-        f"{name} has shape {arr.shape} but spec {spec.kernel!r} needs ({lay.words},) "
-        f"(records {lay.shape} = launches x rows x waves x cols, then {lay.trailer} trailer words), "
-        f"or a layout-1 buffer of the records alone, {lay.shape}. Allocate it with "
+        f"{name} has shape {arr.shape} but spec {spec.kernel!r} needs {_shapes_text(spec)}. Allocate it with "
         f"instrument.alloc(spec), or pass the spec the kernel was built with.{hint}")

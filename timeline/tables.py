@@ -37,6 +37,7 @@ ANOMALY_KINDS = {
     "cross_rank_causality": "a task's wait ended before a producer on another rank was ready, by more than the two ranks' alignment uncertainty: the ranks' clocks are placed wrong (uncalibrated, or aligned by an assumption)",
     "unanchored": "(hybrid builds) a record on an SM / CU where no task's stamps carry the global clock: its cycle counts cannot be placed in time; the row is dropped",
     "clock_change": "(hybrid builds) an SM / CU whose cycle counter changed rate within the launch (a clock change): its stamps are placed on a line of several pieces; counted per SM / CU",
+    "clock_misfit": "(hybrid builds) an SM / CU whose cycles-to-time curve places one of its own global-clock anchors further from the time it read than the clocks' steps allow: its rows are kept but their times cannot be vouched for (a damaged or hostile capture?); counted per SM / CU",
     "anchor_outlier": "(hybrid builds) a global-clock anchor far off its SM's line (the task was descheduled between the two reads?): left out of the fit; counted per anchor",
     "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
     "cta_overlap": "(derived placement) a task that starts before an earlier task of its CTA ended: a CTA runs its tasks one after another, so the CTAs derived for this trace are wrong (import-legacy: another --grid or --base-order than the kernel ran with)",
