@@ -246,22 +246,29 @@ def _ranges(lo: np.ndarray, hi: np.ndarray):
 def _segment_all(x, y, lo, hi, tol: float):
     """Binary segmentation of many domains at once (domain k's sorted points ``[lo[k],
     hi[k])``): a segment's least-squares line where every point lies within ``tol``
-    of it (or it is shorter than 2 ``MIN_POINTS``), else split at ``_splits`` and each
-    side again; a round per level of splitting, every segment's line and worst
-    residual in one pass, the split of every segment that needs one in another.
-    Returns the pieces ``(lo, hi, a, b)``, in order."""
+    of it (or it has ``MIN_POINTS``), else split at ``_splits`` and each side again; a
+    segment too short to split in two (fewer than 2 ``MIN_POINTS``) that no line fits
+    becomes overlapping pieces of ``MIN_POINTS``, each the line through its two
+    points (the curve then runs through every anchor: the clock moved within it,
+    with too few anchors to know more); a round per level of splitting, every
+    segment's line and worst residual in one pass, the split of every segment that
+    needs one in another. Returns the pieces ``(lo, hi, a, b)``, in order."""
     done = []
     while lo.size:
         idx, seg = _ranges(lo, hi)
         a, b, r = _fits(x[idx], y[idx], seg, lo.size)
         worst = np.zeros(lo.size)
         np.maximum.at(worst, seg, np.abs(r))
-        fine = (hi - lo < 2 * MIN_POINTS) | (worst <= tol)
+        fine = (hi - lo <= MIN_POINTS) | (worst <= tol)
         done.append((lo[fine], hi[fine], a[fine], b[fine]))
         lo, hi = lo[~fine], hi[~fine]
+        short = hi - lo < 2 * MIN_POINTS
+        pairs = _ranges(lo[short], hi[short] - 1)[0]  # each point but the last, the start of a pair
+        lo, hi = lo[~short], hi[~short]
         if lo.size:
             k = _splits(x, y, lo, hi)
             lo, hi = np.r_[lo, k], np.r_[k, hi]
+        lo, hi = np.r_[lo, pairs], np.r_[hi, pairs + MIN_POINTS]
     plo, phi, pa, pb = (np.concatenate(v) for v in zip(*done))
     order = np.argsort(plo, kind="stable")
     return plo[order], phi[order], pa[order], pb[order]
