@@ -589,6 +589,26 @@ def test_a_stale_row_of_the_previous_layout_in_a_fresh_buffer_is_bad_placement()
     assert collect(old, sp).tasks.num_rows == 2
 
 
+def test_the_remedies_refusals_offer_are_accepted():
+    """A refusal's remedy, taken as offered, is accepted: the span refusal's windows=
+    on an NVIDIA buffer (%globaltimer ticks past 2**53), the zero gap's "a large gap,
+    e.g. 1e9", a windows= count refusal's "one pair per launch slot"."""
+    sp = spec3(arch="sm_90", clock="globaltimer", launches=2)
+    buf = empty(sp)
+    for launch, t0 in ((0, EPOCH + 1), (1, 1000)):  # launch 1: another clock's ticks (a stale build's)
+        put(buf, sp, stage="norm", task=0, launch=launch, ticks=[t0 + k for k in range(5)])
+    with pytest.raises(CollectError, match=r"2\*\*53 ns.*windows=\[\(lo, hi\), \.\.\.\] per launch"):
+        collect(buf, sp)
+    fresh = (EPOCH, EPOCH + 10**6)
+    tr = collect(buf, sp, windows=[fresh, fresh])
+    assert summary(tr)["outside_window"] == 1 and tr.tasks["start_tick"].to_pylist() == [EPOCH + 1]
+    with pytest.raises(CollectError, match="e.g. 1e9"):
+        collect(buf, sp, window_gap_ms=0, windows=[fresh, fresh])
+    assert collect(buf, sp, window_gap_ms=1e9, windows=[fresh, fresh]).tasks.num_rows == 1
+    with pytest.raises(CollectError, match=r"needs 2 \(lo_tick, hi_tick\) pairs"):
+        collect(buf, sp, windows=[fresh])
+
+
 def _offered_shapes(message: str) -> list:
     """The shapes a size refusal offers: every ``(n, ...)`` after its "needs"."""
     import re
