@@ -4,7 +4,7 @@ cycle counters and global clock have known relations: rates and offsets per SM, 
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from bufkit import empty, signed
@@ -326,6 +326,8 @@ def _anchor_step(buf, spec) -> int:
        moves=st.lists(st.tuples(st.integers(0, 95), st.sampled_from(["anchor 0", "anchor 1", "cycles 0", "cycles 2"]),
                                 st.one_of(st.integers(-10**6, 10**6), st.integers(-3000, 3000),
                                           st.sampled_from([-1 << 62, -1 << 40, -1]))), max_size=4))
+@example(seed=0, sms=2, step=1000, moves=[(0, "anchor 0", 1)])  # one anchor off a 1 us step: the step is 1 ns
+@example(seed=0, sms=2, step=32, moves=[(3, "cycles 0", -1 << 40)])  # an impossible count: a knot before the fix
 def test_a_strict_hybrid_timeline_agrees_with_every_anchor(seed, sms, step, moves):
     """Anchors and cycle counts moved anywhere, or made impossible (a negative counter:
     a hostile or damaged capture): ``collect(strict=True)`` refuses, or every row's
