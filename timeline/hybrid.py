@@ -186,7 +186,7 @@ def _late_within(g: np.ndarray, d: np.ndarray, step: int) -> np.ndarray:
     """The anchors read late, of many domains at once (sorted by domain, then cycles;
     ``g`` relative to each domain's first anchor): above a later anchor of the same
     domain by more than a step."""
-    later = np.r_[_suffix_min_within(g, d)[1:], np.inf]
+    later = np.r_[GR.suffix_min_within(g, d)[1:], np.inf]
     return (np.r_[d[1:], -1] == d) & (g - step > later)
 
 
@@ -235,14 +235,6 @@ def _splits(x, y, lo, hi) -> np.ndarray:
     return lo + k[best]
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray):
-    """The positions of ranges ``[lo, hi)`` laid end to end, and each one's range."""
-    m = hi - lo
-    seg = np.repeat(np.arange(lo.size), m)
-    start = np.r_[0, np.cumsum(m)[:-1]]
-    return lo[seg] + np.arange(m.sum()) - start[seg], seg
-
-
 def _segment_all(x, y, lo, hi, tol: float):
     """Binary segmentation of many domains at once (domain k's sorted points ``[lo[k],
     hi[k])``): a segment's least-squares line where every point lies within ``tol``
@@ -255,7 +247,7 @@ def _segment_all(x, y, lo, hi, tol: float):
     needs one in another. Returns the pieces ``(lo, hi, a, b)``, in order."""
     done = []
     while lo.size:
-        idx, seg = _ranges(lo, hi)
+        idx, seg = GR.ranges(lo, hi)
         a, b, r = _fits(x[idx], y[idx], seg, lo.size)
         worst = np.zeros(lo.size)
         np.maximum.at(worst, seg, np.abs(r))
@@ -263,7 +255,7 @@ def _segment_all(x, y, lo, hi, tol: float):
         done.append((lo[fine], hi[fine], a[fine], b[fine]))
         lo, hi = lo[~fine], hi[~fine]
         short = hi - lo < 2 * MIN_POINTS
-        pairs = _ranges(lo[short], hi[short] - 1)[0]  # each point but the last, the start of a pair
+        pairs = GR.ranges(lo[short], hi[short] - 1)[0]  # each point but the last, the start of a pair
         lo, hi = lo[~short], hi[~short]
         if lo.size:
             k = _splits(x, y, lo, hi)
@@ -272,21 +264,6 @@ def _segment_all(x, y, lo, hi, tol: float):
     plo, phi, pa, pb = (np.concatenate(v) for v in zip(*done))
     order = np.argsort(plo, kind="stable")
     return plo[order], phi[order], pa[order], pb[order]
-
-
-def _running_max_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``np.maximum.accumulate`` restarted at every domain (``d`` sorted): each
-    domain lifted above the one before, so the running maximum never carries a value
-    into the next domain."""
-    lift = float(np.ptp(v)) + 1.0 if v.size else 1.0
-    return np.maximum.accumulate(v + d * lift) - d * lift
-
-
-def _suffix_min_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Per position, the least ``v`` at it and after it within its domain (``d``
-    sorted): ``_running_max_within`` of the negated values from the end."""
-    flipped = (d.max(initial=0) - d)[::-1]  # the domains in reversed order, ascending again
-    return -_running_max_within(-np.asarray(v, dtype=np.float64)[::-1], flipped)[::-1]
 
 
 def _piece_knots(x, y, pieces, dom_of_point):
@@ -308,10 +285,10 @@ def _piece_knots(x, y, pieces, dom_of_point):
     kdom = np.repeat(pd, 3)
     keep = ~np.isnan(kx)
     kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
-    nxt = np.r_[_suffix_min_within(kx, kdom)[1:], np.inf]  # the least x of the later knots
+    nxt = np.r_[GR.suffix_min_within(kx, kdom)[1:], np.inf]  # the least x of the later knots
     keep = ~((kdom == np.r_[kdom[1:], -1]) & (nxt <= kx))
     kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
-    return kx, _running_max_within(ky, kdom), kdom, pd
+    return kx, GR.running_max_within(ky, kdom), kdom, pd
 
 
 def _domains(place: np.ndarray, launch: np.ndarray, arch: str):

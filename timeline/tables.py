@@ -27,7 +27,7 @@ ANOMALY_KINDS = {
     "no_placement": "ticks written but the placement word is 0; CTA/wave unknown",
     "bad_placement": "the placement word is not this build's (layout version, reserved bit, CTA past the grid, wave/XCC/SM past the hardware); the row is dropped",
     "misplaced": "the placement word's wave is not the record's wave; the stamp went to the wrong slot",
-    "impossible_tick": "a negative tick; the row is dropped",
+    "impossible_tick": "a reading no counter makes: a negative tick (a hybrid build: a negative cycle count or anchor, an anchor past int64 ns, or a stamp its SM's curve places outside int64 ns), screened before any clock fit; the row is dropped",
     "dropped": "stamps the device did not store: their (launch, task) lies outside the stage's slots (the spec undercounts the stage, or the task index is wrong); counted per stage in the buffer's trailer",
     "outside_window": "a row whose ticks lie outside its launch's window (stale data of another run?); dropped",
     "overflow": "nonzero words in padding columns or in the trailer's padding: the kernel wrote outside the layout",
