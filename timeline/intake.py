@@ -181,12 +181,12 @@ def accepted_shapes(spec: S.Spec) -> tuple:
 
 def _shapes_text(spec: S.Spec) -> str:
     """What a refusal offers: each of ``accepted_shapes`` and what it is."""
-    lay = spec.layout
-    flat = (f"({lay.words},) (the records, launches x rows x waves x cols = "
-            f"{' x '.join(map(str, lay.shape))}, then {lay.trailer} trailer words)")
-    if spec.cycles:
-        return flat + " (a hybrid build's records always come with their trailer)"
-    return flat + f", or a layout-1 buffer of the records alone, ({lay.record_words},) or {lay.shape}"
+    lay, (flat, *alone) = spec.layout, accepted_shapes(spec)
+    text = (f"{flat} (the records, launches x rows x waves x cols = {' x '.join(map(str, lay.shape))}, "
+            f"then {lay.trailer} trailer words)")
+    if not alone:
+        return text + " (a hybrid build's records always come with their trailer)"
+    return text + ", or a layout-1 buffer of the records alone, " + " or ".join(map(str, alone))
 
 
 def cut_buffer(arr: np.ndarray, spec: S.Spec, name: str = "stamp buffer") -> _Cut:
