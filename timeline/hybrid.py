@@ -121,7 +121,8 @@ def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int):
     """Cycle counts ``v`` (nonzero) of domains ``d`` (each with a curve) placed on
     their domain's curve, in ns of the global clock: one bisection for all values at
     once, each kept inside its domain's knots (``first`` .. ``last``). Returns the
-    ns and where they lie in ``(0, MAX_NS)`` (elsewhere: 0, no time at all)."""
+    ns and where they are a time (``ok``: positive, the curve's part below
+    ``MAX_NS``; elsewhere the value means nothing)."""
     x = (v - kn.c0[d]).astype(np.float64)
     lo, hi = kn.first[d], kn.last[d]
     a, b = lo.copy(), hi.copy()  # bisection inside each domain's knots: the last knot at or before x
@@ -137,10 +138,10 @@ def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int):
     before = x < kn.x[lo]
     slope = np.where(before, kn.rate_lo[d], kn.slope[p])
     yn = (kn.y[p] + (x - kn.x[p]) * slope) * mul
-    ok = np.isfinite(yn) & (np.abs(yn) < MAX_NS)
-    ns = kn.g0[d] * mul + np.rint(np.where(ok, yn, 0.0)).astype(np.int64)
-    ok &= (ns > 0) & (ns < MAX_NS)
-    return np.where(ok, ns, 0), ok
+    ok = np.abs(yn) < MAX_NS  # NaN and inf fail it too
+    ns = kn.g0[d] * mul + np.rint(np.where(ok, yn, 0.0)).astype(np.int64)  # g0 * mul < MAX_NS: no wrap
+    ok &= ns > 0
+    return ns, ok
 
 
 class Steady(NamedTuple):
@@ -319,7 +320,7 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
     changes = np.bincount(launch_of[moving.changed], minlength=n_launch)
     outliers = np.bincount(launch_of[agid[moving.late]], minlength=n_launch)
     kn = _all_knots(st, moving, ng, launch_of)
-    misfits = np.bincount(launch_of[_misfits(ac, ag, agid, moving.late, kn, mul, step)], minlength=n_launch)
+    misfits = np.bincount(launch_of[_misfits(ac, ag, agid, moving.late, st.ok, kn, mul, step)], minlength=n_launch)
     has = gid >= 0
     has[has] = kn.first[gid[has]] >= 0
     unplaced = ~has  # no placement word (no domain), or a domain without a curve
@@ -337,11 +338,14 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
     return Placed(placed, unplaced, beyond, changes, outliers, misfits, unanchored)
 
 
-def _misfits(ac, ag, agid, late, kn: Knots, mul: int, step: int) -> np.ndarray:
+def _misfits(ac, ag, agid, late, steady, kn: Knots, mul: int, step: int) -> np.ndarray:
     """The domains (one entry each) whose curve places one of the anchors it was fitted
     to (``late`` ones left out) further than ``tolerance`` from the global clock that
-    anchor read: a curve its own knots disagree with."""
+    anchor read: a curve its own knots disagree with. A ``steady`` domain's line has
+    every anchor within ``tolerance`` (``_steady``'s test; rounding to integer ns
+    keeps an integer bound): only the segmented domains are placed again."""
     used = agid >= 0
+    used[used] = ~steady[agid[used]]
     used[late] = False
     used[used] = kn.first[agid[used]] >= 0
     at, ok = _on_knots(ac[used], agid[used], kn, mul)
