@@ -609,6 +609,30 @@ def test_the_remedies_refusals_offer_are_accepted():
         collect(buf, sp, windows=[fresh])
 
 
+@settings(max_examples=60, deadline=None)
+@given(sp=specs(), data=st.data())
+def test_a_buffer_is_of_one_layout_version(sp, data):
+    """Rows of placement version 2 and 3 mixed in a full buffer of a plain spec: the
+    buffer is of the newest version any row carries, so with a version-3 row every
+    version-2 row is bad_placement (a previous build's, not reset across the upgrade);
+    rows all of one version decode."""
+    lay = sp.layout
+    nrec = lay.launches * lay.rows * lay.waves
+    chosen = data.draw(st.lists(st.tuples(st.integers(0, nrec - 1), st.sampled_from([2, 3])),
+                                unique_by=lambda c: c[0], min_size=1, max_size=nrec))
+    buf = empty(sp)
+    for r, version in chosen:
+        launch, row, wave = (int(v) for v in np.unravel_index(r, (lay.launches, lay.rows, lay.waves)))
+        s = int(np.searchsorted(lay.first, row, side="right") - 1)
+        word = (((version << 28) | (1 << 10) | (wave << 4)) << 32) | 1
+        put(buf, sp, stage=s, task=row - int(lay.first[s]), launch=launch, wave=wave, placement=word,
+            ticks=[T0 + r * 10 + k for k in range(len(sp.phases))])
+    tr = collect(buf, sp)
+    old = sum(v == 2 for _, v in chosen) if any(v == 3 for _, v in chosen) else 0
+    assert summary(tr).get("bad_placement", 0) == old
+    assert tr.tasks.num_rows == len(chosen) - old
+
+
 def _offered_shapes(message: str) -> list:
     """The shapes a size refusal offers: every ``(n, ...)`` after its "needs"."""
     import re
