@@ -51,7 +51,7 @@ def sweep(rounds: int) -> list:
     import numpy as np
 
     from instrument import clocksync as C
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     dev, name = C._device_of(None)
     out = [f"one {rounds}-round calibration per setting, back to back:",
@@ -89,7 +89,7 @@ def main() -> int:
     if a.one:
         print(json.dumps(one(a.rounds)))
         return 0
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     both(20)
     swept = sweep(a.rounds)

@@ -7,7 +7,7 @@ ratio is the figure); then the goals of issue 10.
     python bench/collect.py            # 1 M and 10 M stamps
     python bench/collect.py --sizes 1e6 --naive-max 2e6
 
-Buffers are SYNTHETIC (``timeline.synth``: GLM-5 stage list, 8 waves, grid 256).
+Buffers are SYNTHETIC (``timeline.ingest.synth``: GLM-5 stage list, 8 waves, grid 256).
 Each measurement runs in a fresh process so peak RSS is its own.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 
 
 def make_buffer(stamps: int):
-    from timeline import synth
+    from timeline.ingest import synth
 
     per_launch = sum(c for _, c in synth.GLM5_STAGES) * 8 * 5
     launches = max(1, -(-stamps // per_launch))
@@ -37,7 +37,7 @@ def naive_decode(buf, spec):
     """The obvious decoder: a Python loop over records, a dict per row."""
     import pyarrow as pa
 
-    from timeline import schema as S
+    from timeline.contract import schema as S
 
     lay = spec.layout
     P = len(spec.phases)
@@ -110,7 +110,7 @@ def one(mode: str, stamps: int) -> dict:
     if mode == "ktrace":
         return ktrace_one(stamps)
     if mode == "collect-tuned":
-        from timeline.cli import tune_process
+        from timeline.cli.parser import tune_process
 
         tune_process()
     sp, buf = make_buffer(stamps)
@@ -149,7 +149,7 @@ def main():
         return
     print("timeline.collect vs a per-record Python decoder (SYNTHETIC buffers, one process each)")
     print("cold = the first decode in a fresh process (page faults included); warm = median of 4 more;")
-    print("collect-tuned = as the timeline / timeline-view commands run (timeline.cli.tune_process: numpy's")
+    print("collect-tuned = as the timeline / timeline-view commands run (timeline.cli.parser.tune_process: numpy's")
     print("    huge-page madvise off, glibc keeps freed pages); collect = the library in a default process")
     print(f"{'stamps':>10} {'decoder':>12} {'cold s':>8} {'Mstamps/s':>10} {'warm s':>8} {'Mstamps/s':>10}"
           f" {'peak+MB':>8} {'buffer MB':>9} {'speedup cold':>12} {'warm':>6}")

@@ -47,7 +47,7 @@ def main() -> int:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], json.loads(sys.argv[3]))))
         return 0
-    from timeline import synth
+    from timeline.ingest import synth
 
     kw, grid = dict(waves=8, world=8, launches=2), 256  # bench/viewer.py's "1m" size
     with tempfile.TemporaryDirectory() as d:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 
-from timeline import schema as S
-from timeline.collect import collect
+from timeline.contract import schema as S
+from timeline.ingest.collect import collect
 
 
 class BufferError(RuntimeError):
@@ -43,7 +43,7 @@ class StampBuffer:
         self.tensor = torch.zeros(self.layout.words, dtype=torch.int64, device=self.device)
         self.records = self.tensor[: self.layout.record_words].view(self.layout.shape)
         self.drops = self.tensor[self.layout.record_words: self.layout.record_words + len(self.layout.counts)]
-        self.calibrations = []  # timeline.clocks.Calibration of this device's clock, recorded by collect()
+        self.calibrations = []  # timeline.contract.clocks.Calibration of this device's clock, recorded by collect()
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +82,7 @@ class StampBuffer:
     def collect(self, **kw):
         """Copy the buffer to the host (after the device is done) and decode it with
         ``timeline.collect``, the spec carrying the calibrations kept
-        (``timeline.clocks.with_calibrations``). Refused while a CUDA graph capture is
+        (``timeline.contract.clocks.with_calibrations``). Refused while a CUDA graph capture is
         in progress: the copy would be captured instead of done."""
         torch = _torch()
         if self.device.type == "cuda":
@@ -93,7 +93,7 @@ class StampBuffer:
             torch.cuda.synchronize(self.device)
         spec = self.spec
         if self.calibrations:
-            from timeline.clocks import with_calibrations
+            from timeline.contract.clocks import with_calibrations
 
             spec = with_calibrations(spec, self.calibrations)
         return collect(self.tensor.detach().cpu().numpy(), spec, **kw)

@@ -49,7 +49,7 @@ def memrealtime():
 
 def memtime():
     """``s_memtime``: the shader clock's 64-bit cycle counter (a hybrid build's stamp,
-    ``timeline.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
+    ``timeline.ingest.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
     fx = flydsl_expr()
     from flydsl._mlir.dialects import llvm
     from flydsl.expr.typing import T

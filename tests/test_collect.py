@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bufkit import empty, put, signed
 from timeline import CollectError, Spec, TraceFileError, collect, load, merge
-from timeline import schema as S
+from timeline.contract import schema as S
 
 T0 = 5_000_000_000  # an arbitrary clock epoch (ticks)
 
@@ -553,7 +553,7 @@ def test_whatever_merge_writes_loads_back(tmp_path, captures, ext):
     """Any mix of captures (rank, launch slots, seed) of one build, merged and saved,
     loads back as merged: a rank captured twice keeps every launch, each in a slot its
     spec has, and rows of no rank are lost."""
-    from timeline import synth
+    from timeline.ingest import synth
 
     def capture(rank, launches, seed):  # one rank's buffer of a 3-rank synthetic run
         sp, buf = list(synth.synth_buffers(spec3(world=3, launches=launches), grid=4, seed=seed))[rank]
@@ -609,7 +609,7 @@ def test_merge_refuses_captures_no_exact_axis_holds():
     a, b = full_buffer(sp), full_buffer(sp)
     nz = b[: sp.layout.record_words].reshape(-1, sp.layout.cols)[:, 1:]
     nz[nz != 0] += 1 << 60
-    from timeline.merge import MergeError
+    from timeline.ingest.merge import MergeError
 
     with pytest.raises(MergeError, match="one exact time axis.*2\\*\\*53|one exact time axis"):
         merge([collect(a, sp), collect(b, sp)])

@@ -1,12 +1,12 @@
-"""``timeline.compare`` (a typical launch, the per-stage delta) and the
+"""``timeline.analysis.compare`` (a typical launch, the per-stage delta) and the
 concurrency coarsening of ``timeline.analysis``, on tables whose answer is known."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from timeline import analysis as A
-from timeline import compare as TC
+from timeline.analysis import stages as A
+from timeline.analysis import compare as TC
 
 
 def test_median_per_stage():

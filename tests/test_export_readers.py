@@ -20,7 +20,8 @@ import pytest
 
 import readers as RD
 from bufkit import empty, put
-from timeline import Spec, collect, load, merge, synth
+from timeline import Spec, collect, load, merge
+from timeline.ingest import synth
 from timeline.export import write_chrome, write_perfetto
 from timeline.export import _common as C
 
@@ -161,7 +162,7 @@ def test_critical_path_hand_offs_are_flows_in_the_trace_processor(fmt, tmp_path)
     """A trace with a task graph: each hand-off on a launch's exact critical path is
     one flow, from the producer's CTA track to the consumer's, in both exports, as
     the trace processor's ``flow`` table reads them."""
-    from timeline import presets
+    from timeline.contract import presets
 
     trace = load(TRACES / "h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[2, 3, 4, 5])
     want = sorted(C.flows(trace), key=lambda f: f.src_ns)

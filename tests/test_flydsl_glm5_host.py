@@ -12,7 +12,7 @@ pytest.importorskip("flydsl", reason="the GLM-5 demo module imports flydsl (make
 
 from instrument.demo import flydsl_glm5 as G  # noqa: E402
 from instrument.demo import glm5_run as H  # noqa: E402
-from timeline import legacy as L  # noqa: E402
+from timeline.ingest import legacy as L  # noqa: E402
 
 
 @pytest.mark.parametrize("grid", [64, 256])

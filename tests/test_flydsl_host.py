@@ -17,7 +17,7 @@ import pytest
 
 from instrument import flydsl as F
 from tools import isa as I
-from timeline import schema as S
+from timeline.contract import schema as S
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = S.Spec("t", stages=[("norm", 4), ("up", 64), ("down", 16)], launches=2, grid=64)
@@ -40,7 +40,7 @@ def test_normal_build_handle_never_touches_flydsl():
     code = textwrap.dedent("""
         import sys
         from instrument.flydsl import Timeline, InstrumentError
-        from timeline.schema import Spec
+        from timeline.contract.schema import Spec
         tl = Timeline(Spec("k", stages=[("a", 2)]), 1234, False)
         with tl.task("a", 0):
             tl.hint(); tl.staged(); tl.compute()
@@ -83,7 +83,7 @@ def test_a_task_known_at_trace_time_outside_its_slots_is_refused():
 
 
 def test_spec_checks():
-    with pytest.raises(F.InstrumentError, match="timeline.schema.Spec"):
+    with pytest.raises(F.InstrumentError, match="timeline.contract.schema.Spec"):
         F.Timeline({"stages": []}, 0, False)
     huge = S.Spec("big", stages=[("s", 1 << 22)], launches=8, waves=2)
     assert huge.layout.nbytes >= F.MAX_BYTES
@@ -155,7 +155,7 @@ def _stamp_like_the_kernel(buf, spec, launch, G, base, t0=1_000_000):
 def test_a_buffer_records_its_calibrations_in_the_trace():
     pytest.importorskip("torch")
     from instrument.buffer import alloc
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     buf = alloc(SPEC, "cpu")
     _stamp_like_the_kernel(buf, SPEC, 0, 64, {"norm": 0, "up": 4, "down": 68}, t0=10_000_000)
@@ -322,7 +322,7 @@ def test_toolchain_lookup_honours_the_override(monkeypatch, tmp_path):
 def test_legacy_stamp_maps_the_kernels_columns():
     """``tl.legacy_stamp(name, t, which)``: column 0-4 the phases, 5-7 the marks, in
     both builds; a column the spec lacks is refused at trace time."""
-    from timeline.legacy import GLM5_STAGES, legacy_spec
+    from timeline.ingest.legacy import GLM5_STAGES, legacy_spec
 
     tl = F.Timeline(legacy_spec(GLM5_STAGES), 0, False, fence=False)
     seen = []

@@ -1,4 +1,4 @@
-"""timeline.grouped's fast paths (runs, dense tables, bitmaps, packed sorts) against
+"""timeline.core.grouped's fast paths (runs, dense tables, bitmaps, packed sorts) against
 the obvious definitions, on rows in every kind of order: runs as the collector
 writes them, shuffled, with ties."""
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import grouped as G
+from timeline.core import grouped as G
 
 
 def _rows(draw, n, hi):

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import legacykit as K
-from timeline import legacy as L
-from timeline import legacy_reports as LR
-from timeline import schema as S
+from timeline.ingest import legacy as L
+from timeline.analysis import legacy_reports as LR
+from timeline.contract import schema as S
 from timeline.cli import main
-from timeline.trace import load
+from timeline.core.trace import load
 
 torch = pytest.importorskip("torch")
 

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from bufkit import empty, put
-from timeline import Spec, collect, synth
+from timeline import Spec, collect
+from timeline.ingest import synth
 from viewer import figures as F
 from viewer import model as M
 from viewer import raster as R

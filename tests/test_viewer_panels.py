@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from timeline import synth
+from timeline.ingest import synth
 from viewer import app as V
 from viewer import client as VC
 from viewer import wiring as VW
@@ -20,8 +20,8 @@ from viewer.panels import trace as VTR
 from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
 from viewer.panels import export as VX
-from timeline import analysis as A
-from timeline import compare as TC
+from timeline.analysis import stages as A
+from timeline.analysis import compare as TC
 from viewerkit import bars_of, component_text
 
 
@@ -178,7 +178,8 @@ def test_a_bundle_that_cannot_draw_the_figures_is_refused_in_one_line(tmp_path, 
 def test_every_figure_draws_only_the_trace_types_a_bundle_holds(tmp_path):
     """Gantt (raster and bars, with the critical path), idle, what-if and compare
     figures use ``page.TRACE_TYPES`` only: a served bundle holds no more."""
-    from timeline import load, presets
+    from timeline import load
+    from timeline.contract import presets
 
     load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
     state, _, _ = V.prepare(["--trace-dir", str(tmp_path), str(tmp_path / "g.arrow")])
@@ -328,9 +329,10 @@ def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
     """A trace with its task graph: the Critical path tab shows the exact path, the
     What if tab the replay's prediction beside its fidelity; without a graph both
     say what is missing."""
-    from timeline import edges as E
-    from timeline import load, presets
-    from timeline import whatif as W
+    from timeline.analysis import edges as E
+    from timeline import load
+    from timeline.contract import presets
+    from timeline.analysis import whatif as W
 
     real = load("traces/h200_mono_demo.arrow")
     real.with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
@@ -366,8 +368,9 @@ def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
 def test_the_gantt_draws_the_exact_critical_path(tmp_path):
     """With a task graph the Gantt carries the critical path of the launches shown:
     a segment for each task on it and one for each hand-off between rows."""
-    from timeline import edges as E
-    from timeline import load, presets
+    from timeline.analysis import edges as E
+    from timeline import load
+    from timeline.contract import presets
 
     trace = load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1])
     trace.save(tmp_path / "g.arrow")

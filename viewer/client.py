@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 GANTT_PX = (1000, 560)  # default plot-area width x height in pixels (the raster's size)
 PX_LIMITS = ((400, 3000), (200, 1200))  # plot-area width, height in px; the page asks for its

@@ -24,8 +24,8 @@ import base64
 import numpy as np
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline import rows
+from timeline.contract import schema as S
+from timeline.core import rows
 from viewer import model as M
 from viewer import raster as R
 

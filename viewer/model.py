@@ -28,9 +28,9 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline import rows
-from timeline.trace import Trace
+from timeline.contract import schema as S
+from timeline.core import rows
+from timeline.core.trace import Trace
 
 GROUPINGS = ("rank", "cta", "placement", "stage")
 KEY_BITS = 41  # ns of trace span a search key holds: 2**41 ns ~ 36 minutes

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from timeline.trace import TRACE_EXTENSIONS, Trace, TraceFileError, load
+from timeline.core.trace import TRACE_EXTENSIONS, Trace, TraceFileError, load
 
 from viewer.model import TraceData, ViewError
 

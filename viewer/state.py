@@ -12,8 +12,8 @@ from collections import OrderedDict
 
 import dash
 
-from timeline import clocks as K
-from timeline import schema as S
+from timeline.contract import clocks as K
+from timeline.contract import schema as S
 from viewer import figures as F
 from viewer import model as M
 from viewer.page import msg
@@ -104,7 +104,7 @@ class App:
         tr = item.trace
         out = []
         if tr.synthetic:
-            out.append(msg("SYNTHETIC trace: made by timeline.synth, not measured on a GPU", "synthetic"))
+            out.append(msg("SYNTHETIC trace: made by timeline.ingest.synth, not measured on a GPU", "synthetic"))
         if any(sp.extra.get("placement") == "derived" for sp in tr.specs):
             out.append(msg("CTAs derived from the kernel's rotation rule (a legacy tensor has no placement): "
                            "no XCC/SE/CU was read from the hardware", "info"))

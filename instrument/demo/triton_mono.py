@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
-from timeline import presets
+from timeline.contract import presets
 from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
     STAGES, Shape, bases, check_shape, cta_of, task_counts)
 

@@ -17,7 +17,7 @@ system scope. Rank ``r`` owns columns
   them (``compute``) and stores tile t of Y into ``out[r]`` (``end``).
 
 Its task graph: reduce task t waits for part task t on every rank (an all-reduce
-edge, ``timeline.graph``). Every CTA of every rank must be resident at once (a rank
+edge, ``timeline.contract.graph``). Every CTA of every rank must be resident at once (a rank
 spinning on a peer that cannot run would never finish; ``MAX_SPIN`` bounds a wait
 and counts it), so the grid is at most SMs / (ranks a GPU) CTAs a rank.
 
@@ -34,7 +34,7 @@ import triton.language as tl
 
 from instrument import triton as itl
 from instrument.demo.triton_mono import MAX_SPIN, publish, wait_tag
-from timeline import graph as G
+from timeline.contract import graph as G
 
 STAGES = ("part", "reduce")
 

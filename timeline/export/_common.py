@@ -5,7 +5,7 @@ each with its phase intervals laid out as one column per consecutive phase pair.
 
 The exports draw from the ``tasks`` table a chunk at a time (a task and its
 intervals must land together in one streamed record); the intervals follow
-``timeline.rows.phase_intervals``, the rule of ``Trace.intervals`` too, and the
+``timeline.core.rows.phase_intervals``, the rule of ``Trace.intervals`` too, and the
 tests check that every interval of ``Trace.intervals`` is exported once.
 """
 
@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
-from timeline.trace import Trace
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.core.trace import Trace
 
 CHUNK_ROWS = 1 << 13  # task rows per streamed chunk: bounds memory, keeps numpy ops large (bench/export.py)
 
@@ -30,7 +30,7 @@ class ExportError(ValueError):
 
 def select(trace: Trace, *, ranks=None, launches=None, stages=None) -> Trace:
     """The trace restricted to the given ranks / launches / stage names (None: all),
-    checked by ``timeline.rows.check``: a value the trace does not hold is a
+    checked by ``timeline.core.rows.check``: a value the trace does not hold is a
     ``SelectionError`` naming what it does hold, so a typo cannot silently export an
     empty file."""
     sel = R.check(trace, ranks, launches, stages)
@@ -187,7 +187,7 @@ def threads(trace: Trace, num: Numbering):
 
 
 class Flow(NamedTuple):
-    """An arrow of a launch's critical path (``timeline.edges``): from the producer
+    """An arrow of a launch's critical path (``timeline.analysis.edges``): from the producer
     whose results ended a consumer's wait, at the time they were ready (its track:
     rank, launch, CTA, wave 0), to the consumer, at the end of its wait."""
 
@@ -203,7 +203,7 @@ def flows(trace: Trace) -> list:
     task graph (none otherwise): what the exports draw as flow arrows."""
     if not trace.spec.graph or trace.tasks.num_rows == 0:
         return []
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     g = E.edges(trace)
     m = g.tasks

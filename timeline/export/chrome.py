@@ -11,7 +11,7 @@ Layout of the file (Perfetto UI, ``chrome://tracing`` and speedscope read it):
   NVIDIA, ``hw_unit``) and ``phase_us`` (each phase interval's duration in µs,
   null where the interval is missing); nested in it an event per phase interval
   named ``start→hint``, ... (``cat`` = "phase"), args: stage, task, ``inherited``
-  (an end point was a missing mark, see ``timeline.trace``);
+  (an end point was a missing mark, see ``timeline.core.trace``);
 - ``otherData``: kernel, tool version, clock, ``synthetic``, ``origin_ts_us`` (the ts of ns 0).
 
 Events are begin/end pairs (``"B"``/``"E"``) by default, or with ``complete=True``
@@ -42,11 +42,11 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow.compute as pc
 
-from timeline import schema as S
+from timeline.contract import schema as S
 from timeline.export import _common as C
 from timeline.export._sink import open_sink
 from timeline.export._text import SPACE, assemble, digits, micros, strings
-from timeline.trace import Trace, __version__
+from timeline.core.trace import Trace, __version__
 
 
 def _json(s: str) -> str:
@@ -67,7 +67,7 @@ def _header(trace: Trace, base_ns: int) -> bytes:
         "synthetic": trace.synthetic,
     }
     if trace.synthetic:
-        other["note"] = "SYNTHETIC data from timeline.synth: not measured on a GPU"
+        other["note"] = "SYNTHETIC data from timeline.ingest.synth: not measured on a GPU"
     return ('{"displayTimeUnit":"ns","otherData":' + json.dumps(other, ensure_ascii=False)
             + ',"traceEvents":[\n').encode()
 

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline.export import _common as C
 from timeline.export._sink import open_sink
 from timeline.export._text import assemble
-from timeline.trace import Trace
+from timeline.core.trace import Trace
 
 # TracePacket
 F_TIMESTAMP, F_SEQ_ID, F_TRACK_EVENT, F_INTERNED, F_SEQ_FLAGS, F_TRACK_DESC = 8, 10, 11, 12, 13, 60

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 from dash import html
 
-from timeline import analysis as A
-from timeline import rows
+from timeline.analysis import stages as A
+from timeline.core import rows
 from viewer import figures as F
 from viewer import model as M
 from viewer.client import ViewState, clamp_px, client_list, finite_us, sorted_ints, us_to_ns
@@ -183,7 +183,7 @@ def path_segments(app, item, view, grouping, launches) -> list:
     tr = item.trace
     if not tr.spec.graph or grouping not in ("rank", "cta") or view.n_rows == 0:
         return []
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     g = app.analysis(item, ("edges",), lambda: E.edges(tr))
     m = g.tasks

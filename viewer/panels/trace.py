@@ -8,8 +8,8 @@ import urllib.parse
 import numpy as np
 from dash import html
 
-from timeline import compare as C
-from timeline import schema as S
+from timeline.analysis import compare as C
+from timeline.contract import schema as S
 from viewer import figures as F
 from viewer import model as M
 from viewer.ids import TraceOut

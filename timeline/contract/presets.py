@@ -5,7 +5,7 @@ declares none (``timeline set-graph TRACE --preset NAME``): the Triton FFN demo
 
 from __future__ import annotations
 
-from timeline import graph as G
+from timeline.contract import graph as G
 
 
 def triton_ffn(*, up_n: int = 32, norm_per_bm: int = 4, dn_n: int = 8) -> dict:
@@ -27,7 +27,7 @@ GLM5_NOTES = ("cache waits for the 36 qkv_a tiles of kv_a; q_b for the 128 of q_
 
 def glm5() -> dict:
     """The GLM-5 layer kernel at S=1, 8 heads, topk 2048 (stage names of
-    ``timeline.legacy.GLM5_STAGES``); ``GLM5_NOTES`` names the approximations."""
+    ``timeline.ingest.legacy.GLM5_STAGES``); ``GLM5_NOTES`` names the approximations."""
     return {
         "cache": [G.tiles("qkv_a", 36, mul=0, offset=128)],
         "q_b": [G.tiles("qkv_a", 128, mul=0)],

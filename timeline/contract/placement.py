@@ -1,7 +1,7 @@
 """The placement word of a stamp record (layout versions 2 and 3): which CTA and wave wrote
 it and where on the hardware (AMD ``HW_ID`` / ``XCC_ID``, NVIDIA ``%smid``), packed
 by the device at the first stamp of a task, checked and unpacked by the collector.
-Part of the contract of ``timeline.schema``, which re-exports every name here."""
+Part of the contract of ``timeline.contract.schema``, which re-exports every name here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A trace read against its task graph (``Spec.graph``, ``timeline.graph``): which
+"""A trace read against its task graph (``Spec.graph``, ``timeline.contract.graph``): which
 producer released every task's wait, the slack of every other edge, the tasks that
 saw data before it could exist (causality violations), and the exact critical path.
 
@@ -27,10 +27,10 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline import clocks as K
-from timeline import grouped as GR
-from timeline import rows as R
-from timeline.grouped import AnalysisError
+from timeline.contract import clocks as K
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.core.grouped import AnalysisError
 
 KINDS = ("data", "all-reduce", "cta-order")
 EDGES_SCHEMA = pa.schema([
@@ -183,7 +183,7 @@ def edges(trace) -> Graph:
     """The trace against its spec's task graph (see the module docstring)."""
     spec = trace.spec
     if not spec.graph:
-        raise AnalysisError(f"spec {spec.kernel!r} declares no task graph (Spec(graph=...), timeline.graph); "
+        raise AnalysisError(f"spec {spec.kernel!r} declares no task graph (Spec(graph=...), timeline.contract.graph); "
                             "attach one with `timeline set-graph` or Trace.with_graph")
     m = merged_tasks(trace)
     if m.n == 0:
@@ -219,7 +219,7 @@ def edges(trace) -> Graph:
 def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
     """Per data edge, the ns by which its consumer's wait may end before its producer's
     ``ready`` and still be consistent: the two ranks' alignment uncertainties
-    (``timeline.clocks.uncertainty_by_rank``) where the edge crosses ranks, else 0
+    (``timeline.contract.clocks.uncertainty_by_rank``) where the edge crosses ranks, else 0
     (one rank, one clock)."""
     u = K.uncertainty_by_rank(trace)
     per_rank = np.zeros(int(max(m.rank.max(), max(u, default=0))) + 1)
@@ -234,7 +234,7 @@ def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
     launch, stage) of the consumers: ``cross_rank_causality`` where a producer on
     another rank was ready after the wait ended (beyond the alignment uncertainty: the
     rank clocks are placed wrong), ``causality`` for the rest (a wrong graph or wait)."""
-    from timeline.trace import anomalies_table
+    from timeline.core.trace import anomalies_table
 
     g = g or edges(trace)
     m, rows = g.tasks, []

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 
 class CollectError(ValueError):

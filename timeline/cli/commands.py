@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from timeline import clocks as K
-from timeline import rows as R
-from timeline import schema as S
-from timeline.textout import Progress, _json_rows, format_table
-from timeline.trace import TRACE_EXTENSIONS, file_format
+from timeline.contract import clocks as K
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.cli.textout import Progress, _json_rows, format_table
+from timeline.core.trace import TRACE_EXTENSIONS, file_format
 
 SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
 
@@ -47,7 +47,7 @@ def _out_dir_exists(p: Path):
 
 def _load(path: str):
     """``timeline.load``, its notes (what it could not check) printed to stderr."""
-    from timeline.trace import load
+    from timeline.core.trace import load
 
     trace = load(path)
     for note in trace.notes:
@@ -88,9 +88,9 @@ def _title(trace) -> str:
              f"launches {trace.launches}"]
     if sp.cycles:
         lines.append(f"hybrid clock: phases on the {sp.cycles} cycle counter, placed on {sp.clock.name} "
-                     "(timeline.hybrid)")
+                     "(timeline.ingest.hybrid)")
     if trace.synthetic:
-        lines.append("SYNTHETIC trace (timeline.synth model): not measured on a GPU")
+        lines.append("SYNTHETIC trace (timeline.ingest.synth model): not measured on a GPU")
     if len(trace.ranks) > 1:
         aligned = K.alignment_of(trace)
         if all(a.measured for a in aligned):
@@ -107,8 +107,8 @@ def _title(trace) -> str:
 
 # -- commands --------------------------------------------------------------------------
 def cmd_convert(args) -> int:
-    from timeline.collect import collect
-    from timeline.graph_commands import load_edges
+    from timeline.ingest.collect import collect
+    from timeline.cli.graph_commands import load_edges
 
     out = _trace_out(args.output)
     if not Path(args.buffer).exists():
@@ -131,9 +131,9 @@ def cmd_convert(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from timeline import analysis as A
-    from timeline import compare as C
-    from timeline import legacy_reports as LR
+    from timeline.analysis import stages as A
+    from timeline.analysis import compare as C
+    from timeline.analysis import legacy_reports as LR
 
     trace = _load(args.trace)
     ranks, launches, _ = R.check(trace, args.rank, args.launch)
@@ -185,7 +185,7 @@ def cmd_summary(args) -> int:
 
 def _summary_idle(trace, args, ranks, launches) -> int:
     """``summary --idle``: idle time per CTA, the idlest first."""
-    from timeline import analysis as A
+    from timeline.analysis import stages as A
 
     t = A.idle_per_cta(trace, ranks=ranks, launches=launches)
     order = np.argsort(-np.nan_to_num(R.numpy(t.column("idle_share"))), kind="stable")
@@ -206,12 +206,12 @@ def _summary_idle(trace, args, ranks, launches) -> int:
 def _summary_critical_path(trace, args, ranks, launches) -> int:
     """``summary --critical-path``: ``analysis.critical_path`` of every selected
     (rank, launch), times in µs from the launch's first start."""
-    from timeline import analysis as A
-    from timeline import compare as C
-    from timeline.critical import path_us
+    from timeline.analysis import stages as A
+    from timeline.analysis import compare as C
+    from timeline.analysis.critical import path_us
 
     if trace.spec.graph:
-        from timeline.graph_commands import print_exact_paths
+        from timeline.cli.graph_commands import print_exact_paths
 
         return print_exact_paths(trace, args, ranks, launches)
     blocks = []
@@ -225,16 +225,16 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
         return 0
     print(_title(trace))
     for r, launch, t in blocks:
-        print(f"\nrank {r} launch {launch}: critical path (a heuristic: see timeline.critical), µs from the "
+        print(f"\nrank {r} launch {launch}: critical path (a heuristic: see timeline.analysis.critical), µs from the "
               "path's first start")
         print(format_table(t))
     return 0
 
 
 def cmd_compare(args) -> int:
-    """``timeline compare A B``: per stage, B - A (``timeline.compare``)."""
-    from timeline import compare as C
-    from timeline import analysis as A
+    """``timeline compare A B``: per stage, B - A (``timeline.analysis.compare``)."""
+    from timeline.analysis import compare as C
+    from timeline.analysis import stages as A
 
     a, b = _load(args.a), _load(args.b)
     per_launch = args.scope == "launch"
@@ -290,12 +290,12 @@ def cmd_export(args) -> int:
             n = write_perfetto(trace, args.perfetto, progress=bar, **sel)
         print(f"wrote {args.perfetto}: {n} slices (Perfetto protobuf: ui.perfetto.dev)")
     if trace.synthetic:
-        print("note: SYNTHETIC trace (timeline.synth model), not measured on a GPU")
+        print("note: SYNTHETIC trace (timeline.ingest.synth model), not measured on a GPU")
     return 0
 
 
 def cmd_merge(args) -> int:
-    from timeline.merge import merge
+    from timeline.ingest.merge import merge
 
     out = _trace_out(args.output)
     traces = []
@@ -329,7 +329,7 @@ def _stage_list(text: str):
 
 
 def cmd_import_legacy(args) -> int:
-    from timeline.legacy import import_legacy
+    from timeline.ingest.legacy import import_legacy
 
     out = _trace_out(args.output)
     for p in args.files:
@@ -349,7 +349,7 @@ def cmd_import_legacy(args) -> int:
 
 
 def cmd_synth(args) -> int:
-    from timeline import synth
+    from timeline.ingest import synth
 
     out = _trace_out(args.output)
     g = args.grid

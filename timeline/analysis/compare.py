@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import analysis as A
-from timeline import grouped as GR
-from timeline import rows as R
+from timeline.analysis import stages as A
+from timeline.core import grouped as GR
+from timeline.core import rows as R
 
 
 def median_per_stage(report: pa.Table) -> pa.Table:
@@ -55,7 +55,7 @@ def median_launch(trace) -> int | None:
     """The launch whose span (earliest start to latest end, over its ranks) is the
     median of the trace's launches (the lower one of an even count); None without
     task rows. What the dashboard shows first of a multi-launch trace."""
-    from timeline import rows as R
+    from timeline.core import rows as R
 
     t = trace.tasks
     if t.num_rows == 0:

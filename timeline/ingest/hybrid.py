@@ -36,8 +36,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline import grouped as GR
-from timeline import schema as S
+from timeline.core import grouped as GR
+from timeline.contract import schema as S
 
 MIN_POINTS = 2  # anchors a piece of a split line needs
 

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline._version import __version__
 
 ARROW_EXTENSIONS = (".arrow", ".feather", ".ipc")  # Arrow IPC file, zstd
@@ -44,7 +44,7 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
     grouped by pair (all ``start→hint`` rows in tasks order, then ``hint→staged``,
     ...): each group's placement columns are the tasks table's own, zero-copy where
     every row has the pair. The rule (which intervals exist, which are inherited):
-    ``timeline.rows.phase_intervals``."""
+    ``timeline.core.rows.phase_intervals``."""
     P = len(phases)
     names = S.interval_names(phases)
     if P < 2 or tasks.num_rows == 0:
@@ -141,14 +141,14 @@ class Trace:
 
     def filter(self, *, ranks=None, launches=None, stages=None) -> "Trace":
         """A Trace of the rows whose rank / launch / stage is in the given lists
-        (unchecked: ``timeline.rows.check`` a selection a user typed first)."""
+        (unchecked: ``timeline.core.rows.check`` a selection a user typed first)."""
         sel = R.Selection(ranks, launches, None if stages is None else list(stages))
         tasks = R.select(self.tasks, sel)
         return Trace(tasks, self.specs, self.anomalies, origins=self.origins,
                      offsets=self.offsets, synthetic=self.synthetic, notes=self.notes)
 
     def with_graph(self, graph) -> "Trace":
-        """The same trace with its specs declaring ``graph`` (``timeline.graph``),
+        """The same trace with its specs declaring ``graph`` (``timeline.contract.graph``),
         checked against the stages."""
         specs = [sp.replace(graph=graph) for sp in self.specs]
         return Trace(self.tasks, specs, self.anomalies, origins=self.origins, offsets=self.offsets,

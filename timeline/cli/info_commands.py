@@ -8,19 +8,19 @@ from pathlib import Path
 
 import numpy as np
 
-from timeline import clocks as K
-from timeline import rows as R
-from timeline import schema as S
-from timeline.commands import _load
-from timeline.textout import format_table
-from timeline.trace import file_format
+from timeline.contract import clocks as K
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.cli.commands import _load
+from timeline.cli.textout import format_table
+from timeline.core.trace import file_format
 
 
 def info_dict(trace, path: Path) -> dict:
     """What ``timeline info`` shows, as a JSON-ready dict."""
     import pyarrow.compute as pc
 
-    from timeline import grouped as GR
+    from timeline.core import grouped as GR
 
     gid, ng, (ranks, launches) = GR.group_ids(R.column(trace.tasks, "rank"), R.column(trace.tasks, "launch"))
     rows = np.bincount(gid, minlength=ng)
@@ -85,7 +85,7 @@ def cmd_info(args) -> int:
     lay = trace.spec.layout
     print(f"file       {d['file']} ({d['format']}, {d['bytes']:,} bytes)")
     if d["synthetic"]:
-        print("SYNTHETIC  yes: made by timeline.synth, not measured on a GPU")
+        print("SYNTHETIC  yes: made by timeline.ingest.synth, not measured on a GPU")
     print(f"kernel     {sp['kernel']}  arch {sp['arch']}  clock {sp['clock']['name']} "
           f"{sp['clock']['hz'] / 1e6:g} MHz" + (f" + cycle counter {sp['cycles']} (hybrid)" if sp.get("cycles") else "")
           + f"  grid {sp['grid'] or '?'}")

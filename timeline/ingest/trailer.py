@@ -1,7 +1,7 @@
 """The parts of a stamp buffer around its records, checked for the collector: the
 padding columns and the trailer (the device's drop counters, each launch slot's
 header naming its step and layer), and ``Anomalies``, the report the collector's
-steps share. ``timeline.intake`` cuts the buffer; ``timeline.collect`` reads the
+steps share. ``timeline.ingest.intake`` cuts the buffer; ``timeline.collect`` reads the
 records."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline import schema as S
-from timeline.intake import CollectError, _Cut
+from timeline.contract import schema as S
+from timeline.ingest.intake import CollectError, _Cut
 
 
 # -- anomalies ------------------------------------------------------------------------

@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline.analysis import AnalysisError, _only
-from timeline.grouped import f64 as _f64
+from timeline.core import rows as R
+from timeline.analysis.stages import AnalysisError, _only
+from timeline.core.grouped import f64 as _f64
 
 _LEGACY_INTERVALS = (("hint_wait_us", "start→hint"), ("staging_us", "hint→staged"),
                      ("compute_us", "staged→compute"), ("epilogue_us", "compute→end"))

@@ -3,7 +3,7 @@
 Each rank has its own clock. Traces of the same rank (launches captured in separate
 buffers) share that clock, so they are put on one axis exactly, from the raw ticks.
 Different ranks: when every rank's spec carries calibrations of its clock against
-the host's (``timeline.clocks.with_calibrations``, measured by
+the host's (``timeline.contract.clocks.with_calibrations``, measured by
 ``instrument.calibrate``), each rank's origin is placed on the host clock and the
 skew between ranks is what was measured, within the uncertainty each rank's spec
 then states (``extra["alignment"]``). Otherwise the ranks can only be aligned by
@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import clocks as K
-from timeline import schema as S
-from timeline import rows as R
-from timeline.trace import Trace, retime
+from timeline.contract import clocks as K
+from timeline.contract import schema as S
+from timeline.core import rows as R
+from timeline.core.trace import Trace, retime
 
 
 class MergeError(ValueError):
@@ -165,10 +165,10 @@ def _origins(tasks: pa.Table, spec_of_rank: dict, first) -> dict:
 
 
 def _with_causality(trace: Trace) -> Trace:
-    """``trace`` with its causality violations (``timeline.edges``) counted among its
+    """``trace`` with its causality violations (``timeline.analysis.edges``) counted among its
     anomalies, when its spec declares a task graph and a wait: across ranks the
     independent check of how the ranks were aligned."""
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     if not (trace.spec.graph and trace.spec.wait) or trace.tasks.num_rows == 0:
         return trace
@@ -181,7 +181,7 @@ def _with_causality(trace: Trace) -> Trace:
 
 def _by_clocks(spec_of_rank: dict, origins: dict):
     """Each rank's offset (ns added to its own axis) and uncertainty when every rank's
-    clock was calibrated (``timeline.clocks``) and there are several: the rank's origin
+    clock was calibrated (``timeline.contract.clocks``) and there are several: the rank's origin
     placed on the host clock, the earliest at 0. None otherwise."""
     cals = {r: K.calibrations_of(sp) for r, sp in spec_of_rank.items()}
     if len(cals) < 2 or not all(cals.values()):
@@ -214,4 +214,4 @@ def _uncalibrated(ranks, align, spec_of_rank) -> tuple:
     why = f"ranks {missing} carry no clock calibration" if missing else "align= was asked for"
     return (f"ranks {ranks} are aligned {how}, not by measured clocks ({why}): the skew between ranks is "
             "assumed, not measured, and cross-rank order is not evidence (calibrate each rank with "
-            "instrument.calibrate and record it with timeline.clocks.with_calibrations)",)
+            "instrument.calibrate and record it with timeline.contract.clocks.with_calibrations)",)

@@ -29,12 +29,12 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline import grouped as GR
-from timeline.analysis import overlapping_tasks
-from timeline import schema as S
-from timeline import rows as R
-from timeline.collect import CollectError, collect
-from timeline.trace import Trace, anomalies_table
+from timeline.core import grouped as GR
+from timeline.analysis.stages import overlapping_tasks
+from timeline.contract import schema as S
+from timeline.core import rows as R
+from timeline.ingest.collect import CollectError, collect
+from timeline.core.trace import Trace, anomalies_table
 
 LEGACY_COLS = 8
 LEGACY_PHASES = ("start", "hint", "staged", "compute", "end")  # columns 0-4
@@ -223,7 +223,7 @@ def import_legacy(paths, *, grid: int = 0, base_order=None, stages=None, arch: s
                   strict: bool = False) -> Trace:
     """Several ranks' legacy files into one multi-rank trace: the rank from each
     file's ``rank<r>/`` folder, else its position in ``paths``."""
-    from timeline.merge import merge
+    from timeline.ingest.merge import merge
 
     files = [read_legacy(p, stages) for p in paths]
     ranks = [f.rank if f.rank is not None else i for i, f in enumerate(files)]

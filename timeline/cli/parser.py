@@ -6,7 +6,7 @@ instead of raising, so tests call it in-process; the console script and
 the wrong size, an unknown stage, a file that is not a trace) is one ``error:`` line
 on stderr saying what and where, never a traceback: the library's own errors
 (``TraceFileError``, ``CollectError``, ``SpecError``, ``MergeError``,
-``AnalysisError``) already carry that message. The commands: ``timeline.commands``.
+``AnalysisError``) already carry that message. The commands: ``timeline.cli.commands``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 import sys
 
 from timeline._version import __version__
-from timeline.argtypes import int_list, str_list
+from timeline.cli.argtypes import int_list, str_list
 
 MAIN_EPILOG = """\
 examples:
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
              "examples:\n"
              "  timeline convert stamps.bin --spec spec.json -o run.arrow\n"
              "  timeline convert rank3.npy --spec spec.json --rank 3 -o r3.parquet --strict\n\n"
-             "The spec is the JSON of timeline.schema.Spec (docs/FORMAT.md), or an existing trace file\n"
+             "The spec is the JSON of timeline.contract.schema.Spec (docs/FORMAT.md), or an existing trace file\n"
              "whose spec to reuse. A .bin is the kernel's int64 words as written\n"
              "(tensor.cpu().numpy().tofile(path)). Anomalies are reported and the rows concerned\n"
              "flagged or dropped; --strict makes any anomaly an error (exit 2).")
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="launch: a typical launch of each (default); trace: each trace whole")
     _json_option(p)
 
-    p = _sub(subs, "set-graph", "timeline.graph_commands:cmd_set_graph",
+    p = _sub(subs, "set-graph", "timeline.cli.graph_commands:cmd_set_graph",
              "attach a task graph (which tasks each task waits for) to a trace",
              "examples:\n"
              "  timeline set-graph traces/h200_mono_demo.arrow --preset triton-ffn -o demo_g.arrow\n"
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "stage,task,producer_stage,producer_task[,launch]")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
 
-    p = _sub(subs, "edges", "timeline.graph_commands:cmd_edges",
+    p = _sub(subs, "edges", "timeline.cli.graph_commands:cmd_edges",
              "which producer held each task's wait, per stage (needs a task graph)",
              "examples:\n"
              "  timeline edges demo_g.arrow\n"
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="EDGES.arrow|.parquet", help="write the edges table")
     _json_option(p)
 
-    p = _sub(subs, "whatif", "timeline.graph_commands:cmd_whatif",
+    p = _sub(subs, "whatif", "timeline.cli.graph_commands:cmd_whatif",
              "predict the kernel time if some phases took longer or shorter (needs a task graph)",
              "examples:\n"
              "  timeline whatif demo_g.arrow --scale norm.compute=0.5\n"
@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perfetto", metavar="OUT.pftrace", help="Perfetto protobuf trace")
     _selection_options(p, stages=True)
 
-    p = _sub(subs, "info", "timeline.info_commands:cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
+    p = _sub(subs, "info", "timeline.cli.info_commands:cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
              "examples:\n  timeline info run.arrow\n  timeline info run.arrow --json")
     p.add_argument("trace", metavar="TRACE")
     _json_option(p)
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
              "examples:\n"
              "  timeline synth -o demo.arrow\n"
              "  timeline synth -o big.arrow --ranks 8 --waves 8 --grid 256 --launches 2\n\n"
-             "The GLM-5 layer's stage list run by timeline.synth's discrete-event model, written in the\n"
+             "The GLM-5 layer's stage list run by timeline.ingest.synth's discrete-event model, written in the\n"
              "device layout and decoded by the real collector. Labelled synthetic in the file.")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
     p.add_argument("--ranks", type=int, default=1, help="tensor-parallel ranks (default 1)")
@@ -294,7 +294,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from timeline import commands as K
+    from timeline.cli import commands as K
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
     try:

@@ -4,7 +4,7 @@
   end, span, share of the kernel span, p50 / p90 of every phase interval;
 - ``concurrency``: how many CTAs are inside each stage over time;
 - ``idle_per_cta`` / ``idle_gaps``: time a CTA (a wave) spends between its tasks;
-- ``critical_path`` (``timeline.critical``): the chain of tasks, waits and idle time
+- ``critical_path`` (``timeline.analysis.critical``): the chain of tasks, waits and idle time
   behind a launch's end.
 
 Conventions: times named ``*_ns`` are int64 ns on the trace's axis (from the trace
@@ -18,11 +18,11 @@ says a missing mark inherits. Rows without a placement word (CTA unknown) take p
 in the stage report but not in the per-CTA analyses.
 
 The GLM-5 kernel's own host reports (``timeline_report()``, ``profile_summary.py``)
-live in ``timeline.legacy_reports``.
+live in ``timeline.analysis.legacy_reports``.
 
-Everything is columnar numpy over whole tables (``timeline.grouped``): sorts,
+Everything is columnar numpy over whole tables (``timeline.core.grouped``): sorts,
 running maxima with group offsets, ``bincount``; there is no per-row Python loop.
-Selections, columns and extents: ``timeline.rows``.
+Selections, columns and extents: ``timeline.core.rows``.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import grouped as GR
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.contract import schema as S
 
 _NULL = S.NS_MISSING  # sentinel for a null ns value inside numpy
 
 
-from timeline.critical import CRITICAL_PATH_SCHEMA, critical_path  # noqa: E402,F401  (the analyses' API)
-from timeline.grouped import AnalysisError  # noqa: E402,F401
+from timeline.analysis.critical import CRITICAL_PATH_SCHEMA, critical_path  # noqa: E402,F401  (the analyses' API)
+from timeline.core.grouped import AnalysisError  # noqa: E402,F401
 
 
 def stage_report(trace, *, by_launch: bool = False, ranks=None, launches=None,

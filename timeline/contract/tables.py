@@ -1,6 +1,6 @@
 """The Arrow tables of a trace: the tasks table's schema (per phase and mark columns),
 the intervals table, the anomaly report and its kinds, the row flags, and the file
-metadata keys. Part of the contract of ``timeline.schema``, which re-exports every
+metadata keys. Part of the contract of ``timeline.contract.schema``, which re-exports every
 name here."""
 
 from __future__ import annotations

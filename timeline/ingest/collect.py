@@ -9,11 +9,11 @@ exactly the spec's is refused, never guessed at. All work is columnar numpy over
 the whole buffer; there is no per-row Python loop.
 
 The steps: read the buffer and cut it into records and trailer by the layout
-(``timeline.intake``), place a hybrid build's cycle counts on its clock
+(``timeline.ingest.intake``), place a hybrid build's cycle counts on its clock
 (``_on_global_clock``), then, each a function below, per record decide unwritten / impossible
 / bad placement / outside the launch window (``_screen``), flag the rows kept
 (``_flag``), and build the tasks table (``_tasks_table``). One ``Anomalies``
-accumulator (``timeline.trailer``, with the checks of padding and trailer) collects
+accumulator (``timeline.ingest.trailer``, with the checks of padding and trailer) collects
 what each step could not vouch for.
 """
 
@@ -25,12 +25,12 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline import hybrid as H
-from timeline import rows as R
-from timeline import schema as S
-from timeline.intake import CollectError, _Cut, buffer_name, cut_buffer, read_buffer
-from timeline.trailer import Anomalies, Slots, layout_anomalies, slot_identity
-from timeline.trace import Trace, anomalies_table
+from timeline.ingest import hybrid as H
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.ingest.intake import CollectError, _Cut, buffer_name, cut_buffer, read_buffer
+from timeline.ingest.trailer import Anomalies, Slots, layout_anomalies, slot_identity
+from timeline.core.trace import Trace, anomalies_table
 
 DEFAULT_WINDOW_GAP_MS = 100.0
 
@@ -39,7 +39,7 @@ def _options(spec, window_gap_ms, windows):
     """Check the options that come from users: a finite, positive gap and one
     ``(lo, hi)`` integer pair per launch slot."""
     if not isinstance(spec, S.Spec):
-        raise CollectError(f"collect needs a timeline.schema.Spec, got {type(spec).__name__}")
+        raise CollectError(f"collect needs a timeline.contract.schema.Spec, got {type(spec).__name__}")
     try:
         gap = float(window_gap_ms)
     except (TypeError, ValueError):
@@ -190,7 +190,7 @@ def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, wind
 
 def _on_global_clock(rec: _Records, cut: _Cut, spec: S.Spec, launch_of, acc: Anomalies):
     """A hybrid build's records with every cycle count placed on the global clock
-    (``timeline.hybrid``, in ``schema.table_clock`` ticks), and the records it could
+    (``timeline.ingest.hybrid``, in ``schema.table_clock`` ticks), and the records it could
     not place; clock changes and stray anchors are counted per launch."""
     lay, P, M = spec.layout, len(spec.phases), len(spec.marks)
     first, last = (np.ascontiguousarray(cut.records[:, S.anchor_col(lay, k)]) for k in (0, 1))
@@ -359,7 +359,7 @@ def collect(
 ) -> Trace:
     """Decode one rank's stamp buffer into a ``Trace``.
 
-    ``edges``: this capture's listed task-graph edges (``timeline.graph.Edge``s:
+    ``edges``: this capture's listed task-graph edges (``timeline.contract.graph.Edge``s:
     waits the data decides, such as MoE routing), added to the spec's graph as listed
     rules, checked against its stages and launch slots.
 
@@ -391,7 +391,7 @@ def collect(
 def with_edges(spec: S.Spec, edges) -> S.Spec:
     """``spec`` with ``edges`` (``graph.Edge``s) in its graph as listed rules, each
     edge's launch one of the spec's launch slots (or -1: every launch)."""
-    from timeline import graph as G
+    from timeline.contract import graph as G
 
     edges = [G.Edge(*e) for e in edges]
     late = [e for e in edges if e.launch >= spec.launches]

@@ -1,6 +1,6 @@
 """Ticks to exact nanoseconds: the longest span a trace may hold and the one tick -> ns
 conversion every table column goes through. Part of the contract of
-``timeline.schema``, which re-exports every name here; a clock is anything with a
+``timeline.contract.schema``, which re-exports every name here; a clock is anything with a
 ``name`` and a rate ``hz`` (``schema.Clock``)."""
 
 from __future__ import annotations

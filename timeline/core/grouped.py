@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import rows as R
+from timeline.contract import schema as S
 
 _NULL = S.NS_MISSING
 
@@ -20,7 +20,7 @@ _NULL = S.NS_MISSING
 class AnalysisError(ValueError):
     """An analysis asked of a trace that cannot answer it (phases the analysis needs,
     an empty time window, no single rank or launch to report). A selection the trace
-    does not have is ``timeline.rows.SelectionError``."""
+    does not have is ``timeline.core.rows.SelectionError``."""
 
 def group_ids(*cols):
     """Dense group ids of the rows' tuples ``cols``, numbered in lexicographic order of

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline.commands import UsageError, _load, _out_dir_exists, _title, _trace_out
-from timeline.critical import path_us
-from timeline.textout import _json_rows, format_table
+from timeline.contract import schema as S
+from timeline.cli.commands import UsageError, _load, _out_dir_exists, _title, _trace_out
+from timeline.analysis.critical import path_us
+from timeline.cli.textout import _json_rows, format_table
 
 
 EDGE_COLUMNS = ("stage", "task", "producer_stage", "producer_task")  # then optionally "launch"
@@ -37,7 +37,7 @@ def load_edges(path: str) -> list:
     if not rows or tuple(rows[0][:4]) != EDGE_COLUMNS or rows[0][4:] not in ([], ["launch"]):
         raise UsageError(f"edge list {path!r}: the first line must be {','.join(EDGE_COLUMNS)} or "
                          f"{','.join(EDGE_COLUMNS)},launch; got {','.join(rows[0]) if rows else 'an empty file'}")
-    from timeline.graph import Edge
+    from timeline.contract.graph import Edge
 
     out = []
     for i, r in enumerate(rows[1:], start=2):
@@ -51,7 +51,7 @@ def load_edges(path: str) -> list:
 
 
 def cmd_set_graph(args) -> int:
-    from timeline import presets
+    from timeline.contract import presets
 
     if (args.preset is None) == (args.graph is None):
         both = ", not both" if args.preset is not None else ""
@@ -74,7 +74,7 @@ def cmd_set_graph(args) -> int:
         if not isinstance(graph, dict):
             raise UsageError(f"graph file {args.graph!r}: a graph is {{stage: [rule, ...]}}; see docs/GRAPH.md")
     if args.edges:
-        from timeline.collect import with_edges
+        from timeline.ingest.collect import with_edges
 
         graph = with_edges(trace.spec.replace(graph=graph), load_edges(args.edges)).graph
     try:
@@ -90,7 +90,7 @@ def cmd_set_graph(args) -> int:
 
 
 def cmd_edges(args) -> int:
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     trace = _load(args.trace)
     g = E.edges(trace)
@@ -117,7 +117,7 @@ def cmd_edges(args) -> int:
 def per_stage(trace, g) -> pa.Table:
     """Per stage: tasks, how many each kind of edge held, the median slack of the
     edges that did not, and the causality violations."""
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     m = g.tasks
     held = np.where(g.gate >= 0, g.kind[np.maximum(g.gate, 0)], -1)
@@ -149,7 +149,7 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
     """``summary --critical-path`` of a trace with a graph: the exact path of each
     selected launch (its last end on any rank, or on the selected ranks), its stages'
     shares, µs from the path's first start."""
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     g = E.edges(trace)
     blocks = []
@@ -176,7 +176,7 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
 
 
 def cmd_whatif(args) -> int:
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
     if not changes:

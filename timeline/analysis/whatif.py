@@ -15,7 +15,7 @@ the replay reproduces the recorded times exactly (``fidelity`` measures it; a
 prediction is only worth its fidelity).
 
 Tasks are simulated in recorded wait-end order, a topological order of the graph
-when the trace has no causality violation (``timeline.edges``); a trace with
+when the trace has no causality violation (``timeline.analysis.edges``); a trace with
 violations is refused.
 """
 
@@ -26,10 +26,10 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline import edges as E
-from timeline import grouped as GR
-from timeline import rows as R
-from timeline.grouped import AnalysisError
+from timeline.analysis import edges as E
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.core.grouped import AnalysisError
 
 
 class Change(NamedTuple):

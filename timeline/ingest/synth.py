@@ -9,7 +9,7 @@ the previous stage (a proportional block of it, or all of it for ``barrier``
 stages; across all ranks for ``allreduce`` stages) through a mailbox with a
 latency (a proportional prefix of the previous stage: a wavefront), then stages its payload, computes and publishes, each phase a lognormal
 duration. Per-wave mode jitters each wave around its CTA. The stamps are written
-into a buffer **in the device layout** (``timeline.schema``) with the rank's own
+into a buffer **in the device layout** (``timeline.contract.schema``) with the rank's own
 clock offset and tick, then the real collector decodes them.
 """
 
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 # The GLM-5 layer's stages (see shared REFERENCE), with task counts of a plausible layer.
 GLM5_STAGES = (
@@ -232,8 +232,8 @@ def glm5_spec(*, waves: int = 1, launches: int = 1, world: int = 1, arch: str = 
 
 def synth_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, **kw):
     """A synthetic multi-rank ``Trace`` through the real collector and merge."""
-    from timeline.collect import collect
-    from timeline.merge import merge
+    from timeline.ingest.collect import collect
+    from timeline.ingest.merge import merge
 
     spec = spec or glm5_spec()
     traces = [collect(buf, sp, synthetic=True) for sp, buf in synth_buffers(spec, grid=grid, seed=seed, **kw)]

@@ -3,7 +3,7 @@ in the buffer a kernel writes, how the placement word is packed, and the Arrow
 schemas the collector produces.
 
 This module is the single source of the layout arithmetic; the placement word
-(``timeline.placement``) and the Arrow tables (``timeline.tables``) are its other two
+(``timeline.contract.placement``) and the Arrow tables (``timeline.contract.tables``) are its other two
 rooms, their names re-exported here. The device helpers of
 both backends (``instrument.flydsl``, ``instrument.triton``) call ``word_offset`` /
 ``placement_hi`` at trace time with their own traced integers, the collector calls
@@ -26,7 +26,7 @@ Layout version 3 (docs/FORMAT.md has the picture):
   a counted anomaly, never another stage's rows overwritten;
 - a hybrid build (``Spec.cycles``) stamps the cycle counter in the phase and mark
   columns and two anchor columns after them: the global clock at the task's first
-  and at its last stamp (``timeline.hybrid`` places the cycles on the clock).
+  and at its last stamp (``timeline.ingest.hybrid`` places the cycles on the clock).
 
 Layout version 2 is version 3 without hybrid builds (its placement words carry
 2); version 1 the records alone, no trailer. Their buffers and trace files still
@@ -41,12 +41,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline.graph import GraphError, check_graph, graph_to_dict
-from timeline.placement import *  # noqa: F401,F403  (the contract in one namespace: placement.__all__)
-from timeline.tables import *  # noqa: F401,F403  (and tables.__all__)
-from timeline.placement import LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WORLD, READABLE_LAYOUTS
-from timeline.ticktime import *  # noqa: F401,F403  (and ticktime.__all__: ticks to exact ns)
-from timeline.ticktime import MAX_CLOCK_HZ
+from timeline.contract.graph import GraphError, check_graph, graph_to_dict
+from timeline.contract.placement import *  # noqa: F401,F403  (the contract in one namespace: placement.__all__)
+from timeline.contract.tables import *  # noqa: F401,F403  (and tables.__all__)
+from timeline.contract.placement import LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WORLD, READABLE_LAYOUTS
+from timeline.contract.ticktime import *  # noqa: F401,F403  (and ticktime.__all__: ticks to exact ns)
+from timeline.contract.ticktime import MAX_CLOCK_HZ
 
 FORMAT_NAME = "mono-timeline"
 
@@ -106,8 +106,8 @@ class Spec:
     clock; ``arch`` the target (``gfx942``, ``gfx950``, ``sm_90``, ...) which also
     says how the hardware part of the placement word decodes; ``rank`` / ``world``
     the tensor-parallel position of the GPU that wrote the buffer; ``graph`` the task
-    graph, ``{stage: [producer Rule, ...]}`` (``timeline.graph``; empty: not declared);
-    ``cycles`` makes it a hybrid build (``timeline.hybrid``): every stamp reads that
+    graph, ``{stage: [producer Rule, ...]}`` (``timeline.contract.graph``; empty: not declared);
+    ``cycles`` makes it a hybrid build (``timeline.ingest.hybrid``): every stamp reads that
     cycle counter, a task's first and last stamps also ``clock``."""
 
     kernel: str
@@ -124,7 +124,7 @@ class Spec:
     marks: tuple = ()  # per-task marks that are not ordered phases (stamped in any order)
     unstamped: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> phases it never stamps
     extra: dict = field(default_factory=dict, compare=False, hash=False)
-    graph: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> producer rules (timeline.graph)
+    graph: dict = field(default_factory=dict, compare=False, hash=False)  # stage -> producer rules (timeline.contract.graph)
     cycles: str = ""  # hybrid build: the cycle counter every stamp reads (CYCLE_COUNTERS); "": the clock alone
 
     def __post_init__(self):
@@ -365,7 +365,7 @@ def anchor_col(layout: Layout, k):
 
 def table_clock(spec: Spec) -> Clock:
     """The clock of a trace's ``*_tick`` columns: the spec's clock, or for a hybrid
-    build ns of it (``timeline.hybrid`` places each cycle count there, between the
+    build ns of it (``timeline.ingest.hybrid`` places each cycle count there, between the
     clock's steps)."""
     if not spec.cycles:
         return spec.clock

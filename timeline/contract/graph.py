@@ -6,10 +6,10 @@ task ``t`` of the consumer waits for tasks ``[lo(t), lo(t) + count)`` of stage
 constructors name the shapes the mono kernels use (``every``, ``same``, ``div``,
 ``block``, ``mod``, ``tiles``, ``allreduce``). An all-reduce rule waits for those
 tasks on every rank of the launch. Besides its rules a task waits for its own CTA's
-previous task (the rotation order): that edge is implicit (``timeline.edges``).
+previous task (the rotation order): that edge is implicit (``timeline.analysis.edges``).
 
 This module only states and checks the graph (plain Python, what a Spec stores in
-its JSON); ``timeline.edges`` reads a trace against it.
+its JSON); ``timeline.analysis.edges`` reads a trace against it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline.placement import MAX_INDEX
+from timeline.contract.placement import MAX_INDEX
 
 
 class GraphError(ValueError):

@@ -2,7 +2,7 @@
 applies. Which rows a selection names (``check``, ``select``: one error type, one
 message), a column as numpy (``column``), a task row's phase times with what was
 written (``phase_matrix``), the phase-interval rule (``phase_intervals``: a missing
-phase inherits the previous one's time, ``timeline.schema.inherit_missing``) and a
+phase inherits the previous one's time, ``timeline.contract.schema.inherit_missing``) and a
 row's extent (``extent``). The analyses, the exports, the intervals table, the CLI
 and the dashboard call these; none restates them."""
 
@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 MISSING = S.NS_MISSING  # an unwritten phase in an ns matrix
 

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import grouped as GR
-from timeline.grouped import AnalysisError
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import grouped as GR
+from timeline.core.grouped import AnalysisError
+from timeline.core import rows as R
+from timeline.contract import schema as S
 
 _NULL = S.NS_MISSING
 CRITICAL_PATH_SCHEMA = pa.schema([

@@ -1,0 +1,4 @@
+"""Data into a ``Trace``: a stamp buffer read (``intake``) and decoded (``collect``, with
+``trailer`` and ``hybrid``), several traces on one time axis (``merge``), the GLM-5
+kernel's legacy tensors (``legacy``) and the SYNTHETIC model (``synth``). The public
+functions are ``timeline.collect`` and ``timeline.merge``."""
