@@ -42,11 +42,17 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.contract.graph import GraphError, check_graph, graph_to_dict
-from timeline.contract.placement import *  # noqa: F401,F403  (the contract in one namespace: placement.__all__)
-from timeline.contract.tables import *  # noqa: F401,F403  (and tables.__all__)
-from timeline.contract.placement import LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WORLD, READABLE_LAYOUTS
-from timeline.contract.ticktime import *  # noqa: F401,F403  (and ticktime.__all__: ticks to exact ns)
-from timeline.contract.ticktime import MAX_CLOCK_HZ
+# the contract in one namespace: schema re-exports the placement word, the Arrow tables
+# and ticks to ns (each defined in its own module; __all__ at the end lists them)
+from timeline.contract.placement import (
+    AMD_HW_ID_FIELDS, ARCH_LIMITS, LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WAVE, MAX_WORLD,
+    PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, ArchLimits, Field, _bits, bad_placement, pack_placement, placement_hi,
+    unpack_placement, vendor_of)
+from timeline.contract.tables import (
+    ANOMALIES_SCHEMA, ANOMALY_KINDS, DICT_STR, INTERVALS_SCHEMA, META_ANOMALIES, META_CHECKSUM, META_CLOCK,
+    META_LAYOUT, META_ORIGIN, META_SPEC, META_SPECS, META_SYNTHETIC, META_VERSION, NOTICE_KINDS,
+    PLACEMENT_COLUMNS, Flag, interval_names, nullable_columns, tasks_schema)
+from timeline.contract.ticktime import MAX_CLOCK_HZ, MAX_SPAN_NS, SpanError, max_span_ticks, tick_ns, ticks_to_ns
 
 FORMAT_NAME = "mono-timeline"
 
@@ -448,3 +454,18 @@ def inherit_missing(columns, missing):
     return out
 
 
+__all__ = [  # its own names, then the ones it re-exports
+    "FORMAT_NAME", "DEFAULT_PHASES", "PLACEMENT_COL", "Clock", "CLOCKS", "CYCLE_COUNTERS", "SpecError",
+    "clock_of", "Spec", "Layout", "layout_of", "anchor_col", "table_clock", "phase_col", "record_index",
+    "word_offset", "in_slots", "drop_counter_word", "slot_header_word", "SLOT_VERSION",
+    "SLOT_LAYER_BITS", "SLOT_STEP_BITS", "SLOT_BASE", "pack_slot", "unpack_slot", "NS_MISSING",
+    "inherit_missing",
+    "AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_INDEX",
+    "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits",
+    "bad_placement", "pack_placement", "placement_hi", "unpack_placement", "vendor_of",
+    "ANOMALIES_SCHEMA", "ANOMALY_KINDS", "NOTICE_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA",
+    "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC",
+    "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names",
+    "nullable_columns", "tasks_schema", "MAX_CLOCK_HZ", "MAX_SPAN_NS", "SpanError", "max_span_ticks",
+    "tick_ns", "ticks_to_ns",
+]
