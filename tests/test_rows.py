@@ -61,7 +61,8 @@ def test_collect_load_info_import_no_pandas(tmp_path):
     ``timeline info`` never imports pandas (a fifth of a second of a short command)."""
     code = (
         "import sys\n"
-        "from timeline import synth, collect, load\n"
+        "from timeline import collect, load\n"
+        "from timeline.ingest import synth\n"
         "from timeline.cli.info_commands import info_dict\n"
         "from pathlib import Path\n"
         "(sp, buf), = synth.synth_buffers(synth.glm5_spec(waves=2, launches=2), grid=64, seed=3)\n"
