@@ -14,17 +14,20 @@ import contextlib
 
 from timeline.contract import schema as S
 from timeline.ingest.collect import collect
+from timeline.errors import TimelineError
 
 
-class BufferError(RuntimeError):
-    """A stamp buffer used in a way that would lose or corrupt stamps."""
+class StampBufferError(TimelineError, RuntimeError):
+    """A stamp buffer used in a way that would lose or corrupt stamps (a
+    ``RuntimeError`` too, as it always was; named so as not to shadow the builtin
+    ``BufferError``)."""
 
 
 def _torch():
     try:
         import torch
     except ImportError as e:  # pragma: no cover - torch is an extra
-        raise BufferError("instrument.buffer needs torch: pip install 'mono-timeline[amd]' or '[nvidia]'") from e
+        raise StampBufferError("instrument.buffer needs torch: pip install 'mono-timeline[amd]' or '[nvidia]'") from e
     return torch
 
 
@@ -37,7 +40,7 @@ class StampBuffer:
         self.layout = spec.layout
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise BufferError(
+            raise StampBufferError(
                 f"cannot allocate a stamp buffer on {self.device}: torch sees no GPU "
                 "(torch.cuda.is_available() is False); pass device='cpu' to build one for tests")
         self.tensor = torch.zeros(self.layout.words, dtype=torch.int64, device=self.device)
@@ -58,7 +61,7 @@ class StampBuffer:
         writes to. A clear error past the slots the spec has: stamps of two launches
         in one slot would look like one plausible, wrong launch."""
         if not 0 <= ordinal < self.layout.launches:
-            raise BufferError(
+            raise StampBufferError(
                 f"launch ordinal {ordinal} has no slot: the spec {self.spec.kernel!r} has "
                 f"{self.layout.launches} launch slots; re-allocate with "
                 f"spec.replace(launches={ordinal + 1}) or reset() between captures")
@@ -87,7 +90,7 @@ class StampBuffer:
         torch = _torch()
         if self.device.type == "cuda":
             if torch.cuda.is_current_stream_capturing():
-                raise BufferError(
+                raise StampBufferError(
                     "cannot read the stamp buffer while a CUDA graph capture is in progress; "
                     "read it after the graph is replayed and synchronized")
             torch.cuda.synchronize(self.device)

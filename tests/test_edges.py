@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from bufkit import empty, put
 from timeline import collect, load, merge
 from timeline.contract import presets
-from timeline.ingest.intake import CollectError
+from timeline.ingest import CollectError
 from timeline.analysis import edges as E
 from timeline.contract import graph as G
 from timeline.contract import schema as S
-from timeline.core.grouped import AnalysisError
+from timeline.analysis import AnalysisError
 
 REPO_TRACE = "traces/h200_mono_demo.arrow"
 SPEC = S.Spec("hand", [("a", 2), ("b", 2)], graph={"b": [G.every("a")]})

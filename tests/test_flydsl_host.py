@@ -167,7 +167,7 @@ def test_a_buffer_records_its_calibrations_in_the_trace():
 
 def test_buffer_round_trip_into_a_trace():
     torch = pytest.importorskip("torch")
-    from instrument.buffer import BufferError, alloc, capture
+    from instrument.buffer import StampBufferError, alloc, capture
 
     G, base = 64, {"norm": 0, "up": 4, "down": 68}
     buf = alloc(SPEC, "cpu")
@@ -175,7 +175,7 @@ def test_buffer_round_trip_into_a_trace():
     assert tuple(buf.records.shape) == SPEC.layout.shape
     assert buf.records.data_ptr() == buf.tensor.data_ptr()  # a view: the kernel's pointer
     assert buf.address(False) == 0 and buf.address(True) == buf.tensor.data_ptr() != 0
-    with pytest.raises(BufferError, match="no slot"):
+    with pytest.raises(StampBufferError, match="no slot"):
         buf.launch_slot(2)
     with capture(buf) as cap:
         for layer in range(2):

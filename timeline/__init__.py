@@ -17,6 +17,7 @@ from timeline._version import __version__
 
 # name -> the module that defines it (imported on first use)
 _FACE = {
+    "TimelineError": "timeline.errors",
     "CLOCKS": "timeline.contract.schema",
     "DEFAULT_PHASES": "timeline.contract.schema",
     "Clock": "timeline.contract.schema",
@@ -26,7 +27,7 @@ _FACE = {
     "Trace": "timeline.core.trace",
     "TraceFileError": "timeline.core.trace",
     "load": "timeline.core.trace",
-    "CollectError": "timeline.ingest.collect",
+    "CollectError": "timeline.ingest",
     "collect": "timeline.ingest.collect",
     "MergeError": "timeline.ingest.merge",
     "merge": "timeline.ingest.merge",

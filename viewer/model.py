@@ -31,6 +31,7 @@ import pyarrow as pa
 from timeline.contract import schema as S
 from timeline.core import rows
 from timeline.core.trace import Trace
+from timeline.errors import TimelineError
 
 GROUPINGS = ("rank", "cta", "placement", "stage")
 KEY_BITS = 41  # ns of trace span a search key holds: 2**41 ns ~ 36 minutes
@@ -38,7 +39,7 @@ KEY_SPAN = 1 << KEY_BITS
 MAX_ROWS = 1 << (62 - KEY_BITS)  # rows a search key holds
 
 
-class ViewError(ValueError):
+class ViewError(TimelineError):
     """A request the data model cannot answer (unknown grouping, trace too long)."""
 
 

@@ -14,10 +14,11 @@ import dash
 
 from timeline.contract import clocks as K
 from timeline.contract import schema as S
+from timeline.errors import TimelineError
 from viewer import figures as F
 from viewer import model as M
 from viewer.page import msg
-from viewer.sources import Catalog, SourceError, Store
+from viewer.sources import Catalog, Store
 
 FIRST_VIEW_CACHE = 8  # first views (wiring.first_view) kept, by address
 VIEW_CACHE = 4  # row layouts (model.View) kept per trace
@@ -43,8 +44,7 @@ def guarded(*fallback, named=None):
                 raise
             except Exception as e:  # noqa: BLE001 - every failure becomes a message
                 log.exception("callback %s failed", fn.__name__)
-                text = str(e) if isinstance(e, (SourceError, M.ViewError, ValueError)) else \
-                    f"{type(e).__name__}: {e}"
+                text = str(e) if isinstance(e, TimelineError) else f"{type(e).__name__}: {e}"
                 out = tuple(msg(f"{fn.__name__.replace('_', ' ')}: {text}") if f is ERROR else f
                             for f in fallback)
                 return named(*out) if named else out if len(out) > 1 else out[0]

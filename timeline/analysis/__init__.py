@@ -8,12 +8,20 @@ on first use:
 - ``compare``: a typical launch and the per-stage delta of two traces;
 - ``legacy_reports``: the GLM-5 kernel's own host reports."""
 
+from timeline.errors import TimelineError
+
+
+class AnalysisError(TimelineError):
+    """An analysis asked of a trace that cannot answer it (phases the analysis needs,
+    an empty time window, no single rank or launch to report). A selection the trace
+    does not have is ``timeline.core.rows.SelectionError``."""
+
+
 # name -> the module that defines it (imported on first use)
 _FACE = {
     **dict.fromkeys(["stage_report", "concurrency", "idle_per_cta", "idle_gaps", "overlapping_tasks",
                      "coarsen"], "timeline.analysis.stages"),
     **dict.fromkeys(["critical_path", "CRITICAL_PATH_SCHEMA", "path_us"], "timeline.analysis.critical"),
-    **dict.fromkeys(["AnalysisError"], "timeline.core.grouped"),
     **dict.fromkeys(["causality_anomalies", "edges_table", "exact_path", "path_shares"], "timeline.analysis.edges"),
     **dict.fromkeys(["Change", "parse_change", "replay", "predict", "fidelity"], "timeline.analysis.whatif"),
     **dict.fromkeys(["median_per_stage", "median_launch", "typical_launch", "compare_table"],
@@ -22,7 +30,7 @@ _FACE = {
                     "timeline.analysis.legacy_reports"),
 }
 
-__all__ = list(_FACE)
+__all__ = ["AnalysisError", *_FACE]
 
 
 def __getattr__(name):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline.core import grouped as GR
-from timeline.core.grouped import AnalysisError
+from timeline.analysis import AnalysisError
 from timeline.core import rows as R
 from timeline.contract import schema as S
 

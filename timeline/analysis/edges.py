@@ -30,7 +30,7 @@ import pyarrow as pa
 from timeline.contract import clocks as K
 from timeline.core import grouped as GR
 from timeline.core import rows as R
-from timeline.core.grouped import AnalysisError
+from timeline.analysis import AnalysisError
 
 KINDS = ("data", "all-reduce", "cta-order")
 EDGES_SCHEMA = pa.schema([

@@ -39,7 +39,7 @@ _NULL = S.NS_MISSING  # sentinel for a null ns value inside numpy
 
 
 from timeline.analysis.critical import CRITICAL_PATH_SCHEMA, critical_path  # noqa: E402,F401  (the analyses' API)
-from timeline.core.grouped import AnalysisError  # noqa: E402,F401
+from timeline.analysis import AnalysisError  # noqa: E402,F401
 
 
 def stage_report(trace, *, by_launch: bool = False, ranks=None, launches=None,

@@ -29,7 +29,7 @@ import pyarrow as pa
 from timeline.analysis import edges as E
 from timeline.core import grouped as GR
 from timeline.core import rows as R
-from timeline.core.grouped import AnalysisError
+from timeline.analysis import AnalysisError
 
 
 class Change(NamedTuple):

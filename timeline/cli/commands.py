@@ -17,11 +17,12 @@ from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline.cli.textout import Progress, _json_rows, format_table
 from timeline.core.trace import TRACE_EXTENSIONS, file_format
+from timeline.errors import TimelineError
 
 SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
 
 
-class UsageError(ValueError):
+class UsageError(TimelineError):
     """A command line that names something the input does not have."""
 
 

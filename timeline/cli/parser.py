@@ -17,6 +17,7 @@ import sys
 
 from timeline._version import __version__
 from timeline.cli.argtypes import int_list, str_list
+from timeline.errors import TimelineError
 
 MAIN_EPILOG = """\
 examples:
@@ -275,13 +276,10 @@ def tune_process() -> None:
 
 
 def documented(e: BaseException) -> bool:
-    """Is ``e`` one of the library's documented errors (``UsageError``,
-    ``TraceFileError``, ``CollectError``, ``SpecError``, ``MergeError``,
-    ``SelectionError``, ``AnalysisError``, ``ExportError``...): a ``ValueError``
-    subclass defined in a ``timeline`` module, whose message says what is wrong and
-    how to fix it? Anything else is a bug and keeps its traceback."""
-    cls = type(e)
-    return isinstance(e, ValueError) and cls is not ValueError and cls.__module__.split(".")[0] == "timeline"
+    """Is ``e`` one of the library's documented errors (a ``TimelineError``: its
+    message says what is wrong and how to fix it)? Anything else is a bug and keeps
+    its traceback."""
+    return isinstance(e, TimelineError)
 
 
 def main(argv=None) -> int:

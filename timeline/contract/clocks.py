@@ -26,8 +26,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from timeline.errors import TimelineError
 
-class ClockError(ValueError):
+
+class ClockError(TimelineError):
     """A calibration that cannot be read: no rounds, answers before the question, or
     two calibrations of different devices or too close together to give a drift."""
 

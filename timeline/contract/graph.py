@@ -19,9 +19,10 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.contract.placement import MAX_INDEX
+from timeline.errors import TimelineError
 
 
-class GraphError(ValueError):
+class GraphError(TimelineError):
     """A task graph that names an unknown stage, or producer tasks a stage does not have."""
 
 

@@ -53,6 +53,7 @@ from timeline.contract.tables import (
     META_LAYOUT, META_ORIGIN, META_SPEC, META_SPECS, META_SYNTHETIC, META_VERSION, NOTICE_KINDS,
     PLACEMENT_COLUMNS, Flag, interval_names, nullable_columns, tasks_schema)
 from timeline.contract.ticktime import MAX_CLOCK_HZ, MAX_SPAN_NS, SpanError, max_span_ticks, tick_ns, ticks_to_ns
+from timeline.errors import TimelineError
 
 FORMAT_NAME = "mono-timeline"
 
@@ -79,7 +80,7 @@ CYCLE_COUNTERS = {  # the per-SM / per-CU cycle counters a hybrid build stamps (
 }
 
 
-class SpecError(ValueError):
+class SpecError(TimelineError):
     """A spec that cannot describe a timeline build (bad names, counts, clock)."""
 
 

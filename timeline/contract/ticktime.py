@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from timeline.errors import TimelineError
+
 MAX_SPAN_NS = 1 << 53  # the longest trace: every ns value exact in float64, as readers compute
 MAX_CLOCK_HZ = 9_000_000_000  # (tick % hz) * 1e9 must fit int64 in ticks_to_ns
 
 
-class SpanError(ValueError):
+class SpanError(TimelineError):
     """Ticks that no exact ns value on a trace's time axis can hold."""
 
 

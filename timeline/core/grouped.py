@@ -17,11 +17,6 @@ from timeline.contract import schema as S
 _NULL = S.NS_MISSING
 
 
-class AnalysisError(ValueError):
-    """An analysis asked of a trace that cannot answer it (phases the analysis needs,
-    an empty time window, no single rank or launch to report). A selection the trace
-    does not have is ``timeline.core.rows.SelectionError``."""
-
 def group_ids(*cols):
     """Dense group ids of the rows' tuples ``cols``, numbered in lexicographic order of
     the tuples, the number of groups, and each group's tuple (one array per column).

@@ -15,11 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline.contract import schema as S
+from timeline.errors import TimelineError
 
 MISSING = S.NS_MISSING  # an unwritten phase in an ns matrix
 
 
-class SelectionError(ValueError):
+class SelectionError(TimelineError):
     """A selection names a rank, launch or stage the trace does not have, or is not a list."""
 
 

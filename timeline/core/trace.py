@@ -21,12 +21,13 @@ import pyarrow.compute as pc
 from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline._version import __version__
+from timeline.errors import TimelineError
 
 ARROW_EXTENSIONS = (".arrow", ".feather", ".ipc")  # Arrow IPC file, zstd
 TRACE_EXTENSIONS = ARROW_EXTENSIONS + (".parquet",)  # what save writes and viewers list
 
 
-class TraceFileError(ValueError):
+class TraceFileError(TimelineError):
     """A file that is missing, not a trace, or written by an incompatible release."""
 
 

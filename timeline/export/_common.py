@@ -20,11 +20,12 @@ import pyarrow.compute as pc
 from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline.core.trace import Trace
+from timeline.errors import TimelineError
 
 CHUNK_ROWS = 1 << 13  # task rows per streamed chunk: bounds memory, keeps numpy ops large (bench/export.py)
 
 
-class ExportError(ValueError):
+class ExportError(TimelineError):
     """An export request that names rows the trace does not have, or an unwritable target."""
 
 

@@ -28,7 +28,8 @@ import pyarrow as pa
 from timeline.ingest import hybrid as H
 from timeline.core import rows as R
 from timeline.contract import schema as S
-from timeline.ingest.intake import CollectError, _Cut, buffer_name, cut_buffer, read_buffer
+from timeline.ingest import CollectError
+from timeline.ingest.intake import _Cut, buffer_name, cut_buffer, read_buffer
 from timeline.ingest.trailer import Anomalies, Slots, layout_anomalies, slot_identity
 from timeline.core.trace import Trace, anomalies_table
 

@@ -13,10 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.contract import schema as S
-
-
-class CollectError(ValueError):
-    """A buffer that cannot be decoded against its spec, or (strict) one with anomalies."""
+from timeline.ingest import CollectError
 
 
 # -- reading ------------------------------------------------------------------------

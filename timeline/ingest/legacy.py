@@ -33,7 +33,8 @@ from timeline.core import grouped as GR
 from timeline.analysis.stages import overlapping_tasks
 from timeline.contract import schema as S
 from timeline.core import rows as R
-from timeline.ingest.collect import CollectError, collect
+from timeline.ingest import CollectError
+from timeline.ingest.collect import collect
 from timeline.core.trace import Trace, anomalies_table
 
 LEGACY_COLS = 8

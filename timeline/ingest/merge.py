@@ -25,9 +25,10 @@ from timeline.contract import clocks as K
 from timeline.contract import schema as S
 from timeline.core import rows as R
 from timeline.core.trace import Trace, retime
+from timeline.errors import TimelineError
 
 
-class MergeError(ValueError):
+class MergeError(TimelineError):
     """Traces that cannot share one time axis (other stages or phases, bad alignment)."""
 
 

@@ -11,7 +11,8 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.contract import schema as S
-from timeline.ingest.intake import CollectError, _Cut
+from timeline.ingest import CollectError
+from timeline.ingest.intake import _Cut
 
 
 # -- anomalies ------------------------------------------------------------------------
