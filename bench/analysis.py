@@ -8,7 +8,7 @@ about 10x the time).
 Traces are SYNTHETIC (``timeline.ingest.synth``: the GLM-5 stage list, 8 waves, grid 256,
 ranks x launches to reach the size), built once per size; each analysis is timed
 as the median of 3 runs on the same trace (its intervals table already derived, as
-in the dashboard), in a process tuned as the commands run (``timeline.cli.parser.tune_process``).
+in the dashboard), in a process tuned as the commands run (``timeline.core.process.tune_process``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
     a = ap.parse_args(argv)
-    from timeline.cli.parser import tune_process
+    from timeline.core.process import tune_process
 
     tune_process()  # as the timeline and timeline-view commands run
     results, sizes = {}, []

@@ -110,7 +110,7 @@ def one(mode: str, stamps: int) -> dict:
     if mode == "ktrace":
         return ktrace_one(stamps)
     if mode == "collect-tuned":
-        from timeline.cli.parser import tune_process
+        from timeline.core.process import tune_process
 
         tune_process()
     sp, buf = make_buffer(stamps)
@@ -149,7 +149,7 @@ def main():
         return
     print("timeline.collect vs a per-record Python decoder (SYNTHETIC buffers, one process each)")
     print("cold = the first decode in a fresh process (page faults included); warm = median of 4 more;")
-    print("collect-tuned = as the timeline / timeline-view commands run (timeline.cli.parser.tune_process: numpy's")
+    print("collect-tuned = as the timeline / timeline-view commands run (timeline.core.process.tune_process: numpy's")
     print("    huge-page madvise off, glibc keeps freed pages); collect = the library in a default process")
     print(f"{'stamps':>10} {'decoder':>12} {'cold s':>8} {'Mstamps/s':>10} {'warm s':>8} {'Mstamps/s':>10}"
           f" {'peak+MB':>8} {'buffer MB':>9} {'speedup cold':>12} {'warm':>6}")

@@ -138,7 +138,7 @@ def plain_write(path: str, mb: float) -> dict:
 
 
 def one(mode: str, a) -> dict:
-    from timeline.cli.parser import tune_process
+    from timeline.core.process import tune_process
 
     if mode == "plain_write":
         return plain_write(os.path.join(a.dir, "out.plain"), a.plain_mb)

@@ -1,7 +1,8 @@
-"""The ``timeline`` commands (``cmd_*``, one per subcommand) and the checks of what
-a command line names: files, specs, ranks, launches, stages. ``timeline.cli`` parses
-the command line and calls them; bad input is a ``UsageError`` or one of the
-library's own errors, which ``cli.main`` prints as one line."""
+"""The ``timeline`` commands on trace files (``cmd_*``, one per subcommand: convert,
+summary, compare, export, merge, import-legacy, synth). ``timeline.cli.parser``
+parses the command line and calls them; the checks and helpers every command
+shares are ``timeline.cli.common``; bad input is a ``UsageError`` or one of the
+library's own errors (``TimelineError``), which ``parser.main`` prints as one line."""
 
 from __future__ import annotations
 
@@ -15,95 +16,10 @@ import pyarrow as pa
 from timeline.contract import clocks as K
 from timeline.core import rows as R
 from timeline.contract import schema as S
-from timeline.cli.textout import Progress, _json_rows, format_table
-from timeline.core.trace import TRACE_EXTENSIONS, file_format
-from timeline.errors import TimelineError
+from timeline.cli.common import UsageError, load_spec, load_trace, out_dir_exists, title, trace_out
+from timeline.cli.textout import Progress, json_rows, format_table
 
 SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
-
-
-class UsageError(TimelineError):
-    """A command line that names something the input does not have."""
-
-
-def _trace_out(path: str) -> Path:
-    """An output trace path: a known extension and an existing folder."""
-    p = Path(path)
-    if p.suffix.lower() not in TRACE_EXTENSIONS:
-        raise UsageError(f"output {path!r}: a trace file ends in .arrow (Arrow IPC) or .parquet")
-    _out_dir_exists(p)
-    return p
-
-
-def _out_dir_exists(p: Path):
-    """An output path the command can write without blocking: its folder exists and
-    it is a new or regular file (not a FIFO, whose open would wait for a reader)."""
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {str(p)!r}: folder {str(parent)!r} does not exist")
-    if p.exists() and not p.is_file():
-        raise UsageError(f"cannot write {str(p)!r}: it is not a regular file (a folder, FIFO or device); "
-                         "give a file name")
-
-
-def _load(path: str):
-    """``timeline.load``, its notes (what it could not check) printed to stderr."""
-    from timeline.core.trace import load
-
-    trace = load(path)
-    for note in trace.notes:
-        print(f"note: {note}", file=sys.stderr)
-    return trace
-
-
-def _load_spec(path: str) -> S.Spec:
-    """A Spec from a JSON file (``Spec.to_json`` / docs/FORMAT.md), or from an existing
-    trace file's metadata."""
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"spec file {path!r} does not exist")
-    if p.is_dir():
-        raise UsageError(f"spec {path!r} is a folder; give the spec JSON file")
-    if file_format(p) is not None:
-        return _load(path).spec
-    try:
-        d = json.loads(p.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"spec file {path!r} is not valid JSON: {e}") from None
-    if not isinstance(d, dict) or "kernel" not in d or "stages" not in d:
-        raise UsageError(
-            f"spec file {path!r} is not a timeline spec: it needs at least \"kernel\" and "
-            "\"stages\" ([[name, task_count], ...]); see docs/FORMAT.md or Spec.to_json()")
-    try:
-        return S.Spec.from_dict(d)
-    except (TypeError, ValueError, KeyError) as e:
-        if isinstance(e, S.SpecError):
-            raise
-        raise S.SpecError(f"spec file {path!r}: {e}") from None
-
-
-def _title(trace) -> str:
-    sp = trace.spec
-    mhz = sp.clock.hz / 1e6
-    lines = [f"{sp.kernel} · {sp.arch} · clock {sp.clock.name} {mhz:g} MHz · ranks {trace.ranks} · "
-             f"launches {trace.launches}"]
-    if sp.cycles:
-        lines.append(f"hybrid clock: phases on the {sp.cycles} cycle counter, placed on {sp.clock.name} "
-                     "(timeline.ingest.hybrid)")
-    if trace.synthetic:
-        lines.append("SYNTHETIC trace (timeline.ingest.synth model): not measured on a GPU")
-    if len(trace.ranks) > 1:
-        aligned = K.alignment_of(trace)
-        if all(a.measured for a in aligned):
-            worst = max(a.uncertainty_ns for a in aligned)
-            lines.append(f"ranks aligned by their measured clocks, each within ± {worst:,.0f} ns (`timeline info`)")
-        else:
-            lines.append(f"ranks aligned by {aligned[0].by}: ASSUMED, the skew between ranks is not measured "
-                         "(`timeline info`)")
-    n = trace.anomaly_count
-    if n:
-        lines.append(f"anomalies: {trace.anomaly_summary()} (see `timeline info`)")
-    return "\n".join(lines)
 
 
 # -- commands --------------------------------------------------------------------------
@@ -111,10 +27,10 @@ def cmd_convert(args) -> int:
     from timeline.ingest.collect import collect
     from timeline.cli.graph_commands import load_edges
 
-    out = _trace_out(args.output)
+    out = trace_out(args.output)
     if not Path(args.buffer).exists():
         raise UsageError(f"stamp buffer file {args.buffer!r} does not exist")
-    spec = _load_spec(args.spec)
+    spec = load_spec(args.spec)
     if args.rank is not None:
         spec = spec.replace(rank=args.rank, world=max(spec.world, args.rank + 1))
     with Progress("convert", total=2, enabled=not args.quiet) as bar:
@@ -136,7 +52,7 @@ def cmd_summary(args) -> int:
     from timeline.analysis import compare as C
     from timeline.analysis import legacy_reports as LR
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     ranks, launches, _ = R.check(trace, args.rank, args.launch)
     if args.profile_csv:
         for r in ranks or trace.ranks:
@@ -151,10 +67,10 @@ def cmd_summary(args) -> int:
         if args.json:
             rows = []
             for r, launch, t in blocks:
-                rows += [{"rank": r, "launch": launch, **row} for row in _json_rows(t)]
+                rows += [{"rank": r, "launch": launch, **row} for row in json_rows(t)]
             _print_json(trace, "legacy", rows, by_launch=True)
             return 0
-        print(_title(trace))
+        print(title(trace))
         for r, launch, t in blocks:
             print(f"\nrank {r} launch {launch}: the kernel's timeline_report(), µs from the earliest start "
                   "[first start | median hint | last end], then median phases (torch's median; a missing "
@@ -175,9 +91,9 @@ def cmd_summary(args) -> int:
         table = A.stage_report(trace, by_launch=args.by_launch, ranks=ranks, launches=launches)
         scope = "µs from the earliest start" + (" of each rank's launch" if args.by_launch else "")
     if args.json:
-        _print_json(trace, "typical_launch" if typical else "stage", _json_rows(table), by_launch=args.by_launch)
+        _print_json(trace, "typical_launch" if typical else "stage", json_rows(table), by_launch=args.by_launch)
         return 0
-    print(_title(trace))
+    print(title(trace))
     print(f"stage report, {scope}; share = stage span / kernel span; interval columns are per-row "
           "p50 / p90 (µs)\n")
     print(format_table(table))
@@ -194,9 +110,9 @@ def _summary_idle(trace, args, ranks, launches) -> int:
     gaps = A.idle_gaps(trace, ranks=ranks, launches=launches)
     gaps = gaps.take(pa.array(np.argsort(-R.numpy(gaps.column("duration_ns")), kind="stable")[:IDLE_GAPS]))
     if args.json:
-        _print_json(trace, "idle", _json_rows(t), by_launch=True, gaps=_json_rows(gaps))
+        _print_json(trace, "idle", json_rows(t), by_launch=True, gaps=json_rows(gaps))
         return 0
-    print(_title(trace))
+    print(title(trace))
     print("idle per CTA, the idlest first: time between a CTA's tasks inside its launch (ns)\n")
     print(format_table(t))
     print(f"\nthe {gaps.num_rows} largest gaps between a wave's tasks (ns), and the stages around them\n")
@@ -221,10 +137,10 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
             if C.launch_pairs(trace, ranks=[r], launches=[launch]):
                 blocks.append((r, launch, path_us(A.critical_path(trace, rank=r, launch=launch))))
     if args.json:
-        rows = [{"rank": r, "launch": la, **row} for r, la, t in blocks for row in _json_rows(t)]
+        rows = [{"rank": r, "launch": la, **row} for r, la, t in blocks for row in json_rows(t)]
         _print_json(trace, "critical_path", rows, by_launch=True)
         return 0
-    print(_title(trace))
+    print(title(trace))
     for r, launch, t in blocks:
         print(f"\nrank {r} launch {launch}: critical path (a heuristic: see timeline.analysis.critical), µs from the "
               "path's first start")
@@ -237,7 +153,7 @@ def cmd_compare(args) -> int:
     from timeline.analysis import compare as C
     from timeline.analysis import stages as A
 
-    a, b = _load(args.a), _load(args.b)
+    a, b = load_trace(args.a), load_trace(args.b)
     per_launch = args.scope == "launch"
     ra, rb = (C.typical(A.stage_report(t, by_launch=per_launch), per_launch) for t in (a, b))
     rows = C.compare_table(ra, rb)
@@ -275,8 +191,8 @@ def cmd_export(args) -> int:
         raise UsageError("nothing to export: give --chrome OUT.json and/or --perfetto OUT.pftrace")
     for p in (args.chrome, args.perfetto):
         if p:
-            _out_dir_exists(Path(p))
-    trace = _load(args.trace)
+            out_dir_exists(Path(p))
+    trace = load_trace(args.trace)
     sel = R.check(trace, args.rank, args.launch, args.stage)._asdict()
     if args.chrome:
         from timeline.export.chrome import write_chrome
@@ -298,11 +214,11 @@ def cmd_export(args) -> int:
 def cmd_merge(args) -> int:
     from timeline.ingest.merge import merge
 
-    out = _trace_out(args.output)
+    out = trace_out(args.output)
     traces = []
     with Progress("load", total=len(args.traces), enabled=not args.quiet) as bar:
         for p in args.traces:
-            traces.append(_load(p))
+            traces.append(load_trace(p))
             bar.update()
     merged = merge(traces, align=args.align)
     for note in merged.notes:
@@ -332,7 +248,7 @@ def _stage_list(text: str):
 def cmd_import_legacy(args) -> int:
     from timeline.ingest.legacy import import_legacy
 
-    out = _trace_out(args.output)
+    out = trace_out(args.output)
     for p in args.files:
         if not Path(p).exists():
             raise UsageError(f"legacy trace {p!r} does not exist")
@@ -352,7 +268,7 @@ def cmd_import_legacy(args) -> int:
 def cmd_synth(args) -> int:
     from timeline.ingest import synth
 
-    out = _trace_out(args.output)
+    out = trace_out(args.output)
     g = args.grid
     if g < 1 or g & (g - 1) or g > S.MAX_CTA + 1:
         raise UsageError(f"--grid {g}: the rotation rule needs a power of two up to {S.MAX_CTA + 1} "

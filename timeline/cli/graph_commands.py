@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.contract import schema as S
-from timeline.cli.commands import UsageError, _load, _out_dir_exists, _title, _trace_out
+from timeline.cli.common import UsageError, load_trace, out_dir_exists, title, trace_out
 from timeline.analysis.critical import path_us
-from timeline.cli.textout import _json_rows, format_table
+from timeline.cli.textout import json_rows, format_table
 
 
 EDGE_COLUMNS = ("stage", "task", "producer_stage", "producer_task")  # then optionally "launch"
@@ -57,8 +57,8 @@ def cmd_set_graph(args) -> int:
         both = ", not both" if args.preset is not None else ""
         raise UsageError("give the graph: --preset NAME (" + ", ".join(presets.PRESETS)
                          + f") or --graph FILE.json{both}")
-    out = _trace_out(args.output)
-    trace = _load(args.trace)
+    out = trace_out(args.output)
+    trace = load_trace(args.trace)
     if args.preset is not None:
         if args.preset not in presets.PRESETS:
             raise UsageError(f"--preset {args.preset!r}: known presets are {list(presets.PRESETS)}")
@@ -92,18 +92,18 @@ def cmd_set_graph(args) -> int:
 def cmd_edges(args) -> int:
     from timeline.analysis import edges as E
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     g = E.edges(trace)
     table = per_stage(trace, g)
     if args.output:
         out = Path(args.output)
-        _out_dir_exists(out)
+        out_dir_exists(out)
         _write_table(E.edges_table(trace, g), out)
     if args.json:
         print(json.dumps({"kernel": trace.spec.kernel, "violations": int(g.violations.size), "missing": g.missing,
-                          "edges": int(g.consumer.size), "rows": _json_rows(table)}, ensure_ascii=False, indent=1))
+                          "edges": int(g.consumer.size), "rows": json_rows(table)}, ensure_ascii=False, indent=1))
         return 0
-    print(_title(trace))
+    print(title(trace))
     print(f"task graph: {g.consumer.size:,} edges; what held each task's wait (its gating edge), per stage; "
           f"slack = how much later the other producers could have ended (µs)\n")
     print(format_table(table))
@@ -159,11 +159,11 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
             if path.num_rows:
                 blocks.append((r, launch, path))
     if args.json:
-        rows = [{"launch": la, **row} for _, la, p in blocks for row in _json_rows(path_us(p))]
+        rows = [{"launch": la, **row} for _, la, p in blocks for row in json_rows(path_us(p))]
         print(json.dumps({"kernel": trace.spec.kernel, "report": "critical_path", "exact": True,
                           "violations": int(g.violations.size), "rows": rows}, ensure_ascii=False, indent=1))
         return 0
-    print(_title(trace))
+    print(title(trace))
     for r, launch, path in blocks:
         where = "any rank" if r is None else f"rank {r}"
         print(f"\nlaunch {launch} (its last end on {where}): exact critical path along the task graph's gating "
@@ -181,14 +181,14 @@ def cmd_whatif(args) -> int:
     changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
     if not changes:
         raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     p = W.predict(trace, changes)
     if args.json:
         print(json.dumps({"kernel": trace.spec.kernel, "changes": [c._asdict() for c in changes],
                           "fidelity": p.fidelity._asdict(), "launches": p.launches.to_pylist(),
                           "stages": p.stages.to_pylist()}, ensure_ascii=False, indent=1))
         return 0
-    print(_title(trace))
+    print(title(trace))
     print("what if: " + ", ".join(f"{c.stage}{'.' + c.phase if c.phase else ''} x{c.factor:g}"
                                   + (f" {c.add_ns:+g} ns" if c.add_ns else "") for c in changes))
     print(f"fidelity of the replay (no change): every task's end within {p.fidelity.task_end_ns:g} ns, every "

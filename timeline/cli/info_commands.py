@@ -11,7 +11,7 @@ import numpy as np
 from timeline.contract import clocks as K
 from timeline.core import rows as R
 from timeline.contract import schema as S
-from timeline.cli.commands import _load
+from timeline.cli.common import load_trace
 from timeline.cli.textout import format_table
 from timeline.core.trace import file_format
 
@@ -75,7 +75,7 @@ def _clock_lines(trace) -> list:
 
 
 def cmd_info(args) -> int:
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     d = info_dict(trace, Path(args.trace))
     if args.json:
         print(json.dumps(d, ensure_ascii=False, indent=1))

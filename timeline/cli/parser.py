@@ -4,9 +4,10 @@
 instead of raising, so tests call it in-process; the console script and
 ``python -m timeline`` pass it to ``sys.exit``. Bad input (a missing file, a buffer of
 the wrong size, an unknown stage, a file that is not a trace) is one ``error:`` line
-on stderr saying what and where, never a traceback: the library's own errors
-(``TraceFileError``, ``CollectError``, ``SpecError``, ``MergeError``,
-``AnalysisError``) already carry that message. The commands: ``timeline.cli.commands``.
+on stderr saying what and where, never a traceback: the library's documented errors
+(``TimelineError`` and its subclasses) already carry that message. The commands:
+``timeline.cli.commands``, ``graph_commands``, ``info_commands``; what they share:
+``timeline.cli.common``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 from timeline._version import __version__
 from timeline.cli.argtypes import int_list, str_list
+from timeline.core.process import tune_process
 from timeline.errors import TimelineError
 
 MAIN_EPILOG = """\
@@ -231,48 +233,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
     return ap
-
-
-def no_hugepage_madvise() -> bool:
-    """Stop numpy from asking the kernel for transparent huge pages on large arrays,
-    process-wide: for a process that decodes once (this command), its first large
-    allocations then skip page compaction (bench/collect.py measures both ways).
-    Returns whether it could."""
-    import numpy as np
-
-    try:
-        np._core.multiarray._set_madvise_hugepage(False)
-    except AttributeError:  # pragma: no cover - numpy < 2 keeps it in np.core
-        try:
-            np.core.multiarray._set_madvise_hugepage(False)
-        except AttributeError:
-            return False
-    return True
-
-
-def keep_freed_pages() -> bool:
-    """Have glibc's allocator keep freed large blocks for reuse, process-wide (mmap
-    threshold 32 MB, its largest; trim threshold 1 GiB): a decode or an analysis then
-    writes its columns into pages the process already holds instead of faulting fresh
-    ones in (bench/collect.py measures both ways). Returns whether it could (False
-    off glibc)."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
-
-
-def tune_process() -> None:
-    """The memory settings of our own commands (``timeline``, ``timeline-view``):
-    ``no_hugepage_madvise`` and ``keep_freed_pages``."""
-    no_hugepage_madvise()
-    keep_freed_pages()
 
 
 def documented(e: BaseException) -> bool:

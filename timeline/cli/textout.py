@@ -119,7 +119,7 @@ def format_table(table, *, drop_null_columns: bool = True) -> str:
     return "\n".join(out)
 
 
-def _json_rows(table) -> list:
+def json_rows(table) -> list:
     """Table rows as dicts, NaN as null (JSON has no NaN)."""
     rows = table.to_pylist()
     for r in rows:
