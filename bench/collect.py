@@ -73,16 +73,16 @@ def ktrace_buffer(events: int) -> bytes:
     """A FlyDSL KTRACE buffer holding ``events`` events (its own 32-byte records, wave
     regions of ``EVENTS_PER_WAVE`` slots: a header, then events), as its decoder reads
     it: ``rocm_ktrace_buffer.decode_records(raw)``."""
-    from flydsl.expr.rocdl import ktrace_format as K
+    from flydsl.expr.rocdl import ktrace_format
 
-    per = K.EVENTS_PER_WAVE - 1
+    per = ktrace_format.EVENTS_PER_WAVE - 1
     waves = -(-events // per)
     head = np.dtype([("attempted", "<u4"), ("wave", "<u4"), ("dispatch", "<u8"), ("queue", "<u8"),
                      ("bx", "<u4"), ("by", "<u4")])
     ev = np.dtype([("ts", "<u8"), ("payload", "<u8"), ("hw_id", "<u4"), ("xcc_id", "<u4"), ("packed", "<u4"),
                    ("start", "<u4")])
-    assert head.itemsize == ev.itemsize == K.RECORD_BYTES
-    raw = np.zeros((waves, K.EVENTS_PER_WAVE), dtype=np.dtype((np.void, K.RECORD_BYTES)))
+    assert head.itemsize == ev.itemsize == ktrace_format.RECORD_BYTES
+    raw = np.zeros((waves, ktrace_format.EVENTS_PER_WAVE), dtype=np.dtype((np.void, ktrace_format.RECORD_BYTES)))
     h = raw[:, 0].copy().view(head)
     h["attempted"], h["wave"], h["bx"] = per, np.arange(waves) & 0xFF, np.arange(waves) // 8
     raw[:, 0] = h.view(raw.dtype)
@@ -90,7 +90,7 @@ def ktrace_buffer(events: int) -> bytes:
     e["ts"] = 1_000_000 + np.arange(waves * per).reshape(waves, per)
     e["packed"] = (np.arange(per) % 2).astype(np.uint32) << 24  # push / pop
     raw[:, 1:] = e.view(raw.dtype).reshape(waves, per)
-    return raw.tobytes()[: (events + waves) * K.RECORD_BYTES]
+    return raw.tobytes()[: (events + waves) * ktrace_format.RECORD_BYTES]
 
 
 def ktrace_one(events: int) -> dict:

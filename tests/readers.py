@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from timeline.export import _common as C
+from timeline.export import _common as XC
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "tests" / "readers" / "readers.mjs"
@@ -77,7 +77,7 @@ def expected(trace, *, instants: bool = True) -> dict:
     then its intervals at depth 1 in phase order; tasks in start order. With
     ``instants`` (the Chrome export) zero-length intervals in one tick are one event
     (``instant_runs``) and a zero-length task is one event, no phases."""
-    num = C.numbering(trace)
+    num = XC.numbering(trace)
     iv = trace.intervals
     cols = {c: iv.column(c).to_numpy(zero_copy_only=False) for c in
             ("rank", "launch", "cta", "wave", "stage_index", "task", "phase_index", "start_ns", "end_ns")}

@@ -273,13 +273,13 @@ def test_every_command_resolves_to_its_function():
     import argparse
     import importlib
 
-    from timeline.cli import commands as K
+    from timeline.cli import commands
     from timeline.cli.parser import build_parser
 
     subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in subs.choices.items():
         module, _, func = parser.get_default("func").rpartition(":")
-        assert callable(getattr(importlib.import_module(module) if module else K, func, None)), name
+        assert callable(getattr(importlib.import_module(module) if module else commands, func, None)), name
 
 
 def test_whatif_predicts_from_the_command_line(capsys):

@@ -313,7 +313,7 @@ def test_options_from_users_are_checked():
 
 def test_files_that_are_not_buffers_are_refused(tmp_path):
     import os
-    import stat as st_
+    import stat
     sp = spec3()
     with pytest.raises(CollectError, match="is a folder"):
         collect(tmp_path, sp)
@@ -321,7 +321,7 @@ def test_files_that_are_not_buffers_are_refused(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(CollectError, match="not a regular file"):
         collect(fifo, sp)  # would block forever in open()
-    assert st_.S_ISCHR(os.stat("/dev/zero").st_mode)
+    assert stat.S_ISCHR(os.stat("/dev/zero").st_mode)
     with pytest.raises(CollectError, match="not a regular file"):
         collect("/dev/zero", sp)
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)

@@ -21,7 +21,7 @@ from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
 from viewer.panels import export as VX
 from timeline.analysis import stages as A
-from timeline.analysis import compare as TC
+from timeline.analysis import compare as C
 from viewerkit import bars_of, component_text
 
 
@@ -309,7 +309,7 @@ def test_a_multi_launch_trace_opens_on_its_median_launch(tmp_path):
     trace = synth.synth_trace(synth.glm5_spec(launches=5), grid=8, seed=4)
     trace.save(tmp_path / "five.arrow")
     state, _, _ = V.prepare([str(tmp_path / "five.arrow")])
-    want = TC.median_launch(trace)
+    want = C.median_launch(trace)
     spans = {}
     for la in trace.launches:
         t = trace.filter(launches=[la]).tasks

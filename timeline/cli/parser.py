@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from timeline.cli import commands as K
+    from timeline.cli import commands
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
     try:
@@ -261,7 +261,7 @@ def main(argv=None) -> int:
             import importlib
 
             return getattr(importlib.import_module(module), name)(args)
-        return getattr(K, name)(args)
+        return getattr(commands, name)(args)
     except ValueError as e:
         if not documented(e):
             raise
