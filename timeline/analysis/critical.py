@@ -1,6 +1,9 @@
 """The critical path of one launch: the chain of work, waits and idle time behind its
-last end (``critical_path``, a documented heuristic: the stamps say when a wait
-ended, not which producer released it)."""
+last end. ``critical_path`` is the one entry point: exact along the task graph's
+gating edges when the trace declares one (``timeline.analysis.edges``), else a
+documented heuristic (the stamps say when a wait ended, not which producer released
+it). Both answer in one table schema, labelled with the method (``path_method``);
+docs/CLI.md and docs/GRAPH.md give the two rules."""
 
 from __future__ import annotations
 
@@ -10,57 +13,54 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline.core import grouped as GR
 from timeline.analysis import AnalysisError
-from timeline.core import rows as R
+from timeline.analysis import edges as E
 from timeline.contract import schema as S
+from timeline.core import grouped as GR
+from timeline.core import rows as R
 
 _NULL = S.NS_MISSING
-CRITICAL_PATH_SCHEMA = pa.schema([
-    ("order", pa.int32()), ("stage", pa.string()), ("task", pa.int32()), ("cta", pa.int32()),
-    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("kind", pa.string()),
-    ("duration_ns", pa.int64()),
-])
+CRITICAL_PATH_SCHEMA = E.PATH_SCHEMA  # the one schema of a critical path, exact or heuristic
+META_METHOD = b"mono_timeline.critical_path"  # schema metadata: how the path was found
+EXACT, HEURISTIC = "exact", "heuristic"
 
 
-def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
-    """The chain of work, waits and idle time that ends at one launch's last end,
-    found by walking back from the task that ends last. A HEURISTIC: the stamps say
-    when a task's wait for its producers ended (the phase ending the spec's declared
-    ``wait``; "hint" below, as in the demos, where the wait is ``start → hint``), not
-    which producer it waited for, so the walk guesses.
+def critical_path(trace, *, rank: int | None = 0, launch: int = 0, g=None) -> pa.Table:
+    """The critical path of ``launch`` (``CRITICAL_PATH_SCHEMA``, rows in time order),
+    labelled ``exact`` or ``heuristic`` (``path_method``). A trace with a task graph:
+    ``edges.exact_path`` from the task that ends last on ``rank`` (any rank: None;
+    ``g``: its ``edges.edges``, when already made). Without one: the heuristic walk
+    inside ``rank`` (docs/CLI.md, "The analyses": its rule and its limits)."""
+    if trace.spec.graph:
+        return _labelled(E.exact_path(trace, launch=launch, rank=rank, g=g), EXACT)
+    return _labelled(heuristic_path(trace, rank=rank, launch=launch), HEURISTIC)
 
-    From a task T (its waves merged: earliest start, earliest hint, latest end):
-    - ``work`` row: T's hint → end (staging, compute, epilogue);
-    - the producer P is the task of an *earlier stage* (any CTA) whose end is the
-      latest at or before T's hint. If P ended after T started, T was waiting for
-      P: a ``wait`` row P.end → T.hint (mailbox and polling latency), and the walk
-      goes on from P;
-    - otherwise T's start, not a producer, held it up: a ``wait`` row from the start
-      of T's wait to T.hint (barrier / poll cost; a ``work`` row T.start → that start
-      when the wait is not the first interval, e.g. GLM-5's ``hint → staged``), an ``idle`` row from the end of the CTA's own
-      previous task Q (the one that started last before T) to T.start, and the walk
-      goes on from Q. It stops at a task with neither.
-    The rows (``order`` 0 = earliest) tile the time from the path's first task to
-    the launch's last end without overlap: where merged waves make Q end after T
-    starts (the waves' skew), the later row starts where the earlier one ends. A
-    zero-length wait or idle row is left out.
 
-    Limits of the guess: a wait is attributed to the latest-finishing task of any
-    earlier stage even when T did not read it (another CTA's task, a stage T does
-    not depend on), so read a ``wait`` row as "the latest thing that could have
-    released T"; the walk stays inside one rank, so an all-reduce wait on a slower
-    rank shows as a long wait on the latest local producer."""
+def path_method(path: pa.Table) -> str:
+    """``"exact"`` or ``"heuristic"``: how ``critical_path`` found ``path``."""
+    return (path.schema.metadata or {}).get(META_METHOD, b"").decode()
+
+
+def _labelled(path: pa.Table, method: str) -> pa.Table:
+    return path.replace_schema_metadata({**(path.schema.metadata or {}), META_METHOD: method.encode()})
+
+
+def heuristic_path(trace, *, rank: int | None = 0, launch: int = 0) -> pa.Table:
+    """The heuristic critical path of one (rank, launch), for a trace without a task
+    graph: walked back from the task that ends last (docs/CLI.md has the rule)."""
     spec = trace.spec
     if not spec.wait:
         raise AnalysisError(f"critical_path needs the spec's wait for producers (Spec(wait=(phase, next "
                             f"phase))); this trace declares none (phases {list(trace.phases)})")
+    if rank is None:
+        raise AnalysisError("the heuristic critical path stays inside one rank: give rank= (or declare the "
+                            "task graph for the exact path across ranks)")
     tasks = R.select(trace.tasks, R.check(trace, [rank], [launch]))
     tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
     if tasks.num_rows == 0:
         return R.empty(CRITICAL_PATH_SCHEMA)
     m = _merged(trace, tasks)
-    return _table(spec, m, _walk(m, len(spec.stages)))
+    return _table(spec, rank, m, _walk(m, len(spec.stages)))
 
 
 class _Tasks(NamedTuple):
@@ -126,9 +126,10 @@ def _walk(m: _Tasks, nstages: int) -> list:
     return rows
 
 
-def _table(spec, m: _Tasks, rows: list) -> pa.Table:
+def _table(spec, rank: int, m: _Tasks, rows: list) -> pa.Table:
     """The rows tiled (a row starts no earlier than every row before it ends; empty
-    waits and idles left out) as a ``CRITICAL_PATH_SCHEMA`` table."""
+    waits and idles left out) as a ``CRITICAL_PATH_SCHEMA`` table (``via`` empty: the
+    heuristic does not know what released a wait)."""
     s = np.array([r[1] for r in rows], dtype=np.int64)
     e = np.array([r[2] for r in rows], dtype=np.int64)
     before = np.maximum.accumulate(e)
@@ -140,6 +141,7 @@ def _table(spec, m: _Tasks, rows: list) -> pa.Table:
     idx = np.array([r[0] for r in rows], dtype=np.int64)
     return pa.table({
         "order": pa.array(np.arange(len(rows), dtype=np.int32)),
+        "rank": pa.array(np.full(len(rows), rank, dtype=np.int16)),
         "stage": GR.stage_strings(spec, m.stage[idx]),
         "task": pa.array(m.keys[idx, 1].astype(np.int32)),
         "cta": pa.array(m.cta[idx].astype(np.int32)),
@@ -147,13 +149,14 @@ def _table(spec, m: _Tasks, rows: list) -> pa.Table:
         "end_ns": pa.array(e),
         "kind": pa.array([r[3] for r in rows], pa.string()),
         "duration_ns": pa.array(e - s),
+        "via": pa.array([""] * len(rows), pa.string()),
     }, schema=CRITICAL_PATH_SCHEMA)
 
 
 def path_us(path: pa.Table) -> pa.Table:
-    """A critical-path table (``critical_path``'s or ``edges.exact_path``'s) for
-    reading: its identity columns (``order, rank, kind, stage, task, cta, via`` where
-    present) and ``start_us, end_us, duration_us`` (µs from the path's first start)."""
+    """A critical path (``critical_path``) for reading: its identity columns
+    (``order, rank, kind, stage, task, cta, via``) and ``start_us, end_us,
+    duration_us`` (µs from the path's first start)."""
     keep = [c for c in ("order", "rank", "kind", "stage", "task", "cta", "via") if c in path.column_names]
     if path.num_rows == 0:
         return pa.table({c: pa.array([], path.schema.field(c).type) for c in keep})

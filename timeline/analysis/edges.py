@@ -31,8 +31,9 @@ from timeline.contract import clocks as K
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.analysis import AnalysisError
+from timeline.contract.graph import EDGE_LABELS, EdgeKind, hands_off
 
-KINDS = ("data", "all-reduce", "cta-order")
+KINDS = EDGE_LABELS  # an edge's kind in the edges table, by EdgeKind value
 EDGES_SCHEMA = pa.schema([
     ("rank", pa.int16()), ("launch", pa.int32()), ("stage", pa.string()), ("task", pa.int32()),
     ("producer_rank", pa.int16()), ("producer_stage", pa.string()), ("producer_task", pa.int32()),
@@ -61,7 +62,7 @@ class Tasks(NamedTuple):
 
 class Graph(NamedTuple):
     """``edges``' answer: the merged tasks, every edge as parallel arrays (consumer and
-    producer task indices, kind index into ``KINDS``, slack, gating), each task's
+    producer task indices, ``EdgeKind``, slack, gating), each task's
     gating edge (-1: none), the tasks whose wait ended before a producer was ready
     (``violations``; ``cross_rank``: those with such a producer on another rank,
     beyond the two ranks' alignment uncertainty), and data edges whose producer has
@@ -70,7 +71,7 @@ class Graph(NamedTuple):
     tasks: Tasks
     consumer: np.ndarray
     producer: np.ndarray
-    kind: np.ndarray
+    kind: np.ndarray  # EdgeKind values (int8)
     slack: np.ndarray
     gating: np.ndarray  # per edge
     gate: np.ndarray  # per task: its gating edge, -1 for none
@@ -139,7 +140,8 @@ def _data_edges(spec, m: Tasks):
                 missing += int((p < 0).sum())
                 cons.append(rep[p >= 0])
                 prod.append(p[p >= 0])
-                kind.append(np.full(int((p >= 0).sum()), 1 if rule.allreduce else 0, dtype=np.int8))
+                kind.append(np.full(int((p >= 0).sum()), EdgeKind.ALL_REDUCE if rule.allreduce else EdgeKind.DATA,
+                                    dtype=np.int8))
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
     return cat(cons, np.int64), cat(prod, np.int64), cat(kind, np.int8), missing
 
@@ -193,7 +195,7 @@ def edges(trace) -> Graph:
     oc, op = _cta_order(m)
     cons = np.concatenate([dc, oc])
     prod = np.concatenate([dp, op])
-    kind = np.concatenate([dk, np.full(oc.size, 2, dtype=np.int8)])
+    kind = np.concatenate([dk, np.full(oc.size, EdgeKind.CTA_ORDER, dtype=np.int8)])
     # the latest data producer of every consumer (ties: the earliest in (rank, stage, task))
     order = np.lexsort((m.task[dp], m.stage[dp], m.rank[dp], -m.end[dp], dc))
     lead = order[np.r_[True, dc[order][1:] != dc[order][:-1]]] if dc.size else order
@@ -206,7 +208,7 @@ def edges(trace) -> Graph:
     gate[oc[cta_gated]] = dc.size + np.flatnonzero(cta_gated)
     # slack: how much later the producer could end with the consumer unmoved
     deadline_data = np.where(data_gated, latest, m.wait_start)
-    slack = np.where(kind < 2, deadline_data[cons] - m.end[prod],
+    slack = np.where(hands_off(kind), deadline_data[cons] - m.end[prod],
                      m.start[cons] - m.end[prod] + np.maximum(latest[cons] - m.wait_start[cons], 0) * data_gated[cons])
     gating = np.zeros(cons.size, dtype=bool)
     gating[gate[gate >= 0]] = True
@@ -276,26 +278,54 @@ PATH_SCHEMA = pa.schema([
 def exact_path(trace, *, launch: int, rank: int | None = None, g: Graph | None = None) -> pa.Table:
     """The critical path of ``launch``, exact along gating edges: from the task that
     ends last (on ``rank``, or on any rank when None) back to a task nothing gated.
-    Rows in time order (``PATH_SCHEMA``): a task's ``work`` after its wait, the
-    ``wait`` from its gating producer's end (the hand-off, ``via`` data or all-reduce,
-    which may cross ranks) or its own poll and the ``work`` before it plus the CTA's
-    ``idle`` after its previous task (``via`` cta-order)."""
+    Rows in time order (``PATH_SCHEMA``; docs/GRAPH.md has the rule)."""
     g = g or edges(trace)
     m = g.tasks
     rows = []
-    for cur, e in reversed(chain(g, launch, rank)):
-        if e >= 0 and g.kind[e] < 2:
-            rows.append((cur, m.end[g.producer[e]], m.wait_end[cur], "wait", KINDS[g.kind[e]]))
+    for step in path_steps(g, launch, rank):
+        cur = step.task
+        if step.handoff:
+            rows.append((cur, m.end[step.producer], m.wait_end[cur], "wait", step.kind.label))
         else:
-            if e >= 0:
-                q = int(g.producer[e])
-                rows.append((cur, m.end[q], m.start[cur], "idle", "cta-order"))
+            if step.producer >= 0:
+                rows.append((cur, m.end[step.producer], m.start[cur], "idle", step.kind.label))
             rows.append((cur, m.start[cur], m.wait_start[cur], "work", ""))
             rows.append((cur, m.wait_start[cur], m.wait_end[cur], "wait", ""))
         rows.append((cur, m.wait_end[cur], m.end[cur], "work", ""))
     if not rows:
         return R.empty(PATH_SCHEMA)
     return _path_table(trace.spec, m, rows)
+
+
+class Step(NamedTuple):
+    """A task on a launch's critical path and what released it: the producer of its
+    gating edge and that edge's kind (-1 and None: nothing gated it)."""
+
+    task: int  # index into Graph.tasks
+    producer: int
+    kind: EdgeKind | None
+
+    @property
+    def handoff(self) -> bool:
+        """The producer's results ended this task's wait (a data or all-reduce edge)."""
+        return self.kind is not None and bool(hands_off(self.kind))
+
+
+def path_steps(g: Graph, launch: int, rank: int | None = None) -> list:
+    """The critical path of ``launch`` as ``Step``s in time order: from the task
+    that ends last (on ``rank``, or any rank) back along gating edges to one nothing
+    gated, then reversed."""
+    out = []
+    for cur, e in reversed(chain(g, launch, rank)):
+        out.append(Step(cur, int(g.producer[e]), EdgeKind(int(g.kind[e]))) if e >= 0 else Step(cur, -1, None))
+    return out
+
+
+def handoffs(g: Graph, launch: int, rank: int | None = None) -> list:
+    """The hand-offs on ``launch``'s critical path, in time order: the ``Step``s whose
+    producer's results ended the task's wait. The exact path's ``wait`` rows, the
+    exports' flow arrows and the Gantt's arrows are these."""
+    return [s for s in path_steps(g, launch, rank) if s.handoff]
 
 
 def chain(g: Graph, launch: int, rank: int | None = None) -> list:

@@ -30,6 +30,7 @@ from timeline.analysis import edges as E
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.analysis import AnalysisError
+from timeline.contract.graph import EdgeKind, hands_off
 
 
 class Change(NamedTuple):
@@ -126,14 +127,14 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
     rec = _merged_phases(trace, m)
     scale, add = _factors(trace, m, changes)
     w0, w1 = (trace.phases.index(p) for p in trace.spec.wait)
-    data = g.kind < 2
+    data = hands_off(g.kind)
     dc, dp = g.consumer[data], g.producer[data]
     order_e = np.argsort(dc, kind="stable")
     dc, dp = dc[order_e], dp[order_e]
     lo = np.searchsorted(dc, np.arange(m.n))
     hi = np.searchsorted(dc, np.arange(m.n), side="right")
     prev = np.full(m.n, -1, dtype=np.int64)
-    cta = g.kind == 2
+    cta = g.kind == EdgeKind.CTA_ORDER
     prev[g.consumer[cta]] = g.producer[cta]
     end = rec[:, -1]
     latest_rec = np.full(m.n, R.MISSING, dtype=np.int64)

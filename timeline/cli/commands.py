@@ -123,11 +123,10 @@ def _summary_idle(trace, args, ranks, launches) -> int:
 def _summary_critical_path(trace, args, ranks, launches) -> int:
     """``summary --critical-path``: ``analysis.critical_path`` of every selected
     (rank, launch), times in µs from the launch's first start."""
-    from timeline.analysis import stages as A
     from timeline.analysis import compare as C
-    from timeline.analysis.critical import path_us
+    from timeline.analysis.critical import critical_path, path_us
 
-    if trace.spec.graph:
+    if trace.spec.graph:  # the exact path: per launch, from its last end on any rank
         from timeline.cli.graph_commands import print_exact_paths
 
         return print_exact_paths(trace, args, ranks, launches)
@@ -135,7 +134,7 @@ def _summary_critical_path(trace, args, ranks, launches) -> int:
     for r in ranks or trace.ranks:
         for launch in launches or trace.launches:
             if C.launch_pairs(trace, ranks=[r], launches=[launch]):
-                blocks.append((r, launch, path_us(A.critical_path(trace, rank=r, launch=launch))))
+                blocks.append((r, launch, path_us(critical_path(trace, rank=r, launch=launch))))
     if args.json:
         rows = [{"rank": r, "launch": la, **row} for r, la, t in blocks for row in json_rows(t)]
         _print_json(trace, "critical_path", rows, by_launch=True)

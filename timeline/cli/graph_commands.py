@@ -117,7 +117,7 @@ def cmd_edges(args) -> int:
 def per_stage(trace, g) -> pa.Table:
     """Per stage: tasks, how many each kind of edge held, the median slack of the
     edges that did not, and the causality violations."""
-    from timeline.analysis import edges as E
+    from timeline.contract.graph import EdgeKind
 
     m = g.tasks
     held = np.where(g.gate >= 0, g.kind[np.maximum(g.gate, 0)], -1)
@@ -128,7 +128,7 @@ def per_stage(trace, g) -> pa.Table:
             continue
         free = ~g.gating & (m.stage[g.consumer] == si)
         rows.append({"stage": name, "tasks": int(mine.sum()),
-                     **{f"held by {k}": int((held[mine] == i).sum()) for i, k in enumerate(E.KINDS)},
+                     **{f"held by {k.label}": int((held[mine] == k).sum()) for k in EdgeKind},
                      "held by nothing": int((held[mine] < 0).sum()),
                      "slack p50_us": float(np.median(g.slack[free])) / 1e3 if free.any() else None,
                      "violations": int(np.isin(np.flatnonzero(mine), g.violations).sum())})
@@ -150,12 +150,13 @@ def print_exact_paths(trace, args, ranks, launches) -> int:
     selected launch (its last end on any rank, or on the selected ranks), its stages'
     shares, µs from the path's first start."""
     from timeline.analysis import edges as E
+    from timeline.analysis.critical import critical_path
 
     g = E.edges(trace)
     blocks = []
     for launch in launches or trace.launches:
         for r in (ranks or [None]):
-            path = E.exact_path(trace, launch=launch, rank=r, g=g)
+            path = critical_path(trace, launch=launch, rank=r, g=g)
             if path.num_rows:
                 blocks.append((r, launch, path))
     if args.json:

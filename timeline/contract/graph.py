@@ -14,6 +14,7 @@ its JSON); ``timeline.analysis.edges`` reads a trace against it.
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import NamedTuple
 
 import numpy as np
@@ -24,6 +25,29 @@ from timeline.errors import TimelineError
 
 class GraphError(TimelineError):
     """A task graph that names an unknown stage, or producer tasks a stage does not have."""
+
+
+class EdgeKind(IntEnum):
+    """What an edge into a consumer task is (stored as int8 in ``edges.Graph.kind``)."""
+
+    DATA = 0  # a producer task one of its rules names
+    ALL_REDUCE = 1  # a producer task of an all-reduce rule (on any rank of the launch)
+    CTA_ORDER = 2  # the task its own CTA ran just before (implicit, not in the graph)
+
+    @property
+    def label(self) -> str:
+        """Its name in tables and exports: ``data``, ``all-reduce``, ``cta-order``."""
+        return EDGE_LABELS[self]
+
+
+EDGE_LABELS = ("data", "all-reduce", "cta-order")  # by EdgeKind value
+
+
+def hands_off(kind):
+    """Does an edge of ``kind`` (an ``EdgeKind``, or an int array of them) hand a
+    producer's results to the consumer, ending its wait (data or all-reduce, not the
+    CTA's order)?"""
+    return kind != EdgeKind.CTA_ORDER
 
 
 class Rule(NamedTuple):

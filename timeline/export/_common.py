@@ -200,8 +200,8 @@ class Flow(NamedTuple):
 
 
 def flows(trace: Trace) -> list:
-    """The hand-offs on every launch's exact critical path, when the trace declares a
-    task graph (none otherwise): what the exports draw as flow arrows."""
+    """The hand-offs on every launch's exact critical path (``edges.handoffs``), when
+    the trace declares a task graph (none otherwise): what the exports draw as flow arrows."""
     if not trace.spec.graph or trace.tasks.num_rows == 0:
         return []
     from timeline.analysis import edges as E
@@ -210,14 +210,12 @@ def flows(trace: Trace) -> list:
     m = g.tasks
     out = []
     for launch in trace.launches:
-        for cur, e in reversed(E.chain(g, launch)):
-            if e < 0 or g.kind[e] == 2:
-                continue
-            p = int(g.producer[e])
+        for step in E.handoffs(g, launch):
+            cur, p = step.task, step.producer
             if m.cta[p] < 0 or m.cta[cur] < 0:
                 continue
             src_ns = int(min(m.ready[p], max(m.end[p] - 1, m.start[p])))
             dst_ns = int(max(min(m.wait_end[cur], m.end[cur]), src_ns))
             out.append(Flow((int(m.rank[p]), int(m.launch[p]), int(m.cta[p]), 0), src_ns,
-                            (int(m.rank[cur]), int(m.launch[cur]), int(m.cta[cur]), 0), dst_ns, E.KINDS[g.kind[e]]))
+                            (int(m.rank[cur]), int(m.launch[cur]), int(m.cta[cur]), 0), dst_ns, step.kind.label))
     return out

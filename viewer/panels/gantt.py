@@ -196,14 +196,13 @@ def path_segments(app, item, view, grouping, launches) -> list:
 
     out = []
     for launch in (launches or tr.launches):
-        for cur, e in E.chain(g, launch):
+        for step in reversed(E.path_steps(g, launch)):
+            cur, p = step.task, step.producer
             r = row(cur)
-            held = e >= 0 and g.kind[e] < 2
-            begin = m.wait_end[cur] if held else m.start[cur]
+            begin = m.wait_end[cur] if step.handoff else m.start[cur]
             if r is not None:
                 out.append(((begin / 1e3, r), (m.end[cur] / 1e3, r)))
-            p = int(g.producer[e]) if e >= 0 else -1
-            if held and r is not None and row(p) is not None:
+            if step.handoff and r is not None and row(p) is not None:
                 out.append(((m.end[p] / 1e3, row(p)), (m.wait_end[cur] / 1e3, r)))
     return out
 

@@ -12,7 +12,7 @@ import numpy as np
 from timeline.analysis import stages as A
 from timeline.analysis import compare as C
 from timeline.core import rows
-from timeline.analysis.critical import path_us
+from timeline.analysis.critical import EXACT, critical_path, path_method, path_us
 from viewer import charts as CH
 from viewer.client import sorted_ints
 from viewer.page import grid, msg, table_records
@@ -69,17 +69,15 @@ def critical(app, name, ranks, launches):
         return [], [], msg("no intervals: no critical path", "info")
     rank = sorted_ints(ranks)[0] if ranks else tr.ranks[0]
     launch = sorted_ints(launches)[0] if launches else tr.launches[0]
-    if tr.spec.graph:
+    path = app.analysis(item, ("critical", rank, launch), lambda: critical_path(tr, rank=rank, launch=launch))
+    cols, rows = table_records(path_us(path))
+    if path_method(path) == EXACT:
         from timeline.analysis import edges as E
 
-        path = app.analysis(item, ("exact", rank, launch), lambda: E.exact_path(tr, launch=launch, rank=rank))
-        cols, rows = table_records(path_us(path))
         shares = ", ".join(f"{r['stage']} {r['share']:.0%}" for r in E.path_shares(path).to_pylist()) \
             if path.num_rows else "-"
         return cols, rows, msg(f"rank {rank} · launch {launch}: the exact critical path along the task graph's "
                                f"gating edges, from the launch's last end; per stage: {shares}", "info")
-    path = app.analysis(item, ("critical", rank, launch), lambda: A.critical_path(tr, rank=rank, launch=launch))
-    cols, rows = table_records(path_us(path))
     note = msg(f"rank {rank} · launch {launch} (the first of the selection): the chain of work, waits and idle "
                "time behind the launch's last end, walked back from it; a heuristic (the stamps say when a "
                "wait ended, not which producer released it; declare the task graph for the exact one)", "info")
