@@ -92,8 +92,8 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
 
     def call(trigger, rel=None, grouping="rank", stages=None, st=None):
         def go():
-            fig, new, *_ = VG.gantt(state, name, grouping, None, None, stages, None, None, trigger, rel,
-                                       None, None, px, st)
+            fig, new, *_ = VG.gantt(state, VG.GanttQuery(name, grouping=grouping, stages=stages, trigger=trigger,
+                                                       relayout=rel, px=px, state=st))
             text = to_json(fig)
             return fig, new, text
         secs, first_s, (fig, new, text) = _median_time(go, repeat)

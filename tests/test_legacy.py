@@ -194,8 +194,7 @@ def test_the_dashboard_shows_it_with_the_declared_wait(imported, run_dir):
     out = VTR.select(state, "", None, False)
     labels = [o["label"] for o in out.phase_options]
     assert labels[1] == " hint→staged (wait for producers)" and "wait" not in labels[0]
-    fig = VG.on_gantt(state, out.key, "rank", None, None, None, None, None, "filters", None,
-                      None, None, [1000, 560], None).figure
+    fig = VG.on_gantt(state, VG.GanttQuery(out.key['name'], px=[1000, 560])).figure
     assert fig["data"], "drawn"
     assert "derived" in json.dumps(state.banners(state.store.get("run.arrow")), default=str).lower()
 
@@ -218,7 +217,6 @@ def test_marks_are_instants_in_the_export_and_ticks_on_the_gantt(imported, run_d
     want = sorted(v for m in L.LEGACY_MARKS for v in r0.tasks.column(f"{m}_ns").drop_null().to_pylist())
     assert got == want  # each mark at its exact ns
     state, _, _ = V.prepare([str(d / "run.arrow")])
-    fig = VG.on_gantt(state, {"name": "run.arrow"}, "rank", [0], None, None, None, None, "filters", None, None,
-                         None, [1000, 560], None)[0]
+    fig = VG.on_gantt(state, VG.GanttQuery("run.arrow", ranks=[0], px=[1000, 560]))[0]
     ticks = {t["meta"]["mark"]: t for t in fig["data"] if t.get("meta", {}).get("kind") == "mark"}
     assert set(ticks) == set(L.LEGACY_MARKS)

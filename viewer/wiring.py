@@ -56,8 +56,8 @@ def first_view(app, search: str | None) -> dict:
 
 def _first_view(app, search: str) -> dict:
     t = VTR.select(app, search, None, False)
-    g = VG.on_gantt(app, t.key, t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas, "filters", None,
-                   None, None, list(GANTT_PX), None)
+    g = VG.on_gantt(app, VG.GanttQuery(key_name(t.key), t.grouping, t.ranks, t.launches, t.stages, t.phases,
+                                       t.ctas, px=list(GANTT_PX)))
     props = dict(zip(TRACE_PROPS, t))
     props.update(zip(GANTT_PROPS, g))
     return {"search": search, "props": {k: v for k, v in props.items() if v is not NO}}
@@ -109,9 +109,16 @@ def on_trace(app, search, picked, page_search):
     return VTR.select(app, search, picked, by_picker)
 
 
+def key_name(key) -> str | None:
+    """The trace file name in the trace callback's key (None: no trace open)."""
+    return key.get("name") if isinstance(key, dict) else None
+
+
 def on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
+    """The Gantt callback's inputs (in the order ``build`` registers them) as one ``GanttQuery``."""
     trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(dash.ctx.triggered_id, "filters")
-    return VG.on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1, px, state)
+    return VG.on_gantt(app, VG.GanttQuery(key_name(key), grouping, ranks, launches, stages, phases, ctas,
+                                          trigger, rel, t0, t1, px, state))
 
 
 @guarded(ERROR)
