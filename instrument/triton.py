@@ -38,6 +38,10 @@ from triton.language.extra.cuda import num_warps as _num_warps
 from timeline.contract import schema as S
 
 CLOCK = S.CLOCKS["globaltimer"]
+# The default phases' indices by name, for device code: itl.stamp(stamps, LAYOUT, launch, UP, t, STAGED, TL)
+# (constexpr, so a stamp by name compiles to the same PTX as one by number)
+START, HINT, STAGED, COMPUTE, END = (tl.constexpr(S.DEFAULT_PHASES.index(p))
+                                     for p in ("start", "hint", "staged", "compute", "end"))
 DEFAULT_ARCH = "sm_90"
 
 
