@@ -2,7 +2,8 @@
 
 ``alloc(spec, device)`` gives a ``StampBuffer``: a zeroed flat int64 tensor of the
 spec's ``layout.words`` on the device (the records ``(launches, rows, waves, cols)``,
-then one drop counter per stage: ``records`` and ``drops`` are views), the address a kernel
+then the trailer: a drop counter per stage, a header and write count per launch
+slot; ``records`` and ``drops`` are views), the address a kernel
 takes as its stamp argument (0 when tracing is off, which a timeline build treats
 as "no stamps" and a normal build never reads), the launch slot for a launch
 ordinal, reset between captures, and the read-back into ``timeline.collect``.

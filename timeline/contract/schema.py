@@ -1,36 +1,23 @@
-"""The stamp-buffer contract: what a timeline build records, where each stamp lives
-in the buffer a kernel writes, how the placement word is packed, and the Arrow
-schemas the collector produces.
+"""The stamp-buffer contract: what a timeline build records (``Spec``), where each
+stamp lives in the buffer a kernel writes (``Layout``, ``word_offset``) and the launch
+slots' headers; with the placement word (``placement``), the Arrow tables (``tables``)
+and ticks to exact ns (``ticktime``) re-exported: the contract in one namespace.
 
-This module is the single source of the layout arithmetic; the placement word
-(``timeline.contract.placement``) and the Arrow tables (``timeline.contract.tables``) are its other two
-rooms, their names re-exported here. The device helpers of
+This module is the single source of the layout arithmetic. The device helpers of
 both backends (``instrument.flydsl``, ``instrument.triton``) call ``word_offset`` /
 ``placement_hi`` at trace time with their own traced integers, the collector calls
-them with numpy arrays, so a kernel and its decoder cannot disagree. Every function
-that a device helper calls uses only ``+ * << |`` on its arguments for that reason.
+them with numpy arrays, so a kernel and its decoder cannot disagree; every function a
+device helper calls uses only ``+ * << |`` on its arguments for that reason.
 
-Layout version 3 (docs/FORMAT.md has the picture):
-
-- the buffer is int64: records of shape ``(launches, rows, waves, cols)``, then a
-  trailer of one drop counter per stage (padded to even), zeroed before a launch;
-- ``rows`` is the tasks of all stages, stage after stage: ``row = first[stage] + task``;
-- ``waves`` is how many waves stamp one task (1: the CTA's lead thread only);
-- ``cols`` is one placement word, then one tick per phase, padded to an even count so
-  that every record starts 16-byte aligned and the placement word plus the first
-  phase's tick go out in one 16-byte store;
-- a tick of 0 means "not written"; a placement word carries a nonzero version nibble,
-  so 0 means "not written" there too;
-- a stamp whose (launch, task) lies outside its stage's slots is not stored: the
-  device adds 1 to that stage's drop counter instead, so an undercounted stage is
-  a counted anomaly, never another stage's rows overwritten;
-- a hybrid build (``Spec.cycles``) stamps the cycle counter in the phase and mark
-  columns and two anchor columns after them: the global clock at the task's first
-  and at its last stamp (``timeline.ingest.hybrid`` places the cycles on the clock).
-
-Layout version 2 is version 3 without hybrid builds (its placement words carry
-2); version 1 the records alone, no trailer. Their buffers and trace files still
-decode.
+Layout version 3 in brief (docs/FORMAT.md §2 has the picture and the rules): int64
+records of shape ``(launches, rows, waves, cols)`` (``row = first[stage] + task``;
+``cols`` = the placement word, one tick per phase and mark, a hybrid build's two
+anchors: the global clock at its first and last stamp, ``timeline.ingest.hybrid``;
+padded to even so a record starts 16-byte aligned), then the trailer: one
+drop counter per stage (a stamp outside its stage's slots is counted there, never
+stored) and, per launch slot, a slot header (``pack_slot``: step and layer) and its
+write count, padded to even. A 0 tick or placement word means "not written".
+Layout versions 2 (no hybrid builds) and 1 (no trailer) still decode.
 """
 
 from __future__ import annotations
@@ -313,7 +300,8 @@ def _declared_wait(phases: tuple, wait) -> tuple:
 class Layout(NamedTuple):
     """The stamp buffer: records of shape ``(launches, rows, waves, cols)``, each
     stage's first row and task count, then ``trailer`` words (one drop counter per
-    stage, padded to even). Build it with ``layout_of(spec)``."""
+    stage, then a slot header and its write count per launch slot, padded to even).
+    Build it with ``layout_of(spec)``."""
 
     launches: int
     rows: int
@@ -321,7 +309,7 @@ class Layout(NamedTuple):
     cols: int
     first: tuple  # first row of each stage, in stage order
     counts: tuple  # tasks of each stage, in stage order
-    trailer: int  # words after the records: the drop counters
+    trailer: int  # words after the records: drop counters, slot headers and write counts, padding
     phases: int = 0  # phase columns (1 .. phases)
     anchors: int = 0  # a hybrid build's first anchor column (global clock at the first stamp; +1: at the last); 0: none
     used: int = 0  # columns the device writes (the rest is padding)
@@ -348,8 +336,8 @@ class Layout(NamedTuple):
 def layout_of(spec: Spec) -> Layout:
     """The buffer layout a spec implies: rows = all tasks of all stages, cols = one
     placement word + one tick per phase + one per mark (+ two anchors in a hybrid
-    build), rounded up to even (16-byte records), and a trailer of one drop counter per stage and a slot header and
-    write count per launch slot, rounded up to even."""
+    build), rounded up to even (16-byte records), and a trailer of one drop counter
+    per stage and a slot header and write count per launch slot, rounded up to even."""
     first, row = [], 0
     for _, count in spec.stages:
         first.append(row)
