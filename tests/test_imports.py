@@ -124,12 +124,17 @@ def wing_of(module: str) -> str | None:
 
 def upward(graph: dict) -> list:
     """Imports against the layers: ``timeline`` importing ``instrument`` or ``viewer``,
-    and a wing importing a wing after it in ``WINGS``."""
+    a wing importing a wing after it in ``WINGS``, and anything but ``python -m
+    timeline`` importing the ``timeline`` command (``timeline.cli``: an application,
+    not a library; the dashboard once took ``tune_process`` from it)."""
     bad = []
     for m, deps in graph.items():
         for d in deps:
             if m.startswith("timeline") and not d.startswith("timeline"):
                 bad.append(f"{m} -> {d}")
+            if (d == "timeline.cli" or d.startswith("timeline.cli.")) and wing_of(m) != "cli" \
+                    and m != "timeline.__main__":
+                bad.append(f"{m} -> {d} (only the timeline command imports timeline.cli)")
             wm, wd = wing_of(m), wing_of(d)
             if wm and wd and WINGS.index(wd) > WINGS.index(wm):
                 bad.append(f"{m} -> {d} (wing {wd!r} is above {wm!r})")
@@ -203,7 +208,10 @@ def test_checker_sees_a_cycle_a_star_and_an_upward_import():
     from below are each found."""
     graph = {"timeline.core.a": {"timeline.cli.b"}, "timeline.cli.b": {"timeline.core.a"}}
     assert cycles(graph) == [["timeline.cli.b", "timeline.core.a"]]
-    assert upward(graph) == ["timeline.core.a -> timeline.cli.b (wing 'cli' is above 'core')"]
+    assert upward(graph) == ["timeline.core.a -> timeline.cli.b (only the timeline command imports timeline.cli)",
+                             "timeline.core.a -> timeline.cli.b (wing 'cli' is above 'core')"]
+    assert upward({"viewer.app": {"timeline.cli.parser"}}) == [
+        "viewer.app -> timeline.cli.parser (only the timeline command imports timeline.cli)"]
     tree = ast.parse("from timeline.contract.schema import *\n")
     assert any(a.name == "*" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names)
 
