@@ -2,8 +2,10 @@
 on first use:
 
 - ``stages``: stage report, stage concurrency, idle per CTA, idle gaps, overlaps;
-- ``critical``: the critical path (heuristic, without a task graph);
-- ``edges``: the trace against its task graph (gating edges, causality, the exact path);
+- ``critical``: the critical path, the one entry point (exact along the task graph
+  when the trace has one, else a labelled heuristic);
+- ``edges``: the trace against its task graph (gating edges, causality, the exact
+  path and its hand-offs);
 - ``whatif``: the replay of changed stage times over the task graph;
 - ``compare``: a typical launch and the per-stage delta of two traces;
 - ``legacy_reports``: the GLM-5 kernel's own host reports."""
@@ -21,8 +23,10 @@ class AnalysisError(TimelineError):
 _FACE = {
     **dict.fromkeys(["stage_report", "concurrency", "idle_per_cta", "idle_gaps", "overlapping_tasks",
                      "coarsen"], "timeline.analysis.stages"),
-    **dict.fromkeys(["critical_path", "CRITICAL_PATH_SCHEMA", "path_us"], "timeline.analysis.critical"),
-    **dict.fromkeys(["causality_anomalies", "edges_table", "exact_path", "path_shares"], "timeline.analysis.edges"),
+    **dict.fromkeys(["critical_path", "CRITICAL_PATH_SCHEMA", "heuristic_path", "path_method", "path_us"],
+                    "timeline.analysis.critical"),
+    **dict.fromkeys(["causality_anomalies", "edges_table", "exact_path", "handoffs", "path_shares", "path_steps"],
+                    "timeline.analysis.edges"),
     **dict.fromkeys(["Change", "parse_change", "replay", "predict", "fidelity"], "timeline.analysis.whatif"),
     **dict.fromkeys(["median_per_stage", "median_launch", "typical_launch", "compare_table"],
                     "timeline.analysis.compare"),
