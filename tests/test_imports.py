@@ -216,6 +216,19 @@ def test_checker_sees_a_cycle_a_star_and_an_upward_import():
     assert any(a.name == "*" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names)
 
 
+def test_the_contract_face_names_every_name_of_its_rooms():
+    """``schema`` re-exports each name of ``placement``, ``tables`` and ``ticktime``
+    (explicitly, no ``import *``): a name added to one of their ``__all__`` must be
+    added to schema's imports and ``__all__`` too, or this fails naming it."""
+    from timeline.contract import placement, schema, tables, ticktime
+
+    for room in (placement, tables, ticktime):
+        missing = [n for n in room.__all__ if getattr(schema, n, None) is not getattr(room, n)
+                   or n not in schema.__all__]
+        assert not missing, f"schema does not re-export {room.__name__}'s {missing}"
+    assert all(hasattr(schema, n) for n in schema.__all__)
+
+
 def test_one_alias_per_module_from_the_table():
     """Every module alias is the one docs/CODE.md's table gives: one alias, one module."""
     table = alias_table()

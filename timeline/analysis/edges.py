@@ -100,8 +100,8 @@ def merged_tasks(trace) -> Tasks:
     lo, hi = GR.group_min_max(gid, ng, start, end)
     ws, _ = GR.group_min_max(gid, ng, w0, w0)
     we, rd = GR.group_min_max(gid, ng, w1, ready)
-    cta = np.full(ng, -1, dtype=np.int64)
-    cta[gid] = R.column(t, "cta", fill=-1).astype(np.int64)
+    cta = np.full(ng, R.NO_CTA, dtype=np.int64)  # any wave's CTA; NO_CTA where no row has one
+    np.maximum.at(cta, gid, R.column(t, "cta", fill=R.NO_CTA).astype(np.int64))
     return Tasks(*keys, cta, lo, hi, ws, we, rd)
 
 
@@ -236,8 +236,6 @@ def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
     launch, stage) of the consumers: ``cross_rank_causality`` where a producer on
     another rank was ready after the wait ended (beyond the alignment uncertainty: the
     rank clocks are placed wrong), ``causality`` for the rest (a wrong graph or wait)."""
-    from timeline.core.trace import anomalies_table
-
     g = g or edges(trace)
     m, rows = g.tasks, []
     cross = np.isin(g.violations, g.cross_rank)
@@ -248,7 +246,7 @@ def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
         count = np.bincount(gid, minlength=ng)
         names = trace.spec.stage_names
         rows += [(int(r), kind, int(la), names[int(st)], "", int(n), 0) for r, la, st, n in zip(rank, launch, stage, count)]
-    return anomalies_table(rows)
+    return R.anomalies_table(rows)
 
 
 def edges_table(trace, g: Graph | None = None) -> pa.Table:
@@ -357,7 +355,7 @@ def _path_table(spec, m: Tasks, rows) -> pa.Table:
     return pa.table({
         "order": pa.array(np.arange(len(rows), dtype=np.int32)), "rank": pa.array(m.rank[idx].astype(np.int16)),
         "stage": GR.stage_strings(spec, m.stage[idx]), "task": pa.array(m.task[idx].astype(np.int32)),
-        "cta": pa.array(m.cta[idx].astype(np.int32)), "start_ns": pa.array(s), "end_ns": pa.array(e),
+        "cta": R.arrow(m.cta[idx].astype(np.int32), m.cta[idx] < 0), "start_ns": pa.array(s), "end_ns": pa.array(e),
         "kind": pa.array([r[3] for r in rows], pa.string()), "duration_ns": pa.array(e - s),
         "via": pa.array([r[4] for r in rows], pa.string()),
     }, schema=PATH_SCHEMA)

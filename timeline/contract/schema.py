@@ -33,7 +33,8 @@ from timeline.contract.graph import GraphError, check_graph, graph_to_dict
 # and ticks to ns (each defined in its own module; __all__ at the end lists them)
 from timeline.contract.placement import (
     AMD_HW_ID_FIELDS, ARCH_LIMITS, LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WAVE, MAX_WORLD,
-    PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, ArchLimits, Field, _bits, bad_placement, pack_placement, placement_hi,
+    PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, ArchLimits, Field, _bits, bad_placement, buffer_version, pack_placement,
+    placement_hi,
     unpack_placement, vendor_of)
 from timeline.contract.tables import (
     ANOMALIES_SCHEMA, ANOMALY_KINDS, DICT_STR, INTERVALS_SCHEMA, META_ANOMALIES, META_CHECKSUM, META_CLOCK,
@@ -451,7 +452,7 @@ __all__ = [  # its own names, then the ones it re-exports
     "inherit_missing",
     "AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_INDEX",
     "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits",
-    "bad_placement", "pack_placement", "placement_hi", "unpack_placement", "vendor_of",
+    "bad_placement", "buffer_version", "pack_placement", "placement_hi", "unpack_placement", "vendor_of",
     "ANOMALIES_SCHEMA", "ANOMALY_KINDS", "NOTICE_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA",
     "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC",
     "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names",
