@@ -195,10 +195,7 @@ def edges(trace) -> Graph:
     prod = np.concatenate([dp, op])
     kind = np.concatenate([dk, np.full(oc.size, 2, dtype=np.int8)])
     # the latest data producer of every consumer (ties: the earliest in (rank, stage, task))
-    order = np.lexsort((m.task[dp], m.stage[dp], m.rank[dp], -m.end[dp], dc))
-    lead = order[np.r_[True, dc[order][1:] != dc[order][:-1]]] if dc.size else order
-    latest = np.full(m.n, R.MISSING, dtype=np.int64)
-    latest[dc[lead]] = m.end[dp[lead]]
+    lead, latest = _latest_producers(m, dc, dp)
     data_gated = latest > m.wait_start
     gate = np.full(m.n, -1, dtype=np.int64)
     gate[dc[lead][data_gated[dc[lead]]]] = lead[data_gated[dc[lead]]]
@@ -214,6 +211,24 @@ def edges(trace) -> Graph:
     bad = m.wait_end[dc] < m.ready[dp] - _tolerance(trace, m, dc, dp)
     cross = m.rank[dc] != m.rank[dp]
     return Graph(m, cons, prod, kind, slack, gating, gate, np.unique(dc[bad]), missing, np.unique(dc[bad & cross]))
+
+
+def _latest_producers(m: Tasks, dc: np.ndarray, dp: np.ndarray):
+    """Per consumer with data edges, the edge of its latest-ending producer (ties: the
+    producer earliest in (rank, stage, task) order, which is task-index order within
+    a launch), as edge indices in consumer order, and every task's latest producer
+    end (``MISSING`` for none). Linear in the edges: no sort of them."""
+    latest = np.full(m.n, R.MISSING, dtype=np.int64)
+    if not dc.size:
+        return np.zeros(0, dtype=np.int64), latest
+    pend = m.end[dp]
+    np.maximum.at(latest, dc, pend)
+    top = np.flatnonzero(pend == latest[dc])
+    first = np.full(m.n, m.n, dtype=np.int64)
+    np.minimum.at(first, dc[top], dp[top])
+    top = top[dp[top] == first[dc[top]]]
+    _, at = np.unique(dc[top], return_index=True)  # one edge per consumer, the first listed
+    return top[at], latest
 
 
 def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:

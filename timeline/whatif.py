@@ -147,7 +147,8 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
     before = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, :w0], axis=1)), axis=1)  # start .. wait start
     after = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, w1:], axis=1)), axis=1)  # wait end .. end
     start, wait_end = np.zeros(m.n), np.zeros(m.n)
-    sim_end = end.astype(np.float64).tolist()  # a producer not yet simulated counts with its recorded end
+    sim_np = end.astype(np.float64)  # a producer not yet simulated counts with its recorded end
+    sim_end = sim_np.tolist()  # the same, read one at a time (a list is faster there), numpy for many
     first_rec = rec[:, 0].astype(np.float64).tolist()
     gap = (rec[:, 0] - end[np.maximum(prev, 0)]).astype(np.float64).tolist()  # after the CTA's previous task
     lead, tail, own_l, hand_l = before[:, -1].tolist(), after[:, -1].tolist(), own.tolist(), handoff.tolist()
@@ -158,7 +159,8 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
         t0 = first_rec[i] if q < 0 else sim_end[q] + gap[i]
         ws = t0 + lead[i]
         if hi_l[i] > lo_l[i]:
-            latest = max(sim_end[p] for p in dp_l[lo_l[i]:hi_l[i]])
+            a, b = lo_l[i], hi_l[i]
+            latest = max(sim_end[p] for p in dp_l[a:b]) if b - a < 64 else float(sim_np[dp[a:b]].max())
             if held_l[i]:
                 we = max(latest + hand_l[i], ws + min(own_l[i], floor_l[i]))
             else:
@@ -166,7 +168,7 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
         else:
             we = ws + own_l[i]
         start[i], wait_end[i] = t0, we
-        sim_end[i] = we + tail[i]
+        sim_end[i] = sim_np[i] = we + tail[i]
     sim = np.zeros_like(rec, dtype=np.float64)
     sim[:, :w0 + 1] = start[:, None] + before
     sim[:, w1:] = wait_end[:, None] + after
