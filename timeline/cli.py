@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=int, default=64, help="CTAs per rank, a power of two (default 64)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
+    from timeline import explain_commands
+
+    explain_commands.add_parser(subs, _sub, _json_option)
     return ap
 
 

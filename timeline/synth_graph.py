@@ -241,6 +241,10 @@ def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, mo
     from timeline.merge import merge
 
     spec = spec or glm5_spec()
-    traces = [collect(buf, sp, synthetic=True)
-              for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model, inject=inject)]
-    return traces[0] if len(traces) == 1 else merge(traces)
+    bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
+                                                                     inject=inject)]
+    traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
+    # merged without the graph, then given it: the model's waits end after their producers by
+    # construction, so merge's causality pass over every edge of every launch would find nothing
+    merged = traces[0] if len(traces) == 1 else merge(traces)
+    return merged.with_graph(spec.graph)
