@@ -229,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=int, default=64, help="CTAs per rank, a power of two (default 64)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
+    p.add_argument("--profile", help="run a kernel profile's stages and task graph (glm5, triton-ffn): "
+                                     "timeline.synth_graph's model")
+    p.add_argument("--inject", action="append", metavar="RANK:STAGE:TASK:PHASE:+NS[@LAUNCH]",
+                   help="add NS to a task's interval (TASK * = the whole stage, ctaN = a CTA's tasks; RANK * = "
+                        "every rank); implies --profile glm5; repeatable")
     from timeline import explain_commands
 
     explain_commands.add_parser(subs, _sub, _json_option)

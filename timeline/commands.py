@@ -351,6 +351,10 @@ def cmd_import_legacy(args) -> int:
 def cmd_synth(args) -> int:
     from timeline import synth
 
+    if getattr(args, "profile", None) or getattr(args, "inject", None):
+        from timeline.synth_commands import cmd_synth_graph
+
+        return cmd_synth_graph(args)
     out = _trace_out(args.output)
     g = args.grid
     if g < 1 or g & (g - 1) or g > S.MAX_CTA + 1:

@@ -101,11 +101,18 @@ def graph_spec(stages, graph, *, world: int = 8, launches: int = 8, waves: int =
 def glm5_spec(*, world: int = 8, launches: int = 8, waves: int = 1) -> S.Spec:
     """The GLM-5 layer's stages (``timeline.legacy.GLM5_STAGES``) and task graph
     (``timeline.presets.glm5``) as a spec for this model."""
+    stages, graph = profiles()["glm5"]
+    return graph_spec(stages, graph, world=world, launches=launches, waves=waves, kernel="glm5_layer_synthetic_graph")
+
+
+def profiles() -> dict:
+    """The kernel profiles this model can run: name -> (stages, task graph), from
+    ``timeline.presets`` (the GLM-5 layer at S=1, the Triton FFN demo)."""
     from timeline import legacy
     from timeline import presets
 
-    return graph_spec(legacy.GLM5_STAGES, presets.glm5(), world=world, launches=launches, waves=waves,
-                      kernel="glm5_layer_synthetic_graph")
+    return {"glm5": (legacy.GLM5_STAGES, presets.glm5()),
+            "triton-ffn": ((("up", 512), ("norm", 64), ("down", 128)), presets.triton_ffn())}
 
 
 class Model(NamedTuple):
