@@ -183,13 +183,13 @@ def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray) -
     for j in range(ex.shape[1]):
         for s in np.unique(m.stage[hot[:, j]]):
             mine = m.stage == s
-            if hot[mine, j].mean() >= 0.5:
+            if hot[mine, j].sum() > 1 and hot[mine, j].mean() >= 0.5:
                 out.append(("stage", None, int(s), None, None, j, np.flatnonzero(mine & hot[:, j])))
                 taken[mine, j] = True
                 continue
             for r in np.unique(m.rank[mine & hot[:, j]]):
                 rs = mine & (m.rank == r)
-                if rs.sum() > 1 and hot[rs, j].mean() >= 0.5:
+                if hot[rs, j].sum() > 1 and hot[rs, j].mean() >= 0.5:
                     out.append(("rank-stage", int(r), int(s), None, None, j, np.flatnonzero(rs & hot[:, j])))
                     taken[rs, j] = True
     rest = np.argwhere(hot & ~taken)
