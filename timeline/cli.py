@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", help="the trace after")
     p.add_argument("--scope", choices=("launch", "trace"), default="launch",
                    help="launch: a typical launch of each (default); trace: each trace whole")
+    p.add_argument("--fail-over", metavar="PCT",
+                   help="regression gate: exit 1 when B's median kernel time (or --stage's span) is over A's by "
+                        "more than PCT (5%% or 0.05) beyond the launch-to-launch noise, 0 otherwise (timeline.gate)")
+    p.add_argument("--stage", metavar="NAME", help="with --fail-over: gate this stage's span, not the kernel time")
     _json_option(p)
 
     p = _sub(subs, "set-graph", "timeline.graph_commands:cmd_set_graph",

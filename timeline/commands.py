@@ -237,6 +237,10 @@ def cmd_compare(args) -> int:
     from timeline import analysis as A
 
     a, b = _load(args.a), _load(args.b)
+    if getattr(args, "fail_over", None) is not None or getattr(args, "stage", None) is not None:
+        from timeline.explain_commands import cmd_gate
+
+        return cmd_gate(a, b, args)
     per_launch = args.scope == "launch"
     ra, rb = (C.typical(A.stage_report(t, by_launch=per_launch), per_launch) for t in (a, b))
     rows = C.compare_table(ra, rb)

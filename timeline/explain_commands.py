@@ -106,3 +106,22 @@ def cmd_explain(args) -> int:
     else:
         print(XR.text(doc))
     return 0
+
+
+def cmd_gate(a, b, args) -> int:
+    """``timeline compare A B --fail-over PCT [--stage X]``: the one-line verdict of
+    ``timeline.gate``; 1 when B regressed, else 0."""
+    from timeline import gate as GT
+    from timeline.commands import UsageError
+
+    if args.fail_over is None:
+        raise UsageError("--stage gates one stage: give --fail-over PCT too (e.g. --fail-over 5%)")
+    v = GT.gate(a, b, GT.parse_threshold(args.fail_over), stage=args.stage)
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "failed": v.failed, "decided": v.decided,
+                          "metric": v.metric, "a_us": v.a_ns / 1e3, "b_us": v.b_ns / 1e3, "change": v.change,
+                          "se_us": v.se_ns / 1e3, "worst_stage": v.worst_stage, "worst_us": v.worst_ns / 1e3,
+                          "verdict": v.line}, ensure_ascii=False))
+    else:
+        print(v.line)
+    return 1 if v.failed else 0
