@@ -186,6 +186,12 @@ def path_segments(app, item, view, grouping, launches) -> list:
     from timeline import edges as E
 
     g = app.analysis(item, ("edges",), lambda: E.edges(tr))
+    return chain_segments(g, view, grouping, [E.chain(g, launch) for launch in (launches or tr.launches)])
+
+
+def chain_segments(g, view, grouping, chains) -> list:
+    """``path_segments`` of ``chains`` (``edges.chain``'s ``[(task, gating edge)]``
+    lists, or parts of them) over the row layout ``view``."""
     m = g.tasks
     launch_key = grouping == "rank"
     rows = {(int(r), int(la) if launch_key else -1, int(c)): i for i, (r, la, c, w) in enumerate(zip(
@@ -195,8 +201,8 @@ def path_segments(app, item, view, grouping, launches) -> list:
         return rows.get((int(m.rank[t]), int(m.launch[t]) if launch_key else -1, int(m.cta[t])))
 
     out = []
-    for launch in (launches or tr.launches):
-        for cur, e in E.chain(g, launch):
+    for chain in chains:
+        for cur, e in chain:
             r = row(cur)
             held = e >= 0 and g.kind[e] < 2
             begin = m.wait_end[cur] if held else m.start[cur]
