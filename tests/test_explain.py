@@ -10,6 +10,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bufkit import empty, put
 from timeline import collect, load, merge
@@ -215,3 +217,14 @@ def test_bundled_tp_traces_name_the_late_rank(tmp_path, capsys):
     assert (s["producer"], s["consumer"], s["most_often_last"]) == ("part", "reduce", 1)
     assert s["skew_us_max"] == pytest.approx(81.2, abs=0.1)  # rank 1 launched 81 µs later, on its own stream
     assert "rank 1 arrived last" in doc["verdict"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6)), min_size=1, max_size=60))
+def test_group_median_is_numpys_median(pairs):
+    gid = np.array([g for g, _ in pairs])
+    _, dense = np.unique(gid, return_inverse=True)
+    v = np.array([[x] for _, x in pairs], dtype=float)
+    got = X.group_median(dense, int(dense.max()) + 1, v)[:, 0]
+    want = [np.median(v[dense == k, 0]) for k in range(int(dense.max()) + 1)]
+    assert got.tolist() == want

@@ -87,16 +87,25 @@ def typical(trace, launches=None, *, source: str = "") -> Typical:
     m = E.merged_tasks(base)
     dur = _durations(base, m)
     gid, ng, (rank, stage, task) = GR.group_ids(m.rank, m.stage, m.task)
-    order = np.lexsort((np.arange(gid.size), gid))
+    return Typical(rank, stage, task, group_median(gid, ng, dur), kernel_times(base)[1],
+                   source or f"{len(base.launches)} launches")
+
+
+def group_median(gid: np.ndarray, ng: int, values: np.ndarray) -> np.ndarray:
+    """Per group of ``ng`` (``gid`` dense ids), the median of each column of the
+    non-negative integral ``values`` (``(rows, columns)``): one sort of ``gid * span +
+    value`` per column (int64), the middle of each group's run."""
     counts = np.bincount(gid, minlength=ng)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    med = np.empty((ng, dur.shape[1]))
-    for j in range(dur.shape[1]):  # per key: sort its values, take the middle (the lower of two, averaged)
-        v = dur[order, j]
-        o = np.lexsort((v, gid[order]))
-        v = v[o]
-        med[:, j] = (v[first + (counts - 1) // 2] + v[first + counts // 2]) / 2
-    return Typical(rank, stage, task, med, kernel_times(base)[1], source or f"{len(base.launches)} launches")
+    v = np.rint(values).astype(np.int64)
+    span = int(v.max(initial=0)) + 1
+    if ng * span >= 1 << 62:
+        raise ExplainError(f"interval durations up to {span} ns over {ng} tasks overflow the median's sort key")
+    med = np.empty((ng, v.shape[1]))
+    for j in range(v.shape[1]):
+        s = np.sort(gid.astype(np.int64) * span + v[:, j]) - np.repeat(np.arange(ng, dtype=np.int64) * span, counts)
+        med[:, j] = (s[first + (counts - 1) // 2] + s[first + counts // 2]) / 2
+    return med
 
 
 def typical_for(typ: Typical, m: E.Tasks, measured: np.ndarray) -> np.ndarray:
