@@ -84,11 +84,20 @@ def typical(trace, launches=None, *, source: str = "") -> Typical:
     base = trace if launches is None else trace.filter(launches=list(launches))
     if base.tasks.num_rows == 0:
         raise ExplainError(f"the baseline {source or 'selection'} has no task rows")
-    m = E.merged_tasks(base)
-    dur = _durations(base, m)
-    gid, ng, (rank, stage, task) = GR.group_ids(m.rank, m.stage, m.task)
-    return Typical(rank, stage, task, group_median(gid, ng, dur), kernel_times(base)[1],
-                   source or f"{len(base.launches)} launches")
+    return typical_of([base], kernel_times(base)[1], source or f"{len(base.launches)} launches")
+
+
+def typical_of(traces, kernel_ns, source: str) -> Typical:
+    """The ``Typical`` of the launches of several traces of one kernel (a run's
+    launches, each its own ``Trace``), with ``kernel_ns`` the kernel times whose
+    spread is the noise."""
+    parts = []
+    for tr in traces:
+        m = E.merged_tasks(tr)
+        parts.append((m.rank, m.stage, m.task, _durations(tr, m)))
+    rank, stage, task, dur = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    gid, ng, (rank, stage, task) = GR.group_ids(rank, stage, task)
+    return Typical(rank, stage, task, group_median(gid, ng, dur), np.asarray(kernel_ns), source)
 
 
 def group_median(gid: np.ndarray, ng: int, values: np.ndarray) -> np.ndarray:

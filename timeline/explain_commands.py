@@ -88,19 +88,21 @@ def cmd_explain(args) -> int:
     from timeline import explain_report as XR
     from timeline.commands import _load
 
+    source, pick = args.trace, "--launch {launch}"
     if Path(args.trace).is_dir():
         from timeline.explain_run import explain_run_trace
 
-        trace, typ, which, source = explain_run_trace(args)
+        trace, typ, which, picked = explain_run_trace(args)
+        cmd, pick = f"timeline explain {shlex.quote(source)} {picked}", ""
     else:
         trace = _load(args.trace)
         typ = _typical(trace, args.baseline)
-        which, source = _picked(trace, args, typ), args.trace
-    cmd = "timeline explain " + shlex.quote(source) + (f" --baseline {shlex.quote(args.baseline)}"
-                                                       if args.baseline else "")
+        which = _picked(trace, args, typ)
+        cmd = "timeline explain " + shlex.quote(source) + (f" --baseline {shlex.quote(args.baseline)}"
+                                                           if args.baseline else "")
     explained = [X.explain_launch(trace, la, typ) for la in which] if typ is not None else []
     skews = X.allreduce_skew(trace) if trace.spec.graph else []
-    doc = XR.document(trace, source, cmd, X.kernel_times(trace), explained, skews, typ)
+    doc = XR.document(trace, source, cmd, X.kernel_times(trace), explained, skews, typ, pick=pick)
     if args.json:
         print(json.dumps(doc, ensure_ascii=False, indent=1))
     else:

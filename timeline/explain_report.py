@@ -31,7 +31,13 @@ def _who(c: X.Culprit, names, phases) -> str:
     return f"{rank} {names[c.stage]} {what} {phase}"
 
 
-def culprit_record(e: X.Explained, c: X.Culprit, gate, names, phases, cmd: str, source: str) -> dict:
+def _again(cmd: str, pick: str, launch: int) -> str:
+    """The command that gives one launch's answer again (``pick``: the option naming the launch)."""
+    return " ".join(x for x in (cmd, pick.format(launch=launch), "--json") if x)
+
+
+def culprit_record(e: X.Explained, c: X.Culprit, gate, names, phases, cmd: str, source: str,
+                   pick: str = "--launch {launch}") -> dict:
     """One culprit as a JSON record (docs/EXPLAIN.md ``culprits[]``)."""
     m = e.tasks
     rows = [{"rank": int(m.rank[i]), "launch": int(m.launch[i]), "stage": names[m.stage[i]],
@@ -43,7 +49,7 @@ def culprit_record(e: X.Explained, c: X.Culprit, gate, names, phases, cmd: str, 
            "significant": bool(e.exact and c in X.significant(e)),
            "evidence": {"table": "tasks", "rows": rows, "more_rows": max(int(c.tasks.size) - EVIDENCE_ROWS, 0)},
            "gating_edge": None, "says": _who(c, names, phases),
-           "reproduce": f"{cmd} --launch {e.launch} --json"}
+           "reproduce": _again(cmd, pick, e.launch)}
     if gate is not None:
         p, q, kind = gate
         rec["gating_edge"] = {"kind": kind,
@@ -104,8 +110,10 @@ CANNOT_WITHOUT_GRAPH = [
 ]
 
 
-def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.Typical) -> dict:
-    """The whole answer (schema ``SCHEMA``)."""
+def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.Typical,
+             pick: str = "--launch {launch}") -> dict:
+    """The whole answer (schema ``SCHEMA``); ``pick``: the option that names a launch
+    in ``cmd`` (empty where ``cmd`` already names it: a run's ``--step``)."""
     names, phases = trace.spec.stage_names, trace.phases
     launches, kernel = slow
     typ_kernel = typ.kernel_ns if typ is not None else kernel
@@ -115,7 +123,7 @@ def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.
                  for la, k in sorted(zip(launches, kernel), key=lambda x: -x[1])]
     exp = []
     for e in explained:
-        cul = [culprit_record(e, c, gate, names, phases, cmd, source) for c, gate in zip(e.culprits, e.gating)]
+        cul = [culprit_record(e, c, gate, names, phases, cmd, source, pick) for c, gate in zip(e.culprits, e.gating)]
         cells = [{"rank": r, "stage": names[s], "cta": c, "phase": phases[j + 1], "excess_us": _us(v)}
                  for r, s, c, j, v in e.path_cells[:12]]
         on_path = sum(v for *_, v in e.path_cells)
@@ -129,7 +137,7 @@ def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.
             "path": {"cells": cells, "cells_total_us": _us(on_path),
                      "other_us": _us(e.kernel_ns - e.typical_ns - on_path),
                      "reproduce": f"timeline summary {shlex.quote(source)} --critical-path --launch {e.launch}"},
-            "reproduce": f"{cmd} --launch {e.launch} --json",
+            "reproduce": _again(cmd, pick, e.launch),
         })
     exact = bool(trace.spec.graph)
     skew = skew_records(trace, skews, [e.launch for e in explained])
