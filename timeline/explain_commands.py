@@ -18,6 +18,7 @@ EPILOG = """examples:
   timeline explain run.arrow --launch 7 --json        # one launch, the versioned JSON (docs/EXPLAIN.md)
   timeline explain after.arrow --baseline before.arrow
   timeline explain run.arrow --baseline 3             # against launch 3 of the same trace
+  timeline explain runs/                              # a run dataset: its p99 launch (--step S --layer L: that one)
 
 Every task's phases are compared with the same task's typical ones; candidate culprits (a task, a
 CTA's tasks, a rank's stage, a whole stage) are checked by the what-if replay over the task graph:
