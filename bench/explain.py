@@ -4,7 +4,7 @@
     PYTHONPATH=. python3 bench/explain.py --cases 12 --no-speed
 
 Accuracy: SYNTHETIC traces of the GLM-5 profile (``timeline.synth_graph``: its
-stages and task graph, 8 ranks, grid 256, 6 launches), one single injection each
+stages and task graph, 8 ranks, grid 256, 8 launches), one single injection each
 (random rank, stage, task, phase among hint / staged / compute / end, launch, and
 0.5 to 20 µs), beside the trace of the same seed without it. The measured effect is
 the injected launch's kernel time minus the clean one's; it "moved the launch" when
@@ -71,7 +71,7 @@ def accuracy(cases: int, seed: int, grid: int, launches: int, per_trace: int) ->
         tr = SG.graph_trace(spec, grid=grid, seed=tseed, inject=[inj])
         measured = float(X.kernel_times(tr)[1][inj.launch] - clean_k[inj.launch])
         t0 = time.perf_counter()
-        e = X.explain_launch(tr, inj.launch, X.typical(tr))
+        e = X.explain_launch(tr, inj.launch, X.typical(tr), own=True)
         took = time.perf_counter() - t0
         sig = X.significant(e)
         first = sig[0] if sig else None
@@ -149,7 +149,7 @@ def speed(grid: int) -> bool:
                 launches_, kernel = X.kernel_times(t)
                 la = int(launches_[np.argmax(kernel)])
                 t2 = time.perf_counter()
-                e = X.explain_launch(t, la, typ)
+                e = X.explain_launch(t, la, typ, own=True)
                 t3 = time.perf_counter()
                 XR.document(t, str(path), "timeline explain big.arrow", (launches_, kernel), [e],
                             X.allreduce_skew(t), typ)
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--grid", type=int, default=256)
-    ap.add_argument("--launches", type=int, default=6)
+    ap.add_argument("--launches", type=int, default=8)
     ap.add_argument("--per-trace", type=int, default=8, help="injections per clean trace (seed)")
     ap.add_argument("--no-speed", action="store_true")
     a = ap.parse_args(argv)

@@ -46,7 +46,8 @@ class ExplainError(AnalysisError):
 
 class Typical(NamedTuple):
     """Per (rank, stage, task) key of a baseline: its median interval durations
-    (``(keys, intervals)`` ns) and the baseline's kernel times (ns, one per launch)."""
+    (``(keys, intervals)`` ns), the baseline's kernel times (ns, one per launch) and
+    which launch each is (for leaving the explained launch out of the noise)."""
 
     rank: np.ndarray
     stage: np.ndarray
@@ -54,6 +55,7 @@ class Typical(NamedTuple):
     durations: np.ndarray
     kernel_ns: np.ndarray
     source: str
+    kernel_launches: np.ndarray | None = None  # the launch of each kernel time (None: not launches of one trace)
 
 
 def kernel_times(trace) -> tuple:
@@ -84,7 +86,8 @@ def typical(trace, launches=None, *, source: str = "") -> Typical:
     base = trace if launches is None else trace.filter(launches=list(launches))
     if base.tasks.num_rows == 0:
         raise ExplainError(f"the baseline {source or 'selection'} has no task rows")
-    return typical_of([base], kernel_times(base)[1], source or f"{len(base.launches)} launches")
+    launch_ids, kernel = kernel_times(base)
+    return typical_of([base], kernel, source or f"{len(base.launches)} launches")._replace(kernel_launches=launch_ids)
 
 
 def typical_of(traces, kernel_ns, source: str) -> Typical:
@@ -234,13 +237,17 @@ def _saving(trace, g, plan, base_end: float, fixes) -> float:
     return base_end - float(r.simulated[:, -1].max())
 
 
-def explain_launch(trace, launch: int, typ: Typical) -> Explained:
-    """``launch`` of ``trace`` against ``typ`` (see the module docstring)."""
+def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Explained:
+    """``launch`` of ``trace`` against ``typ`` (see the module docstring); ``own``:
+    ``typ`` is of this trace's launches, so the noise leaves ``launch`` out."""
     if launch not in trace.launches:
         raise ExplainError(f"launch {launch} is not in the trace; its launches are {R.brief(trace.launches)}")
     one = trace.filter(launches=[launch])
     kernel = int(kernel_times(one)[1][0])
-    noise = noise_ns(typ.kernel_ns)
+    others = typ.kernel_ns
+    if own and typ.kernel_launches is not None and (typ.kernel_launches != launch).sum() >= 2:
+        others = typ.kernel_ns[typ.kernel_launches != launch]
+    noise = noise_ns(others)
     if not trace.spec.wait:
         raise ExplainError(f"spec {trace.spec.kernel!r} declares no wait for producers (Spec(wait=...)): explain "
                            "cannot tell a task's own time from its wait; declare it and re-export")

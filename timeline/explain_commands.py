@@ -101,7 +101,8 @@ def cmd_explain(args) -> int:
         which = _picked(trace, args, typ)
         cmd = "timeline explain " + shlex.quote(source) + (f" --baseline {shlex.quote(args.baseline)}"
                                                            if args.baseline else "")
-    explained = [X.explain_launch(trace, la, typ) for la in which] if typ is not None else []
+    own = args.baseline is None and not Path(args.trace).is_dir()  # typical of the trace's own launches
+    explained = [X.explain_launch(trace, la, typ, own=own) for la in which] if typ is not None else []
     skews = X.allreduce_skew(trace) if trace.spec.graph else []
     doc = XR.document(trace, source, cmd, X.kernel_times(trace), explained, skews, typ, pick=pick)
     if args.json:

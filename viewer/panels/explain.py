@@ -29,7 +29,8 @@ def analysed(app, item):
         launches, kernel = X.kernel_times(tr)
         typ = X.typical(tr, source=f"median of {len(tr.launches)} launches") \
             if len(tr.launches) >= MIN_LAUNCHES else None
-        explained = [X.explain_launch(tr, int(launches[int(np.argmax(kernel))]), typ)] if typ is not None else []
+        explained = [X.explain_launch(tr, int(launches[int(np.argmax(kernel))]), typ, own=True)] \
+            if typ is not None else []
         skews = X.allreduce_skew(tr) if tr.spec.graph else []
         return XR.document(tr, item.name, f"timeline explain {item.name}", (launches, kernel), explained, skews,
                            typ), explained
