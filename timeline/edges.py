@@ -240,8 +240,9 @@ def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
     per_rank = np.zeros(int(max(m.rank.max(), max(u, default=0))) + 1)
     for r, v in u.items():
         per_rank[r] = v
-    tol = np.ceil(per_rank[m.rank[dc]] + per_rank[m.rank[dp]]).astype(np.int64)
-    return np.where(m.rank[dc] != m.rank[dp], tol, 0)
+    table = np.ceil(per_rank[:, None] + per_rank[None, :]).astype(np.int64)  # (consumer rank, producer rank)
+    np.fill_diagonal(table, 0)
+    return table[m.rank[dc], m.rank[dp]]
 
 
 def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
