@@ -8,7 +8,9 @@ stages and task graph, 8 ranks, grid 256, 8 launches), one single injection each
 (random rank, stage, task, phase among hint / staged / compute / end, launch, and
 0.5 to 20 µs), beside the trace of the same seed without it. The measured effect is
 the injected launch's kernel time minus the clean one's; it "moved the launch" when
-that exceeds the clean trace's launch-to-launch noise (``explain.noise_ns``).
+that exceeds the clean run's launch-to-launch noise (``explain.noise_ns`` of the clean
+trace's other launches: the same estimator explain applies to the injected trace's
+other launches, which are the same launches).
 ``explain`` (the injected launch against the median launch of its trace) should
 name the injected (rank, stage, CTA) first where it moved the launch (goal: 48 of
 50), say "no significant culprit" where it did not, and predict a saving within
@@ -66,8 +68,8 @@ def accuracy(cases: int, seed: int, grid: int, launches: int, per_trace: int) ->
         if k % per_trace == 0:
             clean = SG.graph_trace(spec, grid=grid, seed=tseed)
             clean_k = X.kernel_times(clean)[1]
-            noise = X.noise_ns(clean_k)
         inj = _case(rng, spec, grid)
+        noise = X.noise_ns(np.delete(clean_k, inj.launch))  # the clean run's other launches
         tr = SG.graph_trace(spec, grid=grid, seed=tseed, inject=[inj])
         measured = float(X.kernel_times(tr)[1][inj.launch] - clean_k[inj.launch])
         t0 = time.perf_counter()

@@ -275,9 +275,10 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
         saving = _saving(one, g, plan, base_end, [(idx, j, fix)])
         culprits.append(Culprit(scope, rank, s, task, cta, j, idx, float(dur[idx, j].sum()),
                                 float(dur[idx, j].sum() - fix.sum()), saving))
+    big = [c for c in culprits if c.excess_ns > noise / 2]  # those that could matter, fixed together
     together = _saving(one, g, plan, base_end, [(c.tasks, c.phase, np.maximum(ex[c.tasks, c.phase], 0))
-                                          for c in culprits]) if len(culprits) > 1 else \
-        (culprits[0].saving_ns if culprits else 0.0)
+                                                for c in big]) if len(big) > 1 else \
+        max([c.saving_ns for c in culprits], default=0.0)
     culprits = _ranked(culprits, noise, together)
     return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, together,
                      _path_cells(g, chain, ex, one.phases.index(one.spec.wait[0])), fid, [_gating_edge(g, chain, c) for c in culprits], m, True)
@@ -285,20 +286,21 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
 
 def _ranked(culprits: list, noise: float, together: float) -> list:
     """Culprits by saving (the narrower scope first between two within 10 % of each
-    other); when none saves beyond the noise alone but all together do (equal
-    culprits on parallel paths), those with an excess, by excess."""
+    other); when none saves beyond the noise alone but those with an excess over half
+    the noise do together (equal culprits on parallel paths), by excess."""
     out = sorted(culprits, key=lambda c: (-c.saving_ns, SCOPES.index(c.scope)))
     for k in range(len(out) - 1):
         a, b = out[k], out[k + 1]
         if SCOPES.index(b.scope) < SCOPES.index(a.scope) and b.saving_ns >= 0.9 * a.saving_ns:
             out[k], out[k + 1] = b, a
     if out and out[0].saving_ns <= noise < together:
-        out = sorted([c for c in culprits if c.excess_ns > 0], key=lambda c: -c.excess_ns)
+        out = sorted(culprits, key=lambda c: -c.excess_ns)
     return out
 
 
 def significant(e: Explained) -> list:
-    """The culprits whose saving (alone, or all together for parallel ones) exceeds the noise."""
+    """The culprits whose saving exceeds the noise: alone, or else together, those
+    with an excess over half the noise (parallel culprits, each hiding the other)."""
     if e.culprits and e.culprits[0].saving_ns > e.noise_ns:
         return [c for c in e.culprits if c.saving_ns > e.noise_ns]
     if e.together_ns > e.noise_ns:
