@@ -22,6 +22,7 @@ MAIN_EPILOG = """\
 examples:
   timeline synth -o demo.arrow --ranks 2 --launches 2        # a SYNTHETIC trace to try things on
   timeline convert stamps.bin --spec spec.json -o run.arrow  # a kernel's stamp buffer -> trace file
+  timeline explain run.arrow                                 # which launch is slow, and why (start here)
   timeline summary run.arrow                                 # the stage report
   timeline summary run.arrow --legacy                        # the mono kernels' own report
   timeline export run.arrow --chrome run.json                # open in Perfetto UI / chrome://tracing
