@@ -272,6 +272,8 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
     culprits = []
     for scope, rank, s, task, cta, j, idx in cands:
         fix = np.maximum(ex[idx, j], 0)
+        if fix.sum() <= noise / 2:  # the replay is 1-Lipschitz: it saves at most what it removes, never significant
+            continue
         saving = _saving(one, g, plan, base_end, [(idx, j, fix)])
         culprits.append(Culprit(scope, rank, s, task, cta, j, idx, float(dur[idx, j].sum()),
                                 float(dur[idx, j].sum() - fix.sum()), saving))
