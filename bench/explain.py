@@ -167,7 +167,7 @@ def speed(grid: int) -> bool:
         print(f"\nspeed, profile {name}: explain of the slowest launch of a {tr.intervals.num_rows:,}-interval "
               f"SYNTHETIC trace (8 ranks, {launches} launches, {edges:,} task-graph edges in the launch), load to "
               f"document: median {med:.2f} s of 3 (goal {GOAL_S:g} s) = load {load_s:.2f} + typical launch "
-              f"{typ_s:.2f} + the launch explained (edges, {X.CANDIDATES} + 2 replays) {exp_s:.2f} s; "
+              f"{typ_s:.2f} + the launch explained (its edges, at most {X.CANDIDATES} + 2 replays) {exp_s:.2f} s; "
               f"peak RSS {rss:.0f} MiB")
     return ok
 

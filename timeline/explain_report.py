@@ -25,7 +25,7 @@ def _who(c: X.Culprit, names, phases) -> str:
     rank = "every rank" if c.rank is None else f"rank {c.rank}"
     phase = phases[c.phase + 1]
     if c.scope == "stage":
-        return f"{names[c.stage]} {phase} (all its tasks, {c.tasks.size} over the ranks)"
+        return f"{names[c.stage]} {phase} (the stage: {c.tasks.size} of its tasks, every rank)"
     what = {"task": f"task {c.task} (CTA {c.cta})", "cta": f"CTA {c.cta}'s tasks ({c.tasks.size})",
             "rank-stage": f"tasks ({c.tasks.size})"}[c.scope]
     return f"{rank} {names[c.stage]} {what} {phase}"
