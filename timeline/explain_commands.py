@@ -38,6 +38,8 @@ def add_parser(subs, sub, json_option) -> None:
     p.add_argument("--top", type=int, default=1, metavar="N", help="explain the N slowest launches (default 1)")
     p.add_argument("--step", type=int, help="a run's step (with --layer: the launch to explain)")
     p.add_argument("--layer", type=int, help="a run's layer")
+    p.add_argument("--capture", help="a run's capture (a launch without slot headers, with --slot)")
+    p.add_argument("--slot", type=int, help="that capture's launch number")
     json_option(p)
 
 
@@ -89,12 +91,13 @@ def cmd_explain(args) -> int:
     from timeline import explain_report as XR
     from timeline.commands import _load
 
-    source, pick = args.trace, "--launch {launch}"
+    source, pick, label = args.trace, "--launch {launch}", ""
     if Path(args.trace).is_dir():
         from timeline.explain_run import explain_run_trace
 
         trace, typ, which, picked = explain_run_trace(args)
         cmd, pick = f"timeline explain {shlex.quote(source)} {picked}", ""
+        label = "the run's launch " + picked.replace("--", "")
     else:
         trace = _load(args.trace)
         typ = _typical(trace, args.baseline)
@@ -104,7 +107,7 @@ def cmd_explain(args) -> int:
     own = args.baseline is None and not Path(args.trace).is_dir()  # typical of the trace's own launches
     explained = [X.explain_launch(trace, la, typ, own=own) for la in which] if typ is not None else []
     skews = X.allreduce_skew(trace) if trace.spec.graph else []
-    doc = XR.document(trace, source, cmd, X.kernel_times(trace), explained, skews, typ, pick=pick)
+    doc = XR.document(trace, source, cmd, X.kernel_times(trace), explained, skews, typ, pick=pick, label=label)
     if args.json:
         print(json.dumps(doc, ensure_ascii=False, indent=1))
     else:

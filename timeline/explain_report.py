@@ -59,10 +59,10 @@ def culprit_record(e: X.Explained, c: X.Culprit, gate, names, phases, cmd: str, 
     return rec
 
 
-def launch_verdict(e: X.Explained, names, phases) -> str:
-    """One sentence on one launch."""
+def launch_verdict(e: X.Explained, names, phases, label: str = "") -> str:
+    """One sentence on one launch (``label``: how to name it, default ``launch N``)."""
     delta = e.kernel_ns - e.typical_ns
-    head = f"launch {e.launch} took {_us(e.kernel_ns):g} µs, {_us(delta):+g} µs against typical {_us(e.typical_ns):g} µs"
+    head = f"{label or f'launch {e.launch}'} took {_us(e.kernel_ns):g} µs, {_us(delta):+g} µs against typical {_us(e.typical_ns):g} µs"
     if not e.exact:
         if not e.culprits:
             return f"{head}; no task ran beyond its typical time (HEURISTIC: no task graph)"
@@ -111,9 +111,10 @@ CANNOT_WITHOUT_GRAPH = [
 
 
 def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.Typical,
-             pick: str = "--launch {launch}") -> dict:
+             pick: str = "--launch {launch}", label: str = "") -> dict:
     """The whole answer (schema ``SCHEMA``); ``pick``: the option that names a launch
-    in ``cmd`` (empty where ``cmd`` already names it: a run's ``--step``)."""
+    in ``cmd`` (empty where ``cmd`` already names it: a run's ``--step``); ``label``:
+    how the verdicts name the launch (a run's step and layer)."""
     names, phases = trace.spec.stage_names, trace.phases
     launches, kernel = slow
     typ_kernel = typ.kernel_ns if typ is not None else kernel
@@ -130,7 +131,7 @@ def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.
         exp.append({
             "launch": e.launch, "kernel_us": _us(e.kernel_ns), "typical_us": _us(e.typical_ns),
             "delta_us": _us(e.kernel_ns - e.typical_ns), "noise_us": _us(e.noise_ns),
-            "verdict": launch_verdict(e, names, phases), "exact": e.exact,
+            "verdict": launch_verdict(e, names, phases, label), "exact": e.exact,
             "fidelity": e.fidelity._asdict() if e.fidelity else None,
             "saving_together_us": _us(e.together_ns) if e.exact else None,
             "culprits": cul,

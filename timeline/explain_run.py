@@ -54,36 +54,50 @@ def percentile_index(kernel_ns, q: float = PERCENTILE) -> int:
     return int(order[max(math.ceil(q / 100 * order.size) - 1, 0)])
 
 
-def explain_run(run, *, step=None, layer=None, nearest: int = NEAREST):
-    """``(trace of the chosen launch, Typical, its launch number, (step, layer))``: the
-    launch ``step``/``layer`` or else the p99 launch, against the ``nearest`` launches
-    nearest the median kernel time (the chosen one left out)."""
+def explain_run(run, *, step=None, layer=None, capture=None, slot=None, nearest: int = NEAREST):
+    """``(trace of the chosen launch, Typical, its launch number, its key)``: the launch
+    ``step``/``layer`` (or ``capture``/``slot``, for launches without slot headers), or
+    else the p99 launch, against the ``nearest`` launches nearest the median kernel
+    time (the chosen one left out)."""
     keys, kernel = run_kernel_times(run.launches())
     if not keys:
         raise X.ExplainError("the run holds no launches")
-    if step is not None:
-        pick = [k for k, key in enumerate(keys) if key == (step, layer)]
+    if step is not None or capture is not None:
+        want, said = ((step, layer), f"--step {step} --layer {layer}") if step is not None else \
+            ((capture, slot), f"--capture {capture} --slot {slot}")
+        pick = [k for k, key in enumerate(keys) if key == want]
         if not pick:
-            raise X.ExplainError(f"--step {step} --layer {layer}: no such launch in the run; it has "
-                                 f"{R.brief(keys)}")
+            raise X.ExplainError(f"{said}: no such launch in the run; it has {R.brief(keys)}")
         at = pick[0]
     else:
         at = percentile_index(kernel)
     med = np.median(kernel)
     near = [int(k) for k in np.argsort(np.abs(kernel - med), kind="stable") if int(k) != at][:nearest]
-    base = [run.launch(*keys[k]) for k in near if isinstance(keys[k][0], int)]
-    if not base:
-        raise X.ExplainError("the run has no other launch with a step to be the typical one")
-    typ = X.typical_of(base, kernel, f"the {len(base)} launches nearest the run's median kernel time "
-                                     f"(noise over its {kernel.size} launches)")
-    trace = run.launch(*keys[at])
+    if not near:
+        raise X.ExplainError("the run holds one launch: too few for a typical one")
+    base = [open_launch(run, keys[k]) for k in near]
+    typ = X.typical_of(base, np.delete(kernel, at), f"the {len(base)} launches nearest the run's median kernel "
+                                                    f"time (noise over its other {kernel.size - 1} launches)")
+    trace = open_launch(run, keys[at])
     return trace, typ, int(trace.launches[0]), keys[at]
+
+
+def open_launch(run, key):
+    """The ``Trace`` of the launch ``key``: ``(step, layer)``, or ``(capture, launch)``
+    for a launch without slot headers (``Run.launch(capture=, slot=)``)."""
+    if isinstance(key[0], str):
+        return run.launch(capture=key[0], slot=key[1])
+    return run.launch(key[0], key[1])
 
 
 def explain_run_trace(args):
     """``cmd_explain``'s reading of a run folder: ``(trace, typical, [launch], the
     options that pick the launch again)``."""
     run = open_run(args.trace)
-    trace, typ, launch, key = explain_run(run, step=args.step, layer=args.layer)
-    pick = f"--step {key[0]}" + (f" --layer {key[1]}" if key[1] is not None else "")
+    trace, typ, launch, key = explain_run(run, step=args.step, layer=args.layer, capture=args.capture,
+                                          slot=args.slot)
+    if isinstance(key[0], str):
+        pick = f"--capture {key[0]} --slot {key[1]}"
+    else:
+        pick = f"--step {key[0]}" + (f" --layer {key[1]}" if key[1] is not None else "")
     return trace, typ, [launch], pick
