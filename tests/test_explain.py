@@ -150,7 +150,7 @@ CULPRIT = {"scope", "rank", "stage", "task", "cta", "phase", "tasks", "measured_
            "saving_us", "significant", "evidence", "gating_edge", "says", "reproduce"}
 EDGE = {"kind", "producer", "consumer", "reproduce"}
 SKEW = {"consumer", "producer", "launches", "last_rank_counts", "most_often_last", "skew_us_p50", "skew_us_max",
-        "explained", "says"}
+        "explained", "reproduce", "says"}
 
 
 def test_the_json_schema_is_pinned(tmp_path, capsys):

@@ -84,8 +84,8 @@ def launch_verdict(e: X.Explained, names, phases, label: str = "") -> str:
             f"(replay fidelity {e.fidelity.kernel_end_ns:g} ns)")
 
 
-def skew_records(trace, skews, explained_launches) -> list:
-    """The rank skew at every all-reduce rule as JSON records."""
+def skew_records(trace, skews, explained_launches, cmd: str = "") -> list:
+    """The rank skew at every all-reduce rule as JSON records (``cmd``: the command that gives them)."""
     out = []
     for consumer, producer, launches, ranks, last, skew in skews:
         counts = {int(r): int((last == r).sum()) for r in ranks}
@@ -96,6 +96,7 @@ def skew_records(trace, skews, explained_launches) -> list:
                     "skew_us_p50": _us(np.median(skew)) if skew.size else None,
                     "skew_us_max": _us(skew.max()) if skew.size else None,
                     "explained": {str(la): per[la] for la in explained_launches if la in per},
+                    "reproduce": f"{cmd} --json" if cmd else "",
                     "says": (f"at the all-reduce {producer} -> {consumer}, rank {worst} arrived last in "
                              f"{counts.get(worst, 0)} of {launches.size} launches, by {_us(np.median(skew)):g} µs "
                              f"(median; max {_us(skew.max()):g} µs) after the first rank") if counts else ""})
@@ -141,7 +142,7 @@ def document(trace, source: str, cmd: str, slow, explained: list, skews, typ: X.
             "reproduce": _again(cmd, pick, e.launch),
         })
     exact = bool(trace.spec.graph)
-    skew = skew_records(trace, skews, [e.launch for e in explained])
+    skew = skew_records(trace, skews, [e.launch for e in explained], cmd)
     if exp:
         verdict = exp[0]["verdict"]
     elif typ is None:
