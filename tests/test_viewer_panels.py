@@ -374,7 +374,7 @@ def test_the_gantt_draws_the_exact_critical_path(tmp_path):
     path, = [t for t in drawn.figure["data"] if t.get("meta", {}).get("kind") == "critical-path"]
     g = E.edges(state.store.get("g.arrow").trace)
     chain = E.chain(g, 1)
-    handoffs = sum(1 for _, e in chain if e >= 0 and g.kind[e] < 2)
+    handoffs = sum(1 for s in chain if s.handoff)
     assert path["meta"]["segments"] == len(chain) + handoffs
     ends = [x for x in path["x"] if x is not None]
     assert max(ends) == pytest.approx(g.tasks.end[g.tasks.launch == 1].max() / 1e3)

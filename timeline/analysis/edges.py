@@ -22,6 +22,7 @@ aligned.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +32,7 @@ from timeline.contract import clocks as K
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.analysis import AnalysisError
+from timeline.analysis import producers as PD
 from timeline.contract.graph import EDGE_LABELS, EdgeKind, hands_off
 
 KINDS = EDGE_LABELS  # an edge's kind in the edges table, by EdgeKind value
@@ -60,24 +62,46 @@ class Tasks(NamedTuple):
         return len(self.rank)
 
 
-class Graph(NamedTuple):
-    """``edges``' answer: the merged tasks, every edge as parallel arrays (consumer and
-    producer task indices, ``EdgeKind``, slack, gating), each task's
-    gating edge (-1: none), the tasks whose wait ended before a producer was ready
-    (``violations``; ``cross_rank``: those with such a producer on another rank,
-    beyond the two ranks' alignment uncertainty), and data edges whose producer has
-    no row (``missing``)."""
+class Graph:
+    """``edges``' answer. Per task (index into ``tasks``): ``held_by``, the producer of
+    its gating edge (-1: none), and ``held_kind`` its ``EdgeKind`` (-1: none);
+    ``latest``, its latest data producer's end (``MISSING``: none); ``violations``, the
+    tasks whose wait ended before a producer was ready (``cross_rank``: those with such
+    a producer on another rank, beyond the two ranks' alignment uncertainty);
+    ``missing``, the data edges whose producer has no row; ``producers``, the compact
+    data producers (``timeline.analysis.producers``). The edge list (``consumer``,
+    ``producer``, ``kind``, ``slack``, ``gating`` per edge, ``gate`` per task: its
+    gating edge's index, -1 for none) is built on first use only: the edges table
+    needs it, the critical path, explain and the replay do not (an all-reduce names
+    millions of edges)."""
 
-    tasks: Tasks
-    consumer: np.ndarray
-    producer: np.ndarray
-    kind: np.ndarray  # EdgeKind values (int8)
-    slack: np.ndarray
-    gating: np.ndarray  # per edge
-    gate: np.ndarray  # per task: its gating edge, -1 for none
-    violations: np.ndarray  # task indices
-    missing: int
-    cross_rank: np.ndarray = np.zeros(0, dtype=np.int64)  # the violations with a producer on another rank
+    def __init__(self, spec, tasks, prod, held_by, held_kind, latest, previous, violations, missing, cross_rank,
+                 order):
+        self.spec, self.tasks, self.producers = spec, tasks, prod
+        self.held_by, self.held_kind, self.latest = held_by, held_kind, latest
+        self.previous = previous  # per task: the task its CTA ran just before (-1: none)
+        self.violations, self.missing, self.cross_rank = violations, missing, cross_rank
+        self.gate_order = order  # per task: its gating edge's place in the edges table's order (-1: none)
+
+    @property
+    def edge_count(self) -> int:
+        """How many rows the edge list has, without building it."""
+        p = self.producers
+        if p is None:
+            return 0
+        size = np.bincount(p.member_group, minlength=p.groups)
+        return int((p.group < 0).sum() + size[p.group[p.group >= 0]].sum() + (self.previous >= 0).sum())
+
+    @functools.cached_property
+    def _listed(self):
+        return _edge_list(self)
+
+    consumer = property(lambda self: self._listed[0])
+    producer = property(lambda self: self._listed[1])
+    kind = property(lambda self: self._listed[2])  # EdgeKind values (int8)
+    slack = property(lambda self: self._listed[3])
+    gating = property(lambda self: self._listed[4])  # per edge
+    gate = property(lambda self: self._listed[5])  # per task: its gating edge, -1 for none
 
 
 def merged_tasks(trace) -> Tasks:
@@ -105,73 +129,31 @@ def merged_tasks(trace) -> Tasks:
     return Tasks(*keys, cta, lo, hi, ws, we, rd)
 
 
-def _task_index(m: Tasks, first: np.ndarray, rows: int):
-    """``lookup(rank, launch, row) -> task index`` (-1 where absent), ``row`` =
-    ``first[stage] + task``, over a dense (rank, launch, row) array."""
-    ranks, launches = int(m.rank.max()) + 1, int(m.launch.max()) + 1
-    table = np.full((ranks, launches, rows), -1, dtype=np.int64)
-    table[m.rank, m.launch, first[m.stage] + m.task] = np.arange(m.n)
-
-    def lookup(rank, launch, row):
-        ok = (rank >= 0) & (rank < ranks)
-        out = np.full(len(row), -1, dtype=np.int64)
-        out[ok] = table[rank[ok], launch[ok], row[ok]]
-        return out
-
-    return lookup, ranks
-
-
 def _data_edges(spec, m: Tasks):
-    """Every data / all-reduce edge ``(consumer, producer, kind)`` of the graph, and
-    how many name a producer task with no row."""
+    """Every data / all-reduce edge ``(consumer, producer, kind)`` of the graph, in the
+    edges table's order: per consumer stage and rule in the graph's order (an
+    all-reduce rule: per producer rank), consumer-major, producers in task order."""
+    first, rows = PD.stage_rows(spec)
+    lookup, ranks = PD.task_lookup(m, first, rows)
     counts = [c for _, c in spec.stages]
-    first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    lookup, ranks = _task_index(m, first, int(sum(counts)))
-    cons, prod, kind, missing = [], [], [], 0
+    cons, prod, kind = [], [], []
     for consumer, rules in spec.graph.items():
         c = np.flatnonzero(m.stage == spec.stage_index(consumer))
         for rule in rules:
             ps = spec.stage_index(rule.stage)
-            rep, ptask = _listed_producers(rule, m, c) if rule.listed else _rule_producers(rule, m, c, counts[ps])
-            row = first[ps] + ptask
+            rep, ptask = PD.listed_pairs(rule, m, c) if rule.listed else PD.rule_pairs(rule, m, c, counts[ps])
             for r in (range(ranks) if rule.allreduce else [None]):
                 rank = m.rank[rep] if r is None else np.full(rep.size, r, dtype=np.int64)
-                p = lookup(rank, m.launch[rep], row)
-                missing += int((p < 0).sum())
+                p = lookup(rank, m.launch[rep], first[ps] + ptask)
                 cons.append(rep[p >= 0])
                 prod.append(p[p >= 0])
                 kind.append(np.full(int((p >= 0).sum()), EdgeKind.ALL_REDUCE if rule.allreduce else EdgeKind.DATA,
                                     dtype=np.int8))
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
-    return cat(cons, np.int64), cat(prod, np.int64), cat(kind, np.int8), missing
+    return cat(cons, np.int64), cat(prod, np.int64), cat(kind, np.int8)
 
 
-def _rule_producers(rule, m: Tasks, c: np.ndarray, producer_count: int):
-    """``(consumer, producer task)`` of every edge a shaped rule gives consumers ``c``."""
-    n = rule.n(producer_count)
-    return np.repeat(c, n), np.repeat(np.asarray(rule.lo(m.task[c])), n) + np.tile(np.arange(n), c.size)
-
-
-def _listed_producers(rule, m: Tasks, c: np.ndarray):
-    """``(consumer, producer task)`` of every listed edge (``graph.listed``) whose
-    (launch, consumer task) is one of consumers ``c``'s; launch -1 matches every launch."""
-    p = np.array(rule.pairs, dtype=np.int64).reshape(-1, 3)
-    every = p[p[:, 0] < 0]
-    launches = np.unique(m.launch[c])
-    p = np.concatenate([p[p[:, 0] >= 0], np.column_stack([np.repeat(launches, len(every)),
-                                                          np.tile(every[:, 1:], (launches.size, 1))])])
-    span = int(max(p[:, 1].max(initial=0), m.task[c].max(initial=0))) + 1
-    key = p[:, 0] * span + p[:, 1]
-    order = np.argsort(key, kind="stable")
-    key, ptask = key[order], p[order, 2]
-    ckey = m.launch[c] * span + m.task[c]
-    left, right = np.searchsorted(key, ckey, "left"), np.searchsorted(key, ckey, "right")
-    n = right - left
-    at = np.repeat(left - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-    return np.repeat(c, n), ptask[at]
-
-
-def _cta_order(m: Tasks):
+def cta_order(m: Tasks):
     """The implicit edges: each task's predecessor on its (rank, launch, CTA), by start."""
     known = np.flatnonzero(m.cta >= 0)
     order = known[np.lexsort((m.task[known], m.stage[known], m.start[known], m.cta[known], m.launch[known],
@@ -182,59 +164,97 @@ def _cta_order(m: Tasks):
 
 
 def edges(trace) -> Graph:
-    """The trace against its spec's task graph (see the module docstring)."""
+    """The trace against its spec's task graph (see the module docstring), linear in
+    the tasks: a rule naming every task of a stage is one grouped maximum
+    (``timeline.analysis.producers``), never a list of its edges."""
     spec = trace.spec
     if not spec.graph:
         raise AnalysisError(f"spec {spec.kernel!r} declares no task graph (Spec(graph=...), timeline.contract.graph); "
                             "attach one with `timeline set-graph` or Trace.with_graph")
     m = merged_tasks(trace)
+    z = np.zeros(0, dtype=np.int64)
+    if m.n == 0:
+        return Graph(spec, m, None, z, z, z, z, z, 0, z, z)
+    prod = PD.producers(spec, m)
+    top = PD.maximum(prod, m.end, R.MISSING)  # the latest producer (ties: the first in (rank, stage, task))
+    latest = top.value
+    data_gated = latest > m.wait_start
+    oc, op = cta_order(m)
+    prev = np.full(m.n, -1, dtype=np.int64)
+    prev[oc] = op
+    held_by = np.where(data_gated, top.producer, prev)
+    held_kind = np.where(data_gated, prod.rule_kind[np.maximum(top.rule, 0)],
+                         np.where(prev >= 0, int(EdgeKind.CTA_ORDER), -1)).astype(np.int64)
+    order = _gate_order(m, prod, top, data_gated, oc)
+    bad, cross = _violations(trace, m, prod)
+    return Graph(spec, m, prod, held_by, held_kind, latest, prev, bad, prod.missing, cross, order)
+
+
+def _gate_order(m: Tasks, prod, top, data_gated: np.ndarray, oc: np.ndarray) -> np.ndarray:
+    """Per task, a key ordering the gating edges as the edges table lists them: data
+    edges by (rule, producer rank for an all-reduce rule, consumer), then the
+    ``cta-order`` edges in their order; -1 for a task nothing gated."""
+    ranks = int(m.rank.max()) + 1
+    rule = np.maximum(top.rule, 0)
+    sub = np.where(prod.rule_ranked[rule] if prod.rule_ranked.size else False, m.rank[np.maximum(top.producer, 0)], 0)
+    out = np.where(data_gated, (rule * ranks + sub) * m.n + np.arange(m.n), -1)
+    cta = ~data_gated[oc]
+    out[oc[cta]] = prod.rule_kind.size * ranks * m.n + np.flatnonzero(cta)
+    return out
+
+
+def _violations(trace, m: Tasks, prod):
+    """The tasks whose wait ended before a producer was ``ready`` (beyond the ranks'
+    alignment uncertainty), and those with such a producer on another rank."""
+    ready, _ = PD.reference_values(prod, m.ready, R.MISSING)
+    cons = prod.consumer
+    late = ready - _tolerance(trace, m, m.rank[cons], prod.rank)
+    bad = m.wait_end[cons] < late
+    return np.unique(cons[bad]), np.unique(cons[bad & (m.rank[cons] != prod.rank)])
+
+
+def _edge_list(g: Graph):
+    """The edge list ``(consumer, producer, kind, slack, gating, gate)`` of ``g`` (see
+    ``Graph``): every data edge then every ``cta-order`` edge, one row each."""
+    m = g.tasks
     if m.n == 0:
         z = np.zeros(0, dtype=np.int64)
-        return Graph(m, z, z, z.astype(np.int8), z, z.astype(bool), z, z, 0)
-    dc, dp, dk, missing = _data_edges(spec, m)
-    oc, op = _cta_order(m)
+        return z, z, z.astype(np.int8), z, z.astype(bool), z
+    dc, dp, dk = _data_edges(g.spec, m)
+    oc, op = cta_order(m)
     cons = np.concatenate([dc, oc])
     prod = np.concatenate([dp, op])
     kind = np.concatenate([dk, np.full(oc.size, EdgeKind.CTA_ORDER, dtype=np.int8)])
-    # the latest data producer of every consumer (ties: the earliest in (rank, stage, task))
-    lead, latest = _latest_producers(m, dc, dp)
-    data_gated = latest > m.wait_start
+    data_gated = g.latest > m.wait_start
     gate = np.full(m.n, -1, dtype=np.int64)
-    gate[dc[lead][data_gated[dc[lead]]]] = lead[data_gated[dc[lead]]]
+    lead = np.flatnonzero(data_gated[dc] & (dp == g.held_by[dc]))
+    _, at = np.unique(dc[lead], return_index=True)  # the first edge to the gating producer
+    gate[dc[lead[at]]] = lead[at]
     cta_gated = ~data_gated[oc]
     gate[oc[cta_gated]] = dc.size + np.flatnonzero(cta_gated)
     # slack: how much later the producer could end with the consumer unmoved
+    latest = g.latest
     deadline_data = np.where(data_gated, latest, m.wait_start)
     slack = np.where(hands_off(kind), deadline_data[cons] - m.end[prod],
                      m.start[cons] - m.end[prod] + np.maximum(latest[cons] - m.wait_start[cons], 0) * data_gated[cons])
     gating = np.zeros(cons.size, dtype=bool)
     gating[gate[gate >= 0]] = True
     slack[gating] = 0
-    bad = m.wait_end[dc] < m.ready[dp] - _tolerance(trace, m, dc, dp)
-    cross = m.rank[dc] != m.rank[dp]
-    return Graph(m, cons, prod, kind, slack, gating, gate, np.unique(dc[bad]), missing, np.unique(dc[bad & cross]))
+    return cons, prod, kind, slack, gating, gate
 
 
-def _latest_producers(m: Tasks, dc: np.ndarray, dp: np.ndarray):
-    """Per consumer with data edges, the edge of its latest-ending producer (ties: the
-    producer earliest in (rank, stage, task) order, which is task-index order within
-    a launch), as edge indices in consumer order, and every task's latest producer
-    end (``MISSING`` for none). Linear in the edges: no sort of them."""
-    latest = np.full(m.n, R.MISSING, dtype=np.int64)
-    if not dc.size:
-        return np.zeros(0, dtype=np.int64), latest
-    pend = m.end[dp]
-    np.maximum.at(latest, dc, pend)
-    top = np.flatnonzero(pend == latest[dc])
-    first = np.full(m.n, m.n, dtype=np.int64)
-    np.minimum.at(first, dc[top], dp[top])
-    top = top[dp[top] == first[dc[top]]]
-    _, at = np.unique(dc[top], return_index=True)  # one edge per consumer, the first listed
-    return top[at], latest
+def first_gated_by(g: Graph, tasks) -> tuple | None:
+    """The first gating edge, in the edges table's order, whose producer is one of
+    ``tasks``: ``(producer, consumer, EdgeKind)``, or None."""
+    hit = np.flatnonzero((g.gate_order >= 0) & np.isin(g.held_by, tasks))
+    if not hit.size:
+        return None
+    c = int(hit[np.argmin(g.gate_order[hit])])
+    return int(g.held_by[c]), c, EdgeKind(int(g.held_kind[c]))
 
 
-def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
-    """Per data edge, the ns by which its consumer's wait may end before its producer's
+def _tolerance(trace, m: Tasks, consumer_rank: np.ndarray, producer_rank: np.ndarray) -> np.ndarray:
+    """Per edge, the ns by which its consumer's wait may end before its producer's
     ``ready`` and still be consistent: the two ranks' alignment uncertainties
     (``timeline.contract.clocks.uncertainty_by_rank``) where the edge crosses ranks, else 0
     (one rank, one clock)."""
@@ -244,7 +264,7 @@ def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
         per_rank[r] = v
     table = np.ceil(per_rank[:, None] + per_rank[None, :]).astype(np.int64)  # (consumer rank, producer rank)
     np.fill_diagonal(table, 0)
-    return table[m.rank[dc], m.rank[dp]]
+    return table[consumer_rank, producer_rank]
 
 
 def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:
@@ -329,10 +349,7 @@ def path_steps(g: Graph, launch: int, rank: int | None = None) -> list:
     """The critical path of ``launch`` as ``Step``s in time order: from the task
     that ends last (on ``rank``, or any rank) back along gating edges to one nothing
     gated, then reversed."""
-    out = []
-    for cur, e in reversed(chain(g, launch, rank)):
-        out.append(Step(cur, int(g.producer[e]), EdgeKind(int(g.kind[e]))) if e >= 0 else Step(cur, -1, None))
-    return out
+    return chain(g, launch, rank)[::-1]
 
 
 def handoffs(g: Graph, launch: int, rank: int | None = None) -> list:
@@ -343,9 +360,8 @@ def handoffs(g: Graph, launch: int, rank: int | None = None) -> list:
 
 
 def chain(g: Graph, launch: int, rank: int | None = None) -> list:
-    """The critical path of ``launch`` as ``[(task, its gating edge or -1), ...]``,
-    from the task that ends last (on ``rank``, or any rank) back along gating edges
-    to one nothing gated."""
+    """The critical path of ``launch`` as ``Step``s, from the task that ends last (on
+    ``rank``, or any rank) back along gating edges to one nothing gated."""
     m = g.tasks
     pick = (m.launch == launch) & ((m.rank == rank) if rank is not None else True)
     if not pick.any():
@@ -354,9 +370,9 @@ def chain(g: Graph, launch: int, rank: int | None = None) -> list:
     out, seen = [], set()
     while cur >= 0 and cur not in seen:
         seen.add(cur)
-        e = int(g.gate[cur])
-        out.append((cur, e))
-        cur = int(g.producer[e]) if e >= 0 else -1
+        p, k = int(g.held_by[cur]), int(g.held_kind[cur])
+        out.append(Step(cur, p, EdgeKind(k)) if p >= 0 else Step(cur, -1, None))
+        cur = p
     return out
 
 

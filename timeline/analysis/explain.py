@@ -28,6 +28,8 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.analysis import edges as E
+from timeline.analysis import producers as PD
+from timeline.contract.graph import hands_off
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.analysis import whatif as W
@@ -182,9 +184,7 @@ def _excess(trace, g: E.Graph, rec: np.ndarray, typ_dur: np.ndarray) -> np.ndarr
     dur = np.diff(rec, axis=1).astype(np.float64)
     ex = dur - typ_dur
     w = trace.phases.index(trace.spec.wait[0])
-    data = g.kind < 2
-    latest = np.full(m.n, -np.inf)
-    np.maximum.at(latest, g.consumer[data], rec[g.producer[data], -1].astype(np.float64))
+    latest = PD.maximum(g.producers, rec[:, -1].astype(np.float64), -np.inf).value
     hand = rec[:, w + 1] - np.maximum(rec[:, w], latest)
     gid, ng, _ = GR.group_ids(m.rank, m.stage)
     med = np.zeros(ng)
@@ -262,7 +262,7 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
     ex = _excess(one, g, rec, typ_dur)
     chain = E.chain(g, launch)
     on_path = np.zeros(m.n, bool)
-    on_path[[t for t, _ in chain]] = True
+    on_path[[s.task for s in chain]] = True
     fid = W.Fidelity(float(np.abs(r.simulated[:, -1] - r.recorded[:, -1]).max()),
                      abs(float(r.simulated[:, -1].max()) - float(r.recorded[:, -1].max())))
     base_end = float(r.simulated[:, -1].max())
@@ -316,8 +316,8 @@ def _path_cells(g: E.Graph, chain: list, ex: np.ndarray, wait: int) -> list:
     where its CTA did), largest first, as ``(rank, stage, cta, interval, ns)``."""
     m = g.tasks
     cells = {}
-    for t, e in chain:
-        data = e >= 0 and g.kind[e] < 2
+    for t, _, kind in chain:
+        data = kind is not None and bool(hands_off(kind))
         for j in range(wait if data else 0, ex.shape[1]):  # data-gated: its hand-off and what follows
             key = (int(m.rank[t]), int(m.stage[t]), int(m.cta[t]), j)
             cells[key] = cells.get(key, 0.0) + float(ex[t, j])
@@ -329,14 +329,11 @@ def _gating_edge(g: E.Graph, chain: list, c: Culprit):
     tasks that gated a consumer on the critical path (else any gating edge out of
     one), as ``(producer task, consumer task, kind)`` indices, or None."""
     mine = set(c.tasks.tolist())
-    for t, e in chain:
-        if e >= 0 and int(g.producer[e]) in mine:
-            return int(g.producer[e]), int(t), E.KINDS[g.kind[e]]
-    hit = np.flatnonzero(g.gating & np.isin(g.producer, c.tasks))
-    if hit.size:
-        e = int(hit[0])
-        return int(g.producer[e]), int(g.consumer[e]), E.KINDS[g.kind[e]]
-    return None
+    for t, p, kind in chain:
+        if p >= 0 and p in mine:
+            return p, int(t), kind.label
+    hit = E.first_gated_by(g, c.tasks)
+    return None if hit is None else (hit[0], hit[1], hit[2].label)
 
 
 def _heuristic(one, launch: int, typ: Typical, kernel: int, noise: float) -> Explained:

@@ -120,7 +120,7 @@ def per_stage(trace, g) -> pa.Table:
     from timeline.contract.graph import EdgeKind
 
     m = g.tasks
-    held = np.where(g.gate >= 0, g.kind[np.maximum(g.gate, 0)], -1)
+    held = g.held_kind
     rows = []
     for si, name in enumerate(trace.spec.stage_names):
         mine = m.stage == si
