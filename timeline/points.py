@@ -16,13 +16,16 @@ points are the intervals; phases a stage has no point for are declared unstamped
 A point with no known suffix (``entry``) is a stage of its own with only ``end``.
 Every point is also a mark of its own name (an instant in the exports and on the
 Gantt). The CTA of each row is the row: placement is true, not derived. Tasks are
-numbered by CTA (task ``c`` of every stage ran on CTA ``c``).
+numbered by CTA (task ``c`` of every stage ran on CTA ``c``); a CTA that passed no
+point of a stage has no task there (the format's 0 = never passed: not an
+``unwritten`` anomaly, that CTA has no such work).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline import rows as R
 from timeline import schema as S
@@ -105,7 +108,14 @@ def collect_points(ticks, points, *, rank: int = 0, world: int = 1, arch: str = 
             rec[si, :, S.phase_col(POINT_PHASES.index(phase))] = ticks[:, slot]
             rec[si, :, S.phase_col(len(POINT_PHASES) + slot)] = ticks[:, slot]  # the point as its own mark
         rec[si, :, S.PLACEMENT_COL] = np.where(ran, S.pack_placement(cta, 0), 0)
-    return collect(buf, spec, strict=strict)
+    trace = collect(buf, spec)
+    an = trace.anomalies
+    an = an.filter(pc.not_equal(an.column("kind"), "unwritten"))  # 0 = never passed: that CTA has no such work
+    if strict and an.num_rows:
+        kinds = dict(zip(an.column("kind").to_pylist(), an.column("count").to_pylist()))
+        raise PointsError(f"{source or 'the program-point trace'}: anomalies {kinds} (--strict)")
+    return Trace(trace.tasks, trace.specs, an, origins=trace.origins, offsets=trace.offsets,
+                 synthetic=trace.synthetic, notes=trace.notes)
 
 
 def is_points(trace) -> bool:
