@@ -226,9 +226,14 @@ DSV4_ORDER = ("hcd_a", "hcc_a", "qkv_a", "qkv_c", "cache", "cmp", "i_cmp", "spli
 
 
 def dsv4_tensor(seed=0) -> tuple:
-    """DeepSeek-V4 at S = 1, 16 heads: TL_COLS = 5, no marks, split placed before q_b."""
+    """DeepSeek-V4 at S = 1, 16 heads: TL_COLS = 5, no marks, split placed before q_b;
+    qkv_a stamps 0, 2, 3, 4 (qkv_stage has no hint_wait), cache and q_norm 0, 1, 2, 4."""
     cta = rotation(DSV4_S1, DSV4_ORDER)
-    return DSV4_S1, write_pattern(DSV4_S1, cta, lambda n, t: set(), lambda *a: [], cols=5, seed=seed), cta
+
+    def never(name, t):
+        return {"qkv_a": {1}, "cache": {3}, "q_norm": {3}}.get(name, set())
+
+    return DSV4_S1, write_pattern(DSV4_S1, cta, never, lambda *a: [], cols=5, seed=seed), cta
 
 
 def their_report_text(ticks: np.ndarray, stages, S: int = 1) -> str:

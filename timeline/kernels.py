@@ -155,7 +155,9 @@ _MONO_BASE = ("qkv_a", "q_norm", "cache", "q_b", "split", "uk", "uv", "o", "rout
 
 
 def _dsv4_stages() -> tuple:
-    """``monokernel/dsv4/plan.py @ad976866``'s ``stage_tasks`` (DeepSeek-V4 Pro dims by default)."""
+    """``monokernel/dsv4/plan.py @ad976866``'s ``stage_tasks`` (DeepSeek-V4 Pro dims by default);
+    cells never written as ``dsv4/qkv.py`` / ``attention.py @ad976866`` stamp them: the
+    GEMV stages (qkv_a, qkv_c) and cmp no hint (no hint_wait), cache and q_norm no compute."""
     def g(p, k, d):
         return p.get(k, d)
 
@@ -224,7 +226,8 @@ def _dsv4_stages() -> tuple:
         ("ug", lambda p: p["S"] * g(p, "top_k", 6) * (g(p, "inter", 3072) // 8)),
         ("down", lambda p: hidden(p) // dn_tile(p)),
     )
-    return tuple(Stage(n, c) for n, c in counts)
+    never = {"qkv_a": ("hint",), "qkv_c": ("hint",), "cmp": ("hint",), "cache": ("compute",), "q_norm": ("compute",)}
+    return tuple(Stage(n, c, cells=(Cells(never[n]),) if n in never else ()) for n, c in counts)
 
 
 _DSV4_BASE = ("hcd_a", "hcc_a", "qkv_a", "qkv_c", "cache", "cmp", "i_cmp", "split", "q_b", "q_norm", "i_q_b", "i_q",
