@@ -250,3 +250,79 @@ def test_a_points_file_among_stage_files_is_named(points_dir, tmp_path, capsys):
     assert main(["import-legacy", str(made["s1"][0]), str(other), "-o", str(tmp_path / "o.arrow")]) == 2
     err = capsys.readouterr().err
     assert "is a TileRT program-point trace and the others are stage tensors" in err
+
+
+# -- properties: the decoders on any input either read it exactly or refuse it in one documented error ------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from timeline import points as P  # noqa: E402
+
+_NAMES = ("entry", "a_wait", "a_ready", "a_publish", "b_wait", "b_ready", "b_computed", "b_publish", "c_publish",
+          "tail", "a_wait")  # the repeated a_wait: two points giving one stage the same phase
+
+
+@settings(max_examples=60, deadline=None)
+@given(ctas=st.integers(1, 6), names=st.lists(st.sampled_from(_NAMES), min_size=1, max_size=7, unique=False),
+       data=st.data())
+def test_points_decode_exactly_or_refuse(ctas, names, data):
+    """Any point list and tensor (zeros anywhere, any order of times): a trace whose
+    points are the tensor's cells exactly and whose summary is profile_summary.py's,
+    or a PointsError (repeated names, phase-name clashes)."""
+    ticks = np.array(data.draw(st.lists(st.lists(st.integers(0, 5).map(lambda v: v * 1000 + 1_000_000 if v else 0),
+                                                 min_size=len(names), max_size=len(names)),
+                                        min_size=ctas, max_size=ctas)), dtype=np.int64)
+    try:
+        trace = P.collect_points(ticks, names)
+    except P.PointsError as e:
+        assert len(set(names)) < len(names) and "distinct name" in str(e)
+        return
+    assert len(set(names)) == len(names)
+    t = trace.tasks
+    for i, p in enumerate(names):
+        got = t.column(f"{p}_tick").to_numpy()
+        on = got != 0
+        assert sorted(got[on]) == sorted(ticks[:, i][ticks[:, i] != 0])
+    if (ticks != 0).any():
+        rows = [tuple(r.values()) for r in P.points_summary(trace).to_pylist()]
+        assert rows == K.their_points_rows(ticks, names)
+
+
+@settings(max_examples=60, deadline=None)
+@given(which=st.sampled_from([p.name for p in kernels.PROFILES]), s=st.integers(1, 8), bump=st.integers(-2, 2),
+       at=st.integers(0, 30))
+def test_detection_takes_only_an_exact_stage_list(which, s, bump, at):
+    """A profile's own stage list at any of its parameter sets is detected as that
+    profile; the same list with one count changed is refused (or, for a profile
+    whose counts are the file's, still that one), never another profile."""
+    prof = kernels.profile(which)
+    params = prof.params[min(s - 1, len(prof.params) - 1)]
+    stages = list(kernels.stage_list(prof, params))
+    assert [p.name for p, _ in kernels.match(stages)] == [which]
+    k = at % len(stages)
+    stages[k] = (stages[k][0], max(0, stages[k][1] + bump))
+    hits = [(p.name, q) for p, q in kernels.match(stages)]
+    if bump == 0 or stages[k][1] == kernels.stage_list(prof, params)[k][1]:
+        assert [h for h, _ in hits] == [which]
+    elif prof.free_counts:
+        assert [h for h, _ in hits] == [which]
+    else:
+        assert all(h == which for h, _ in hits)  # another parameter set of the same kernel at most
+        if not hits:
+            with pytest.raises(L.LegacyError, match="no kernel profile has this stage list"):
+                L.choose_profile(stages)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(0, 12), cols=st.integers(1, 9), dtype=st.sampled_from(["int64", "int32", "float64"]))
+def test_a_tensor_of_another_shape_or_dtype_is_one_error(rows, cols, dtype):
+    stages = (("a", 3), ("b", 2))
+    ticks = np.ones((rows, cols), dtype=dtype)
+    ok = rows == 5 and cols in (5, 8) and dtype == "int64"
+    if ok:
+        L.check_shape(ticks, stages)
+    else:
+        with pytest.raises(L.LegacyError) as e:
+            L.check_shape(ticks, stages)
+        assert "\n" not in str(e.value) and ("expected (5, 8)" in str(e.value) or "not int64" in str(e.value))

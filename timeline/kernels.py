@@ -196,6 +196,7 @@ def _dsv4_stages() -> tuple:
         return g(p, "max_seq", 0) // cr if cr else 0
 
     ihd = lambda p: g(p, "index_head_dim", 0)  # noqa: E731
+    n_qb = lambda p: p["heads"] * g(p, "head_dim", 512) // 16  # noqa: E731
     iq = lambda p: g(p, "index_heads", 0) * ihd(p) // 16  # noqa: E731
     hidden = lambda p: g(p, "hidden", 7168)  # noqa: E731
     keys = lambda p: g(p, "n_keys", None) or g(p, "window", 128)  # noqa: E731
@@ -209,7 +210,7 @@ def _dsv4_stages() -> tuple:
         ("cache", lambda p: 1),
         ("cmp", lambda p: p["S"] if g(p, "compress_ratio", 0) else 0),
         ("i_cmp", lambda p: p["S"] if ihd(p) else 0),
-        ("q_b", lambda p: (p["heads"] * g(p, "head_dim", 512) // 16) // groups(p["heads"] * g(p, "head_dim", 512) // 16)),
+        ("q_b", lambda p: n_qb(p) // groups(n_qb(p))),
         ("q_norm", lambda p: p["S"] * p["heads"]),
         ("i_q_b", lambda p: iq(p) // groups(iq(p)) if ihd(p) else 0),
         ("i_q", lambda p: p["S"] * g(p, "index_heads", 0) // 8 if ihd(p) else 0),
