@@ -326,3 +326,20 @@ def test_a_tensor_of_another_shape_or_dtype_is_one_error(rows, cols, dtype):
         with pytest.raises(L.LegacyError) as e:
             L.check_shape(ticks, stages)
         assert "\n" not in str(e.value) and ("expected (5, 8)" in str(e.value) or "not int64" in str(e.value))
+
+
+def test_a_file_named_for_another_S_is_refused(tmp_path, capsys):
+    """The tools put S in the name (raw_s{S}_{tag}.pt, <mode>-s<S>/): a stage list of
+    another S is not read as if it were that run's."""
+    stages, ticks, _ = K.indexed_tensor(1)
+    path = _save(tmp_path, "a8w4-s2/rank0/trace.pt", "ticks", stages, ticks, 0)
+    assert main(["import-legacy", str(path), "-o", str(tmp_path / "o.arrow")]) == 2
+    assert "its name says S = 2, but its stage list is glm5-indexed's at S = 1" in capsys.readouterr().err
+
+
+def test_legacy_summary_of_a_points_trace_points_to_its_own(points_dir, tmp_path, capsys):
+    _, made = points_dir
+    assert main(["import-legacy", str(made["s1"][0]), "-o", str(tmp_path / "p.arrow"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["summary", str(tmp_path / "p.arrow"), "--legacy"]) == 2
+    assert "--profile-csv" in capsys.readouterr().err

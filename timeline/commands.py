@@ -143,6 +143,11 @@ def cmd_summary(args) -> int:
                 print(LR.profile_csv(_profile_rows(trace, r, launch)))
         return 0
     if args.legacy:
+        from timeline import points
+
+        if points.is_points(trace):
+            raise UsageError(f"{args.trace} is a TileRT program-point trace: it has no timeline_report(); its own "
+                             "summary is --profile-csv (profile_summary.py's points branch)")
         blocks = []
         for r in ranks or trace.ranks:
             for launch in launches or trace.launches:

@@ -58,6 +58,7 @@ class LegacyFile(NamedTuple):
     rank: int | None  # from a ``rank<r>/`` folder (or 0 for ``raw_s{S}_{tag}.pt``), when the path has one
     path: str
     points: tuple = ()  # a TileRT program-point trace's point names in slot order; () for a stage tensor
+    samples: int | None = None  # S as the tools' file or folder name gives it (raw_s{S}_..., <mode>-s<S>/, s<S>/)
 
 
 def legacy_spec(stages, *, grid: int = 0, rank: int = 0, world: int = 1, arch: str = GLM5_ARCH,
@@ -242,6 +243,7 @@ def mark_derived(trace: Trace) -> Trace:
 
 _RANK_DIR = re.compile(r"rank(\d+)$")
 _VLLM_NAME = re.compile(r"raw_s(\d+)_.*\.pt$")
+_S_DIR = re.compile(r"(?:.+-)?s(\d+)$")  # benchmark.py's <moe_mode>-s<S>/, asm_bridge's s<S>/
 TICK_KEYS = ("ticks", "timeline")  # benchmark.py / asm_bridge save "ticks", the vLLM fork's tool "timeline"
 
 
@@ -252,6 +254,15 @@ def _rank_of(path: Path) -> int | None:
     if m:
         return int(m.group(1))
     return 0 if _VLLM_NAME.match(path.name) else None
+
+
+def _samples_of(path: Path) -> int | None:
+    """S as the tools name their output: ``raw_s{S}_{tag}.pt``, ``<mode>-s<S>/rank<r>/``."""
+    m = _VLLM_NAME.match(path.name)
+    if m:
+        return int(m.group(1))
+    m = _S_DIR.match(path.parent.parent.name) if _RANK_DIR.match(path.parent.name) else None
+    return int(m.group(1)) if m else None
 
 
 def read_legacy(path, stages=None) -> LegacyFile:
@@ -272,7 +283,7 @@ def read_legacy(path, stages=None) -> LegacyFile:
             ticks = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
             raise LegacyError(f"{str(path)!r} is not a readable .npy tensor ({e})") from None
-        return LegacyFile(ticks, tuple(stages), rank, str(path))
+        return LegacyFile(ticks, tuple(stages), rank, str(path), samples=_samples_of(path))
     data = _torch_load(path)
     if isinstance(data, dict) and "points" in data:
         return _points_file(data, rank, path)
@@ -287,7 +298,7 @@ def read_legacy(path, stages=None) -> LegacyFile:
         st = tuple((str(n), int(c)) for n, c in (stages or data["stages"]))
     except (TypeError, ValueError):
         raise LegacyError(f"{str(path)!r}: 'stages' is not a list of (name, count) pairs") from None
-    return LegacyFile(ticks.detach().cpu().numpy(), st, rank, str(path))
+    return LegacyFile(ticks.detach().cpu().numpy(), st, rank, str(path), samples=_samples_of(path))
 
 
 def _what(data) -> str:
@@ -389,8 +400,12 @@ def _collect_file(f: LegacyFile, *, grid, base_order, arch, profile, **kw) -> Tr
     try:
         check_shape(f.ticks, f.stages)
         prof, params, how = choose_profile(f.stages, profile, base_order)
+        if params and f.samples is not None and params.get("S", f.samples) != f.samples:
+            raise LegacyError(f"its name says S = {f.samples}, but its stage list is {prof.name}'s at S = "
+                              f"{params['S']}: give the file the tool wrote for this run (or rename it)")
         g = grid if grid is not None else (prof.grid if prof else 0)
-        return collect_legacy(f.ticks, f.stages, grid=g, base_order=base_order, arch=arch or GLM5_ARCH,
-                              profile=prof, params=params, how=how, **kw)
+        return collect_legacy(f.ticks, f.stages, grid=g, base_order=base_order,
+                              arch=arch or (prof.arch if prof else GLM5_ARCH), profile=prof, params=params,
+                              how=how, **kw)
     except LegacyError as e:
         raise LegacyError(f"{f.path!r}: {e}") from None
