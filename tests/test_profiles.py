@@ -113,9 +113,14 @@ def test_undeclared_unwritten_cells_stay_anomalies():
     ticks[first["uk"] + 3, 1] = 0  # uk always stamps its hint
     ticks[first["index_q"] + 200, 1] = 0  # index_q >= 128 stamps one too
     ticks[first["index_q"] + 5, 1] = 0  # (already 0: < 128 never stamps it)
-    an = L.collect_legacy(ticks, stages, grid=256).anomalies.to_pylist()
-    got = sorted((a["kind"], a["stage"], a["phase"], a["count"]) for a in an)
+    trace = L.collect_legacy(ticks, stages, grid=256)
+    got = sorted((a["kind"], a["stage"], a["phase"], a["count"]) for a in trace.anomalies.to_pylist())
     assert got == [("missing_phase", "index_q", "hint", 1), ("missing_phase", "uk", "hint", 1)]
+    t = trace.tasks
+    flagged = t.filter((t.column("flags").to_numpy() & S.Flag.MISSING_PHASE) != 0)
+    names = trace.spec.stage_names
+    assert sorted((names[s], k) for s, k in zip(flagged.column("stage_index").to_pylist(),
+                                                 flagged.column("task").to_pylist())) == [("index_q", 200), ("uk", 3)]
 
 
 def test_a_wrong_forced_profile_shows_as_anomalies(tmp_path, capsys):

@@ -160,7 +160,7 @@ def collect_legacy(ticks, stages, *, grid: int = 0, base_order=None, rank: int =
     spec = legacy_spec(stages, grid=grid, rank=rank, world=world, arch=arch, wait=wait, derived=ctas is not None,
                        profile=profile, params=params, cols=ticks.shape[1], how=how)
     trace = collect(to_buffer(np.ascontiguousarray(ticks), spec, ctas), spec, strict=strict)
-    extra = _range_cells(ticks, stages, profile, params, trace)
+    trace, extra = _range_cells(ticks, stages, profile, params, trace)
     if ctas is not None:
         trace = mark_derived(trace)
         extra.append(cta_overlaps(trace))
@@ -187,12 +187,13 @@ def _kinds(tables) -> dict:
     return out
 
 
-def _range_cells(ticks, stages, profile, params, trace) -> list:
-    """``missing_phase`` anomaly rows for cells the spec's per-stage ``unstamped``
-    forgives but the profile says this row writes (a rule for a task range only,
-    e.g. index_q's hint below task 128): one per (stage, phase)."""
+def _range_cells(ticks, stages, profile, params, trace) -> tuple:
+    """``(trace, [anomalies])``: cells the spec's per-stage ``unstamped`` forgives but
+    the profile says this row writes (a rule for a task range only, e.g. index_q's
+    hint below task 128) as ``missing_phase``, one anomaly row per (stage, phase),
+    and ``Flag.MISSING_PHASE`` on those task rows, as the collector flags its own."""
     if profile is None:
-        return []
+        return trace, []
     never = kernels.cell_mask(profile, stages, params)
     union = np.zeros_like(never)
     first = 0
@@ -202,15 +203,29 @@ def _range_cells(ticks, stages, profile, params, trace) -> list:
     ran = (ticks != 0).any(axis=1)
     miss = (ticks[:, : len(LEGACY_PHASES)] == 0) & union & ~never & ran[:, None]
     if not miss.any():
-        return []
+        return trace, []
     stage_of = np.repeat(np.arange(len(stages)), [c for _, c in stages])
+    trace = _flag_rows(trace, stages, miss.any(axis=1))
     launch = trace.launches[0] if trace.launches else 0
     rows = []
     for j, phase in enumerate(LEGACY_PHASES):
         for si in np.unique(stage_of[miss[:, j]]):
             n = int((miss[:, j] & (stage_of == si)).sum())
             rows.append((trace.spec.rank, "missing_phase", int(launch), stages[si][0], phase, n, 0))
-    return [anomalies_table(rows)]
+    return trace, [anomalies_table(rows)]
+
+
+def _flag_rows(trace: Trace, stages, bad_rows: np.ndarray) -> Trace:
+    """The trace with ``Flag.MISSING_PHASE`` on the task rows of tensor rows ``bad_rows``."""
+    t = trace.tasks
+    names = trace.spec.stage_names
+    first = dict(zip([n for n, _ in stages], np.cumsum([0] + [c for _, c in stages])[:-1]))
+    offset = np.array([first[n] for n in names], np.int64)
+    row = offset[R.column(t, "stage_index").astype(np.int64)] + R.column(t, "task").astype(np.int64)
+    flags = R.numpy(t.column("flags")) | np.where(bad_rows[row], S.Flag.MISSING_PHASE, 0).astype(np.int32)
+    t = t.set_column(t.schema.get_field_index("flags"), "flags", pa.array(flags.astype(np.int32)))
+    return Trace(t, trace.specs, trace.anomalies, origins=trace.origins, offsets=trace.offsets,
+                 synthetic=trace.synthetic, notes=trace.notes)
 
 
 def cta_overlaps(trace: Trace) -> pa.Table:
