@@ -244,8 +244,13 @@ def test_program_points_and_a_flydsl_trace_compare_side_by_side(points_dir):
     both = {"cache", "q_b", "uk", "split", "uv", "o", "router", "ug", "down"}
     assert {r["stage"] for r in rows} == both
     assert fig["data"] and "only stages of both" in str(note)
-    for name in ("flydsl.arrow", "points.arrow"):
+    from viewer.panels import gantt as VG
+
+    for name in ("flydsl.arrow", "points.arrow"):  # each drawn one row per CTA
         assert state.store.get(name).trace.spec.grid == 256
+        drawn = VG.on_gantt(state, {"name": name}, "cta", None, None, None, None, None, "filters", None, None,
+                            None, [1000, 560], None).figure
+        assert drawn["data"], name
 
 
 def test_a_points_file_among_stage_files_is_named(points_dir, tmp_path, capsys):
