@@ -361,8 +361,8 @@ def cmd_import_legacy(args) -> int:
     if ex.get("source") == "points":
         what = f"TileRT program-point trace ({len(ex['points'])} points), CTAs as recorded (one row per CTA)"
     else:
-        prof = (f"profile {ex['profile']} ({ex['profile_how']}; " +
-                " ".join(f"{k}={v}" for k, v in (ex.get("params") or {}).items()) + ")") if ex.get("profile") \
+        params = " ".join(f"{k}={v}" for k, v in (ex.get("params") or {}).items()) or "counts as saved"
+        prof = f"profile {ex['profile']} ({ex['profile_how']}; {params})" if ex.get("profile") \
             else "no profile (--base-order)"
         cta = "CTAs derived by its placement rules" if trace.spec.grid else "CTAs unknown (give --grid)"
         what = f"{prof}, {cta}"

@@ -73,10 +73,10 @@ def legacy_spec(stages, *, grid: int = 0, rank: int = 0, world: int = 1, arch: s
     if profile == "auto":
         hit = kernels.match(stages)
         profile, params = hit[0] if len(hit) == 1 else (None, None)
-    params = _params(profile, params)
+    matched, params = params, _params(profile, params)
     extra = {"source": f"legacy (n_tasks, {cols}) tensor", "placement": "derived" if derived else "none"}
     if profile is not None:
-        extra.update(profile=profile.name, profile_how=how or "detected", params=params or {},
+        extra.update(profile=profile.name, profile_how=how or "detected", params=dict(matched or {}),
                      stage_wait=kernels.stage_waits(profile, stages),
                      report_extra=[list(x) for x in profile.report_extra], median=profile.median)
         unstamped = kernels.unstamped(profile, stages, params)
@@ -153,12 +153,12 @@ def collect_legacy(ticks, stages, *, grid: int = 0, base_order=None, rank: int =
     if profile == "auto":
         hit = kernels.match(stages)
         profile, params = hit[0] if len(hit) == 1 else (None, None)
-    params = _params(profile, params)
+    matched, params = params, _params(profile, params)
     if base_order is None and profile is None:
         base_order = GLM5_BASE_ORDER if {n for n, _ in stages} == set(GLM5_BASE_ORDER) else None
     ctas = rotation_ctas(stages, grid, base_order, profile) if grid else None
     spec = legacy_spec(stages, grid=grid, rank=rank, world=world, arch=arch, wait=wait, derived=ctas is not None,
-                       profile=profile, params=params, cols=ticks.shape[1], how=how)
+                       profile=profile, params=matched, cols=ticks.shape[1], how=how)
     trace = collect(to_buffer(np.ascontiguousarray(ticks), spec, ctas), spec, strict=strict)
     trace, extra = _range_cells(ticks, stages, profile, params, trace)
     if ctas is not None:

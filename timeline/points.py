@@ -32,7 +32,7 @@ from timeline import schema as S
 from timeline.collect import CollectError, collect
 from timeline.trace import Trace
 
-__all__ = ["POINT_PHASES", "SUFFIXES", "groups", "points_spec", "collect_points", "points_summary", "is_points"]
+__all__ = ["PointsError", "POINT_PHASES", "SUFFIXES", "groups", "points_spec", "collect_points", "points_summary", "is_points"]
 
 POINT_PHASES = ("start", "wait", "ready", "computed", "end")
 SUFFIXES = {"wait": "wait", "ready": "ready", "computed": "computed", "publish": "end"}
@@ -93,6 +93,9 @@ def collect_points(ticks, points, *, rank: int = 0, world: int = 1, arch: str = 
         raise PointsError(f"{source or 'the program-point tensor'}: ticks {ticks.dtype} {tuple(ticks.shape)} but "
                           f"{len(points)} points: expected int64 (CTAs, {len(points)}), one column per point "
                           "in slot order, as asm_bridge's trace.py saves it")
+    if not (ticks != 0).any():
+        raise PointsError(f"{source or 'the program-point tensor'}: no CTA passed any of its {len(points)} points "
+                          "(every tick is 0): give the trace of a run that went through the instrumented kernel")
     spec = points_spec(points, ticks.shape[0], rank=rank, world=world, arch=arch, source=source)
     lay = spec.layout
     buf = np.zeros(lay.words, dtype=np.int64)
