@@ -353,3 +353,18 @@ def test_legacy_summary_of_a_points_trace_points_to_its_own(points_dir, tmp_path
     capsys.readouterr()
     assert main(["summary", str(tmp_path / "p.arrow"), "--legacy"]) == 2
     assert "--profile-csv" in capsys.readouterr().err
+
+
+def test_info_names_the_profile_and_its_per_stage_waits(tmp_path, capsys):
+    """The waits that are not the profile's (split's start→hint with the indexer, none
+    for index_score / index_select) are kept in the spec and shown by ``timeline info``."""
+    stages, ticks, _ = K.mono_tensor(True)
+    path = _save(tmp_path, "rank0/trace.pt", "ticks", stages, ticks, 0)
+    assert main(["import-legacy", str(path), "-o", str(tmp_path / "m.arrow"), "-q"]) == 0
+    assert load(tmp_path / "m.arrow").spec.extra["stage_wait"] == {
+        "index_score": [], "index_select": [], "split": ["start", "hint"]}
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "m.arrow")]) == 0
+    out = capsys.readouterr().out
+    assert "profile    glm5-mono-indexer (detected); per-stage waits: index_score none, index_select none, " \
+           "split start→hint" in out and "(wait for producers hint→staged)" in out
