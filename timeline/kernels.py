@@ -125,7 +125,8 @@ _GLM5_PARAMS = tuple(dict(S=s, heads=8, topk=2048) for s in range(1, 9))
 
 
 def _mono_stages(indexer: bool) -> tuple:
-    """``monokernel/glm/kernel.py @eb043133``'s stages, with or without the indexer."""
+    """``monokernel/glm/kernel.py @eb043133``'s stages (``glm/layout.py``'s ``stage_tasks``,
+    read @50658f7a), with or without the indexer."""
     keys = lambda p: 32 if p["S"] > 4 else 64  # noqa: E731 - split's keys per task
     idx = (Stage("index_q", lambda p: 256, place=("with", "q_b"),
                  cells=(Cells(("hint", "staged"), hi=128),)),) if indexer else ()
@@ -147,7 +148,7 @@ def _mono_stages(indexer: bool) -> tuple:
         Stage("o", lambda p: 192),
         Stage("router", lambda p: p["S"] * 32),
         Stage("ug", lambda p: 256 if p["S"] == 1 else p["S"] * 256),
-        Stage("down", lambda p: 6144 // (32 if p["S"] == 1 else 24)),
+        Stage("down", lambda p: 6144 // (32 if p["S"] == 1 or (p["S"] > 4 and p.get("expert_mxfp4")) else 24)),
     )
 
 
