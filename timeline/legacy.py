@@ -153,6 +153,8 @@ def collect_legacy(ticks, stages, *, grid: int = 0, base_order=None, rank: int =
     if profile == "auto":
         hit = kernels.match(stages)
         profile, params = hit[0] if len(hit) == 1 else (None, None)
+    elif isinstance(profile, str):  # a profile by name, as --profile gives it
+        profile, params, how = choose_profile(stages, profile)
     matched, params = params, _params(profile, params)
     if base_order is None and profile is None:
         base_order = GLM5_BASE_ORDER if {n for n, _ in stages} == set(GLM5_BASE_ORDER) else None
