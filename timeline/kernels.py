@@ -15,7 +15,7 @@ reports (``timeline.legacy_reports``) only read these fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
