@@ -1,23 +1,25 @@
-"""The GLM-5 layer kernel's own timeline build, read as it is (no kernel change).
+"""The mono kernels' own timeline builds, read as they are (no kernel change).
 
-That kernel (ROCm/FlyDSL, ``kernels/mla_moe_layer/``) stamps into an int64 tensor of
-shape ``(n_tasks, 8)`` per rank: ``row = first[stage] + task`` over its stage list,
-columns 0-4 the phases (start, hint, staged, compute, end: 100 MHz
-``s_memrealtime`` ticks, 0 = not written), columns 5-7 free debug marks stamped in
-any order (one of them into another task's row). It writes no placement, no wave
-and no launch: task ``t`` of stage ``s`` runs on CTA ``(base[s] + t) % grid``, with
-``base[]`` the running sum of the task counts in a fixed order of its own
-(``GLM5_BASE_ORDER``). ``tools/benchmark.py --trace`` saves
-``torch.save(dict(stages=..., ticks=...))`` as ``rank<r>/trace.pt``.
+Those kernels (ROCm/FlyDSL, ``kernels/mla_moe_layer/``, ``kernels/monokernel/``)
+stamp into an int64 tensor of shape ``(n_tasks, 8)`` (DeepSeek-V4: 5) per rank:
+``row = first[stage] + task`` over their stage list, columns 0-4 the phases (start,
+hint, staged, compute, end: 100 MHz ``s_memrealtime`` ticks, 0 = not written),
+columns 5-7 free debug marks stamped in any order (one of them into another task's
+row). They write no placement, no wave and no launch. What differs between the
+generations (stage list, placement rule per stage, cells never written, marks,
+waits, report lines) is data: one profile each in ``timeline.kernels``.
 
-``collect_legacy`` lays such a tensor out as a stamp buffer of a spec with those
-phases and marks (``legacy_spec``) and decodes it with ``timeline.collect``: the
-same checks, anomalies and tables as any buffer. With ``grid`` (and ``base_order``)
-the CTA of every row comes from the rotation rule; that placement is *derived*
-(``Flag.DERIVED_PLACEMENT`` on every row, ``spec.extra["placement"]``), and the
-hardware columns are null: nothing was read from the hardware. In that kernel the
-wait for producers is ``hint → staged`` (``hint`` is stamped before the block
-barrier, the producers are polled after it): ``legacy_spec`` declares it.
+``import_legacy`` reads the files the tools save (``dict(stages=..., ticks=...)``
+or ``timeline=...``; ``rank<r>/``, ``<mode>-s<S>/rank<r>/``, ``raw_s{S}_{tag}.pt``),
+picks the profile whose stage list (names and counts) the file carries
+(``choose_profile``: never a guess; ``--profile`` forces one, ``--base-order`` reads
+a kernel nobody profiled) and ``collect_legacy`` lays the tensor out as a stamp
+buffer of a spec with those phases and marks (``legacy_spec``) and decodes it with
+``timeline.collect``: the same checks, anomalies and tables as any buffer. Each
+row's CTA comes from the profile's placement rules; that placement is *derived*
+(``Flag.DERIVED_PLACEMENT`` on every row, ``spec.extra["placement"]``), the hardware
+columns are null, and it is checked (``cta_overlap``). A TileRT program-point file
+goes to ``timeline.points``.
 """
 
 from __future__ import annotations
