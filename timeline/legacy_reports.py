@@ -1,7 +1,8 @@
-"""The GLM-5 layer kernel's own host reports, computed by their rules on any trace
-with five phase columns: ``legacy_report`` / ``legacy_text`` (its
-``layer.timeline_report()``) and ``profile_summary`` / ``profile_csv`` (its
-``tools/profile_summary.py``). Their rules, not this project's: float64 µs as
+"""The mono kernels' own host reports, computed by their rules on any trace with
+five phase columns: ``legacy_report`` / ``legacy_text`` (their
+``timeline_report()``, with the extra lines a profile names, ``legacy_extra``) and
+``profile_summary`` / ``profile_csv`` (``tools/profile_summary.py``'s stages branch;
+its points branch is ``timeline.points.points_summary``). Their rules, not this project's: float64 µs as
 ``ticks / (hz / 1e6)``, torch's lower median, columns 1-3 inheriting; what differs
 from ``timeline.analysis`` is said per function."""
 
