@@ -368,3 +368,28 @@ def test_info_names_the_profile_and_its_per_stage_waits(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "profile    glm5-mono-indexer (detected); per-stage waits: index_score none, index_select none, " \
            "split start→hint" in out and "(wait for producers hint→staged)" in out
+
+
+def test_a_profile_naming_statistics_median_gets_the_mean_of_the_middle_two():
+    """Where a profile's report uses ``statistics.median`` (the Kimi-K3 host stage
+    profiler does; none of the stamped builds' timeline_report() does), the medians
+    are the mean of the two middle values, not torch's lower one."""
+    import statistics
+
+    from timeline import legacy_reports as LR
+
+    stages, ticks, _ = K.kimi_tensor()
+    trace = L.collect_legacy(ticks, stages, grid=256)
+    torch_rep = LR.legacy_report(trace).to_pylist()
+    trace.spec.extra["median"] = "statistics"
+    rep = LR.legacy_report(trace).to_pylist()
+    us = ticks[:, :5].astype(np.float64) / 100.0
+    first = 0
+    for (name, n), row, low in zip(stages, rep, torch_rep):
+        st = us[first: first + n].copy()
+        first += n
+        for c in (1, 2, 3):
+            st[:, c] = np.where(st[:, c] > 0, st[:, c], st[:, c - 1])
+        assert row["staging_us"] == statistics.median((st[:, 2] - st[:, 1]).tolist()), name
+        assert row["hint_median_us"] == statistics.median(st[:, 1].tolist()) - us[:, 0].min(), name
+    assert any(r["staging_us"] != t["staging_us"] for r, t in zip(rep, torch_rep))  # even counts differ
