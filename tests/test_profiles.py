@@ -393,3 +393,21 @@ def test_a_profile_naming_statistics_median_gets_the_mean_of_the_middle_two():
         assert row["staging_us"] == statistics.median((st[:, 2] - st[:, 1]).tolist()), name
         assert row["hint_median_us"] == statistics.median(st[:, 1].tolist()) - us[:, 0].min(), name
     assert any(r["staging_us"] != t["staging_us"] for r, t in zip(rep, torch_rep))  # even counts differ
+
+
+@pytest.mark.parametrize("data, message", [
+    (lambda: {"points": [1, 2], "ticks": torch.zeros(4, 2, dtype=torch.int64)},
+     "looks like a TileRT program-point trace but"),
+    (lambda: {"points": {1: "a_wait", 2: "a_ready"}, "ticks": torch.ones(4, 3, dtype=torch.int64)},
+     "expected int64 (CTAs, 2)"),
+    (lambda: {"points": {1: "a_wait", 2: "a_ready"}, "ticks": torch.zeros(4, 2, dtype=torch.int64)},
+     "every tick is 0"),
+    (lambda: {"timeline": 3, "stages": [["a", 3]]}, "'timeline' is not a tensor"),
+    (lambda: {"traceEvents": []}, "is a Chrome trace"),
+    (lambda: [1, 2], "holds a list"),
+])
+def test_files_of_other_formats_are_named_in_one_line(tmp_path, capsys, data, message):
+    torch.save(data(), tmp_path / "x.pt")
+    assert main(["import-legacy", str(tmp_path / "x.pt"), "-o", str(tmp_path / "o.arrow")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "x.pt" in err and err.strip().count("\n") == 0, err
