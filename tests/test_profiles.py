@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import legacykit as K
+import legacykit as LK
 from timeline import kernels
 from timeline import legacy as L
 from timeline import schema as S
@@ -23,12 +23,12 @@ torch = pytest.importorskip("torch")
 
 # generation -> (tensor maker, profile, S, where its tool saves rank r, the tick key)
 GENERATIONS = {
-    "indexed-s1": (lambda seed: K.indexed_tensor(1, seed=seed), "glm5-indexed", 1, "a8w4-s1/rank{r}/trace.pt", "ticks"),
-    "indexed-s2": (lambda seed: K.indexed_tensor(2, seed=seed), "glm5-indexed", 2, "a8w4-s2/rank{r}/trace.pt", "ticks"),
-    "kimi-k3": (K.kimi_tensor, "kimi-k3-attn", 1, "rank{r}/trace.pt", "ticks"),
-    "mono": (lambda seed: K.mono_tensor(False, seed=seed), "glm5-mono", 1, "raw_s1_bf16.pt", "timeline"),
-    "mono-indexer": (lambda seed: K.mono_tensor(True, seed=seed), "glm5-mono-indexer", 1, "rank{r}/trace.pt", "ticks"),
-    "dsv4": (K.dsv4_tensor, "dsv4", 1, "rank{r}/trace.pt", "ticks"),
+    "indexed-s1": (lambda seed: LK.indexed_tensor(1, seed=seed), "glm5-indexed", 1, "a8w4-s1/rank{r}/trace.pt", "ticks"),
+    "indexed-s2": (lambda seed: LK.indexed_tensor(2, seed=seed), "glm5-indexed", 2, "a8w4-s2/rank{r}/trace.pt", "ticks"),
+    "kimi-k3": (LK.kimi_tensor, "kimi-k3-attn", 1, "rank{r}/trace.pt", "ticks"),
+    "mono": (lambda seed: LK.mono_tensor(False, seed=seed), "glm5-mono", 1, "raw_s1_bf16.pt", "timeline"),
+    "mono-indexer": (lambda seed: LK.mono_tensor(True, seed=seed), "glm5-mono-indexer", 1, "rank{r}/trace.pt", "ticks"),
+    "dsv4": (LK.dsv4_tensor, "dsv4", 1, "rank{r}/trace.pt", "ticks"),
 }
 
 
@@ -86,7 +86,7 @@ def test_each_generations_report_is_its_timeline_report(generation, capsys):
     assert main(["summary", str(g["out"]), "--legacy"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for r, (stages, ticks, _) in g["made"].items():
-        theirs = K.their_report_text(ticks, stages, g["S"]).splitlines()
+        theirs = LK.their_report_text(ticks, stages, g["S"]).splitlines()
         at = next(i for i, line in enumerate(lines) if line.startswith(f"rank {r} launch"))
         assert lines[at + 1: at + 1 + len(theirs)] == theirs
     if g["profile"] == "glm5-mono-indexer":
@@ -97,7 +97,7 @@ def test_each_generations_report_is_its_timeline_report(generation, capsys):
 def test_indexed_at_s2_no_longer_warns_per_ug_row():
     """At S > 1 ug writes only start and end: declared, so none of its 512 rows per
     rank is a missing_phase (the issue's 3,072 warnings for two ranks)."""
-    stages, ticks, _ = K.indexed_tensor(2)
+    stages, ticks, _ = LK.indexed_tensor(2)
     assert len(ticks) == 1477
     trace = L.collect_legacy(ticks, stages, grid=256)
     assert trace.anomaly_summary() == {} and trace.spec.extra["params"]["S"] == 2
@@ -107,7 +107,7 @@ def test_indexed_at_s2_no_longer_warns_per_ug_row():
 def test_undeclared_unwritten_cells_stay_anomalies():
     """A cell the kernel writes, left 0, is a missing_phase; index_q's hint is
     declared unwritten below task 128 only, so task 200 without it is one too."""
-    stages, ticks, _ = K.mono_tensor(True)
+    stages, ticks, _ = LK.mono_tensor(True)
     first = dict(zip([n for n, _ in stages], np.cumsum([0] + [c for _, c in stages])[:-1]))
     ticks = ticks.copy()
     ticks[first["uk"] + 3, 1] = 0  # uk always stamps its hint
@@ -127,7 +127,7 @@ def test_a_wrong_forced_profile_shows_as_anomalies(tmp_path, capsys):
     """The GLM MonoKernel with the indexer forced through the profile without it:
     the index stages' fixed bases become running sums (their CTAs overlap others')
     and index_q's undeclared cells are missing: anomalies, never a clean timeline."""
-    stages, ticks, _ = K.mono_tensor(True)
+    stages, ticks, _ = LK.mono_tensor(True)
     path = _save(tmp_path, "rank0/trace.pt", "ticks", stages, ticks, 0)
     assert main(["import-legacy", str(path), "-o", str(tmp_path / "w.arrow"), "--profile", "glm5-mono", "-q"]) == 0
     assert "profile glm5-mono (forced" in capsys.readouterr().out
@@ -150,7 +150,7 @@ def test_unknown_or_ambiguous_stage_lists_are_refused_with_candidates(tmp_path, 
     twin = kernels.Profile("glm5-twin", "a copy", "-", "-", kernels.profile("glm5-indexed").stages,
                            kernels.GLM5_BASE_ORDER, kernels.profile("glm5-indexed").params)
     monkeypatch.setattr(kernels, "PROFILES", kernels.PROFILES + (twin,))
-    stages, ticks, _ = K.indexed_tensor(1)
+    stages, ticks, _ = LK.indexed_tensor(1)
     path = _save(tmp_path, "rank1/trace.pt", "ticks", stages, ticks, 1)
     assert main(["import-legacy", str(path), "-o", str(tmp_path / "o.arrow")]) == 2
     assert "matches several kernel profiles (glm5-indexed, glm5-twin)" in capsys.readouterr().err
@@ -178,10 +178,10 @@ def points_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tilert")
     made = {}
     for name, idle in (("s1", None), ("idle", 17)):
-        ticks = K.points_tensor(seed=3, idle_cta=idle)
+        ticks = LK.points_tensor(seed=3, idle_cta=idle)
         path = d / name / "rank0" / "trace.pt"
         path.parent.mkdir(parents=True)
-        torch.save(dict(points={0x1000 + 8 * i: p for i, p in enumerate(K.TILERT_POINTS)},
+        torch.save(dict(points={0x1000 + 8 * i: p for i, p in enumerate(LK.TILERT_POINTS)},
                         ticks=torch.from_numpy(ticks)), path)
         made[name] = (path, ticks)
     return d, made
@@ -194,18 +194,18 @@ def test_program_points_read_as_a_trace_per_cta(points_dir, capsys):
     assert "TileRT program-point trace (30 points)" in capsys.readouterr().out
     trace = load(d / "points.arrow")
     assert trace.anomaly_summary() == {}
-    assert trace.spec.wait == ("wait", "ready") and trace.spec.marks == K.TILERT_POINTS
+    assert trace.spec.wait == ("wait", "ready") and trace.spec.marks == LK.TILERT_POINTS
     assert trace.spec.stage_names[:4] == ("entry", "q_a", "cache", "q_b")
     t = trace.tasks
     assert (t.column("cta").to_numpy() == t.column("task").to_numpy()).all()  # true placement: the row
     assert not (t.column("flags").to_numpy() & S.Flag.DERIVED_PLACEMENT).any()
     q_b = t.filter(t.column("stage_index").to_numpy() == trace.spec.stage_index("q_b"))
     cta = q_b.column("cta").to_numpy()
-    slot = {p: i for i, p in enumerate(K.TILERT_POINTS)}
+    slot = {p: i for i, p in enumerate(LK.TILERT_POINTS)}
     assert (q_b.column("wait_tick").to_numpy() == ticks[cta, slot["q_b_wait"]]).all()
     assert (q_b.column("ready_tick").to_numpy() == ticks[cta, slot["q_b_ready"]]).all()
     assert (q_b.column("start_tick").to_numpy() == ticks[cta, slot["cache_publish"] - 3 * (cta % 8 != 0)]).all()
-    for i, p in enumerate(K.TILERT_POINTS):  # each point an instant of its own name, on its CTA, exactly
+    for i, p in enumerate(LK.TILERT_POINTS):  # each point an instant of its own name, on its CTA, exactly
         got = t.column(f"{p}_tick").to_numpy()
         on = got != 0
         assert (got[on] == ticks[t.column("cta").to_numpy()[on], i]).all() and on.sum() == (ticks[:, i] != 0).sum()
@@ -221,7 +221,7 @@ def test_profile_csv_is_their_points_branch(points_dir, tmp_path, capsys, name):
     capsys.readouterr()
     assert main(["summary", str(tmp_path / "p.arrow"), "--profile-csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    theirs = K.their_points_rows(ticks, K.TILERT_POINTS)
+    theirs = LK.their_points_rows(ticks, LK.TILERT_POINTS)
     assert lines[0] == "event,ctas,first_us,median_us,last_us"
     assert lines[1:] == [f"{e},{n},{a:.3f},{m:.3f},{b:.3f}" for e, n, a, m, b in theirs]
     assert (theirs[0][2] > 1e6) == (name == "idle")
@@ -234,7 +234,7 @@ def test_program_points_and_a_flydsl_trace_compare_side_by_side(points_dir):
     from viewer.panels import tables as VT
 
     d, made = points_dir
-    stages, ticks, _ = K.indexed_tensor(1)
+    stages, ticks, _ = LK.indexed_tensor(1)
     flydsl = _save(d, "flydsl/rank0/trace.pt", "ticks", stages, ticks, 0)
     assert main(["import-legacy", str(flydsl), "-o", str(d / "flydsl.arrow"), "-q"]) == 0
     if not (d / "points.arrow").exists():
@@ -255,7 +255,7 @@ def test_program_points_and_a_flydsl_trace_compare_side_by_side(points_dir):
 
 def test_a_points_file_among_stage_files_is_named(points_dir, tmp_path, capsys):
     d, made = points_dir
-    stages, ticks, _ = K.indexed_tensor(1)
+    stages, ticks, _ = LK.indexed_tensor(1)
     other = _save(tmp_path, "rank1/trace.pt", "ticks", stages, ticks, 1)
     assert main(["import-legacy", str(made["s1"][0]), str(other), "-o", str(tmp_path / "o.arrow")]) == 2
     err = capsys.readouterr().err
@@ -267,7 +267,7 @@ def test_a_points_file_among_stage_files_is_named(points_dir, tmp_path, capsys):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from timeline import points as P  # noqa: E402
+from timeline import points  # noqa: E402
 
 _NAMES = ("entry", "a_wait", "a_ready", "a_publish", "b_wait", "b_ready", "b_computed", "b_publish", "c_publish",
           "tail", "a_wait")  # the repeated a_wait: two points giving one stage the same phase
@@ -284,8 +284,8 @@ def test_points_decode_exactly_or_refuse(ctas, names, data):
                                                  min_size=len(names), max_size=len(names)),
                                         min_size=ctas, max_size=ctas)), dtype=np.int64)
     try:
-        trace = P.collect_points(ticks, names)
-    except P.PointsError as e:
+        trace = points.collect_points(ticks, names)
+    except points.PointsError as e:
         assert (len(set(names)) < len(names) and "distinct name" in str(e)) or \
             (not (ticks != 0).any() and "every tick is 0" in str(e))
         return
@@ -295,8 +295,8 @@ def test_points_decode_exactly_or_refuse(ctas, names, data):
         got = t.column(f"{p}_tick").to_numpy()
         on = got != 0
         assert sorted(got[on]) == sorted(ticks[:, i][ticks[:, i] != 0])
-    rows = [tuple(r.values()) for r in P.points_summary(trace).to_pylist()]
-    assert rows == K.their_points_rows(ticks, names)
+    rows = [tuple(r.values()) for r in points.points_summary(trace).to_pylist()]
+    assert rows == LK.their_points_rows(ticks, names)
 
 
 @settings(max_examples=60, deadline=None)
@@ -341,7 +341,7 @@ def test_a_tensor_of_another_shape_or_dtype_is_one_error(rows, cols, dtype):
 def test_a_file_named_for_another_S_is_refused(tmp_path, capsys):
     """The tools put S in the name (raw_s{S}_{tag}.pt, <mode>-s<S>/): a stage list of
     another S is not read as if it were that run's."""
-    stages, ticks, _ = K.indexed_tensor(1)
+    stages, ticks, _ = LK.indexed_tensor(1)
     path = _save(tmp_path, "a8w4-s2/rank0/trace.pt", "ticks", stages, ticks, 0)
     assert main(["import-legacy", str(path), "-o", str(tmp_path / "o.arrow")]) == 2
     assert "its name says S = 2, but its stage list is glm5-indexed's at S = 1" in capsys.readouterr().err
@@ -358,7 +358,7 @@ def test_legacy_summary_of_a_points_trace_points_to_its_own(points_dir, tmp_path
 def test_info_names_the_profile_and_its_per_stage_waits(tmp_path, capsys):
     """The waits that are not the profile's (split's start→hint with the indexer, none
     for index_score / index_select) are kept in the spec and shown by ``timeline info``."""
-    stages, ticks, _ = K.mono_tensor(True)
+    stages, ticks, _ = LK.mono_tensor(True)
     path = _save(tmp_path, "rank0/trace.pt", "ticks", stages, ticks, 0)
     assert main(["import-legacy", str(path), "-o", str(tmp_path / "m.arrow"), "-q"]) == 0
     assert load(tmp_path / "m.arrow").spec.extra["stage_wait"] == {
@@ -378,7 +378,7 @@ def test_a_profile_naming_statistics_median_gets_the_mean_of_the_middle_two():
 
     from timeline import legacy_reports as LR
 
-    stages, ticks, _ = K.kimi_tensor()
+    stages, ticks, _ = LK.kimi_tensor()
     trace = L.collect_legacy(ticks, stages, grid=256)
     torch_rep = LR.legacy_report(trace).to_pylist()
     trace.spec.extra["median"] = "statistics"
