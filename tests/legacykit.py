@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from timeline import legacy as L
+from timeline.ingest import legacy as L
 
 G = L.GLM5_GRID
 
@@ -90,7 +90,7 @@ def their_profile_rows(ticks: np.ndarray, stages) -> list:
     return out
 
 
-# -- every generation of REFERENCE §1b, written by its kernel's rules (not read from timeline.kernels) --------
+# -- every generation of REFERENCE §1b, written by its kernel's rules (not read from timeline.contract.kernels) --------
 
 def _running(order, count) -> dict:
     base, acc = {}, 0

@@ -1,6 +1,6 @@
 """Every generation of the mono kernels' own timeline build (shared REFERENCE §1b),
 read as it is: for each, a tensor in that kernel's write pattern (tests/legacykit.py,
-written from the kernel's rules, not from timeline.kernels), saved as its tool saves
+written from the kernel's rules, not from timeline.contract.kernels), saved as its tool saves
 it, through ``timeline import-legacy`` with no option: the profile detected, no
 anomaly, each row on the CTA the kernel's rule gives it, the marks kept, and
 ``summary --legacy`` equal to that kernel's ``timeline_report()`` line for line.
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 import legacykit as LK
-from timeline import kernels
-from timeline import legacy as L
-from timeline import schema as S
+from timeline.contract import kernels
+from timeline.ingest import legacy as L
+from timeline.contract import schema as S
 from timeline.cli import main
-from timeline.trace import load
+from timeline.core.trace import load
 
 torch = pytest.importorskip("torch")
 
@@ -159,8 +159,8 @@ def test_unknown_or_ambiguous_stage_lists_are_refused_with_candidates(tmp_path, 
 def test_every_profile_has_data_for_the_synthetic_model():
     """``kernels.model`` gives any profile's stage list (0-task stages left out) and
     a task graph the spec accepts; GLM-5 S = 1 gets the declared preset graph."""
-    from timeline import presets
-    from timeline import synth
+    from timeline.contract import presets
+    from timeline.ingest import synth
 
     for prof in kernels.PROFILES:
         stages, graph = kernels.model(prof.name)
@@ -248,8 +248,7 @@ def test_program_points_and_a_flydsl_trace_compare_side_by_side(points_dir):
 
     for name in ("flydsl.arrow", "points.arrow"):  # each drawn one row per CTA
         assert state.store.get(name).trace.spec.grid == 256
-        drawn = VG.on_gantt(state, {"name": name}, "cta", None, None, None, None, None, "filters", None, None,
-                            None, [1000, 560], None).figure
+        drawn = VG.on_gantt(state, VG.GanttQuery(name, grouping="cta", px=[1000, 560])).figure
         assert drawn["data"], name
 
 
@@ -267,7 +266,7 @@ def test_a_points_file_among_stage_files_is_named(points_dir, tmp_path, capsys):
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from timeline import points  # noqa: E402
+from timeline.ingest import points  # noqa: E402
 
 _NAMES = ("entry", "a_wait", "a_ready", "a_publish", "b_wait", "b_ready", "b_computed", "b_publish", "c_publish",
           "tail", "a_wait")  # the repeated a_wait: two points giving one stage the same phase
@@ -376,7 +375,7 @@ def test_a_profile_naming_statistics_median_gets_the_mean_of_the_middle_two():
     are the mean of the two middle values, not torch's lower one."""
     import statistics
 
-    from timeline import legacy_reports as LR
+    from timeline.analysis import legacy_reports as LR
 
     stages, ticks, _ = LK.kimi_tensor()
     trace = L.collect_legacy(ticks, stages, grid=256)
