@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=int, default=64, help="CTAs per rank, a power of two (default 64)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
+    from timeline.run.commands import register as register_run  # run add, launches; a run where a trace goes
+
+    register_run(subs, _sub)
     return ap
 
 
@@ -295,6 +298,9 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from timeline import commands as K
+    from timeline.run.commands import route
+
+    args = route(args)  # a run directory where a trace file goes: its command in timeline.run.commands
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
     try:

@@ -124,4 +124,29 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     return traces[0] if len(traces) == 1 else merge(traces)
 
 
-__all__ = ["append_trace", "launch_trace", "part_rows", "with_ns"]
+
+
+def memory_bytes(launches: pa.Table, phases, marks) -> int:
+    """What the task rows of ``launches`` (a ``Run.launches`` table) take as today's
+    in-memory Trace: the tasks table's fixed-width columns per row plus the intervals
+    table's per interval."""
+    def width(schema):
+        return sum(max(f.type.bit_width, 8) // 8 if f.type != pa.bool_() else 1 for f in schema
+                   if not pa.types.is_dictionary(f.type)) + 4 * sum(pa.types.is_dictionary(f.type) for f in schema)
+
+    rows = int(pc.sum(launches.column("rows")).as_py() or 0)
+    intervals = int(pc.sum(launches.column("intervals")).as_py() or 0)
+    return rows * width(S.tasks_schema(phases, marks)) + intervals * width(S.INTERVALS_SCHEMA)
+
+
+def budget_check(run, launches: pa.Table, what: str) -> None:
+    """A ``RunError`` (the one memory-budget line) when the task rows of ``launches``
+    would not fit the memory budget as one in-memory Trace."""
+    from timeline.run.read import memory_budget, over_budget
+
+    need, budget = memory_bytes(launches, run.phases, run.marks), memory_budget()
+    if need > budget:
+        raise over_budget(what, need, budget)
+
+
+__all__ = ["append_trace", "budget_check", "launch_trace", "memory_bytes", "part_rows", "with_ns"]
