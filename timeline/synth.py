@@ -239,6 +239,27 @@ def _write_slots(bufs, lay, slots) -> None:
         bufs[:, word + 1] = 1
 
 
+def synth_graph(spec: S.Spec, barriers=GLM5_BARRIERS, allreduce=GLM5_ALLREDUCE) -> dict:
+    """A task graph the model keeps (``timeline.graph`` rules): each stage waits for the
+    previous one, on every rank for an all-reduce stage, whole for a barrier stage, else
+    its proportional block ``[t * n / count, (t + 1) * n / count)`` (the model waits for
+    the block's prefix, so a wait never ends before these producers: no causality
+    violation; the gating producer may lie before the block)."""
+    from timeline import graph as G
+
+    out = {}
+    for (prev, n), (name, count) in zip(spec.stages[:-1], spec.stages[1:]):
+        if name in allreduce:
+            out[name] = [G.allreduce(prev)]
+        elif name in barriers or (n % count and count % n):
+            out[name] = [G.every(prev)]
+        elif n >= count:
+            out[name] = [G.tiles(prev, n // count, mul=n // count)]
+        else:
+            out[name] = [G.tiles(prev, 1, div=count // n)]
+    return out
+
+
 def glm5_spec(*, waves: int = 1, launches: int = 1, world: int = 1, arch: str = "gfx942",
               clock="memrealtime") -> S.Spec:
     """The GLM-5 layer's stage list as a spec (for synthetic runs)."""

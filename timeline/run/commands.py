@@ -267,7 +267,7 @@ def cmd_launches(args) -> int:
         table = sel.select(["rank", "step", "layer", "capture", "launch", "kernel_ns", "anomalies"])
     else:
         table = RP.launch_times(sel)
-    q = RP.quantiles_of(table.column("kernel_ns").to_numpy(zero_copy_only=False).astype(float))
+    q = RP.quantiles_of(RP.floats(table.column("kernel_ns")))
     table = table.sort_by([("kernel_ns", "descending")])
     if args.slowest is not None:
         table = table.slice(0, max(args.slowest, 0))
@@ -284,7 +284,7 @@ def cmd_launches(args) -> int:
     print("kernel time over the run's launches: " + ", ".join(f"{k[:-3]} {v} µs" for k, v in quant.items()))
     print("one row per launch (its slowest rank's kernel time; skew: latest rank start - earliest, where its ranks "
           "share one capture's time axis), the slowest first\n")
-    print(format_table(pa.Table.from_pylist(rows)))
+    print(format_table(RP.rows_table(rows)))
     return 0
 
 
@@ -318,7 +318,7 @@ def cmd_summary_run(args) -> int:
           "p50 / p90 / p99 over launches of its span and of each launch's median interval (µs)\n")
     print(format_table(table))
     print(f"\nthe {worst.num_rows} worst launches (the slowest rank's kernel time)\n")
-    print(format_table(pa.Table.from_pylist(_rows_us(worst))))
+    print(format_table(RP.rows_table(_rows_us(worst))))
     return 0
 
 
@@ -474,6 +474,7 @@ def cmd_compare_run(args) -> int:
     import pyarrow as pa
 
     from timeline import compare as C
+    from timeline.run import report as RP
     from timeline.textout import format_table
 
     rows = C.compare_table(_typical(args.a, args), _typical(args.b, args))
@@ -481,7 +482,7 @@ def cmd_compare_run(args) -> int:
         _json_out({"a": str(args.a), "b": str(args.b), "scope": "launch", "rows": rows})
         return 0
     print(f"A {args.a}\nB {args.b}\na typical launch of each (median over its (rank, launch) pairs); Δ = B - A, µs\n")
-    print(format_table(pa.Table.from_pylist(rows)) if rows else "no stage in both")
+    print(format_table(RP.rows_table(rows)) if rows else "no stage in both")
     return 0
 
 

@@ -24,14 +24,12 @@ def _specs(rec: dict, ranks) -> dict:
     return out
 
 
-def part_rows(run, entry: dict, rank: int, step, filters=None) -> pa.Table | None:
-    """One task part's rows (``filters``: pyarrow's, e.g. on launch or layer) with its
+def part_rows(run, entry: dict, rank: int, step, where=None) -> pa.Table | None:
+    """One task part's rows (``where``: ``(column, value)``, e.g. one launch slot) with its
     partition columns put back; None when the part is damaged and skipped."""
-    import pyarrow.parquet as pq
-
     if not run.verified(entry):
         return None
-    t = pq.read_table(str(run.path / entry["path"]), filters=filters)
+    t = L.read_parquet(run.path / entry["path"], where=where)
     n = t.num_rows
     return (t.append_column("rank", pa.array(np.full(n, rank, np.int16)))
             .append_column("step", pa.nulls(n, pa.int64()) if step is None else pa.array(np.full(n, step, np.int64))))
@@ -77,7 +75,7 @@ def append_trace(run, rec: dict, chosen: dict):
     parts = []
     for e in rec["parts"]:
         if e["table"] == "tasks" and e["rank"] in chosen and (run.path / e["path"]).exists():
-            t = part_rows(run, e, e["rank"], e["step"], filters=[("launch", "=", chosen[e["rank"]])])
+            t = part_rows(run, e, e["rank"], e["step"], where=("launch", chosen[e["rank"]]))
             if t is not None:
                 parts.append(t)
     if not parts:

@@ -131,6 +131,27 @@ def write_parquet(run_dir: Path, rel: str, table: pa.Table, **options) -> dict:
     return {"path": rel, "rows": table.num_rows, "bytes": size, HASH: digest}
 
 
+def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
+    """A part's rows (``where``: ``(column, value)``, only the rows holding it, reading only
+    the row groups whose statistics may hold it). ``ParquetFile`` directly, not
+    ``pyarrow.dataset``, which imports pandas (a second and a half of a command's start)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(str(path))
+    if where is None:
+        return f.read()
+    column, value = where
+    at = f.schema_arrow.get_field_index(column)
+    groups = []
+    for g in range(f.metadata.num_row_groups):
+        st = f.metadata.row_group(g).column(at).statistics
+        if st is None or not st.has_min_max or st.min <= value <= st.max:
+            groups.append(g)
+    table = f.read_row_groups(groups) if groups else f.schema_arrow.empty_table()
+    return table.filter(pc.equal(table.column(column), value))
+
+
 def manifest_path(run_dir: Path, append: str) -> Path:
     return Path(run_dir) / MANIFEST_DIR / f"{append}.json"
 
@@ -176,5 +197,5 @@ def check_part(run_dir: Path, entry: dict, *, full: bool) -> str | None:
 
 
 __all__ = ["BUILD_FILE", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
-           "TABLES", "check_part", "committed_records", "file_digest", "manifest_path", "new_append_id", "publish",
+           "TABLES", "check_part", "committed_records", "file_digest", "manifest_path", "new_append_id", "publish", "read_parquet",
            "small_part_path", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]

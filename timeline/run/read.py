@@ -100,9 +100,7 @@ class Run:
         """Every committed part of a small table (launches, stages, anomalies), concatenated."""
         if table in self._small:
             return self._small[table]
-        import pyarrow.parquet as pq
-
-        tables = [pq.read_table(str(self.path / e["path"])) for _, e in self.parts(table) if self.verified(e)]
+        tables = [L.read_parquet(self.path / e["path"]) for _, e in self.parts(table) if self.verified(e)]
         tables = [t for t in tables if t.num_rows] or tables[:1]
         out = pa.concat_tables(tables, promote_options="permissive") if tables else None
         if out is None and table == "launches":
@@ -170,15 +168,17 @@ class Run:
 
 
 def _select(t: pa.Table, **keys) -> pa.Table:
-    """Rows of ``t`` whose columns hold the given value(s) (None: any)."""
+    """Rows of ``t`` whose columns hold the given value(s) (None: any); numpy masks, not
+    Arrow scalars (whose conversion imports pandas)."""
     mask = None
     for col, want in keys.items():
         if want is None:
             continue
-        values = want if isinstance(want, (list, tuple, set, range, np.ndarray)) else [want]
-        m = pc.is_in(t.column(col), value_set=pa.array(list(values), t.schema.field(col).type))
-        mask = m if mask is None else pc.and_(mask, m)
-    return t if mask is None else t.filter(mask)
+        values = list(want) if isinstance(want, (list, tuple, set, range, np.ndarray)) else [want]
+        c = t.column(col)
+        m = np.isin(R.numpy(R.filled(c, 0)), np.array(values, dtype=np.int64)) & R.numpy(c.is_valid())
+        mask = m if mask is None else mask & m
+    return t if mask is None else t.filter(R.arrow(mask))
 
 
 def open_run(run_dir, *, on_damage: str = "raise") -> Run:

@@ -18,6 +18,36 @@ RUN_QUANTILES = (0.5, 0.9, 0.99)
 KEY = ("step", "layer", "capture", "slot")
 
 
+def column_of(values, type: pa.DataType | None = None) -> pa.Array:
+    """A Python list (None for null) as an Arrow array of ``type`` (default: string if
+    any value is text, float64 if any is a float, else int64), without pyarrow's
+    list conversion (which imports pandas: a second of a command's start)."""
+    values = list(values)
+    if type is None:
+        kinds = {builtins_type(v) for v in values if v is not None}
+        type = pa.string() if str in kinds else pa.float64() if float in kinds else \
+            pa.bool_() if kinds == {bool} else pa.int64()
+    null = np.array([v is None for v in values], dtype=bool)
+    if type == pa.string():
+        strings = R.strings(["" if v is None else str(v) for v in values])
+        return pc.if_else(R.arrow(null), pa.scalar(None, pa.string()), strings) if null.any() else strings
+    if type == pa.bool_():
+        return R.arrow(np.array([bool(v) for v in values], dtype=bool), mask=null if null.any() else None)
+    fill = [0 if v is None else v for v in values]
+    return R.arrow(np.array(fill, dtype=R.np_dtype(type)), mask=null if null.any() else None)
+
+
+def builtins_type(v):
+    return float if isinstance(v, float) else str if isinstance(v, str) else bool if isinstance(v, bool) else int
+
+
+def rows_table(rows: list) -> pa.Table:
+    """Dict rows (as ``Table.to_pylist`` gives) back into a table, without pandas."""
+    if not rows:
+        return pa.table({})
+    return pa.table({k: column_of([r.get(k) for r in rows]) for k in rows[0]})
+
+
 def _key_arrays(t: pa.Table) -> tuple:
     """Each row's launch key: (step, layer) where the slot header names them, else
     (capture, slot); as four Python lists (None where not part of the key)."""
@@ -55,13 +85,19 @@ def launch_times(launches: pa.Table) -> pa.Table:
             one_axis[g] = False
     cols = {k: [o[i] for o in order] for i, k in enumerate(KEY)}
     return pa.table({
-        "step": pa.array(cols["step"], pa.int64()), "layer": pa.array(cols["layer"], pa.int32()),
-        "capture": pa.array(cols["capture"], pa.string()), "slot": pa.array(cols["slot"], pa.int32()),
-        "ranks": pa.array(np.bincount(gid, minlength=n).astype(np.int64)),
+        "step": column_of(cols["step"], pa.int64()), "layer": column_of(cols["layer"], pa.int32()),
+        "capture": column_of(cols["capture"], pa.string()), "slot": column_of(cols["slot"], pa.int32()),
+        "ranks": R.arrow(np.bincount(gid, minlength=n).astype(np.int64)),
         "kernel_ns": R.arrow(worst, mask=worst < 0), "skew_ns": R.arrow(hi - lo, mask=~one_axis),
-        "anomalies": pa.array(np.bincount(gid, weights=R.numpy(launches.column("anomalies")), minlength=n)
-                              .astype(np.int64)),
-        "slowest_rank": pa.array(slowest.astype(np.int16))})
+        "anomalies": R.arrow(np.bincount(gid, weights=R.numpy(launches.column("anomalies")), minlength=n)
+                             .astype(np.int64)),
+        "slowest_rank": R.arrow(slowest.astype(np.int16))})
+
+
+def floats(column) -> np.ndarray:
+    """An Arrow integer or float column as float64, NaN where null (without pandas,
+    which ``to_numpy`` of a chunked column imports)."""
+    return R.numpy(R.filled(column.cast(pa.float64()), math.nan))
 
 
 def quantiles_of(values, qs=RUN_QUANTILES) -> list:
@@ -77,12 +113,13 @@ def stage_summary(stages: pa.Table, phase_columns=None, qs=RUN_QUANTILES) -> pa.
     interval ``X``, ``X pNN_us``: the quantiles over launches of each launch's median X."""
     names = stages.column("stage").to_pylist()
     order = list(dict.fromkeys(names))
-    gid = np.array([order.index(s) for s in names], dtype=np.int64)
+    index = {s: i for i, s in enumerate(order)}
+    gid = np.array([index[s] for s in names], dtype=np.int64)
     has = R.numpy(stages.column("tasks")) > 0
-    cols = {"stage": order, "launches": [int(has[gid == g].sum()) for g in range(len(order))]}
+    cols = {"stage": order, "launches": [int(x) for x in np.bincount(gid[has], minlength=len(order))]}
 
     def add(label: str, column: str, which=qs):
-        v = np.array(R.numpy(R.filled(stages.column(column).cast(pa.float64()), math.nan)))
+        v = floats(stages.column(column))
         q = GR.group_quantiles(gid[~np.isnan(v)], len(order), v[~np.isnan(v)], which)
         for i, x in enumerate(which):
             cols[f"{label} p{round(x * 100)}_us" if label != "share" else f"share p{round(x * 100)}"] = \
@@ -92,7 +129,7 @@ def stage_summary(stages: pa.Table, phase_columns=None, qs=RUN_QUANTILES) -> pa.
     add("share", "share", (0.5,))
     for c in phase_columns or [c for c in stages.column_names if c.endswith(" p50_us")]:
         add(c[: -len(" p50_us")], c)
-    return pa.table(cols)
+    return pa.table({k: column_of(v, pa.string() if k == "stage" else None) for k, v in cols.items()})
 
 
 def _nearest_rank(n: int, q: float) -> int:
@@ -113,11 +150,17 @@ def pick_launches(times: pa.Table, qs=(0.5, 0.99)) -> list:
 def of_launch(table: pa.Table, launch: dict) -> pa.Table:
     """The rows of a per-launch table (launches, stages) that belong to ``launch`` (a
     dict with step, layer, capture, slot)."""
+    def equal(col: str, value):
+        c = table.column(col)
+        if pa.types.is_string(c.type):
+            return np.array([v == value for v in c.to_pylist()], dtype=bool)
+        return (R.numpy(R.filled(c, -1)) == value) & R.numpy(c.is_valid())
+
     if launch["step"] is not None:
-        m = pc.and_(pc.equal(table.column("step"), launch["step"]), pc.equal(table.column("layer"), launch["layer"]))
+        m = equal("step", launch["step"]) & equal("layer", launch["layer"])
     else:
-        m = pc.and_(pc.equal(table.column("capture"), launch["capture"]), pc.equal(table.column("launch"), launch["slot"]))
-    return table.filter(m)
+        m = equal("capture", launch["capture"]) & equal("launch", launch["slot"])
+    return table.filter(R.arrow(m))
 
 
 def stage_delta(stages: pa.Table, slow: dict, typical: dict) -> pa.Table:
@@ -127,8 +170,8 @@ def stage_delta(stages: pa.Table, slow: dict, typical: dict) -> pa.Table:
 
     a = C.median_per_stage(of_launch(stages, typical).drop_columns(["step", "layer", "capture", "append"]))
     b = C.median_per_stage(of_launch(stages, slow).drop_columns(["step", "layer", "capture", "append"]))
-    return pa.Table.from_pylist(C.compare_table(a, b))
+    return rows_table(C.compare_table(a, b))
 
 
-__all__ = ["RUN_QUANTILES", "launch_times", "of_launch", "pick_launches", "quantiles_of", "stage_delta",
+__all__ = ["RUN_QUANTILES", "column_of", "floats", "rows_table", "launch_times", "of_launch", "pick_launches", "quantiles_of", "stage_delta",
            "stage_summary"]
