@@ -8,13 +8,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 import runkit
 from timeline import analysis as A
-from timeline import compare as C
-from timeline import presets
 from timeline.cli import main
 from timeline.run import open_run
 from timeline.run import report as RP

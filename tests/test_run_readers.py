@@ -4,7 +4,6 @@ unchanged."""
 
 from __future__ import annotations
 
-import json
 
 import pyarrow as pa
 import pytest

@@ -90,12 +90,15 @@ def is_run(path) -> bool:
 def route(args):
     """``args`` with its command sent here when its trace argument is a run directory."""
     cmd = getattr(args, "command", None)
+    more = "timeline.run.selection_commands"
     if cmd == "merge" and is_run(args.output):
-        args.func = "timeline.run.commands:cmd_merge_run"
-    elif cmd in ("summary", "export", "edges", "whatif", "info") and Path(args.trace).is_dir():
+        args.func = f"{more}:cmd_merge_run"
+    elif cmd in ("summary", "info") and Path(args.trace).is_dir():
         args.func = f"timeline.run.commands:cmd_{cmd}_run"
+    elif cmd in ("export", "edges", "whatif") and Path(args.trace).is_dir():
+        args.func = f"{more}:cmd_{cmd}_run"
     elif cmd == "compare" and (Path(args.a).is_dir() or Path(args.b).is_dir()):
-        args.func = "timeline.run.commands:cmd_compare_run"
+        args.func = f"{more}:cmd_compare_run"
     return args
 
 
@@ -292,8 +295,6 @@ def cmd_summary_run(args) -> int:
     """``timeline summary RUN``: per stage p50 / p90 / p99 over the selected launches of
     span and each interval (from the per-launch stage reports, no task row read), the
     worst launches; ``--critical-path`` / ``--p99`` read the launches they need."""
-    import pyarrow as pa
-
     from timeline.run import report as RP
     from timeline.textout import _json_rows, format_table
 
@@ -376,131 +377,10 @@ def _p99(run, args) -> int:
     return 0
 
 
-# -- analyses and exports of a selection ---------------------------------------------------
-def _selection_trace(run, args):
-    """One Trace of the selected launches (each launch renumbered, ranks merged), within
-    the memory budget: ``RunError`` naming how to narrow it otherwise."""
-    from timeline.run import engine as EN
-    from timeline.run.launchset import budget_check
-    from timeline.merge import merge
-
-    keys = _keys(run, args)
-    budget_check(run, _selected_launches(run, args), "this selection")
-    traces = [EN.launch_of(run, k, args.rank) for k in keys]
-    return traces[0] if len(traces) == 1 else merge(traces)
-
-
-def cmd_export_run(args) -> int:
-    """``timeline export RUN --step S --layer L ...``: the selection as one Trace (saved
-    to a temporary file), exported by the trace-file command."""
-    import tempfile
-
-    from timeline import commands as K
-
-    trace = _selection_trace(_open(args.trace, args), args)
-    with tempfile.TemporaryDirectory(prefix="timeline-run-") as tmp:
-        args.trace = str(trace.save(Path(tmp) / "selection.arrow"))
-        args.rank = args.launch = None  # chosen already: the selection's launches are numbered 0, 1, ...
-        return K.cmd_export(args)
-
-
 def cmd_info_run(args) -> int:
     args.run, args.verify = args.trace, False
     return cmd_run_info(args)
 
 
-def cmd_edges_run(args) -> int:
-    """``timeline edges RUN``: per launch, per stage what held each wait (a map over launches)."""
-    import pyarrow as pa
-
-    from timeline.textout import _json_rows, format_table
-
-    run = _open(args.trace, args)
-    tables = _map(run, args, "edges")
-    table = pa.concat_tables(tables, promote_options="permissive") if tables else None
-    if args.json:
-        _json_out({"run": str(run.path), "report": "edges", "rows": _json_rows(table)})
-        return 0
-    print(_head(run))
-    print("per launch and stage: what held each task's wait (its gating edge); slack in µs\n")
-    print(format_table(table))
-    return 0
-
-
-def cmd_whatif_run(args) -> int:
-    """``timeline whatif RUN``: the prediction per selected launch (a map over launches)."""
-    import pyarrow as pa
-
-    from timeline import whatif as W
-    from timeline.commands import UsageError
-    from timeline.textout import _json_rows, format_table
-
-    changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
-    if not changes:
-        raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
-    run = _open(args.trace, args)
-    table = pa.concat_tables(_map(run, args, "whatif", {"changes": changes}), promote_options="permissive")
-    if args.json:
-        _json_out({"run": str(run.path), "report": "whatif", "changes": [c._asdict() for c in changes],
-                   "rows": _json_rows(table)})
-        return 0
-    print(_head(run))
-    print(format_table(table))
-    return 0
-
-
-def _typical(path, args):
-    """A per-stage typical launch of a run (the median over its (rank, launch) stage
-    reports) or of a trace file, and its name."""
-    from timeline import analysis as A
-    from timeline import compare as C
-
-    if Path(path).is_dir():
-        run = _open(path, args)
-        stages = run.stages(rank=args.rank, step=args.step, layer=args.layer)
-        if stages is None:
-            from timeline.run.layout import RunError
-
-            raise RunError(f"run {path!r} is empty: nothing to compare")
-        return C.median_per_stage(stages.drop_columns(["step", "layer", "capture", "append"]))
-    from timeline.commands import _load
-
-    return C.typical(A.stage_report(_load(path), by_launch=True), True)
-
-
-def cmd_compare_run(args) -> int:
-    """``timeline compare A B`` where either is a run: a typical launch of each (the
-    median over the (rank, launch) pairs of the selection), per stage B - A."""
-    import pyarrow as pa
-
-    from timeline import compare as C
-    from timeline.run import report as RP
-    from timeline.textout import format_table
-
-    rows = C.compare_table(_typical(args.a, args), _typical(args.b, args))
-    if args.json:
-        _json_out({"a": str(args.a), "b": str(args.b), "scope": "launch", "rows": rows})
-        return 0
-    print(f"A {args.a}\nB {args.b}\na typical launch of each (median over its (rank, launch) pairs); Δ = B - A, µs\n")
-    print(format_table(RP.rows_table(rows)) if rows else "no stage in both")
-    return 0
-
-
-def cmd_merge_run(args) -> int:
-    """``timeline merge TRACE... -o RUN/``: the merged trace appended to a run as one capture."""
-    from timeline.commands import _load
-    from timeline.merge import merge
-    from timeline.run.write import append
-
-    traces = [_load(p) for p in args.traces]
-    merged = merge(traces, align=args.align)
-    for note in merged.notes:
-        print(f"warning: {note}", file=sys.stderr)
-    written = append(args.output.rstrip("/") or "/", merged, capture="merge:" + ",".join(Path(p).name for p in args.traces))
-    print(f"appended to run {args.output}: ranks {merged.ranks}, launches {merged.launches}, "
-          f"{merged.tasks.num_rows} task rows, {len(written)} parts")
-    return 0
-
-
-__all__ = ["cmd_compare_run", "cmd_edges_run", "cmd_export_run", "cmd_info_run", "cmd_launches", "cmd_merge_run",
-           "cmd_run_add", "cmd_run_info", "cmd_summary_run", "cmd_whatif_run", "is_run", "register", "route"]
+__all__ = ["cmd_info_run", "cmd_launches", "cmd_run_add", "cmd_run_info", "cmd_summary_run", "is_run", "register",
+           "route"]

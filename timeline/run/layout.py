@@ -33,6 +33,8 @@ TABLES = ("tasks", "launches", "stages", "anomalies")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Hive's name for a null partition value (DuckDB, polars, Arrow)
 TMP_PREFIX = "."  # temporary names start with a dot: Arrow, DuckDB globs and polars skip them
 HASH = "blake2b"
+RECORD_KEYS = ("append", "capture", "specs", "origins", "offsets", "parts")
+PART_KEYS = frozenset({"table", "path", "rows", "bytes", HASH})
 
 
 class RunError(ValueError):
@@ -109,12 +111,37 @@ def publish(tmp: Path, final: Path, *, exclusive: bool = False) -> bool:
     return True
 
 
-def write_json(final: Path, obj, *, exclusive: bool = False) -> bool:
-    """A JSON file written whole under a temporary name and published (``publish``)."""
+SEAL = "record_blake2b"  # a JSON file's checksum of its own other entries
+
+
+def _seal_of(obj: dict) -> str:
+    body = json.dumps({k: v for k, v in obj.items() if k != SEAL}, sort_keys=True)
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def write_json(final: Path, obj: dict, *, exclusive: bool = False) -> bool:
+    """A JSON object written whole under a temporary name and published (``publish``),
+    sealed: ``SEAL`` holds the blake2b of its other entries (``read_json`` checks it)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(final)
-    tmp.write_text(json.dumps(obj, sort_keys=True))
+    tmp.write_text(json.dumps({**obj, SEAL: _seal_of(obj)}, sort_keys=True))
     return publish(tmp, final, exclusive=exclusive)
+
+
+def read_json(path: Path, what: str, *, required=()) -> dict:
+    """A sealed JSON object (``write_json``): a ``RunError`` naming ``path`` when it is not
+    valid JSON, lacks a ``required`` key or its seal does not match (a flipped byte)."""
+    try:
+        obj = json.loads(path.read_bytes().decode())
+        assert isinstance(obj, dict) and obj.get("format") == RUN_FORMAT
+        assert obj.get(SEAL) == _seal_of(obj), "seal"
+        missing = [k for k in required if k not in obj]
+        assert not missing, f"no {missing}"
+    except (ValueError, AssertionError, UnicodeDecodeError) as e:
+        why = "its checksum does not match its contents" if str(e) == "seal" else f"it is not a valid {what}"
+        raise RunError(f"{what} {path} is damaged: {why}; move it aside (or restore it) to read the rest of "
+                       "the run") from None
+    return obj
 
 
 def write_parquet(run_dir: Path, rel: str, table: pa.Table, **options) -> dict:
@@ -167,12 +194,10 @@ def committed_records(run_dir: Path) -> list:
     for p in sorted(mdir.iterdir()):
         if p.name.startswith(TMP_PREFIX) or p.suffix != ".json":
             continue
-        try:
-            rec = json.loads(p.read_text())
-            assert rec.get("format") == RUN_FORMAT and isinstance(rec.get("parts"), list)
-        except (ValueError, AssertionError, AttributeError, UnicodeDecodeError) as e:
-            raise RunError(f"run {str(run_dir)!r}: manifest record {p.name} is damaged "
-                           f"({type(e).__name__}); move it aside to read the rest of the run") from None
+        rec = read_json(p, "manifest record", required=RECORD_KEYS)
+        if not isinstance(rec["parts"], list) or not all(isinstance(e, dict) and PART_KEYS <= set(e)
+                                                         for e in rec["parts"]):
+            raise RunError(f"manifest record {p} is damaged: its parts are not {sorted(PART_KEYS)} entries")
         if rec.get("run_format", 1) > RUN_FORMAT_VERSION:
             raise RunError(f"run {str(run_dir)!r}: manifest record {p.name} is run format "
                            f"{rec['run_format']}; this release reads {RUN_FORMAT_VERSION}: upgrade mono-timeline")
@@ -197,5 +222,5 @@ def check_part(run_dir: Path, entry: dict, *, full: bool) -> str | None:
 
 
 __all__ = ["BUILD_FILE", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
-           "TABLES", "check_part", "committed_records", "file_digest", "manifest_path", "new_append_id", "publish", "read_parquet",
+           "TABLES", "check_part", "committed_records", "file_digest", "manifest_path", "new_append_id", "publish", "read_json", "read_parquet",
            "small_part_path", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]

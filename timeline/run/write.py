@@ -6,14 +6,12 @@ its own append id, and the build file is created once (by a hard link, atomicall
 
 from __future__ import annotations
 
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from timeline import grouped as GR
 from timeline import rows as R
@@ -77,15 +75,8 @@ def ensure_build(run_dir: Path, spec: S.Spec) -> None:
 
 
 def read_build(run_dir: Path) -> dict:
-    """The run's ``run.json``; a ``RunError`` for a damaged one."""
-    path = Path(run_dir) / L.BUILD_FILE
-    try:
-        build = json.loads(path.read_text())
-        assert build.get("format") == L.RUN_FORMAT and "stages" in build and "phases" in build
-    except (ValueError, AssertionError, AttributeError, UnicodeDecodeError):
-        raise L.RunError(f"run {str(run_dir)!r}: {L.BUILD_FILE} is damaged; it names the run's build "
-                         "(rewrite it from any manifest record's specs)") from None
-    return build
+    """The run's ``run.json``; a ``RunError`` naming it when damaged."""
+    return L.read_json(Path(run_dir) / L.BUILD_FILE, "build file", required=("stages", "phases", "kernel"))
 
 
 def _partition_groups(tasks: pa.Table):

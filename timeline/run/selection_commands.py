@@ -1,0 +1,133 @@
+"""The run commands that read task rows of a selection: ``export``, ``edges``,
+``whatif`` and ``compare`` of a run, and ``merge ... -o RUN/`` (``timeline.run.commands``
+routes them here)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from timeline.run.commands import _head, _json_out, _keys, _map, _open, _selected_launches
+
+
+def _selection_trace(run, args):
+    """One Trace of the selected launches (each launch renumbered, ranks merged), within
+    the memory budget: ``RunError`` naming how to narrow it otherwise."""
+    from timeline.run import engine as EN
+    from timeline.run.launchset import budget_check
+    from timeline.merge import merge
+
+    keys = _keys(run, args)
+    budget_check(run, _selected_launches(run, args), "this selection")
+    traces = [EN.launch_of(run, k, args.rank) for k in keys]
+    return traces[0] if len(traces) == 1 else merge(traces)
+
+
+def cmd_export_run(args) -> int:
+    """``timeline export RUN --step S --layer L ...``: the selection as one Trace (saved
+    to a temporary file), exported by the trace-file command."""
+    import tempfile
+
+    from timeline import commands as K
+
+    trace = _selection_trace(_open(args.trace, args), args)
+    with tempfile.TemporaryDirectory(prefix="timeline-run-") as tmp:
+        args.trace = str(trace.save(Path(tmp) / "selection.arrow"))
+        args.rank = args.launch = None  # chosen already: the selection's launches are numbered 0, 1, ...
+        return K.cmd_export(args)
+
+
+def cmd_edges_run(args) -> int:
+    """``timeline edges RUN``: per launch, per stage what held each wait (a map over launches)."""
+    import pyarrow as pa
+
+    from timeline.textout import _json_rows, format_table
+
+    run = _open(args.trace, args)
+    tables = _map(run, args, "edges")
+    table = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    if args.json:
+        _json_out({"run": str(run.path), "report": "edges", "rows": _json_rows(table)})
+        return 0
+    print(_head(run))
+    print("per launch and stage: what held each task's wait (its gating edge); slack in µs\n")
+    print(format_table(table))
+    return 0
+
+
+def cmd_whatif_run(args) -> int:
+    """``timeline whatif RUN``: the prediction per selected launch (a map over launches)."""
+    import pyarrow as pa
+
+    from timeline import whatif as W
+    from timeline.commands import UsageError
+    from timeline.textout import _json_rows, format_table
+
+    changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
+    if not changes:
+        raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
+    run = _open(args.trace, args)
+    table = pa.concat_tables(_map(run, args, "whatif", {"changes": changes}), promote_options="permissive")
+    if args.json:
+        _json_out({"run": str(run.path), "report": "whatif", "changes": [c._asdict() for c in changes],
+                   "rows": _json_rows(table)})
+        return 0
+    print(_head(run))
+    print(format_table(table))
+    return 0
+
+
+def _typical(path, args):
+    """A per-stage typical launch of a run (the median over its (rank, launch) stage
+    reports) or of a trace file, and its name."""
+    from timeline import analysis as A
+    from timeline import compare as C
+
+    if Path(path).is_dir():
+        run = _open(path, args)
+        stages = run.stages(rank=args.rank, step=args.step, layer=args.layer)
+        if stages is None:
+            from timeline.run.layout import RunError
+
+            raise RunError(f"run {path!r} is empty: nothing to compare")
+        return C.median_per_stage(stages.drop_columns(["step", "layer", "capture", "append"]))
+    from timeline.commands import _load
+
+    return C.typical(A.stage_report(_load(path), by_launch=True), True)
+
+
+def cmd_compare_run(args) -> int:
+    """``timeline compare A B`` where either is a run: a typical launch of each (the
+    median over the (rank, launch) pairs of the selection), per stage B - A."""
+    import pyarrow as pa
+
+    from timeline import compare as C
+    from timeline.run import report as RP
+    from timeline.textout import format_table
+
+    rows = C.compare_table(_typical(args.a, args), _typical(args.b, args))
+    if args.json:
+        _json_out({"a": str(args.a), "b": str(args.b), "scope": "launch", "rows": rows})
+        return 0
+    print(f"A {args.a}\nB {args.b}\na typical launch of each (median over its (rank, launch) pairs); Δ = B - A, µs\n")
+    print(format_table(RP.rows_table(rows)) if rows else "no stage in both")
+    return 0
+
+
+def cmd_merge_run(args) -> int:
+    """``timeline merge TRACE... -o RUN/``: the merged trace appended to a run as one capture."""
+    from timeline.commands import _load
+    from timeline.merge import merge
+    from timeline.run.write import append
+
+    traces = [_load(p) for p in args.traces]
+    merged = merge(traces, align=args.align)
+    for note in merged.notes:
+        print(f"warning: {note}", file=sys.stderr)
+    written = append(args.output.rstrip("/") or "/", merged, capture="merge:" + ",".join(Path(p).name for p in args.traces))
+    print(f"appended to run {args.output}: ranks {merged.ranks}, launches {merged.launches}, "
+          f"{merged.tasks.num_rows} task rows, {len(written)} parts")
+    return 0
+
+
+__all__ = ["cmd_compare_run", "cmd_edges_run", "cmd_export_run", "cmd_merge_run", "cmd_whatif_run"]
