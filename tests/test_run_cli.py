@@ -174,3 +174,23 @@ def test_bad_run_input_is_one_line(tmp_path, run_dir, capsys):
     assert f"launches/{part.name} is refused" in error_of(["launches", run_dir], capsys)
     code, out, err = run_cmd(["launches", run_dir, "--skip-damaged", "--json"], capsys)
     assert code == 0 and f"part launches/{part.name} left out" in err
+
+
+def test_run_add_takes_legacy_tensors_and_summary_modes_read_the_selection(tmp_path, capsys):
+    import legacykit
+
+    (tmp_path / "rank2").mkdir()
+    np.save(tmp_path / "rank2" / "ticks.npy", legacykit.glm5_tensor(seed=1))
+    from timeline import legacy
+
+    stages = ",".join(f"{n}:{c}" for n, c in legacy.GLM5_STAGES)
+    code, out, err = run_cmd(["run", "add", tmp_path / "run", tmp_path / "rank2" / "ticks.npy", "--legacy",
+                              "--grid", "256", "--stages", stages], capsys)
+    assert code == 0, err
+    launches = open_run(tmp_path / "run").launches()
+    assert launches.column("rank").to_pylist() == [2] and launches.column("capture").to_pylist() == ["ticks.npy"]
+    code, out, err = run_cmd(["summary", tmp_path / "run", "--legacy", "--json"], capsys)
+    assert code == 0, err
+    assert {r["rank"] for r in json.loads(out)["rows"]} == {2}
+    err = error_of(["summary", tmp_path / "run", "--idle", "--launch", "0"], capsys)
+    assert "select with --step / --layer / --rank" in err

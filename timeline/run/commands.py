@@ -60,6 +60,7 @@ def register(subs, sub) -> None:
     a.add_argument("--rank", type=int, help="raw buffers: override the spec's rank")
     a.add_argument("--legacy", action="store_true", help="the inputs are the GLM-5 kernel's (n_tasks, 8) tensors")
     a.add_argument("--grid", type=int, default=0, help="--legacy: CTAs in the grid (derive each row's CTA)")
+    a.add_argument("--stages", metavar="NAME:COUNT,..", help="--legacy: the stage list (needed for a bare .npy)")
     a.add_argument("--capture", metavar="NAME", help="the capture's name (default: each file's name)")
     a.add_argument("--synthetic", action="store_true", help="raw buffers: label them synthetic")
     i = sub(runs, "info", "timeline.run.commands:cmd_run_info", "a run's appends, sizes and damaged parts", RUN_EPILOG)
@@ -170,9 +171,10 @@ def _read_input(path: str, args):
     if not p.is_file():
         raise UsageError(f"input {path!r} does not exist or is not a file")
     if args.legacy:
+        from timeline.commands import _stage_list
         from timeline.legacy import import_legacy
 
-        return import_legacy([path], grid=args.grid)
+        return import_legacy([path], grid=args.grid, stages=_stage_list(args.stages) if args.stages else None)
     if file_format(p) is not None:
         return _load(path)
     if not args.spec:
@@ -298,6 +300,11 @@ def cmd_summary_run(args) -> int:
     from timeline.run import report as RP
     from timeline.textout import _json_rows, format_table
 
+    if args.legacy or args.profile_csv or args.idle or args.by_launch or args.union:
+        from timeline import commands as K
+        from timeline.run.selection_commands import on_selection
+
+        return on_selection(args, K.cmd_summary)  # a trace file's report of the selected launches
     run = _open(args.trace, args)
     if args.critical_path:
         return _critical_paths(run, args)

@@ -23,18 +23,28 @@ def _selection_trace(run, args):
     return traces[0] if len(traces) == 1 else merge(traces)
 
 
-def cmd_export_run(args) -> int:
-    """``timeline export RUN --step S --layer L ...``: the selection as one Trace (saved
-    to a temporary file), exported by the trace-file command."""
+def on_selection(args, command) -> int:
+    """Run the trace-file command ``command`` (a ``timeline.commands`` function) on the
+    selected launches of the run ``args.trace`` as one Trace, saved to a temporary file
+    (launches numbered 0, 1, ... in (step, layer) order)."""
     import tempfile
 
-    from timeline import commands as K
+    from timeline.commands import UsageError
 
+    if getattr(args, "launch", None):
+        raise UsageError("--launch picks a launch of a trace file; in a run select with --step / --layer / --rank")
     trace = _selection_trace(_open(args.trace, args), args)
     with tempfile.TemporaryDirectory(prefix="timeline-run-") as tmp:
         args.trace = str(trace.save(Path(tmp) / "selection.arrow"))
-        args.rank = args.launch = None  # chosen already: the selection's launches are numbered 0, 1, ...
-        return K.cmd_export(args)
+        args.rank = args.launch = None  # chosen already
+        return command(args)
+
+
+def cmd_export_run(args) -> int:
+    """``timeline export RUN --step S --layer L ...``: the selection's export."""
+    from timeline import commands as K
+
+    return on_selection(args, K.cmd_export)
 
 
 def cmd_edges_run(args) -> int:
@@ -130,4 +140,4 @@ def cmd_merge_run(args) -> int:
     return 0
 
 
-__all__ = ["cmd_compare_run", "cmd_edges_run", "cmd_export_run", "cmd_merge_run", "cmd_whatif_run"]
+__all__ = ["cmd_compare_run", "cmd_edges_run", "cmd_export_run", "cmd_merge_run", "cmd_whatif_run", "on_selection"]
