@@ -137,6 +137,12 @@ def test_export_edges_whatif_compare_and_merge_on_a_run(tmp_path, run_dir, rank_
     assert got == want
     code, out, _ = run_cmd(["whatif", g_run, "--scale", "norm.compute=0.5", "--json"], capsys)
     assert code == 0 and len(json.loads(out)["rows"]) == 32
+    code, out, err = run_cmd(["edges", g_run, "--layer", "0,1", "-o", tmp_path / "e.parquet"], capsys)
+    assert code == 0, err
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "e.parquet").num_rows > 0
+    assert "typical launch" in error_of(["compare", run_dir, rank_files[0], "--scope", "trace"], capsys)
 
 
 def test_run_add_takes_raw_buffers_with_a_spec(tmp_path, capsys):

@@ -53,6 +53,10 @@ def cmd_edges_run(args) -> int:
 
     from timeline.textout import _json_rows, format_table
 
+    if args.output:  # every edge of the selection: the trace-file command on it as one trace
+        from timeline.graph_commands import cmd_edges
+
+        return on_selection(args, cmd_edges)
     run = _open(args.trace, args)
     tables = _map(run, args, "edges")
     table = pa.concat_tables(tables, promote_options="permissive") if tables else None
@@ -115,6 +119,11 @@ def cmd_compare_run(args) -> int:
     from timeline.run import report as RP
     from timeline.textout import format_table
 
+    if args.scope != "launch":
+        from timeline.commands import UsageError
+
+        raise UsageError(f"--scope {args.scope}: a run compares as a typical launch (the default); select the "
+                         "launches with --step / --layer / --rank")
     rows = C.compare_table(_typical(args.a, args), _typical(args.b, args))
     if args.json:
         _json_out({"a": str(args.a), "b": str(args.b), "scope": "launch", "rows": rows})
