@@ -262,3 +262,14 @@ def test_any_flipped_byte_in_any_file_is_refused_naming_it(tmp_path_factory, dat
         run.anomalies()
         run.sql("SELECT count(*) FROM tasks")
     assert victim.name in str(e.value) or rel in str(e.value), str(e.value)
+
+
+def test_a_launch_appended_twice_is_named_not_mixed(tmp_path):
+    trace = runkit.run_trace([(3, 0)])
+    append(tmp_path / "run", trace, capture="a")
+    append(tmp_path / "run", trace, capture="b")
+    run = open_run(tmp_path / "run")
+    with pytest.raises(RunError, match=r"step 3 layer 0 was appended more than once for ranks \[0, 1\] "
+                                       r"\(captures \['a', 'b'\]\): name one with capture="):
+        run.launch(3, 0)
+    runkit.assert_same_rows(run.launch(3, 0, capture="b").tasks, runkit.launch_of(trace, 0))
