@@ -261,8 +261,6 @@ def _rows_us(table) -> list:
 def cmd_launches(args) -> int:
     """``timeline launches RUN``: launches by kernel time, the slowest first, and the run's
     p50 / p90 / p99 of kernel time."""
-    import pyarrow as pa
-
     from timeline.run import report as RP
     from timeline.textout import format_table
 

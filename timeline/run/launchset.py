@@ -124,6 +124,23 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
 
 
 
+def selection_trace(run, keys, ranks=None):
+    """One Trace of several launches (``engine.launch_key`` tuples), each read by
+    ``Run.launch`` and merged (``timeline.merge``: a rank's launches renumbered 0, 1, ...
+    in ``keys`` order). Merged without their task graph, then given it back: each launch's
+    causality was checked when it was appended, and checking it again over all of them
+    is quadratic in the tasks of an all-reduce stage."""
+    from timeline.merge import merge
+    from timeline.run import engine as EN
+
+    traces = [EN.launch_of(run, k, ranks) for k in keys]
+    if len(traces) == 1:
+        return traces[0]
+    graph = traces[0].spec.graph
+    merged = merge([t.with_graph({}) for t in traces] if graph else traces)
+    return merged.with_graph(graph) if graph else merged
+
+
 def memory_bytes(launches: pa.Table, phases, marks) -> int:
     """What the task rows of ``launches`` (a ``Run.launches`` table) take as today's
     in-memory Trace: the tasks table's fixed-width columns per row plus the intervals
@@ -147,4 +164,4 @@ def budget_check(run, launches: pa.Table, what: str) -> None:
         raise over_budget(what, need, budget)
 
 
-__all__ = ["append_trace", "budget_check", "launch_trace", "memory_bytes", "part_rows", "with_ns"]
+__all__ = ["append_trace", "budget_check", "launch_trace", "memory_bytes", "part_rows", "selection_trace", "with_ns"]

@@ -11,16 +11,13 @@ from timeline.run.commands import _head, _json_out, _keys, _map, _open, _selecte
 
 
 def _selection_trace(run, args):
-    """One Trace of the selected launches (each launch renumbered, ranks merged), within
-    the memory budget: ``RunError`` naming how to narrow it otherwise."""
-    from timeline.run import engine as EN
-    from timeline.run.launchset import budget_check
-    from timeline.merge import merge
+    """One Trace of the selected launches (``launchset.selection_trace``), within the
+    memory budget: ``RunError`` naming how to narrow it otherwise."""
+    from timeline.run.launchset import budget_check, selection_trace
 
     keys = _keys(run, args)
     budget_check(run, _selected_launches(run, args), "this selection")
-    traces = [EN.launch_of(run, k, args.rank) for k in keys]
-    return traces[0] if len(traces) == 1 else merge(traces)
+    return selection_trace(run, keys, args.rank)
 
 
 def on_selection(args, command) -> int:
