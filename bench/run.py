@@ -263,7 +263,8 @@ def main() -> int:
     # Perfetto's trace processor on a Perfetto export of part of that file
     layers = ",".join(str(x) for x in range(min(args.perfetto_layers, args.layers)))
     pf = base / "part.pftrace"
-    ex = child(timeline("export", run_dir, "--step", "0", "--layer", layers, "--perfetto", pf, "-q"))
+    nl = min(args.perfetto_layers, args.layers)  # single.arrow's launches 0.. are step 0's layers 0..
+    ex = child(timeline("export", single, "--launch", f"0-{nl - 1}", "--perfetto", pf, "-q"))
     assert ex["rc"] == 0, ex["err"]
     pf_ivs = sum(r["intervals"] for r in run.launches(step=0, layer=list(range(min(args.perfetto_layers, args.layers))))
                  .to_pylist())
@@ -272,7 +273,8 @@ def main() -> int:
                   f"r = open_run(sys.argv[1]).sql(\"SELECT stage, median(duration_ns) AS p50 FROM intervals WHERE "
                   f"step = 0 AND layer IN ({layers}) AND phase = 'compute→end' GROUP BY stage ORDER BY stage\"); "
                   "print(r.to_pylist())", str(run_dir)])
-    print(f"\nPerfetto trace processor (WASM), per-stage p50 of compute→end on a Perfetto export of step 0, layers "
+    print(f"\nPerfetto trace processor (WASM), per-stage p50 of compute→end on the Perfetto export of the single "
+          f"trace file's first {nl} launches (`timeline export FILE --launch 0-{nl - 1} --perfetto`: step 0, layers "
           f"0..{min(args.perfetto_layers, args.layers) - 1} ({pf_ivs:,} intervals, {pf.stat().st_size / 1e6:.0f} MB): "
           f"{tp['wall_s']:.1f} s (cpu {tp['cpu_s']:.1f} s; load + query), {gib(tp['rss'])} (rc {tp['rc']})")
     print(f"the run (DuckDB over the same launches, fresh process): {ours['wall_s']:.2f} s (cpu {ours['cpu_s']:.2f} s), "

@@ -240,7 +240,7 @@ def test_any_run_reads_back_equal(tmp_path_factory, data):
             runkit.assert_same_rows(run.launch(step, layer).tasks, runkit.launch_of(trace, i))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_any_flipped_byte_in_any_file_is_refused_naming_it(tmp_path_factory, data):
     """Flip one byte anywhere in any file of a run (a part, a manifest record, run.json):
