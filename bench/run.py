@@ -187,19 +187,26 @@ def main() -> int:
     ap.add_argument("--perfetto-layers", type=int, default=16, help="launches of step 0 in the Perfetto export")
     ap.add_argument("--dask-launches", type=int, default=8)
     ap.add_argument("--dir", help="where to build (default: a temporary folder, removed after)")
+    ap.add_argument("--reuse", action="store_true", help="with --dir: keep a run built there by an earlier call")
     args = ap.parse_args()
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="run_bench_"))
     base.mkdir(parents=True, exist_ok=True)
     run_dir, single = base / "run", base / "single.arrow"
-    shutil.rmtree(run_dir, ignore_errors=True)
     print(f"bench/run.py: {' '.join(sys.argv[1:]) or '(defaults)'}; {os.cpu_count()} cores, load average at start "
           f"{os.getloadavg()[0]:.1f} (the cores are shared with other work: times are one run each)")
     print(f"SYNTHETIC run (timeline.synth, not measured on a GPU): {args.ranks} ranks x {args.steps} steps x "
           f"{args.layers} layers of the GLM-5 layer, grid 64, lead-thread stamps\n")
     cfg = {"ranks": args.ranks, "steps": args.steps, "layers": args.layers, "run": str(run_dir), "dir": str(base),
            "single": str(single), "single_steps": min(args.single_steps, args.steps)}
-    b = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
-    assert b["rc"] == 0, f"build exited {b['rc']}: {b['err']}"
+    saved = base / "build.json"
+    if args.reuse and saved.exists():
+        b = json.loads(saved.read_text())
+        print(f"(reusing the run built earlier in {base}: its build's figures as measured then)")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        b = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
+        assert b["rc"] == 0, f"build exited {b['rc']}: {b['err']}"
+        saved.write_text(json.dumps(b))
     print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}")
     built = json.loads(b["out"].strip().splitlines()[-1])
     ivs = built["intervals"]
@@ -211,6 +218,7 @@ def main() -> int:
             ("bytes on disk per interval (every part + manifest)", f"{disk / ivs:.2f} B ({disk / 1e6:,.0f} MB)",
              f"<= 6 B: {mark(disk / ivs <= GOALS['bytes_per_iv'])}", "")]
     files = sorted(base.glob("step0_rank*.arrow"))
+    shutil.rmtree(base / "cli_run", ignore_errors=True)
     add = child(timeline("run", "add", base / "cli_run", *files, "-q"))
     add_ivs = ivs / args.steps
     rows.append(("timeline run add of step 0's trace files (load + check + append)",
@@ -237,7 +245,7 @@ def main() -> int:
                          f"{mark(r['wall_s'] <= goal)}", f"{gib(r['rss'])} ({mark(r['rss'] <= GOALS['rss_bytes'])})"))
     w = child([sys.executable, "-c", WARM, str(run_dir)])
     assert w["rc"] == 0, w["err"]
-    for k, v in json.loads(w["out"]).items():
+    for k, v in json.loads(w["out"].strip().splitlines()[-1]).items():
         goal = GOALS["p99_warm_s"] if "p99" in k else GOALS["warm_s"]
         rows.append((f"in one process: {k}", f"{v:.3f} s", f"<= {goal:g} s: {mark(v <= goal)}" if "warm" in k or
                      "again" in k else "", gib(w["rss"])))
@@ -285,7 +293,7 @@ def main() -> int:
     # Dask: per-launch exact critical paths, 1 vs 2 workers
     d = child([sys.executable, "-c", DASK, str(run_dir), str(args.dask_launches)])
     if d["rc"] == 0:
-        r = json.loads(d["out"])
+        r = json.loads(d["out"].strip().splitlines()[-1])
         n = r["launches"]
         print(f"\nDask (LocalCluster, single-threaded worker processes): exact cross-rank critical path of {n} launches: "
               f"in process {r['local_s']:.1f} s, 1 worker {r['dask_1_s']:.1f} s, 2 workers {r['dask_2_s']:.1f} s "

@@ -117,6 +117,7 @@ def connect(run, *, threads: int | None = None):
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # it draws on stdout: a command's output is its report
     con.execute(f"SET memory_limit = '{max(RD.memory_budget() // (1 << 20), 64)}MB'")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
