@@ -200,3 +200,21 @@ def test_run_add_takes_legacy_tensors_and_summary_modes_read_the_selection(tmp_p
     assert {r["rank"] for r in json.loads(out)["rows"]} == {2}
     err = error_of(["summary", tmp_path / "run", "--idle", "--launch", "0"], capsys)
     assert "select with --step / --layer / --rank" in err
+
+
+def test_every_run_route_names_a_function(tmp_path, capsys):
+    """Each command a run directory is routed to exists (``route`` names them as text)."""
+    import argparse
+    import importlib
+
+    from timeline.cli import build_parser
+    from timeline.run.commands import route
+
+    (tmp_path / "RUN").mkdir()
+    argvs = [["summary", "RUN"], ["export", "RUN"], ["edges", "RUN"], ["whatif", "RUN"], ["info", "RUN"],
+             ["compare", "RUN", "RUN"], ["merge", "a.arrow", "-o", "RUN/"]]
+    for argv in argvs:
+        args = route(build_parser().parse_args([str(tmp_path / a) if a == "RUN" else a for a in argv]))
+        module, _, name = args.func.rpartition(":")
+        assert callable(getattr(importlib.import_module(module), name, None)), argv
+    assert "give an action" in error_of(["run"], capsys)

@@ -51,6 +51,7 @@ def register(subs, sub) -> None:
     p = subs.add_parser("run", help="a run directory: many captures of many ranks (docs/RUN.md)",
                         description="a run directory: many captures of many ranks", epilog=RUN_EPILOG,
                         formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.set_defaults(func="timeline.run.commands:cmd_run_group")
     runs = p.add_subparsers(dest="run_command", metavar="ACTION")
     a = sub(runs, "add", "timeline.run.commands:cmd_run_add", "add traces, raw buffers or legacy tensors to a run",
             RUN_EPILOG)
@@ -158,6 +159,13 @@ def _head(run) -> str:
     kernel = run.build.get("kernel") if run.build else "(empty run)"
     return (f"run {run.path} · {kernel} · {len(run.records)} appends · {n} (rank, launch) rows"
             + ("\nSYNTHETIC data (timeline.synth model): not measured on a GPU" if synth else ""))
+
+
+def cmd_run_group(args) -> int:
+    """``timeline run`` without an action: a usage error naming them."""
+    from timeline.commands import UsageError
+
+    raise UsageError("give an action: `timeline run add RUN TRACE...` or `timeline run info RUN`")
 
 
 # -- run add / info --------------------------------------------------------------------------
@@ -387,5 +395,5 @@ def cmd_info_run(args) -> int:
     return cmd_run_info(args)
 
 
-__all__ = ["cmd_info_run", "cmd_launches", "cmd_run_add", "cmd_run_info", "cmd_summary_run", "is_run", "register",
+__all__ = ["cmd_info_run", "cmd_launches", "cmd_run_add", "cmd_run_group", "cmd_run_info", "cmd_summary_run", "is_run", "register",
            "route"]
