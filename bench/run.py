@@ -1,6 +1,6 @@
 """The run dataset against issue 29's goals, side by side in one run: a SYNTHETIC run of
-``--ranks`` x ``--steps`` x ``--layers`` launches of the GLM-5 layer (``timeline.synth``,
-its ``synth_graph`` attached), every command a fresh child process with its wall time
+``--ranks`` x ``--steps`` x ``--layers`` launches of the GLM-5 layer (``timeline.ingest.synth``,
+its ``synth.model_graph`` attached), every command a fresh child process with its wall time
 and peak RSS (``os.wait4``'s ``ru_maxrss`` of that child alone).
 
     python bench/run.py                       # 8 ranks x 13 steps x 128 layers: 105 M intervals
@@ -87,19 +87,19 @@ def mark(ok: bool) -> str:
 
 BUILD = r"""
 import json, sys, time
-from timeline import synth
-from timeline.merge import merge
+from timeline.ingest import synth
+from timeline.ingest.merge import merge
 from timeline.run import append
 cfg = json.loads(sys.argv[1])
 spec = synth.glm5_spec(launches=cfg["layers"], world=cfg["ranks"])
-graph = synth.synth_graph(spec)
+graph = synth.model_graph(spec)
 added = ivs = 0.0
 single = []
 for step in range(cfg["steps"]):
     plain = synth.synth_trace(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])
     trace = plain.with_graph(graph)
     if step == 0:
-        from timeline.collect import collect
+        from timeline.ingest.collect import collect
         for r, (sp, buf) in enumerate(synth.synth_buffers(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])):
             collect(buf, sp, synthetic=True).with_graph(graph).save(f"{cfg['dir']}/step0_rank{r}.arrow")
     if step < cfg["single_steps"]:
@@ -194,7 +194,7 @@ def main() -> int:
     run_dir, single = base / "run", base / "single.arrow"
     print(f"bench/run.py: {' '.join(sys.argv[1:]) or '(defaults)'}; {os.cpu_count()} cores, load average at start "
           f"{os.getloadavg()[0]:.1f} (the cores are shared with other work: times are one run each)")
-    print(f"SYNTHETIC run (timeline.synth, not measured on a GPU): {args.ranks} ranks x {args.steps} steps x "
+    print(f"SYNTHETIC run (timeline.ingest.synth, not measured on a GPU): {args.ranks} ranks x {args.steps} steps x "
           f"{args.layers} layers of the GLM-5 layer, grid 64, lead-thread stamps\n")
     cfg = {"ranks": args.ranks, "steps": args.steps, "layers": args.layers, "run": str(run_dir), "dir": str(base),
            "single": str(single), "single_steps": min(args.single_steps, args.steps)}

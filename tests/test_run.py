@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import runkit
 from timeline.run import RunError, append, create, open_run
-from timeline.run import layout as L
-from timeline.trace import load
+from timeline.run import layout as RL
+from timeline.core.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT_TYPES = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),
@@ -88,7 +88,7 @@ def die(final, obj, **kw):
         (final.parent / ".half-written.json.tmp").write_text('{"format"')
         os.kill(os.getpid(), signal.SIGKILL)
     return real(final, obj, **kw)
-write.L.write_json = die
+layout.write_json = die
 write.append(sys.argv[1], runkit.run_trace([(1, 0), (1, 1)], seed=3), capture="second")
 """
     done = _python(code, run_dir)
@@ -147,7 +147,7 @@ def test_two_writer_processes_append_to_one_run_at_once(tmp_path):
     files = []
     for r, t in enumerate(ranks):
         files.append(t.save(tmp_path / f"rank{r}.arrow"))
-    code = "import sys; from timeline.trace import load; from timeline.run import append; " \
+    code = "import sys; from timeline.core.trace import load; from timeline.run import append; " \
            "append(sys.argv[1], load(sys.argv[2]), capture=sys.argv[3])"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(f), f"rank{r}"], env=env,
@@ -213,7 +213,7 @@ def test_nothing_written_is_rewritten(tmp_path):
     append(run_dir, runkit.run_trace([(1, 0)], seed=1))
     after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run_dir.rglob("*") if p.is_file()}
     assert all(after[p] == v for p, v in before.items())
-    assert not [p for p in run_dir.rglob("*") if p.name.startswith(L.TMP_PREFIX)]
+    assert not [p for p in run_dir.rglob("*") if p.name.startswith(RL.TMP_PREFIX)]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

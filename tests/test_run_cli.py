@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import runkit
-from timeline import analysis as A
+from timeline.analysis import stages as A
 from timeline.cli import main
 from timeline.run import open_run
 from timeline.run import report as RP
@@ -70,7 +70,7 @@ def test_summary_of_a_run_is_the_quantiles_of_the_per_launch_stage_reports(run_d
     code, out, _ = run_cmd(["summary", run_dir, "--step", "1", "--json"], capsys)
     doc = json.loads(out)
     assert code == 0
-    from timeline.trace import load
+    from timeline.core.trace import load
 
     spans = {}
     for f in rank_files:
@@ -86,7 +86,7 @@ def test_summary_of_a_run_is_the_quantiles_of_the_per_launch_stage_reports(run_d
 def test_summary_critical_path_and_p99_read_the_launches_they_name(tmp_path, capsys):
     spec_graph = {"mix": [{"stage": "load", "count": 0}], "store": [{"stage": "mix", "count": 0}]}
     traces = [t.with_graph(spec_graph) for t in runkit.rank_traces(SLOTS)]
-    from timeline.merge import merge
+    from timeline.ingest.merge import merge
     from timeline.run import append
 
     append(tmp_path / "run", merge(traces))
@@ -94,7 +94,7 @@ def test_summary_critical_path_and_p99_read_the_launches_they_name(tmp_path, cap
                            capsys)
     rows = json.loads(out)["rows"]
     assert code == 0 and rows and {r["step"] for r in rows} == {0} and {r["layer"] for r in rows} == {1}
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     want = E.exact_path(open_run(tmp_path / "run").launch(0, 1), launch=0)
     assert [r["stage"] for r in rows] == want.column("stage").to_pylist()
@@ -124,14 +124,14 @@ def test_export_edges_whatif_compare_and_merge_on_a_run(tmp_path, run_dir, rank_
     code, out, _ = run_cmd(["edges", g_run, "--json"], capsys)
     rows = json.loads(out)["rows"]
     assert code == 0 and len({(r["step"], r["layer"]) for r in rows}) == 32
-    from timeline import edges as E
-    from timeline.graph_commands import per_stage
-    from timeline.trace import load
+    from timeline.analysis import edges as E
+    from timeline.analysis.edges import edges_per_stage
+    from timeline.core.trace import load
 
     trace = load(ROOT / "traces" / "h200_whatif_delay0.arrow")
     first = trace.tasks.slice(0, 1).to_pylist()[0]
     one = trace.filter(launches=[first["launch"]])
-    want = per_stage(one, E.edges(one)).to_pylist()
+    want = edges_per_stage(one, E.edges(one)).to_pylist()
     got = [{k: v for k, v in r.items() if k not in ("step", "layer", "capture", "slot")} for r in rows
            if (r["step"], r["layer"]) == (first["step"], first["layer"])]
     assert got == want
@@ -146,7 +146,7 @@ def test_export_edges_whatif_compare_and_merge_on_a_run(tmp_path, run_dir, rank_
 
 
 def test_run_add_takes_raw_buffers_with_a_spec(tmp_path, capsys):
-    from timeline import synth
+    from timeline.ingest import synth
 
     spec = runkit.small_spec(2, 1)
     (tmp_path / "spec.json").write_text(spec.to_json())
@@ -187,7 +187,7 @@ def test_run_add_takes_legacy_tensors_and_summary_modes_read_the_selection(tmp_p
 
     (tmp_path / "rank2").mkdir()
     np.save(tmp_path / "rank2" / "ticks.npy", legacykit.glm5_tensor(seed=1))
-    from timeline import legacy
+    from timeline.ingest import legacy
 
     stages = ",".join(f"{n}:{c}" for n, c in legacy.GLM5_STAGES)
     code, out, err = run_cmd(["run", "add", tmp_path / "run", tmp_path / "rank2" / "ticks.npy", "--legacy",
@@ -207,8 +207,8 @@ def test_every_run_route_names_a_function(tmp_path, capsys):
     import argparse
     import importlib
 
-    from timeline.cli import build_parser
-    from timeline.run.commands import route
+    from timeline.cli.parser import build_parser
+    from timeline.cli.run_commands import route
 
     (tmp_path / "RUN").mkdir()
     argvs = [["summary", "RUN"], ["export", "RUN"], ["edges", "RUN"], ["whatif", "RUN"], ["info", "RUN"],

@@ -16,7 +16,7 @@ import pytest
 
 import runkit
 from timeline.cli import main
-from timeline.merge import merge
+from timeline.ingest.merge import merge
 from timeline.run import append, open_run
 from timeline.run import engine as EN
 

@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 import runkit
-from timeline import analysis as A
+from timeline.analysis import stages as A
+from timeline.analysis.critical import critical_path
 from timeline.run import append, open_run
 
 SLOTS = [(2, 0), (2, 1), (3, 0)]
@@ -22,7 +23,7 @@ def run_dir(tmp_path):
     tasks = legacy.tasks
     for name in ("step", "layer"):
         tasks = tasks.set_column(tasks.schema.get_field_index(name), name, pa.nulls(tasks.num_rows, tasks.schema.field(name).type))
-    from timeline.trace import Trace
+    from timeline.core.trace import Trace
 
     append(tmp_path / "run", Trace(tasks, legacy.specs, legacy.anomalies, origins=legacy.origins, synthetic=True),
            capture="old")
@@ -45,10 +46,10 @@ def test_duckdb_reads_the_tasks_directly(run_dir):
 
 
 def test_polars_reads_the_tasks_directly(run_dir):
-    import polars as pl
+    import polars
 
-    df = pl.scan_parquet(f"{run_dir}/tasks/**/*.parquet", hive_partitioning=True) \
-        .group_by("rank", "step").agg(pl.len().alias("n")).collect()
+    df = polars.scan_parquet(f"{run_dir}/tasks/**/*.parquet", hive_partitioning=True) \
+        .group_by("rank", "step").agg(polars.len().alias("n")).collect()
     assert {(r, s): n for r, s, n in df.iter_rows()} == _want(run_dir)
 
 
@@ -72,7 +73,7 @@ def test_a_launch_feeds_the_analyses_and_exports(run_dir, tmp_path):
         mine = [x for x in stored.to_pylist() if x["rank"] == r]
         want = [x for x in report.to_pylist() if x["rank"] == r]
         assert [x["span_us"] for x in mine] == pytest.approx([x["span_us"] for x in want])
-    path = A.critical_path(trace, rank=0, launch=0)
+    path = critical_path(trace, rank=0, launch=0)
     assert path.num_rows > 0
     from timeline.export.perfetto import write_perfetto
 

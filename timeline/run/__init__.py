@@ -3,8 +3,9 @@ task rows, per-launch aggregates, stage reports and anomalies of many captures o
 ranks (docs/RUN.md, docs/FORMAT.md). ``append`` adds a ``Trace`` (atomic, append-only,
 safe with concurrent writers); ``open_run`` reads it: ``Run.launches()``,
 ``Run.launch(step, layer)`` -> ``Trace``, ``Run.sql(query)`` (DuckDB, embedded).
-The names are imported on first use (the CLI's parser imports ``timeline.run.commands``
-without numpy or pyarrow)."""
+A wing after ``ingest``: it imports contract, core, analysis and ingest, never the
+``timeline`` command (its commands are ``timeline.cli.run_commands`` and
+``run_selection``). The names are imported on first use."""
 
 _LAZY = {"RunError": "layout", "Run": "read", "open_run": "read", "append": "write", "create": "write"}
 

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from timeline.run import layout as L
+from timeline.run import launchset
+from timeline.run import layout as RL
 
 ENGINES = ("local", "dask")
 ANALYSES = ("critical_path", "edges", "whatif", "stages")
 
 
-class EngineError(L.RunError):
+class EngineError(RL.RunError):
     """An engine that cannot be started or reached (a bad scheduler address, dask missing)."""
 
 
@@ -32,7 +33,7 @@ def _opened(path: str, on_damage: str, stamp: int):
 
 def opened(path: str, on_damage: str = "raise"):
     """The run at ``path``, opened once per process while its manifest is unchanged."""
-    mdir = Path(path) / L.MANIFEST_DIR
+    mdir = Path(path) / RL.MANIFEST_DIR
     stamp = mdir.stat().st_mtime_ns if mdir.is_dir() else 0
     return _opened(str(path), on_damage, stamp)
 
@@ -52,44 +53,31 @@ def _keyed(table: pa.Table, key) -> pa.Table:
     return table
 
 
-def launch_of(run, key, ranks=None):
-    """The Trace of launch ``key``: by (step, layer) where known, else (capture, slot)."""
-    step, layer, capture, slot = key
-    if step is not None and layer is not None:
-        return run.launch(step, layer, ranks)
-    return run.launch(ranks=ranks, capture=capture, slot=slot)
-
-
 def analyze(path: str, key, analysis: str, params: dict | None = None, on_damage: str = "raise") -> pa.Table:
     """One launch's analysis as an Arrow table, its rows prefixed by the launch key
-    (step, layer, capture, slot). ``critical_path``: the exact cross-rank path along the
-    task graph (``edges.exact_path``) where the spec declares one, else each rank's
-    heuristic path (``analysis.critical_path``); ``edges``: per stage what held each
-    wait (``graph_commands.per_stage``); ``whatif``: ``whatif.predict`` of
+    (step, layer, capture, slot). ``critical_path``: ``analysis.critical.critical_path``,
+    the exact cross-rank path along the task graph where the spec declares one, else
+    each rank's heuristic path; ``edges``: per stage what held each wait
+    (``edges.edges_per_stage``); ``whatif``: ``whatif.predict`` of
     ``params["changes"]`` (its per-launch table); ``stages``: the stage report."""
     params = params or {}
     run = opened(path, on_damage)
-    trace = launch_of(run, key, params.get("ranks"))
+    trace = launchset.launch_of(run, key, params.get("ranks"))
     if analysis == "critical_path":
-        if trace.spec.graph:
-            from timeline import edges as E
+        from timeline.analysis.critical import critical_path
 
-            table = E.exact_path(trace, launch=0)
-        else:
-            from timeline import analysis as A
-
-            table = pa.concat_tables([A.critical_path(trace, rank=r, launch=0) for r in trace.ranks])
+        ranks = [None] if trace.spec.graph else trace.ranks  # exact: across ranks; heuristic: per rank
+        table = pa.concat_tables([critical_path(trace, rank=r, launch=0) for r in ranks])
     elif analysis == "edges":
-        from timeline import edges as E
-        from timeline.graph_commands import per_stage
+        from timeline.analysis import edges as E
 
-        table = per_stage(trace, E.edges(trace))
+        table = E.edges_per_stage(trace, E.edges(trace))
     elif analysis == "whatif":
-        from timeline import whatif as W
+        from timeline.analysis import whatif as W
 
         table = W.predict(trace, params["changes"]).launches
     elif analysis == "stages":
-        from timeline import analysis as A
+        from timeline.analysis import stages as A
         from timeline.run.write import STAGE_QUANTILES
 
         table = A.stage_report(trace, by_launch=True, quantiles=STAGE_QUANTILES)
@@ -166,5 +154,5 @@ class dask_client:
         return False
 
 
-__all__ = ["ANALYSES", "ENGINES", "EngineError", "analyze", "dask_client", "launch_keys", "launch_of", "opened",
+__all__ = ["ANALYSES", "ENGINES", "EngineError", "analyze", "dask_client", "launch_keys", "opened",
            "run_map"]

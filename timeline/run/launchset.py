@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
-from timeline.run import layout as L
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.run import layout as RL
 
 
 def _specs(rec: dict, ranks) -> dict:
@@ -29,7 +29,7 @@ def part_rows(run, entry: dict, rank: int, step, where=None) -> pa.Table | None:
     partition columns put back; None when the part is damaged and skipped."""
     if not run.verified(entry):
         return None
-    t = L.read_parquet(run.path / entry["path"], where=where)
+    t = RL.read_parquet(run.path / entry["path"], where=where)
     n = t.num_rows
     return (t.append_column("rank", pa.array(np.full(n, rank, np.int16)))
             .append_column("step", pa.nulls(n, pa.int64()) if step is None else pa.array(np.full(n, step, np.int64))))
@@ -39,7 +39,7 @@ def with_ns(rows: pa.Table, rec: dict, phases, marks) -> pa.Table:
     """``rows`` (stored task columns + rank, step) as a full tasks table: every
     ``<phase>_ns`` / ``<mark>_ns`` derived from its tick by the append's origins and
     offsets."""
-    from timeline.trace import retime
+    from timeline.core.trace import retime
 
     schema = S.tasks_schema(phases, marks)
     n = rows.num_rows
@@ -54,7 +54,7 @@ def with_ns(rows: pa.Table, rec: dict, phases, marks) -> pa.Table:
 
 def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
     """The append's anomaly rows of the chosen (rank -> launch slot), renumbered launch 0."""
-    from timeline.trace import anomalies_table
+    from timeline.core.trace import anomalies_table
 
     a = run.anomalies()
     if a is None or a.num_rows == 0:
@@ -70,7 +70,7 @@ def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
 def append_trace(run, rec: dict, chosen: dict):
     """The Trace of one append's launch: ``chosen`` maps each rank to its launch slot;
     rows renumbered launch 0, on the append's own time axis."""
-    from timeline.trace import Trace
+    from timeline.core.trace import Trace
 
     parts = []
     for e in rec["parts"]:
@@ -92,11 +92,11 @@ def append_trace(run, rec: dict, chosen: dict):
 
 def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     """``Run.launch``: see there."""
-    from timeline.merge import merge
+    from timeline.ingest.merge import merge
 
     t = run.launches(rank=ranks)
     if step is None and layer is None and capture is None:
-        raise L.RunError("name a launch: give step and layer (from its slot header), or capture and slot "
+        raise RL.RunError("name a launch: give step and layer (from its slot header), or capture and slot "
                          "(`timeline launches RUN` lists them)")
     for col, want in (("step", step), ("layer", layer), ("capture", capture), ("launch", slot)):
         if want is not None:
@@ -106,34 +106,41 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     what = (f"step {step} layer {layer}" if capture is None else f"capture {capture!r} slot {slot}") + \
         (f" of ranks {list(ranks)}" if ranks is not None else "")
     if t.num_rows == 0:
-        raise L.RunError(f"run {str(run.path)!r} has no launch {what}: `timeline launches {run.path}` lists them")
+        raise RL.RunError(f"run {str(run.path)!r} has no launch {what}: `timeline launches {run.path}` lists them")
     rank = t.column("rank").to_pylist()
     twice = sorted({r for r in rank if rank.count(r) > 1})
     if twice:
         caps = sorted(set(t.filter(pc.is_in(t.column("rank"), pa.array(twice, pa.int16()))).column("capture").to_pylist()))
-        raise L.RunError(f"run {str(run.path)!r}: {what} was appended more than once for ranks {twice} "
+        raise RL.RunError(f"run {str(run.path)!r}: {what} was appended more than once for ranks {twice} "
                          f"(captures {caps}): name one with capture=")
     by_append: dict = {}
     for r, a, launch in zip(rank, t.column("append").to_pylist(), t.column("launch").to_pylist()):
         by_append.setdefault(a, {})[r] = launch
     traces = [tr for a, chosen in by_append.items() if (tr := append_trace(run, run.record(a), chosen)) is not None]
     if not traces:
-        raise L.RunError(f"run {str(run.path)!r}: every part of {what} was left out as damaged ({run.damaged})")
+        raise RL.RunError(f"run {str(run.path)!r}: every part of {what} was left out as damaged ({run.damaged})")
     return traces[0] if len(traces) == 1 else merge(traces)
 
 
 
 
+def launch_of(run, key, ranks=None):
+    """The Trace of launch ``key``: by (step, layer) where known, else (capture, slot)."""
+    step, layer, capture, slot = key
+    if step is not None and layer is not None:
+        return run.launch(step, layer, ranks)
+    return run.launch(ranks=ranks, capture=capture, slot=slot)
+
+
 def selection_trace(run, keys, ranks=None):
-    """One Trace of several launches (``engine.launch_key`` tuples), each read by
+    """One Trace of several launches (``engine.launch_keys`` tuples), each read by
     ``Run.launch`` and merged (``timeline.merge``: a rank's launches renumbered 0, 1, ...
     in ``keys`` order). Merged without their task graph, then given it back: each launch's
     causality was checked when it was appended, and checking it again over all of them
     is quadratic in the tasks of an all-reduce stage."""
-    from timeline.merge import merge
-    from timeline.run import engine as EN
+    from timeline.ingest.merge import merge
 
-    traces = [EN.launch_of(run, k, ranks) for k in keys]
+    traces = [launch_of(run, k, ranks) for k in keys]
     if len(traces) == 1:
         return traces[0]
     graph = traces[0].spec.graph
@@ -157,11 +164,9 @@ def memory_bytes(launches: pa.Table, phases, marks) -> int:
 def budget_check(run, launches: pa.Table, what: str) -> None:
     """A ``RunError`` (the one memory-budget line) when the task rows of ``launches``
     would not fit the memory budget as one in-memory Trace."""
-    from timeline.run.read import memory_budget, over_budget
-
-    need, budget = memory_bytes(launches, run.phases, run.marks), memory_budget()
+    need, budget = memory_bytes(launches, run.phases, run.marks), RL.memory_budget()
     if need > budget:
-        raise over_budget(what, need, budget)
+        raise RL.over_budget(what, need, budget)
 
 
-__all__ = ["append_trace", "budget_check", "launch_trace", "memory_bytes", "part_rows", "selection_trace", "with_ns"]
+__all__ = ["append_trace", "budget_check", "launch_of", "launch_trace", "memory_bytes", "part_rows", "selection_trace", "with_ns"]

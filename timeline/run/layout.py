@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from timeline.errors import TimelineError
+
 RUN_FORMAT = "mono-timeline-run"
 RUN_FORMAT_VERSION = 1
 BUILD_FILE = "run.json"
@@ -37,7 +39,7 @@ RECORD_KEYS = ("append", "capture", "specs", "origins", "offsets", "parts")
 PART_KEYS = frozenset({"table", "path", "rows", "bytes", HASH})
 
 
-class RunError(ValueError):
+class RunError(TimelineError):
     """A run directory that cannot be read or appended to as asked: missing, of another
     build, a damaged or truncated part (named), a selection it does not hold."""
 
@@ -221,6 +223,39 @@ def check_part(run_dir: Path, entry: dict, *, full: bool) -> str | None:
     return None
 
 
-__all__ = ["BUILD_FILE", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
-           "TABLES", "check_part", "committed_records", "file_digest", "manifest_path", "new_append_id", "publish", "read_json", "read_parquet",
+# -- the memory budget and the launches table -----------------------------------------------
+DEFAULT_BUDGET = 2 << 30  # bytes one process may pull from a run (TIMELINE_MEMORY_BUDGET overrides)
+LAUNCH_COLUMNS = ("rank", "step", "layer", "capture", "launch", "start_ns", "end_ns", "kernel_ns", "tasks", "rows",
+                  "intervals", "anomalies", "append")
+
+
+def memory_budget() -> int:
+    """Bytes of run data one process may hold: ``TIMELINE_MEMORY_BUDGET`` (bytes, or
+    with a K/M/G suffix) or 2 GiB."""
+    text = os.environ.get("TIMELINE_MEMORY_BUDGET", "").strip().upper()
+    if not text:
+        return DEFAULT_BUDGET
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+    try:
+        return int(float(text.rstrip("KMG")) * scale)
+    except ValueError:
+        raise RunError(f"TIMELINE_MEMORY_BUDGET={text!r} is not a size: give bytes or e.g. 2G") from None
+
+
+def over_budget(what: str, nbytes: int, budget: int) -> RunError:
+    """The one error line of a read that would pull more than the memory budget."""
+    return RunError(f"{what} would pull {nbytes / 2**30:.2f} GiB into this process, past its memory budget "
+                      f"of {budget / 2**30:.2f} GiB (TIMELINE_MEMORY_BUDGET): narrow it with --step / --layer / "
+                      "--rank, or run it per launch with --engine dask")
+
+
+def empty_launches() -> pa.Table:
+    """A launches table of no rows (``LAUNCH_COLUMNS``, their types): an empty run's."""
+    types = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),
+             "launch": pa.int32(), "append": pa.string()}
+    return pa.table({c: pa.array([], types.get(c, pa.int64())) for c in LAUNCH_COLUMNS})
+
+
+__all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
+           "TABLES", "check_part", "committed_records", "empty_launches", "file_digest", "manifest_path", "memory_budget", "new_append_id", "over_budget", "publish", "read_json", "read_parquet",
            "small_part_path", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]

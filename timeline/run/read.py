@@ -6,48 +6,18 @@ its record (size at open, checksum before its rows are used)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
-from timeline.run import layout as L
-from timeline.run import write as W
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.run import layout as RL
+from timeline.run import write as RW
 
 ON_DAMAGE = ("raise", "skip")
-DEFAULT_BUDGET = 2 << 30  # bytes one process may pull from a run (TIMELINE_MEMORY_BUDGET overrides)
-LAUNCH_COLUMNS = ("rank", "step", "layer", "capture", "launch", "start_ns", "end_ns", "kernel_ns", "tasks", "rows",
-                  "intervals", "anomalies", "append")
-
-
-def memory_budget() -> int:
-    """Bytes of run data one process may hold: ``TIMELINE_MEMORY_BUDGET`` (bytes, or
-    with a K/M/G suffix) or 2 GiB."""
-    text = os.environ.get("TIMELINE_MEMORY_BUDGET", "").strip().upper()
-    if not text:
-        return DEFAULT_BUDGET
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-    try:
-        return int(float(text.rstrip("KMG")) * scale)
-    except ValueError:
-        raise L.RunError(f"TIMELINE_MEMORY_BUDGET={text!r} is not a size: give bytes or e.g. 2G") from None
-
-
-def over_budget(what: str, nbytes: int, budget: int) -> L.RunError:
-    """The one error line of a read that would pull more than the memory budget."""
-    return L.RunError(f"{what} would pull {nbytes / 2**30:.2f} GiB into this process, past its memory budget "
-                      f"of {budget / 2**30:.2f} GiB (TIMELINE_MEMORY_BUDGET): narrow it with --step / --layer / "
-                      "--rank, or run it per launch with --engine dask")
-
-
-def _empty_launches() -> pa.Table:
-    types = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),
-             "launch": pa.int32(), "append": pa.string()}
-    return pa.table({c: pa.array([], types.get(c, pa.int64())) for c in LAUNCH_COLUMNS})
 
 
 class Run:
@@ -82,7 +52,7 @@ class Run:
         joins ``damaged`` and is left out (False)."""
         if entry["path"] in self._verified:
             return True
-        why = L.check_part(self.path, entry, full=True)
+        why = RL.check_part(self.path, entry, full=True)
         if why is None:
             self._verified.add(entry["path"])
             return True
@@ -90,7 +60,7 @@ class Run:
 
     def _damaged(self, path: str, why: str) -> bool:
         if self.on_damage == "raise":
-            raise L.RunError(f"run {str(self.path)!r}: part {path} is refused: {why}; open the run with "
+            raise RL.RunError(f"run {str(self.path)!r}: part {path} is refused: {why}; open the run with "
                              "on_damage='skip' (CLI: --skip-damaged) to read the rest, or re-add its trace")
         self.damaged.append((path, why))
         self._con = None  # views name files: rebuild them without it
@@ -100,17 +70,17 @@ class Run:
         """Every committed part of a small table (launches, stages, anomalies), concatenated."""
         if table in self._small:
             return self._small[table]
-        tables = [L.read_parquet(self.path / e["path"]) for _, e in self.parts(table) if self.verified(e)]
+        tables = [RL.read_parquet(self.path / e["path"]) for _, e in self.parts(table) if self.verified(e)]
         tables = [t for t in tables if t.num_rows] or tables[:1]
         out = pa.concat_tables(tables, promote_options="permissive") if tables else None
         if out is None and table == "launches":
-            out = _empty_launches()
+            out = RL.empty_launches()
         self._small[table] = out
         return out
 
     # -- small tables -----------------------------------------------------------------
     def launches(self, *, rank=None, step=None, layer=None) -> pa.Table:
-        """One row per (rank, launch) of every append (``LAUNCH_COLUMNS``: rank, step,
+        """One row per (rank, launch) of every append (``layout.LAUNCH_COLUMNS``: rank, step,
         layer, capture, launch slot, start/end/kernel ns on the append's time axis,
         tasks, task rows, intervals, anomalies, append id), selected by rank / step /
         layer (an int or a list each), in (step, layer, rank, capture, launch) order.
@@ -142,7 +112,7 @@ class Run:
         for rec in self.records:
             if rec["append"] == append:
                 return rec
-        raise L.RunError(f"run {str(self.path)!r} has no append {append!r}")
+        raise RL.RunError(f"run {str(self.path)!r} has no append {append!r}")
 
     def launch(self, step=None, layer=None, ranks=None, *, capture=None, slot=None):
         """The in-memory ``Trace`` of one launch, (step, layer), across ``ranks`` (default:
@@ -159,12 +129,12 @@ class Run:
     def sql(self, query: str, *, budget: int | None = None) -> pa.Table:
         """DuckDB (embedded) over views ``tasks``, ``intervals``, ``anomalies``,
         ``launches`` and ``stages`` (docs/RUN.md lists their columns). A result past the
-        memory budget (``memory_budget()``) is refused in one line, not swapped in."""
-        from timeline.run import views as V
+        memory budget (``layout.memory_budget()``) is refused in one line, not swapped in."""
+        from timeline.run import views as RV
 
         if self._con is None:
-            self._con = V.connect(self)
-        return V.fetch(self._con, query, budget or memory_budget())
+            self._con = RV.connect(self)
+        return RV.fetch(self._con, query, budget or RL.memory_budget())
 
 
 def _select(t: pa.Table, **keys) -> pa.Table:
@@ -188,25 +158,25 @@ def open_run(run_dir, *, on_damage: str = "raise") -> Run:
     a ``RunError`` naming it; ``"skip"``: it is left out, listed in ``Run.damaged``, and
     the rest of the run reads."""
     if on_damage not in ON_DAMAGE:
-        raise L.RunError(f"on_damage={on_damage!r}: give one of {list(ON_DAMAGE)}")
+        raise RL.RunError(f"on_damage={on_damage!r}: give one of {list(ON_DAMAGE)}")
     path = Path(run_dir)
     if not path.is_dir():
         what = "does not exist" if not path.exists() else "is not a directory"
-        raise L.RunError(f"run {str(path)!r} {what}: a run is a directory `timeline run add` creates")
-    has_build = (path / L.BUILD_FILE).exists()
-    records = L.committed_records(path)
+        raise RL.RunError(f"run {str(path)!r} {what}: a run is a directory `timeline run add` creates")
+    has_build = (path / RL.BUILD_FILE).exists()
+    records = RL.committed_records(path)
     if records and not has_build:
-        raise L.RunError(f"run {str(path)!r} has manifest records but no {L.BUILD_FILE}: it is damaged")
-    if not has_build and not (path / L.MANIFEST_DIR).is_dir():
-        raise L.RunError(f"{str(path)!r} is a directory but not a run (no {L.MANIFEST_DIR}/ or {L.BUILD_FILE}); "
+        raise RL.RunError(f"run {str(path)!r} has manifest records but no {RL.BUILD_FILE}: it is damaged")
+    if not has_build and not (path / RL.MANIFEST_DIR).is_dir():
+        raise RL.RunError(f"{str(path)!r} is a directory but not a run (no {RL.MANIFEST_DIR}/ or {RL.BUILD_FILE}); "
                          "create one with `timeline run add`")
-    run = Run(path, W.read_build(path) if has_build else None, records, [], on_damage)
+    run = Run(path, RW.read_build(path) if has_build else None, records, [], on_damage)
     for rec in records:
         for e in rec["parts"]:
-            why = L.check_part(path, e, full=False)
+            why = RL.check_part(path, e, full=False)
             if why is not None:
                 run._damaged(e["path"], why)
     return run
 
 
-__all__ = ["DEFAULT_BUDGET", "LAUNCH_COLUMNS", "ON_DAMAGE", "Run", "memory_budget", "open_run", "over_budget"]
+__all__ = ["ON_DAMAGE", "Run", "open_run"]

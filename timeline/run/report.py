@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import grouped as GR
-from timeline import rows as R
+from timeline.core import grouped as GR
+from timeline.core import rows as R
 
 RUN_QUANTILES = (0.5, 0.9, 0.99)
 KEY = ("step", "layer", "capture", "slot")
@@ -166,7 +166,7 @@ def of_launch(table: pa.Table, launch: dict) -> pa.Table:
 def stage_delta(stages: pa.Table, slow: dict, typical: dict) -> pa.Table:
     """Per stage: the ``slow`` launch's span and interval medians (median over its ranks)
     against the ``typical`` launch's, and B - A (slow - typical), µs."""
-    from timeline import compare as C
+    from timeline.analysis import compare as C
 
     a = C.median_per_stage(of_launch(stages, typical).drop_columns(["step", "layer", "capture", "append"]))
     b = C.median_per_stage(of_launch(stages, slow).drop_columns(["step", "layer", "capture", "append"]))

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline.run import layout as L
-from timeline.run import read as RD
-from timeline.run import write as W
+from timeline.contract import schema as S
+from timeline.run import layout as RL
+from timeline.run import write as RW
 
 NS_PER_S = 1_000_000_000
 
@@ -68,7 +67,7 @@ def _tasks_view(con, run) -> None:
                       "capture": [owner[p]["capture"] for p in paths]})
     con.register("_files", files)
     con.register("_clocks", _clocks(run))
-    keep = ", ".join(f't."{c}"' for c in W.stored_task_columns(phases, marks))
+    keep = ", ".join(f't."{c}"' for c in RW.stored_task_columns(phases, marks))
     con.execute(
         f"CREATE VIEW tasks AS SELECT CAST(t.rank AS SMALLINT) AS rank, t.step, {keep}, {ns}, f.capture, f.append "
         f"FROM read_parquet({_list(paths)}, hive_partitioning=true, filename=true, "
@@ -102,7 +101,7 @@ def _small_view(con, run, table: str) -> None:
     if paths:
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_list(paths)}, union_by_name=true)")
         return
-    empty = RD._empty_launches() if table == "launches" else (
+    empty = RL.empty_launches() if table == "launches" else (
         S.ANOMALIES_SCHEMA if table == "anomalies" else pa.schema([("rank", pa.int16()), ("launch", pa.int32()),
                                                                   ("stage", pa.string())]))
     if isinstance(empty, pa.Schema):
@@ -118,7 +117,7 @@ def connect(run, *, threads: int | None = None):
 
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")  # it draws on stdout: a command's output is its report
-    con.execute(f"SET memory_limit = '{max(RD.memory_budget() // (1 << 20), 64)}MB'")
+    con.execute(f"SET memory_limit = '{max(RL.memory_budget() // (1 << 20), 64)}MB'")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     _tasks_view(con, run)
@@ -130,7 +129,7 @@ def connect(run, *, threads: int | None = None):
 
 def fetch(con, query: str, budget: int) -> pa.Table:
     """The query's result as an Arrow table, streamed in batches; past ``budget`` bytes it
-    stops with the one memory-budget error line (``read.over_budget``). A query DuckDB
+    stops with the one memory-budget error line (``layout.over_budget``). A query DuckDB
     refuses is a ``RunError`` with DuckDB's first line."""
     import duckdb
 
@@ -140,11 +139,11 @@ def fetch(con, query: str, budget: int) -> pa.Table:
         for b in reader:
             size += b.nbytes
             if size > budget:
-                raise RD.over_budget("this query", size, budget)
+                raise RL.over_budget("this query", size, budget)
             batches.append(b)
         return pa.Table.from_batches(batches, schema=reader.schema)
     except duckdb.Error as e:
-        raise L.RunError(f"query refused by DuckDB: {str(e).splitlines()[0]}") from None
+        raise RL.RunError(f"query refused by DuckDB: {str(e).splitlines()[0]}") from None
 
 
 __all__ = ["connect", "fetch"]

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from timeline import grouped as GR
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline._version import __version__
-from timeline.run import layout as L
+from timeline.run import layout as RL
 
 STAGE_QUANTILES = (0.5, 0.9, 0.99)  # the per-launch stage report's interval quantiles a run keeps
 PARTITION_COLUMNS = ("rank", "step")  # in the path (Hive), not in the task part
@@ -50,7 +50,7 @@ def task_part_options(phases, marks) -> dict:
 
 def build_of(spec: S.Spec) -> dict:
     """What every trace of a run shares (``run.json``): kernel, stages, phases, marks."""
-    return {"format": L.RUN_FORMAT, "run_format": L.RUN_FORMAT_VERSION, "kernel": spec.kernel,
+    return {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "kernel": spec.kernel,
             "stages": [[n, c] for n, c in spec.stages], "phases": list(spec.phases), "marks": list(spec.marks)}
 
 
@@ -63,12 +63,12 @@ def ensure_build(run_dir: Path, spec: S.Spec) -> None:
     ``spec`` is of the run's build: a ``RunError`` naming both otherwise."""
     run_dir.mkdir(parents=True, exist_ok=True)
     want = build_of(spec)
-    path = run_dir / L.BUILD_FILE
+    path = run_dir / RL.BUILD_FILE
     if not path.exists():
-        L.write_json(path, want, exclusive=True)  # two first writers: one wins, the other checks against it
+        RL.write_json(path, want, exclusive=True)  # two first writers: one wins, the other checks against it
     have = read_build(run_dir)
     if not _same_build(have, want):
-        raise L.RunError(
+        raise RL.RunError(
             f"run {str(run_dir)!r} holds {have.get('kernel')!r} (stages {[n for n, _ in have['stages']]}, phases "
             f"{have['phases']}); this trace is {spec.kernel!r} (stages {list(spec.stage_names)}, phases "
             f"{list(spec.phases)}): append it to a run of its own")
@@ -76,7 +76,7 @@ def ensure_build(run_dir: Path, spec: S.Spec) -> None:
 
 def read_build(run_dir: Path) -> dict:
     """The run's ``run.json``; a ``RunError`` naming it when damaged."""
-    return L.read_json(Path(run_dir) / L.BUILD_FILE, "build file", required=("stages", "phases", "kernel"))
+    return RL.read_json(Path(run_dir) / RL.BUILD_FILE, "build file", required=("stages", "phases", "kernel"))
 
 
 def _partition_groups(tasks: pa.Table):
@@ -149,7 +149,7 @@ def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa
 def stage_rows(trace, launches: pa.Table, capture: str, append: str) -> pa.Table:
     """The stage report of every (rank, launch) (``analysis.stage_report(by_launch=True)``,
     interval quantiles ``STAGE_QUANTILES``), keyed by step, layer and capture."""
-    from timeline import analysis as A
+    from timeline.analysis import stages as A
 
     if trace.tasks.num_rows == 0:
         report = A.stage_report(trace, by_launch=True, quantiles=STAGE_QUANTILES).slice(0, 0)
@@ -183,7 +183,7 @@ def append(run_dir, trace, *, capture=None, progress=None) -> list:
     last commits them, so a crash leaves the run as it was (docs/RUN.md)."""
     run_dir = Path(run_dir)
     ensure_build(run_dir, trace.spec)
-    aid = L.new_append_id()
+    aid = RL.new_append_id()
     capture = str(capture) if capture is not None else aid
     phases, marks = trace.phases, trace.marks
     keep = stored_task_columns(phases, marks)
@@ -195,7 +195,7 @@ def append(run_dir, trace, *, capture=None, progress=None) -> list:
         rank, step, idx = group
         rows = trace.tasks if idx is None else (trace.tasks.slice(idx.start, idx.stop - idx.start)
                                                 if isinstance(idx, slice) else trace.tasks.take(pa.array(idx)))
-        entry = L.write_parquet(run_dir, L.tasks_part_path(rank, step, aid), rows.select(keep), **opts)
+        entry = RL.write_parquet(run_dir, RL.tasks_part_path(rank, step, aid), rows.select(keep), **opts)
         done[0] += 1
         if progress is not None:
             progress(done[0], len(groups) + 1)
@@ -208,14 +208,14 @@ def append(run_dir, trace, *, capture=None, progress=None) -> list:
                  ("anomalies", _keyed(trace.anomalies, launches, capture, aid))]
         parts = list(written)
     for name, table in small:
-        parts.append({"table": name, **L.write_parquet(run_dir, L.small_part_path(name, aid), table, **PARQUET_OPTIONS)})
+        parts.append({"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)})
     origins, offsets, note = _origins(trace)
-    record = {"format": L.RUN_FORMAT, "run_format": L.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
+    record = {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
               "written_by": __version__, "specs": [sp.to_dict() for sp in trace.specs],
               "origins": {str(r): int(v) for r, v in origins.items()},
               "offsets": {str(r): int(v) for r, v in offsets.items()}, "synthetic": trace.synthetic,
               "notes": list(trace.notes) + ([note] if note else []), "parts": parts}
-    L.write_json(L.manifest_path(run_dir, aid), record)
+    RL.write_json(RL.manifest_path(run_dir, aid), record)
     if progress is not None:
         progress(len(groups) + 1, len(groups) + 1)
     return [p["path"] for p in parts]
@@ -225,8 +225,8 @@ def create(run_dir) -> Path:
     """An empty run directory (no build yet: the first append records it)."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
-        raise L.RunError(f"{str(run_dir)!r} exists and is not a directory: a run is a directory")
-    (run_dir / L.MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
+        raise RL.RunError(f"{str(run_dir)!r} exists and is not a directory: a run is a directory")
+    (run_dir / RL.MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
