@@ -16,7 +16,8 @@ import pyarrow as pa
 from timeline.contract import clocks as K
 from timeline.core import rows as R
 from timeline.contract import schema as S
-from timeline.cli.common import SYNTH_MAX_ROWS, UsageError, load_spec, load_trace, out_dir_exists, title, trace_out
+from timeline.cli.common import (SYNTH_MAX_ROWS, UsageError, load_spec, load_trace, out_dir_exists, stage_list,
+                                 title, trace_out)
 from timeline.cli.textout import Progress, json_rows, format_table
 
 
@@ -246,17 +247,6 @@ def cmd_merge(args) -> int:
     return 0
 
 
-def _stage_list(text: str):
-    """``qkv_a:164,cache:1,...`` as ``[(name, count), ...]``."""
-    out = []
-    for part in text.split(","):
-        name, _, count = part.strip().partition(":")
-        if not name or not count.strip().isdigit():
-            raise UsageError(f"--stages {text!r}: give NAME:COUNT pairs, e.g. qkv_a:164,cache:1")
-        out.append((name, int(count)))
-    return out
-
-
 def _profile_rows(trace, rank, launch):
     """``profile_summary.py``'s rows for a trace: its points branch for a TileRT
     program-point trace, its stages branch otherwise."""
@@ -276,7 +266,7 @@ def cmd_import_legacy(args) -> int:
         if not Path(p).exists():
             raise UsageError(f"legacy trace {p!r} does not exist")
     base = [s.strip() for s in args.base_order.split(",")] if args.base_order else None
-    stages = _stage_list(args.stages) if args.stages else None
+    stages = stage_list(args.stages) if args.stages else None
     trace = import_legacy(args.files, grid=args.grid, base_order=base, stages=stages, arch=args.arch,
                           strict=args.strict, profile=args.profile)
     trace.save(out)

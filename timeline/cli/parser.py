@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import explain_commands
 
     explain_commands.add_parser(subs, _sub, _json_option)
+    from timeline.cli import run_commands  # run add, launches; a run where a trace goes
+
+    run_commands.register(subs, _sub)
     return ap
 
 
@@ -275,6 +278,9 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from timeline.cli import commands
+    from timeline.cli.run_commands import route
+
+    args = route(args)  # a run directory where a trace file goes: its command in timeline.cli.run_commands
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
     try:
