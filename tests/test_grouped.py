@@ -82,3 +82,27 @@ def test_group_quantiles_are_numpy_quantiles(n, ng, seed):
         v = values[gid == g]
         want = np.quantile(v, [0.5, 0.9]) if v.size else [np.nan, np.nan]
         assert np.allclose(got[:, g], want, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 6), st.sampled_from(["small", "wide", "float"]), st.integers(0, 2**32 - 1))
+def test_grouped_quantiles_equal_numpy_exactly_on_each_path(n, ng, kind, seed):
+    """The packed-key sort (integers of a small range), the lexsort (a range too wide to
+    pack, negative values) and floats: every quantile equal to numpy's, bit for bit."""
+    rng = np.random.default_rng(seed)
+    gid = np.sort(rng.integers(0, ng, n))
+    values = {"small": lambda: rng.integers(-50, 1000, n),
+              "wide": lambda: rng.integers(-2**62, 2**62, n),
+              "float": lambda: rng.normal(size=n)}[kind]()
+    counts = np.bincount(gid, minlength=ng)
+    got = GR.grouped_quantiles(counts, values, (0.0, 0.5, 0.9, 0.99, 1.0))
+    for g in range(ng):
+        v = np.sort(values[gid == g]).astype(np.float64)
+        for i, q in enumerate((0.0, 0.5, 0.9, 0.99, 1.0)):
+            if not v.size:
+                assert np.isnan(got[i, g])
+                continue
+            pos = (v.size - 1) * q
+            lo = int(np.floor(pos))
+            hi = min(lo + 1, v.size - 1)
+            assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])

@@ -106,3 +106,23 @@ def test_the_command_writes_a_labelled_trace(tmp_path, capsys):
     assert "SYNTHETIC" in said and "injected 1:norm:5:compute:+3000@1" in said
     t = load(out)
     assert t.synthetic and t.spec.graph and t.ranks == [0, 1] and np.array_equal(t.launches, [0, 1])
+
+
+@pytest.mark.parametrize("name", ["glm5-indexed", "kimi-k3-attn", "glm5-mono", "glm5-mono-indexer", "dsv4"])
+def test_every_kernel_generation_runs_with_an_injection(name):
+    """Every profile of ``timeline.contract.kernels`` is a model ``synth --profile`` runs
+    (its stage list and graph, ``kernels.model``), and an injection lands on its task."""
+    from timeline.contract import kernels
+
+    stages, graph = SG.profiles()[name]
+    assert (stages, graph) == kernels.model(name)
+    spec = SG.graph_spec(stages, graph, world=2, launches=1)
+    stage, count = stages[len(stages) // 2]
+    task = count - 1
+    base = phases(SG.graph_trace(spec, seed=3))
+    hit = phases(SG.graph_trace(spec, seed=3, inject=[SG.parse_injection(f"1:{stage}:{task}:compute:+7000")]))
+    key = (1, 0, stage, task)
+    assert hit[key][4] - hit[key][3] == pytest.approx(base[key][4] - base[key][3] + 7000, abs=1)
+    # nothing that ended before the injected compute began moved (the model is causal)
+    began = base[key][3]
+    assert all(hit[k] == v for k, v in base.items() if v[5] <= began)

@@ -7,6 +7,7 @@
 - ``timeline.ingest``: buffers and legacy tensors into a ``Trace`` (``collect``),
   multi-rank ``merge``, the synthetic model;
 - ``timeline.analysis``: stage report, critical path, task-graph edges, what-if, compare;
+- ``timeline.run``: the run dataset (``open_run``): many captures of many ranks, on disk;
 - ``timeline.export``: Chrome JSON and Perfetto;
 - ``timeline.cli``: the ``timeline`` command.
 
@@ -31,6 +32,8 @@ _FACE = {
     "collect": "timeline.ingest.collect",
     "MergeError": "timeline.ingest.merge",
     "merge": "timeline.ingest.merge",
+    "RunError": "timeline.run.layout",
+    "open_run": "timeline.run.read",
 }
 
 __all__ = ["__version__", *_FACE]

@@ -12,7 +12,7 @@ What is real here: the *structure* of ROCm/FlyDSL's GLM-5 MLA+MoE layer kernel
 REFERENCE.md §1 describes it:
 
 - one persistent launch of ``G = 256`` CTAs x 512 threads (8 waves) per layer;
-- the ten stages at S=1 with their task counts (``timeline.ingest.legacy.GLM5_STAGES``),
+- the ten stages at S=1 with their task counts (``timeline.contract.kernels.GLM5_STAGES``),
   timeline rows ``first[stage] + t``, and the CTA rotation: task ``t`` of a stage runs
   on CTA ``(base[stage] + t) % G``, ``base[]`` the running sum of the counts in the
   kernel's own order (``GLM5_BASE_ORDER``), a CTA starting at
@@ -58,8 +58,8 @@ import flydsl.expr as fx
 from instrument.demo.flydsl_mono import _ptr, poll, publish, traced, value_of, wave_sum
 from instrument.flydsl import CarriesNothing, Timeline
 from instrument.flydsl_ops import memrealtime, sched_fence, uniform
-from timeline.ingest.legacy import (GLM5_BASE_ORDER, GLM5_GRID, GLM5_STAGES, GLM5_UNSTAMPED, GLM5_WAIT,
-                             LEGACY_COLS, LEGACY_MARKS, LEGACY_PHASES)
+from timeline.contract.kernels import (GLM5_BASE_ORDER, GLM5_GRID, GLM5_STAGES, GLM5_UNSTAMPED, GLM5_WAIT,
+                                LEGACY_COLS, LEGACY_MARKS, LEGACY_PHASES)
 from timeline.contract import presets
 from timeline.contract.schema import Spec
 

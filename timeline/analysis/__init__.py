@@ -25,7 +25,7 @@ _FACE = {
                      "coarsen"], "timeline.analysis.stages"),
     **dict.fromkeys(["critical_path", "CRITICAL_PATH_SCHEMA", "heuristic_path", "path_method", "path_us"],
                     "timeline.analysis.critical"),
-    **dict.fromkeys(["causality_anomalies", "edges_table", "exact_path", "handoffs", "path_shares", "path_steps"],
+    **dict.fromkeys(["causality_anomalies", "edges_per_stage", "edges_table", "exact_path", "handoffs", "path_shares", "path_steps"],
                     "timeline.analysis.edges"),
     **dict.fromkeys(["Change", "parse_change", "replay", "predict", "fidelity"], "timeline.analysis.whatif"),
     **dict.fromkeys(["median_per_stage", "median_launch", "typical_launch", "compare_table"],

@@ -402,3 +402,23 @@ def path_shares(path: pa.Table) -> pa.Table:
     names = list(dict.fromkeys(stage))
     per = [float(dur[[s == n for s in stage]].sum()) for n in names]
     return pa.table({"stage": names, "path_us": [p / 1e3 for p in per], "share": [p / total for p in per]})
+
+
+def edges_per_stage(trace, g: Graph) -> pa.Table:
+    """Per stage: tasks, how many each kind of edge held, the median slack of the
+    edges that did not, and the causality violations (``timeline edges``'s table, per
+    launch of a run too)."""
+    m = g.tasks
+    held = g.held_kind
+    rows = []
+    for si, name in enumerate(trace.spec.stage_names):
+        mine = m.stage == si
+        if not mine.any():
+            continue
+        free = ~g.gating & (m.stage[g.consumer] == si)
+        rows.append({"stage": name, "tasks": int(mine.sum()),
+                     **{f"held by {k.label}": int((held[mine] == k).sum()) for k in EdgeKind},
+                     "held by nothing": int((held[mine] < 0).sum()),
+                     "slack p50_us": float(np.median(g.slack[free])) / 1e3 if free.any() else None,
+                     "violations": int(np.isin(np.flatnonzero(mine), g.violations).sum())})
+    return pa.Table.from_pylist(rows)

@@ -1,7 +1,8 @@
-"""The GLM-5 layer kernel's own host reports, computed by their rules on any trace
-with five phase columns: ``legacy_report`` / ``legacy_text`` (its
-``layer.timeline_report()``) and ``profile_summary`` / ``profile_csv`` (its
-``tools/profile_summary.py``). Their rules, not this project's: float64 µs as
+"""The mono kernels' own host reports, computed by their rules on any trace with
+five phase columns: ``legacy_report`` / ``legacy_text`` (their
+``timeline_report()``, with the extra lines a profile names, ``legacy_extra``) and
+``profile_summary`` / ``profile_csv`` (``tools/profile_summary.py``'s stages branch;
+its points branch is ``timeline.ingest.points.points_summary``). Their rules, not this project's: float64 µs as
 ``ticks / (hz / 1e6)``, torch's lower median, columns 1-3 inheriting; what differs
 from ``timeline.analysis`` is said per function."""
 
@@ -25,6 +26,16 @@ def _lower_median(x: np.ndarray) -> float:
     for none."""
     x = np.sort(x[~np.isnan(x)])
     return float(x[(x.size - 1) // 2]) if x.size else np.nan
+
+
+def _statistics_median(x: np.ndarray) -> float:
+    """The median as ``statistics.median`` gives it: the mean of the two middle
+    values of an even count; NaNs left out, NaN for none."""
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if x.size else np.nan
+
+
+MEDIANS = {"torch": _lower_median, "statistics": _statistics_median}  # a profile's ``median`` names one
 
 
 def _legacy_ticks(trace, rank, launch) -> tuple:
@@ -58,6 +69,7 @@ def legacy_report(trace, *, rank=None, launch=None) -> pa.Table:
     unwritten start or end (0) as a time, this one leaves it out of the min, max
     and medians. Needs five phases (their meaning does not matter: it reads columns)."""
     tasks, ticks = _legacy_ticks(trace, rank, launch)
+    median = MEDIANS[trace.spec.extra.get("median", "torch")]
     scale = trace.spec.clock.hz / 1e6
     us = ticks / scale
     for c in (1, 2, 3):  # missing marks inherit the previous one (the kernel's rule)
@@ -70,28 +82,70 @@ def legacy_report(trace, *, rank=None, launch=None) -> pa.Table:
         st = us[gid == si]
         have = st.shape[0] > 0
         rows["first_start_us"].append(np.nanmin(st[:, 0]) - t0 if have and (~np.isnan(st[:, 0])).any() else np.nan)
-        rows["hint_median_us"].append(_lower_median(st[:, 1]) - t0 if have else np.nan)
+        rows["hint_median_us"].append(median(st[:, 1]) - t0 if have else np.nan)
         rows["last_end_us"].append(np.nanmax(st[:, 4]) - t0 if have and (~np.isnan(st[:, 4])).any() else np.nan)
         d = st[:, 1:] - st[:, :-1]
         for j, (name, _) in enumerate(_LEGACY_INTERVALS):
-            rows[name].append(_lower_median(d[:, j]) if have else np.nan)
+            rows[name].append(median(d[:, j]) if have else np.nan)
     cols = {"stage": pa.array(list(trace.spec.stage_names), pa.string()),
             "tasks": pa.array([c for _, c in trace.spec.stages], pa.int64())}
     cols.update({k: _f64(np.array(v, dtype=np.float64)) for k, v in rows.items()})
     return pa.table(cols)
 
 
-def legacy_text(report: pa.Table) -> str:
-    """``legacy_report`` in the kernel's own ``timeline_report()`` lines."""
+def _score_ready(end_us: np.ndarray, t0: float, samples: int) -> list:
+    """``score-ready/sample``: per sample the last end of its ``n // S`` consecutive tasks."""
+    per = len(end_us) // samples
+    return [float(np.max(end_us[s * per: (s + 1) * per]) - t0) for s in range(samples)]
+
+
+def _select_done(end_us: np.ndarray, t0: float, samples: int) -> list:
+    """``select-done/sample``: per sample the end of its task."""
+    return [float(end_us[s] - t0) for s in range(samples)]
+
+
+EXTRA_LINES = {"score-ready/sample": _score_ready, "select-done/sample": _select_done}
+
+
+def legacy_extra(trace, *, rank=None, launch=None) -> list:
+    """The extra lines a profile's ``timeline_report()`` prints after a stage
+    (``spec.extra["report_extra"]``, e.g. the GLM MonoKernel's ``score-ready/sample``):
+    ``[(stage, line)]``, values as theirs (column 4, µs from the earliest start)."""
+    wanted = trace.spec.extra.get("report_extra") or []
+    if not wanted:
+        return []
+    tasks, ticks = _legacy_ticks(trace, rank, launch)
+    us = ticks / (trace.spec.clock.hz / 1e6)
+    t0 = np.nanmin(us[:, 0])
+    samples = int((trace.spec.extra.get("params") or {}).get("S", 1))
+    gid, task = R.column(tasks, "stage_index").astype(np.int64), R.column(tasks, "task").astype(np.int64)
+    out = []
+    for stage, rule in wanted:
+        if stage not in trace.spec.stage_names:
+            continue
+        mine = gid == trace.spec.stage_index(stage)
+        end = us[mine, 4][np.argsort(task[mine], kind="stable")]
+        vals = EXTRA_LINES[rule](end, t0, samples)
+        out.append((stage, " " * 10 + rule + " " + " ".join(f"{v:.1f}" for v in vals)))
+    return out
+
+
+def legacy_text(report: pa.Table, extra=()) -> str:
+    """``legacy_report`` in the kernel's own ``timeline_report()`` lines, each of
+    ``extra`` (``legacy_extra``) after its stage's line."""
     def f(v):
         return float("nan") if v is None else v
 
     lines = []
+    after = {}
+    for stage, line in extra:
+        after.setdefault(stage, []).append(line)
     for r in report.to_pylist():
         lines.append(
             f"{r['stage']:7s} x{r['tasks']:4d}  [{f(r['first_start_us']):6.1f} | hint {f(r['hint_median_us']):6.1f} | "
             f"end {f(r['last_end_us']):6.1f}]  hint {f(r['hint_wait_us']):5.1f}  stage {f(r['staging_us']):5.1f}  "
             f"compute {f(r['compute_us']):5.1f}  epi {f(r['epilogue_us']):5.1f}")
+        lines += after.get(r["stage"], [])
     return "\n".join(lines)
 
 

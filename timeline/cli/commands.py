@@ -16,7 +16,8 @@ import pyarrow as pa
 from timeline.contract import clocks as K
 from timeline.core import rows as R
 from timeline.contract import schema as S
-from timeline.cli.common import SYNTH_MAX_ROWS, UsageError, load_spec, load_trace, out_dir_exists, title, trace_out
+from timeline.cli.common import (SYNTH_MAX_ROWS, UsageError, load_spec, load_trace, out_dir_exists, stage_list,
+                                 title, trace_out)
 from timeline.cli.textout import Progress, json_rows, format_table
 
 
@@ -56,25 +57,31 @@ def cmd_summary(args) -> int:
     if args.profile_csv:
         for r in ranks or trace.ranks:
             for launch in launches or trace.launches:
-                print(LR.profile_csv(LR.profile_summary(trace, rank=r, launch=launch)))
+                print(LR.profile_csv(_profile_rows(trace, r, launch)))
         return 0
     if args.legacy:
+        from timeline.ingest import points
+
+        if points.is_points(trace):
+            raise UsageError(f"{args.trace} is a TileRT program-point trace: it has no timeline_report(); its own "
+                             "summary is --profile-csv (profile_summary.py's points branch)")
         blocks = []
         for r in ranks or trace.ranks:
             for launch in launches or trace.launches:
-                blocks.append((r, launch, LR.legacy_report(trace, rank=r, launch=launch)))
+                blocks.append((r, launch, LR.legacy_report(trace, rank=r, launch=launch),
+                               LR.legacy_extra(trace, rank=r, launch=launch)))
         if args.json:
             rows = []
-            for r, launch, t in blocks:
+            for r, launch, t, _ in blocks:
                 rows += [{"rank": r, "launch": launch, **row} for row in json_rows(t)]
             _print_json(trace, "legacy", rows, by_launch=True)
             return 0
         print(title(trace))
-        for r, launch, t in blocks:
+        for r, launch, t, extra in blocks:
             print(f"\nrank {r} launch {launch}: the kernel's timeline_report(), µs from the earliest start "
                   "[first start | median hint | last end], then median phases (torch's median; a missing "
                   "mark 1-3 inherits the previous one)")
-            print(LR.legacy_text(t))
+            print(LR.legacy_text(t, extra))
         return 0
     if args.idle:
         return _summary_idle(trace, args, ranks, launches)
@@ -240,15 +247,15 @@ def cmd_merge(args) -> int:
     return 0
 
 
-def _stage_list(text: str):
-    """``qkv_a:164,cache:1,...`` as ``[(name, count), ...]``."""
-    out = []
-    for part in text.split(","):
-        name, _, count = part.strip().partition(":")
-        if not name or not count.strip().isdigit():
-            raise UsageError(f"--stages {text!r}: give NAME:COUNT pairs, e.g. qkv_a:164,cache:1")
-        out.append((name, int(count)))
-    return out
+def _profile_rows(trace, rank, launch):
+    """``profile_summary.py``'s rows for a trace: its points branch for a TileRT
+    program-point trace, its stages branch otherwise."""
+    from timeline.analysis import legacy_reports as LR
+    from timeline.ingest import points
+
+    if points.is_points(trace):
+        return points.points_summary(trace, rank=rank, launch=launch)
+    return LR.profile_summary(trace, rank=rank, launch=launch)
 
 
 def cmd_import_legacy(args) -> int:
@@ -259,13 +266,22 @@ def cmd_import_legacy(args) -> int:
         if not Path(p).exists():
             raise UsageError(f"legacy trace {p!r} does not exist")
     base = [s.strip() for s in args.base_order.split(",")] if args.base_order else None
-    stages = _stage_list(args.stages) if args.stages else None
+    stages = stage_list(args.stages) if args.stages else None
     trace = import_legacy(args.files, grid=args.grid, base_order=base, stages=stages, arch=args.arch,
-                          strict=args.strict)
+                          strict=args.strict, profile=args.profile)
     trace.save(out)
-    derived = "CTAs derived from the rotation rule" if args.grid else "CTAs unknown (give --grid)"
-    print(f"wrote {out}: ranks {trace.ranks}, {trace.tasks.num_rows} task rows, {derived}; wait for producers "
-          f"{'→'.join(trace.spec.wait)}, marks {list(trace.spec.marks)}")
+    ex = trace.spec.extra
+    if ex.get("source") == "points":
+        what = f"TileRT program-point trace ({len(ex['points'])} points), CTAs as recorded (one row per CTA)"
+    else:
+        params = " ".join(f"{k}={v}" for k, v in (ex.get("params") or {}).items()) or "counts as saved"
+        prof = f"profile {ex['profile']} ({ex['profile_how']}; {params})" if ex.get("profile") \
+            else "no profile (--base-order)"
+        cta = "CTAs derived by its placement rules" if trace.spec.grid else "CTAs unknown (give --grid)"
+        what = f"{prof}, {cta}"
+    marks = list(trace.spec.marks) if len(trace.spec.marks) <= 8 else f"{len(trace.spec.marks)} points"
+    print(f"wrote {out}: ranks {trace.ranks}, {trace.tasks.num_rows} task rows, {what}; wait for producers "
+          f"{'→'.join(trace.spec.wait)}, marks {marks}")
     if trace.anomaly_count:
         print(f"warning: anomalies {trace.anomaly_summary()} (`timeline info` lists them)", file=sys.stderr)
     return 0

@@ -15,7 +15,7 @@ from timeline.contract import schema as S
 from timeline.core.trace import TRACE_EXTENSIONS, file_format
 from timeline.errors import TimelineError
 
-__all__ = ["SYNTH_MAX_ROWS", "UsageError", "load_spec", "load_trace", "out_dir_exists", "title", "trace_out"]
+__all__ = ["SYNTH_MAX_ROWS", "UsageError", "load_spec", "load_trace", "out_dir_exists", "stage_list", "title", "trace_out"]
 
 
 SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
@@ -79,6 +79,17 @@ def load_spec(path: str) -> S.Spec:
         if isinstance(e, S.SpecError):
             raise
         raise S.SpecError(f"spec file {path!r}: {e}") from None
+
+
+def stage_list(text: str):
+    """``qkv_a:164,cache:1,...`` as ``[(name, count), ...]`` (``--stages`` of import-legacy and run add)."""
+    out = []
+    for part in text.split(","):
+        name, _, count = part.strip().partition(":")
+        if not name or not count.strip().isdigit():
+            raise UsageError(f"--stages {text!r}: give NAME:COUNT pairs, e.g. qkv_a:164,cache:1")
+        out.append((name, int(count)))
+    return out
 
 
 def title(trace) -> str:

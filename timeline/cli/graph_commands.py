@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from timeline.contract import schema as S
@@ -94,7 +93,7 @@ def cmd_edges(args) -> int:
 
     trace = load_trace(args.trace)
     g = E.edges(trace)
-    table = per_stage(trace, g)
+    table = E.edges_per_stage(trace, g)
     if args.output:
         out = Path(args.output)
         out_dir_exists(out)
@@ -112,27 +111,6 @@ def cmd_edges(args) -> int:
     if args.output:
         print(f"wrote {args.output}: the edges table")
     return 0
-
-
-def per_stage(trace, g) -> pa.Table:
-    """Per stage: tasks, how many each kind of edge held, the median slack of the
-    edges that did not, and the causality violations."""
-    from timeline.contract.graph import EdgeKind
-
-    m = g.tasks
-    held = g.held_kind
-    rows = []
-    for si, name in enumerate(trace.spec.stage_names):
-        mine = m.stage == si
-        if not mine.any():
-            continue
-        free = ~g.gating & (m.stage[g.consumer] == si)
-        rows.append({"stage": name, "tasks": int(mine.sum()),
-                     **{f"held by {k.label}": int((held[mine] == k).sum()) for k in EdgeKind},
-                     "held by nothing": int((held[mine] < 0).sum()),
-                     "slack p50_us": float(np.median(g.slack[free])) / 1e3 if free.any() else None,
-                     "violations": int(np.isin(np.flatnonzero(mine), g.violations).sum())})
-    return pa.Table.from_pylist(rows)
 
 
 def _write_table(table: pa.Table, out: Path) -> None:

@@ -90,7 +90,13 @@ def cmd_info(args) -> int:
           f"{sp['clock']['hz'] / 1e6:g} MHz" + (f" + cycle counter {sp['cycles']} (hybrid)" if sp.get("cycles") else "")
           + f"  grid {sp['grid'] or '?'}")
     print(f"stages     {stages}")
-    print(f"phases     {', '.join(sp['phases'])}")
+    print(f"phases     {', '.join(sp['phases'])}" + (f"  (wait for producers {'→'.join(sp['wait'])})"
+                                                         if sp.get("wait") else ""))
+    prof = (sp.get("extra") or {}).get("profile")
+    if prof:  # a kernel's own build read by its profile (timeline.contract.kernels)
+        ex = sp["extra"]
+        waits = ", ".join(f"{s} {'→'.join(w) or 'none'}" for s, w in (ex.get("stage_wait") or {}).items())
+        print(f"profile    {prof} ({ex.get('profile_how', '')})" + (f"; per-stage waits: {waits}" if waits else ""))
     print(f"buffer     {lay.shape} int64 (launches, rows, waves, cols) = {lay.nbytes:,} bytes per rank; "
           f"waves per task {sp['waves']}")
     print(f"ranks      {d['ranks']} (world {sp['world']})   launches {d['launches']}")

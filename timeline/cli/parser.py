@@ -206,22 +206,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="assume this stage's phase is one instant on every rank (instead of measured clocks)")
 
     p = _sub(subs, "import-legacy", "cmd_import_legacy",
-             "read the GLM-5 kernel's own timeline build ((n_tasks, 8) tensors) as a trace",
+             "read the mono kernels' own timeline builds ((n_tasks, 8 or 5) tensors, TileRT program points)",
              "examples:\n"
-             "  timeline import-legacy rank0/trace.pt rank1/trace.pt -o run.arrow --grid 256\n"
+             "  timeline import-legacy rank0/trace.pt rank1/trace.pt -o run.arrow\n"
+             "  timeline import-legacy a8w4-s2/rank*/trace.pt -o run.arrow\n"
+             "  timeline import-legacy raw_s1_tag.pt -o run.arrow --profile glm5-mono\n"
              "  timeline import-legacy ticks.npy --stages qkv_a:164,cache:1,... -o run.arrow\n\n"
-             "Columns 0-4 are the phases start, hint, staged, compute, end (the wait for producers is\n"
-             "hint -> staged in that kernel), 5-7 the debug marks mark5..mark7. With --grid the CTA of\n"
-             "every row comes from the kernel's rotation rule (task t of stage s on (base[s] + t) mod G,\n"
-             "base[] over --base-order, default the kernel's), flagged as derived. The rank comes from\n"
-             "a rank<r>/ folder, else the order of the files. Then: timeline summary --legacy /\n"
-             "--profile-csv for the kernel's own reports, timeline-view for the dashboard.")
+             "The kernel profile (timeline.contract.kernels: glm5-indexed, kimi-k3-attn, glm5-mono,\n"
+             "glm5-mono-indexer, dsv4) is the one whose stage list (names and counts) the file\n"
+             "carries; it gives each row's CTA (flagged as derived), the cells never written, the\n"
+             "marks and the wait for producers. --profile forces one; --base-order (and --grid)\n"
+             "reads a kernel nobody profiled. Columns 0-4 are start, hint, staged, compute, end; 5-7\n"
+             "the debug marks mark5..mark7. A TileRT program-point file (dict(points=..., ticks=...))\n"
+             "is read as one stage per point group, one row per CTA. The rank comes from a rank<r>/\n"
+             "folder (0 for raw_s{S}_{tag}.pt), else the order of the files. Then: timeline summary\n"
+             "--legacy / --profile-csv for the kernel's own reports, timeline-view for the dashboard.")
     p.add_argument("files", nargs="+", metavar="TRACE.pt|.npy")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
-    p.add_argument("--grid", type=int, default=0, help="CTAs in the grid (G, a power of two): derive each row's CTA")
-    p.add_argument("--base-order", metavar="S1,S2,..", help="the kernel's base[] stage order (default: GLM-5's)")
+    p.add_argument("--grid", type=int, default=None,
+                   help="CTAs in the grid (G, a power of two; default the profile's, 256; 0: CTAs unknown)")
+    p.add_argument("--profile", metavar="NAME", help="the kernel profile to read it by (default: detected)")
+    p.add_argument("--base-order", metavar="S1,S2,..",
+                   help="the kernel's base[] stage order (default: the profile's)")
     p.add_argument("--stages", metavar="NAME:COUNT,..", help="the stage list (needed for a bare .npy)")
-    p.add_argument("--arch", default="gfx950", help="gfx950 (MI355X, default) or gfx942 (MI300)")
+    p.add_argument("--arch", default=None, help="gfx950 (MI355X, default) or gfx942 (MI300)")
     p.add_argument("--strict", action="store_true", help="fail on any anomaly")
 
     p = _sub(subs, "synth", "cmd_synth", "write a SYNTHETIC trace (a model of a mono kernel, not a GPU run)",
@@ -237,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=int, default=64, help="CTAs per rank, a power of two (default 64)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
-    p.add_argument("--profile", help="run a kernel profile's stages and task graph (glm5, triton-ffn): "
+    p.add_argument("--profile", help="run a kernel profile's stages and task graph (glm5, triton-ffn, or a generation of "
+                                     "timeline.contract.kernels: glm5-indexed, kimi-k3-attn, glm5-mono, glm5-mono-indexer, dsv4): "
                                      "timeline.ingest.synth_graph's model")
     p.add_argument("--inject", action="append", metavar="RANK:STAGE:TASK:PHASE:+NS[@LAUNCH]",
                    help="add NS to a task's interval (TASK * = the whole stage, ctaN = a CTA's tasks; RANK * = "
@@ -245,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import explain_commands
 
     explain_commands.add_parser(subs, _sub, _json_option)
+    from timeline.cli import run_commands  # run add, launches; a run where a trace goes
+
+    run_commands.register(subs, _sub)
     return ap
 
 
@@ -266,6 +278,9 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from timeline.cli import commands
+    from timeline.cli.run_commands import route
+
+    args = route(args)  # a run directory where a trace file goes: its command in timeline.cli.run_commands
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
     try:

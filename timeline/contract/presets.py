@@ -27,7 +27,7 @@ GLM5_NOTES = ("cache waits for the 36 qkv_a tiles of kv_a; q_b for the 128 of q_
 
 def glm5() -> dict:
     """The GLM-5 layer kernel at S=1, 8 heads, topk 2048 (stage names of
-    ``timeline.ingest.legacy.GLM5_STAGES``); ``GLM5_NOTES`` names the approximations."""
+    ``timeline.contract.kernels.GLM5_STAGES``); ``GLM5_NOTES`` names the approximations."""
     return {
         "cache": [G.tiles("qkv_a", 36, mul=0, offset=128)],
         "q_b": [G.tiles("qkv_a", 128, mul=0)],

@@ -40,7 +40,7 @@ ANOMALY_KINDS = {
     "clock_misfit": "(hybrid builds) an SM / CU whose cycles-to-time curve places one of its own global-clock anchors further from the time it read than the clocks' steps allow: its rows are kept but their times cannot be vouched for (a damaged or hostile capture?); counted per SM / CU",
     "anchor_outlier": "(hybrid builds) a global-clock anchor far off its SM's line (the task was descheduled between the two reads?): left out of the fit; counted per anchor",
     "size_mismatch": "(layout-1 files only) the buffer was larger than the spec said",
-    "cta_overlap": "(derived placement) a task that starts before an earlier task of its CTA ended: a CTA runs its tasks one after another, so the CTAs derived for this trace are wrong (import-legacy: another --grid or --base-order than the kernel ran with)",
+    "cta_overlap": "(derived placement) a task that starts before an earlier task of its CTA ended: a CTA runs its tasks one after another, so the CTAs derived for this trace are wrong (import-legacy: another --grid, --base-order or --profile than the kernel ran with)",
 }
 
 # Kinds that report what the hardware did rather than a stamp lost or doubtful: listed in

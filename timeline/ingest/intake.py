@@ -162,9 +162,9 @@ class _Cut(NamedTuple):
 
 
 def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
-    """A ``(n_tasks, 8)`` tensor: the GLM-5 layer's own timeline build."""
+    """A ``(n_tasks, 8)`` (DeepSeek-V4: 5) tensor: a mono kernel's own timeline build."""
     tasks = sum(c for _, c in spec.stages)
-    return arr.ndim == 2 and arr.shape[1] == 8 and arr.shape[0] == tasks
+    return arr.ndim == 2 and arr.shape[1] in (8, 5) and arr.shape[0] == tasks
 
 
 def accepted_shapes(spec: S.Spec) -> tuple:
@@ -200,8 +200,8 @@ def cut_buffer(arr: np.ndarray, spec: S.Spec, name: str = "stamp buffer") -> _Cu
         return _Cut(arr.reshape(-1, lay.cols), None, (1,))
     hint = ""
     if _looks_legacy(arr, spec):
-        hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "
-                "`timeline import-legacy` instead.")
+        hint = (f" It looks like a mono kernel's own timeline build, an (n_tasks, {arr.shape[1]}) tensor: read it "
+                "with `timeline import-legacy` instead.")
     raise CollectError(
         f"{name} has shape {arr.shape} but spec {spec.kernel!r} needs {_shapes_text(spec)}. Allocate it with "
         f"instrument.alloc(spec), or pass the spec the kernel was built with.{hint}")

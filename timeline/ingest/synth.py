@@ -61,12 +61,15 @@ def synth_buffers(
     launch_gap_ns: float = 20_000.0,
     slow_ctas=(),
     slow_factor: float = 1.6,
+    slots=None,
 ) -> list:
     """One int64 stamp buffer (flat, in the device layout) per rank of ``spec.world``,
     with the specs to decode them: ``[(spec_r, buffer_r), ...]``.
 
     ``slow_ctas``: CTA ids whose compute runs ``slow_factor`` times longer (a
-    throttled CU), so analyses have something to find."""
+    throttled CU), so analyses have something to find. ``slots``: one ``(step,
+    layer)`` per launch slot, written as its slot header (``schema.pack_slot``, one
+    write) as the device helpers do; None: no headers (step and layer unknown)."""
     _check_grid(grid)
     rng = np.random.default_rng(seed)
     models = models or _default_model(spec, rng)
@@ -92,6 +95,8 @@ def synth_buffers(
         for s in range(len(spec.stages)):
             prev_end = _run_stage(run, launch, s, cursor, prev_end)
         t_launch = cursor.max(axis=1).max() + launch_gap_ns + np.zeros(R)
+    if slots is not None:
+        _write_slots(bufs, lay, slots)
     out = []
     for r in range(R):
         sp = spec.replace(rank=r, world=R, grid=G, extra={**spec.extra, "synthetic": True})
@@ -221,6 +226,38 @@ def _write(flat, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng
                 v = np.maximum(v, prev)
             flat[:, rec * lay.cols + S.phase_col(j)] = v
             prev = v
+
+
+def _write_slots(bufs, lay, slots) -> None:
+    """Each launch slot's header (``pack_slot(step, layer)``, written once) on every rank."""
+    slots = list(slots)
+    if len(slots) != lay.launches:
+        raise ValueError(f"slots: give one (step, layer) per launch slot ({lay.launches}); got {len(slots)}")
+    for launch, (step, layer) in enumerate(slots):
+        word = S.slot_header_word(lay, launch)
+        bufs[:, word] = S.pack_slot(int(step), int(layer))
+        bufs[:, word + 1] = 1
+
+
+def model_graph(spec: S.Spec, barriers=GLM5_BARRIERS, allreduce=GLM5_ALLREDUCE) -> dict:
+    """A task graph the model keeps (``timeline.contract.graph`` rules): each stage waits for the
+    previous one, on every rank for an all-reduce stage, whole for a barrier stage, else
+    its proportional block ``[t * n / count, (t + 1) * n / count)`` (the model waits for
+    the block's prefix, so a wait never ends before these producers: no causality
+    violation; the gating producer may lie before the block)."""
+    from timeline.contract import graph as G
+
+    out = {}
+    for (prev, n), (name, count) in zip(spec.stages[:-1], spec.stages[1:]):
+        if name in allreduce:
+            out[name] = [G.allreduce(prev)]
+        elif name in barriers or (n % count and count % n):
+            out[name] = [G.every(prev)]
+        elif n >= count:
+            out[name] = [G.tiles(prev, n // count, mul=n // count)]
+        else:
+            out[name] = [G.tiles(prev, 1, div=count // n)]
+    return out
 
 
 def glm5_spec(*, waves: int = 1, launches: int = 1, world: int = 1, arch: str = "gfx942",

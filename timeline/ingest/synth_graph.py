@@ -107,13 +107,17 @@ def glm5_spec(*, world: int = 8, launches: int = 8, waves: int = 1) -> S.Spec:
 
 
 def profiles() -> dict:
-    """The kernel profiles this model can run: name -> (stages, task graph), from
-    ``timeline.presets`` (the GLM-5 layer at S=1, the Triton FFN demo)."""
-    from timeline.ingest import legacy
+    """The kernel profiles this model can run: name -> (stages, task graph): the GLM-5
+    layer at S=1 and the Triton FFN demo (``timeline.contract.presets``), and every
+    known kernel generation at its first parameter set (``timeline.contract.kernels.model``,
+    whose graph is GLM-5's declared one or, for the others, a stated approximation)."""
+    from timeline.contract import kernels
     from timeline.contract import presets
 
-    return {"glm5": (legacy.GLM5_STAGES, presets.glm5()),
-            "triton-ffn": ((("up", 512), ("norm", 64), ("down", 128)), presets.triton_ffn())}
+    out = {"glm5": (kernels.GLM5_STAGES, presets.glm5()),
+           "triton-ffn": ((("up", 512), ("norm", 64), ("down", 128)), presets.triton_ffn())}
+    out.update({p.name: kernels.model(p.name) for p in kernels.PROFILES})
+    return out
 
 
 class Model(NamedTuple):

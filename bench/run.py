@@ -1,0 +1,312 @@
+"""The run dataset against issue 29's goals, side by side in one run: a SYNTHETIC run of
+``--ranks`` x ``--steps`` x ``--layers`` launches of the GLM-5 layer (``timeline.ingest.synth``,
+its ``synth.model_graph`` attached), every command a fresh child process with its wall time
+and peak RSS (``os.wait4``'s ``ru_maxrss`` of that child alone).
+
+    python bench/run.py                       # 8 ranks x 13 steps x 128 layers: 105 M intervals
+    python bench/run.py --steps 2 --layers 8 --ranks 2 --dask-launches 4    # a quick look
+
+Prints: ``run add`` intervals/s (in-memory ``timeline.run.append`` of each step, as a
+capture loop calls it; and ``timeline run add`` of trace files, which includes their
+checked load); bytes per interval on disk; ``timeline launches RUN`` / ``summary RUN`` /
+``summary RUN --p99`` cold (page cache dropped when this process may, else said) and
+warm; today's single-file path (``timeline summary FILE`` of a merged trace file) on
+the largest run this bench gives it, beside ``summary RUN`` of the same steps; Perfetto's
+trace processor (WASM, tests/readers.py) answering per-stage p50 of a phase on a Perfetto
+export; Dask per-launch exact critical paths on 1 vs 2 workers and the scheduler's
+overhead per launch. The machine's cores are shared with other work: the load average
+at start and end is printed, and every time is one run, not a best of several.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GOALS = {"add_ivps": 20e6, "bytes_per_iv": 6.0, "cold_s": 5.0, "warm_s": 1.0, "p99_warm_s": 1.0, "p99_cold_s": 10.0,
+         "rss_bytes": 2 << 30}
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def child(argv: list, *, timeout: float = 3600) -> dict:
+    """Run ``argv`` as a child process: its wall seconds, peak RSS (bytes, ``wait4``),
+    exit status, stdout and stderr tail."""
+    t0 = time.perf_counter()
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    p = subprocess.Popen(argv, env=ENV, stdout=out, stderr=err, cwd=ROOT)
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            pid, status, usage = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.05)  # a bench polling its child, not a test
+    wall = time.perf_counter() - t0
+    out.seek(0)
+    err.seek(0)
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss": usage.ru_maxrss * 1024,
+            "rc": os.waitstatus_to_exitcode(status),
+            "out": out.read().decode(errors="replace"), "err": err.read().decode(errors="replace")[-2000:]}
+
+
+def timeline(*args) -> list:
+    return [sys.executable, "-m", "timeline", *map(str, args)]
+
+
+def drop_caches() -> bool:
+    """Drop the page cache (root on Linux) so the next command reads from disk; False if
+    this process may not."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def gib(n) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def mark(ok: bool) -> str:
+    return "MET" if ok else "NOT MET"
+
+
+BUILD = r"""
+import json, sys, time
+from timeline.ingest import synth
+from timeline.ingest.merge import merge
+from timeline.run import append
+cfg = json.loads(sys.argv[1])
+spec = synth.glm5_spec(launches=cfg["layers"], world=cfg["ranks"])
+graph = synth.model_graph(spec)
+added = ivs = 0.0
+single = []
+for step in range(cfg["steps"]):
+    plain = synth.synth_trace(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])
+    trace = plain.with_graph(graph)
+    if step == 0:
+        from timeline.ingest.collect import collect
+        for r, (sp, buf) in enumerate(synth.synth_buffers(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])):
+            collect(buf, sp, synthetic=True).with_graph(graph).save(f"{cfg['dir']}/step0_rank{r}.arrow")
+    if step < cfg["single_steps"]:
+        single.append(plain)  # today's single file without the graph: merge would check causality over all of it
+    t0 = time.perf_counter()
+    append(cfg["run"], trace, capture=f"step{step}")
+    added += time.perf_counter() - t0
+    ivs += trace.intervals.num_rows
+    print(f"step {step}: {trace.intervals.num_rows} intervals", file=sys.stderr, flush=True)
+    del trace, plain
+merged = merge(single) if len(single) > 1 else single[0]
+merged.save(cfg["single"])
+print(json.dumps({"append_s": added, "intervals": ivs, "single_intervals": merged.intervals.num_rows}))
+"""
+
+WARM = r"""
+import json, sys, time
+from timeline.run import open_run
+from timeline.run import report as RP
+from timeline.run import engine as EN
+path = sys.argv[1]
+out = {}
+t0 = time.perf_counter(); run = open_run(path); t = RP.launch_times(run.launches()); out["open+launches first"] = time.perf_counter() - t0
+t0 = time.perf_counter(); t = RP.launch_times(run.launches()); RP.quantiles_of(RP.floats(t.column("kernel_ns"))); out["launches warm"] = time.perf_counter() - t0
+t0 = time.perf_counter(); RP.stage_summary(run.stages()); out["summary warm"] = time.perf_counter() - t0
+def p99():
+    median, slow = RP.pick_launches(RP.launch_times(run.launches()))
+    delta = RP.stage_delta(run.stages(), slow, median)
+    path_ = EN.analyze(path, tuple(slow[k] for k in RP.KEY), "critical_path")
+    return delta, path_
+t0 = time.perf_counter(); p99(); out["p99 first (reads the launch, computes its edges)"] = time.perf_counter() - t0
+t0 = time.perf_counter(); p99(); out["p99 again (same process)"] = time.perf_counter() - t0
+t0 = time.perf_counter(); run.sql("SELECT stage, quantile_cont(duration_ns, 0.5) FROM intervals WHERE step = 0 AND phase = 'compute→end' GROUP BY stage"); out["sql p50 of a phase per stage, one step (DuckDB)"] = time.perf_counter() - t0
+print(json.dumps(out))
+"""
+
+DASK = r"""
+import json, sys, time
+from timeline.run import open_run
+from timeline.run import engine as EN
+path, n = sys.argv[1], int(sys.argv[2])
+keys = EN.launch_keys(open_run(path).launches())[:n]
+out = {"launches": len(keys)}
+t0 = time.perf_counter(); local = EN.run_map(path, keys, "critical_path"); out["local_s"] = time.perf_counter() - t0
+for w in (1, 2):
+    with EN.dask_client(None, w) as client:
+        client.run(lambda: None)
+        t0 = time.perf_counter()
+        got = client.gather(client.map(EN.analyze, [path] * len(keys), keys, ["critical_path"] * len(keys), pure=False))
+        out[f"dask_{w}_s"] = time.perf_counter() - t0
+        assert all(a.equals(b) for a, b in zip(local, got)), "dask and in-process results differ"
+        t0 = time.perf_counter()
+        client.gather(client.map(len, [[i] for i in range(1000)], pure=False))
+        out[f"overhead_{w}_per_task_ms"] = (time.perf_counter() - t0) * 1000 / 1000  # ms per task of 1000
+print(json.dumps(out))
+"""
+
+PERFETTO_SQL = """
+with p as (
+  select parent.name as stage, s.dur as dur from slice s join slice parent on s.parent_id = parent.id
+  where s.name = '{phase}' and s.depth = 1 and parent.depth = 0),
+r as (select stage, dur, row_number() over (partition by stage order by dur) as k, count(*) over (partition by stage) as n from p)
+select stage, avg(dur) as p50_ns from r where k in ((n + 1) / 2, (n + 2) / 2) group by stage order by stage
+"""
+
+
+def perfetto(pftrace: Path, phase: str) -> dict:
+    """Per-stage p50 of ``phase`` from Perfetto's trace processor (WASM under node): its
+    wall time (load + query) and peak RSS, and its answer."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import readers as RD
+
+    argv = ["node", str(RD.HARNESS), "perfetto", str(RD.prefix()), str(pftrace), PERFETTO_SQL.format(phase=phase)]
+    r = child(argv, timeout=1800)
+    r["rows"] = json.loads(r["out"]) if r["rc"] == 0 else r["err"]
+    return r
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=13)
+    ap.add_argument("--layers", type=int, default=128)
+    ap.add_argument("--single-steps", type=int, default=2, help="steps in the single trace file (today's path)")
+    ap.add_argument("--perfetto-layers", type=int, default=16, help="launches of step 0 in the Perfetto export")
+    ap.add_argument("--dask-launches", type=int, default=8)
+    ap.add_argument("--dir", help="where to build (default: a temporary folder, removed after)")
+    ap.add_argument("--reuse", action="store_true", help="with --dir: keep a run built there by an earlier call")
+    args = ap.parse_args()
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="run_bench_"))
+    base.mkdir(parents=True, exist_ok=True)
+    run_dir, single = base / "run", base / "single.arrow"
+    print(f"bench/run.py: {' '.join(sys.argv[1:]) or '(defaults)'}; {os.cpu_count()} cores, load average at start "
+          f"{os.getloadavg()[0]:.1f} (the cores are shared with other work: times are one run each)")
+    print(f"SYNTHETIC run (timeline.ingest.synth, not measured on a GPU): {args.ranks} ranks x {args.steps} steps x "
+          f"{args.layers} layers of the GLM-5 layer, grid 64, lead-thread stamps\n")
+    cfg = {"ranks": args.ranks, "steps": args.steps, "layers": args.layers, "run": str(run_dir), "dir": str(base),
+           "single": str(single), "single_steps": min(args.single_steps, args.steps)}
+    saved = base / "build.json"
+    if args.reuse and saved.exists():
+        b = json.loads(saved.read_text())
+        print(f"(reusing the run built earlier in {base}: its build's figures as measured then)")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        b = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
+        assert b["rc"] == 0, f"build exited {b['rc']}: {b['err']}"
+        saved.write_text(json.dumps(b))
+    print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}")
+    built = json.loads(b["out"].strip().splitlines()[-1])
+    ivs = built["intervals"]
+    rate = ivs / built["append_s"]
+    disk = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+    print(f"intervals in the run: {ivs:,.0f}; launches: {args.ranks * args.steps * args.layers:,} (rank, launch)")
+    rows = [("run add, in-memory append (timeline.run.append per step)", f"{rate / 1e6:.1f} M intervals/s",
+             f">= 20 M/s: {mark(rate >= GOALS['add_ivps'])}", ""),
+            ("bytes on disk per interval (every part + manifest)", f"{disk / ivs:.2f} B ({disk / 1e6:,.0f} MB)",
+             f"<= 6 B: {mark(disk / ivs <= GOALS['bytes_per_iv'])}", "")]
+    files = sorted(base.glob("step0_rank*.arrow"))
+    shutil.rmtree(base / "cli_run", ignore_errors=True)
+    add = child(timeline("run", "add", base / "cli_run", *files, "-q"))
+    add_ivs = ivs / args.steps
+    rows.append(("timeline run add of step 0's trace files (load + check + append)",
+                 f"{add_ivs / add['wall_s'] / 1e6:.1f} M intervals/s ({add['wall_s']:.2f} s, cpu {add['cpu_s']:.2f} s)",
+                 f">= 20 M/s: {mark(add_ivs / add['wall_s'] >= GOALS['add_ivps'])}", gib(add["rss"])))
+    from timeline.run import open_run
+    from timeline.run.launchset import memory_bytes
+
+    run = open_run(run_dir)
+    today = memory_bytes(run.launches(), run.phases, run.marks)
+    cmds = [("timeline launches RUN", ["launches", run_dir, "--slowest", "10"]),
+            ("timeline summary RUN", ["summary", run_dir]),
+            ("timeline summary RUN --p99 (p99 launch: exact path + delta vs median)", ["summary", run_dir, "--p99"])]
+    dropped = drop_caches()
+    for name, argv in cmds:
+        for state in ("cold", "warm"):
+            if state == "cold" and not drop_caches():
+                state = "cold (page cache NOT dropped: no permission)"
+            r = child(timeline(*argv))
+            assert r["rc"] == 0, r["err"]
+            goal = (GOALS["p99_cold_s"] if "p99" in name else GOALS["cold_s"]) if state.startswith("cold") else \
+                (GOALS["p99_warm_s"] if "p99" in name else GOALS["warm_s"])
+            rows.append((f"{name}, {state}, fresh process", f"{r['wall_s']:.2f} s (cpu {r['cpu_s']:.2f} s)", f"<= {goal:g} s: "
+                         f"{mark(r['wall_s'] <= goal)}", f"{gib(r['rss'])} ({mark(r['rss'] <= GOALS['rss_bytes'])})"))
+    w = child([sys.executable, "-c", WARM, str(run_dir)])
+    assert w["rc"] == 0, w["err"]
+    for k, v in json.loads(w["out"].strip().splitlines()[-1]).items():
+        goal = GOALS["p99_warm_s"] if "p99" in k else GOALS["warm_s"]
+        rows.append((f"in one process: {k}", f"{v:.3f} s", f"<= {goal:g} s: {mark(v <= goal)}" if "warm" in k or
+                     "again" in k else "", gib(w["rss"])))
+    print(f"(page cache dropped before each cold command: {dropped})\n")
+    width = max(len(r[0]) for r in rows)
+    print(f"{'what':{width}s}  {'figure':34s}  {'goal':22s}  peak RSS")
+    for r in rows:
+        print(f"{r[0]:{width}s}  {r[1]:34s}  {r[2]:22s}  {r[3]}")
+    print(f"\nthe same data as today's in-memory Trace (tasks + intervals tables, by their schemas): {gib(today)}")
+
+    # today's single-file path on the steps it holds, beside the run on the same steps
+    s_ivs = built["single_intervals"]
+    one = child(timeline("summary", single))
+    steps = ",".join(str(s) for s in range(cfg["single_steps"]))
+    sub = child(timeline("summary", run_dir, "--step", steps))
+    print(f"\ntoday's single-file path: `timeline summary FILE` of {cfg['single_steps']} steps merged into one trace "
+          f"file ({s_ivs:,} intervals, {single.stat().st_size / 1e6:,.0f} MB): {one['wall_s']:.2f} s, {gib(one['rss'])}"
+          f" (rc {one['rc']})")
+    print(f"`timeline summary RUN --step {steps}` (the same launches): {sub['wall_s']:.2f} s (cpu {sub['cpu_s']:.2f} s), "
+          f"{gib(sub['rss'])}: time ratio {one['wall_s'] / sub['wall_s']:.1f}x (cpu {one['cpu_s'] / sub['cpu_s']:.1f}x), "
+          f"memory ratio {one['rss'] / sub['rss']:.1f}x")
+
+    # Perfetto's trace processor on a Perfetto export of part of that file
+    layers = ",".join(str(x) for x in range(min(args.perfetto_layers, args.layers)))
+    pf = base / "part.pftrace"
+    nl = min(args.perfetto_layers, args.layers)  # single.arrow's launches 0.. are step 0's layers 0..
+    ex = child(timeline("export", single, "--launch", f"0-{nl - 1}", "--perfetto", pf, "-q"))
+    assert ex["rc"] == 0, ex["err"]
+    pf_ivs = sum(r["intervals"] for r in run.launches(step=0, layer=list(range(min(args.perfetto_layers, args.layers))))
+                 .to_pylist())
+    tp = perfetto(pf, "compute→end")
+    ours = child([sys.executable, "-c", "import sys, time; from timeline.run import open_run; t0 = time.perf_counter(); "
+                  f"r = open_run(sys.argv[1]).sql(\"SELECT stage, median(duration_ns) AS p50 FROM intervals WHERE "
+                  f"step = 0 AND layer IN ({layers}) AND phase = 'compute→end' GROUP BY stage ORDER BY stage\"); "
+                  "print(r.to_pylist())", str(run_dir)])
+    print(f"\nPerfetto trace processor (WASM), per-stage p50 of compute→end on the Perfetto export of the single "
+          f"trace file's first {nl} launches (`timeline export FILE --launch 0-{nl - 1} --perfetto`: step 0, layers "
+          f"0..{min(args.perfetto_layers, args.layers) - 1} ({pf_ivs:,} intervals, {pf.stat().st_size / 1e6:.0f} MB): "
+          f"{tp['wall_s']:.1f} s (cpu {tp['cpu_s']:.1f} s; load + query), {gib(tp['rss'])} (rc {tp['rc']})")
+    print(f"the run (DuckDB over the same launches, fresh process): {ours['wall_s']:.2f} s (cpu {ours['cpu_s']:.2f} s), "
+          f"{gib(ours['rss'])}")
+    if tp["rc"] == 0:
+        print(f"  trace processor: {tp['rows']}\n  run:             {ours['out'].strip()}")
+
+    # Dask: per-launch exact critical paths, 1 vs 2 workers
+    d = child([sys.executable, "-c", DASK, str(run_dir), str(args.dask_launches)])
+    if d["rc"] == 0:
+        r = json.loads(d["out"].strip().splitlines()[-1])
+        n = r["launches"]
+        print(f"\nDask (LocalCluster, single-threaded worker processes): exact cross-rank critical path of {n} launches: "
+              f"in process {r['local_s']:.1f} s, 1 worker {r['dask_1_s']:.1f} s, 2 workers {r['dask_2_s']:.1f} s "
+              f"(speedup {r['dask_1_s'] / r['dask_2_s']:.2f}x); {r['local_s'] / n:.2f} s a launch in process; results "
+              f"identical; scheduler overhead per task (1000 trivial tasks): {r['overhead_1_per_task_ms']:.2f} ms "
+              f"(1 worker), {r['overhead_2_per_task_ms']:.2f} ms (2 workers)")
+    else:
+        print(f"\nDask: failed: {d['err']}")
+    print(f"\nload average at end {os.getloadavg()[0]:.1f}")
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""What the ``timeline`` commands of a run directory share (``run_commands``,
+``run_selection``): opening the run as the command line says, its selected launches,
+the per-launch map on the chosen engine, the title lines and JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def open_selected(path, args):
+    """The run at ``path``, opened as the command line says (``--skip-damaged``), its
+    left-out parts named on stderr."""
+    from timeline.run.read import open_run
+
+    run = open_run(path, on_damage="skip" if getattr(args, "skip_damaged", False) else "raise")
+    say_damaged(run)
+    return run
+
+
+def say_damaged(run) -> None:
+    """One warning line per part left out as damaged."""
+    for p, why in run.damaged:
+        print(f"warning: part {p} left out: {why}", file=sys.stderr)
+
+
+def progress(name: str, args, total=None):
+    """A progress bar on stderr, unless ``--quiet``."""
+    from timeline.cli.textout import Progress
+
+    return Progress(name, total=total, enabled=not getattr(args, "quiet", False))
+
+
+def selected_launches(run, args):
+    """The run's launches table of the command line's --rank / --step / --layer."""
+    return run.launches(rank=args.rank, step=args.step, layer=args.layer)
+
+
+def launch_keys(run, args) -> list:
+    """The selected launches' keys (``engine.launch_keys``); a ``RunError`` naming the
+    selection when it has none."""
+    from timeline.run import engine as EN
+    from timeline.run.layout import RunError
+
+    keys = EN.launch_keys(selected_launches(run, args))
+    if not keys:
+        raise RunError(f"run {str(run.path)!r} has no launch of --rank {args.rank} --step {args.step} "
+                       f"--layer {args.layer}: `timeline launches {run.path}` lists them")
+    return keys
+
+
+def map_launches(run, args, analysis: str, params=None) -> list:
+    """``engine.run_map`` of ``analysis`` over the selected launches on the engine the
+    command line names, with a progress bar."""
+    from timeline.run import engine as EN
+
+    keys = launch_keys(run, args)
+    with progress(analysis, args, len(keys)) as bar:
+        return EN.run_map(run.path, keys, analysis, params, engine=args.engine, scheduler=args.scheduler,
+                          workers=args.workers, on_damage=run.on_damage, progress=bar)
+
+
+def json_out(doc) -> None:
+    """``doc`` as indented JSON on stdout."""
+    print(json.dumps(doc, ensure_ascii=False, indent=1, default=str))
+
+
+def run_head(run) -> str:
+    """The title lines above a run's report: path, kernel, appends, rows; SYNTHETIC said."""
+    n = run.launches().num_rows
+    synth = any(r.get("synthetic") for r in run.records)
+    kernel = run.build.get("kernel") if run.build else "(empty run)"
+    return (f"run {run.path} · {kernel} · {len(run.records)} appends · {n} (rank, launch) rows"
+            + ("\nSYNTHETIC data (timeline.ingest.synth model): not measured on a GPU" if synth else ""))
+
+
+__all__ = ["json_out", "launch_keys", "map_launches", "open_selected", "progress", "run_head", "say_damaged",
+           "selected_launches"]

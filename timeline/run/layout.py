@@ -1,0 +1,261 @@
+"""The run dataset on disk (docs/FORMAT.md, "Run dataset"): where each part lives, the
+manifest records that commit an append, the per-file checksums and the one way a file
+is written (a temporary name, fsync, rename; nothing is ever rewritten).
+
+A run directory::
+
+    RUN/run.json                                   the build (stages, phases, marks): created once
+    RUN/manifest/<append>.json                     one record per append: specs, clocks, parts, checksums
+    RUN/tasks/rank=R/step=S/part-<append>.parquet  task rows (raw ticks; ns derived on read)
+    RUN/launches/part-<append>.parquet             one row per (rank, launch) of the append
+    RUN/stages/part-<append>.parquet               one row per (rank, launch, stage): the stage report
+    RUN/anomalies/part-<append>.parquet            the append's anomaly report
+
+An append is committed when its manifest record exists: parts no record names (a
+writer that died mid-append) are never read by ``open_run``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+from timeline.errors import TimelineError
+
+RUN_FORMAT = "mono-timeline-run"
+RUN_FORMAT_VERSION = 1
+BUILD_FILE = "run.json"
+MANIFEST_DIR = "manifest"
+TABLES = ("tasks", "launches", "stages", "anomalies")
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Hive's name for a null partition value (DuckDB, polars, Arrow)
+TMP_PREFIX = "."  # temporary names start with a dot: Arrow, DuckDB globs and polars skip them
+HASH = "blake2b"
+RECORD_KEYS = ("append", "capture", "specs", "origins", "offsets", "parts")
+PART_KEYS = frozenset({"table", "path", "rows", "bytes", HASH})
+
+
+class RunError(TimelineError):
+    """A run directory that cannot be read or appended to as asked: missing, of another
+    build, a damaged or truncated part (named), a selection it does not hold."""
+
+
+def new_append_id() -> str:
+    """A unique, time-ordered id of one append: ``<ns since epoch>-<random hex>``, so
+    concurrent writers never pick the same names and records list in append order."""
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
+
+
+def step_dir(step) -> str:
+    """The Hive partition value of a step (``NULL_PARTITION`` for none)."""
+    return NULL_PARTITION if step is None else str(int(step))
+
+
+def tasks_part_path(rank: int, step, append: str) -> str:
+    """Relative path of one (rank, step)'s task part of an append."""
+    return f"tasks/rank={int(rank)}/step={step_dir(step)}/part-{append}.parquet"
+
+
+def small_part_path(table: str, append: str) -> str:
+    """Relative path of an append's launches / stages / anomalies part."""
+    return f"{table}/part-{append}.parquet"
+
+
+def file_digest(path) -> str:
+    """blake2b-128 (hex) of a file's bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name(final: Path) -> Path:
+    """The temporary name a file is written under before its rename."""
+    return final.with_name(f"{TMP_PREFIX}{final.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def publish(tmp: Path, final: Path, *, exclusive: bool = False) -> bool:
+    """fsync ``tmp``, then give it its final name (``exclusive``: only if ``final`` does
+    not exist yet, by a hard link; returns False and removes ``tmp`` when it did) and
+    fsync the directory: after a crash the file is either whole under its name or
+    absent. Never replaces a file already published unless asked."""
+    fd = os.open(str(tmp), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if exclusive:
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            tmp.unlink()
+            return False
+        tmp.unlink()
+    else:
+        if final.exists():
+            tmp.unlink()
+            raise RunError(f"{final} exists already: a run's files are never rewritten")
+        os.rename(tmp, final)
+    _fsync_dir(final.parent)
+    return True
+
+
+SEAL = "record_blake2b"  # a JSON file's checksum of its own other entries
+
+
+def _seal_of(obj: dict) -> str:
+    body = json.dumps({k: v for k, v in obj.items() if k != SEAL}, sort_keys=True)
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def write_json(final: Path, obj: dict, *, exclusive: bool = False) -> bool:
+    """A JSON object written whole under a temporary name and published (``publish``),
+    sealed: ``SEAL`` holds the blake2b of its other entries (``read_json`` checks it)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final)
+    tmp.write_text(json.dumps({**obj, SEAL: _seal_of(obj)}, sort_keys=True))
+    return publish(tmp, final, exclusive=exclusive)
+
+
+def read_json(path: Path, what: str, *, required=()) -> dict:
+    """A sealed JSON object (``write_json``): a ``RunError`` naming ``path`` when it is not
+    valid JSON, lacks a ``required`` key or its seal does not match (a flipped byte)."""
+    try:
+        obj = json.loads(path.read_bytes().decode())
+        assert isinstance(obj, dict) and obj.get("format") == RUN_FORMAT
+        assert obj.get(SEAL) == _seal_of(obj), "seal"
+        missing = [k for k in required if k not in obj]
+        assert not missing, f"no {missing}"
+    except (ValueError, AssertionError, UnicodeDecodeError) as e:
+        why = "its checksum does not match its contents" if str(e) == "seal" else f"it is not a valid {what}"
+        raise RunError(f"{what} {path} is damaged: {why}; move it aside (or restore it) to read the rest of "
+                       "the run") from None
+    return obj
+
+
+def write_parquet(run_dir: Path, rel: str, table: pa.Table, **options) -> dict:
+    """Write ``table`` to ``run_dir/rel`` (temporary name, fsync, rename) and return its
+    manifest entry: path, rows, bytes and checksum."""
+    import pyarrow.parquet as pq
+
+    final = run_dir / rel
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final)
+    pq.write_table(table, str(tmp), **options)
+    digest, size = file_digest(tmp), tmp.stat().st_size
+    publish(tmp, final)
+    return {"path": rel, "rows": table.num_rows, "bytes": size, HASH: digest}
+
+
+def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
+    """A part's rows (``where``: ``(column, value)``, only the rows holding it, reading only
+    the row groups whose statistics may hold it). ``ParquetFile`` directly, not
+    ``pyarrow.dataset``, which imports pandas (a second and a half of a command's start)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(str(path))
+    if where is None:
+        return f.read()
+    column, value = where
+    at = f.schema_arrow.get_field_index(column)
+    groups = []
+    for g in range(f.metadata.num_row_groups):
+        st = f.metadata.row_group(g).column(at).statistics
+        if st is None or not st.has_min_max or st.min <= value <= st.max:
+            groups.append(g)
+    table = f.read_row_groups(groups) if groups else f.schema_arrow.empty_table()
+    return table.filter(pc.equal(table.column(column), value))
+
+
+def manifest_path(run_dir: Path, append: str) -> Path:
+    return Path(run_dir) / MANIFEST_DIR / f"{append}.json"
+
+
+def committed_records(run_dir: Path) -> list:
+    """The manifest records of every committed append, in append order, each with its
+    file name under ``"_file"``; a record that is not valid JSON of this format is a
+    ``RunError`` naming it (a record is written whole or not at all)."""
+    out = []
+    mdir = Path(run_dir) / MANIFEST_DIR
+    if not mdir.is_dir():
+        return out
+    for p in sorted(mdir.iterdir()):
+        if p.name.startswith(TMP_PREFIX) or p.suffix != ".json":
+            continue
+        rec = read_json(p, "manifest record", required=RECORD_KEYS)
+        if not isinstance(rec["parts"], list) or not all(isinstance(e, dict) and PART_KEYS <= set(e)
+                                                         for e in rec["parts"]):
+            raise RunError(f"manifest record {p} is damaged: its parts are not {sorted(PART_KEYS)} entries")
+        if rec.get("run_format", 1) > RUN_FORMAT_VERSION:
+            raise RunError(f"run {str(run_dir)!r}: manifest record {p.name} is run format "
+                           f"{rec['run_format']}; this release reads {RUN_FORMAT_VERSION}: upgrade mono-timeline")
+        rec["_file"] = p.name
+        out.append(rec)
+    return out
+
+
+def check_part(run_dir: Path, entry: dict, *, full: bool) -> str | None:
+    """Why the part ``entry`` (a manifest record's) is not the file that was written, or
+    None: missing, another size (truncated), and with ``full`` another checksum."""
+    p = Path(run_dir) / entry["path"]
+    try:
+        size = p.stat().st_size
+    except OSError:
+        return "it is missing"
+    if size != entry["bytes"]:
+        return f"it is {size} bytes, the manifest says {entry['bytes']} (truncated or replaced)"
+    if full and file_digest(p) != entry[HASH]:
+        return "its checksum does not match the manifest's (a damaged file)"
+    return None
+
+
+# -- the memory budget and the launches table -----------------------------------------------
+DEFAULT_BUDGET = 2 << 30  # bytes one process may pull from a run (TIMELINE_MEMORY_BUDGET overrides)
+LAUNCH_COLUMNS = ("rank", "step", "layer", "capture", "launch", "start_ns", "end_ns", "kernel_ns", "tasks", "rows",
+                  "intervals", "anomalies", "append")
+
+
+def memory_budget() -> int:
+    """Bytes of run data one process may hold: ``TIMELINE_MEMORY_BUDGET`` (bytes, or
+    with a K/M/G suffix) or 2 GiB."""
+    text = os.environ.get("TIMELINE_MEMORY_BUDGET", "").strip().upper()
+    if not text:
+        return DEFAULT_BUDGET
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+    try:
+        return int(float(text.rstrip("KMG")) * scale)
+    except ValueError:
+        raise RunError(f"TIMELINE_MEMORY_BUDGET={text!r} is not a size: give bytes or e.g. 2G") from None
+
+
+def over_budget(what: str, nbytes: int, budget: int) -> RunError:
+    """The one error line of a read that would pull more than the memory budget."""
+    return RunError(f"{what} would pull {nbytes / 2**30:.2f} GiB into this process, past its memory budget "
+                      f"of {budget / 2**30:.2f} GiB (TIMELINE_MEMORY_BUDGET): narrow it with --step / --layer / "
+                      "--rank, or run it per launch with --engine dask")
+
+
+def empty_launches() -> pa.Table:
+    """A launches table of no rows (``LAUNCH_COLUMNS``, their types): an empty run's."""
+    types = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),
+             "launch": pa.int32(), "append": pa.string()}
+    return pa.table({c: pa.array([], types.get(c, pa.int64())) for c in LAUNCH_COLUMNS})
+
+
+__all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
+           "TABLES", "check_part", "committed_records", "empty_launches", "file_digest", "manifest_path", "memory_budget", "new_append_id", "over_budget", "publish", "read_json", "read_parquet",
+           "small_part_path", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]
