@@ -190,11 +190,21 @@ def _read_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
 
 
 @triton.jit
+def _dropped(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task):
+    """Whether a first-phase stamp counts a drop: its task is outside the stage's
+    slots in a launch slot that exists. A launch that is no slot (``launch < 0``:
+    a step the ring does not sample, ``instrument.triton_ring``) stores and counts
+    nothing. The same instructions as counting wherever ``in_slots`` fails (the
+    launch half is computed once per launch)."""
+    return (in_slots(LAYOUT, 0, STAGE, task) == 0) & in_slots(LAYOUT, launch, STAGE, 0)
+
+
+@triton.jit
 def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
     """Lead-thread stamp (``LAYOUT.waves == 1``): one timer read stored by one
     thread into (launch, STAGE, task, wave 0, PHASE); phase 0 also stores the
     placement word. Outside the stage's slots (``in_slots``) nothing is stored and
-    phase 0 adds 1 to the stage's drop counter instead. Returns the reading (int64):
+    phase 0 adds 1 to the stage's drop counter instead (``_dropped``). Returns the reading (int64):
     ``%globaltimer``, or in a hybrid build (``LAYOUT.anchors``) ``%clock64``, the
     first and last phase then also storing a ``%globaltimer`` anchor."""
     ok = in_slots(LAYOUT, launch, STAGE, task)
@@ -203,7 +213,8 @@ def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, 
     if PHASE == 0:
         place = placement_word(tl.program_id(0), 0, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place, mask=ok)
-        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=ok == 0, sem="relaxed")
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=_dropped(LAYOUT, launch, STAGE, task),
+                      sem="relaxed")
     return t
 
 
@@ -221,7 +232,8 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     if PHASE == 0:
         place = placement_word(tl.program_id(0), warp, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead & ok)
-        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1, mask=lead & (ok == 0),
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1,
+                      mask=lead & _dropped(LAYOUT, launch, STAGE, task),
                       sem="relaxed")
     return t
 
