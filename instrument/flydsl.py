@@ -123,7 +123,10 @@ class Timeline(CarriesNothing):
     stamp-buffer argument (the ``fx.Int64`` address; 0 means "do not stamp").
     ``enabled``: the compile-time switch, a Python bool (a traced value is refused:
     it would be a runtime branch). ``launch``: the launch slot
-    (``StampBuffer.launch_slot``), a Python int or a CTA-uniform ``fx.Int32``.
+    (``StampBuffer.launch_slot``), a Python int or a CTA-uniform ``fx.Int32``;
+    ``sampled``: a CTA-uniform traced Boolean, false for a launch that must stamp
+    nothing (continuous capture's sampling, ``ring_launch``), folded into the
+    buffer resource's size once: every stamp's code is unchanged.
     ``lead``: the thread whose wave stamps in CTA mode, by default. ``cta``: the CTA
     number of the placement word (default ``block_idx.x``). ``hold``: inside ``with
     tl.task(...)``, the middle phases' readings stay in scalar registers and the
@@ -136,7 +139,7 @@ class Timeline(CarriesNothing):
     start (the wave number, the buffer resource) and 4 SGPRs for the resource."""
 
     def __init__(self, spec: S.Spec, stamps=None, enabled: bool = False, *, launch=0, lead: int = 0, cta=None,
-                 fence: bool = True, hold: bool = False):
+                 fence: bool = True, hold: bool = False, sampled=None):
         if not isinstance(enabled, bool):
             raise InstrumentError(
                 f"Timeline(enabled=...) must be a Python bool (an fx.Constexpr[bool] kernel "
@@ -169,6 +172,7 @@ class Timeline(CarriesNothing):
             live = True if block_waves is not None and block_waves <= spec.waves else self.wave < spec.waves
         else:
             live = wave_id() == lead // WAVE_LANES
+        self.sampled = True if sampled is None else sampled
         self.rsrc = self._rsrc(live)
 
     # -- who stamps, and where ---------------------------------------------------
@@ -177,7 +181,7 @@ class Timeline(CarriesNothing):
         ``live`` holds and the base address is not 0, else 0 bytes: every store
         through it from a wave that must not stamp is out of range and dropped."""
         fx = self._fx
-        ok = both(live, self.base != 0)
+        ok = both(both(live, self.sampled), self.base != 0)
         if isinstance(ok, bool):
             nbytes = fx.Int64(self.layout.nbytes if ok else 0)
         else:
@@ -443,3 +447,25 @@ class _TaskScope:
 
 __all__ = ["HW_ID_SIMM16", "XCC_ID_SIMM16", "CarriesNothing", "InstrumentError", "MAX_BYTES", "OUT_OF_RANGE",
            "Timeline", "check_spec", "hwreg"]
+
+
+def ring_launch(step_addr, layer, ring: int, every: int, layers: int):
+    """Continuous capture's slot (``instrument.capture``), chosen on the device:
+    ``(launch, sampled, step)`` for layer ``layer`` (``fx.Int32``, CTA-uniform) at the
+    step read from ``step_addr`` (the step counter's address, an ``fx.Int64``
+    kernel argument, frozen in a graph while its contents advance): ``launch`` the
+    slot ``timeline.schema.ring_slot`` names (an ``fx.Int32``), ``sampled`` whether
+    ``step % every == 0`` (a scalar Boolean for ``Timeline(sampled=...)``), ``step``
+    the step (an ``fx.Int64`` for ``Timeline.slot_header``). The counter is read
+    once per launch and made wave-uniform (``readfirstlane``), so the predicate and
+    the slot live in scalar registers."""
+    fx = flydsl_expr()
+    from flydsl.expr.typing import T
+
+    pt = fx.PointerType.get(fx.Int64.ir_type, address_space=fx.AddressSpace.Global, alignment=8)
+    raw = fx.Int64(fx.ptr_load(fx.inttoptr(pt, fx.Int64(step_addr))))
+    step = fx.Int64(fx.rocdl.readfirstlane(T.i64, raw))
+    sampled = (step % every) == 0
+    row = (step // every) % ring
+    launch = fx.Int32(row) * layers + fx.Int32(layer)
+    return launch, sampled, step
