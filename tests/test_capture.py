@@ -268,3 +268,36 @@ def test_the_sampling_predicate_is_one_load_and_a_select_per_launch(probe_ptx, w
     branches = [i for i in ins if " bra" in i]
     assert len(branches) == len([i for i in _instructions(fixed) if " bra" in i])
     assert "selp" not in ring[loop:] and "and.b64" not in ring[loop:].split("$L__BB0_5")[0]
+
+
+def test_the_demo_kernel_compiles_with_its_slot_and_tags_from_the_step_counter():
+    """The FFN demo in its graph form (``LAYERS``, ``RING``, ``EVERY``) compiles for
+    sm_90 with the same stamps as its fixed-slot build (one %globaltimer read a stamp
+    site, one drop count a first phase plus the header's write count) and reads the
+    step counter for its tags and its slot."""
+    pytest.importorskip("triton")
+    from instrument import triton as itl
+    from instrument.demo import triton_mono as tm
+
+    s = tm.Shape()
+    sp = tm.spec(s, launches=2 * 16)
+    k = itl.compile_launch(
+        tm.mono_ffn_kernel, *([torch.float16] * 6), torch.int64, torch.int32, torch.int64, 3, 0,
+        s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, sp.layout, True, tm.MAX_SPIN, 0, 1,
+        torch.int64, 16, 2, 4, grid=(s.G,), num_warps=s.num_warps, num_stages=s.num_stages)
+    ptx = k.asm["ptx"]
+    assert ptx.count("%globaltimer") == 5 * len(tm.STAGES)
+    assert ptx.count("atom.global.gpu.relaxed.add.u64") == len(tm.STAGES) + 1
+    assert "selp.b32" in ptx and ptx.count("wgmma.mma_async") > 0
+
+
+def test_the_graph_demo_refuses_what_it_cannot_run(capsys):
+    """--graph on the CPU and --every without --run are one argparse line each."""
+    pytest.importorskip("triton")
+    from instrument.demo import triton_graph as tg
+
+    for argv, msg in ((["--graph", "--device", "cpu", "--run", "r"], "--graph needs a GPU"),
+                      (["--every", "4"], "--run RUN_DIR is needed")):
+        with pytest.raises(SystemExit):
+            tg.main(argv)
+        assert msg in capsys.readouterr().err
