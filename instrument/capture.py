@@ -12,7 +12,7 @@ graph).
 
 How the host learns which steps are done: it reads the step counter itself (the
 progress word; a step ``k`` is complete once the counter is past ``k``), on a side
-stream, with a 16-byte copy. An event recorded behind each step's last launch was
+stream, with an 8-byte copy into pinned memory. An event recorded behind each step's last launch was
 the other choice; it was not taken because an event in a graph is one event
 re-recorded every replay (an external event node), so a late host cannot tell
 which step it has seen, while the counter names the step itself and costs the main
@@ -212,6 +212,7 @@ class Capture:
         self._t0 = time.perf_counter()
         self._drain_s = 0.0
         self._passes = 0
+        self._pass_t0 = self._t0
 
     def reset(self, start: int = 0) -> None:
         """Zero the buffer and set the counter to ``start`` (after warm-up launches,
@@ -298,7 +299,7 @@ class Capture:
         the device is known to be done (``close()`` synchronized it), so the step the
         counter names has not started."""
         with self._lock:
-            t = time.perf_counter()
+            t = self._pass_t0 = time.perf_counter()
             n = self._pass(idle)
             self._drain_s += time.perf_counter() - t
             self._passes += 1
@@ -337,7 +338,7 @@ class Capture:
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
         done = max(counter - self.start_step, 1)
         per_step_ms = 1e3 * elapsed / done
-        per_pass_ms = 1e3 * self._drain_s / max(self._passes, 1)
+        per_pass_ms = 1e3 * (self._drain_s + time.perf_counter() - self._pass_t0) / (self._passes + 1)
         return (f"capture {self.name!r}: the drain fell behind: step {k}'s ring slots were overwritten "
                 f"before the host copied them (ring_overrun; device at step {counter}). The ring holds "
                 f"{self.ring} sampled steps = {self.ring * self.every} steps of slack, the device completes a "
