@@ -175,8 +175,8 @@ class Capture:
 
         if step is None:
             step = torch.full((1,), int(start), dtype=torch.int64, device=self.buffer.device)
-        elif step.dtype != torch.int64 or step.device != self.buffer.device:
-            raise CaptureError(f"Capture(step=...): an int64 tensor on {self.buffer.device}, got "
+        elif step.dtype != torch.int64 or step.device != self.buffer.tensor.device:
+            raise CaptureError(f"Capture(step=...): an int64 tensor on {self.buffer.tensor.device}, got "
                                f"{step.dtype} on {step.device}")
         self.step = step
         self._staging = _Staging(self.buffer.tensor, step, self.buffer.device)
@@ -263,6 +263,7 @@ class Capture:
         if self._staging.cuda:
             self._staging.torch.cuda.synchronize(self.buffer.device)
         self.poll(idle=True)
+        self._staging.read([self._drop_span()], counter=False)
         words = self._staging.words(*self._drop_span())
         self.report.dropped = {name: int(n) for (name, _), n in zip(self.spec.stages, words) if n}
         return self.report

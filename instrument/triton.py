@@ -196,7 +196,8 @@ def _dropped(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task):
     a step the ring does not sample, ``instrument.triton_ring``) stores and counts
     nothing. The same instructions as counting wherever ``in_slots`` fails (the
     launch half is computed once per launch)."""
-    return (in_slots(LAYOUT, 0, STAGE, task) == 0) & in_slots(LAYOUT, launch, STAGE, 0)
+    live = tl.cast(in_slots(LAYOUT, launch, STAGE, 0), tl.int1)  # a tensor even when launch is a constant
+    return (in_slots(LAYOUT, 0, STAGE, task) == 0) & live
 
 
 @triton.jit

@@ -163,6 +163,16 @@ def test_a_slot_written_twice_in_one_step_is_slot_rewritten():
     assert all(t.anomaly_summary() == {} for t in got[:-1])
 
 
+def test_close_reports_the_drop_counters():
+    """Stamps of tasks past their stage's slots counted on the device are in the
+    report, per stage, even when no pass had a step to copy."""
+    cap, got = _capture(2, 1, 1)
+    words = cap.stamps.numpy()
+    words[S.drop_counter_word(cap.layout, 1)] = 3
+    rep = cap.close()
+    assert rep.dropped == {"tail": 3} and "3 stamps dropped" in rep.summary()
+
+
 def test_capture_refuses_what_it_cannot_do():
     """Bad arguments are one CaptureError line each."""
     for kw, msg in (({"ring": 0}, "ring=0"), ({"every": 0}, "every=0"), ({"layers": 1 << 17}, "layers=")):
@@ -171,6 +181,8 @@ def test_capture_refuses_what_it_cannot_do():
             C.Capture(_spec(), sink=list.append, device="cpu", **args)
     with pytest.raises(C.CaptureError, match="exactly one of run="):
         C.Capture(_spec(), ring=2, layers=2, device="cpu")
+    with pytest.raises(C.CaptureError, match="an int64 tensor"):
+        C.Capture(_spec(), ring=2, layers=2, device="cpu", sink=list.append, step=torch.zeros(1))
 
 
 def test_a_threaded_drain_flushes_on_close():
