@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from instrument.flydsl_ops import (HW_ID_SIMM16, WAVE_LANES, XCC_ID_SIMM16, InstrumentError,  # noqa: F401
                                    both, buffer_add_one, flydsl_expr, getreg, hwreg, known_block_waves, memrealtime,
-                                   memtime, sched_fence, uniform, wave_id)
+                                   memtime, ring_launch, sched_fence, uniform, wave_id)
 from timeline import schema as S
 
 
@@ -448,24 +448,3 @@ class _TaskScope:
 __all__ = ["HW_ID_SIMM16", "XCC_ID_SIMM16", "CarriesNothing", "InstrumentError", "MAX_BYTES", "OUT_OF_RANGE",
            "Timeline", "check_spec", "hwreg"]
 
-
-def ring_launch(step_addr, layer, ring: int, every: int, layers: int):
-    """Continuous capture's slot (``instrument.capture``), chosen on the device:
-    ``(launch, sampled, step)`` for layer ``layer`` (``fx.Int32``, CTA-uniform) at the
-    step read from ``step_addr`` (the step counter's address, an ``fx.Int64``
-    kernel argument, frozen in a graph while its contents advance): ``launch`` the
-    slot ``timeline.schema.ring_slot`` names (an ``fx.Int32``), ``sampled`` whether
-    ``step % every == 0`` (a scalar Boolean for ``Timeline(sampled=...)``), ``step``
-    the step (an ``fx.Int64`` for ``Timeline.slot_header``). The counter is read
-    once per launch and made wave-uniform (``readfirstlane``), so the predicate and
-    the slot live in scalar registers."""
-    fx = flydsl_expr()
-    from flydsl.expr.typing import T
-
-    pt = fx.PointerType.get(fx.Int64.ir_type, address_space=fx.AddressSpace.Global, alignment=8)
-    raw = fx.Int64(fx.ptr_load(fx.inttoptr(pt, fx.Int64(step_addr))))
-    step = fx.Int64(fx.rocdl.readfirstlane(T.i64, raw))
-    sampled = (step % every) == 0
-    row = (step // every) % ring
-    launch = fx.Int32(row) * layers + fx.Int32(layer)
-    return launch, sampled, step
