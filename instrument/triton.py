@@ -192,10 +192,12 @@ def _read_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
 @triton.jit
 def _dropped(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task):
     """Whether a first-phase stamp counts a drop: its task is outside the stage's
-    slots in a launch slot that exists. A launch that is no slot (``launch < 0``:
-    a step the ring does not sample, ``instrument.triton_ring``) stores and counts
-    nothing. The same instructions as counting wherever ``in_slots`` fails (the
-    launch half is computed once per launch)."""
+    slots in a launch slot that exists. A launch that is no slot stores and counts
+    nothing: -1 is a step the ring does not sample (``instrument.triton_ring``); one
+    past the last is refused on the host (``StampBuffer.launch_slot``). The same
+    instructions as counting wherever ``in_slots`` fails (the launch half is
+    computed once per launch); counting a launch past the last too would cost one
+    more per task."""
     live = tl.cast(in_slots(LAYOUT, launch, STAGE, 0), tl.int1)  # a tensor even when launch is a constant
     return (in_slots(LAYOUT, 0, STAGE, task) == 0) & live
 
