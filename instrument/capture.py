@@ -40,13 +40,14 @@ import warnings
 
 import numpy as np
 
-from timeline import schema as S
-from timeline.collect import collect
+from timeline.contract import schema as S
+from timeline.errors import TimelineError
+from timeline.ingest.collect import collect
 
 __all__ = ["Capture", "CaptureReport", "CaptureError", "CaptureBehind", "ring_spec"]
 
 
-class CaptureError(ValueError):
+class CaptureError(TimelineError):
     """A capture asked for something the ring cannot do, or used out of order."""
 
 

@@ -7,13 +7,15 @@ so ``instrument.flydsl``'s host-side checks work without it."""
 
 from __future__ import annotations
 
+from timeline.errors import TimelineError
+
 WAVE_LANES = 64  # gfx942 / gfx950 run wave64
 
 HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
 HW_REG_XCC_ID = 20
 
 
-class InstrumentError(ValueError):
+class InstrumentError(TimelineError):
     """A timeline build asked for something the layout or the device cannot do."""
 
 
@@ -49,7 +51,7 @@ def memrealtime():
 
 def memtime():
     """``s_memtime``: the shader clock's 64-bit cycle counter (a hybrid build's stamp,
-    ``timeline.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
+    ``timeline.ingest.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
     fx = flydsl_expr()
     from flydsl._mlir.dialects import llvm
     from flydsl.expr.typing import T
@@ -124,7 +126,7 @@ def ring_launch(step_addr, layer, ring: int, every: int, layers: int):
     step read from ``step_addr`` (the step counter's address, an ``fx.Int64``
     kernel argument, frozen in a graph while its contents advance): ``launch`` the
     ring slot ``((step // every) % ring) * layers + layer`` (an ``fx.Int32``: where
-    sampled, the slot ``timeline.schema.ring_slot`` names; where not, a slot the
+    sampled, the slot ``timeline.contract.schema.ring_slot`` names; where not, a slot the
     0-byte buffer resource keeps anything from reaching), ``sampled`` whether
     ``step % every == 0`` (a scalar Boolean for ``Timeline(sampled=...)``), ``step``
     the step (an ``fx.Int64`` for ``Timeline.slot_header``). The counter is read

@@ -4,7 +4,7 @@ launch slot chosen on the device from a step counter in device memory.
 In a CUDA graph every kernel argument is frozen, so a slot passed as an argument is
 the same on every replay. ``ring_slot`` instead reads the step from a pointer
 argument (frozen, its contents bumped once per step) and picks the slot
-``timeline.schema.ring_slot`` names: ``((step / EVERY) mod RING) · LAYERS + layer``
+``timeline.contract.schema.ring_slot`` names: ``((step / EVERY) mod RING) · LAYERS + layer``
 in a ring of ``RING`` sampled steps of ``LAYERS`` launches each (the spec's
 ``launches`` is ``RING · LAYERS``); the slot header records ``(step, layer)``. A step
 with ``step mod EVERY != 0`` is not sampled: its slot is -1, which no stamp stores
@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
-from timeline import schema as S
+from timeline.contract import schema as S
 
 slot_of = itl._device(S.ring_slot)
 
@@ -28,7 +28,7 @@ slot_of = itl._device(S.ring_slot)
 def ring_slot(stamps, LAYOUT: tl.constexpr, step_ptr, layer, RING: tl.constexpr, EVERY: tl.constexpr,
               ON: tl.constexpr):
     """This launch's slot (int32) for layer ``layer`` at the step ``*step_ptr``
-    (``timeline.schema.ring_slot``; -1 where the step is not sampled); CTA 0 writes
+    (``timeline.contract.schema.ring_slot``; -1 where the step is not sampled); CTA 0 writes
     the slot's header ``(step, layer)`` and its write count where sampled. One
     scalar load and a few scalar operations per launch; nothing when not ``ON``
     (returns -1)."""

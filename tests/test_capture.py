@@ -1,6 +1,6 @@
 """Continuous capture's host side (``instrument.capture``) against a device simulated
 in numpy that writes exactly what ``instrument.triton_ring.ring_slot`` and the stamps
-write (the slot from ``timeline.schema.ring_slot``, the slot header, the records),
+write (the slot from ``timeline.contract.schema.ring_slot``, the slot header, the records),
 so the drain's decisions can be driven step by step: the steps it appends, the ones
 it counts as ring_overrun (lapped before or during its copy), and that no row it
 writes is wrong. Plus the PTX of the Triton ring slot (sm_90, compile-only): the
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from instrument import capture as C
-from timeline import schema as S
+from timeline.contract import schema as S
 
 torch = pytest.importorskip("torch")
 
@@ -320,7 +320,7 @@ def test_the_graph_demo_refuses_what_it_cannot_run(capsys):
 @given(step=st.integers(0, 1 << 39), layer=st.integers(-2, 40), ring=st.integers(1, 8), every=st.integers(1, 16),
        layers=st.integers(1, 32))
 def test_ring_slot_is_a_slot_of_the_ring_or_none(step, layer, ring, every, layers):
-    """``timeline.schema.ring_slot``: a sampled step's layer gets a slot of the ring
+    """``timeline.contract.schema.ring_slot``: a sampled step's layer gets a slot of the ring
     (``0 <= slot < ring * layers``) whose row is its sample's place in the ring and
     whose column is the layer; anything else -1. So two sampled steps less than a
     lap apart never share a slot."""

@@ -14,6 +14,8 @@ from typing import NamedTuple
 import flask
 from dash import dcc, html
 
+from timeline.errors import TimelineError
+
 from viewer import figures as F
 from viewer.client import GANTT_PX
 
@@ -66,7 +68,7 @@ TRACE_TYPES = ("bar", "heatmap", "image", "scatter", "scattergl")  # every plotl
 BUNDLE_HEADER = rb"/\* timeline-view plotly\.js (\S+) traces=([a-z0-9,]+) \*/"  # a bundle's first line
 
 
-class BundleError(ValueError):
+class BundleError(TimelineError):
     """A plotly.js bundle given to the dashboard cannot serve its figures."""
 
 
@@ -195,6 +197,9 @@ def _tabs():
             html.Div(id="whatif-msg"),
             dcc.Graph(id="whatif-graph", config={"displaylogo": False}),
             html.Div(id="whatif-table"), dcc.Store(id="whatif-table-data")]),
+        dcc.Tab(label="Explain", value="explain", id="tab-explain", children=[  # viewer.panels.explain
+            html.Div(id="explain-verdict", style={"margin": "8px 0"}), html.Div(id="explain-culprits"),
+            dcc.Store(id="explain-pins"), dcc.Store(id="explain-pin")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
