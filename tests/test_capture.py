@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 import warnings
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -334,22 +336,33 @@ def test_ring_slot_is_a_slot_of_the_ring_or_none(step, layer, ring, every, layer
         assert slot == -1
 
 
-def test_run_sink_appends_each_step_to_the_run_by_the_contract(monkeypatch, tmp_path):
-    """``Capture(run=RUN)`` hands each step's trace to ``timeline.run.append(RUN, trace,
-    capture=name)`` (RUN_API's names; the module stood in here until it lands)."""
-    import sys
-    import types
+def test_a_capture_drains_into_a_run_dataset(tmp_path):
+    """``Capture(run=RUN)`` appends each sampled step to the real run dataset
+    (``timeline.run.append``): the run then holds exactly the sampled steps, every layer
+    of each, keyed by (step, layer), each launch's rows equal to what the device stamped,
+    and a lapped step in no part of it."""
+    from timeline.run import open_run
 
-    calls = []
-    stub = types.ModuleType("timeline.run")
-    stub.append = lambda run_dir, trace, *, capture=None: calls.append((run_dir, trace, capture)) or ["p"]
-    monkeypatch.setitem(sys.modules, "timeline.run", stub)
-    import timeline
-
-    monkeypatch.setattr(timeline, "run", stub, raising=False)
-    cap = C.Capture(_spec(), ring=2, every=1, layers=2, run=tmp_path / "run", device="cpu", name="dec")
-    Device(cap).run(2)
-    rep = cap.close()
-    assert [(c[0], c[2], c[1].tasks.column("step")[0].as_py()) for c in calls] == [(tmp_path / "run", "dec", 0),
-                                                                                  (tmp_path / "run", "dec", 1)]
-    assert rep.parts == ["p", "p"]
+    run = tmp_path / "run"
+    cap = C.Capture(_spec(), ring=2, every=4, layers=3, run=run, device="cpu", name="dec")
+    dev = Device(cap)
+    with pytest.warns(C.CaptureBehind):
+        for k in range(24):
+            dev.step()
+            if k < 12 or k % 10 == 9:  # keeps up, then falls behind: overruns
+                cap.poll()
+        rep = cap.close()
+    assert rep.overrun and set(rep.written).isdisjoint(rep.overrun)
+    launches = open_run(run).launches()
+    keys = sorted(zip(launches.column("step").to_pylist(), launches.column("layer").to_pylist()))
+    assert keys == [(k, layer) for k in rep.written for layer in range(3)]
+    assert set(launches.column("capture").to_pylist()) == {"dec"}
+    for k in rep.written[:2]:
+        trace = open_run(run).launch(k, 1)
+        assert trace.anomaly_summary() == {} and trace.tasks.num_rows == 5
+        step = trace.tasks.column("step").to_numpy()
+        row = trace.tasks.column("task").to_numpy() + np.where(
+            trace.tasks.column("stage").to_numpy(zero_copy_only=False) == "tail", 3, 0)
+        for p, name in enumerate(trace.phases):
+            assert (trace.tasks.column(f"{name}_tick").to_numpy() == tick(step, 1, row, p)).all()
+    assert rep.parts and all(Path(run, p).exists() or Path(p).exists() for p in rep.parts)
