@@ -21,6 +21,7 @@ from viewer.panels import export as X
 from viewer.panels import gantt as G
 from viewer.panels import tables as T
 from viewer.panels import trace as TR
+from viewer.run_wiring import install as install_overview, linked_window
 from viewer.state import ERROR, FIRST_VIEW_CACHE, NO, guarded, log, lru_get
 
 GANTT_FILTERS = ("grouping", "ranks", "launches", "stages", "phases", "ctas")  # the Gantt's filter inputs
@@ -56,8 +57,9 @@ def first_view(app, search: str | None) -> dict:
 
 def _first_view(app, search: str) -> dict:
     t = TR.select(app, search, None, False)
-    g = G.on_gantt(app, t.key, t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas, "filters", None,
-                   None, None, list(GANTT_PX), None)
+    win = linked_window(search)  # a linked time window (&t0=..&t1=.., µs) as if typed in the boxes
+    g = G.on_gantt(app, t.key, t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas,
+                   "filters" if win is None else "t0", None, *(win or (None, None)), list(GANTT_PX), None)
     props = dict(zip(TRACE_PROPS, t))
     props.update(zip(GANTT_PROPS, g))
     return {"search": search, "props": {k: v for k, v in props.items() if v is not NO}}
@@ -253,4 +255,6 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
     d.callback(Output("download", "data"), Output("export-msg", "children"), Input("export-chrome", "n_clicks"),
                State("trace-key", "data"), State("ranks", "value"), State("launches", "value"),
                State("stages", "value"), prevent_initial_call=True)(partial(on_export, app))
+    if hasattr(app, "runs"):  # a run's overview above the Gantt (viewer.run_wiring)
+        install_overview(d, app, page_search)
     return d
