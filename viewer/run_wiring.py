@@ -187,6 +187,7 @@ def install(dash_app, app, page_search):
         return root
 
     dash_app.layout = page_layout
+    dash_app.validation_layout = page_layout()  # what the callbacks are checked against (Dash made it before)
     d = dash_app
     d.clientside_callback(KEYS_SCRIPT, Output("ov-keys", "data"), Input("url", "pathname"))
     d.clientside_callback(OPTIONS_SCRIPT, Output("trace-select", "options", allow_duplicate=True),
