@@ -12,6 +12,7 @@ _LAZY = {
     "CLOCKS": "schema", "DEFAULT_PHASES": "schema", "Clock": "schema", "Layout": "schema", "Spec": "schema",
     "layout_of": "schema", "Trace": "trace", "TraceFileError": "trace", "load": "trace",
     "CollectError": "collect", "collect": "collect", "MergeError": "merge", "merge": "merge",
+    "open_run": "run", "RunError": "run",
 }
 
 

@@ -61,12 +61,15 @@ def synth_buffers(
     launch_gap_ns: float = 20_000.0,
     slow_ctas=(),
     slow_factor: float = 1.6,
+    slots=None,
 ) -> list:
     """One int64 stamp buffer (flat, in the device layout) per rank of ``spec.world``,
     with the specs to decode them: ``[(spec_r, buffer_r), ...]``.
 
     ``slow_ctas``: CTA ids whose compute runs ``slow_factor`` times longer (a
-    throttled CU), so analyses have something to find."""
+    throttled CU), so analyses have something to find. ``slots``: one ``(step,
+    layer)`` per launch slot, written as its slot header (``schema.pack_slot``, one
+    write) as the device helpers do; None: no headers (step and layer unknown)."""
     _check_grid(grid)
     rng = np.random.default_rng(seed)
     models = models or _default_model(spec, rng)
@@ -92,6 +95,8 @@ def synth_buffers(
         for s in range(len(spec.stages)):
             prev_end = _run_stage(run, launch, s, cursor, prev_end)
         t_launch = cursor.max(axis=1).max() + launch_gap_ns + np.zeros(R)
+    if slots is not None:
+        _write_slots(bufs, lay, slots)
     out = []
     for r in range(R):
         sp = spec.replace(rank=r, world=R, grid=G, extra={**spec.extra, "synthetic": True})
@@ -221,6 +226,17 @@ def _write(flat, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng
                 v = np.maximum(v, prev)
             flat[:, rec * lay.cols + S.phase_col(j)] = v
             prev = v
+
+
+def _write_slots(bufs, lay, slots) -> None:
+    """Each launch slot's header (``pack_slot(step, layer)``, written once) on every rank."""
+    slots = list(slots)
+    if len(slots) != lay.launches:
+        raise ValueError(f"slots: give one (step, layer) per launch slot ({lay.launches}); got {len(slots)}")
+    for launch, (step, layer) in enumerate(slots):
+        word = S.slot_header_word(lay, launch)
+        bufs[:, word] = S.pack_slot(int(step), int(layer))
+        bufs[:, word + 1] = 1
 
 
 def glm5_spec(*, waves: int = 1, launches: int = 1, world: int = 1, arch: str = "gfx942",

@@ -1,0 +1,212 @@
+"""Reading a run: ``open_run`` -> ``Run``, whose ``launches()`` / ``stages()`` read the
+small per-append parts only, ``launch()`` one launch's task rows back into today's
+in-memory ``Trace``, and ``sql()`` DuckDB over the whole dataset (``timeline.run.views``).
+Only committed parts are read (those a manifest record names); each is checked against
+its record (size at open, checksum before its rows are used)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline import rows as R
+from timeline import schema as S
+from timeline.run import layout as L
+from timeline.run import write as W
+
+ON_DAMAGE = ("raise", "skip")
+DEFAULT_BUDGET = 2 << 30  # bytes one process may pull from a run (TIMELINE_MEMORY_BUDGET overrides)
+LAUNCH_COLUMNS = ("rank", "step", "layer", "capture", "launch", "start_ns", "end_ns", "kernel_ns", "tasks", "rows",
+                  "intervals", "anomalies", "append")
+
+
+def memory_budget() -> int:
+    """Bytes of run data one process may hold: ``TIMELINE_MEMORY_BUDGET`` (bytes, or
+    with a K/M/G suffix) or 2 GiB."""
+    text = os.environ.get("TIMELINE_MEMORY_BUDGET", "").strip().upper()
+    if not text:
+        return DEFAULT_BUDGET
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+    try:
+        return int(float(text.rstrip("KMG")) * scale)
+    except ValueError:
+        raise L.RunError(f"TIMELINE_MEMORY_BUDGET={text!r} is not a size: give bytes or e.g. 2G") from None
+
+
+def over_budget(what: str, nbytes: int, budget: int) -> L.RunError:
+    """The one error line of a read that would pull more than the memory budget."""
+    return L.RunError(f"{what} would pull {nbytes / 2**30:.2f} GiB into this process, past its memory budget "
+                      f"of {budget / 2**30:.2f} GiB (TIMELINE_MEMORY_BUDGET): narrow it with --step / --layer / "
+                      "--rank, or run it per launch with --engine dask")
+
+
+def _empty_launches() -> pa.Table:
+    types = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),
+             "launch": pa.int32(), "append": pa.string()}
+    return pa.table({c: pa.array([], types.get(c, pa.int64())) for c in LAUNCH_COLUMNS})
+
+
+class Run:
+    """A run directory opened for reading (``open_run``): its build, committed appends,
+    the parts left out as damaged (``damaged``: ``[(path, why)]``, with
+    ``on_damage="skip"``) and the readers below."""
+
+    def __init__(self, path: Path, build: dict | None, records: list, damaged: list, on_damage: str):
+        self.path, self.build, self.records = path, build, records
+        self.damaged, self.on_damage = damaged, on_damage
+        self._verified: set = set()
+        self._small: dict = {}
+        self._con = None
+
+    # -- the build ------------------------------------------------------------------
+    @property
+    def phases(self) -> tuple:
+        return tuple(self.build["phases"]) if self.build else S.DEFAULT_PHASES
+
+    @property
+    def marks(self) -> tuple:
+        return tuple(self.build.get("marks", ())) if self.build else ()
+
+    def parts(self, table: str) -> list:
+        """``[(record, entry)]`` of the committed, undamaged parts of ``table``."""
+        bad = {p for p, _ in self.damaged}
+        return [(rec, e) for rec in self.records for e in rec["parts"] if e["table"] == table and e["path"] not in bad]
+
+    def verified(self, entry: dict) -> bool:
+        """Whether a part's bytes are the ones its record names (the checksum, once per
+        Run); a damaged part raises ``RunError`` naming it, or with ``on_damage="skip"``
+        joins ``damaged`` and is left out (False)."""
+        if entry["path"] in self._verified:
+            return True
+        why = L.check_part(self.path, entry, full=True)
+        if why is None:
+            self._verified.add(entry["path"])
+            return True
+        return self._damaged(entry["path"], why)
+
+    def _damaged(self, path: str, why: str) -> bool:
+        if self.on_damage == "raise":
+            raise L.RunError(f"run {str(self.path)!r}: part {path} is refused: {why}; open the run with "
+                             "on_damage='skip' (CLI: --skip-damaged) to read the rest, or re-add its trace")
+        self.damaged.append((path, why))
+        self._con = None  # views name files: rebuild them without it
+        return False
+
+    def _read_small(self, table: str) -> pa.Table:
+        """Every committed part of a small table (launches, stages, anomalies), concatenated."""
+        if table in self._small:
+            return self._small[table]
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(str(self.path / e["path"])) for _, e in self.parts(table) if self.verified(e)]
+        tables = [t for t in tables if t.num_rows] or tables[:1]
+        out = pa.concat_tables(tables, promote_options="permissive") if tables else None
+        if out is None and table == "launches":
+            out = _empty_launches()
+        self._small[table] = out
+        return out
+
+    # -- small tables -----------------------------------------------------------------
+    def launches(self, *, rank=None, step=None, layer=None) -> pa.Table:
+        """One row per (rank, launch) of every append (``LAUNCH_COLUMNS``: rank, step,
+        layer, capture, launch slot, start/end/kernel ns on the append's time axis,
+        tasks, task rows, intervals, anomalies, append id), selected by rank / step /
+        layer (an int or a list each), in (step, layer, rank, capture, launch) order.
+        Reads the per-append launch parts only, never a task row."""
+        t = self._read_small("launches")
+        t = _select(t, rank=rank, step=step, layer=layer)
+        return t.sort_by([("step", "ascending"), ("layer", "ascending"), ("rank", "ascending"),
+                          ("capture", "ascending"), ("launch", "ascending")])
+
+    def stages(self, *, rank=None, step=None, layer=None) -> pa.Table | None:
+        """The per-launch stage report of every launch (one row per (rank, launch,
+        stage): ``analysis.stage_report(by_launch=True)``'s columns with interval
+        p50 / p90 / p99, keyed by step, layer, capture and append); None in an empty run."""
+        t = self._read_small("stages")
+        return None if t is None else _select(t, rank=rank, step=step, layer=layer)
+
+    def anomalies(self, *, rank=None, step=None, layer=None) -> pa.Table | None:
+        """Every append's anomaly report, keyed by step, layer, capture and append."""
+        t = self._read_small("anomalies")
+        return None if t is None else _select(t, rank=rank, step=step, layer=layer)
+
+    @property
+    def intervals_total(self) -> int:
+        t = self._read_small("launches")
+        return int(pc.sum(t.column("intervals")).as_py() or 0)
+
+    # -- task rows --------------------------------------------------------------------
+    def record(self, append: str) -> dict:
+        for rec in self.records:
+            if rec["append"] == append:
+                return rec
+        raise L.RunError(f"run {str(self.path)!r} has no append {append!r}")
+
+    def launch(self, step=None, layer=None, ranks=None, *, capture=None, slot=None):
+        """The in-memory ``Trace`` of one launch, (step, layer), across ``ranks`` (default:
+        every rank that has it), its rows renumbered launch 0: every analysis, export and
+        the dashboard work on it unchanged. A run without slot headers names a launch by
+        ``capture`` and ``slot`` (its launch number in that capture). Ranks of one append
+        keep that append's time axis exactly; ranks appended separately are merged
+        (``timeline.merge``: by their clock calibrations, else by first stamp, with the note)."""
+        from timeline.run import launchset
+
+        return launchset.launch_trace(self, step, layer, ranks, capture=capture, slot=slot)
+
+    # -- SQL ----------------------------------------------------------------------------
+    def sql(self, query: str, *, budget: int | None = None) -> pa.Table:
+        """DuckDB (embedded) over views ``tasks``, ``intervals``, ``anomalies``,
+        ``launches`` and ``stages`` (docs/RUN.md lists their columns). A result past the
+        memory budget (``memory_budget()``) is refused in one line, not swapped in."""
+        from timeline.run import views as V
+
+        if self._con is None:
+            self._con = V.connect(self)
+        return V.fetch(self._con, query, budget or memory_budget())
+
+
+def _select(t: pa.Table, **keys) -> pa.Table:
+    """Rows of ``t`` whose columns hold the given value(s) (None: any)."""
+    mask = None
+    for col, want in keys.items():
+        if want is None:
+            continue
+        values = want if isinstance(want, (list, tuple, set, range, np.ndarray)) else [want]
+        m = pc.is_in(t.column(col), value_set=pa.array(list(values), t.schema.field(col).type))
+        mask = m if mask is None else pc.and_(mask, m)
+    return t if mask is None else t.filter(mask)
+
+
+def open_run(run_dir, *, on_damage: str = "raise") -> Run:
+    """Open the run at ``run_dir``: its build and committed manifest records, every part
+    checked to exist at its recorded size (checksums are checked before a part's rows are
+    first used). ``on_damage="raise"`` (default): a missing, truncated or damaged part is
+    a ``RunError`` naming it; ``"skip"``: it is left out, listed in ``Run.damaged``, and
+    the rest of the run reads."""
+    if on_damage not in ON_DAMAGE:
+        raise L.RunError(f"on_damage={on_damage!r}: give one of {list(ON_DAMAGE)}")
+    path = Path(run_dir)
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else "is not a directory"
+        raise L.RunError(f"run {str(path)!r} {what}: a run is a directory `timeline run add` creates")
+    has_build = (path / L.BUILD_FILE).exists()
+    records = L.committed_records(path)
+    if records and not has_build:
+        raise L.RunError(f"run {str(path)!r} has manifest records but no {L.BUILD_FILE}: it is damaged")
+    if not has_build and not (path / L.MANIFEST_DIR).is_dir():
+        raise L.RunError(f"{str(path)!r} is a directory but not a run (no {L.MANIFEST_DIR}/ or {L.BUILD_FILE}); "
+                         "create one with `timeline run add`")
+    run = Run(path, W.read_build(path) if has_build else None, records, [], on_damage)
+    for rec in records:
+        for e in rec["parts"]:
+            why = L.check_part(path, e, full=False)
+            if why is not None:
+                run._damaged(e["path"], why)
+    return run
+
+
+__all__ = ["DEFAULT_BUDGET", "LAUNCH_COLUMNS", "ON_DAMAGE", "Run", "memory_budget", "open_run", "over_budget"]
