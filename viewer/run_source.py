@@ -13,6 +13,7 @@ axis then says ``launch``)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -170,21 +171,28 @@ class RunSource:
         except ImportError:
             raise SourceError(f"{name!r} is a directory, and this build has no run dataset "
                               "(timeline.run) to read it as a run") from None
-        try:
-            self.run = run_dataset.open_run(path)
-        except ValueError as e:
-            raise SourceError(str(e).replace(str(path), name)) from None
         self.name, self.path = name, path
+        with self.named():
+            self.run = run_dataset.open_run(path)
         self.lock = threading.Lock()  # DuckDB connections are not shared across threads
         self.axis = "step"
 
     def sql(self, query: str) -> pa.Table:
-        with self.lock:
+        with self.lock, self.named():
             return self.run.sql(query)
 
     def launch(self, key: Key) -> Trace:
-        with self.lock:
+        with self.lock, self.named():
             return self.run.launch(int(key.step), int(key.layer))
+
+    @contextlib.contextmanager
+    def named(self):
+        """The run dataset's errors as ``SourceError`` naming the run as asked for,
+        never its path on the server."""
+        try:
+            yield
+        except ValueError as e:
+            raise SourceError(str(e).replace(str(self.path), self.name)) from None
 
 
 class TraceSource:
@@ -251,21 +259,18 @@ class TraceSource:
 
 
 def one_launch(trace: Trace) -> Trace:
-    """A launch across ranks as one ``launch`` index (the first rank's): ranks number
-    their launches on their own, and the Gantt's rows, the first view and the
+    """A launch across ranks renumbered launch 0, as ``Run.launch`` returns it: ranks
+    number their launches on their own, and the Gantt's rows, the first view and the
     analyses take one launch of a trace as one index."""
-    col = trace.tasks.column("launch")
-    values = pc.unique(col).to_pylist()
-    if len(values) <= 1:
+    if pc.unique(trace.tasks.column("launch")).to_pylist() == [0]:
         return trace
-    first = int(pc.min(col).as_py())
     i = trace.tasks.column_names.index("launch")
-    tasks = trace.tasks.set_column(i, "launch", pa.array(np.full(trace.tasks.num_rows, first, np.int32)))
+    tasks = trace.tasks.set_column(i, "launch", pa.array(np.zeros(trace.tasks.num_rows, np.int32)))
     an = trace.anomalies
     if an.num_rows:
         j = an.column_names.index("launch")
-        an = an.set_column(j, "launch", pa.array([first if v is not None else None
-                                                  for v in an.column("launch").to_pylist()], an.schema.field(j).type))
+        an = an.set_column(j, "launch", pa.array([0 if v is not None else None for v in an.column("launch").to_pylist()],
+                                                 an.schema.field(j).type))
     return Trace(tasks, trace.specs, an, origins=trace.origins, offsets=trace.offsets,
                  synthetic=trace.synthetic, notes=trace.notes)
 

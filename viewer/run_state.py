@@ -13,9 +13,10 @@ from pathlib import Path
 
 from viewer import run_source as RS
 from viewer.launch_cache import DEFAULT_BUDGET, LaunchCache
-from viewer.sources import Loaded, SourceError, Store
+from viewer.sources import Catalog, Loaded, SourceError, Store
 from viewer.state import App
 
+REFUSED = "\x00refused\x00"  # a requested name that stands for the refusal after it (no file has a NUL)
 MAX_RUNS = 4  # run sources kept open (their overviews and DuckDB connections)
 
 
@@ -67,6 +68,15 @@ class Runs:
                 self._overviews.pop(gone, None)
         return src
 
+    def pick_names(self) -> list:
+        """The typical, p99 and slowest launch of every run whose overview is made."""
+        with self._lock:
+            made = list(self._overviews.items())
+        out = []
+        for run, ov in made:
+            out += [RS.launch_name(run, k) for k in dict.fromkeys((ov.typical, ov.p99, ov.slowest)) if k is not None]
+        return out
+
     def is_run(self, name) -> bool:
         """Whether ``name`` names a run rather than a trace file: a command-line run
         or a directory (checked by ``resolve``)."""
@@ -99,6 +109,17 @@ class Runs:
         return ov
 
 
+class RunCatalog(Catalog):
+    """``Catalog`` whose names (the picker's and the compare tab's lists) add each
+    opened run's typical, p99 and slowest launches."""
+
+    def __init__(self, catalog: Catalog, runs: "Runs"):
+        self.trace_dir, self.given, self.runs = catalog.trace_dir, catalog.given, runs
+
+    def names(self) -> list:
+        return super().names() + self.runs.pick_names()
+
+
 class RunStore(Store):
     """``Store`` that also serves launch names (``RUN/step=S/layer=L``) from the
     runs, through the launch cache; any other name is a trace file as before."""
@@ -109,6 +130,8 @@ class RunStore(Store):
         self.launches = launches
 
     def get(self, name: str) -> Loaded:
+        if isinstance(name, str) and name.startswith(REFUSED):
+            raise SourceError(name[len(REFUSED):])
         parsed = RS.parse_name(name)
         if parsed is None and self.runs.is_run(name):
             parsed = name, self.runs.typical(name)
@@ -136,8 +159,9 @@ class RunApp(App):
     def __init__(self, catalog, default, runs=(), *, budget: int = DEFAULT_BUDGET, **kw):
         super().__init__(catalog, default, **kw)
         self.runs = Runs(catalog, runs)
+        self.catalog = RunCatalog(catalog, self.runs)
         self.default_run = next(iter(self.runs.given), None)
-        self.store = RunStore(catalog, self.runs, LaunchCache(budget))
+        self.store = RunStore(self.catalog, self.runs, LaunchCache(budget))
 
     def run_of(self, search: str | None) -> str | None:
         """The run an address shows: ``?run=NAME``, else the default run unless the
@@ -153,7 +177,10 @@ class RunApp(App):
             return super().requested(search)
         q = urllib.parse.parse_qs((search or "").lstrip("?"))
         if q.get("step") or q.get("layer"):
-            return RS.launch_name(run, RS.Key(_int(q, "step"), _int(q, "layer")))
+            try:
+                return RS.launch_name(run, RS.Key(_int(q, "step"), _int(q, "layer")))
+            except SourceError as e:
+                return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
         try:
             typical = self.runs.typical(run)
         except SourceError:

@@ -48,10 +48,6 @@ KEYS_SCRIPT = """function(_) { if (!window._ovKeys) { window._ovKeys = true;
         var box = document.getElementById('run-overview');
         if (b && box && box.style.display !== 'none') { b.click(); e.preventDefault(); } }); }
     return window.dash_clientside.no_update; }"""
-# the launch shown stays in the picker's options (the catalog lists only the run's picks)
-OPTIONS_SCRIPT = """function(key, opts) { if (!key || !key.name) return window.dash_clientside.no_update;
-    opts = opts || []; if (opts.some(o => o.value === key.name)) return window.dash_clientside.no_update;
-    return opts.concat([{label: key.name, value: key.name}]); }"""
 # the address bar names the view shown (a reload or a copied address opens it again)
 ADDRESS_SCRIPT = """function(href) { if (href && href.indexOf('?run=') === 0 && window.location.search !== href)
     window.history.replaceState(window.history.state, '', window.location.pathname + href);
@@ -147,6 +143,11 @@ def on_open(app, click, *rest):
 
 @guarded(NO)
 def on_link(app, state, key, tab, search):
+    """The link callback: ``view_link``."""
+    return view_link(state, key, tab, search)
+
+
+def view_link(state, key, tab, search):
     """The address of the view shown: run and launch (or trace), ranks, launches,
     row grouping, time window (µs), tab."""
     st = ViewState.from_client(state)
@@ -184,14 +185,17 @@ def install(dash_app, app, page_search):
         at = next(i for i, c in enumerate(root.children) if getattr(c, "id", None) == "banners")
         root.children.insert(at + 1, section(app, search))
         root["url"].refresh = False  # a launch opens by a new address, in the page
+        try:  # the link to the first view, as the link callback would make it
+            root["ov-link"].href = view_link(getattr(root["view-state"], "data", None), getattr(root["trace-key"], "data", None),
+                                             root["tabs"].value, search)
+        except dash.exceptions.PreventUpdate:
+            pass
         return root
 
     dash_app.layout = page_layout
     dash_app.validation_layout = page_layout()  # what the callbacks are checked against (Dash made it before)
     d = dash_app
     d.clientside_callback(KEYS_SCRIPT, Output("ov-keys", "data"), Input("url", "pathname"))
-    d.clientside_callback(OPTIONS_SCRIPT, Output("trace-select", "options", allow_duplicate=True),
-                          Input("trace-key", "data"), State("trace-select", "options"), prevent_initial_call=True)
     d.clientside_callback(CLEAR_SCRIPT, Output("ov-progress", "children", allow_duplicate=True),
                           Input("view-state", "data"), Input("banners", "children"), prevent_initial_call=True)
     d.clientside_callback(ADDRESS_SCRIPT, Output("ov-keys", "data", allow_duplicate=True),
@@ -204,5 +208,5 @@ def install(dash_app, app, page_search):
                State("url", "search"), State("ov-metric", "value"), State("ov-rank", "value"),
                prevent_initial_call=True)(partial(on_open, app))
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
-               Input("tabs", "value"), State("url", "search"))(partial(on_link, app))
+               Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
     return d
