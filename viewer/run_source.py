@@ -29,8 +29,8 @@ from timeline import rows
 from timeline.trace import Trace, TraceFileError, load
 from viewer.sources import SourceError
 
-BYTES_PER_TASK = 2_500  # server memory a loaded task costs at most (its intervals, numpy columns,
-# row layouts; bench/results/viewer_browser.txt measured 477 B an interval, 4-5 intervals a task)
+BYTES_PER_TASK = 1_000  # server memory a loaded launch costs per task with its first row layout
+# (measured: 640 B loaded, 1.1 kB with two row layouts and the stage concurrency; 4 intervals a task)
 MAX_CELLS = 600  # overview columns (steps) drawn; more are binned (each cell its slowest launch)
 NAME_RE = re.compile(r"^(?P<run>.+)/step=(?P<step>-?\d{1,19})/layer=(?P<layer>-?\d{1,10})$")
 

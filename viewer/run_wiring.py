@@ -21,7 +21,7 @@ from viewer import run_source as RS
 from viewer.client import ViewState
 from viewer.page import TABS, msg
 from viewer.panels import overview as OV
-from viewer.state import NO, guarded
+from viewer.state import ERROR, NO, guarded
 
 CSS = """
 .overview { margin: 4px 14px 0; border: 1px solid #d5dbe1; border-radius: 4px; padding: 4px 8px; }
@@ -120,7 +120,7 @@ def on_figure(app, metric, rank, key, run):
     return patch, NO, None, NO
 
 
-@guarded(NO, NO)
+@guarded(NO, ERROR)  # a refusal (a run outside the trace directory, ...) shows where the progress note goes
 def on_open(app, click, *rest):
     """A click on the overview or a button: the address of the launch to open and a
     note that it is loading; nothing when it is the launch shown."""
