@@ -33,12 +33,17 @@ def _nbytes(value) -> int:
 
 def footprint(item) -> int:
     """Bytes a loaded launch holds now: its tables, its ``TraceData`` columns, its
-    row layouts and cached analyses (they grow as the page asks for more)."""
-    tr = item.trace
-    n = _nbytes(tr.tasks) + _nbytes(tr.anomalies)
-    if "intervals" in vars(tr):  # a cached_property, made on first use
-        n += _nbytes(tr.intervals)
-    n += _nbytes(list(vars(item.data).values()))
+    row layouts and cached analyses (they grow as the page asks for more). The
+    tables and columns, fixed once loaded, are counted once (Arrow's ``nbytes``
+    walks every buffer)."""
+    fixed = vars(item).get("_fixed_bytes")
+    if fixed is None:
+        tr = item.trace
+        tr.intervals  # noqa: B018 - made on load (TraceData reads it): count it
+        fixed = _nbytes(tr.tasks) + _nbytes(tr.anomalies) + _nbytes(tr.intervals)
+        fixed += _nbytes(list(vars(item.data).values()))
+        item._fixed_bytes = fixed
+    n = fixed
     with item.lock:
         n += _nbytes(list(item.views.values())) + _nbytes(list(item.cache.values()))
     return n

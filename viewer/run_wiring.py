@@ -52,6 +52,18 @@ KEYS_SCRIPT = """function(_) { if (!window._ovKeys) { window._ovKeys = true;
 ADDRESS_SCRIPT = """function(href) { if (href && href.indexOf('?run=') === 0 && window.location.search !== href)
     window.history.replaceState(window.history.state, '', window.location.pathname + href);
     return window.dash_clientside.no_update; }"""
+# a click on an unbinned overview opens its cell's launch from the browser (one server round trip
+# fewer); a binned overview's click goes to the server (``on_open``: the cell's slowest launch)
+CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside.no_update;
+    var m = fig && fig.layout && fig.layout.meta, p = click && click.points && click.points[0];
+    if (!m || m.binned || !m.run || !p || typeof p.x !== 'number' || typeof p.y !== 'number') return [nu, nu];
+    var q = new URLSearchParams(search || ''), out = new URLSearchParams();
+    out.set('run', m.run); out.set('step', String(Math.round(p.x))); out.set('layer', String(Math.round(p.y)));
+    %s.forEach(function(k) { if (q.get(k)) out.set(k, q.get(k)); });
+    var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/');
+    if (q.get('run') === m.run && q.get('step') === out.get('step') && q.get('layer') === out.get('layer')) return [nu, nu];
+    return [s, 'loading ' + m.axis + ' ' + out.get('step') + ' · layer ' + out.get('layer') + ' …']; }""" % (
+    "[" + ", ".join(f"'{k}'" for k in OV.LINKED) + "]")
 CLEAR_SCRIPT = "function(_s, _b) { return ''; }"
 
 
@@ -64,7 +76,7 @@ def section(app, search: str | None):
         try:
             ov = app.runs.overview(run)
             shown = RS.parse_name(app.requested(search))
-            figure = OV.figure(ov, "kernel", None, shown[1] if shown and shown[0] == run else None)
+            figure = OV.figure(ov, "kernel", None, shown[1] if shown and shown[0] == run else None, run)
             summary, scale, ranks = OV.summary(ov, run), OV.METRICS["kernel"][1], ov.ranks
         except Exception as e:  # noqa: BLE001 - the page says why; the trace callback too
             note = msg(f"run overview: {e}")
@@ -114,7 +126,7 @@ def on_figure(app, metric, rank, key, run):
         ov = app.runs.overview(parsed[0])
         rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
         metric = metric if metric in OV.METRICS else "kernel"
-        return OV.figure(ov, metric, rank, parsed[1]), OV.metric_grid(ov, metric, rank)[2], None, parsed[0]
+        return OV.figure(ov, metric, rank, parsed[1], parsed[0]), OV.metric_grid(ov, metric, rank)[2], None, parsed[0]
     patch = Patch()
     patch["layout"]["shapes"] = OV.selection_shapes(app.runs.overview(run), parsed[1])
     return patch, NO, None, NO
@@ -131,6 +143,8 @@ def on_open(app, click, *rest):
     trig = dash.ctx.triggered_id
     shown = shown_key(key, run)
     if trig == "ov-graph":
+        if OV.columns(ov)[0] == 1:
+            raise dash.exceptions.PreventUpdate  # the browser opened it (``CLICK_SCRIPT``)
         target = OV.clicked(ov, click, metric, rank)
     else:
         target = OV.target(ov, str(trig or "").removeprefix("ov-"), shown)
@@ -196,6 +210,9 @@ def install(dash_app, app, page_search):
     dash_app.validation_layout = page_layout()  # what the callbacks are checked against (Dash made it before)
     d = dash_app
     d.clientside_callback(KEYS_SCRIPT, Output("ov-keys", "data"), Input("url", "pathname"))
+    d.clientside_callback(CLICK_SCRIPT, Output("url", "search", allow_duplicate=True),
+                          Output("ov-progress", "children", allow_duplicate=True), Input("ov-graph", "clickData"),
+                          State("ov-graph", "figure"), State("url", "search"), prevent_initial_call=True)
     d.clientside_callback(CLEAR_SCRIPT, Output("ov-progress", "children", allow_duplicate=True),
                           Input("view-state", "data"), Input("banners", "children"), prevent_initial_call=True)
     d.clientside_callback(ADDRESS_SCRIPT, Output("ov-keys", "data", allow_duplicate=True),

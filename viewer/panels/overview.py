@@ -94,10 +94,10 @@ def selection_shapes(ov: RS.Overview, key: RS.Key | None) -> list:
              "name": "shown"}]
 
 
-def figure(ov: RS.Overview, metric: str = "kernel", rank=None, shown: RS.Key | None = None) -> dict:
-    """The overview heat map: x = step (binned past ``MAX_CELLS`` columns, each cell
-    its slowest launch), y = layer, colour = the metric (``METRICS``), the picks and
-    the launches with anomalies marked, the launch ``shown`` outlined."""
+def figure(ov: RS.Overview, metric: str = "kernel", rank=None, shown: RS.Key | None = None, run: str = "") -> dict:
+    """The overview heat map of ``run``: x = step (binned past ``MAX_CELLS`` columns,
+    each cell its slowest launch), y = layer, colour = the metric (``METRICS``), the
+    picks and the launches with anomalies marked, the launch ``shown`` outlined."""
     z, title, _ = metric_grid(ov, metric, rank)
     f, xs = columns(ov)
     z = binned(z, f)
@@ -124,6 +124,7 @@ def figure(ov: RS.Overview, metric: str = "kernel", rank=None, shown: RS.Key | N
     height = int(min(420, max(170, 26 * ov.layers.size + 90)))
     return {"data": data, "layout": {
         "height": height, "margin": {"l": 60, "r": 20, "t": 10, "b": 40}, "uirevision": "overview",
+        "meta": {"run": run, "binned": f > 1, "axis": ov.axis},  # what the page's click script reads
         "xaxis": {"title": {"text": ov.axis + (f" (cells of {f} steps, each its slowest launch)" if f > 1 else "")},
                   "showgrid": False, "zeroline": False},
         "yaxis": {"title": {"text": "layer"}, "showgrid": False, "zeroline": False,
