@@ -11,6 +11,12 @@ page can open any trace file inside ``--trace-dir`` or named on the command line
 Dash debug mode (the in-page traceback) is off unless ``--debug``; a failing
 callback shows a one-line message in the page and logs its traceback on the server.
 
+A run directory (the run dataset, ``timeline.run``; or a trace file with
+``--overview``) opens on the run's overview (``viewer.run_wiring``): every launch as
+a cell of a step x layer heat map, from DuckDB aggregates; a click opens that
+launch's Gantt, loaded on demand and kept in an LRU within ``--memory-budget``
+(``viewer.run_state``, ``viewer.launch_cache``).
+
 The page (``viewer.page``): a Gantt of rows = CTA x wave, grouped by rank and
 launch, hardware placement or stage (``viewer.model``), drawn as WebGL bars or, with
 more intervals in view than ``figures.BAR_LIMIT``, as a server-rendered occupancy
