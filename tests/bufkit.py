@@ -28,3 +28,15 @@ def put(buf, spec: S.Spec, *, stage, task, ticks, launch=0, wave=0, cta=0, hw=0,
     for j, t in enumerate(ticks):
         buf[S.word_offset(lay, launch, s, task, wave, S.phase_col(j))] = t
     return buf
+
+
+def put_hybrid(buf, spec: S.Spec, *, stage, task, cycles, anchors, launch=0, wave=0, cta=0, hw=0,
+               placement=None):
+    """Write one hybrid record: ``put``'s placement word and cycle counts, then the two
+    anchors (the global clock at the first and the last stamp; 0 = not written)."""
+    put(buf, spec, stage=stage, task=task, ticks=cycles, launch=launch, wave=wave, cta=cta, hw=hw,
+        placement=placement)
+    lay = spec.layout
+    base = S.word_offset(lay, launch, spec.stage_index(stage), task, wave, 0)
+    buf[base + S.anchor_col(lay, 0)], buf[base + S.anchor_col(lay, 1)] = anchors
+    return buf

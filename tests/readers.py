@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+from timeline import rows as R
 from timeline.export import _common as C
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,10 +80,15 @@ def expected(trace, *, instants: bool = True) -> dict:
     (``instant_runs``) and a zero-length task is one event, no phases."""
     num = C.numbering(trace)
     iv = trace.intervals
-    cols = {c: iv.column(c).to_numpy(zero_copy_only=False) for c in
-            ("rank", "launch", "cta", "wave", "stage_index", "task", "phase_index", "start_ns", "end_ns")}
+    ident = ("rank", "launch", "stage_index", "task", "cta", "wave")
+    cols = {c: R.column(iv, c, fill=R.NO_CTA) for c in (*ident, "phase_index", "start_ns", "end_ns")}
     pid = num.pid(cols["rank"], cols["launch"])
-    tid = num.tid(cols["cta"], cols["wave"])
+    # a row's thread by timeline.rows.tracks (rows without a placement word: an unplaced lane)
+    t = trace.tasks
+    tr = R.tracks(t, trace.phases)
+    row_tid = dict(zip(zip(*(R.column(t, c, fill=R.NO_CTA).tolist() for c in ident)),
+                       num.tid(tr.cta, tr.wave, tr.lane).tolist()))
+    tid = np.array([row_tid[k] for k in zip(*(cols[c].tolist() for c in ident))], np.int64)
     names = iv.column("phase").to_pylist()
     stages = trace.spec.stage_names
     tasks = defaultdict(list)

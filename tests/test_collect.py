@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bufkit import empty, put, signed
+from bufkit import empty, put, put_hybrid, signed
 from timeline import CollectError, Spec, TraceFileError, collect, load, merge
 from timeline import schema as S
 
@@ -33,9 +33,10 @@ def stamps_accounted(trace, buf, spec):
     rec = buf[: lay.record_words].reshape(-1, lay.cols)
     trailer = buf[lay.record_words:]
     pad = len(spec.stages) + 2 * spec.launches
-    total = (int(np.count_nonzero(rec[:, 1:])) + int(trailer[: len(spec.stages)].sum())
-             + int(np.count_nonzero(trailer[pad:])))
-    kept = sum(int(np.count_nonzero(trace.tasks.column(f"{p}_tick").to_numpy())) for p in spec.phases)
+    stamp_cols = 1 + len(spec.phases) + len(spec.marks)  # a hybrid record's anchors are clock readings, not stamps
+    total = (int(np.count_nonzero(rec[:, 1:stamp_cols])) + int(np.count_nonzero(rec[:, lay.used:]))
+             + int(trailer[: len(spec.stages)].sum()) + int(np.count_nonzero(trailer[pad:])))
+    kept = sum(int(np.count_nonzero(trace.tasks.column(f"{p}_tick").to_numpy())) for p in spec.phases + spec.marks)
     dropped = int(pc.sum(trace.anomalies.column("stamps")).as_py() or 0)
     return kept + dropped, total
 
@@ -207,8 +208,9 @@ def test_a_buffer_of_another_size_is_refused_with_both_shapes():
     sp = spec3(waves=4)
     lay = sp.layout
     for n in (10, lay.words + 6, lay.words - 1):
-        with pytest.raises(CollectError, match=r"has shape \(%d,\) but spec 'k' needs \(150,\) \(records "
-                           r"\(1, 6, 4, 6\).*6 trailer words.*instrument.alloc" % n):
+        with pytest.raises(CollectError, match=r"has shape \(%d,\) but spec 'k' needs \(150,\) \(the records, "
+                           r"launches x rows x waves x cols = 1 x 6 x 4 x 6, then 6 trailer words\), or a layout-1 "
+                           r"buffer of the records alone, \(144,\) or \(1, 6, 4, 6\).*instrument.alloc" % n):
             collect(np.zeros(n, np.int64), sp)
 
 
@@ -440,6 +442,224 @@ def test_every_stamp_is_in_a_row_or_an_anomaly(sp, data):
     # no interval ever runs backwards
     d = tr.intervals.column("duration_ns").to_numpy()
     assert (d >= 0).all()
+
+
+EPOCH = 1_700_000_000_000_000_000  # %globaltimer: ns since 1970, past float64's exact integers
+
+
+@st.composite
+def hybrid_specs(draw):
+    """Hybrid specs of either vendor: cycle counts in the phase and mark columns, two anchors."""
+    n = draw(st.integers(1, 3))
+    counts = draw(st.lists(st.integers(1, 5), min_size=n, max_size=n))
+    nphase = draw(st.integers(1, 5))
+    amd = draw(st.booleans())
+    return Spec("h", [(f"s{i}", c) for i, c in enumerate(counts)], phases=[f"p{i}" for i in range(nphase)],
+                marks=[f"m{i}" for i in range(draw(st.integers(0, 2)))], waves=draw(st.integers(1, 2)),
+                launches=draw(st.integers(1, 2)), clock="memrealtime" if amd else "globaltimer",
+                cycles="memtime" if amd else "clock64", arch="gfx942" if amd else "sm_90")
+
+
+# garbage a hybrid record's words may hold instead of the device's: an impossible (negative)
+# reading, int64's extremes, a tick of another clock, a small count
+HYBRID_GARBAGE = st.sampled_from([-1, -(1 << 40), signed(1 << 63), (1 << 63) - 1, 7, EPOCH, 1 << 62])
+
+
+def hybrid_buffer(sp, data) -> np.ndarray:
+    """A hybrid buffer as a hostile capture could leave it: records written by a few
+    SMs / CUs whose counters run at 2 GHz against the global clock, some without a
+    placement word, with a bad one or no anchors, then a few words of any record
+    overwritten with garbage (``HYBRID_GARBAGE``) and the drop counters random."""
+    lay = sp.layout
+    buf = empty(sp)
+    mul = 10**9 // sp.clock.hz
+    base_g = data.draw(st.sampled_from([EPOCH // mul, 10**12, 5_000]))
+    nrec = lay.launches * lay.rows * lay.waves
+    for r in data.draw(st.lists(st.integers(0, nrec - 1), unique=True, max_size=nrec)):
+        launch, row, wave = (int(v) for v in np.unravel_index(r, (lay.launches, lay.rows, lay.waves)))
+        s = int(np.searchsorted(lay.first, row, side="right") - 1)
+        unit = data.draw(st.integers(0, 2))
+        t0 = data.draw(st.integers(0, 10**6))  # ns into the launch
+        steps = data.draw(st.lists(st.integers(0, 5000), min_size=len(sp.phases) - 1, max_size=len(sp.phases) - 1))
+        t = np.cumsum([t0] + steps)
+        cyc = [int(10**9 * (unit + 1) + 2 * x) for x in t] + [int(10**9 * (unit + 1) + 2 * t0 + 1)] * len(sp.marks)
+        g = [base_g + int(t[0]) // mul, base_g + int(t[-1]) // mul]
+        how = data.draw(st.sampled_from(["ok", "ok", "ok", "no placement", "bad placement", "no anchors"]))
+        placement = {"ok": S.pack_placement(0, wave, unit), "no anchors": S.pack_placement(0, wave, unit),
+                     "no placement": 0, "bad placement": (5 << 60)}[how]
+        if how == "no anchors":
+            g = [0, 0]
+        put_hybrid(buf, sp, stage=s, task=int(row - lay.first[s]), launch=launch, wave=wave, cycles=cyc,
+                   anchors=g, placement=placement)
+        for _ in range(data.draw(st.integers(0, 2))):
+            col = data.draw(st.integers(1, lay.used - 1))
+            buf[S.word_offset(lay, launch, s, int(row - lay.first[s]), wave, col)] = data.draw(HYBRID_GARBAGE)
+    counters = data.draw(st.lists(st.integers(0, 50), min_size=len(sp.stages), max_size=len(sp.stages)))
+    buf[lay.record_words: lay.record_words + len(sp.stages)] = counters
+    return buf
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sp=hybrid_specs(), data=st.data())
+def test_every_hybrid_stamp_is_in_a_row_or_exactly_one_anomaly(sp, data):
+    """The accounting rule for hybrid builds: over hostile hybrid buffers (impossible
+    cycle or anchor words, records without a placement word or anchors, bad placement
+    words, device drops) every nonzero cycle word is in a tasks row or in the stamps
+    of exactly one dropping anomaly; no kept stamp is negative, no interval runs backwards."""
+    buf = hybrid_buffer(sp, data)
+    try:
+        tr = collect(buf, sp)
+    except CollectError as e:  # the one refusal a hybrid buffer can earn: ticks no exact axis holds
+        assert "2**53 ns" in str(e)
+        return
+    got, want = stamps_accounted(tr, buf, sp)
+    assert got == want
+    for p in sp.phases + sp.marks:
+        assert (tr.tasks.column(f"{p}_tick").to_numpy() >= 0).all()
+    assert (tr.intervals.column("duration_ns").to_numpy() >= 0).all()
+
+
+def test_a_hybrid_record_without_placement_and_with_an_impossible_count_is_counted_once():
+    """No placement word (no SM: unanchored) and a negative cycle word (impossible): its
+    five stamps are dropped once, as impossible_tick, the first reason that applies."""
+    sp = Spec("h", [("a", 2)], clock="globaltimer", cycles="clock64", arch="sm_90")
+    buf = empty(sp)
+    put_hybrid(buf, sp, stage="a", task=0, cycles=[100, 200, 300, 400, 500], anchors=[EPOCH, EPOCH + 200],
+               cta=0, hw=3)
+    put_hybrid(buf, sp, stage="a", task=1, cycles=[-5, 210, 310, 410, 510], anchors=[EPOCH + 5, EPOCH + 205],
+               placement=0)
+    tr = collect(buf, sp)
+    assert {r["kind"]: (r["count"], r["stamps"]) for r in tr.anomalies.to_pylist()} == {"impossible_tick": (1, 5)}
+    assert stamps_accounted(tr, buf, sp) == (10, 10)
+
+
+def test_windows_take_nvidia_globaltimer_ticks_exactly():
+    """%globaltimer reads ns since 1970 (~1.7e18, past 2**53): windows= bounds are
+    integers end to end, so a bound one tick past a stamp drops it and one at it keeps it."""
+    sp = spec3(arch="sm_90", clock="globaltimer")
+    base = EPOCH + 1  # odd: not a float64 value
+    buf = empty(sp)
+    put(buf, sp, stage="norm", task=0, ticks=[base + k for k in range(5)], cta=0)
+    put(buf, sp, stage="norm", task=1, ticks=[base + 10 + k for k in range(5)], cta=1)
+    assert collect(buf, sp, windows=[(base, base + 14)]).tasks.num_rows == 2
+    tr = collect(buf, sp, windows=[(np.int64(base + 1), base + 14)])
+    assert summary(tr) == {"outside_window": 1, "unwritten": 4} and tr.tasks["task"].to_pylist() == [1]
+    assert collect(buf, sp, windows=[(base, base + 13)]).tasks["task"].to_pylist() == [0]
+    with pytest.raises(CollectError, match=r"windows= needs 1 \(lo_tick, hi_tick\) pair.*got 2 pairs"):
+        collect(buf, sp, windows=[(base, base + 14)] * 2)
+    with pytest.raises(CollectError, match=r"windows=: launch 0's bound 1\.5 is not an integer"):
+        collect(buf, sp, windows=[(1.5, base)])
+    with pytest.raises(CollectError, match=r"windows=: launch 0's lo .* is past its hi"):
+        collect(buf, sp, windows=[(base + 1, base)])
+    with pytest.raises(CollectError, match=r"windows=: launch 0's bound .* does not fit int64"):
+        collect(buf, sp, windows=[(0, 1 << 63)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(t0=st.one_of(st.integers(1, 1 << 62), st.integers(1 << 53, 1 << 62).map(lambda x: x | 1)), d=st.integers(0, 10**6), lo=st.integers(-3, 3), hi=st.integers(-3, 3))
+def test_window_bounds_are_exact_integers_anywhere(t0, d, lo, hi):
+    """A row is kept exactly when its ticks lie within [lo, hi], compared as integers
+    at any magnitude of int64 (the span refusal's remedy: windows=)."""
+    sp = Spec("k", [("a", 1)], phases=("s", "e"), clock="globaltimer", arch="sm_90")
+    buf = empty(sp)
+    put(buf, sp, stage="a", task=0, ticks=[t0, t0 + d])
+    w = (t0 + lo, t0 + d + hi)
+    if w[0] > w[1]:
+        with pytest.raises(CollectError, match="is past its hi"):
+            collect(buf, sp, windows=[w])
+        return
+    tr = collect(buf, sp, windows=[w])
+    assert tr.tasks.num_rows == (1 if lo <= 0 <= hi else 0)
+
+
+def test_a_stale_row_of_the_previous_layout_in_a_fresh_buffer_is_bad_placement():
+    """A record a layout-2 build left in a buffer a layout-3 build then wrote (not
+    reset across the upgrade): its placement word's version is not the buffer's
+    layout, so it is bad_placement (docs/FORMAT.md section 3); a buffer whose rows
+    all carry 2 is a layout-2 buffer and decodes."""
+    sp = spec3()
+    buf = full_buffer(sp)
+    v2 = (((2 << 28) | (1 << 10)) << 32) | 7
+    put(buf, sp, stage="act", task=0, ticks=[T0 + 3 + k for k in range(5)], placement=v2)
+    tr = collect(buf, sp)
+    assert summary(tr) == {"bad_placement": 1} and tr.tasks.num_rows == 5
+    old = empty(sp)
+    for task in range(2):
+        put(old, sp, stage="norm", task=task, ticks=[T0 + k for k in range(5)], placement=v2)
+    assert collect(old, sp).tasks.num_rows == 2
+
+
+def test_the_remedies_refusals_offer_are_accepted():
+    """A refusal's remedy, taken as offered, is accepted: the span refusal's windows=
+    on an NVIDIA buffer (%globaltimer ticks past 2**53), the zero gap's "a large gap,
+    e.g. 1e9", a windows= count refusal's "one pair per launch slot"."""
+    sp = spec3(arch="sm_90", clock="globaltimer", launches=2)
+    buf = empty(sp)
+    for launch, t0 in ((0, EPOCH + 1), (1, 1000)):  # launch 1: another clock's ticks (a stale build's)
+        put(buf, sp, stage="norm", task=0, launch=launch, ticks=[t0 + k for k in range(5)])
+    with pytest.raises(CollectError, match=r"2\*\*53 ns.*windows=\[\(lo, hi\), \.\.\.\] per launch"):
+        collect(buf, sp)
+    fresh = (EPOCH, EPOCH + 10**6)
+    tr = collect(buf, sp, windows=[fresh, fresh])
+    assert summary(tr)["outside_window"] == 1 and tr.tasks["start_tick"].to_pylist() == [EPOCH + 1]
+    with pytest.raises(CollectError, match="e.g. 1e9"):
+        collect(buf, sp, window_gap_ms=0, windows=[fresh, fresh])
+    assert collect(buf, sp, window_gap_ms=1e9, windows=[fresh, fresh]).tasks.num_rows == 1
+    with pytest.raises(CollectError, match=r"needs 2 \(lo_tick, hi_tick\) pairs"):
+        collect(buf, sp, windows=[fresh])
+
+
+@settings(max_examples=60, deadline=None)
+@given(sp=specs(), data=st.data())
+def test_a_buffer_is_of_one_layout_version(sp, data):
+    """Rows of placement version 2 and 3 mixed in a full buffer of a plain spec: the
+    buffer is of the newest version any row carries, so with a version-3 row every
+    version-2 row is bad_placement (a previous build's, not reset across the upgrade);
+    rows all of one version decode."""
+    lay = sp.layout
+    nrec = lay.launches * lay.rows * lay.waves
+    chosen = data.draw(st.lists(st.tuples(st.integers(0, nrec - 1), st.sampled_from([2, 3])),
+                                unique_by=lambda c: c[0], min_size=1, max_size=nrec))
+    buf = empty(sp)
+    for r, version in chosen:
+        launch, row, wave = (int(v) for v in np.unravel_index(r, (lay.launches, lay.rows, lay.waves)))
+        s = int(np.searchsorted(lay.first, row, side="right") - 1)
+        word = (((version << 28) | (1 << 10) | (wave << 4)) << 32) | 1
+        put(buf, sp, stage=s, task=row - int(lay.first[s]), launch=launch, wave=wave, placement=word,
+            ticks=[T0 + r * 10 + k for k in range(len(sp.phases))])
+    tr = collect(buf, sp)
+    old = sum(v == 2 for _, v in chosen) if any(v == 3 for _, v in chosen) else 0
+    assert summary(tr).get("bad_placement", 0) == old
+    assert tr.tasks.num_rows == len(chosen) - old
+
+
+def _offered_shapes(message: str) -> list:
+    """The shapes a size refusal offers: every ``(n, ...)`` after its "needs"."""
+    import re
+
+    offer = message.split(" needs ", 1)[1]
+    return [tuple(int(x) for x in m.split(",") if x.strip()) for m in re.findall(r"\((\d+(?:, \d+)*,?)\)", offer)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(sp=st.one_of(specs(), hybrid_specs()), data=st.data())
+def test_every_shape_a_refusal_offers_is_accepted(sp, data):
+    """A buffer of another shape is refused with the shapes the spec takes: each one
+    offered, fed back (zeros of that shape), decodes (a hybrid spec's records alone
+    are refused, so never offered)."""
+    lay = sp.layout
+    shape = data.draw(st.sampled_from([(lay.words + 1,), (max(lay.words - 2, 0),), (3, lay.words),
+                                       lay.shape[:-1] + (lay.cols + 2,), (lay.record_words,)]))
+    arr = np.zeros(shape, np.int64)
+    try:
+        collect(arr, sp)
+        assert not sp.cycles and shape == (lay.record_words,)  # a layout-1 buffer: the records alone
+        return
+    except CollectError as e:
+        offered = _offered_shapes(str(e))
+    assert offered and (lay.words,) in offered
+    for s in offered:
+        collect(np.zeros(s, np.int64), sp)
 
 
 @settings(max_examples=100, deadline=None)

@@ -129,9 +129,10 @@ def test_perfetto_protobuf_is_exact_in_the_trace_processor(case):
     writes zero-length phases as begin/end pairs, in order)."""
     trace, _, pftrace = case
     num = C.numbering(trace)
-    pid, tid, rank, launch, cta, wave = C.threads(trace, num)
-    names = {(int(p), int(t)): (C.process_name(int(r), int(la), trace.synthetic), C.thread_name(int(c), int(w)))
-             for p, t, r, la, c, w in zip(pid, tid, rank, launch, cta, wave)}
+    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
+    names = {(int(p), int(t)): (C.process_name(int(r), int(la), trace.synthetic),
+                                C.thread_name(int(c), int(w), int(k)))
+             for p, t, r, la, c, w, k in zip(pid, tid, rank, launch, cta, wave, lane)}
     want = {names[key]: evs for key, evs in RD.expected(trace, instants=False).items()}
     shift = -min(0, min((e.ts for v in want.values() for e in v), default=0))
     got = {k: [e._replace(ts=e.ts - shift) for e in v] for k, v in RD.perfetto_track_view(pftrace).items()

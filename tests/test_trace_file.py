@@ -124,10 +124,12 @@ def _retyped(name, array):
 
 
 def _specs(fn):
+    """Both spec entries edited alike (the first rank's spec is the spec entry): a
+    crafted file whose metadata agrees with itself, for the checks of its rows."""
     def edit(t, m):
         d = json.loads(m[S.META_SPECS])
         fn(d)
-        return t, {**m, S.META_SPECS: json.dumps(d).encode()}
+        return t, {**m, S.META_SPECS: json.dumps(d).encode(), S.META_SPEC: json.dumps(d[0]).encode()}
     return edit
 
 
@@ -205,6 +207,98 @@ def test_a_file_without_a_checksum_loads_with_a_note(trace, files, tmp_path):
     with pa.OSFile(str(tmp_path / "bad.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
         w.write_table(table)
     assert "checksum does not match" in one_line_refusal(tmp_path / "bad.arrow")
+
+
+def _meta_spec_other(t, m):
+    d = json.loads(m[S.META_SPEC])
+    d["kernel"] = "another"
+    return t, {**m, S.META_SPEC: json.dumps(d).encode()}
+
+
+# Every metadata entry is parsed and checked against the tables, checksum or not (docs/FORMAT.md section 5).
+METADATA = {
+    "a spec entry that is not JSON": (_meta(S.META_SPEC, b"{nope"), "mono_timeline.spec' is not valid JSON"),
+    "a spec entry that is not a spec": (_meta(S.META_SPEC, b"[1, 2]"), "mono_timeline.spec' is not a valid spec"),
+    "a spec entry of another build": (_meta_spec_other, "mono_timeline.spec' is not the first rank's spec"),
+    "a clock entry that is garbage": (_meta(S.META_CLOCK, b"\x00\x01"), "mono_timeline.clock' is not valid JSON"),
+    "a clock entry that is no clock": (_meta(S.META_CLOCK, b'[1]'), "mono_timeline.clock' is not its spec's clock"),
+    "a clock entry of another rate": (_meta(S.META_CLOCK, b'{"name": "memrealtime", "hz": 1000000000}'),
+                                      "mono_timeline.clock' is not its spec's clock"),
+    "a version entry that is garbage": (_meta(S.META_VERSION, b"\xff\xfe"), "mono_timeline.version' is not a release"),
+    "a synthetic entry that is not 0 or 1": (_meta(S.META_SYNTHETIC, b"yes"), "mono_timeline.synthetic' is not 0 or 1"),
+    "a layout entry that is garbage": (_meta(S.META_LAYOUT, b"\xff"), "layout version"),
+    "a checksum that is not one": (_meta(S.META_CHECKSUM, b"zz"), "checksum"),
+    "an entry this release does not know": (_meta(b"mono_timeline.gremlin", b"1"),
+                                            "mono_timeline.gremlin' is no entry this release knows"),
+    "origins that are not an object": (_meta(S.META_ORIGIN, b"[]"), "is not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("checksum", [False, True], ids=["no checksum", "checksum"])
+@pytest.mark.parametrize("ext", EXTS)
+@pytest.mark.parametrize("case", sorted(METADATA))
+def test_every_metadata_entry_is_checked_with_or_without_a_checksum(files, tmp_path, ext, case, checksum):
+    """A file whose metadata entry says something else than the tables (or nothing):
+    one line, whether or not it carries a checksum (a file of an older release has none:
+    its entries are still parsed and checked). Before: without a checksum the spec,
+    clock, version and synthetic entries were never read, and such a file loaded."""
+    edit, message = METADATA[case]
+    src = pq.read_table(files[ext][0]) if ext == ".parquet" else pa.ipc.open_file(
+        pa.memory_map(str(files[ext][0]))).read_all()
+    table, meta = edit(src.replace_schema_metadata(None), dict(src.schema.metadata))
+    if case == "a checksum that is not one":
+        p = tmp_path / f"m{ext}"
+        t = table.replace_schema_metadata(meta)
+        if ext == ".parquet":
+            pq.write_table(t, str(p))
+        else:
+            with pa.OSFile(str(p), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+                w.write_table(t)
+    else:
+        p = write(tmp_path / f"m{ext}", table, meta, checksum=checksum)
+    import re
+
+    msg = one_line_refusal(p)
+    assert re.search(message, msg), msg
+
+
+JSON_KEYS = (S.META_SPEC, S.META_SPECS, S.META_ANOMALIES, S.META_CLOCK, S.META_ORIGIN)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(JSON_KEYS + (S.META_VERSION, S.META_LAYOUT, S.META_SYNTHETIC)),
+       value=st.one_of(st.binary(max_size=24), st.text(max_size=12).map(str.encode),
+                       st.sampled_from([b"{}", b"[]", b"null", b"1", b'"x"', b'{"name": "globaltimer", "hz": 1}',
+                                        b'{"name": "memrealtime", "hz": 100000000}', b"0.1.0", b"3", b"0"]),
+                       st.recursive(st.none() | st.integers() | st.text(max_size=4),
+                                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+                                    max_leaves=6).map(lambda v: json.dumps(v).encode())))
+def test_an_entry_without_a_checksum_loads_only_if_it_says_what_was_written(trace, files, tmp_path, key, value):
+    """Any bytes in any metadata entry of a file without a checksum: refused in one
+    line, or the entry means what the saved one meant (the same JSON value; a
+    release version; a layout this release reads; the synthetic flag the trace then
+    carries) and the tables are the ones saved."""
+    src = pa.ipc.open_file(pa.memory_map(str(files[".arrow"][0]))).read_all()
+    meta = dict(src.schema.metadata)
+    original = meta[key]
+    meta[key] = value
+    p = write(tmp_path / "any.arrow", src.replace_schema_metadata(None), meta, checksum=False)
+    try:
+        back = load(p)
+    except TraceFileError as e:
+        assert "\n" not in str(e)
+        return
+    if key in JSON_KEYS:
+        assert json.loads(value) == json.loads(original)
+    elif key == S.META_VERSION:
+        import re
+
+        assert re.fullmatch(rb"[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z]+)*", value)
+    elif key == S.META_LAYOUT:
+        assert value in (b"1", b"2", b"3")
+    else:
+        assert value in (b"0", b"1") and back.synthetic == (value == b"1")
+    assert same(back, trace)
 
 
 def test_not_a_regular_file_is_refused(tmp_path):

@@ -14,8 +14,11 @@ the earliest start of the analysed scope; strings are plain ``string`` columns.
 A task row's extent is from its earliest to its latest *written* phase. For a clean
 row that is its ``start`` and ``end`` stamps; a row with a missing first or last mark
 still has an extent (the anomaly report flags the row), as the mono kernels' rule
-says a missing mark inherits. Rows without a placement word (CTA unknown) take part
-in the stage report but not in the per-CTA analyses.
+says a missing mark inherits. Rows without a placement word (CTA unknown,
+``timeline.rows.placed``) take part in the stage report and in ``concurrency`` (each
+such task is one CTA inside its stage), not in the per-CTA tables (``idle_per_cta``,
+``idle_gaps``, ``overlapping_tasks``): those say how many they left out in their
+schema metadata (``unplaced_rows``), and the CLI prints it.
 
 The GLM-5 kernel's own host reports (``timeline_report()``, ``profile_summary.py``)
 live in ``timeline.legacy_reports``.
@@ -131,13 +134,29 @@ def _only(present: list, value, what: str) -> int:
 
 
 # -- per-CTA rows ---------------------------------------------------------------------
-def _cta_rows(trace, ranks, launches):
-    """Selected task rows with a known CTA: the table and each row's (start, end)."""
+META_UNPLACED = b"mono_timeline.unplaced_rows"  # per-CTA tables: selected rows left out, CTA unknown
+
+
+def _cta_rows(trace, ranks, launches, *, unplaced: bool = False):
+    """Selected task rows, each row's (start, end), and how many rows have no CTA
+    (``timeline.rows.placed``): left out unless ``unplaced``."""
     tasks = R.select(trace.tasks, R.check(trace, ranks, launches))
-    if tasks.column("cta").null_count:
-        tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
+    keep = R.placed(tasks)
+    n_unplaced = int((~keep).sum())
+    if n_unplaced and not unplaced:
+        tasks = tasks.filter(R.arrow(keep))
     start, end = R.extent(R.phase_matrix(tasks, trace.phases))
-    return tasks, start, end
+    return tasks, start, end, n_unplaced
+
+
+def _noting(table: pa.Table, n_unplaced: int) -> pa.Table:
+    """A per-CTA table that says how many selected rows it left out (no CTA)."""
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), META_UNPLACED: str(n_unplaced).encode()})
+
+
+def unplaced_rows(table: pa.Table) -> int:
+    """How many task rows without a placement word a per-CTA table left out."""
+    return int((table.schema.metadata or {}).get(META_UNPLACED, b"0"))
 
 
 def concurrency(trace, *, bins: int = 1000, t0_ns=None, t1_ns=None, ranks=None,
@@ -146,7 +165,8 @@ def concurrency(trace, *, bins: int = 1000, t0_ns=None, t1_ns=None, ranks=None,
     order then time. ``ctas`` is the time-weighted mean, over the bin, of the number
     of distinct (rank, CTA) inside a task of that stage (task start to end). The
     waves of one CTA, and overlapping tasks of one CTA, count once: each (rank, CTA,
-    stage)'s task intervals are merged into their union first. Exact: each busy
+    stage)'s task intervals are merged into their union first. A task whose rows
+    have no CTA (no placement word) counts as one CTA of its own. Exact: each busy
     segment adds its whole-ns overlap with every bin (difference array for the bins
     it covers, ``bincount`` for the two partial ones), divided by the bin width.
 
@@ -157,10 +177,10 @@ def concurrency(trace, *, bins: int = 1000, t0_ns=None, t1_ns=None, ranks=None,
         raise AnalysisError(f"bins must be at least 1; got {bins}")
     spec = trace.spec
     nst = len(spec.stages)
-    tasks, start, end = _cta_rows(trace, ranks, launches)
+    tasks, start, end, _ = _cta_rows(trace, ranks, launches, unplaced=True)
     if t0_ns is None or t1_ns is None:
         if tasks.num_rows == 0:
-            raise AnalysisError("no task rows with a known CTA in the selection: nothing to bin")
+            raise AnalysisError("no task rows in the selection: nothing to bin")
         t0_ns = int(start.min()) if t0_ns is None else int(t0_ns)
         t1_ns = int(end.max()) if t1_ns is None else int(t1_ns)
     t0_ns, t1_ns = int(t0_ns), int(t1_ns)
@@ -168,7 +188,10 @@ def concurrency(trace, *, bins: int = 1000, t0_ns=None, t1_ns=None, ranks=None,
         raise AnalysisError(f"empty time window: t1_ns {t1_ns} must be after t0_ns {t0_ns}")
     w = -(-(t1_ns - t0_ns) // bins)
     stage_i = R.column(tasks, "stage_index").astype(np.int64)
-    key = (R.column(tasks, "rank").astype(np.int64) * (S.MAX_CTA + 1) + R.column(tasks, "cta")) * nst + stage_i
+    task = R.column(tasks, "task").astype(np.int64)  # a task without a CTA: one CTA of its own (it ran on one)
+    cta = np.where(R.placed(tasks), R.column(tasks, "cta", fill=0).astype(np.int64), S.MAX_CTA + 1 + task)
+    span = S.MAX_CTA + 2 + (int(task.max()) if task.size else 0)
+    key = (R.column(tasks, "rank").astype(np.int64) * span + cta) * nst + stage_i
     sw = GR.sweep(key, start, end)
     sg, ss, se = sw.segments()
     seg_stage = sg % nst
@@ -201,8 +224,9 @@ def idle_per_cta(trace, *, ranks=None, launches=None) -> pa.Table:
     tasks: its waves' and tasks' intervals merged), ``idle_ns`` (the rest of
     [first start, last end]: time between its consecutive tasks), ``max_gap_ns``
     (the longest such stretch, 0 if none) and ``idle_share`` (idle / that span,
-    null for a zero span)."""
-    tasks, start, end = _cta_rows(trace, ranks, launches)
+    null for a zero span). Rows without a CTA are left out and counted
+    (``unplaced_rows``)."""
+    tasks, start, end, n_unplaced = _cta_rows(trace, ranks, launches)
     rank = R.column(tasks, "rank").astype(np.int64)
     launch = R.column(tasks, "launch").astype(np.int64)
     cta = R.column(tasks, "cta").astype(np.int64)
@@ -224,7 +248,7 @@ def idle_per_cta(trace, *, ranks=None, launches=None) -> pa.Table:
         share = np.where(span > 0, idle / np.where(span > 0, span, 1), np.nan)
     ntasks = GR.distinct_count(gid, ng, R.column(tasks, "stage_index").astype(np.int64),
                              R.column(tasks, "task").astype(np.int64))
-    return pa.table({
+    return _noting(pa.table({
         "rank": pa.array(keys[:, 0].astype(np.int16)),
         "launch": pa.array(keys[:, 1].astype(np.int32)),
         "cta": pa.array(keys[:, 2].astype(np.int32)),
@@ -235,7 +259,7 @@ def idle_per_cta(trace, *, ranks=None, launches=None) -> pa.Table:
         "idle_ns": pa.array(idle),
         "max_gap_ns": pa.array(max_gap),
         "idle_share": GR.f64(share),
-    })
+    }), n_unplaced)
 
 
 def _wave_sweep(tasks: pa.Table, start: np.ndarray, end: np.ndarray):
@@ -250,10 +274,10 @@ def overlapping_tasks(trace, *, ranks=None, launches=None) -> pa.Table:
     """The task rows that start before an earlier-starting task of their (rank, launch,
     CTA, wave) has ended. A wave runs its tasks one after another, so such a row says
     its CTA is wrong (a derived placement from the wrong rule, stamps in the wrong
-    record)."""
-    tasks, start, end = _cta_rows(trace, ranks, launches)
+    record). Rows without a CTA are left out and counted (``unplaced_rows``)."""
+    tasks, start, end, n_unplaced = _cta_rows(trace, ranks, launches)
     sw, _ = _wave_sweep(tasks, start, end)
-    return tasks.take(np.sort(sw.order[sw.overlapping]))
+    return _noting(tasks.take(np.sort(sw.order[sw.overlapping])), n_unplaced)
 
 
 def idle_gaps(trace, *, min_ns: int = 0, ranks=None, launches=None) -> pa.Table:
@@ -262,8 +286,9 @@ def idle_gaps(trace, *, min_ns: int = 0, ranks=None, launches=None) -> pa.Table:
     start), ``duration_ns`` (> 0 and >= ``min_ns``), ``stage_before`` (the stage of
     the task that ended last before the gap) and ``stage_after``. Ordered by rank,
     launch, CTA, wave, time. Overlapping tasks of one wave (which a sane kernel
-    never has) leave no gap rather than a negative one."""
-    tasks, start, end = _cta_rows(trace, ranks, launches)
+    never has) leave no gap rather than a negative one. Rows without a CTA are
+    left out and counted (``unplaced_rows``)."""
+    tasks, start, end, n_unplaced = _cta_rows(trace, ranks, launches)
     sw, keys = _wave_sweep(tasks, start, end)
     prev = np.maximum(sw.prev, 0)
     gap = (sw.prev >= 0) & (sw.start > sw.end[prev])
@@ -273,7 +298,7 @@ def idle_gaps(trace, *, min_ns: int = 0, ranks=None, launches=None) -> pa.Table:
     k = keys[sw.gid[i]]
     stage_i = R.column(tasks, "stage_index").astype(np.int64)[sw.order]
     spec = trace.spec
-    return pa.table({
+    return _noting(pa.table({
         "rank": pa.array(k[:, 0].astype(np.int16)),
         "launch": pa.array(k[:, 1].astype(np.int32)),
         "cta": pa.array(k[:, 2].astype(np.int32)),
@@ -283,7 +308,7 @@ def idle_gaps(trace, *, min_ns: int = 0, ranks=None, launches=None) -> pa.Table:
         "duration_ns": pa.array(dur[i]),
         "stage_before": GR.stage_strings(spec, stage_i[prev[i]]),
         "stage_after": GR.stage_strings(spec, stage_i[i]),
-    })
+    }), n_unplaced)
 
 
 def coarsen(conc: pa.Table, k: int) -> pa.Table:

@@ -8,10 +8,12 @@ record the collector cannot vouch for. A buffer whose shape, order or size is no
 exactly the spec's is refused, never guessed at. All work is columnar numpy over
 the whole buffer; there is no per-row Python loop.
 
-The steps: read the buffer and cut it into records and trailer by the layout
-(``timeline.intake``), place a hybrid build's cycle counts on its clock
-(``_on_global_clock``), then, each a function below, per record decide unwritten / impossible
-/ bad placement / outside the launch window (``_screen``), flag the rows kept
+The steps: check the options and read the buffer and cut it into records and
+trailer by the layout (``timeline.intake``), find the records holding an impossible
+reading (``_impossible``) before anything uses them, place a hybrid build's cycle
+counts on its clock (``_on_global_clock``), then, each a function below, per record
+decide unwritten / impossible / bad placement / unanchored / outside the launch
+window, each record dropped counted once (``_screen``), flag the rows kept
 (``_flag``), and build the tasks table (``_tasks_table``). One ``Anomalies``
 accumulator (``timeline.trailer``, with the checks of padding and trailer) collects
 what each step could not vouch for.
@@ -19,7 +21,6 @@ what each step could not vouch for.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
@@ -28,37 +29,11 @@ import pyarrow as pa
 from timeline import hybrid as H
 from timeline import rows as R
 from timeline import schema as S
-from timeline.intake import CollectError, _Cut, buffer_name, cut_buffer, read_buffer
+from timeline.intake import CollectError, _Cut, buffer_name, checked_options, cut_buffer, read_buffer
 from timeline.trailer import Anomalies, Slots, layout_anomalies, slot_identity
 from timeline.trace import Trace, anomalies_table
 
 DEFAULT_WINDOW_GAP_MS = 100.0
-
-
-def _options(spec, window_gap_ms, windows):
-    """Check the options that come from users: a finite, positive gap and one
-    ``(lo, hi)`` integer pair per launch slot."""
-    if not isinstance(spec, S.Spec):
-        raise CollectError(f"collect needs a timeline.schema.Spec, got {type(spec).__name__}")
-    try:
-        gap = float(window_gap_ms)
-    except (TypeError, ValueError):
-        raise CollectError(f"window_gap_ms must be a number of milliseconds; got {window_gap_ms!r}") from None
-    if not math.isfinite(gap) or gap <= 0:
-        raise CollectError(f"window_gap_ms must be a finite number > 0 ms; got {window_gap_ms!r} (0 would call every "
-                           "stamp not beside another stale; to keep every stamp, give a large gap, e.g. 1e9)")
-    if windows is None:
-        return gap, None
-    try:
-        pairs = [(int(lo), int(hi)) for lo, hi in windows]
-        exact = all(float(lo) == a and float(hi) == b for (lo, hi), (a, b) in zip(windows, pairs))
-    except (TypeError, ValueError, OverflowError):
-        raise CollectError("windows must be one (lo_tick, hi_tick) pair of integers per launch slot") from None
-    if len(pairs) != spec.launches or not exact or any(lo > hi for lo, hi in pairs):
-        raise CollectError(
-            f"windows must be {spec.launches} (lo_tick, hi_tick) integer pairs with lo <= hi, one per "
-            f"launch slot of spec {spec.kernel!r}; got {len(pairs)}")
-    return gap, pairs
 
 
 # -- per record ---------------------------------------------------------------------------
@@ -164,43 +139,52 @@ def _outside_windows(rec: _Records, keep, spec: S.Spec, gap_ms: float, windows):
     return outside
 
 
-def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, windows, unplaced=None) -> np.ndarray:
-    """Which records become rows: written, placed on the clock (a hybrid build), no
-    negative tick, a valid placement word (or none), inside their launch's window.
-    The rest are counted."""
+def _impossible(rec: _Records) -> np.ndarray:
+    """Records holding a reading no counter makes: a negative tick (or cycle count).
+    Screened on the words as read, before anything (a hybrid build's fit) uses them."""
+    return (rec.stamps > 0) & (rec.lo < 0)
+
+
+def _screen(rec: _Records, cut: _Cut, spec: S.Spec, acc: Anomalies, gap_ms, windows, impossible,
+            unplaced=None) -> np.ndarray:
+    """Which records become rows: written, no impossible reading (``_impossible``, and
+    a hybrid build's), a valid placement word (or none), placed on the clock (a hybrid
+    build), inside their launch's window. Each record dropped is counted once, by the
+    first of these it fails: its stamps are in exactly one anomaly."""
     has = rec.stamps > 0
     acc.per_stage("unwritten", ~has)
     keep = has.copy()
-    if unplaced is not None:
-        lost = has & unplaced
-        acc.per_stage("unanchored", lost, rec.stamps)
-        keep &= ~lost
-    bad_tick = has & (rec.lo < 0)
-    acc.per_stage("impossible_tick", bad_tick, rec.stamps)
-    keep &= ~bad_tick
-    bad_place = keep & S.bad_placement(rec.place, spec.arch, spec.grid, cut.versions)
-    acc.per_stage("bad_placement", bad_place, rec.stamps)
-    keep &= ~bad_place
-    outside = _outside_windows(rec, keep, spec, gap_ms, windows)
-    if outside is not None:
-        acc.per_stage("outside_window", outside, rec.stamps)
-        keep &= ~outside
+    drops = [("impossible_tick", lambda k: k & impossible),
+             ("bad_placement", lambda k: k & S.bad_placement(rec.place, spec.arch, spec.grid, cut.versions)),
+             ("unanchored", lambda k: k & unplaced if unplaced is not None else None),
+             ("outside_window", lambda k: _outside_windows(rec, k, spec, gap_ms, windows))]
+    for kind, drop in drops:
+        lost = drop(keep)
+        if lost is not None and lost.any():
+            acc.per_stage(kind, lost, rec.stamps)
+            keep &= ~lost
     return keep
 
 
-def _on_global_clock(rec: _Records, cut: _Cut, spec: S.Spec, launch_of, acc: Anomalies):
+def _on_global_clock(rec: _Records, cut: _Cut, spec: S.Spec, launch_of, acc: Anomalies, impossible):
     """A hybrid build's records with every cycle count placed on the global clock
-    (``timeline.hybrid``, in ``schema.table_clock`` ticks), and the records it could
-    not place; clock changes and stray anchors are counted per launch."""
+    (``timeline.hybrid``, in ``schema.table_clock`` ticks), the records it could not
+    place, and ``impossible`` grown by the records with an impossible anchor or no
+    time on their curve. Every record ``_screen`` drops before ``unanchored``
+    (impossible, bad placement word) is kept out of every fit; clock changes, stray
+    anchors and misfit curves are counted per launch."""
     lay, P, M = spec.layout, len(spec.phases), len(spec.marks)
     first, last = (np.ascontiguousarray(cut.records[:, S.anchor_col(lay, k)]) for k in (0, 1))
-    bad = S.bad_placement(rec.place, spec.arch, spec.grid, cut.versions)  # no SM of its own: kept out of every fit
-    got = H.place(rec.ticks + rec.marks, first, last, np.where(bad, 0, rec.place), launch_of, spec)
-    for kind, counts in (("clock_change", got.changes), ("anchor_outlier", got.outliers)):
+    cycles = rec.ticks + rec.marks
+    impossible = impossible | ((rec.stamps > 0) & H.impossible(cycles, first, last, spec))
+    out = impossible | S.bad_placement(rec.place, spec.arch, spec.grid, cut.versions)
+    got = H.place(cycles, first, last, np.where(out, 0, rec.place), launch_of, spec)
+    for kind, counts in (("clock_change", got.changes), ("anchor_outlier", got.outliers),
+                         ("clock_misfit", got.misfits)):
         for launch in np.flatnonzero(counts):
             acc.add(kind, int(counts[launch]), launch=int(launch))
     words = np.column_stack([rec.place] + got.columns)
-    return _columns(words, P, M), got.unplaced & ~bad  # a bad placement word is _screen's bad_placement
+    return _columns(words, P, M), got.unplaced, impossible | got.beyond
 
 
 def _unstamped(spec: S.Spec) -> dict:
@@ -368,7 +352,7 @@ def collect(
     dropped, e.g. stale rows of an earlier run in a buffer not reset. ``windows``:
     optional explicit ``[(lo_tick, hi_tick)]`` per launch instead. ``strict=True``
     raises ``CollectError`` on any anomaly instead of reporting it."""
-    gap_ms, windows = _options(spec, window_gap_ms, windows)
+    gap_ms, windows = checked_options(spec, window_gap_ms, windows)
     if edges is not None:
         spec = with_edges(spec, edges)
     cut = cut_buffer(read_buffer(buffer), spec, buffer_name(buffer))
@@ -377,9 +361,10 @@ def collect(
     layout_anomalies(cut, spec, acc)
     slots = slot_identity(cut, spec, acc)
     rec, unplaced = _columns(cut.records, len(spec.phases), len(spec.marks)), None
+    impossible = _impossible(rec)
     if spec.cycles:
-        rec, unplaced = _on_global_clock(rec, cut, spec, coords[0], acc)
-    keep = _screen(rec, cut, spec, acc, gap_ms, windows, unplaced)
+        rec, unplaced, impossible = _on_global_clock(rec, cut, spec, coords[0], acc, impossible)
+    keep = _screen(rec, cut, spec, acc, gap_ms, windows, impossible, unplaced)
     flags = _flag(rec, keep, spec, acc, coords[3])
     tasks, origin = _tasks_table(rec, keep, flags, coords, spec, slots)
     report = anomalies_table(acc.rows)

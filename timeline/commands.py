@@ -192,11 +192,15 @@ def _summary_idle(trace, args, ranks, launches) -> int:
     t = t.take(pa.array(order))
     gaps = A.idle_gaps(trace, ranks=ranks, launches=launches)
     gaps = gaps.take(pa.array(np.argsort(-R.numpy(gaps.column("duration_ns")), kind="stable")[:IDLE_GAPS]))
+    unplaced = A.unplaced_rows(t)
     if args.json:
-        _print_json(trace, "idle", _json_rows(t), by_launch=True, gaps=_json_rows(gaps))
+        _print_json(trace, "idle", _json_rows(t), by_launch=True, gaps=_json_rows(gaps), unplaced_rows=unplaced)
         return 0
     print(_title(trace))
     print("idle per CTA, the idlest first: time between a CTA's tasks inside its launch (ns)\n")
+    if unplaced:
+        print(f"({unplaced} task rows without a placement word are left out: their CTA is unknown; "
+              "see the anomaly report's no_placement)\n")
     print(format_table(t))
     print(f"\nthe {gaps.num_rows} largest gaps between a wave's tasks (ns), and the stages around them\n")
     print(format_table(gaps))

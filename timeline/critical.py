@@ -56,7 +56,6 @@ def critical_path(trace, *, rank: int = 0, launch: int = 0) -> pa.Table:
         raise AnalysisError(f"critical_path needs the spec's wait for producers (Spec(wait=(phase, next "
                             f"phase))); this trace declares none (phases {list(trace.phases)})")
     tasks = R.select(trace.tasks, R.check(trace, [rank], [launch]))
-    tasks = tasks.filter(pc.is_valid(tasks.column("cta")))
     if tasks.num_rows == 0:
         return R.empty(CRITICAL_PATH_SCHEMA)
     m = _merged(trace, tasks)
@@ -88,8 +87,8 @@ def _merged(trace, tasks) -> _Tasks:
                                  R.column(tasks, "task").astype(np.int64))
     keys = np.stack(keys, axis=1)
     t_start, t_end = GR.group_min_max(tid, nt, start, end)
-    t_cta = np.zeros(nt, dtype=np.int64)
-    t_cta[tid] = R.column(tasks, "cta").astype(np.int64)
+    t_cta = np.full(nt, R.NO_CTA, dtype=np.int64)  # a task none of whose rows has a CTA: NO_CTA
+    np.maximum.at(t_cta, tid, R.column(tasks, "cta", fill=R.NO_CTA).astype(np.int64))
     return _Tasks(t_start, t_end, GR.group_min_max(tid, nt, hint, hint)[0], GR.group_min_max(tid, nt, w0, w0)[0],
                   t_cta, keys[:, 0], keys)
 
@@ -118,7 +117,7 @@ def _walk(m: _Tasks, nstages: int) -> list:
         if m.wait[cur] > m.start[cur]:  # the task's own work before its wait (hint -> staged waits)
             rows.append((cur, m.start[cur], m.wait[cur], "work"))
         k = pos_in_own[cur] - 1  # the CTA's task that started just before (ties: by index)
-        if k < 0 or m.cta[own[k]] != m.cta[cur]:
+        if k < 0 or m.cta[cur] < 0 or m.cta[own[k]] != m.cta[cur]:  # no CTA: its previous task is unknown
             break
         rows.append((cur, m.end[own[k]], m.start[cur], "idle"))
         cur = int(own[k])
@@ -142,7 +141,7 @@ def _table(spec, m: _Tasks, rows: list) -> pa.Table:
         "order": pa.array(np.arange(len(rows), dtype=np.int32)),
         "stage": GR.stage_strings(spec, m.stage[idx]),
         "task": pa.array(m.keys[idx, 1].astype(np.int32)),
-        "cta": pa.array(m.cta[idx].astype(np.int32)),
+        "cta": R.arrow(m.cta[idx].astype(np.int32), m.cta[idx] < 0),  # null: the task has no CTA
         "start_ns": pa.array(s),
         "end_ns": pa.array(e),
         "kind": pa.array([r[3] for r in rows], pa.string()),

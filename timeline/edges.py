@@ -99,8 +99,8 @@ def merged_tasks(trace) -> Tasks:
     lo, hi = GR.group_min_max(gid, ng, start, end)
     ws, _ = GR.group_min_max(gid, ng, w0, w0)
     we, rd = GR.group_min_max(gid, ng, w1, ready)
-    cta = np.full(ng, -1, dtype=np.int64)
-    cta[gid] = R.column(t, "cta", fill=-1).astype(np.int64)
+    cta = np.full(ng, R.NO_CTA, dtype=np.int64)  # any wave's CTA; NO_CTA where no row has one
+    np.maximum.at(cta, gid, R.column(t, "cta", fill=R.NO_CTA).astype(np.int64))
     return Tasks(*keys, cta, lo, hi, ws, we, rd)
 
 
@@ -327,7 +327,7 @@ def _path_table(spec, m: Tasks, rows) -> pa.Table:
     return pa.table({
         "order": pa.array(np.arange(len(rows), dtype=np.int32)), "rank": pa.array(m.rank[idx].astype(np.int16)),
         "stage": GR.stage_strings(spec, m.stage[idx]), "task": pa.array(m.task[idx].astype(np.int32)),
-        "cta": pa.array(m.cta[idx].astype(np.int32)), "start_ns": pa.array(s), "end_ns": pa.array(e),
+        "cta": R.arrow(m.cta[idx].astype(np.int32), m.cta[idx] < 0), "start_ns": pa.array(s), "end_ns": pa.array(e),
         "kind": pa.array([r[3] for r in rows], pa.string()), "duration_ns": pa.array(e - s),
         "via": pa.array([r[4] for r in rows], pa.string()),
     }, schema=PATH_SCHEMA)

@@ -262,4 +262,28 @@ def us(ns: np.ndarray, t0) -> np.ndarray:
     return np.where(ok, (ns - t0) / 1000.0, np.nan)
 
 
+# -- within sorted domains (runs of equal ids) ------------------------------------------
+def ranges(lo: np.ndarray, hi: np.ndarray):
+    """The positions of ranges ``[lo, hi)`` laid end to end, and each one's range."""
+    m = hi - lo
+    seg = np.repeat(np.arange(lo.size), m)
+    start = np.r_[0, np.cumsum(m)[:-1]]
+    return lo[seg] + np.arange(m.sum()) - start[seg], seg
+
+
+def running_max_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate`` restarted at every domain (``d`` sorted): each
+    domain lifted above the one before, so the running maximum never carries a value
+    into the next domain."""
+    lift = float(np.ptp(v)) + 1.0 if v.size else 1.0
+    return np.maximum.accumulate(v + d * lift) - d * lift
+
+
+def suffix_min_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Per position, the least ``v`` at it and after it within its domain (``d``
+    sorted): ``running_max_within`` of the negated values from the end."""
+    flipped = (d.max(initial=0) - d)[::-1]  # the domains in reversed order, ascending again
+    return -running_max_within(-np.asarray(v, dtype=np.float64)[::-1], flipped)[::-1]
+
+
 # -- stage report ---------------------------------------------------------------------

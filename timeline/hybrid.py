@@ -22,10 +22,18 @@ than two of the domain's anchors on one side cannot be located (a line needs two
 the stamps inside the task it falls in are then interpolated between that task's
 anchors, in order but off by up to the change's effect (tests/test_hybrid.py).
 
-Counted per launch: domains that needed more than one piece (``clock_change``),
-late anchors (``anchor_outlier``), records whose domain has no anchor
-(``unanchored``, dropped). A domain of one distinct cycle value takes its
-launch's median rate.
+Every reading is screened before it enters a fit (``impossible``): a negative
+counter or clock value, or a clock value past what int64 ns hold, is no reading a
+device makes; its record is dropped (``impossible_tick``) and none of its values is
+a knot. After the fit, every anchor it used is placed on its own domain's curve: one
+further than the clocks' steps allow (``tolerance``) from the global clock it read
+means the curve cannot be vouched for (``clock_misfit``, an anomaly, not a notice).
+
+Counted per launch: domains that needed more than one piece (``clock_change``, a
+notice: what the hardware did), late anchors (``anchor_outlier``), domains whose
+curve disagrees with their anchors (``clock_misfit``), records whose domain has no
+anchor (``unanchored``, dropped), records a curve places outside int64 ns
+(``impossible``). A domain of one distinct cycle value takes its launch's median rate.
 
 Output: ns of the global clock (``schema.table_clock``), int64, 0 where unwritten.
 """
@@ -40,17 +48,39 @@ from timeline import grouped as GR
 from timeline import schema as S
 
 MIN_POINTS = 2  # anchors a piece of a split line needs
+MAX_NS = 1 << 62  # a placed time, and a clock value in ns, stays below it: sums of two stay in int64
+
+
+def tolerance(step: int) -> float:
+    """How far (global clock ticks) an anchor may lie from its domain's curve: two of
+    the clock's steps (each anchor is floored to a step) and 2 for rounding. The one
+    home of the rule: the steady test, the segmentation and the misfit check use it."""
+    return 2.0 * step + 2.0
+
+
+def impossible(cycles: list, first: np.ndarray, last: np.ndarray, spec: S.Spec) -> np.ndarray:
+    """Per record: a reading no device makes (a negative cycle count or anchor, an
+    anchor whose ns would pass ``MAX_NS``). Screened before any fit: such a record
+    is dropped and none of its values becomes a knot."""
+    mul = 1_000_000_000 // spec.clock.hz
+    bad = (first < 0) | (last < 0) | (first >= MAX_NS // mul) | (last >= MAX_NS // mul)
+    for c in cycles:
+        bad |= c < 0
+    return bad
 
 
 class Placed(NamedTuple):
     """What ``place`` returns: every stamp column in ns of the global clock (0 where
-    unwritten), the records it could not place, and per launch the clock-change,
-    outlier and unanchored counts."""
+    unwritten), the records it could not place (no curve), the records a curve places
+    outside ``(0, MAX_NS)`` (``beyond``), and per launch the clock-change, outlier,
+    misfit and unanchored counts."""
 
     columns: list
     unplaced: np.ndarray
+    beyond: np.ndarray
     changes: np.ndarray
     outliers: np.ndarray
+    misfits: np.ndarray
     unanchored: np.ndarray
 
 
@@ -87,10 +117,12 @@ class Knots(NamedTuple):
     rate_lo: np.ndarray
 
 
-def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
+def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int):
     """Cycle counts ``v`` (nonzero) of domains ``d`` (each with a curve) placed on
     their domain's curve, in ns of the global clock: one bisection for all values at
-    once, each kept inside its domain's knots (``first`` .. ``last``)."""
+    once, each kept inside its domain's knots (``first`` .. ``last``). Returns the
+    ns and where they are a time (``ok``: positive, the curve's part below
+    ``MAX_NS``; elsewhere the value means nothing)."""
     x = (v - kn.c0[d]).astype(np.float64)
     lo, hi = kn.first[d], kn.last[d]
     a, b = lo.copy(), hi.copy()  # bisection inside each domain's knots: the last knot at or before x
@@ -105,8 +137,11 @@ def _on_knots(v: np.ndarray, d: np.ndarray, kn: Knots, mul: int) -> np.ndarray:
     p = a
     before = x < kn.x[lo]
     slope = np.where(before, kn.rate_lo[d], kn.slope[p])
-    y = kn.y[p] + (x - kn.x[p]) * slope
-    return kn.g0[d] * mul + np.rint(y * mul).astype(np.int64)
+    yn = (kn.y[p] + (x - kn.x[p]) * slope) * mul
+    ok = np.abs(yn) < MAX_NS  # NaN and inf fail it too
+    ns = kn.g0[d] * mul + np.rint(np.where(ok, yn, 0.0)).astype(np.int64)  # g0 * mul < MAX_NS: no wrap
+    ok &= ns > 0
+    return ns, ok
 
 
 class Steady(NamedTuple):
@@ -144,7 +179,7 @@ def _steady(ac, ag, agid, ng: int, step: int) -> Steady:
     late = np.bincount(d[_late_within(y, d, step)], minlength=ng) > 0
     xlast = np.zeros(ng)
     np.maximum.at(xlast, d, x)
-    ok = has & (n >= 2) & (xlast > 0) & (worst <= 2.0 * step + 2.0) & ~late
+    ok = has & (n >= 2) & (xlast > 0) & (worst <= tolerance(step)) & ~late
     return Steady(ok, c0, g0, a, b, xlast)
 
 
@@ -152,7 +187,7 @@ def _late_within(g: np.ndarray, d: np.ndarray, step: int) -> np.ndarray:
     """The anchors read late, of many domains at once (sorted by domain, then cycles;
     ``g`` relative to each domain's first anchor): above a later anchor of the same
     domain by more than a step."""
-    later = np.r_[_suffix_min_within(g, d)[1:], np.inf]
+    later = np.r_[GR.suffix_min_within(g, d)[1:], np.inf]
     return (np.r_[d[1:], -1] == d) & (g - step > later)
 
 
@@ -201,51 +236,35 @@ def _splits(x, y, lo, hi) -> np.ndarray:
     return lo + k[best]
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray):
-    """The positions of ranges ``[lo, hi)`` laid end to end, and each one's range."""
-    m = hi - lo
-    seg = np.repeat(np.arange(lo.size), m)
-    start = np.r_[0, np.cumsum(m)[:-1]]
-    return lo[seg] + np.arange(m.sum()) - start[seg], seg
-
-
 def _segment_all(x, y, lo, hi, tol: float):
     """Binary segmentation of many domains at once (domain k's sorted points ``[lo[k],
     hi[k])``): a segment's least-squares line where every point lies within ``tol``
-    of it (or it is shorter than 2 ``MIN_POINTS``), else split at ``_splits`` and each
-    side again; a round per level of splitting, every segment's line and worst
-    residual in one pass, the split of every segment that needs one in another.
-    Returns the pieces ``(lo, hi, a, b)``, in order."""
+    of it (or it has ``MIN_POINTS``), else split at ``_splits`` and each side again; a
+    segment too short to split in two (fewer than 2 ``MIN_POINTS``) that no line fits
+    becomes overlapping pieces of ``MIN_POINTS``, each the line through its two
+    points (the curve then runs through every anchor: the clock moved within it,
+    with too few anchors to know more); a round per level of splitting, every
+    segment's line and worst residual in one pass, the split of every segment that
+    needs one in another. Returns the pieces ``(lo, hi, a, b)``, in order."""
     done = []
     while lo.size:
-        idx, seg = _ranges(lo, hi)
+        idx, seg = GR.ranges(lo, hi)
         a, b, r = _fits(x[idx], y[idx], seg, lo.size)
         worst = np.zeros(lo.size)
         np.maximum.at(worst, seg, np.abs(r))
-        fine = (hi - lo < 2 * MIN_POINTS) | (worst <= tol)
+        fine = (hi - lo <= MIN_POINTS) | (worst <= tol)
         done.append((lo[fine], hi[fine], a[fine], b[fine]))
         lo, hi = lo[~fine], hi[~fine]
+        short = hi - lo < 2 * MIN_POINTS
+        pairs = GR.ranges(lo[short], hi[short] - 1)[0]  # each point but the last, the start of a pair
+        lo, hi = lo[~short], hi[~short]
         if lo.size:
             k = _splits(x, y, lo, hi)
             lo, hi = np.r_[lo, k], np.r_[k, hi]
+        lo, hi = np.r_[lo, pairs], np.r_[hi, pairs + MIN_POINTS]
     plo, phi, pa, pb = (np.concatenate(v) for v in zip(*done))
     order = np.argsort(plo, kind="stable")
     return plo[order], phi[order], pa[order], pb[order]
-
-
-def _running_max_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """``np.maximum.accumulate`` restarted at every domain (``d`` sorted): each
-    domain lifted above the one before, so the running maximum never carries a value
-    into the next domain."""
-    lift = float(np.ptp(v)) + 1.0 if v.size else 1.0
-    return np.maximum.accumulate(v + d * lift) - d * lift
-
-
-def _suffix_min_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Per position, the least ``v`` at it and after it within its domain (``d``
-    sorted): ``_running_max_within`` of the negated values from the end."""
-    flipped = (d.max(initial=0) - d)[::-1]  # the domains in reversed order, ascending again
-    return -_running_max_within(-np.asarray(v, dtype=np.float64)[::-1], flipped)[::-1]
 
 
 def _piece_knots(x, y, pieces, dom_of_point):
@@ -267,10 +286,10 @@ def _piece_knots(x, y, pieces, dom_of_point):
     kdom = np.repeat(pd, 3)
     keep = ~np.isnan(kx)
     kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
-    nxt = np.r_[_suffix_min_within(kx, kdom)[1:], np.inf]  # the least x of the later knots
+    nxt = np.r_[GR.suffix_min_within(kx, kdom)[1:], np.inf]  # the least x of the later knots
     keep = ~((kdom == np.r_[kdom[1:], -1]) & (nxt <= kx))
     kx, ky, kdom = kx[keep], ky[keep], kdom[keep]
-    return kx, _running_max_within(ky, kdom), kdom, pd
+    return kx, GR.running_max_within(ky, kdom), kdom, pd
 
 
 def _domains(place: np.ndarray, launch: np.ndarray, arch: str):
@@ -292,34 +311,53 @@ def place(cycles: list, first: np.ndarray, last: np.ndarray, placement: np.ndarr
     gid, ng = _domains(placement, launch, spec.arch)
     P, n_launch = len(spec.phases), spec.launches
     ac, ag, arow = _anchors(cycles[0], cycles[P - 1], first, last)
-    step = _step(ag)
     agid = gid[arow]
+    step = _step(ag[agid >= 0])  # the anchors of the fits only: a record kept out of them sets no step
     launch_of = np.full(ng, -1, dtype=np.int64)
     launch_of[gid[gid >= 0]] = launch[gid >= 0]
     st = _steady(ac, ag, agid, ng, step)
     moving = _moving(ac, ag, agid, ng, st, step)
     changes = np.bincount(launch_of[moving.changed], minlength=n_launch)
-    outliers = np.bincount(launch_of[moving.late_dom], minlength=n_launch)
+    outliers = np.bincount(launch_of[agid[moving.late]], minlength=n_launch)
     kn = _all_knots(st, moving, ng, launch_of)
+    misfits = np.bincount(launch_of[_misfits(ac, ag, agid, moving.late, st.ok, kn, mul, step)], minlength=n_launch)
     has = gid >= 0
     has[has] = kn.first[gid[has]] >= 0
     unplaced = ~has  # no placement word (no domain), or a domain without a curve
+    beyond = np.zeros(len(placement), dtype=bool)
     placed = []
     for src in cycles:
         dst = src.copy()  # the unplaced rows keep their counts: dropped, their stamps counted
         dst[has & (src == 0)] = 0
-        m = has & (src != 0)
-        dst[m] = _on_knots(src[m], gid[m], kn, mul)
+        m = np.flatnonzero(has & (src != 0))
+        dst[m], ok = _on_knots(src[m], gid[m], kn, mul)
+        dst[m[~ok]] = src[m[~ok]]  # no time: the record is dropped, its counts still counted
+        beyond[m[~ok]] = True
         placed.append(dst)
     unanchored = np.bincount(launch[unplaced & _written(cycles)], minlength=n_launch)
-    return Placed(placed, unplaced, changes, outliers, unanchored)
+    return Placed(placed, unplaced, beyond, changes, outliers, misfits, unanchored)
+
+
+def _misfits(ac, ag, agid, late, steady, kn: Knots, mul: int, step: int) -> np.ndarray:
+    """The domains (one entry each) whose curve places one of the anchors it was fitted
+    to (``late`` ones left out) further than ``tolerance`` from the global clock that
+    anchor read: a curve its own knots disagree with. A ``steady`` domain's line has
+    every anchor within ``tolerance`` (``_steady``'s test; rounding to integer ns
+    keeps an integer bound): only the segmented domains are placed again."""
+    used = agid >= 0
+    used[used] = ~steady[agid[used]]
+    used[late] = False
+    used[used] = kn.first[agid[used]] >= 0
+    at, ok = _on_knots(ac[used], agid[used], kn, mul)
+    off = ~ok | (np.abs(at - ag[used] * mul) > tolerance(step) * mul)
+    return np.unique(agid[used][off])
 
 
 class Moving(NamedTuple):
     """The domains one line does not fit, segmented (``_moving``): their knots (domain
     after domain), each domain's ``c0`` / ``g0`` and ``rate_lo`` / ``rate_hi``, the
-    domains with more than one piece (``changed``, a domain per entry), each late
-    anchor's domain (``late_dom``), and the domains left with anchors of one cycle
+    domains with more than one piece (``changed``, a domain per entry), the late
+    anchors (``late``: indices into the anchors), and the domains left with anchors of one cycle
     value (``single``) with their anchors' median point for a borrowed rate."""
 
     kx: np.ndarray
@@ -330,7 +368,7 @@ class Moving(NamedTuple):
     rate_lo: np.ndarray
     rate_hi: np.ndarray
     changed: np.ndarray
-    late_dom: np.ndarray
+    late: np.ndarray
     single: np.ndarray
 
 
@@ -344,7 +382,7 @@ def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
     firsts = np.r_[True, d[1:] != d[:-1]] if d.size else np.zeros(0, bool)
     c0[d[firsts]], g0[d[firsts]] = c[firsts], g[firsts]
     late = _late_within(g - g0[d], d, step) if d.size else np.zeros(0, bool)
-    late_dom = d[late]
+    late_idx = order[late]
     d, c, g = d[~late], c[~late], g[~late]
     x, y = (c - c0[d]).astype(np.float64), (g - g0[d]).astype(np.float64)
     doms = np.unique(d)
@@ -356,7 +394,7 @@ def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
         spread = (hi - lo >= 2) & (xmax[doms] > 0)
     rate_lo, rate_hi = np.zeros(ng), np.zeros(ng)
     if spread.any():
-        pieces = _segment_all(x, y, lo[spread], hi[spread], 2.0 * step + 2.0)
+        pieces = _segment_all(x, y, lo[spread], hi[spread], tolerance(step))
         kx, ky, kdom, pd = _piece_knots(x, y, pieces, d)
         first_piece = np.r_[True, pd[1:] != pd[:-1]]
         last_piece = np.r_[pd[1:] != pd[:-1], True]
@@ -368,7 +406,7 @@ def _moving(ac, ag, agid, ng: int, st: Steady, step: int) -> Moving:
         kdom = np.zeros(0, np.int64)
         changed = np.zeros(0, np.int64)
     single = doms[~spread]
-    return Moving(kx, ky, kdom, c0, g0, rate_lo, rate_hi, changed, late_dom, single)
+    return Moving(kx, ky, kdom, c0, g0, rate_lo, rate_hi, changed, late_idx, single)
 
 
 def _all_knots(st: Steady, mv: Moving, ng: int, launch_of) -> Knots:

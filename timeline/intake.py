@@ -1,10 +1,13 @@
-"""The stamp buffer as the collector takes it in: read from a tensor, an array or a
-file (never blocking on a FIFO, never unpickling), then cut by the spec's layout
-into records and trailer, or refused with a ``CollectError`` that names the shape
-the spec needs. Nothing here interprets a stamp."""
+"""The stamp buffer as the collector takes it in: its options checked (a gap, exact
+integer windows), read from a tensor, an array or a file (never blocking on a FIFO,
+never unpickling), then cut by the spec's layout into records and trailer, or
+refused with a ``CollectError`` that offers the shapes the spec takes. Nothing here
+interprets a stamp."""
 
 from __future__ import annotations
 
+import math
+import operator
 import os
 import stat
 from pathlib import Path
@@ -17,6 +20,67 @@ from timeline import schema as S
 
 class CollectError(ValueError):
     """A buffer that cannot be decoded against its spec, or (strict) one with anomalies."""
+
+
+# -- options -----------------------------------------------------------------------
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _tick_bound(value, launch: int) -> int:
+    """One ``windows=`` bound as the exact integer it is: an int (Python or numpy), or
+    a float holding a whole number float64 represents exactly (below 2**53); never
+    through a float, so a ``%globaltimer`` reading (~1.7e18 ns) stays itself."""
+    if isinstance(value, (float, np.floating)):
+        if not (math.isfinite(value) and float(value).is_integer() and abs(value) <= 2**53):
+            raise CollectError(f"windows=: launch {launch}'s bound {value!r} is not an integer tick (a float "
+                               "holds integers exactly only below 2**53); give ints, e.g. windows=[(lo, hi)]")
+        value = int(value)
+    try:
+        tick = operator.index(value)
+    except TypeError:
+        raise CollectError(f"windows=: launch {launch}'s bound {value!r} is not an integer tick; give "
+                           "(lo_tick, hi_tick) pairs of ints") from None
+    if not _INT64[0] <= tick <= _INT64[1]:
+        raise CollectError(f"windows=: launch {launch}'s bound {tick} does not fit int64 (a tick the buffer "
+                           "can hold); give bounds within the buffer's ticks")
+    return tick
+
+
+def _windows(spec: S.Spec, windows) -> list:
+    """``windows=`` as one ``(lo, hi)`` pair of exact integer ticks per launch slot,
+    ``lo <= hi``, or one ``CollectError`` line saying which of those it is not."""
+    need = f"windows= needs {spec.launches} (lo_tick, hi_tick) pair{'s' if spec.launches > 1 else ''} of " \
+           f"integers, one per launch slot of spec {spec.kernel!r}"
+    try:
+        pairs = [tuple(w) for w in windows]
+    except TypeError:
+        raise CollectError(f"{need}; got {type(windows).__name__} {windows!r:.60}") from None
+    if len(pairs) != spec.launches:
+        raise CollectError(f"{need}; got {len(pairs)} pair{'s' if len(pairs) != 1 else ''}")
+    out = []
+    for launch, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise CollectError(f"{need}; launch {launch}'s entry {pair!r:.60} is not a (lo, hi) pair")
+        lo, hi = (_tick_bound(v, launch) for v in pair)
+        if lo > hi:
+            raise CollectError(f"windows=: launch {launch}'s lo {lo} is past its hi {hi}; give (lo, hi) with lo <= hi")
+        out.append((lo, hi))
+    return out
+
+
+def checked_options(spec, window_gap_ms, windows):
+    """Check the options that come from users: a finite, positive gap and one
+    ``(lo, hi)`` integer pair per launch slot (``_windows``)."""
+    if not isinstance(spec, S.Spec):
+        raise CollectError(f"collect needs a timeline.schema.Spec, got {type(spec).__name__}")
+    try:
+        gap = float(window_gap_ms)
+    except (TypeError, ValueError):
+        raise CollectError(f"window_gap_ms must be a number of milliseconds; got {window_gap_ms!r}") from None
+    if not math.isfinite(gap) or gap <= 0:
+        raise CollectError(f"window_gap_ms must be a finite number > 0 ms; got {window_gap_ms!r} (0 would call every "
+                           "stamp not beside another stale; to keep every stamp, give a large gap, e.g. 1e9)")
+    return gap, None if windows is None else _windows(spec, windows)
 
 
 # -- reading ------------------------------------------------------------------------
@@ -91,8 +155,9 @@ def read_buffer(buffer) -> np.ndarray:
 
 class _Cut(NamedTuple):
     """A buffer cut by its layout: ``records`` ``(n, cols)``, the ``trailer`` (None
-    for a layout-1 buffer, which has none) and the layout versions its placement
-    words may carry (a buffer of layout 2 is one of layout 3 without anchors)."""
+    for a layout-1 buffer, which has none) and the layout version its placement
+    words must carry (one: ``schema.buffer_version``; a buffer of layout 2 is one of
+    layout 3 without anchors), as a tuple for ``schema.bad_placement``."""
 
     records: np.ndarray
     trailer: np.ndarray | None
@@ -105,22 +170,41 @@ def _looks_legacy(arr: np.ndarray, spec: S.Spec) -> bool:
     return arr.ndim == 2 and arr.shape[1] == 8 and arr.shape[0] == tasks
 
 
+def accepted_shapes(spec: S.Spec) -> tuple:
+    """The shapes ``cut_buffer`` takes for ``spec``: the flat buffer ``(words,)``,
+    and, for a spec that is not a hybrid build, a layout-1 buffer of the records
+    alone, flat or in the records' shape. The one list the check and its refusal
+    read, so a refusal never offers a shape it would refuse."""
+    lay = spec.layout
+    return ((lay.words,),) if spec.cycles else ((lay.words,), (lay.record_words,), lay.shape)
+
+
+def _shapes_text(spec: S.Spec) -> str:
+    """What a refusal offers: each of ``accepted_shapes`` and what it is."""
+    lay, (flat, *alone) = spec.layout, accepted_shapes(spec)
+    text = (f"{flat} (the records, launches x rows x waves x cols = {' x '.join(map(str, lay.shape))}, "
+            f"then {lay.trailer} trailer words)")
+    if not alone:
+        return text + " (a hybrid build's records always come with their trailer)"
+    return text + ", or a layout-1 buffer of the records alone, " + " or ".join(map(str, alone))
+
+
 def cut_buffer(arr: np.ndarray, spec: S.Spec, name: str = "stamp buffer") -> _Cut:
-    """Records and trailer of a buffer of exactly the spec's size, flat or in the
-    records' shape; a ``CollectError`` naming both shapes (and the buffer, ``name``:
+    """Records and trailer of a buffer of one of the spec's ``accepted_shapes``; a
+    ``CollectError`` offering exactly those shapes (and naming the buffer, ``name``:
     ``buffer_name``) for anything else."""
     lay = spec.layout
-    if arr.shape == (lay.words,):
-        versions = (S.LAYOUT_VERSION,) if spec.cycles else (2, S.LAYOUT_VERSION)
-        return _Cut(arr[: lay.record_words].reshape(-1, lay.cols), arr[lay.record_words:], versions)
-    if arr.shape in ((lay.record_words,), lay.shape) and not spec.cycles:  # layout 1: records, no trailer
+    shapes = accepted_shapes(spec)
+    if arr.shape == shapes[0]:
+        records = arr[: lay.record_words].reshape(-1, lay.cols)
+        version = S.buffer_version(records[:, S.PLACEMENT_COL], (S.LAYOUT_VERSION,) if spec.cycles else (2, S.LAYOUT_VERSION))
+        return _Cut(records, arr[lay.record_words:], (version,))
+    if arr.shape in shapes:  # layout 1: records, no trailer
         return _Cut(arr.reshape(-1, lay.cols), None, (1,))
     hint = ""
     if _looks_legacy(arr, spec):
         hint = (" It looks like a GLM-5 timeline build's (n_tasks, 8) tensor: read it with "
                 "`timeline import-legacy` instead.")
     raise CollectError(
-        f"{name} has shape {arr.shape} but spec {spec.kernel!r} needs ({lay.words},) "
-        f"(records {lay.shape} = launches x rows x waves x cols, then {lay.trailer} trailer words), "
-        f"or a layout-1 buffer of the records alone, {lay.shape}. Allocate it with "
+        f"{name} has shape {arr.shape} but spec {spec.kernel!r} needs {_shapes_text(spec)}. Allocate it with "
         f"instrument.alloc(spec), or pass the spec the kernel was built with.{hint}")

@@ -127,6 +127,19 @@ def bad_placement(words: np.ndarray, arch: str, grid: int, versions) -> np.ndarr
     return bad
 
 
+def buffer_version(words: np.ndarray, candidates) -> int:
+    """The layout version of a buffer whose records' placement words are ``words``,
+    of the ``candidates`` its shape allows: the newest one a word carries (a release
+    writes only its own version, so a word of an older one in the same buffer is a
+    record a previous build left, the buffer not reset across an upgrade: it is
+    ``bad_placement``); the newest candidate when no word carries any."""
+    version = np.asarray(words, dtype=np.int64) >> (32 + PLACEMENT_HI_FIELDS[3].lo)  # the reserved bit: negative
+    for v in sorted(candidates, reverse=True):
+        if (version == v).any():
+            return v
+    return max(candidates)
+
+
 def _halves(words: np.ndarray):
     """The low and high 32-bit halves of int64 placement words, as dense uint32 arrays:
     half the memory traffic of int64 shifts, and every field extracted after them
@@ -168,4 +181,4 @@ def unpack_placement(words: np.ndarray, arch: str, dtypes=None) -> dict:
     return out
 
 
-__all__ = ["AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_INDEX", "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits", "bad_placement", "pack_placement", "placement_hi", "unpack_placement", "vendor_of"]
+__all__ = ["AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_INDEX", "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits", "bad_placement", "buffer_version", "pack_placement", "placement_hi", "unpack_placement", "vendor_of"]

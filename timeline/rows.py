@@ -2,9 +2,11 @@
 applies. Which rows a selection names (``check``, ``select``: one error type, one
 message), a column as numpy (``column``), a task row's phase times with what was
 written (``phase_matrix``), the phase-interval rule (``phase_intervals``: a missing
-phase inherits the previous one's time, ``timeline.schema.inherit_missing``) and a
-row's extent (``extent``). The analyses, the exports, the intervals table, the CLI
-and the dashboard call these; none restates them."""
+phase inherits the previous one's time, ``timeline.schema.inherit_missing``), a
+row's extent (``extent``) and the track a row is drawn on (``tracks``: a row
+without a placement word goes to its rank and launch's "unplaced" lanes, never to
+a CTA's). The analyses, the exports, the intervals table, the CLI and the dashboard
+call these; none restates them."""
 
 from __future__ import annotations
 
@@ -159,6 +161,87 @@ def interval_extent(iv: PhaseIntervals):
     big = np.iinfo(np.int64).max
     return (np.where(iv.valid, iv.start, big).min(axis=1, initial=big),
             np.where(iv.valid, iv.end, -big).max(axis=1, initial=-big))
+
+
+# -- tracks: where a row is drawn; rows without a placement word -----------------------------
+UNPLACED = "unplaced"  # the label of the tracks (export threads, Gantt rows) of rows without a CTA
+NO_CTA = -1  # a row's CTA / wave in numpy form when its placement word was missing (null in the tables)
+
+
+def placed(table: pa.Table) -> np.ndarray:
+    """Per row: whether it has a CTA (its placement word was read, or derived). A row
+    without one (``Flag.NO_PLACEMENT``: ``cta`` and ``wave`` null) is kept by the
+    collector and must be shown apart from every CTA's rows (``tracks``)."""
+    col = table.column("cta")
+    if not col.null_count:
+        return np.ones(table.num_rows, dtype=bool)
+    return numpy(pc.is_valid(col))
+
+
+def lanes(group: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Per row, its lane within its ``group``: the lowest-numbered lane whose rows all
+    ended by the row's ``first`` (ns), taken in (first, last, row) order, so that
+    rows of one lane never overlap in time (a touching end and start do not
+    overlap). Interval partitioning: as few lanes as the most rows overlapping at
+    one time. Why: a track of one export or Gantt row holds nested or disjoint
+    spans only; rows without a CTA overlap freely (they ran on different CTAs)."""
+    import heapq
+
+    n = len(group)
+    out = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return out
+    order = np.lexsort((np.arange(n), last, first, group))
+    free_by_group: dict = {}
+    for i in order.tolist():
+        g = int(group[i])
+        busy, free, count = free_by_group.setdefault(g, ([], [], [0]))
+        while busy and busy[0][0] <= first[i]:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        lane = heapq.heappop(free) if free else count[0]
+        if lane == count[0]:
+            count[0] += 1
+        heapq.heappush(busy, (int(max(last[i], first[i])), lane))
+        out[i] = lane
+    return out
+
+
+class Tracks(NamedTuple):
+    """Per row, the track it is drawn on: ``cta`` and ``wave`` (``NO_CTA`` where the
+    row has no placement) and ``lane`` (``NO_CTA`` for a placed row; else its lane
+    among its rank and launch's unplaced rows, ``lanes``)."""
+
+    cta: np.ndarray
+    wave: np.ndarray
+    lane: np.ndarray
+
+    @property
+    def unplaced(self) -> np.ndarray:
+        return self.lane >= 0
+
+
+def tracks(tasks: pa.Table, phases) -> Tracks:
+    """The tracks of the task rows: a placed row on its (CTA, wave), a row without a
+    placement word on an ``UNPLACED`` lane of its (rank, launch) (``lanes`` over its
+    ``extent``): never on a real CTA's track, never dropped. The one rule the
+    exports and the dashboard draw by."""
+    cta = column(tasks, "cta", fill=NO_CTA, dtype=np.int64)
+    wave = column(tasks, "wave", fill=NO_CTA, dtype=np.int64)
+    lane = np.full(tasks.num_rows, NO_CTA, dtype=np.int64)
+    un = ~placed(tasks)
+    if un.any():
+        sub = tasks.filter(arrow(un))
+        first, last = extent(phase_matrix(sub, phases))
+        group = column(sub, "rank", dtype=np.int64) * (1 << 32) + column(sub, "launch", dtype=np.int64)
+        lane[un] = lanes(group, first, last)
+        cta[un], wave[un] = NO_CTA, NO_CTA
+    return Tracks(cta, wave, lane)
+
+
+def track_name(cta: int, wave: int, lane: int = NO_CTA) -> str:
+    """The label of a track: ``CTA c · wave w``, or ``unplaced · lane k`` for a lane of
+    rows without a placement word."""
+    return f"{UNPLACED} · lane {lane}" if lane >= 0 else f"CTA {cta} · wave {wave}"
 
 
 # -- numpy to Arrow without pyarrow's conversion --------------------------------------------

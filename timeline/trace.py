@@ -12,7 +12,6 @@ import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -21,13 +20,11 @@ import pyarrow.compute as pc
 from timeline import rows as R
 from timeline import schema as S
 from timeline._version import __version__
+from timeline.filemeta import Meta, TraceFileError, read_meta
+from timeline.filemeta import refuse as _refuse
 
 ARROW_EXTENSIONS = (".arrow", ".feather", ".ipc")  # Arrow IPC file, zstd
 TRACE_EXTENSIONS = ARROW_EXTENSIONS + (".parquet",)  # what save writes and viewers list
-
-
-class TraceFileError(ValueError):
-    """A file that is missing, not a trace, or written by an incompatible release."""
 
 
 def anomalies_table(rows) -> pa.Table:
@@ -242,21 +239,6 @@ def table_checksum(tasks: pa.Table, metadata: dict) -> str:
     return h.hexdigest()
 
 
-class _Meta(NamedTuple):
-    """What a trace file's metadata says, parsed and checked."""
-    specs: list
-    anomalies: pa.Table
-    origins: dict | None  # None: a file without them (times cannot be checked)
-    offsets: dict
-    synthetic: bool
-    checksum: str | None
-
-
-def _refuse(where: str, what: str, fix: str = "re-export it from its stamp buffer "
-            "(timeline convert / Trace.save)") -> TraceFileError:
-    return TraceFileError(f"{where}: {what}; {fix}")
-
-
 FILE_MAGIC = {b"ARROW1": "arrow", b"PAR1": "parquet"}
 
 
@@ -294,60 +276,6 @@ def _read_table(path: Path, where: str) -> pa.Table:
     return table
 
 
-def _json(meta: dict, key: bytes, default, where: str):
-    if key not in meta:
-        return default
-    try:
-        return json.loads(meta[key])
-    except (UnicodeDecodeError, ValueError):
-        raise _refuse(where, f"its metadata entry {key.decode()!r} is not valid JSON") from None
-
-
-def _int_map(value, key: bytes, where: str) -> dict:
-    try:
-        return {int(k): int(v) for k, v in (value or {}).items()}
-    except (AttributeError, TypeError, ValueError):
-        raise _refuse(where, f"its metadata entry {key.decode()!r} is not a map of rank to integer") from None
-
-
-def _read_meta(meta: dict, where: str) -> _Meta:
-    if S.META_SPEC not in meta:
-        raise TraceFileError(
-            f"{where} is an Arrow/Parquet table but not a mono-timeline trace (no spec "
-            "in its metadata); convert a stamp buffer with `timeline convert`")
-    layout = meta.get(S.META_LAYOUT, b"1")
-    if layout not in [str(v).encode() for v in S.READABLE_LAYOUTS]:
-        raise TraceFileError(
-            f"{where} was written for layout version {layout.decode(errors='replace')!r}; this "
-            f"release reads {', '.join(map(str, S.READABLE_LAYOUTS))}: open it with the release that wrote it")
-    dicts = _json(meta, S.META_SPECS, None, where)
-    if dicts is None:
-        dicts = [_json(meta, S.META_SPEC, None, where)]
-    try:
-        specs = [S.Spec.from_dict(d) for d in dicts]
-        assert specs
-    except (S.SpecError, AssertionError, AttributeError, TypeError, ValueError, KeyError) as e:
-        raise _refuse(where, f"its spec metadata is not a valid spec ({e or 'no specs'})") from None
-    ranks = [sp.rank for sp in specs]
-    if len(set(ranks)) != len(ranks) or any(sp.stages != specs[0].stages or sp.phases != specs[0].phases
-                                            or sp.marks != specs[0].marks for sp in specs):
-        raise _refuse(where, f"its specs repeat a rank or disagree on stages/phases (ranks {ranks})")
-    rows = _json(meta, S.META_ANOMALIES, [], where)
-    try:
-        anomalies = anomalies_table([tuple(r[f.name] for f in S.ANOMALIES_SCHEMA) for r in rows])
-        bad = set(anomalies.column("kind").to_pylist()) - set(S.ANOMALY_KINDS)
-        assert not bad, f"unknown anomaly kinds {sorted(bad)}"
-    except (AssertionError, TypeError, KeyError, ValueError, pa.ArrowException) as e:
-        raise _refuse(where, f"its anomaly report is malformed ({e})") from None
-    org = _json(meta, S.META_ORIGIN, {}, where)
-    if not isinstance(org, dict):
-        raise _refuse(where, f"its metadata entry {S.META_ORIGIN.decode()!r} is not a JSON object")
-    origins = _int_map(org["origins"], S.META_ORIGIN, where) if org.get("origins") is not None else None
-    checksum = meta.get(S.META_CHECKSUM)
-    return _Meta(specs, anomalies, origins, _int_map(org.get("offsets"), S.META_ORIGIN, where),
-                 meta.get(S.META_SYNTHETIC) == b"1", checksum.decode(errors="replace") if checksum else None)
-
-
 def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     """The table's columns as ``tasks_schema(phases, marks)``: every column present,
     each castable without loss (a fractional time in an int column is refused), nulls
@@ -377,7 +305,7 @@ def _first_bad(mask: np.ndarray) -> str:
     return f"{int(mask.sum())} rows, the first at row {int(np.argmax(mask))}"
 
 
-def _check_rows(tasks: pa.Table, meta: _Meta, where: str) -> None:
+def _check_rows(tasks: pa.Table, meta: Meta, where: str) -> None:
     """Every row names a (rank, launch, stage, task) its spec has, the stage's name
     is its index's, and every ns value is ``retime``'s from the raw ticks, exactly."""
     spec_of = {sp.rank: sp for sp in meta.specs}
@@ -432,7 +360,7 @@ def load(path) -> Trace:
         raise TraceFileError(f"{where} is not a regular file (a FIFO or a device?); give a trace file")
     table = _read_table(path, where)
     raw = table.schema.metadata or {}
-    meta = _read_meta(raw, where)
+    meta = read_meta(raw, where)
     notes = []
     if meta.checksum is None:
         notes.append(f"{where} has no checksum (written before checksums): damage to it cannot be detected")

@@ -132,12 +132,18 @@ def _hover_data(data: M.TraceData, idx: np.ndarray) -> np.ndarray:
     return cd
 
 
-def _hovertemplate(data: M.TraceData, stage: str) -> str:
+def _hovertemplate(data: M.TraceData, stage: str, unplaced: bool = False) -> str:
+    """The hover text of a stage's points; ``unplaced``: of tasks without a placement
+    word (no CTA, wave or hardware place to show)."""
     where = ("SM %{customdata[5]}" if data.vendor == "nvidia"
              else "XCC %{customdata[5]} SE %{customdata[6]} CU %{customdata[7]}")
-    lines = [f"<b>{stage}</b> task %{{customdata[0]}}",
-             "rank %{customdata[3]} · launch %{customdata[4]} · CTA %{customdata[1]} · wave %{customdata[2]}",
-             where]
+    if unplaced:
+        lines = [f"<b>{stage}</b> task %{{customdata[0]}}",
+                 f"rank %{{customdata[3]}} · launch %{{customdata[4]}} · {rows.UNPLACED}: no placement word"]
+    else:
+        lines = [f"<b>{stage}</b> task %{{customdata[0]}}",
+                 "rank %{customdata[3]} · launch %{customdata[4]} · CTA %{customdata[1]} · wave %{customdata[2]}",
+                 where]
     lines += [f"{name}: %{{customdata[{8 + j}]:.3f}} µs" for j, name in enumerate(data.interval_names)]
     return "<br>".join(lines) + "<extra></extra>"
 
@@ -200,18 +206,18 @@ def _hover_traces(data: M.TraceData, idx: np.ndarray, y: np.ndarray, span_us, xd
         h_idx, h_y, h_x = idx[order][first], y[order][first], (lo + hi) / 2
     else:
         h_idx, h_y, h_x = idx, y, (s_us + e_us) / 2
-    st = data.stage[h_idx]
-    by = np.argsort(st, kind="stable")
-    cuts = np.flatnonzero(np.diff(st[by])) + 1
+    key = data.stage[h_idx].astype(np.int64) * 2 + (data.lane[h_idx] >= 0)  # stage, then unplaced
+    by = np.argsort(key, kind="stable")
+    cuts = np.flatnonzero(np.diff(key[by])) + 1
     traces = []
     for part in np.split(by, cuts) if by.size else []:
-        s = int(st[part[0]])
+        s, unplaced = divmod(int(key[part[0]]), 2)
         traces.append({
             "type": "scattergl", "mode": "markers", "x": typed(h_x[part].astype(xdt)),
             "y": typed(h_y[part].astype(np.float32)),
             "marker": {"size": max(4.0, width), "color": "rgba(0,0,0,0)"},
             "customdata": typed(_hover_data(data, h_idx[part])),
-            "hovertemplate": _hovertemplate(data, data.stage_names[s]),
+            "hovertemplate": _hovertemplate(data, data.stage_names[s], bool(unplaced)),
             "hoverlabel": {"bgcolor": stage_colour(s)},
             "name": data.stage_names[s], "legendgroup": data.stage_names[s], "showlegend": False,
             "xaxis": "x", "yaxis": "y",

@@ -89,7 +89,28 @@ class TraceData:
                 f"the trace spans {(self.t_max - self.t_min) / 1e9:.0f} s; the viewer's search "
                 f"keys hold {KEY_SPAN / 1e9:.0f} s. Split the trace by launch (Trace.filter) first")
         self._index_tasks()
+        self._unplaced_lanes()
         self._task_marks(trace)
+
+    def _unplaced_lanes(self):
+        """``lane`` per interval: ``rows.NO_CTA`` for a placed one; else the lane of
+        its task among its rank and launch's tasks without a placement word
+        (``timeline.rows.lanes`` over the tasks' spans), its own Gantt row, never a
+        CTA's (the rule the exports draw by, ``timeline.rows.tracks``)."""
+        self.lane = np.full(self.n, rows.NO_CTA, np.int64)
+        un = self.cta < 0
+        if not un.any():
+            return
+        t_first = np.full(self.n_tasks, np.iinfo(np.int64).max, np.int64)
+        t_last = np.full(self.n_tasks, np.iinfo(np.int64).min, np.int64)
+        np.minimum.at(t_first, self.tid[un], self.start[un])
+        np.maximum.at(t_last, self.tid[un], self.end[un])
+        t_un = np.unique(self.tid[un])
+        rep = self.task_first[t_un]
+        group = self.rank[rep].astype(np.int64) * (1 << 32) + self.launch[rep]
+        lane = np.full(self.n_tasks, rows.NO_CTA, np.int64)
+        lane[t_un] = rows.lanes(group, t_first[t_un], t_last[t_un])
+        self.lane[un] = lane[self.tid[un]]
 
     def _task_marks(self, trace: Trace):
         """``task_marks`` ``(n_tasks, marks)``: each task's mark times (ns, ``NS_MISSING``
@@ -210,9 +231,9 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
     for arr, vals in ((data.rank, ranks), (data.launch, launches), (data.stage, stages)):
         if vals is not None:
             keep &= np.isin(arr, np.asarray(list(vals), dtype=arr.dtype))
-    if ctas is not None:
+    if ctas is not None:  # a CTA range: rows without a CTA are in none
         lo, hi = ctas
-        keep &= (data.cta >= lo) & (data.cta <= hi)
+        keep &= (data.cta >= lo) & (data.cta <= hi) & (data.lane < 0)
     idx = np.flatnonzero(keep)
     mid_all = {"rank": None, "cta": None, "placement": data.hw_unit, "stage": data.stage}[grouping]
     launch_all = None if grouping == "cta" else data.launch
@@ -221,11 +242,11 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
         cols.append(launch_all[idx])
     if mid_all is not None:
         cols.append(mid_all[idx])
-    cols += [data.cta[idx], data.wave[idx]]
+    cols += [data.lane[idx], data.cta[idx], data.wave[idx]]  # a group's unplaced lanes after its CTAs
     if idx.size == 0:
         empty = np.zeros(0, np.int64)
         return View(grouping, empty, empty.astype(np.int32), empty, empty, empty.astype(np.int32),
-                    np.zeros(1, np.int64), {k: empty for k in ("rank", "launch", "group", "cta", "wave")},
+                    np.zeros(1, np.int64), {k: empty for k in ("rank", "launch", "group", "cta", "wave", "lane")},
                     empty)
     code = _pack(cols)
     rel = data.start[idx] - data.t_min
@@ -248,6 +269,7 @@ def build_view(data: TraceData, grouping: str = "rank", *, ranks=None, launches=
         "group": mid_all[first] if mid_all is not None else np.full(n_rows, -1, np.int32),
         "cta": data.cta[first],
         "wave": data.wave[first],
+        "lane": data.lane[first],
     }
     g = _pack([rows["rank"], rows["launch"], rows["group"]])
     group_id = np.concatenate(([0], np.cumsum(g[1:] != g[:-1]))).astype(np.int32)
@@ -339,7 +361,11 @@ def group_label(data: TraceData, view: View, r: int) -> str:
 
 
 def cta_label(data: TraceData, view: View, r: int) -> str:
-    """``cta 5 w2`` (``cta 5`` when the trace has one stamping wave per task)."""
+    """``cta 5 w2`` (``cta 5`` when the trace has one stamping wave per task), or
+    ``unplaced · lane k`` for a row of tasks without a placement word."""
+    lane = int(view.rows["lane"][r])
+    if lane >= 0:
+        return rows.track_name(rows.NO_CTA, rows.NO_CTA, lane)
     wave = f" w{int(view.rows['wave'][r])}" if data.multi_wave else ""
     return f"cta {int(view.rows['cta'][r])}{wave}"
 

@@ -40,16 +40,24 @@ def select(trace: Trace, *, ranks=None, launches=None, stages=None) -> Trace:
 class Numbering(NamedTuple):
     """Process and thread ids of an export. A process is one (rank, launch), a
     thread one (CTA, wave); both count from 1 in rank, launch, CTA, wave order, so a
-    viewer that sorts by id or sort index shows ranks, then launches, then CTAs."""
+    viewer that sorts by id or sort index shows ranks, then launches, then CTAs. The
+    lanes of rows without a placement word (``timeline.rows.tracks``) come after
+    every CTA's threads: their ids are never a CTA's."""
 
     launches: int  # launch slots per rank (the largest launch number + 1)
     waves: int  # waves per CTA (the largest wave number + 1)
+    ctas: int = 0  # CTA ids below this (the largest CTA + 1, or the grid): the unplaced lanes' ids start above
 
     def pid(self, rank, launch):
         return np.asarray(rank, np.int64) * self.launches + np.asarray(launch, np.int64) + 1
 
-    def tid(self, cta, wave):
-        return np.asarray(cta, np.int64) * self.waves + np.asarray(wave, np.int64) + 1
+    def tid(self, cta, wave, lane=None):
+        """The thread of (CTA, wave), or of unplaced lane ``lane`` where it is >= 0."""
+        placed = np.asarray(cta, np.int64) * self.waves + np.asarray(wave, np.int64) + 1
+        if lane is None:
+            return placed
+        lane = np.asarray(lane, np.int64)
+        return np.where(lane >= 0, self.ctas * self.waves + lane + 1, placed)
 
 
 def numbering(trace: Trace) -> Numbering:
@@ -58,17 +66,19 @@ def numbering(trace: Trace) -> Numbering:
     t = trace.tasks
     max_launch = pc.max(t.column("launch")).as_py() if t.num_rows else 0
     max_wave = pc.max(t.column("wave")).as_py() if t.num_rows else 0
+    max_cta = pc.max(t.column("cta")).as_py() if t.num_rows else 0
     launches = max([max_launch or 0] + [sp.launches - 1 for sp in trace.specs]) + 1
     waves = max([max_wave or 0] + [sp.waves - 1 for sp in trace.specs]) + 1
-    return Numbering(int(launches), int(waves))
+    ctas = max([max_cta or 0] + [sp.grid - 1 for sp in trace.specs]) + 1
+    return Numbering(int(launches), int(waves), int(ctas))
 
 
 def process_name(rank: int, launch: int, synthetic: bool) -> str:
     return f"rank {rank} · launch {launch}" + (" · SYNTHETIC" if synthetic else "")
 
 
-def thread_name(cta: int, wave: int) -> str:
-    return f"CTA {cta} · wave {wave}"
+def thread_name(cta: int, wave: int, lane: int = R.NO_CTA) -> str:
+    return R.track_name(cta, wave, lane)
 
 
 def placement_keys(trace: Trace) -> tuple:
@@ -86,7 +96,9 @@ def placement_keys(trace: Trace) -> tuple:
 class Records(NamedTuple):
     """A chunk of task rows that have at least one phase interval, as numpy arrays.
 
-    Per task: ``rank, launch, stage_index, task, cta, wave`` and the placement
+    Per task: ``rank, launch, stage_index, task, cta, wave`` (``NO_CTA`` where the
+    row has no placement word), ``lane`` (its unplaced lane, ``NO_CTA`` for a placed
+    row: ``timeline.rows.tracks``) and the placement
     columns in ``place`` (name -> (values, null mask)); ``first`` / ``last``, the
     task's span (first interval start, last interval end, ns). Per task and
     consecutive phase pair j (shape ``(n, P - 1)``): ``start``, ``end`` (ns),
@@ -99,6 +111,7 @@ class Records(NamedTuple):
     task: np.ndarray
     cta: np.ndarray
     wave: np.ndarray
+    lane: np.ndarray
     place: dict
     first: np.ndarray
     last: np.ndarray
@@ -121,17 +134,19 @@ def _int_column(table: pa.Table, name: str):
     return R.column(table, name, fill=0), (R.numpy(pc.is_null(col)) if col.null_count else None)
 
 
-def track_order(tasks: pa.Table, phases) -> np.ndarray:
-    """Row order of ``tasks`` by track, then time: rank, launch, CTA, wave, the row's
-    first written phase (then stage and task for ties). Written in this order, each
+def track_order(tasks: pa.Table, phases, tr: R.Tracks | None = None) -> np.ndarray:
+    """Row order of ``tasks`` by track, then time: rank, launch, CTA, wave (the
+    unplaced lanes after the CTAs, ``timeline.rows.tracks``), the row's first
+    written phase (then stage and task for ties). Written in this order, each
     track's events are already in time order, so a reader that sorts by timestamp
     (stably) keeps an end that touches the next begin in front of it."""
     if tasks.num_rows == 0:
         return np.zeros(0, np.int64)
+    tr = R.tracks(tasks, phases) if tr is None else tr
     first = pc.coalesce(*[tasks.column(f"{p}_ns") for p in phases])
     first = R.numpy(R.filled(first, np.iinfo(np.int64).max))
-    col = {c: R.numpy(tasks.column(c)) for c in ("rank", "launch", "cta", "wave", "stage_index", "task")}
-    return np.lexsort((col["task"], col["stage_index"], first, col["wave"], col["cta"],
+    col = {c: R.numpy(tasks.column(c)) for c in ("rank", "launch", "stage_index", "task")}
+    return np.lexsort((col["task"], col["stage_index"], first, tr.wave, tr.cta, tr.lane,
                        col["launch"], col["rank"]))
 
 
@@ -142,9 +157,11 @@ def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
     tasks = trace.tasks
     phases = trace.phases
     keys = placement_keys(trace)
-    order = track_order(tasks, phases)
+    tr = R.tracks(tasks, phases)
+    order = track_order(tasks, phases, tr)
     for lo in range(0, tasks.num_rows, chunk_rows):
-        t = tasks.take(pa.array(order[lo:lo + chunk_rows]))
+        rows = order[lo:lo + chunk_rows]
+        t = tasks.take(pa.array(rows))
         start, end, valid, inherited = iv = R.phase_intervals(R.phase_matrix(t, phases))
         first, last = R.interval_extent(iv)
         keep = valid.any(axis=1)
@@ -164,26 +181,25 @@ def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
         marks = np.stack([c[0] for c in mcols], axis=1) if mcols else np.zeros((t.num_rows, 0), np.int64)
         marked = np.stack([np.ones(t.num_rows, bool) if c[1] is None else ~c[1] for c in mcols], axis=1) \
             if mcols else np.zeros((t.num_rows, 0), bool)
-        yield Records(col("rank"), col("launch"), col("stage_index"), col("task"), col("cta"),
-                      col("wave"), place, pick(first), pick(last), pick(start), pick(end),
+        yield Records(col("rank"), col("launch"), col("stage_index"), col("task"), pick(tr.cta[rows]),
+                      pick(tr.wave[rows]), pick(tr.lane[rows]), place, pick(first), pick(last), pick(start), pick(end),
                       pick(valid), pick(inherited), pick(marks), pick(marked), t.num_rows)
 
 
 def threads(trace: Trace, num: Numbering):
-    """The (pid, tid) pairs the export draws on, sorted, with their rank, launch, CTA
-    and wave: ``(pid, tid, rank, launch, cta, wave)`` int64 arrays."""
+    """The (pid, tid) pairs the export draws on, sorted, with their rank, launch, CTA,
+    wave and unplaced lane (``timeline.rows.tracks``; ``NO_CTA`` where it does not
+    apply): ``(pid, tid, rank, launch, cta, wave, lane)`` int64 arrays."""
     t = trace.tasks
     if t.num_rows == 0:
         z = np.zeros(0, np.int64)
-        return z, z, z, z, z, z
+        return z, z, z, z, z, z, z
     rank, launch = R.numpy(t.column("rank")), R.numpy(t.column("launch"))
-    cta, wave = R.numpy(t.column("cta")), R.numpy(t.column("wave"))
-    pid, tid = num.pid(rank, launch), num.tid(cta, wave)
-    key = np.unique((pid << 32) | tid)
-    pid_u, tid_u = key >> 32, key & 0xFFFFFFFF
-    rank_u, launch_u = (pid_u - 1) // num.launches, (pid_u - 1) % num.launches
-    cta_u, wave_u = (tid_u - 1) // num.waves, (tid_u - 1) % num.waves
-    return pid_u, tid_u, rank_u, launch_u, cta_u, wave_u
+    tr = R.tracks(t, trace.phases)
+    pid, tid = num.pid(rank, launch), num.tid(tr.cta, tr.wave, tr.lane)
+    _, first = np.unique((pid << 32) | tid, return_index=True)
+    return (pid[first], tid[first], rank[first].astype(np.int64), launch[first].astype(np.int64),
+            tr.cta[first], tr.wave[first], tr.lane[first])
 
 
 class Flow(NamedTuple):

@@ -5,7 +5,9 @@ Layout of the file (Perfetto UI, ``chrome://tracing`` and speedscope read it):
 - one process per (rank, launch): ``process_name`` "rank R · launch L" (with
   " · SYNTHETIC" for synthetic data) and ``process_sort_index`` = pid;
 - one thread per (CTA, wave): ``thread_name`` "CTA c · wave w" and
-  ``thread_sort_index`` = tid, so rows appear in CTA order;
+  ``thread_sort_index`` = tid, so rows appear in CTA order; rows without a
+  placement word on threads "unplaced · lane k" after the CTAs' (args ``cta`` and
+  ``wave`` null; ``timeline.rows.tracks``);
 - per task an event named by its stage (``cat`` = stage) spanning its first to
   its last phase, args: stage, task, CTA, wave, placement (XCC/SE/CU on AMD, SM on
   NVIDIA, ``hw_unit``) and ``phase_us`` (each phase interval's duration in µs,
@@ -100,7 +102,7 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
     byte blocks, each line starting with its comma: processes (a few) by string
     formatting, threads (tens of thousands) assembled as fixed-width rows with their
     names from a table of the distinct (CTA, wave) names."""
-    pid, tid, rank, launch, cta, wave = C.threads(trace, num)
+    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
     lines = []
     for p in np.unique(pid).tolist():
         r, la = (p - 1) // num.launches, (p - 1) % num.launches
@@ -109,9 +111,8 @@ def _metadata(trace: Trace, num: C.Numbering) -> list:
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n'
                      .encode())
     if len(tid):
-        code = cta * num.waves + wave  # one name a (CTA, wave): a lookup table of the distinct ones
-        names, inverse = np.unique(code, return_inverse=True)
-        table = strings([_json(C.thread_name(int(c) // num.waves, int(c) % num.waves)) for c in names.tolist()])
+        names, first, inverse = np.unique(tid, return_index=True, return_inverse=True)  # one name a thread id
+        table = strings([_json(C.thread_name(int(cta[i]), int(wave[i]), int(lane[i]))) for i in first.tolist()])
         pt = [b',{"ph":"M","pid":', digits(pid), b',"tid":', digits(tid)]
         threads = assemble(len(tid), pt + [b',"name":"thread_name","args":{"name":', table[inverse.reshape(-1)],
                                            b'}}\n'] + pt + [b',"name":"thread_sort_index","args":{"sort_index":',
@@ -127,7 +128,7 @@ class _Lines:
 
     def __init__(self, rec: C.Records, num: C.Numbering, base_ns: int):
         self.n, self.base_ns = rec.n, base_ns
-        self.pid, self.tid = digits(num.pid(rec.rank, rec.launch)), digits(num.tid(rec.cta, rec.wave))
+        self.pid, self.tid = digits(num.pid(rec.rank, rec.launch)), digits(num.tid(rec.cta, rec.wave, rec.lane))
         self._heads = {}
 
     def head(self, ph) -> list:
@@ -149,8 +150,9 @@ def _task_body(rec: C.Records, stage_names, names, keys, dur_text) -> list:
     si = rec.stage_index.astype(np.int64)
     stage_task = strings([f'"name":{_json(s)},"cat":{_json(s)},"args":{{"stage":{_json(s)}'
                           for s in stage_names])[si]
-    body = [b",", stage_task, b',"task":', digits(rec.task), b',"cta":', digits(rec.cta),
-            b',"wave":', digits(rec.wave)]
+    unplaced = rec.lane >= 0  # no placement word: CTA and wave null (timeline.rows.tracks)
+    body = [b",", stage_task, b',"task":', digits(rec.task), b',"cta":', digits(rec.cta, null=unplaced),
+            b',"wave":', digits(rec.wave, null=unplaced)]
     for k in keys:
         v, null = rec.place[k]
         body += [f',"{k}":'.encode(), digits(v, null=null)]

@@ -238,8 +238,9 @@ def thread_uuid(pid, tid):
 
 
 def _tracks(trace: Trace, num: C.Numbering) -> bytes:
-    """Descriptor packets: the root, one track per (rank, launch), one per (CTA, wave)."""
-    pid, tid, rank, launch, cta, wave = C.threads(trace, num)
+    """Descriptor packets: the root, one track per (rank, launch), one per (CTA, wave)
+    and one per lane of rows without a placement word ("unplaced · lane k")."""
+    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
     root = trace.spec.kernel + (" · SYNTHETIC" if trace.synthetic else "")
     out = [_descriptor(ROOT_UUID, root, None, None)]
     for p in np.unique(pid).tolist():
@@ -248,7 +249,7 @@ def _tracks(trace: Trace, num: C.Numbering) -> bytes:
     n = len(pid)
     if n:
         td = (Messages(n).varint(TD_UUID, thread_uuid(pid, tid))
-              .strings(TD_NAME, [C.thread_name(c, w) for c, w in zip(cta.tolist(), wave.tolist())])
+              .strings(TD_NAME, [C.thread_name(c, w, k) for c, w, k in zip(cta.tolist(), wave.tolist(), lane.tolist())])
               .varint(TD_PARENT, process_uuid(pid)).varint(TD_SIBLING_RANK, tid))
         pk = Messages(n).raw(field_varint(F_SEQ_ID, SEQUENCE_ID)).message(F_TRACK_DESC, td)
         out.append(packets(pk).serialize())
@@ -330,11 +331,12 @@ def _chunk_bytes(rec: C.Records, num: C.Numbering, keys, n_stages: int, n_pairs:
     """The serialized packets of one chunk (per task: begin, the phases' begin/end
     pairs, end) and the number of slices in it."""
     n = rec.n
-    track = thread_uuid(num.pid(rec.rank, rec.launch), num.tid(rec.cta, rec.wave))
+    track = thread_uuid(num.pid(rec.rank, rec.launch), num.tid(rec.cta, rec.wave, rec.lane))
     stage_iid = rec.stage_index.astype(np.int64) + 1
     task_te = (Messages(n).raw(field_varint(TE_TYPE, SLICE_BEGIN)).varint(TE_TRACK_UUID, track)
                .varint(TE_NAME_IID, stage_iid).varint(TE_CATEGORY_IIDS, stage_iid))
-    values = [("task", rec.task, None), ("cta", rec.cta, None), ("wave", rec.wave, None)]
+    unplaced = rec.lane >= 0  # no placement word: no CTA / wave annotation (timeline.rows.tracks)
+    values = [("task", rec.task, None), ("cta", rec.cta, unplaced), ("wave", rec.wave, unplaced)]
     values += [(k, *rec.place[k]) for k in keys]
     for i, (name, v, null) in enumerate(values):
         da = Messages(n).raw(field_varint(DA_NAME_IID, i + 1)).varint(DA_INT, v)

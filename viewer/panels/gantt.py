@@ -59,7 +59,8 @@ def normalize(data: M.TraceData, ranks, launches, stages, phases, ctas):
     stages, phases = every(stages, len(data.stage_names)), every(phases, len(data.interval_names))
     if ctas:
         lo, hi = int(min(ctas)), int(max(ctas))
-        ctas = None if data.n == 0 or (lo <= int(data.cta.min()) and hi >= int(data.cta.max())) else (lo, hi)
+        placed = data.cta[data.lane < 0]  # the full range of CTAs keeps the rows without one too
+        ctas = None if placed.size == 0 or (lo <= int(placed.min()) and hi >= int(placed.max())) else (lo, hi)
     else:
         ctas = None
     return ranks, launches, stages, phases, ctas
@@ -253,11 +254,12 @@ def task_table(d: M.TraceData, ivs) -> html.Table:
     i = int(ivs[0])
     place = M.placement_text(d.vendor, int(d.xcc[i]), int(d.se[i]), int(d.cu[i]), int(d.sm[i]))
     head = [("stage", d.stage_names[d.stage[i]]), ("task", int(d.task[i])), ("rank", int(d.rank[i])),
-            ("launch", int(d.launch[i])), ("CTA", int(d.cta[i])), ("wave", int(d.wave[i])),
+            ("launch", int(d.launch[i])), ("CTA", int(d.cta[i]) if d.cta[i] >= 0 else rows.UNPLACED),
+            ("wave", int(d.wave[i]) if d.wave[i] >= 0 else rows.UNPLACED),
             ("placement", place), ("start", f"{d.start[ivs[0]] / 1e3:,.3f} µs"),
             ("end", f"{d.end[ivs[-1]] / 1e3:,.3f} µs"),
             ("duration", f"{(d.end[ivs[-1]] - d.start[ivs[0]]) / 1e3:,.3f} µs")]
-    rows = [html.Tr([html.Td(k), html.Td(str(v))]) for k, v in head]
-    rows += [html.Tr([html.Td(d.interval_names[d.phase[j]]), html.Td(f"{(d.end[j] - d.start[j]) / 1e3:,.3f} µs")])
-             for j in ivs]
-    return html.Table(html.Tbody(rows), id="details-table")
+    trs = [html.Tr([html.Td(k), html.Td(str(v))]) for k, v in head]
+    trs += [html.Tr([html.Td(d.interval_names[d.phase[j]]), html.Td(f"{(d.end[j] - d.start[j]) / 1e3:,.3f} µs")])
+            for j in ivs]
+    return html.Table(html.Tbody(trs), id="details-table")
