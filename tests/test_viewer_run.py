@@ -168,6 +168,8 @@ def test_addresses_name_run_launch_selection_and_window(state, run_dir):
     ov = state.runs.overview(run.name)
     assert state.requested("") == RS.launch_name(run.name, ov.typical)  # the default run's typical launch
     assert state.requested(f"?run={run.name}&step=1&layer=2") == f"{run.name}/step=1/layer=2"
+    picks = [RS.launch_name(run.name, k) for k in (ov.typical, ov.p99, ov.slowest)]
+    assert set(picks) <= set(state.catalog.names())  # the picker's and Compare's lists hold them
     first = VW.first_view(state, f"?run={run.name}&step=1&layer=2&ranks=1&grouping=cta&t0=100&t1=300")
     props = first["props"]
     assert props[("trace-key", "data")] == {"name": f"{run.name}/step=1/layer=2"}
