@@ -271,6 +271,7 @@ def test_overview_clicks_and_buttons_over_http_open_launches_of_the_run_only(ser
     r = open_("ov-graph.clickData", click={"points": [{"x": 1, "y": 2}]})
     assert r.status_code == 204  # an unbinned overview's click is opened by the browser (run_wiring.CLICK_SCRIPT)
     r = open_("ov-next.n_clicks")
+    assert "loading step" in r.get_json()["response"]["ov-progress"]["children"]  # the note while it loads
     assert r.get_json()["response"]["url"]["search"].startswith(
         f"?run=small_run&step={ov.neighbour(shown, 1).step}&layer={ov.neighbour(shown, 1).layer}")
     r = open_("ov-slowest.n_clicks")
@@ -301,3 +302,22 @@ def test_many_launch_requests_stay_within_the_memory_budget(served_run):
             assert out.key == {"name": f"small_run/step={s}/layer={la}"}
             assert state.store.launches.held() <= state.store.launches.budget
     assert len(state.store.launches.names()) == 1
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run=st.sampled_from(["small_run", "../outside_run", "link_run", "", "small_run/step=1/layer=1"]) | st.text(max_size=20),
+       step=st.text(max_size=24) | st.integers().map(str), layer=st.text(max_size=12) | st.integers().map(str))
+def test_any_run_address_is_a_launch_or_a_message(served_run, run, step, layer):
+    """Any ``?run=&step=&layer=`` address: that launch of the run inside the trace
+    directory, or a message naming no server path; never an exception."""
+    state, d, _ = served_run
+    search = "?" + urllib.parse.urlencode({"run": run, "step": step, "layer": layer})
+    out = VTR.select(state, search, None, False)
+    text = json.dumps(out, default=str)
+    assert str(d) not in text and str(d.parent) not in text
+    name = out.key["name"]
+    if name is not None:  # the launch the address names (no step nor layer: the typical; no run: the default)
+        q = urllib.parse.parse_qs(search[1:])
+        want = state.runs.typical("small_run") if not q.get("step") and not q.get("layer") else \
+            (int(q.get("step", ["0"])[0]), int(q.get("layer", ["0"])[0]))
+        assert q.get("run", ["small_run"]) == ["small_run"] and name == f"small_run/step={want[0]}/layer={want[1]}"

@@ -192,7 +192,9 @@ def _int(q: dict, key: str) -> int:
     """An integer query parameter; ``SourceError`` naming it otherwise."""
     text = (q.get(key) or ["0"])[0]
     try:
-        v = int(text[:24])
+        if len(text) > 24:
+            raise ValueError
+        v = int(text)
     except ValueError:
         raise SourceError(f"the address's {key}={text[:24]!r} is not an integer") from None
     if abs(v) >= 1 << 62:
