@@ -162,6 +162,23 @@ def build_overview(sql, axis: str = "step") -> Overview:
                     grid(launches, "anomalies"), per_rank, launches, *picks(launches), unkeyed, axis)
 
 
+class Launches:
+    """A ``launches`` table behind one DuckDB connection (made on first use, kept:
+    a connection costs more than the overview's queries); callers hold a lock."""
+
+    def __init__(self, table: pa.Table | None = None):
+        self.table, self.con = table, None
+
+    def query(self, make_table, query: str) -> pa.Table:
+        """``query`` over the table (``make_table()`` reads it on first use)."""
+        if self.con is None:
+            if self.table is None:
+                self.table = make_table()
+            self.con = duckdb.connect()
+            self.con.register("launches", self.table)
+        return self.con.sql(query).to_arrow_table()
+
+
 class RunSource:
     """A run directory through the run dataset (``timeline.run.open_run``)."""
 
@@ -172,14 +189,18 @@ class RunSource:
             raise SourceError(f"{name!r} is a directory, and this build has no run dataset "
                               "(timeline.run) to read it as a run") from None
         self.name, self.path = name, path
+        self.launches = Launches()  # Run.launches(), read on first use
         with self.named():
             self.run = run_dataset.open_run(path)
         self.lock = threading.Lock()  # DuckDB connections are not shared across threads
         self.axis = "step"
 
     def sql(self, query: str) -> pa.Table:
+        """``query`` over the run's ``launches`` table (``Run.launches()``: its small
+        per-append launch parts), in DuckDB: the run's own SQL views span every
+        part, task rows too, and would check them all first."""
         with self.lock, self.named():
-            return self.run.sql(query)
+            return self.launches.query(self.run.launches, query)
 
     def launch(self, key: Key) -> Trace:
         with self.lock, self.named():
@@ -211,7 +232,7 @@ class TraceSource:
         headed = tasks.num_rows > 0 and tasks.column("step").null_count < tasks.num_rows
         self.axis = "step" if headed else "launch"
         self.step_col, self.layer_col = ("step", "layer") if headed else ("launch", None)
-        self.table = self._launches()
+        self.launches = Launches(self._launches())
         self.lock = threading.Lock()
 
     def _launches(self) -> pa.Table:
@@ -237,12 +258,7 @@ class TraceSource:
 
     def sql(self, query: str) -> pa.Table:
         with self.lock:
-            con = duckdb.connect()
-            try:
-                con.register("launches", self.table)
-                return con.sql(query).to_arrow_table()
-            finally:
-                con.close()
+            return self.launches.query(None, query)
 
     def launch(self, key: Key) -> Trace:
         t = self.trace.tasks

@@ -41,6 +41,8 @@ class Runs:
         if not isinstance(name, str) or not name.strip():
             raise SourceError("no run name given")
         name = name.strip()
+        if RS.parse_name(name) is not None:
+            raise SourceError(f"{name!r} names a launch, not a run: address it as ?run=RUN&step=S&layer=L")
         if name in self.given:
             return self.given[name]
         if name in self.catalog.given:
@@ -183,8 +185,8 @@ class RunApp(App):
                 return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
         try:
             typical = self.runs.typical(run)
-        except SourceError:
-            return run  # the store says why, in the page (``RunStore.get``)
+        except SourceError as e:
+            return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
         return RS.launch_name(run, typical)
 
 
