@@ -286,7 +286,7 @@ def test_dashboard_export_and_gantt_callbacks(tmp_path_factory, trace):
     """Was: the export panel said "on export: IndexError"."""
     from viewer.panels import export as VX
     from viewer.panels import gantt as VG
-    from viewerkit import bars_of
+    from viewerkit import bars_of, component_text
 
     state = dashboard(tmp_path_factory.mktemp("dash"), trace)
     sent = VX.export(state, "u.arrow", None, None, None)
@@ -298,6 +298,10 @@ def test_dashboard_export_and_gantt_callbacks(tmp_path_factory, trace):
     ticks = g.figure["layout"]["yaxis"].get("ticktext", [])
     assert any("unplaced · lane 0" in t for t in ticks), ticks
     assert bars_of(g.figure)
+    from viewer.panels import tables as VT
+
+    *_, note = VT.idle(state, "u.arrow", None, None)
+    assert f"{unplaced_count(trace)} task rows without a placement word" in component_text(note)
 
 
 # -- real readers -------------------------------------------------------------------------------------------

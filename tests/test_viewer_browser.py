@@ -186,6 +186,22 @@ def test_anomalies_and_empty_traces_say_so(page):
     assert "no intervals" in banner
 
 
+def test_a_row_without_a_placement_word_is_on_its_own_unplaced_row(page):
+    """anomalies.arrow has one record whose placement word is 0: it is drawn on a row
+    of its own, labelled, after the CTAs' (was: a row labelled "cta -1 w-1"), and its
+    hover says it has no placement word."""
+    driver, state = page["driver"], page["state"]
+    driver.get(page["url"] + "?trace=anomalies.arrow")
+    m = meta(driver)
+    d = state.store.get("anomalies.arrow").data
+    assert m["n_rows"] == 8 + 1 and driver.execute_script(ROWS) == list(range(9))  # 8 CTAs, one unplaced row
+    ticks = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').layout.yaxis.ticktext")
+    assert ticks[-1] == "r0 L0 · unplaced · lane 0" and all("cta -1" not in t for t in ticks)
+    hover = driver.execute_script("var g=document.querySelector('#gantt .js-plotly-plot');"
+                                  "return g.data.filter(t=>t.meta&&t.meta.kind=='hover').map(t=>t.hovertemplate);")
+    assert sum("unplaced: no placement word" in h for h in hover) == 1 and int((d.cta < 0).any())
+
+
 def test_panels_idle_and_compare(page):
     driver = page["driver"]
     driver.get(page["url"])

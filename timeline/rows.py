@@ -182,27 +182,28 @@ def lanes(group: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """Per row, its lane within its ``group``: the lowest-numbered lane whose rows all
     ended by the row's ``first`` (ns), taken in (first, last, row) order, so that
     rows of one lane never overlap in time (a touching end and start do not
-    overlap). Interval partitioning: as few lanes as the most rows overlapping at
-    one time. Why: a track of one export or Gantt row holds nested or disjoint
-    spans only; rows without a CTA overlap freely (they ran on different CTAs)."""
+    overlap). Interval partitioning: no more lanes than rows overlapping at one
+    time. Why: a track of one export or Gantt row holds nested or disjoint spans
+    only; rows without a CTA overlap freely (they ran on different CTAs). A group
+    whose rows never overlap is one lane without a loop; others go row by row."""
     import heapq
 
     n = len(group)
     out = np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return out
     order = np.lexsort((np.arange(n), last, first, group))
-    free_by_group: dict = {}
-    for i in order.tolist():
-        g = int(group[i])
-        busy, free, count = free_by_group.setdefault(g, ([], [], [0]))
-        while busy and busy[0][0] <= first[i]:
-            heapq.heappush(free, heapq.heappop(busy)[1])
-        lane = heapq.heappop(free) if free else count[0]
-        if lane == count[0]:
-            count[0] += 1
-        heapq.heappush(busy, (int(max(last[i], first[i])), lane))
-        out[i] = lane
+    g, f, e = group[order], first[order], np.maximum(last, first)[order]
+    cuts = np.flatnonzero(g[1:] != g[:-1]) + 1
+    for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, n].tolist()):
+        if (f[lo + 1:hi] >= np.maximum.accumulate(e[lo:hi - 1])).all():
+            continue  # each row starts after every earlier one ended: all on lane 0
+        busy, free, count = [], [], 0
+        for k in range(lo, hi):
+            while busy and busy[0][0] <= f[k]:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            lane = heapq.heappop(free) if free else count
+            count += lane == count
+            heapq.heappush(busy, (int(e[k]), lane))
+            out[order[k]] = lane
     return out
 
 

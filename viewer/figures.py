@@ -133,17 +133,12 @@ def _hover_data(data: M.TraceData, idx: np.ndarray) -> np.ndarray:
 
 
 def _hovertemplate(data: M.TraceData, stage: str, unplaced: bool = False) -> str:
-    """The hover text of a stage's points; ``unplaced``: of tasks without a placement
-    word (no CTA, wave or hardware place to show)."""
+    """The hover text of a stage's points; ``unplaced``: of tasks without a placement word."""
     where = ("SM %{customdata[5]}" if data.vendor == "nvidia"
              else "XCC %{customdata[5]} SE %{customdata[6]} CU %{customdata[7]}")
-    if unplaced:
-        lines = [f"<b>{stage}</b> task %{{customdata[0]}}",
-                 f"rank %{{customdata[3]}} · launch %{{customdata[4]}} · {rows.UNPLACED}: no placement word"]
-    else:
-        lines = [f"<b>{stage}</b> task %{{customdata[0]}}",
-                 "rank %{customdata[3]} · launch %{customdata[4]} · CTA %{customdata[1]} · wave %{customdata[2]}",
-                 where]
+    lines = [f"<b>{stage}</b> task %{{customdata[0]}}", "rank %{customdata[3]} · launch %{customdata[4]} · "
+             + (f"{rows.UNPLACED}: no placement word" if unplaced else "CTA %{customdata[1]} · wave %{customdata[2]}")]
+    lines += [] if unplaced else [where]
     lines += [f"{name}: %{{customdata[{8 + j}]:.3f}} µs" for j, name in enumerate(data.interval_names)]
     return "<br>".join(lines) + "<extra></extra>"
 

@@ -43,7 +43,10 @@ def idle(app, name, ranks, launches):
     top = t.take(np.argsort(-np.nan_to_num(rows.numpy(t.column("idle_share"))),
                             kind="stable")[:200])
     cols, records = table_records(top)
-    return CH.idle_figure(t), cols, records, None
+    left_out = A.unplaced_rows(t)  # rows without a placement word: no CTA to charge their idle time to
+    note = msg(f"{left_out} task rows without a placement word are not in this table (their CTA is unknown; "
+               "they are on the Gantt's unplaced rows)", "info") if left_out else None
+    return CH.idle_figure(t), cols, records, note
 
 
 IDLE_GAPS = 200  # the largest gaps the idle tab lists
