@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
 from timeline.run import open_run
@@ -281,3 +283,28 @@ def test_an_address_opens_the_launch_selection_and_window_it_names(page):
                "document.querySelector('#tabs .tab--selected').innerText.indexOf('Idle') >= 0 || null", 30, "idle tab")
     driver.find_element("id", "reset").click()  # "full": the address bar follows the view shown
     B.wait_for(driver, "return location.search.indexOf('t0=4112.') > 0 || null", 30, "the address")
+
+
+def test_a_real_trace_reads_as_a_run_and_a_run_without_headers_says_why(tmp_path, capsys):
+    """The bundled real trace (16 launches, no launch-slot headers): with --overview its
+    launches are the cells (x = launch index), each the span of its rows; appended to a
+    run it cannot be drawn by step x layer, and the command line says why in one line."""
+    from timeline.run import append
+    from timeline.trace import load
+
+    demo = Path(__file__).resolve().parent.parent / "traces" / V.DEFAULT_TRACE
+    st, _, first = V.prepare(["--overview", str(demo), "--trace-dir", str(demo.parent)])
+    ov = st.runs.overview(first)
+    tr = load(demo)
+    assert ov.axis == "launch" and ov.steps.tolist() == tr.launches and ov.layers.tolist() == [0]
+    t = tr.tasks
+    for la in tr.launches:
+        rows = t.filter(pa.compute.equal(t.column("launch"), la))
+        span = pa.compute.max(rows.column("end_ns")).as_py() - pa.compute.min(rows.column("start_ns")).as_py()
+        assert ov.kernel[0, tr.launches.index(la)] == span
+    assert st.requested("") == RS.launch_name(first, ov.typical)
+    append(tmp_path / "demo_run", tr)
+    with pytest.raises(SystemExit) as e:
+        V.prepare([str(tmp_path / "demo_run"), "--trace-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "16 rank launches without one" in err and str(tmp_path) not in err

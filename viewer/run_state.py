@@ -94,9 +94,12 @@ class Runs:
     def typical(self, name: str) -> RS.Key:
         """The run's typical launch (p50 of the kernel time); ``SourceError`` for a run
         without one."""
-        key = self.overview(name).typical
-        if key is None:
-            raise SourceError(f"run {name!r} has no launch with a step and layer to show")
+        ov = self.overview(name)
+        if ov.typical is None:
+            raise SourceError(f"run {name!r} has no launch with a step and layer header to show"
+                              + (f" ({ov.unkeyed:,} rank launches without one: the overview needs the launch-slot "
+                                 "headers; open a capture's trace file instead)" if ov.unkeyed else ""))
+        key = ov.typical
         return key
 
     def overview(self, name: str) -> RS.Overview:
