@@ -5,10 +5,10 @@ about 10x the time).
     python bench/analysis.py                 # 1 M and 10 M intervals
     python bench/analysis.py --sizes 1e6
 
-Traces are SYNTHETIC (``timeline.synth``: the GLM-5 stage list, 8 waves, grid 256,
+Traces are SYNTHETIC (``timeline.ingest.synth``: the GLM-5 stage list, 8 waves, grid 256,
 ranks x launches to reach the size), built once per size; each analysis is timed
 as the median of 3 runs on the same trace (its intervals table already derived, as
-in the dashboard), in a process tuned as the commands run (``timeline.cli.tune_process``).
+in the dashboard), in a process tuned as the commands run (``timeline.core.process.tune_process``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ GOAL_S = 0.5
 
 
 def make_trace(intervals: int):
-    from timeline import synth
+    from timeline.ingest import synth
 
     per_launch_rank = sum(c for _, c in synth.GLM5_STAGES) * 8 * 4  # tasks x waves x intervals
     pairs = max(1, round(intervals / per_launch_rank))
@@ -38,8 +38,8 @@ def make_trace(intervals: int):
 
 def analyses():
     """``name -> f(trace)``: every analysis the CLI and the dashboard run."""
-    from timeline import analysis as A
-    from timeline import compare as C
+    from timeline.analysis import stages as A
+    from timeline.analysis import compare as C
 
     return {
         "stage_report": lambda t: A.stage_report(t),
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
     a = ap.parse_args(argv)
-    from timeline.cli import tune_process
+    from timeline.core.process import tune_process
 
     tune_process()  # as the timeline and timeline-view commands run
     results, sizes = {}, []

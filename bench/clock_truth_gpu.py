@@ -137,7 +137,7 @@ def _anchor_check(trace, raw, spec) -> dict:
     placed minus the global clock read there (within two steps by construction), and
     the SM clock each task ran at (cycles over global ns of its two anchors, tasks
     of at least 2 µs), its spread being what the clock_change count reports."""
-    from timeline import schema as S
+    from timeline.contract import schema as S
 
     lay = spec.layout
     rec = raw[: lay.record_words].reshape(-1, lay.cols)

@@ -50,20 +50,20 @@ def sweep(rounds: int) -> list:
     latest miss), ns."""
     import numpy as np
 
-    from instrument import clocksync as C
-    from timeline import clocks as K
+    from instrument import clocksync as CS
+    from timeline.contract import clocks as K
 
-    dev, name = C._device_of(None)
+    dev, name = CS._device_of(None)
     out = [f"one {rounds}-round calibration per setting, back to back:",
            f"{'method':>9} {'pollers':>7} {'pause ns':>8} {'± ns':>7} {'host side min/median ns':>24} "
            f"{'device bracket min/median ns':>29}"]
     for method, ctas, pause in SWEEP:
         if method == "listen":
-            sent, lo, received, hi = C._listened(dev, rounds, ctas, 10.0, pause)
+            sent, lo, received, hi = CS._listened(dev, rounds, ctas, 10.0, pause)
             cal, bracket = K.estimate(sent, lo, received, device_hi=hi, name=name), hi - lo
             dev_text = f"{bracket.min()}/{np.median(bracket):.0f}"
         else:
-            sent, seen, received = C._pingpong(dev, rounds, 10.0, pause)
+            sent, seen, received = CS._pingpong(dev, rounds, 10.0, pause)
             cal, dev_text = K.estimate(sent, seen, received, name=name), "-"
         host = received - sent
         out.append(f"{method:>9} {ctas:>7} {pause:>8} {cal.uncertainty_ns:>7.1f} "
@@ -89,7 +89,7 @@ def main() -> int:
     if a.one:
         print(json.dumps(one(a.rounds)))
         return 0
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     both(20)
     swept = sweep(a.rounds)

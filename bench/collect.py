@@ -7,7 +7,7 @@ ratio is the figure); then the goals of issue 10.
     python bench/collect.py            # 1 M and 10 M stamps
     python bench/collect.py --sizes 1e6 --naive-max 2e6
 
-Buffers are SYNTHETIC (``timeline.synth``: GLM-5 stage list, 8 waves, grid 256).
+Buffers are SYNTHETIC (``timeline.ingest.synth``: GLM-5 stage list, 8 waves, grid 256).
 Each measurement runs in a fresh process so peak RSS is its own.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 
 
 def make_buffer(stamps: int):
-    from timeline import synth
+    from timeline.ingest import synth
 
     per_launch = sum(c for _, c in synth.GLM5_STAGES) * 8 * 5
     launches = max(1, -(-stamps // per_launch))
@@ -37,7 +37,7 @@ def naive_decode(buf, spec):
     """The obvious decoder: a Python loop over records, a dict per row."""
     import pyarrow as pa
 
-    from timeline import schema as S
+    from timeline.contract import schema as S
 
     lay = spec.layout
     P = len(spec.phases)
@@ -73,16 +73,16 @@ def ktrace_buffer(events: int) -> bytes:
     """A FlyDSL KTRACE buffer holding ``events`` events (its own 32-byte records, wave
     regions of ``EVENTS_PER_WAVE`` slots: a header, then events), as its decoder reads
     it: ``rocm_ktrace_buffer.decode_records(raw)``."""
-    from flydsl.expr.rocdl import ktrace_format as K
+    from flydsl.expr.rocdl import ktrace_format
 
-    per = K.EVENTS_PER_WAVE - 1
+    per = ktrace_format.EVENTS_PER_WAVE - 1
     waves = -(-events // per)
     head = np.dtype([("attempted", "<u4"), ("wave", "<u4"), ("dispatch", "<u8"), ("queue", "<u8"),
                      ("bx", "<u4"), ("by", "<u4")])
     ev = np.dtype([("ts", "<u8"), ("payload", "<u8"), ("hw_id", "<u4"), ("xcc_id", "<u4"), ("packed", "<u4"),
                    ("start", "<u4")])
-    assert head.itemsize == ev.itemsize == K.RECORD_BYTES
-    raw = np.zeros((waves, K.EVENTS_PER_WAVE), dtype=np.dtype((np.void, K.RECORD_BYTES)))
+    assert head.itemsize == ev.itemsize == ktrace_format.RECORD_BYTES
+    raw = np.zeros((waves, ktrace_format.EVENTS_PER_WAVE), dtype=np.dtype((np.void, ktrace_format.RECORD_BYTES)))
     h = raw[:, 0].copy().view(head)
     h["attempted"], h["wave"], h["bx"] = per, np.arange(waves) & 0xFF, np.arange(waves) // 8
     raw[:, 0] = h.view(raw.dtype)
@@ -90,7 +90,7 @@ def ktrace_buffer(events: int) -> bytes:
     e["ts"] = 1_000_000 + np.arange(waves * per).reshape(waves, per)
     e["packed"] = (np.arange(per) % 2).astype(np.uint32) << 24  # push / pop
     raw[:, 1:] = e.view(raw.dtype).reshape(waves, per)
-    return raw.tobytes()[: (events + waves) * K.RECORD_BYTES]
+    return raw.tobytes()[: (events + waves) * ktrace_format.RECORD_BYTES]
 
 
 def ktrace_one(events: int) -> dict:
@@ -110,7 +110,7 @@ def one(mode: str, stamps: int) -> dict:
     if mode == "ktrace":
         return ktrace_one(stamps)
     if mode == "collect-tuned":
-        from timeline.cli import tune_process
+        from timeline.core.process import tune_process
 
         tune_process()
     sp, buf = make_buffer(stamps)
@@ -149,7 +149,7 @@ def main():
         return
     print("timeline.collect vs a per-record Python decoder (SYNTHETIC buffers, one process each)")
     print("cold = the first decode in a fresh process (page faults included); warm = median of 4 more;")
-    print("collect-tuned = as the timeline / timeline-view commands run (timeline.cli.tune_process: numpy's")
+    print("collect-tuned = as the timeline / timeline-view commands run (timeline.core.process.tune_process: numpy's")
     print("    huge-page madvise off, glibc keeps freed pages); collect = the library in a default process")
     print(f"{'stamps':>10} {'decoder':>12} {'cold s':>8} {'Mstamps/s':>10} {'warm s':>8} {'Mstamps/s':>10}"
           f" {'peak+MB':>8} {'buffer MB':>9} {'speedup cold':>12} {'warm':>6}")

@@ -5,7 +5,7 @@ files, in one run (the machine is noisy: the ratio is the figure).
     python bench/export.py                      # 8 ranks x 2 launches x 256 CTAs x 8 waves
     python bench/export.py --launches 1 --naive-max 3e5
 
-The trace is SYNTHETIC (``timeline.synth``: GLM-5 stage list, 8 waves, grid 256),
+The trace is SYNTHETIC (``timeline.ingest.synth``: GLM-5 stage list, 8 waves, grid 256),
 written to a scratch directory. Each measurement runs in a fresh process, so its
 peak RSS is its own; "cpu s" is that process's CPU time (all its threads: the
 export writes the file from a thread of its own), the "Mev/s" column divides by
@@ -38,7 +38,7 @@ from collections import defaultdict
 
 
 def make_trace(launches: int, world: int, grid: int, waves: int):
-    from timeline import synth
+    from timeline.ingest import synth
 
     return synth.synth_trace(synth.glm5_spec(waves=waves, world=world, launches=launches), grid=grid, seed=2)
 
@@ -138,7 +138,7 @@ def plain_write(path: str, mb: float) -> dict:
 
 
 def one(mode: str, a) -> dict:
-    from timeline.cli import tune_process
+    from timeline.core.process import tune_process
 
     if mode == "plain_write":
         return plain_write(os.path.join(a.dir, "out.plain"), a.plain_mb)

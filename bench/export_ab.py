@@ -26,7 +26,7 @@ import tempfile
 ONE = r"""
 import json, os, sys, time
 sys.path.insert(0, os.environ["TREE"])
-from timeline import synth
+from timeline.ingest import synth
 from timeline.export import write_chrome, write_perfetto
 t = synth.synth_trace(synth.glm5_spec(waves=8, world=8, launches=2), grid=256, seed=2)
 _ = t.intervals

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import readers as RD  # noqa: E402
-import test_export_readers as T  # noqa: E402
+import test_export_readers  # noqa: E402
 from timeline import load  # noqa: E402
 from timeline.export import write_chrome  # noqa: E402
 
@@ -33,7 +33,7 @@ def shifted(view: dict, base: int) -> dict:
 
 def main() -> int:
     t0 = time.time()
-    cases = [(name, load(ROOT / "traces" / name)) for name in T.BUNDLED] + [("edge (hand-built)", T.edge_trace())]
+    cases = [(name, load(ROOT / "traces" / name)) for name in test_export_readers.BUNDLED] + [("edge (hand-built)", test_export_readers.edge_trace())]
     print(f"{'trace':28s} {'form':4s} {'threads':>7s} {'perfetto':>9s} {'devtools':>9s} {'speedscope':>10s} {'warnings':>8s}")
     with tempfile.TemporaryDirectory() as d:
         for name, trace in cases:
@@ -41,11 +41,11 @@ def main() -> int:
             for complete in (False, True):
                 path = Path(d) / "t.json"
                 write_chrome(trace, path, complete=complete)
-                base = T.origin_ns(path)
-                tp = len(T.mismatches(want, shifted(RD.perfetto_view(path), base)))
-                dt = len(T.mismatches(want, shifted(RD.devtools_view(path), base), spans_only=True))
+                base = test_export_readers.origin_ns(path)
+                tp = len(test_export_readers.mismatches(want, shifted(RD.perfetto_view(path), base)))
+                dt = len(test_export_readers.mismatches(want, shifted(RD.devtools_view(path), base), spans_only=True))
                 warnings, sv = RD.speedscope_view(path)
-                ss = len(T.mismatches(want, sv, spans_only=True, relative=True))
+                ss = len(test_export_readers.mismatches(want, sv, spans_only=True, relative=True))
                 print(f"{name:28s} {'X' if complete else 'B/E':4s} {len(want):7d} {tp:9d} {dt:9d} {ss:10d} {len(warnings):8d}")
     print(f"(threads with any difference; {time.time() - t0:.0f} s)")
     return 0

@@ -400,7 +400,7 @@ def stored_as_read(words, spec, reads, order: tuple, grid: int, per_cta: int) ->
     """Whether task ``k`` of every CTA ``p`` holds, in every warp's record, the ``k``-th
     run of ``len(order)`` cycle-counter readings CTA ``p`` took, in ``order``'s columns,
     and as anchors its ``k``-th pair of timer readings (``tools.triton_interp.READS``)."""
-    from timeline import schema as S
+    from timeline.contract import schema as S
     from tools.triton_interp import readings
 
     lay = spec.layout

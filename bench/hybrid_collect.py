@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from timeline import collect
-from timeline import schema as S
+from timeline.contract import schema as S
 
 EPOCH = 1_700_000_000_000_000_000
 

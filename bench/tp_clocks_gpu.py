@@ -46,8 +46,8 @@ import stamp_cost_gpu as SC  # bench/ is this script's sys.path[0]
 
 from instrument import alloc
 from instrument.demo import triton_tp as tp
-from timeline import clocks as K
-from timeline.merge import merge
+from timeline.contract import clocks as K
+from timeline.ingest.merge import merge
 
 STAGE_ALIGN = "reduce:hint"
 

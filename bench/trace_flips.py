@@ -20,9 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from timeline import schema as S
-from timeline import synth
-from timeline.trace import TraceFileError, load
+from timeline.contract import schema as S
+from timeline.ingest import synth
+from timeline.core.trace import TraceFileError, load
 
 EXTS = (".arrow", ".parquet")
 

@@ -10,7 +10,7 @@ drawing every interval as a bar would send instead.
                                                               # turns) and zoom round trips in headless Chromium
     python bench/viewer.py --sizes '' --trace traces/h200_mono_demo.arrow   # first paint on a real trace
 
-The sizes' traces are SYNTHETIC (``timeline.synth``, GLM-5 stage list); ``--trace``
+The sizes' traces are SYNTHETIC (``timeline.ingest.synth``, GLM-5 stage list); ``--trace``
 adds real trace files (startup, first figure, first paint). Each size runs in a
 fresh process so its peak RSS is its own; the machine is shared and noisy, so each
 callback is timed ``--repeat`` times and the median is printed.
@@ -65,7 +65,7 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
     """One size, in this process: returns the measurements as a dict."""
     from dash._utils import to_json
 
-    from timeline import synth
+    from timeline.ingest import synth
     from viewer import app as V
     from viewer import client as VC
     from viewer.panels import gantt as VG
@@ -92,8 +92,8 @@ def run_size(label: str, repeat: int, browser: bool, colds: int = 3) -> dict:
 
     def call(trigger, rel=None, grouping="rank", stages=None, st=None):
         def go():
-            fig, new, *_ = VG.gantt(state, name, grouping, None, None, stages, None, None, trigger, rel,
-                                       None, None, px, st)
+            fig, new, *_ = VG.gantt(state, VG.GanttQuery(name, grouping=grouping, stages=stages, trigger=trigger,
+                                                       relayout=rel, px=px, state=st))
             text = to_json(fig)
             return fig, new, text
         secs, first_s, (fig, new, text) = _median_time(go, repeat)

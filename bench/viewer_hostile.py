@@ -37,8 +37,7 @@ def child(path: str, px) -> dict:
     px = px or [VC.PX_LIMITS[0][1], VC.PX_LIMITS[1][1]]
     state.bar_limit = 0  # a raster whatever the window: the largest image a request can ask for
     before = _rss_mb()
-    fig, new, *_ = VG.on_gantt(state, {"name": name}, "rank", None, None, None, None, None, "reset", None, None,
-                                  None, px, None)
+    fig, new, *_ = VG.on_gantt(state, VG.GanttQuery(name, trigger="reset", px=px))
     return {"asked": px, "drawn": list(VC.clamp_px(px)), "mode": fig["layout"]["meta"]["mode"],
             "rss_before_mb": before, "peak_added_mb": _rss_mb() - before}
 
@@ -47,7 +46,7 @@ def main() -> int:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], json.loads(sys.argv[3]))))
         return 0
-    from timeline import synth
+    from timeline.ingest import synth
 
     kw, grid = dict(waves=8, world=8, launches=2), 256  # bench/viewer.py's "1m" size
     with tempfile.TemporaryDirectory() as d:

@@ -89,9 +89,9 @@ def parse_count(text: str) -> int:
 # -- the run --------------------------------------------------------------------------------------------
 def base_captures():
     """``BASES`` SYNTHETIC captures of one step (``LAYERS`` launches) on ``WORLD`` ranks."""
-    from timeline import synth
-    from timeline.collect import collect
-    from timeline.merge import merge
+    from timeline.ingest import synth
+    from timeline.ingest.collect import collect
+    from timeline.ingest.merge import merge
 
     spec = synth.glm5_spec(world=WORLD, launches=LAYERS, waves=WAVES)
     out = []
@@ -106,7 +106,7 @@ def at_step(trace, step: int):
     """``trace`` (one step) under step number ``step``."""
     import pyarrow as pa
 
-    from timeline.trace import Trace
+    from timeline.core.trace import Trace
 
     t = trace.tasks
     t = t.set_column(t.column_names.index("step"), "step", pa.array(np.full(t.num_rows, step, np.int64)))

@@ -4,7 +4,7 @@ the reference build (``REFERENCE``: norm reads its sum of squares twice) spins o
 ``%globaltimer`` step (``SPIN_FLOOR_NS``), a +N build N ns more, so that every
 setting runs the same code; each setting's kernel time predicted from the
 reference trace (and the reference back from the +4096 ns trace) by
-``timeline.whatif`` with ``--add norm.compute=N``, against what was measured. In
+``timeline.analysis.whatif`` with ``--add norm.compute=N``, against what was measured. In
 the same interleaved rounds, real variants of norm (``VARIANTS``: its sum of
 squares read once or three times, its chunk width), each predicted from the
 reference trace given norm's measured phase changes, and the reference back from
@@ -97,7 +97,7 @@ def event_time_us(ffn, shape, delay_ns: int, samples: int = 20) -> float:
 
 def kernel_us(trace) -> float:
     """Median over launches of first start to last end (µs)."""
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     m = E.merged_tasks(trace)
     return statistics.median(float(m.end[m.launch == la].max() - m.start[m.launch == la].min()) / 1e3
@@ -112,7 +112,7 @@ def median_predicted_us(prediction) -> float:
 def predicted_us(trace, add_ns: int) -> float:
     """Median over launches of the replay's predicted kernel time with ``add_ns`` in
     every norm task's compute."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     return median_predicted_us(W.predict(trace, [W.Change("norm", "compute", 1.0, float(add_ns))]))
 
@@ -131,7 +131,7 @@ def measured_changes(base, other) -> list:
     """Every (stage, interval) median duration change from ``base`` to ``other`` as
     ``whatif.Change``s (the waits left out: the replay predicts them): what the
     replay needs to predict ``other`` when more than the spin moved between the runs."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     mb, mo = interval_medians(base), interval_medians(other)
     wait = "→".join(base.spec.wait)
@@ -150,7 +150,7 @@ def variant_lines(traces: dict) -> list:
     for a faster or slower norm), and fed every phase's measured change (the replay's
     own error where the variant's code moved other stages too), against measured;
     and the reference predicted back from the three-pass build."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     out = ["\na real stage made slower / faster, in the same rounds: norm's sum of squares read once or three times "
            "(the reference: twice), or its chunk width BF (reference 512); predicted from the reference trace given "
@@ -179,7 +179,7 @@ def spin_rows(ffn, traces: dict) -> list:
     (``DELAYS_NS[0]``) trace, and the +4 µs trace predicted back to the reference: with
     the spin's own length, with every phase's measured change (all-changes) and with
     norm's measured changes only (norm-only)."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     def row(src, dst, add_ns, label, delay_ns, event):
         changes = measured_changes(src, dst)

@@ -13,7 +13,7 @@ def alloc(spec, device="cuda"):
 
 def calibrate(device=None, rounds: int = 200, method: str = "listen"):
     """``device``'s clock against the host's CLOCK_MONOTONIC: a
-    ``timeline.clocks.Calibration`` (offset ± uncertainty; ``method`` ``"listen"`` or
+    ``timeline.contract.clocks.Calibration`` (offset ± uncertainty; ``method`` ``"listen"`` or
     ``"pingpong"``, see ``instrument.clocksync``)."""
     from instrument.clocksync import calibrate as _calibrate
 

@@ -2,7 +2,8 @@
 
 ``alloc(spec, device)`` gives a ``StampBuffer``: a zeroed flat int64 tensor of the
 spec's ``layout.words`` on the device (the records ``(launches, rows, waves, cols)``,
-then one drop counter per stage: ``records`` and ``drops`` are views), the address a kernel
+then the trailer: a drop counter per stage, a header and write count per launch
+slot; ``records`` and ``drops`` are views), the address a kernel
 takes as its stamp argument (0 when tracing is off, which a timeline build treats
 as "no stamps" and a normal build never reads), the launch slot for a launch
 ordinal, reset between captures, and the read-back into ``timeline.collect``.
@@ -12,19 +13,22 @@ from __future__ import annotations
 
 import contextlib
 
-from timeline import schema as S
-from timeline.collect import collect
+from timeline.contract import schema as S
+from timeline.ingest.collect import collect
+from timeline.errors import TimelineError
 
 
-class BufferError(RuntimeError):
-    """A stamp buffer used in a way that would lose or corrupt stamps."""
+class StampBufferError(TimelineError, RuntimeError):
+    """A stamp buffer used in a way that would lose or corrupt stamps (a
+    ``RuntimeError`` too, as it always was; named so as not to shadow the builtin
+    ``BufferError``)."""
 
 
 def _torch():
     try:
         import torch
     except ImportError as e:  # pragma: no cover - torch is an extra
-        raise BufferError("instrument.buffer needs torch: pip install 'mono-timeline[amd]' or '[nvidia]'") from e
+        raise StampBufferError("instrument.buffer needs torch: pip install 'mono-timeline[amd]' or '[nvidia]'") from e
     return torch
 
 
@@ -37,13 +41,13 @@ class StampBuffer:
         self.layout = spec.layout
         self.device = torch.device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise BufferError(
+            raise StampBufferError(
                 f"cannot allocate a stamp buffer on {self.device}: torch sees no GPU "
                 "(torch.cuda.is_available() is False); pass device='cpu' to build one for tests")
         self.tensor = torch.zeros(self.layout.words, dtype=torch.int64, device=self.device)
         self.records = self.tensor[: self.layout.record_words].view(self.layout.shape)
         self.drops = self.tensor[self.layout.record_words: self.layout.record_words + len(self.layout.counts)]
-        self.calibrations = []  # timeline.clocks.Calibration of this device's clock, recorded by collect()
+        self.calibrations = []  # timeline.contract.clocks.Calibration of this device's clock, recorded by collect()
 
     @property
     def nbytes(self) -> int:
@@ -58,7 +62,7 @@ class StampBuffer:
         writes to. A clear error past the slots the spec has: stamps of two launches
         in one slot would look like one plausible, wrong launch."""
         if not 0 <= ordinal < self.layout.launches:
-            raise BufferError(
+            raise StampBufferError(
                 f"launch ordinal {ordinal} has no slot: the spec {self.spec.kernel!r} has "
                 f"{self.layout.launches} launch slots; re-allocate with "
                 f"spec.replace(launches={ordinal + 1}) or reset() between captures")
@@ -82,18 +86,18 @@ class StampBuffer:
     def collect(self, **kw):
         """Copy the buffer to the host (after the device is done) and decode it with
         ``timeline.collect``, the spec carrying the calibrations kept
-        (``timeline.clocks.with_calibrations``). Refused while a CUDA graph capture is
+        (``timeline.contract.clocks.with_calibrations``). Refused while a CUDA graph capture is
         in progress: the copy would be captured instead of done."""
         torch = _torch()
         if self.device.type == "cuda":
             if torch.cuda.is_current_stream_capturing():
-                raise BufferError(
+                raise StampBufferError(
                     "cannot read the stamp buffer while a CUDA graph capture is in progress; "
                     "read it after the graph is replayed and synchronized")
             torch.cuda.synchronize(self.device)
         spec = self.spec
         if self.calibrations:
-            from timeline.clocks import with_calibrations
+            from timeline.contract.clocks import with_calibrations
 
             spec = with_calibrations(spec, self.calibrations)
         return collect(self.tensor.detach().cpu().numpy(), spec, **kw)

@@ -1,5 +1,5 @@
 """A GPU's ``%globaltimer`` measured against the host's ``CLOCK_MONOTONIC`` through
-pinned host memory (``timeline.clocks`` holds the arithmetic), two ways:
+pinned host memory (``timeline.contract.clocks`` holds the arithmetic), two ways:
 
 - ``listen`` (the default): one thread in each of ``ctas`` CTAs (1) polls a host word
   with volatile loads (PTX ``ld.volatile``: a system-scope read, served by host
@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
-from timeline import clocks as K
+from timeline.contract import clocks as K
 
 METHODS = ("listen", "pingpong")
 
@@ -170,7 +170,7 @@ def _listened(dev, rounds: int, ctas: int, timeout_s: float, pause_ns: int):
 def calibrate(device=None, rounds: int = 200, timeout_s: float = 10.0, *, method: str = "listen",
               ctas: int = 1, pause_ns: int = 4_000) -> K.Calibration:
     """Offset of ``device``'s ``%globaltimer`` from the host's CLOCK_MONOTONIC, ± half
-    the intersection of ``rounds`` rounds' intervals (``timeline.clocks.estimate``);
+    the intersection of ``rounds`` rounds' intervals (``timeline.contract.clocks.estimate``);
     ``method``: ``"listen"`` (``ctas`` pollers) or ``"pingpong"``; up to ``pause_ns``
     random ns between rounds (module docstring)."""
     if method not in METHODS:

@@ -1,7 +1,7 @@
 """Device side of a timeline build for FlyDSL kernels on AMD (gfx942, gfx950).
 
 A kernel builds one ``Timeline`` per launch from its stamp-buffer argument (an
-``fx.Int64`` address), the ``timeline.schema.Spec`` the host allocated the buffer for,
+``fx.Int64`` address), the ``timeline.contract.schema.Spec`` the host allocated the buffer for,
 and a compile-time switch; then it marks the phases of each task::
 
     tl = Timeline(SPEC, stamps, TIMELINE, launch=layer)
@@ -25,8 +25,8 @@ Contract:
   argument); tests/test_flydsl_isa.py checks it on gfx942 and gfx950. Stage and
   phase names are checked in both builds (plain Python at trace time).
 - A stamp reads ``s_memrealtime`` (the 100 MHz device clock) and stores the tick at
-  ``timeline.schema.word_offset`` (the layout arithmetic lives there only). A
-  hybrid build (``Spec(cycles="memtime")``, ``timeline.hybrid``) reads ``s_memtime``
+  ``timeline.contract.schema.word_offset`` (the layout arithmetic lives there only). A
+  hybrid build (``Spec(cycles="memtime")``, ``timeline.ingest.hybrid``) reads ``s_memtime``
   (the shader clock's cycle counter) instead and, at the first and the last phase,
   also ``s_memrealtime`` into the record's anchor column (one more 8-byte store). The
   spec's first phase also writes the placement word (``placement_hi(cta, wave,
@@ -47,7 +47,7 @@ Contract:
   in memory exactly what one lane's store would. ``pred`` (a traced Boolean) moves a
   stamp's offset out of range where it is false.
 - A stamp never writes outside the (launch, stage, task) slot it names: where
-  ``timeline.schema.in_slots`` fails (a task index past the stage's count, a launch
+  ``timeline.contract.schema.in_slots`` fails (a task index past the stage's count, a launch
   past the slots) its offsets go out of range the same way, and the first phase's
   stamp adds 1 to the stage's drop counter in the buffer's trailer instead (one
   ``buffer_atomic_add_x2`` from lane 0 of the stamping wave, its offset out of range
@@ -75,7 +75,7 @@ from __future__ import annotations
 from instrument.flydsl_ops import (HW_ID_SIMM16, WAVE_LANES, XCC_ID_SIMM16, InstrumentError,  # noqa: F401
                                    both, buffer_add_one, flydsl_expr, getreg, hwreg, known_block_waves, memrealtime,
                                    memtime, sched_fence, uniform, wave_id)
-from timeline import schema as S
+from timeline.contract import schema as S
 
 
 MAX_BYTES = 1 << 31  # buffer offsets are 32-bit, and OUT_OF_RANGE must stay out of range
@@ -87,7 +87,7 @@ def check_spec(spec: S.Spec) -> S.Layout:
     """The spec's layout, or a clear error when a FlyDSL timeline build cannot
     address it (host side; ``Timeline`` calls it at trace time)."""
     if not isinstance(spec, S.Spec):
-        raise InstrumentError(f"a timeline build needs a timeline.schema.Spec, got {type(spec).__name__}")
+        raise InstrumentError(f"a timeline build needs a timeline.contract.schema.Spec, got {type(spec).__name__}")
     layout = spec.layout
     if layout.nbytes >= MAX_BYTES:
         raise InstrumentError(
@@ -368,7 +368,7 @@ class Timeline(CarriesNothing):
         """The GLM-5 kernel's ``stamp(name, t, which, lead=0, pred=None)``, a drop-in:
         column ``which`` of its ``(n_tasks, 8)`` tensor is phase ``which`` of the spec
         for ``which < len(phases)``, else mark ``which - len(phases)``
-        (``timeline.legacy.legacy_spec``: columns 0-4 the phases, 5-7 the marks). The
+        (``timeline.ingest.legacy.legacy_spec``: columns 0-4 the phases, 5-7 the marks). The
         fence is the handle's (``Timeline(fence=...)``, the kernel's ``stamp_fence``)."""
         P, M = len(self.spec.phases), len(self.spec.marks)
         if not isinstance(which, int) or not 0 <= which < P + M:

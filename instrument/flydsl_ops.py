@@ -7,13 +7,15 @@ so ``instrument.flydsl``'s host-side checks work without it."""
 
 from __future__ import annotations
 
+from timeline.errors import TimelineError
+
 WAVE_LANES = 64  # gfx942 / gfx950 run wave64
 
 HW_REG_HW_ID = 4  # s_getreg register ids (REFERENCE.md)
 HW_REG_XCC_ID = 20
 
 
-class InstrumentError(ValueError):
+class InstrumentError(TimelineError):
     """A timeline build asked for something the layout or the device cannot do."""
 
 
@@ -49,7 +51,7 @@ def memrealtime():
 
 def memtime():
     """``s_memtime``: the shader clock's 64-bit cycle counter (a hybrid build's stamp,
-    ``timeline.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
+    ``timeline.ingest.hybrid``), an ``fx.Int64``; a scalar memory read like ``memrealtime``."""
     fx = flydsl_expr()
     from flydsl._mlir.dialects import llvm
     from flydsl.expr.typing import T

@@ -3,9 +3,9 @@
 A timeline build of a Triton kernel takes the stamp buffer (``instrument.alloc(spec)``,
 its ``.tensor``) as one pointer argument and a ``tl.constexpr`` switch; each phase
 of each task calls ``stamp(...)``, which reads ``%globaltimer`` (ns, 1 GHz) and
-stores it into the slot ``timeline.schema.word_offset`` names. A hybrid build
+stores it into the slot ``timeline.contract.schema.word_offset`` names. A hybrid build
 (``spec(..., hybrid=True)``) reads ``%clock64`` instead and, at the first and the
-last phase, also ``%globaltimer`` into the record's anchors (``timeline.hybrid``). The first phase's
+last phase, also ``%globaltimer`` into the record's anchors (``timeline.ingest.hybrid``). The first phase's
 stamp also stores the placement word (CTA, warp, SM). With the switch off the
 helpers emit nothing: no timer read, no store, no use of the buffer argument (pass
 ``None`` for it), so a normal build is the kernel without instrumentation.
@@ -35,15 +35,19 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import num_warps as _num_warps
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 CLOCK = S.CLOCKS["globaltimer"]
+# The default phases' indices by name, for device code: itl.stamp(stamps, LAYOUT, launch, UP, t, STAGED, TL)
+# (constexpr, so a stamp by name compiles to the same PTX as one by number)
+START, HINT, STAGED, COMPUTE, END = (tl.constexpr(S.DEFAULT_PHASES.index(p))
+                                     for p in ("start", "hint", "staged", "compute", "end"))
 DEFAULT_ARCH = "sm_90"
 
 
 # -- the schema's functions, compiled for the device --------------------------------
 def _device(fn, **rebind):
-    """``fn`` (a ``timeline.schema`` function) as a ``triton.jit`` function: the same
+    """``fn`` (a ``timeline.contract.schema`` function) as a ``triton.jit`` function: the same
     code object, with the names in ``rebind`` replaced in its globals (module
     constants as ``tl.constexpr``, schema functions it calls by their device
     versions). Triton compiles a function from its source and reads only constexpr
@@ -345,7 +349,7 @@ def spec(kernel: str, stages, *, phases=S.DEFAULT_PHASES, waves=1, launches=1, g
          arch=DEFAULT_ARCH, rank=0, world=1, extra=None, graph=None, hybrid=False) -> S.Spec:
     """A ``Spec`` for a Triton timeline build: clock ``globaltimer`` (1 GHz), NVIDIA
     arch. ``waves`` is 1 (lead thread) or the kernel's ``num_warps`` (per warp);
-    ``hybrid``: every stamp reads ``%clock64`` (``timeline.hybrid``)."""
+    ``hybrid``: every stamp reads ``%clock64`` (``timeline.ingest.hybrid``)."""
     if S.vendor_of(arch) != "nvidia":
         raise S.SpecError(f"a Triton timeline build on NVIDIA needs an sm_XY arch; got {arch!r}")
     if waves > S.MAX_WAVE + 1:

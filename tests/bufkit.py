@@ -1,10 +1,10 @@
 """Hand-built stamp buffers for tests: records written with the layout functions of
-``timeline.schema`` (the ones the device helpers call), so a test states exactly
+``timeline.contract.schema`` (the ones the device helpers call), so a test states exactly
 which ticks land where."""
 
 import numpy as np
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 
 def empty(spec: S.Spec) -> np.ndarray:

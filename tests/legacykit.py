@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from timeline import legacy as L
+from timeline.ingest import legacy as L
 
 G = L.GLM5_GRID
 

@@ -24,8 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from timeline import rows as R
-from timeline.export import _common as C
+from timeline.core import rows as R
+from timeline.export import _common as XC
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "tests" / "readers" / "readers.mjs"
@@ -78,12 +78,12 @@ def expected(trace, *, instants: bool = True) -> dict:
     then its intervals at depth 1 in phase order; tasks in start order. With
     ``instants`` (the Chrome export) zero-length intervals in one tick are one event
     (``instant_runs``) and a zero-length task is one event, no phases."""
-    num = C.numbering(trace)
+    num = XC.numbering(trace)
     iv = trace.intervals
     ident = ("rank", "launch", "stage_index", "task", "cta", "wave")
     cols = {c: R.column(iv, c, fill=R.NO_CTA) for c in (*ident, "phase_index", "start_ns", "end_ns")}
     pid = num.pid(cols["rank"], cols["launch"])
-    # a row's thread by timeline.rows.tracks (rows without a placement word: an unplaced lane)
+    # a row's thread by timeline.core.rows.tracks (rows without a placement word: an unplaced lane)
     t = trace.tasks
     tr = R.tracks(t, trace.phases)
     row_tid = dict(zip(zip(*(R.column(t, c, fill=R.NO_CTA).tolist() for c in ident)),

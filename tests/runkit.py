@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline import synth
-from timeline.collect import collect
-from timeline.merge import merge
+from timeline.contract import schema as S
+from timeline.ingest import synth
+from timeline.ingest.collect import collect
+from timeline.ingest.merge import merge
 
 SMALL_STAGES = (("load", 8), ("mix", 4), ("store", 8))
 

@@ -6,14 +6,14 @@ import pyarrow.compute as pc
 import pytest
 
 from bufkit import put
-from timeline import analysis as A
-from timeline.rows import SelectionError
-from timeline import legacy_reports as LR
-from timeline import schema as S
-from timeline import synth
-from timeline.collect import collect
-from timeline.merge import merge
-from timeline.schema import Spec
+from timeline.analysis import stages as A
+from timeline.core.rows import SelectionError
+from timeline.analysis import legacy_reports as LR
+from timeline.contract import schema as S
+from timeline.ingest import synth
+from timeline.ingest.collect import collect
+from timeline.ingest.merge import merge
+from timeline.contract.schema import Spec
 
 T0 = 7_000_000  # an arbitrary clock epoch (ticks); every test result is relative to it
 

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import analysis as A
-from timeline import compare as C
-from timeline import schema as S
-from timeline import synth
+from timeline.analysis import stages as A
+from timeline.analysis import compare as C
+from timeline.contract import schema as S
+from timeline.ingest import synth
 from timeline.cli import main
-from timeline.textout import format_table
-from timeline.collect import collect
-from timeline.merge import merge
-from timeline.trace import load
+from timeline.cli.textout import format_table
+from timeline.ingest.collect import collect
+from timeline.ingest.merge import merge
+from timeline.core.trace import load
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -273,13 +273,13 @@ def test_every_command_resolves_to_its_function():
     import argparse
     import importlib
 
-    from timeline import commands as K
-    from timeline.cli import build_parser
+    from timeline.cli import commands
+    from timeline.cli.parser import build_parser
 
     subs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in subs.choices.items():
         module, _, func = parser.get_default("func").rpartition(":")
-        assert callable(getattr(importlib.import_module(module) if module else K, func, None)), name
+        assert callable(getattr(importlib.import_module(module) if module else commands, func, None)), name
 
 
 def test_whatif_predicts_from_the_command_line(capsys):
@@ -327,7 +327,7 @@ def test_every_command_line_in_the_docs_parses():
     import re
     import shlex
 
-    from timeline.cli import build_parser
+    from timeline.cli.parser import build_parser
 
     seen = 0
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
@@ -368,7 +368,7 @@ def test_a_huge_selection_is_refused_at_once_and_said_briefly(capsys):
     """``--launch 0-100000000`` expanded to 10**8 ints and the error printed them all
     (a gigabyte, most of a minute): a list option names at most 2**20 values, and a
     selection error shows a long list as its head, last value and count."""
-    from timeline.argtypes import MAX_VALUES
+    from timeline.cli.argtypes import MAX_VALUES
 
     trace = str(REPO / "traces" / "h200_mono_demo.arrow")
     err = error_of(["summary", trace, "--launch", "0-100000000"], capsys)
@@ -384,7 +384,7 @@ def test_a_list_option_takes_any_text(text):
     error line; never another exception, never a long expansion."""
     import argparse
 
-    from timeline.argtypes import MAX_VALUES, int_list
+    from timeline.cli.argtypes import MAX_VALUES, int_list
 
     try:
         out = int_list(text)
@@ -549,8 +549,8 @@ def test_compare_prints_the_per_stage_delta(launches4, tmp_path, capsys):
 
 # -- the task graph ------------------------------------------------------------------------------
 def test_set_graph_edges_and_the_exact_critical_path(tmp_path, capsys):
-    from timeline import edges as E
-    from timeline import presets
+    from timeline.analysis import edges as E
+    from timeline.contract import presets
 
     real = Path(__file__).resolve().parents[1] / "traces" / "h200_mono_demo.arrow"
     out = tmp_path / "g.arrow"
@@ -586,7 +586,7 @@ def test_set_graph_edges_and_the_exact_critical_path(tmp_path, capsys):
 def test_listed_edges_from_a_csv(tmp_path, capsys):
     """``set-graph --edges`` adds a listed rule per (stage, producer stage); a bad
     file gets one line naming the line and the fix."""
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     real = Path(__file__).resolve().parents[1] / "traces" / "h200_mono_demo.arrow"
     routing = tmp_path / "routing.csv"

@@ -1,4 +1,4 @@
-"""timeline.clocks: the ping-pong calibration's arithmetic on rounds with a known
+"""timeline.contract.clocks: the ping-pong calibration's arithmetic on rounds with a known
 offset and random trips, drift from two calibrations, and bad input refused."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import clocks as K
+from timeline.contract import clocks as K
 
 
 EPOCH = 10**12  # host ns where the synthetic device clock reads host + offset exactly
@@ -127,7 +127,7 @@ def _two_ranks(clock_of_rank, events, cal_of_rank=None, graph=None):
     its own device clock ``host + clock_of_rank[r]`` (globaltimer ticks are ns)."""
     from bufkit import empty, put
     from timeline import collect
-    from timeline import schema as S
+    from timeline.contract import schema as S
 
     spec = S.Spec("tp", [("x", 1), ("y", 1)], world=2, clock=S.CLOCKS["globaltimer"], graph=graph or {})
     out = []
@@ -252,8 +252,8 @@ def test_cross_rank_causality_is_checked_against_the_alignment_uncertainty():
     leaves a cross-rank violation exactly when e - 200 exceeds the two ranks' stated
     uncertainty (50 + 50 ns). Rank 1 began x 3 µs before rank 0 began: a merge by first
     stamps moves it 3 µs late and shows the violation too."""
-    from timeline import edges as E
-    from timeline import graph as G
+    from timeline.analysis import edges as E
+    from timeline.contract import graph as G
     from timeline import merge
 
     clock = {0: 10**12, 1: 10**12 + 7_000_000}

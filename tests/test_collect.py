@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bufkit import empty, put, put_hybrid, signed
 from timeline import CollectError, Spec, TraceFileError, collect, load, merge
-from timeline import schema as S
+from timeline.contract import schema as S
 
 T0 = 5_000_000_000  # an arbitrary clock epoch (ticks)
 
@@ -315,7 +315,7 @@ def test_options_from_users_are_checked():
 
 def test_files_that_are_not_buffers_are_refused(tmp_path):
     import os
-    import stat as st_
+    import stat
     sp = spec3()
     with pytest.raises(CollectError, match="is a folder"):
         collect(tmp_path, sp)
@@ -323,7 +323,7 @@ def test_files_that_are_not_buffers_are_refused(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(CollectError, match="not a regular file"):
         collect(fifo, sp)  # would block forever in open()
-    assert st_.S_ISCHR(os.stat("/dev/zero").st_mode)
+    assert stat.S_ISCHR(os.stat("/dev/zero").st_mode)
     with pytest.raises(CollectError, match="not a regular file"):
         collect("/dev/zero", sp)
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
@@ -773,7 +773,7 @@ def test_whatever_merge_writes_loads_back(tmp_path, captures, ext):
     """Any mix of captures (rank, launch slots, seed) of one build, merged and saved,
     loads back as merged: a rank captured twice keeps every launch, each in a slot its
     spec has, and rows of no rank are lost."""
-    from timeline import synth
+    from timeline.ingest import synth
 
     def capture(rank, launches, seed):  # one rank's buffer of a 3-rank synthetic run
         sp, buf = list(synth.synth_buffers(spec3(world=3, launches=launches), grid=4, seed=seed))[rank]
@@ -829,7 +829,7 @@ def test_merge_refuses_captures_no_exact_axis_holds():
     a, b = full_buffer(sp), full_buffer(sp)
     nz = b[: sp.layout.record_words].reshape(-1, sp.layout.cols)[:, 1:]
     nz[nz != 0] += 1 << 60
-    from timeline.merge import MergeError
+    from timeline.ingest.merge import MergeError
 
     with pytest.raises(MergeError, match="one exact time axis.*2\\*\\*53|one exact time axis"):
         merge([collect(a, sp), collect(b, sp)])

@@ -1,18 +1,18 @@
-"""``timeline.compare`` (a typical launch, the per-stage delta) and the
+"""``timeline.analysis.compare`` (a typical launch, the per-stage delta) and the
 concurrency coarsening of ``timeline.analysis``, on tables whose answer is known."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from timeline import analysis as A
-from timeline import compare as TC
+from timeline.analysis import stages as A
+from timeline.analysis import compare as C
 
 
 def test_median_per_stage():
     r = pa.table({"rank": [0, 0, 1, 1, 0], "launch": [0, 0, 0, 0, 1], "stage": ["a", "b", "a", "b", "a"],
                   "tasks": [4, 2, 4, 2, 4], "span_us": [1.0, 5.0, 3.0, None, 8.0]})
-    m = TC.median_per_stage(r)
+    m = C.median_per_stage(r)
     assert m.column("stage").to_pylist() == ["a", "b"]
     assert m.column("span_us").to_pylist() == [3.0, 5.0] and m.column("tasks").to_pylist() == [4, 2]
 
@@ -20,7 +20,7 @@ def test_median_per_stage():
 def test_compare_table_deltas():
     a = pa.table({"stage": ["x", "y"], "span_us": [10.0, 4.0], "start→hint p50_us": [1.0, 2.0]})
     b = pa.table({"stage": ["y", "x"], "span_us": [3.0, 15.0], "start→hint p50_us": [2.5, 0.5]})
-    rows = TC.compare_table(a, b)
+    rows = C.compare_table(a, b)
     assert rows == [
         {"stage": "x", "A span_us": 10.0, "B span_us": 15.0, "Δ span_us": 5.0, "B/A span": 1.5,
          "Δ start→hint p50_us": -0.5},

@@ -1,4 +1,4 @@
-"""The task graph read against a trace (``timeline.graph``, ``timeline.edges``):
+"""The task graph read against a trace (``timeline.contract.graph``, ``timeline.analysis.edges``):
 gating producers, slack, causality violations, missing producers and the exact
 critical path, on hand-built traces whose every answer is computed by hand (ticks of
 10 ns from origin tick 100), across two ranks through an all-reduce, and on the
@@ -13,12 +13,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bufkit import empty, put
-from timeline import collect, load, merge, presets
-from timeline.intake import CollectError
-from timeline import edges as E
-from timeline import graph as G
-from timeline import schema as S
-from timeline.grouped import AnalysisError
+from timeline import collect, load, merge
+from timeline.contract import presets
+from timeline.ingest import CollectError
+from timeline.analysis import edges as E
+from timeline.contract import graph as G
+from timeline.contract import schema as S
+from timeline.analysis import AnalysisError
 
 REPO_TRACE = "traces/h200_mono_demo.arrow"
 SPEC = S.Spec("hand", [("a", 2), ("b", 2)], graph={"b": [G.every("a")]})
@@ -189,7 +190,7 @@ def test_the_real_trace_has_no_causality_violation_under_its_graph():
 
 # -- what-if replay ----------------------------------------------------------------------------
 def test_replay_without_change_is_the_recording():
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     r = W.replay(hand(RECORDS))
     assert (r.simulated == r.recorded).all()
@@ -202,7 +203,7 @@ def test_a_faster_producer_by_hand():
     ends 60 ns after, at 220;
     b/1 starts 10 ns after a/1 (its idle) at 130, waits its own 10 ns and ends at 200.
     The launch: 310 ns measured, 220 predicted."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     trace = hand(RECORDS)
     r = W.replay(trace, ["a.compute=0.5"])
@@ -223,7 +224,7 @@ def test_a_faster_producer_by_hand():
 
 
 def test_replay_refuses_what_it_cannot_predict():
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     with pytest.raises(AnalysisError, match="causality violations"):
         W.replay(hand(RECORDS[:2] + [("b", 0, 0, [112, 115, 126, 130, 131])] + RECORDS[3:]))
@@ -239,7 +240,7 @@ def test_replay_refuses_what_it_cannot_predict():
 def test_replay_reproduces_the_real_traces_exactly(name):
     """Fidelity on the bundled H200 traces of the Triton FFN demo (CTA mode, and one
     record per warp), read with the demo's graph: 0 ns on every task and launch."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     trace = load(f"traces/{name}").with_graph(presets.triton_ffn())
     assert W.fidelity(trace) == W.Fidelity(0.0, 0.0)
@@ -249,7 +250,7 @@ def test_the_committed_what_if_traces():
     """The H200 run of bench/whatif_gpu.py: both settings carry the demo's graph, the
     replay reproduces each to 0 ns, and the spin added ~4 µs to every norm task's
     compute (what the replay was told to add)."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     fast, slow = (load(f"traces/h200_whatif_delay{d}.arrow") for d in (0, 4000))
     assert fast.spec.graph == slow.spec.graph == load(REPO_TRACE).with_graph(presets.triton_ffn()).spec.graph
@@ -267,7 +268,7 @@ def test_the_committed_run_predicts_the_spin_within_the_goal():
     """bench/results/whatif_h200.txt's +0 -> +4 µs row, recomputed from the committed
     traces: the kernel time +4 µs predicts from the +0 trace is within 1 µs and 10 % of
     the measured change, and back."""
-    from timeline import whatif as W
+    from timeline.analysis import whatif as W
 
     fast, slow = (load(f"traces/h200_whatif_delay{d}.arrow") for d in (0, 4000))
 

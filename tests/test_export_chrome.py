@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import Trace, synth
+from timeline import Trace
+from timeline.ingest import synth
 from timeline.export import ExportError, write_chrome
-from timeline.rows import SelectionError
+from timeline.core.rows import SelectionError
 from timeline.export.chrome import digits, micros
 
 

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import Trace, synth
+from timeline import Trace
+from timeline.ingest import synth
 from timeline.export import ExportError, write_perfetto
-from timeline.rows import SelectionError
+from timeline.core.rows import SelectionError
 from timeline.export.perfetto import DA_INT, Messages
 
 # the perfetto package (a test extra) ships the compiled protos: missing, the tests fail

@@ -20,9 +20,10 @@ import pytest
 
 import readers as RD
 from bufkit import empty, put
-from timeline import Spec, collect, load, merge, synth
+from timeline import Spec, collect, load, merge
+from timeline.ingest import synth
 from timeline.export import write_chrome, write_perfetto
-from timeline.export import _common as C
+from timeline.export import _common as XC
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 BUNDLED = ["h200_mono_demo.arrow", "h200_mono_warps.parquet", "h200_calibration.arrow"]
@@ -128,10 +129,10 @@ def test_perfetto_protobuf_is_exact_in_the_trace_processor(case):
     """Slice counts, depths and ts/dur to the ns, per track (the protobuf export
     writes zero-length phases as begin/end pairs, in order)."""
     trace, _, pftrace = case
-    num = C.numbering(trace)
-    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
-    names = {(int(p), int(t)): (C.process_name(int(r), int(la), trace.synthetic),
-                                C.thread_name(int(c), int(w), int(k)))
+    num = XC.numbering(trace)
+    pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
+    names = {(int(p), int(t)): (XC.process_name(int(r), int(la), trace.synthetic),
+                                XC.thread_name(int(c), int(w), int(k)))
              for p, t, r, la, c, w, k in zip(pid, tid, rank, launch, cta, wave, lane)}
     want = {names[key]: evs for key, evs in RD.expected(trace, instants=False).items()}
     shift = -min(0, min((e.ts for v in want.values() for e in v), default=0))
@@ -162,21 +163,21 @@ def test_critical_path_hand_offs_are_flows_in_the_trace_processor(fmt, tmp_path)
     """A trace with a task graph: each hand-off on a launch's exact critical path is
     one flow, from the producer's CTA track to the consumer's, in both exports, as
     the trace processor's ``flow`` table reads them."""
-    from timeline import presets
+    from timeline.contract import presets
 
     trace = load(TRACES / "h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[2, 3, 4, 5])
-    want = sorted(C.flows(trace), key=lambda f: f.src_ns)
+    want = sorted(XC.flows(trace), key=lambda f: f.src_ns)
     assert len(want) >= 4  # at least one data hand-off per launch
     path = tmp_path / ("t.pftrace" if fmt == "perfetto" else "t.json")
     (write_perfetto if fmt == "perfetto" else write_chrome)(trace, path)
     got = RD.run("perfetto", path, FLOW_SQL[fmt])
-    num = C.numbering(trace)
+    num = XC.numbering(trace)
 
     def at(track):
         rank, launch, cta, wave = track
         if fmt == "chrome":
             return f"{num.pid(rank, launch)}:{num.tid(cta, wave)}"
-        return f"{C.process_name(rank, launch, trace.synthetic)}:{C.thread_name(cta, wave)}"
+        return f"{XC.process_name(rank, launch, trace.synthetic)}:{XC.thread_name(cta, wave)}"
 
     assert [(r["out_at"], r["in_at"]) for r in got] == [(at(f.src), at(f.dst)) for f in want]
     assert all(int(r["out_ts"]) <= int(r["in_ts"]) for r in got)

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from instrument import flydsl as F
+from instrument import flydsl as ifl
 from tools import isa as I
-from timeline import schema as S
+from timeline.contract import schema as S
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = S.Spec("t", stages=[("norm", 4), ("up", 64), ("down", 16)], launches=2, grid=64)
@@ -26,12 +26,12 @@ SPEC = S.Spec("t", stages=[("norm", 4), ("up", 64), ("down", 16)], launches=2, g
 # -- the handle, without flydsl ------------------------------------------------------
 def test_hwreg_operands_match_the_documented_encoding():
     # REFERENCE.md: simm16 = id | offset << 6 | (size - 1) << 11
-    assert F.HW_ID_SIMM16 == 4 | 31 << 11 == 0xF804
-    assert F.XCC_ID_SIMM16 == 20 | 3 << 11 == 0x1814
-    assert F.hwreg(4, 8, 4) == 4 | 8 << 6 | 3 << 11
+    assert ifl.HW_ID_SIMM16 == 4 | 31 << 11 == 0xF804
+    assert ifl.XCC_ID_SIMM16 == 20 | 3 << 11 == 0x1814
+    assert ifl.hwreg(4, 8, 4) == 4 | 8 << 6 | 3 << 11
     for bad in [(64, 0, 1), (4, 32, 1), (4, 0, 33), (4, 30, 4), (4, 0, 0)]:
-        with pytest.raises(F.InstrumentError, match="no such hwreg field"):
-            F.hwreg(*bad)
+        with pytest.raises(ifl.InstrumentError, match="no such hwreg field"):
+            ifl.hwreg(*bad)
 
 
 def test_normal_build_handle_never_touches_flydsl():
@@ -40,7 +40,7 @@ def test_normal_build_handle_never_touches_flydsl():
     code = textwrap.dedent("""
         import sys
         from instrument.flydsl import Timeline, InstrumentError
-        from timeline.schema import Spec
+        from timeline.contract.schema import Spec
         tl = Timeline(Spec("k", stages=[("a", 2)]), 1234, False)
         with tl.task("a", 0):
             tl.hint(); tl.staged(); tl.compute()
@@ -65,33 +65,33 @@ def test_normal_build_handle_never_touches_flydsl():
 
 def test_switch_must_be_a_compile_time_bool():
     for switch in (1, None, np.bool_(True), "yes"):
-        with pytest.raises(F.InstrumentError, match="Constexpr"):
-            F.Timeline(SPEC, 0, switch)
+        with pytest.raises(ifl.InstrumentError, match="Constexpr"):
+            ifl.Timeline(SPEC, 0, switch)
 
 
 def test_a_task_known_at_trace_time_outside_its_slots_is_refused():
     """Launch and task as Python ints: the slot check is made while tracing (a
     traced task is checked on the device: tests/test_flydsl_isa.py)."""
-    tl = F.Timeline.__new__(F.Timeline)
+    tl = ifl.Timeline.__new__(ifl.Timeline)
     tl.layout, tl.launch = SPEC.layout, 1
     assert tl._in_slots("up", 1, 63) is True
-    with pytest.raises(F.InstrumentError, match=r"'up' task 64 in launch slot 1: the spec has 64 tasks"):
+    with pytest.raises(ifl.InstrumentError, match=r"'up' task 64 in launch slot 1: the spec has 64 tasks"):
         tl._in_slots("up", 1, 64)
     tl.launch = 2
-    with pytest.raises(F.InstrumentError, match="2 launch slots"):
+    with pytest.raises(ifl.InstrumentError, match="2 launch slots"):
         tl._in_slots("norm", 0, 0)
 
 
 def test_spec_checks():
-    with pytest.raises(F.InstrumentError, match="timeline.schema.Spec"):
-        F.Timeline({"stages": []}, 0, False)
+    with pytest.raises(ifl.InstrumentError, match="timeline.contract.schema.Spec"):
+        ifl.Timeline({"stages": []}, 0, False)
     huge = S.Spec("big", stages=[("s", 1 << 22)], launches=8, waves=2)
-    assert huge.layout.nbytes >= F.MAX_BYTES
-    with pytest.raises(F.InstrumentError, match="stamp buffer.*fewer launch slots"):
-        F.check_spec(huge)
+    assert huge.layout.nbytes >= ifl.MAX_BYTES
+    with pytest.raises(ifl.InstrumentError, match="stamp buffer.*fewer launch slots"):
+        ifl.check_spec(huge)
     with pytest.raises(S.SpecError, match="grid must be"):  # the Spec refuses it before any build
         SPEC.replace(grid=S.MAX_CTA + 2)
-    assert F.check_spec(SPEC) == SPEC.layout
+    assert ifl.check_spec(SPEC) == SPEC.layout
 
 
 @pytest.mark.parametrize("waves", [1, 4])
@@ -113,7 +113,7 @@ def test_record_offset_plus_column_is_the_layout_word(waves):
                         word = S.word_offset(lay, launch, si, task, wave, S.phase_col(pi))
                         assert rec + S.phase_col(pi) * 8 == word * 8
                         seen.add(word)
-                    assert rec + F.OUT_OF_RANGE > lay.nbytes  # pred=False: dropped
+                    assert rec + ifl.OUT_OF_RANGE > lay.nbytes  # pred=False: dropped
     assert len(seen) == lay.launches * lay.rows * waves * len(spec.phases)
     assert max(seen) < lay.words
 
@@ -155,7 +155,7 @@ def _stamp_like_the_kernel(buf, spec, launch, G, base, t0=1_000_000):
 def test_a_buffer_records_its_calibrations_in_the_trace():
     pytest.importorskip("torch")
     from instrument.buffer import alloc
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     buf = alloc(SPEC, "cpu")
     _stamp_like_the_kernel(buf, SPEC, 0, 64, {"norm": 0, "up": 4, "down": 68}, t0=10_000_000)
@@ -167,7 +167,7 @@ def test_a_buffer_records_its_calibrations_in_the_trace():
 
 def test_buffer_round_trip_into_a_trace():
     torch = pytest.importorskip("torch")
-    from instrument.buffer import BufferError, alloc, capture
+    from instrument.buffer import StampBufferError, alloc, capture
 
     G, base = 64, {"norm": 0, "up": 4, "down": 68}
     buf = alloc(SPEC, "cpu")
@@ -175,7 +175,7 @@ def test_buffer_round_trip_into_a_trace():
     assert tuple(buf.records.shape) == SPEC.layout.shape
     assert buf.records.data_ptr() == buf.tensor.data_ptr()  # a view: the kernel's pointer
     assert buf.address(False) == 0 and buf.address(True) == buf.tensor.data_ptr() != 0
-    with pytest.raises(BufferError, match="no slot"):
+    with pytest.raises(StampBufferError, match="no slot"):
         buf.launch_slot(2)
     with capture(buf) as cap:
         for layer in range(2):
@@ -205,7 +205,7 @@ def test_demo_rotation_covers_every_task_once():
             # a stage's task t goes to CTA (t + BASE) mod G: stages start on different CTAs
             owner = {t: bid for bid in range(G) for t in range(D.first_task(bid, stage, G), count, G)}
             assert all(owner[t] == (t + D.BASE[stage]) % G for t in range(count))
-    assert D.SPEC.stages == D.STAGES and D.SPEC.layout.nbytes < F.MAX_BYTES
+    assert D.SPEC.stages == D.STAGES and D.SPEC.layout.nbytes < ifl.MAX_BYTES
 
 
 def test_demo_reference_is_the_mlp_it_claims():
@@ -322,14 +322,14 @@ def test_toolchain_lookup_honours_the_override(monkeypatch, tmp_path):
 def test_legacy_stamp_maps_the_kernels_columns():
     """``tl.legacy_stamp(name, t, which)``: column 0-4 the phases, 5-7 the marks, in
     both builds; a column the spec lacks is refused at trace time."""
-    from timeline.legacy import GLM5_STAGES, legacy_spec
+    from timeline.ingest.legacy import GLM5_STAGES, legacy_spec
 
-    tl = F.Timeline(legacy_spec(GLM5_STAGES), 0, False, fence=False)
+    tl = ifl.Timeline(legacy_spec(GLM5_STAGES), 0, False, fence=False)
     seen = []
     tl.stamp = lambda name, t, col, lead=None, pred=None, fence=None: seen.append((name, t, col, lead))
     for which in range(8):
         tl.legacy_stamp("router", 3, which, lead=448)
     assert [c for _, _, c, _ in seen] == ["start", "hint", "staged", "compute", "end", "mark5", "mark6", "mark7"]
     assert {lead for *_, lead in seen} == {448} and tl.fence is False
-    with pytest.raises(F.InstrumentError, match="columns 0..7"):
+    with pytest.raises(ifl.InstrumentError, match="columns 0..7"):
         tl.legacy_stamp("router", 3, 8)

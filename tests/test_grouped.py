@@ -1,4 +1,4 @@
-"""timeline.grouped's fast paths (runs, dense tables, bitmaps, packed sorts) against
+"""timeline.core.grouped's fast paths (runs, dense tables, bitmaps, packed sorts) against
 the obvious definitions, on rows in every kind of order: runs as the collector
 writes them, shuffled, with ties."""
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import grouped as G
+from timeline.core import grouped as GR
 
 
 def _rows(draw, n, hi):
@@ -28,8 +28,8 @@ def tables(draw):
 @given(tables())
 def test_group_order_and_sweep_order(tb):
     gid, start, end = tb
-    assert np.array_equal(G.group_order(gid), np.argsort(gid, kind="stable"))
-    assert np.array_equal(G._order_by_group_then(gid, start, end), np.lexsort((end, start, gid)))
+    assert np.array_equal(GR.group_order(gid), np.argsort(gid, kind="stable"))
+    assert np.array_equal(GR._order_by_group_then(gid, start, end), np.lexsort((end, start, gid)))
 
 
 def _group_ids_by_sorting(*cols):
@@ -48,8 +48,8 @@ def test_group_ids_dense_and_general(n, k, dtype, wide, seed):
     rng = np.random.default_rng(seed)
     cols = [rng.integers(-4, 9, n).astype(dtype) for _ in range(k)]
     if wide:
-        cols[0] = cols[0].astype(np.int64) * (G._DENSE_MAX + 1)
-    gid, ng, tuples = G.group_ids(*cols)
+        cols[0] = cols[0].astype(np.int64) * (GR._DENSE_MAX + 1)
+    gid, ng, tuples = GR.group_ids(*cols)
     want_gid, want_ng, uniq = _group_ids_by_sorting(*cols)
     assert np.array_equal(gid, want_gid) and ng == want_ng
     assert [tuple(int(t[i]) for t in tuples) for i in range(ng)] == uniq
@@ -63,12 +63,12 @@ def test_distinct_count_bitmap_sort_and_lexsort(n, ng, huge, seed):
     gid = rng.integers(0, ng, n)
     a, b = rng.integers(0, 4, n), rng.integers(0, 3, n)
     if huge:  # past the bitmap: one sort of the packed tuples
-        a = a * (G._BITMAP_MAX + 7)
+        a = a * (GR._BITMAP_MAX + 7)
     want = np.array([len(set(zip(a[gid == g].tolist(), b[gid == g].tolist()))) for g in range(ng)])
-    assert np.array_equal(G.distinct_count(gid, ng, a, b), want)
+    assert np.array_equal(GR.distinct_count(gid, ng, a, b), want)
     neg = a - 1  # a negative key: the lexsort path
     want_neg = np.array([len(set(zip(neg[gid == g].tolist(), b[gid == g].tolist()))) for g in range(ng)])
-    assert np.array_equal(G.distinct_count(gid, ng, neg, b), want_neg)
+    assert np.array_equal(GR.distinct_count(gid, ng, neg, b), want_neg)
 
 
 @settings(max_examples=100, deadline=None)
@@ -77,7 +77,7 @@ def test_group_quantiles_are_numpy_quantiles(n, ng, seed):
     rng = np.random.default_rng(seed)
     gid = np.repeat(rng.integers(0, ng, max(1, n // 5)), 5)[:n]
     values = rng.integers(0, 1000, gid.size)
-    got = G.group_quantiles(gid, ng, values, (0.5, 0.9))
+    got = GR.group_quantiles(gid, ng, values, (0.5, 0.9))
     for g in range(ng):
         v = values[gid == g]
         want = np.quantile(v, [0.5, 0.9]) if v.size else [np.nan, np.nan]

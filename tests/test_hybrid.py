@@ -1,4 +1,4 @@
-"""The hybrid clock (``timeline.hybrid`` through ``collect``): synthetic buffers whose
+"""The hybrid clock (``timeline.ingest.hybrid`` through ``collect``): synthetic buffers whose
 cycle counters and global clock have known relations: rates and offsets per SM, a
 32 ns global step, a clock change, a stray anchor, an SM without anchors."""
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from bufkit import empty, signed
 from timeline import CollectError, collect
-from timeline import schema as S
+from timeline.contract import schema as S
 
 EPOCH = 1_700_000_000_000_000_000  # %globaltimer reads ns since 1970: past float64's exact integers
 PHASES = S.DEFAULT_PHASES

@@ -10,12 +10,12 @@ import json
 import numpy as np
 import pytest
 
-import legacykit as K
-from timeline import legacy as L
-from timeline import legacy_reports as LR
-from timeline import schema as S
+import legacykit as LK
+from timeline.ingest import legacy as L
+from timeline.analysis import legacy_reports as LR
+from timeline.contract import schema as S
 from timeline.cli import main
-from timeline.trace import load
+from timeline.core.trace import load
 
 torch = pytest.importorskip("torch")
 
@@ -27,7 +27,7 @@ def run_dir(tmp_path_factory):
     tensors = {}
     for rank in (0, 1):
         (d / f"rank{rank}").mkdir()
-        ticks = K.glm5_tensor(seed=rank, t0=7_000_000_000 + 12_345 * rank)
+        ticks = LK.glm5_tensor(seed=rank, t0=7_000_000_000 + 12_345 * rank)
         tensors[rank] = ticks
         torch.save(dict(stages=list(L.GLM5_STAGES), ticks=torch.from_numpy(ticks)), d / f"rank{rank}" / "trace.pt")
     return d, tensors
@@ -43,7 +43,7 @@ def imported(run_dir):
 
 
 def test_the_tensor_is_the_kernels_shape():
-    ticks = K.glm5_tensor()
+    ticks = LK.glm5_tensor()
     assert ticks.shape == (1061, 8)
     assert sum(c for _, c in L.GLM5_STAGES) == 1061
 
@@ -86,7 +86,7 @@ def test_legacy_report_is_the_kernels_own_numbers(imported, run_dir):
     _, tensors = run_dir
     for rank in (0, 1):
         rep = LR.legacy_report(imported, rank=rank)
-        theirs = K.their_timeline_report(tensors[rank], L.GLM5_STAGES)
+        theirs = LK.their_timeline_report(tensors[rank], L.GLM5_STAGES)
         ours = [tuple(r.values()) for r in rep.to_pylist()]
         assert ours == theirs  # bit for bit: the same float64 arithmetic, torch's medians
         lines = LR.legacy_text(rep).splitlines()
@@ -96,7 +96,7 @@ def test_legacy_report_is_the_kernels_own_numbers(imported, run_dir):
 def test_profile_csv_is_the_tools_own_rows(imported, run_dir, tmp_path, capsys):
     d, tensors = run_dir
     got = [tuple(r.values()) for r in LR.profile_summary(imported, rank=0).to_pylist()]
-    assert got == K.their_profile_rows(tensors[0], L.GLM5_STAGES)
+    assert got == LK.their_profile_rows(tensors[0], L.GLM5_STAGES)
     single = tmp_path / "r0.arrow"
     assert main(["import-legacy", str(d / "rank0" / "trace.pt"), "-o", str(single), "-q"]) == 0
     capsys.readouterr()
@@ -104,7 +104,7 @@ def test_profile_csv_is_the_tools_own_rows(imported, run_dir, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "event,ctas,first_us,median_us,last_us"
     assert lines[1:] == [f"{e},{n},{a:.3f},{m:.3f},{b:.3f}" for e, n, a, m, b in
-                         K.their_profile_rows(tensors[0], L.GLM5_STAGES)]
+                         LK.their_profile_rows(tensors[0], L.GLM5_STAGES)]
     assert not any(line.startswith("qkv_a_hint") for line in lines)  # never written: left out
 
 
@@ -130,7 +130,7 @@ def test_the_raw_tensor_is_refused_by_convert(run_dir, tmp_path, capsys):
     (dict(base_order=("qkv_a", "cache")), "not an order of the stages"),
 ])
 def test_a_tensor_that_does_not_match_says_why(kw, message):
-    args = dict(ticks=K.glm5_tensor(), grid=256, base_order=None)
+    args = dict(ticks=LK.glm5_tensor(), grid=256, base_order=None)
     args.update(kw)
     with pytest.raises(L.LegacyError, match=message):
         L.collect_legacy(args["ticks"], L.GLM5_STAGES, grid=args["grid"], base_order=args["base_order"])
@@ -194,8 +194,7 @@ def test_the_dashboard_shows_it_with_the_declared_wait(imported, run_dir):
     out = VTR.select(state, "", None, False)
     labels = [o["label"] for o in out.phase_options]
     assert labels[1] == " hint→staged (wait for producers)" and "wait" not in labels[0]
-    fig = VG.on_gantt(state, out.key, "rank", None, None, None, None, None, "filters", None,
-                      None, None, [1000, 560], None).figure
+    fig = VG.on_gantt(state, VG.GanttQuery(out.key['name'], px=[1000, 560])).figure
     assert fig["data"], "drawn"
     assert "derived" in json.dumps(state.banners(state.store.get("run.arrow")), default=str).lower()
 
@@ -218,7 +217,6 @@ def test_marks_are_instants_in_the_export_and_ticks_on_the_gantt(imported, run_d
     want = sorted(v for m in L.LEGACY_MARKS for v in r0.tasks.column(f"{m}_ns").drop_null().to_pylist())
     assert got == want  # each mark at its exact ns
     state, _, _ = V.prepare([str(d / "run.arrow")])
-    fig = VG.on_gantt(state, {"name": "run.arrow"}, "rank", [0], None, None, None, None, "filters", None, None,
-                         None, [1000, 560], None)[0]
+    fig = VG.on_gantt(state, VG.GanttQuery("run.arrow", ranks=[0], px=[1000, 560]))[0]
     ticks = {t["meta"]["mark"]: t for t in fig["data"] if t.get("meta", {}).get("kind") == "mark"}
     assert set(ticks) == set(L.LEGACY_MARKS)

@@ -1,4 +1,4 @@
-"""timeline.rows' Arrow <-> numpy conversions (no pyarrow conversion, so no pandas
+"""timeline.core.rows' Arrow <-> numpy conversions (no pyarrow conversion, so no pandas
 import) agree with pyarrow's own, and the commands' hot paths never import pandas."""
 
 import subprocess
@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import rows as R
+from timeline.core import rows as R
 
 TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint32(), pa.float64(), pa.bool_()]
 
@@ -61,8 +61,9 @@ def test_collect_load_info_import_no_pandas(tmp_path):
     ``timeline info`` never imports pandas (a fifth of a second of a short command)."""
     code = (
         "import sys\n"
-        "from timeline import synth, collect, load\n"
-        "from timeline.info_commands import info_dict\n"
+        "from timeline import collect, load\n"
+        "from timeline.ingest import synth\n"
+        "from timeline.cli.info_commands import info_dict\n"
         "from pathlib import Path\n"
         "(sp, buf), = synth.synth_buffers(synth.glm5_spec(waves=2, launches=2), grid=64, seed=3)\n"
         f"p = Path({str(tmp_path / 't.arrow')!r})\n"

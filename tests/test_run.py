@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import runkit
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline.run import RunError, append, create, open_run
 from timeline.run import layout as L
-from timeline.trace import load
+from timeline.core.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT_TYPES = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import schema as S
+from timeline.contract import schema as S
 
 
 def spec_of(stages=(("a", 3), ("b", 5), ("c", 2)), **kw):

@@ -13,7 +13,7 @@ import torch
 import timeline
 from instrument import triton as itl
 from instrument.demo import triton_tp as tp
-from timeline import clocks as K
+from timeline.contract import clocks as K
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -141,7 +141,7 @@ def test_a_stage_alignment_of_the_same_ranks_is_off_and_says_it_is_assumed(ranks
 
 def _calibrations_shifted(t, ns: int):
     """Trace ``t`` with every calibration's offset ``ns`` off what was measured."""
-    from timeline.trace import Trace
+    from timeline.core.trace import Trace
 
     cals = [c._replace(offset_ns=c.offset_ns + ns) for c in K.calibrations_of(t.spec)]
     return Trace(t.tasks, [K.with_calibrations(t.spec, cals)], t.anomalies, origins=t.origins,

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from timeline import schema as S
-from timeline import synth
+from timeline.contract import schema as S
+from timeline.ingest import synth
 from timeline.cli import main
-from timeline.trace import TraceFileError, load, table_checksum
+from timeline.core.trace import TraceFileError, load, table_checksum
 
 EXTS = (".arrow", ".parquet")
 
@@ -70,7 +70,7 @@ def test_a_trace_of_no_rows_round_trips(tmp_path, ext):
     """A buffer with nothing stamped decodes to a trace of no rows (its slots reported
     unwritten) whose file loads back: the checksum of an empty dictionary column does
     not depend on whether the file kept its dictionary (Arrow IPC writes no batch)."""
-    from timeline.collect import collect
+    from timeline.ingest.collect import collect
 
     sp = S.Spec("k", [("a", 6), ("b", 5)], waves=2)
     empty = collect(np.zeros(sp.layout.words, np.int64), sp)

@@ -11,7 +11,7 @@ import pytest
 
 import timeline
 from instrument.demo import triton_plan as plan
-from timeline import schema as S
+from timeline.contract import schema as S
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "traces"
@@ -70,7 +70,7 @@ def test_no_real_task_overlaps_another_of_its_cta_wave(name):
     """On hardware placement a wave runs its tasks one after another: every bundled
     H200 trace has no task that starts before another of its (rank, launch, CTA,
     wave) ended, the property ``import-legacy``'s ``cta_overlap`` check rests on."""
-    from timeline.analysis import overlapping_tasks
+    from timeline.analysis.stages import overlapping_tasks
 
     trace = timeline.load(TRACES / name)
     assert trace.tasks.num_rows and overlapping_tasks(trace).num_rows == 0

@@ -23,8 +23,8 @@ import triton.language as tl  # noqa: E402
 from instrument import triton as itl  # noqa: E402
 from instrument.demo import triton_calib as tc  # noqa: E402
 from instrument.demo import triton_mono as tm  # noqa: E402
-from timeline import schema as S  # noqa: E402
-from timeline.collect import collect  # noqa: E402
+from timeline.contract import schema as S  # noqa: E402
+from timeline.ingest.collect import collect  # noqa: E402
 from tools.sass import instructions  # noqa: E402
 from tritonkit import deferred_spec, deferred_work  # noqa: E402
 
@@ -249,10 +249,10 @@ def test_interval_errors_reports_the_worst_deviation():
 def test_the_demo_spec_carries_its_task_graph():
     """The FFN demo's spec declares the mailboxes its kernel waits on; the bundled
     traces' shape gives the preset ``timeline set-graph --preset triton-ffn`` attaches."""
-    from instrument.demo import triton_mono as TM
-    from timeline import presets
+    from instrument.demo import triton_mono as tm
+    from timeline.contract import presets
 
-    sp = TM.spec()
+    sp = tm.spec()
     assert sp.graph == S.Spec("x", sp.stages, graph=presets.triton_ffn()).graph
     norm, = sp.graph["norm"]
     assert (norm.stage, norm.count, norm.div, norm.mul) == ("up", 32, 4, 32)

@@ -148,7 +148,7 @@ def test_two_calibrations_of_one_gpu_agree():
     """instrument.calibrate: a sub-10 µs bound on this GPU's clock offset, and a second
     calibration of the same clock agreeing with the first within both bounds."""
     from instrument.clocksync import calibrate
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     a, b = calibrate(rounds=200), calibrate(rounds=200)
     assert a.rounds == 200 and a.uncertainty_ns < 10_000 and b.uncertainty_ns < 10_000
@@ -159,7 +159,7 @@ def test_a_capture_calibrates_and_the_trace_carries_it(ffn):
     """``capture(buf, calibrate=True)``: a calibration before and after the launch,
     both in the trace's spec, drift between them finite."""
     from instrument.buffer import capture
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
 
     s = ffn.shape
     buf = alloc(tm.spec(s, hybrid=True))
@@ -221,7 +221,7 @@ def test_tp_ranks_on_one_gpu_merge_onto_their_shared_clock():
     merge of their calibrated traces puts rank 1 within the ranks' summed
     uncertainties of that clock with no causality violation."""
     from instrument.demo import triton_tp as tp
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
     from timeline import merge
 
     m = merge(_tp_traces())
@@ -239,7 +239,7 @@ def test_tp_ranks_on_two_gpus_merge_by_their_clocks_with_no_causality_violation(
     shows no cross-rank causality violation; the stage-aligned merge is printed
     beside it. Written for a 2-GPU machine; it has not run (none was lent)."""
     from instrument.demo import triton_tp as tp
-    from timeline import clocks as K
+    from timeline.contract import clocks as K
     from timeline import merge
 
     traces = _tp_traces([torch.device("cuda", r) for r in range(2)])

@@ -21,8 +21,8 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from instrument.demo import triton_mono as tm  # noqa: E402
-from timeline import schema as S  # noqa: E402
-from timeline.collect import collect  # noqa: E402
+from timeline.contract import schema as S  # noqa: E402
+from timeline.ingest.collect import collect  # noqa: E402
 from tools import triton_interp  # noqa: E402
 from tools.triton_interp import readings  # noqa: E402
 from tritonkit import DEFERRED_ORDER  # noqa: E402

@@ -1,6 +1,6 @@
 """Rows kept without a placement word (``Flag.NO_PLACEMENT``: CTA, wave and the
 hardware columns null) through every consumer of the tables: each puts them on its
-own labelled "unplaced" track or row (``timeline.rows.tracks``), never on a real
+own labelled "unplaced" track or row (``timeline.core.rows.tracks``), never on a real
 CTA's, never crashes, never drops them silently. Traces come from the real
 collector (buffers with zero placement words, unwritten phases and marks, no slot
 headers), so every nullable column of the tasks table holds nulls."""
@@ -22,14 +22,14 @@ import readers as RD
 from bufkit import empty, put
 from test_export_perfetto import Decoded
 from timeline import Spec, collect, merge
-from timeline import analysis as A
-from timeline import edges as E
-from timeline import graph as G
-from timeline import rows as R
-from timeline import schema as S
-from timeline import whatif as W
+from timeline.analysis import stages as A
+from timeline.analysis import edges as E
+from timeline.contract import graph as G
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.analysis import whatif as W
 from timeline.export import write_chrome, write_perfetto
-from timeline.export import _common as C
+from timeline.export import _common as XC
 
 T0 = 5_000_000_000
 SPEC = Spec("unplaced", [("a", 4), ("b", 4)], grid=4, launches=2, wait=("start", "hint"), marks=("flag",),
@@ -185,10 +185,13 @@ def test_perfetto_puts_unplaced_rows_on_unplaced_tracks(trace):
 @given(unplaced_traces())
 def test_analyses_count_or_show_unplaced_rows(trace):
     """Was: the per-CTA tables left the rows out without a word, ``critical_path``
-    filtered them away (its walk could skip the launch's last task)."""
+    filtered them away (its walk could skip the launch's last task). The heuristic walk
+    (``critical_path`` gives this spec's exact path instead, ``exact_path``: checked below)."""
+    from timeline.analysis import heuristic_path
+
     for launch in trace.launches:
         for rank in trace.ranks:
-            path = A.critical_path(trace, rank=rank, launch=launch)
+            path = heuristic_path(trace, rank=rank, launch=launch)
             t = R.select(trace.tasks, R.check(trace, [rank], [launch]))
             _, last = R.extent(R.phase_matrix(t, trace.phases))
             assert path.num_rows and R.numpy(path.column("end_ns")).max() == last.max()  # reaches the last end
@@ -221,7 +224,7 @@ def test_edges_exact_path_and_whatif_with_unplaced_rows(trace):
     E.edges_table(trace, g)
     rp = W.replay(trace, (), g)  # the replay of no change runs over every task, placed or not
     assert len(rp) if isinstance(rp, tuple) else rp is not None
-    assert all(fl.src[2] >= 0 and fl.dst[2] >= 0 for fl in C.flows(trace))
+    assert all(fl.src[2] >= 0 and fl.dst[2] >= 0 for fl in XC.flows(trace))
 
 
 @SETTINGS
@@ -294,7 +297,7 @@ def test_dashboard_export_and_gantt_callbacks(tmp_path_factory, trace):
     tasks = chrome_tasks(doc, trace.spec.stage_names)
     un = unplaced_mask(trace)
     assert sum(name.startswith("unplaced") for name, _ in tasks) == int((drawn_rows(trace) & un).sum())
-    g = VG.gantt(state, "u.arrow", "rank", None, None, None, None, None, "filters", None, None, None, None, None)
+    g = VG.gantt(state, VG.GanttQuery("u.arrow"))
     ticks = g.figure["layout"]["yaxis"].get("ticktext", [])
     assert any("unplaced · lane 0" in t for t in ticks), ticks
     assert bars_of(g.figure)
@@ -333,8 +336,8 @@ def _fixed_trace():
 
 
 def _tracks_by_name(trace, num):
-    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
-    return {(int(p), int(t)): C.thread_name(int(c), int(w), int(k)) for p, t, c, w, k in zip(pid, tid, cta, wave, lane)}
+    pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
+    return {(int(p), int(t)): XC.thread_name(int(c), int(w), int(k)) for p, t, c, w, k in zip(pid, tid, cta, wave, lane)}
 
 
 def test_chrome_with_unplaced_rows_is_exact_in_devtools_and_the_trace_processor(reader_case):
@@ -342,7 +345,7 @@ def test_chrome_with_unplaced_rows_is_exact_in_devtools_and_the_trace_processor(
 
     trace, chrome, _ = reader_case
     want = RD.expected(trace)
-    names = _tracks_by_name(trace, C.numbering(trace))
+    names = _tracks_by_name(trace, XC.numbering(trace))
     assert sum(names[k].startswith("unplaced") for k in want) >= 4  # two lanes a (rank, launch) at least
     base = origin_ns(chrome)
     for view, kw in ((RD.perfetto_view, {}), (RD.devtools_view, {"spans_only": True})):
@@ -354,9 +357,9 @@ def test_perfetto_with_unplaced_rows_is_exact_in_the_trace_processor(reader_case
     from test_export_readers import mismatches
 
     trace, _, pftrace = reader_case
-    num = C.numbering(trace)
+    num = XC.numbering(trace)
     names = _tracks_by_name(trace, num)
-    pnames = {(int(num.pid(r, la))): C.process_name(r, la, trace.synthetic) for r in trace.ranks for la in trace.launches}
+    pnames = {(int(num.pid(r, la))): XC.process_name(r, la, trace.synthetic) for r in trace.ranks for la in trace.launches}
     want = {(pnames[k[0]], names[k]): v for k, v in RD.expected(trace, instants=False).items()}
     got = {k: v for k, v in RD.perfetto_track_view(pftrace).items() if k[1] != "stage breakdown"
            and k[0] != "stage breakdown"}

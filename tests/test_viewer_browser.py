@@ -269,7 +269,8 @@ def test_a_trace_with_a_task_graph_shows_its_critical_path_and_what_if(tmp_path)
     """In Chromium: the Gantt of a trace with its task graph carries the critical-path
     line; the What if tab predicts from what is typed in its box. Served with the
     plotly package's own plotly.js (what ``timeline-view`` serves without ``--plotly-js``)."""
-    from timeline import load, presets
+    from timeline import load
+    from timeline.contract import presets
 
     d = tmp_path / "traces"
     d.mkdir()

@@ -37,10 +37,7 @@ def served(tmp_path_factory):
 
 
 def gantt(app, px=None, **kw):
-    args = dict(key={"name": "small.arrow"}, grouping="rank", ranks=None, launches=None, stages=None,
-                phases=None, ctas=None, trigger="filters", rel=None, t0=None, t1=None, px=px, state=None)
-    args.update(kw)
-    return VG.on_gantt(app, *args.values())
+    return VG.on_gantt(app, VG.GanttQuery("small.arrow", px=px, **kw))
 
 
 def test_plot_size_is_clamped(served, monkeypatch):
@@ -61,8 +58,8 @@ def test_plot_size_is_clamped(served, monkeypatch):
     (dict(ctas="0-7"), "must be a list"),
     (dict(trigger="t0", t0="1e400"), "not a number of µs"),
     (dict(trigger="t1", t1="nan"), "not a number of µs"),
-    (dict(trigger="gantt", rel={"xaxis.range[0]": "-inf", "xaxis.range[1]": 3}), "zoom is not a time"),
-    (dict(trigger="gantt", rel={"yaxis.range": [1e308, 2]}), "row zoom is not a time"),
+    (dict(trigger="gantt", relayout={"xaxis.range[0]": "-inf", "xaxis.range[1]": 3}), "zoom is not a time"),
+    (dict(trigger="gantt", relayout={"yaxis.range": [1e308, 2]}), "row zoom is not a time"),
 ])
 def test_out_of_range_requests_are_messages(served, kw, message):
     state, _, _ = served
@@ -97,10 +94,9 @@ def test_any_gantt_request_is_a_figure_or_a_message(served, values):
     import dash
 
     state, _, _ = served
-    key = {"name": "small.arrow"}
     try:
-        out = VG.on_gantt(state, key, *values[:6], "gantt" if isinstance(values[6], dict) else "filters",
-                             *values[6:11])
+        out = VG.on_gantt(state, VG.GanttQuery("small.arrow", *values[:6],
+                                               "gantt" if isinstance(values[6], dict) else "filters", *values[6:11]))
     except dash.exceptions.PreventUpdate:
         return
     assert isinstance(out, tuple) and len(out) == 6

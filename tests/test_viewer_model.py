@@ -13,10 +13,11 @@ import pyarrow as pa
 import pytest
 
 from bufkit import empty, put
-from timeline import Spec, collect, synth
+from timeline import Spec, collect
+from timeline.ingest import synth
 from viewer import figures as F
 from viewer import model as M
-from viewer import raster as R
+from viewer import raster as VR
 from viewerkit import bars_of, untyped
 
 
@@ -157,7 +158,7 @@ def test_coverage_is_exact_overlap():
     prow = rng.integers(0, h, n)
     cls = rng.integers(0, 3, n)
     pal = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])
-    cov = R.coverage(s, e, prow, cls, pal, 0.0, 900.0, w, h)
+    cov = VR.coverage(s, e, prow, cls, pal, 0.0, 900.0, w, h)
     assert np.allclose(cov[0], brute_coverage(s, e, prow, 0.0, 900.0, w, h))
     for c in range(3):  # the colour channels are the coverage of that colour's intervals
         m = cls == c
@@ -168,12 +169,12 @@ def test_shade_and_png_round_trip():
     cov = np.zeros((4, 2, 3))
     cov[:, 0, 0] = [1.0, 1.0, 0.0, 0.0]  # one row fully busy in red
     cov[:, 1, 2] = [0.5, 0.0, 0.5, 0.0]  # half busy in green, 2 rows per pixel
-    img = R.shade(cov, np.array([1.0, 2.0]))
+    img = VR.shade(cov, np.array([1.0, 2.0]))
     assert img[0, 0].tolist() == [255, 0, 0]
     assert img[0, 1].tolist() == [255, 255, 255]  # idle is white
     g = img[1, 2]
     assert g[1] == 255 and 0 < g[0] < 255 and g[0] == g[2]  # green, faded by occupancy 1/4
-    assert (png_pixels(R.png_bytes(img)) == img).all()
+    assert (png_pixels(VR.png_bytes(img)) == img).all()
 
 
 # -- figure builders ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from timeline import synth
+from timeline.ingest import synth
 from viewer import app as V
 from viewer import client as VC
 from viewer import wiring as VW
@@ -20,8 +20,8 @@ from viewer.panels import trace as VTR
 from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
 from viewer.panels import export as VX
-from timeline import analysis as A
-from timeline import compare as TC
+from timeline.analysis import stages as A
+from timeline.analysis import compare as C
 from viewerkit import bars_of, component_text
 
 
@@ -56,35 +56,33 @@ def test_page_banners(state):
     assert "no_placement" in component_text(bad.anomalies)
     empty_ = VTR.select(state, "?trace=empty.arrow", None, False)
     assert "no intervals" in component_text(empty_.banners)
-    fig, _, _, _, status = VG.gantt(state, "empty.arrow", "rank", None, None, None, None, None, "filters",
-                                       None, None, None, None, None)
+    fig, _, _, _, status = VG.gantt(state, VG.GanttQuery("empty.arrow"))
     assert status == "nothing to draw" and "no intervals" in json.dumps(fig["layout"]["annotations"])
 
 
 def test_gantt_zoom_keeps_the_window(state):
     name = "small.arrow"
     d = state.store.get(name).data
-    fig, st, t0, t1, _ = VG.gantt(state, name, "rank", None, None, None, None, None, "filters", None, None, None,
-                                     None, None)
+    fig, st, t0, t1, _ = VG.gantt(state, VG.GanttQuery(name))
     assert (st.t0, st.t1, st.r0, st.r1) == (d.t_min, d.t_max, 0, 32)
     rel = {"xaxis.range[0]": 10.0, "xaxis.range[1]": 20.0, "yaxis.range[0]": 9.7, "yaxis.range[1]": 3.2}
-    fig, st, t0, t1, _ = VG.gantt(state, name, "rank", None, None, None, None, None, "gantt", rel, t0, t1, None, st)
+    fig, st, t0, t1, _ = VG.gantt(state, VG.GanttQuery(name, trigger="gantt", relayout=rel, t0=t0, t1=t1, state=st))
     assert (st.t0, st.t1, st.r0, st.r1, t0, t1) == (10_000, 20_000, 3, 11, 10.0, 20.0)
     assert fig["layout"]["xaxis"]["range"] == [10.0, 20.0]
     rows = {b[2] for b in bars_of(fig)}
     assert rows and rows <= set(range(3, 11))  # rows 3..10 overlap y 3.2..9.7
     # a stage filter keeps the time window and the rows of this grouping
-    fig, st2, *_ = VG.gantt(state, name, "rank", None, None, [0, 1], None, None, "filters", None, t0, t1, None, st)
+    fig, st2, *_ = VG.gantt(state, VG.GanttQuery(name, stages=[0, 1], t0=t0, t1=t1, state=st))
     assert (st2.t0, st2.t1, st2.r0, st2.r1) == (10_000, 20_000, 3, 11)
     assert {b[0] for b in bars_of(fig)} <= {"qkv_a", "cache"}
     # the time inputs move the window; double-click (autorange) goes back to everything
-    _, st3, *_ = VG.gantt(state, name, "rank", None, None, None, None, None, "t0", None, 5.0, 20.0, None, st)
+    _, st3, *_ = VG.gantt(state, VG.GanttQuery(name, trigger="t0", t0=5.0, t1=20.0, state=st))
     assert st3.t0 == 5000
-    _, st4, *_ = VG.gantt(state, name, "rank", None, None, None, None, None, "gantt",
-                             {"xaxis.autorange": True, "yaxis.autorange": True}, None, None, None, st3)
+    _, st4, *_ = VG.gantt(state, VG.GanttQuery(name, trigger="gantt", state=st3,
+                                                relayout={"xaxis.autorange": True, "yaxis.autorange": True}))
     assert (st4.t0, st4.t1, st4.r0, st4.r1) == (d.t_min, d.t_max, 0, 32)
     # a rank filter starts the rows over
-    _, st5, *_ = VG.gantt(state, name, "rank", [1], None, None, None, None, "filters", None, None, None, None, st)
+    _, st5, *_ = VG.gantt(state, VG.GanttQuery(name, ranks=[1], state=st))
     assert (st5.r0, st5.r1) == (0, 16) and st5.panels == ["small.arrow", (1,), None]
     r1 = d.rank == 1  # ... and fits the time window to the selection
     assert (st5.t0, st5.t1) == (d.start[r1].min(), d.end[r1].max())
@@ -106,11 +104,12 @@ def test_first_view_is_what_the_callbacks_would_draw(state, monkeypatch):
     props = first["props"]
     assert first["search"] == search and props[("trace-key", "data")] == {"name": "small.arrow"}
     assert props[("ranks", "value")] == [1] and props[("grouping", "value")] == "cta"
-    fig, st, t0, t1, status = VG.gantt(state, "small.arrow", "cta", [1], None, None, None, None, "filters", None,
-                                          None, None, list(VC.GANTT_PX), None)
+    fig, st, t0, t1, status = VG.gantt(state, VG.GanttQuery("small.arrow", grouping="cta", ranks=[1],
+                                                                     px=list(VC.GANTT_PX)))
     assert props[("gantt", "figure")]["layout"]["meta"] == fig["layout"]["meta"]
     assert fig["layout"]["meta"]["mode"] == "bars"
-    assert props[("view-state", "data")] == st.to_client() and props[("t0", "value")] == t0 and props[("t1", "value")] == t1
+    assert props[("view-state", "data")] == st.to_client()
+    assert props[("t0", "value")] == t0 and props[("t1", "value")] == t1
     assert props[("panel-key", "data")] == ["small.arrow", (1,), None]
     page = VP.layout(first)  # the layout carries it, and the address it was made for
     assert page["gantt"].figure is props[("gantt", "figure")] and page["page-search"].data == search
@@ -178,15 +177,14 @@ def test_a_bundle_that_cannot_draw_the_figures_is_refused_in_one_line(tmp_path, 
 def test_every_figure_draws_only_the_trace_types_a_bundle_holds(tmp_path):
     """Gantt (raster and bars, with the critical path), idle, what-if and compare
     figures use ``page.TRACE_TYPES`` only: a served bundle holds no more."""
-    from timeline import load, presets
+    from timeline import load
+    from timeline.contract import presets
 
     load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
     state, _, _ = V.prepare(["--trace-dir", str(tmp_path), str(tmp_path / "g.arrow")])
-    figs = [VG.gantt(state, "g.arrow", "rank", None, None, None, None, None, "filters", None, None, None,
-                     None, None).figure]
+    figs = [VG.gantt(state, VG.GanttQuery("g.arrow")).figure]
     state.bar_limit = 1
-    figs.append(VG.gantt(state, "g.arrow", "rank", None, None, None, None, None, "filters", None, None, None,
-                         None, None).figure)
+    figs.append(VG.gantt(state, VG.GanttQuery("g.arrow")).figure)
     figs += [VT.idle(state, "g.arrow", None, None)[0], VT.whatif(state, "g.arrow", "norm.compute=0.5")[0],
              VT.compare(state, "g.arrow", "g.arrow")[0]]
     types = {t.get("type", "scatter") for f in figs for t in f["data"]}
@@ -218,20 +216,18 @@ def test_table_rows_sort_with_empty_cells_last():
 
 def test_bad_time_window_says_why(state):
     with pytest.raises(ValueError, match="'from' box holds 'abc', not a number of µs"):
-        VG.gantt(state, "small.arrow", "rank", None, None, None, None, None, "t0", None, "abc", None, None, None)
+        VG.gantt(state, VG.GanttQuery("small.arrow", trigger="t0", t0="abc"))
 
 
 def test_autosize_does_not_redraw(state):
     with pytest.raises(Exception) as ex:
-        VG.gantt(state, "small.arrow", "rank", None, None, None, None, None, "gantt", {"autosize": True}, None,
-                    None, None, None)
+        VG.gantt(state, VG.GanttQuery("small.arrow", trigger="gantt", relayout={"autosize": True}))
     assert type(ex.value).__name__ == "PreventUpdate"
 
 
 def test_click_pins_the_task(state):
     d = state.store.get("small.arrow").data
-    _, st, *_ = VG.gantt(state, "small.arrow", "stage", None, None, None, None, None, "filters", None, None, None,
-                            None, None)
+    _, st, *_ = VG.gantt(state, VG.GanttQuery("small.arrow", grouping="stage"))
     view = state.view(state.store.get("small.arrow"), "stage", None, None, None, None)
     pos = 1234
     i = int(view.order[pos])
@@ -308,7 +304,7 @@ def test_a_multi_launch_trace_opens_on_its_median_launch(tmp_path):
     trace = synth.synth_trace(synth.glm5_spec(launches=5), grid=8, seed=4)
     trace.save(tmp_path / "five.arrow")
     state, _, _ = V.prepare([str(tmp_path / "five.arrow")])
-    want = TC.median_launch(trace)
+    want = C.median_launch(trace)
     spans = {}
     for la in trace.launches:
         t = trace.filter(launches=[la]).tasks
@@ -316,8 +312,8 @@ def test_a_multi_launch_trace_opens_on_its_median_launch(tmp_path):
     assert sorted(spans, key=spans.get)[2] == want  # the median of 5
     out = VTR.select(state, "", None, False)
     assert out.launches == [want] and "median span" in component_text(out.banners)
-    drawn = VG.gantt(state, "five.arrow", out.grouping, out.ranks, out.launches, None, None, None, "filters",
-                     None, None, None, None, None)
+    drawn = VG.gantt(state, VG.GanttQuery("five.arrow", grouping=out.grouping, ranks=out.ranks,
+                                                launches=out.launches))
     t = trace.filter(launches=[want]).tasks
     assert (drawn.state.t0, drawn.state.t1) == (min(t.column("start_ns").to_pylist()),
                                                 max(t.column("end_ns").to_pylist()))
@@ -328,9 +324,10 @@ def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
     """A trace with its task graph: the Critical path tab shows the exact path, the
     What if tab the replay's prediction beside its fidelity; without a graph both
     say what is missing."""
-    from timeline import edges as E
-    from timeline import load, presets
-    from timeline import whatif as W
+    from timeline.analysis import edges as E
+    from timeline import load
+    from timeline.contract import presets
+    from timeline.analysis import whatif as W
 
     real = load("traces/h200_mono_demo.arrow")
     real.with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
@@ -366,13 +363,14 @@ def test_critical_path_and_what_if_panels_with_a_task_graph(tmp_path):
 def test_the_gantt_draws_the_exact_critical_path(tmp_path):
     """With a task graph the Gantt carries the critical path of the launches shown:
     a segment for each task on it and one for each hand-off between rows."""
-    from timeline import edges as E
-    from timeline import load, presets
+    from timeline.analysis import edges as E
+    from timeline import load
+    from timeline.contract import presets
 
     trace = load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1])
     trace.save(tmp_path / "g.arrow")
     state, _, _ = V.prepare([str(tmp_path / "g.arrow")])
-    drawn = VG.gantt(state, "g.arrow", "rank", None, [1], None, None, None, "filters", None, None, None, None, None)
+    drawn = VG.gantt(state, VG.GanttQuery("g.arrow", launches=[1]))
     path, = [t for t in drawn.figure["data"] if t.get("meta", {}).get("kind") == "critical-path"]
     g = E.edges(state.store.get("g.arrow").trace)
     chain = E.chain(g, 1)
@@ -380,7 +378,7 @@ def test_the_gantt_draws_the_exact_critical_path(tmp_path):
     assert path["meta"]["segments"] == len(chain) + handoffs
     ends = [x for x in path["x"] if x is not None]
     assert max(ends) == pytest.approx(g.tasks.end[g.tasks.launch == 1].max() / 1e3)
-    plain = VG.gantt(state, "g.arrow", "stage", None, [1], None, None, None, "filters", None, None, None, None, None)
+    plain = VG.gantt(state, VG.GanttQuery("g.arrow", grouping="stage", launches=[1]))
     assert not [t for t in plain.figure["data"] if t.get("meta", {}).get("kind") == "critical-path"]
 
 

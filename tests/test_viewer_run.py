@@ -290,7 +290,7 @@ def test_a_real_trace_reads_as_a_run_and_a_run_without_headers_says_why(tmp_path
     launches are the cells (x = launch index), each the span of its rows; appended to a
     run it cannot be drawn by step x layer, and the command line says why in one line."""
     from timeline.run import append
-    from timeline.trace import load
+    from timeline.core.trace import load
 
     demo = Path(__file__).resolve().parent.parent / "traces" / V.DEFAULT_TRACE
     st, _, first = V.prepare(["--overview", str(demo), "--trace-dir", str(demo.parent)])

@@ -4,9 +4,9 @@ whose launch slots carry step / layer headers, appended to a run directory throu
 
 from __future__ import annotations
 
-from timeline import synth
-from timeline.collect import collect
-from timeline.merge import merge
+from timeline.ingest import synth
+from timeline.ingest.collect import collect
+from timeline.ingest.merge import merge
 
 STEPS, LAYERS = 2, 3  # the small run's launches: 2 steps x 3 layers, on 2 ranks
 SLOTS = [(s, la) for s in range(STEPS) for la in range(LAYERS)]

@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from timeline import Spec, collect, synth
+from timeline import Spec, collect
+from timeline.ingest import synth
 
 
 def dashboard_bundle():

@@ -1,45 +1,53 @@
-"""mono-timeline's core: the stamp-buffer contract (``schema``), the collector into
-Arrow tables (``collect``), trace files (``load`` / ``Trace.save``), multi-rank merge,
-analyses, exports and the ``timeline`` CLI. The names below are imported on first use
-(``timeline --help`` needs none of numpy or pyarrow)."""
+"""mono-timeline's core, in wings by layer (each imports only the ones above it):
 
-import sys
-import types
+- ``timeline.contract``: the stamp-buffer contract (``schema``: ``Spec``, layout,
+  placement word, Arrow schemas, ticks to ns), task graphs, clocks, known kernels;
+- ``timeline.core``: ``Trace`` and its file (``load`` / ``Trace.save``), the row rules,
+  grouped numpy primitives;
+- ``timeline.ingest``: buffers and legacy tensors into a ``Trace`` (``collect``),
+  multi-rank ``merge``, the synthetic model;
+- ``timeline.analysis``: stage report, critical path, task-graph edges, what-if, compare;
+- ``timeline.export``: Chrome JSON and Perfetto;
+- ``timeline.cli``: the ``timeline`` command.
 
-from timeline._version import __version__  # noqa: F401
+The names below are imported on first use (``timeline --help`` needs none of numpy
+or pyarrow)."""
 
-_LAZY = {
-    "CLOCKS": "schema", "DEFAULT_PHASES": "schema", "Clock": "schema", "Layout": "schema", "Spec": "schema",
-    "layout_of": "schema", "Trace": "trace", "TraceFileError": "trace", "load": "trace",
-    "CollectError": "collect", "collect": "collect", "MergeError": "merge", "merge": "merge",
-    "open_run": "run", "RunError": "run",
+from timeline._version import __version__
+
+# name -> the module that defines it (imported on first use)
+_FACE = {
+    "TimelineError": "timeline.errors",
+    "CLOCKS": "timeline.contract.schema",
+    "DEFAULT_PHASES": "timeline.contract.schema",
+    "Clock": "timeline.contract.schema",
+    "Layout": "timeline.contract.schema",
+    "Spec": "timeline.contract.schema",
+    "layout_of": "timeline.contract.schema",
+    "Trace": "timeline.core.trace",
+    "TraceFileError": "timeline.core.trace",
+    "load": "timeline.core.trace",
+    "CollectError": "timeline.ingest",
+    "collect": "timeline.ingest.collect",
+    "MergeError": "timeline.ingest.merge",
+    "merge": "timeline.ingest.merge",
+    "open_run": "timeline.run",
+    "RunError": "timeline.run",
 }
+
+__all__ = ["__version__", *_FACE]
 
 
 def __getattr__(name):
-    """``timeline.Spec`` and the others of ``_LAZY``, from their modules on first use."""
-    if name not in _LAZY:
+    """``timeline.Spec`` and the others of ``_FACE``, from their modules on first use."""
+    if name not in _FACE:
         raise AttributeError(f"module 'timeline' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"timeline.{_LAZY[name]}"), name)
+    value = getattr(importlib.import_module(_FACE[name]), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
-
-
-class _Package(types.ModuleType):
-    """The package keeps ``timeline.collect`` and ``timeline.merge`` the functions, as
-    they always were, when their submodules of the same names are first imported (the
-    import system then binds the submodule to the package: this takes its function)."""
-
-    def __setattr__(self, name, value):
-        if name in ("collect", "merge") and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
+    return sorted(set(globals()) | set(_FACE))

@@ -35,7 +35,7 @@ import logging
 import sys
 from pathlib import Path
 
-from timeline.cli import tune_process
+from timeline.core.process import tune_process
 from viewer.client import GANTT_PX
 from viewer.page import BundleError, plotly_bundle
 from viewer.panels.gantt import concurrency_table

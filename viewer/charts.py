@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from timeline import rows
+from timeline.core import rows
 
 
 def idle_figure(table: pa.Table | None) -> dict:

@@ -11,12 +11,18 @@ import dataclasses
 import math
 from typing import Optional
 
-from timeline import schema as S
+from timeline.contract import schema as S
+from timeline.errors import TimelineError
 
 GANTT_PX = (1000, 560)  # default plot-area width x height in pixels (the raster's size)
 PX_LIMITS = ((400, 3000), (200, 1200))  # plot-area width, height in px; the page asks for its
 # plot's width up to 3000 and a height of 560
 MAX_LIST = 4096  # values in one filter list (ranks, launches, stages, phases)
+
+
+class RequestError(TimelineError):
+    """A request from the page the dashboard refuses: a filter that is not a short
+    list of integers, a time off the trace's axis, a download too large or empty."""
 
 
 def clamp_px(px) -> tuple:
@@ -36,11 +42,11 @@ def client_list(values, what: str):
     if values is None:
         return None
     if not isinstance(values, (list, tuple)) or len(values) > MAX_LIST:
-        raise ValueError(f"the {what} filter must be a list of at most {MAX_LIST} values")
+        raise RequestError(f"the {what} filter must be a list of at most {MAX_LIST} values")
     try:
         return [int(v) for v in values]
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"the {what} filter holds something that is not an integer") from None
+        raise RequestError(f"the {what} filter holds something that is not an integer") from None
 
 
 def finite_us(v, what: str) -> float:
@@ -48,7 +54,7 @@ def finite_us(v, what: str) -> float:
     ``ValueError`` naming it."""
     x = float(v)
     if not math.isfinite(x) or abs(x) * 1e3 > S.MAX_SPAN_NS:
-        raise ValueError(f"the {what} is not a time on this trace's axis: {v!r}")
+        raise RequestError(f"the {what} is not a time on this trace's axis: {v!r}")
     return x
 
 
@@ -59,7 +65,7 @@ def us_to_ns(text, what: str, current: int) -> int:
     try:
         return int(round(finite_us(str(text)[:64].replace(",", ""), f"time window's {what!r} box") * 1e3))
     except ValueError:
-        raise ValueError(f"the time window's {what!r} box holds {str(text)[:64]!r}, not a number of µs "
+        raise RequestError(f"the time window's {what!r} box holds {str(text)[:64]!r}, not a number of µs "
                          "on this trace's axis") from None
 
 

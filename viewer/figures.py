@@ -24,10 +24,10 @@ import base64
 import numpy as np
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline import rows
+from timeline.contract import schema as S
+from timeline.core import rows
 from viewer import model as M
-from viewer import raster as R
+from viewer import raster as VR
 
 # Tableau-like qualitative palette: distinct on white, colour-blind friendlier than
 # plotly's default; stage i takes colour i mod len.
@@ -258,9 +258,9 @@ def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: 
     rows_per_px = np.bincount((np.arange(r0, r1) - r0) * h // n_rows, minlength=h).astype(np.float64)
     idx = view.order[pos]
     palette = class_rgb(len(data.stage_names), max(len(data.interval_names), 1), data.wait_index)
-    cov = R.coverage(data.start[idx].astype(np.float64), data.end[idx].astype(np.float64), prow,
+    cov = VR.coverage(data.start[idx].astype(np.float64), data.end[idx].astype(np.float64), prow,
                      view.cls[pos], palette, float(t0_ns), float(t1_ns), w, h)
-    png = R.png_bytes(R.shade(cov, rows_per_px))
+    png = VR.png_bytes(VR.shade(cov, rows_per_px))
     dx = (t1_ns - t0_ns) / 1e3 / w
     dy = n_rows / h
     return {

@@ -28,9 +28,10 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline import schema as S
-from timeline import rows
-from timeline.trace import Trace
+from timeline.contract import schema as S
+from timeline.core import rows
+from timeline.core.trace import Trace
+from timeline.errors import TimelineError
 
 GROUPINGS = ("rank", "cta", "placement", "stage")
 KEY_BITS = 41  # ns of trace span a search key holds: 2**41 ns ~ 36 minutes
@@ -38,7 +39,7 @@ KEY_SPAN = 1 << KEY_BITS
 MAX_ROWS = 1 << (62 - KEY_BITS)  # rows a search key holds
 
 
-class ViewError(ValueError):
+class ViewError(TimelineError):
     """A request the data model cannot answer (unknown grouping, trace too long)."""
 
 
@@ -95,8 +96,8 @@ class TraceData:
     def _unplaced_lanes(self):
         """``lane`` per interval: ``rows.NO_CTA`` for a placed one; else the lane of
         its task among its rank and launch's tasks without a placement word
-        (``timeline.rows.lanes`` over the tasks' spans), its own Gantt row, never a
-        CTA's (the rule the exports draw by, ``timeline.rows.tracks``)."""
+        (``timeline.core.rows.lanes`` over the tasks' spans), its own Gantt row, never a
+        CTA's (the rule the exports draw by, ``timeline.core.rows.tracks``)."""
         self.lane = np.full(self.n, rows.NO_CTA, np.int64)
         un = self.cta < 0
         if not un.any():

@@ -14,6 +14,8 @@ from typing import NamedTuple
 import flask
 from dash import dcc, html
 
+from timeline.errors import TimelineError
+
 from viewer import figures as F
 from viewer.client import GANTT_PX
 
@@ -66,7 +68,7 @@ TRACE_TYPES = ("bar", "heatmap", "image", "scatter", "scattergl")  # every plotl
 BUNDLE_HEADER = rb"/\* timeline-view plotly\.js (\S+) traces=([a-z0-9,]+) \*/"  # a bundle's first line
 
 
-class BundleError(ValueError):
+class BundleError(TimelineError):
     """A plotly.js bundle given to the dashboard cannot serve its figures."""
 
 

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows
-from timeline.trace import Trace, TraceFileError, load
+from timeline.core import rows
+from timeline.core.trace import Trace, TraceFileError, load
 from viewer.sources import SourceError
 
 BYTES_PER_TASK = 1_000  # server memory a loaded launch costs per task with its first row layout

@@ -18,14 +18,15 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from timeline.trace import TRACE_EXTENSIONS, Trace, TraceFileError, load
+from timeline.core.trace import TRACE_EXTENSIONS, Trace, TraceFileError, load
+from timeline.errors import TimelineError
 
 from viewer.model import TraceData, ViewError
 
 MAX_LOADED = 3
 
 
-class SourceError(ValueError):
+class SourceError(TimelineError):
     """A trace the dashboard will not open: outside the trace directory, missing,
     not a trace file. The message is shown to the user as is."""
 

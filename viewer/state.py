@@ -12,12 +12,13 @@ from collections import OrderedDict
 
 import dash
 
-from timeline import clocks as K
-from timeline import schema as S
+from timeline.contract import clocks as K
+from timeline.contract import schema as S
+from timeline.errors import TimelineError
 from viewer import figures as F
 from viewer import model as M
 from viewer.page import msg
-from viewer.sources import Catalog, SourceError, Store
+from viewer.sources import Catalog, Store
 
 FIRST_VIEW_CACHE = 8  # first views (wiring.first_view) kept, by address
 VIEW_CACHE = 4  # row layouts (model.View) kept per trace
@@ -43,8 +44,7 @@ def guarded(*fallback, named=None):
                 raise
             except Exception as e:  # noqa: BLE001 - every failure becomes a message
                 log.exception("callback %s failed", fn.__name__)
-                text = str(e) if isinstance(e, (SourceError, M.ViewError, ValueError)) else \
-                    f"{type(e).__name__}: {e}"
+                text = str(e) if isinstance(e, TimelineError) else f"{type(e).__name__}: {e}"
                 out = tuple(msg(f"{fn.__name__.replace('_', ' ')}: {text}") if f is ERROR else f
                             for f in fallback)
                 return named(*out) if named else out if len(out) > 1 else out[0]
@@ -104,7 +104,7 @@ class App:
         tr = item.trace
         out = []
         if tr.synthetic:
-            out.append(msg("SYNTHETIC trace: made by timeline.synth, not measured on a GPU", "synthetic"))
+            out.append(msg("SYNTHETIC trace: made by timeline.ingest.synth, not measured on a GPU", "synthetic"))
         if any(sp.extra.get("placement") == "derived" for sp in tr.specs):
             out.append(msg("CTAs derived from the kernel's rotation rule (a legacy tensor has no placement): "
                            "no XCC/SE/CU was read from the hardware", "info"))

@@ -17,10 +17,10 @@ from viewer import charts as CH
 from viewer.client import GANTT_PX
 from viewer.ids import GANTT_PROPS, TRACE_PROPS, TraceOut, outputs
 from viewer.page import CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, plotly_bundle, serve_plotly
-from viewer.panels import export as X
-from viewer.panels import gantt as G
-from viewer.panels import tables as T
-from viewer.panels import trace as TR
+from viewer.panels import export as VX
+from viewer.panels import gantt as VG
+from viewer.panels import tables as VT
+from viewer.panels import trace as VTR
 from viewer.run_wiring import install as install_overview, linked_window
 from viewer.state import ERROR, FIRST_VIEW_CACHE, NO, guarded, log, lru_get
 
@@ -56,10 +56,11 @@ def first_view(app, search: str | None) -> dict:
 
 
 def _first_view(app, search: str) -> dict:
-    t = TR.select(app, search, None, False)
+    t = VTR.select(app, search, None, False)
     win = linked_window(search)  # a linked time window (&t0=..&t1=.., µs) as if typed in the boxes
-    g = G.on_gantt(app, t.key, t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas,
-                   "filters" if win is None else "t0", None, *(win or (None, None)), list(GANTT_PX), None)
+    g = VG.on_gantt(app, VG.GanttQuery(key_name(t.key), t.grouping, t.ranks, t.launches, t.stages, t.phases,
+                                       t.ctas, px=list(GANTT_PX), **({} if win is None else
+                                                                     dict(trigger="t0", t0=win[0], t1=win[1]))))
     props = dict(zip(TRACE_PROPS, t))
     props.update(zip(GANTT_PROPS, g))
     return {"search": search, "props": {k: v for k, v in props.items() if v is not NO}}
@@ -108,17 +109,24 @@ def on_trace(app, search, picked, page_search):
     # already shows this address's view (the page reloads on a new address)
     if not by_picker and page_search is not None and (search or "") == page_search:
         raise dash.exceptions.PreventUpdate
-    return TR.select(app, search, picked, by_picker)
+    return VTR.select(app, search, picked, by_picker)
+
+
+def key_name(key) -> str | None:
+    """The trace file name in the trace callback's key (None: no trace open)."""
+    return key.get("name") if isinstance(key, dict) else None
 
 
 def on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
+    """The Gantt callback's inputs (in the order ``build`` registers them) as one ``GanttQuery``."""
     trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(dash.ctx.triggered_id, "filters")
-    return G.on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1, px, state)
+    return VG.on_gantt(app, VG.GanttQuery(key_name(key), grouping, ranks, launches, stages, phases, ctas,
+                                          trigger, rel, t0, t1, px, state))
 
 
 @guarded(ERROR)
 def on_click(app, click, key, state):
-    return G.details(app, key["name"], click, state) if key and key.get("name") else "No trace."
+    return VG.details(app, key["name"], click, state) if key and key.get("name") else "No trace."
 
 
 @guarded(None, None, ERROR)
@@ -127,8 +135,8 @@ def on_report(app, panels, by_launch, tab, prev):
         raise dash.exceptions.PreventUpdate
     if not panels:
         return None, None, None
-    cols, rows, note = T.stage_report(app, panels[0], panels[1], panels[2], bool(by_launch))
-    return (*T.table_out("stage-report", cols, rows, prev), note)
+    cols, rows, note = VT.stage_report(app, panels[0], panels[1], panels[2], bool(by_launch))
+    return (*VT.table_out("stage-report", cols, rows, prev), note)
 
 
 @guarded(CH.idle_figure(None), None, None, None, None, ERROR)
@@ -137,9 +145,9 @@ def on_idle(app, panels, tab, prev, prev_gaps):
         raise dash.exceptions.PreventUpdate
     if not panels:
         return CH.idle_figure(None), None, None, None, None, None
-    fig, cols, rows, note = T.idle(app, panels[0], panels[1], panels[2])
-    gap_cols, gap_rows = T.gaps(app, panels[0], panels[1], panels[2])
-    return (fig, *T.table_out("idle-table", cols, rows, prev), *T.table_out("gap-table", gap_cols, gap_rows, prev_gaps),
+    fig, cols, rows, note = VT.idle(app, panels[0], panels[1], panels[2])
+    gap_cols, gap_rows = VT.gaps(app, panels[0], panels[1], panels[2])
+    return (fig, *VT.table_out("idle-table", cols, rows, prev), *VT.table_out("gap-table", gap_cols, gap_rows, prev_gaps),
             note)
 
 
@@ -149,30 +157,30 @@ def on_critical(app, panels, tab, prev):
         raise dash.exceptions.PreventUpdate
     if not panels:
         return None, None, None
-    cols, rows, note = T.critical(app, panels[0], panels[1], panels[2])
-    return (*T.table_out("critical-table", cols, rows, prev), note)
+    cols, rows, note = VT.critical(app, panels[0], panels[1], panels[2])
+    return (*VT.table_out("critical-table", cols, rows, prev), note)
 
 
-@guarded(T.NO_FIGURE, None, None, ERROR)
+@guarded(VT.NO_FIGURE, None, None, ERROR)
 def on_whatif(app, panels, scales, tab, prev):
     if tab != "whatif":
         raise dash.exceptions.PreventUpdate
     if not panels:
-        return T.NO_FIGURE, None, None, None
-    fig, cols, rows, note = T.whatif(app, panels[0], scales)
-    return (fig, *T.table_out("whatif-table", cols, rows, prev), note)
+        return VT.NO_FIGURE, None, None, None
+    fig, cols, rows, note = VT.whatif(app, panels[0], scales)
+    return (fig, *VT.table_out("whatif-table", cols, rows, prev), note)
 
 
 @guarded({"data": [], "layout": {}}, None, None, ERROR)
 def on_compare(app, a, b, scope, prev):
-    fig, cols, rows, note = T.compare(app, a, b, scope)
-    return (fig, *T.table_out("cmp-table", cols, rows, prev), note)
+    fig, cols, rows, note = VT.compare(app, a, b, scope)
+    return (fig, *VT.table_out("cmp-table", cols, rows, prev), note)
 
 
 @guarded(NO, NO)  # a malformed sort request leaves the table as it is
 def on_sort(table_id, clicks, data):
     trig = dash.ctx.triggered_id
-    out = T.resort(table_id, data, trig.get("col") if trig and any(clicks or ()) else None)
+    out = VT.resort(table_id, data, trig.get("col") if trig and any(clicks or ()) else None)
     if out is None:
         raise dash.exceptions.PreventUpdate
     return out
@@ -182,7 +190,7 @@ def on_sort(table_id, clicks, data):
 def on_export(app, _n, key, ranks, launches, stages):
     if not key or not key.get("name"):
         return NO, msg("no trace to export")
-    return X.export(app, key["name"], ranks or None, launches or None, stages), None
+    return VX.export(app, key["name"], ranks or None, launches or None, stages), None
 
 
 # -- the app ------------------------------------------------------------------------------------------

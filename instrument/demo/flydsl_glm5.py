@@ -12,7 +12,7 @@ What is real here: the *structure* of ROCm/FlyDSL's GLM-5 MLA+MoE layer kernel
 REFERENCE.md §1 describes it:
 
 - one persistent launch of ``G = 256`` CTAs x 512 threads (8 waves) per layer;
-- the ten stages at S=1 with their task counts (``timeline.legacy.GLM5_STAGES``),
+- the ten stages at S=1 with their task counts (``timeline.ingest.legacy.GLM5_STAGES``),
   timeline rows ``first[stage] + t``, and the CTA rotation: task ``t`` of a stage runs
   on CTA ``(base[stage] + t) % G``, ``base[]`` the running sum of the counts in the
   kernel's own order (``GLM5_BASE_ORDER``), a CTA starting at
@@ -58,10 +58,10 @@ import flydsl.expr as fx
 from instrument.demo.flydsl_mono import _ptr, poll, publish, traced, value_of, wave_sum
 from instrument.flydsl import CarriesNothing, Timeline
 from instrument.flydsl_ops import memrealtime, sched_fence, uniform
-from timeline.legacy import (GLM5_BASE_ORDER, GLM5_GRID, GLM5_STAGES, GLM5_UNSTAMPED, GLM5_WAIT,
+from timeline.ingest.legacy import (GLM5_BASE_ORDER, GLM5_GRID, GLM5_STAGES, GLM5_UNSTAMPED, GLM5_WAIT,
                              LEGACY_COLS, LEGACY_MARKS, LEGACY_PHASES)
-from timeline import presets
-from timeline.schema import Spec
+from timeline.contract import presets
+from timeline.contract.schema import Spec
 
 NORMAL, TIMELINE, KERNEL, KERNEL_FENCED = 0, 1, 2, 3
 THREADS, WAVES, LANES = 512, 8, 64
@@ -84,7 +84,7 @@ FIRST = running_sums([n for n, _ in GLM5_STAGES])  # timeline row of task 0
 BASE = running_sums(GLM5_BASE_ORDER)  # rotation start (mod G)
 
 
-# The kernel's mailbox polls: the GLM-5 preset task graph (timeline.presets.glm5; one
+# The kernel's mailbox polls: the GLM-5 preset task graph (timeline.contract.presets.glm5; one
 # rank here, so its all-reduce rules poll this rank's tasks). The kernel polls exactly
 # what the graph says, so the graph is exact for this demo.
 GRAPH = presets.glm5()

@@ -42,7 +42,7 @@ import flydsl.expr as fx
 from flydsl.compiler.ast_rewriter import ASTRewriter
 
 from instrument.flydsl import Timeline
-from timeline.schema import Spec
+from timeline.contract.schema import Spec
 
 M, D, N, P = 4, 512, 256, 64  # tokens, hidden, intermediate, output
 THREADS, WAVES, LANES = 256, 4, 64

@@ -12,7 +12,7 @@ import sys
 
 from instrument.demo.flydsl_glm5 import (COUNT, FIRST, KERNEL, LAYERS, N_TASKS, NORMAL, PRODUCERS, SPEC, THREADS,
                                          TIMELINE, WAVES, launch)
-from timeline.legacy import GLM5_GRID, GLM5_STAGES, LEGACY_COLS
+from timeline.ingest.legacy import GLM5_GRID, GLM5_STAGES, LEGACY_COLS
 
 
 def reference(x, w):

@@ -28,7 +28,7 @@ import flydsl.compiler as flyc
 import flydsl.expr as fx
 
 from instrument.flydsl import CarriesNothing, Timeline
-from timeline.schema import Spec
+from timeline.contract.schema import Spec
 
 NORMAL, TIMELINE, KTRACE, TIMELINE_NO_FENCE, HYBRID, HYBRID_HOLD = 0, 1, 2, 3, 4, 5
 G = 8  # CTAs (a power of two)

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
+from instrument.triton import START
 from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
     SPIN_NS, interval_errors, spin_of, stage_name)
 
@@ -56,7 +57,7 @@ def calib_kernel(stamps, spins, launch, LAYOUT: tl.constexpr, STAGES: tl.constex
     bid = tl.program_id(0)
     for s in tl.static_range(STAGES):
         n = tl.load(spins + s)
-        prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, 0)
+        prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, START)
         for p in tl.static_range(1, PHASES):
             spin_until(prev + n)
             prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, p)
@@ -106,7 +107,7 @@ def hybrid_calib_kernel(stamps, spins, launch, LAYOUT: tl.constexpr, STAGES: tl.
     bid = tl.program_id(0)
     for s in tl.static_range(STAGES):
         n = tl.load(spins + s)
-        prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, 0)
+        prev = itl.stamp_lead(stamps, LAYOUT, launch, s, bid, START)
         for p in tl.static_range(1, PHASES):
             if CYCLES:
                 spin_until(prev + n, True)

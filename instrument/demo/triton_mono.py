@@ -33,9 +33,12 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
-from timeline import presets
+from instrument.triton import COMPUTE, END, HINT, STAGED, START
+from timeline.contract import presets
 from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
     STAGES, Shape, bases, check_shape, cta_of, task_counts)
+
+UP, NORM, DOWN = (tl.constexpr(STAGES.index(s)) for s in ("up", "norm", "down"))  # stage indices, by name
 
 EPS = 1e-6
 MAX_SPIN = 1 << 20  # acquire loads one wait may take (about a second) before it reports a hang
@@ -97,12 +100,12 @@ def _gemm_tile(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, t, TL:
     pb = b_ptr + rk[:, None] * N + offs_n[None, :]
     a0 = tl.load(pa)
     b0 = tl.load(pb)
-    itl.stamp(stamps, LAYOUT, launch, STAGE, t, 2, TL)
+    itl.stamp(stamps, LAYOUT, launch, STAGE, t, STAGED, TL)
     acc = tl.dot(a0, b0)
     for k in range(BK, K, BK):
         acc = tl.dot(tl.load(pa + k), tl.load(pb + k * N), acc)
     out = acc.to(tl.float16)
-    itl.stamp(stamps, LAYOUT, launch, STAGE, t, 3, TL)
+    itl.stamp(stamps, LAYOUT, launch, STAGE, t, COMPUTE, TL)
     tl.store(c_ptr + offs_m[:, None] * N + offs_n[None, :], out)
 
 
@@ -115,11 +118,11 @@ def _norm_task(stamps, LAYOUT: tl.constexpr, launch, t, TL: tl.constexpr, h, a, 
     written in chunks of BF, then its mailbox published; stamped at every phase."""
     UP_N: tl.constexpr = F // BN
     cols = tl.arange(0, BF)
-    itl.stamp(stamps, LAYOUT, launch, 1, t, 0, TL)
+    itl.stamp(stamps, LAYOUT, launch, NORM, t, START, TL)
     rb = (t * R) // BM
     for j in range(UP_N):
         wait_tag(mbox + rb * UP_N + j, tag, err, MAX)
-    itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
+    itl.stamp(stamps, LAYOUT, launch, NORM, t, HINT, TL)
     rows = t * R + tl.arange(0, R)
     ss = tl.zeros([R], dtype=tl.float32)
     for _ in range(NP):
@@ -127,7 +130,7 @@ def _norm_task(stamps, LAYOUT: tl.constexpr, launch, t, TL: tl.constexpr, h, a, 
             v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
             ss += tl.sum(v * v, axis=1)
     rs = tl.rsqrt(ss / (F * NP) + 1e-6)
-    itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
+    itl.stamp(stamps, LAYOUT, launch, NORM, t, STAGED, TL)
     if DELAY > 0:
         spin_from = itl.globaltimer()
         while itl.globaltimer() - spin_from < DELAY:
@@ -136,9 +139,9 @@ def _norm_task(stamps, LAYOUT: tl.constexpr, launch, t, TL: tl.constexpr, h, a, 
         v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
         hn = v * rs[:, None]
         tl.store(a + rows[:, None] * F + c + cols[None, :], (hn * tl.sigmoid(hn)).to(tl.float16))
-    itl.stamp(stamps, LAYOUT, launch, 1, t, 3, TL)
+    itl.stamp(stamps, LAYOUT, launch, NORM, t, COMPUTE, TL)
     publish(mbox + N_UP + t, tag, t + 1)
-    itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
+    itl.stamp(stamps, LAYOUT, launch, NORM, t, END, TL)
 
 
 @triton.jit(do_not_specialize=["launch", "tag"])
@@ -165,28 +168,28 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
     BASE_DOWN: tl.constexpr = (N_UP + N_NORM) % G
     NORM_PER_BM: tl.constexpr = BM // R
 
-    # stage 0: up-projection tiles; no producers
+    # up-projection tiles; no producers
     for t in range(bid, N_UP, G):
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 0, TL)
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 1, TL)
-        _gemm_tile(stamps, LAYOUT, launch, 0, t, TL, x, w1, h, D, F, BM, BN, BK)
+        itl.stamp(stamps, LAYOUT, launch, UP, t, START, TL)
+        itl.stamp(stamps, LAYOUT, launch, UP, t, HINT, TL)
+        _gemm_tile(stamps, LAYOUT, launch, UP, t, TL, x, w1, h, D, F, BM, BN, BK)
         publish(mbox + t, tag, t + 1)
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 4, TL)
+        itl.stamp(stamps, LAYOUT, launch, UP, t, END, TL)
 
-    # stage 1: RMS norm + SiLU over R rows; needs every up tile of its row block
+    # RMS norm + SiLU over R rows; needs every up tile of its row block
     for t in range((bid + G - BASE_NORM) & (G - 1), N_NORM, G):
         _norm_task(stamps, LAYOUT, launch, t, TL, h, a, mbox, err, tag, F, BM, BN, R, BF, N_UP, MAX, DELAY, NP)
 
-    # stage 2: down-projection tiles; need the norm tasks of their rows
+    # down-projection tiles; need the norm tasks of their rows
     for t in range((bid + G - BASE_DOWN) & (G - 1), N_DOWN, G):
-        itl.stamp(stamps, LAYOUT, launch, 2, t, 0, TL)
+        itl.stamp(stamps, LAYOUT, launch, DOWN, t, START, TL)
         pm = t // DN_N
         for j in range(NORM_PER_BM):
             wait_tag(mbox + N_UP + pm * NORM_PER_BM + j, tag, err, MAX)
-        itl.stamp(stamps, LAYOUT, launch, 2, t, 1, TL)
-        _gemm_tile(stamps, LAYOUT, launch, 2, t, TL, a, w2, y, F, D, BM, BN, BK)
+        itl.stamp(stamps, LAYOUT, launch, DOWN, t, HINT, TL)
+        _gemm_tile(stamps, LAYOUT, launch, DOWN, t, TL, a, w2, y, F, D, BM, BN, BK)
         publish(mbox + N_UP + N_NORM + t, tag, t + 1)
-        itl.stamp(stamps, LAYOUT, launch, 2, t, 4, TL)
+        itl.stamp(stamps, LAYOUT, launch, DOWN, t, END, TL)
 
 
 # -- host side ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ system scope. Rank ``r`` owns columns
   them (``compute``) and stores tile t of Y into ``out[r]`` (``end``).
 
 Its task graph: reduce task t waits for part task t on every rank (an all-reduce
-edge, ``timeline.graph``). Every CTA of every rank must be resident at once (a rank
+edge, ``timeline.contract.graph``). Every CTA of every rank must be resident at once (a rank
 spinning on a peer that cannot run would never finish; ``MAX_SPIN`` bounds a wait
 and counts it), so the grid is at most SMs / (ranks a GPU) CTAs a rank.
 
@@ -34,9 +34,11 @@ import triton.language as tl
 
 from instrument import triton as itl
 from instrument.demo.triton_mono import MAX_SPIN, publish, wait_tag
-from timeline import graph as G
+from instrument.triton import COMPUTE, END, HINT, STAGED, START
+from timeline.contract import graph as G
 
 STAGES = ("part", "reduce")
+PART, REDUCE = (tl.constexpr(STAGES.index(s)) for s in STAGES)  # stage indices, by name
 
 
 class TPShape(NamedTuple):
@@ -129,37 +131,37 @@ def tp_kernel(x, w, parts, mail, out, err, stamps, launch, tag, rank, WORLD: tl.
     NT: tl.constexpr = (M // BM) * TN
     rk = tl.arange(0, BK)
     for t in range(bid, NT, G):
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 0, TL)
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 1, TL)  # no producers
+        itl.stamp(stamps, LAYOUT, launch, PART, t, START, TL)
+        itl.stamp(stamps, LAYOUT, launch, PART, t, HINT, TL)  # no producers
         offs_m = (t // TN) * BM + tl.arange(0, BM)
         offs_n = (t % TN) * BN + tl.arange(0, BN)
         pa = x + offs_m[:, None] * K + rank * KR + rk[None, :]
         pb = w + (rank * KR + rk)[:, None] * N + offs_n[None, :]
         a0 = tl.load(pa)
         b0 = tl.load(pb)
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 2, TL)
+        itl.stamp(stamps, LAYOUT, launch, PART, t, STAGED, TL)
         acc = tl.dot(a0, b0)
         for k in range(BK, KR, BK):
             acc = tl.dot(tl.load(pa + k), tl.load(pb + k * N), acc)
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 3, TL)
+        itl.stamp(stamps, LAYOUT, launch, PART, t, COMPUTE, TL)
         tl.store(parts + rank * M * N + offs_m[:, None] * N + offs_n[None, :], acc)
         publish(mail + rank * NT + t, tag, t + 1, SCOPE)
-        itl.stamp(stamps, LAYOUT, launch, 0, t, 4, TL)
+        itl.stamp(stamps, LAYOUT, launch, PART, t, END, TL)
     for t in range(bid, NT, G):
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 0, TL)
+        itl.stamp(stamps, LAYOUT, launch, REDUCE, t, START, TL)
         for q in range(WORLD):
             wait_tag(mail + q * NT + t, tag, err, MAX, SCOPE)
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 1, TL)
+        itl.stamp(stamps, LAYOUT, launch, REDUCE, t, HINT, TL)
         offs_m = (t // TN) * BM + tl.arange(0, BM)
         offs_n = (t % TN) * BN + tl.arange(0, BN)
         tile = offs_m[:, None] * N + offs_n[None, :]
         acc = tl.load(parts + tile, cache_modifier=".cg")  # a peer's tile: past the L1
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 2, TL)
+        itl.stamp(stamps, LAYOUT, launch, REDUCE, t, STAGED, TL)
         for q in tl.static_range(1, WORLD):
             acc += tl.load(parts + q * M * N + tile, cache_modifier=".cg")
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 3, TL)
+        itl.stamp(stamps, LAYOUT, launch, REDUCE, t, COMPUTE, TL)
         tl.store(out + tile, acc)
-        itl.stamp(stamps, LAYOUT, launch, 1, t, 4, TL)
+        itl.stamp(stamps, LAYOUT, launch, REDUCE, t, END, TL)
 
 
 def rank_shift(merged, rank: int = 1) -> int:

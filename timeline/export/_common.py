@@ -5,7 +5,7 @@ each with its phase intervals laid out as one column per consecutive phase pair.
 
 The exports draw from the ``tasks`` table a chunk at a time (a task and its
 intervals must land together in one streamed record); the intervals follow
-``timeline.rows.phase_intervals``, the rule of ``Trace.intervals`` too, and the
+``timeline.core.rows.phase_intervals``, the rule of ``Trace.intervals`` too, and the
 tests check that every interval of ``Trace.intervals`` is exported once.
 """
 
@@ -17,20 +17,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
-from timeline.trace import Trace
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.core.trace import Trace
+from timeline.errors import TimelineError
 
 CHUNK_ROWS = 1 << 13  # task rows per streamed chunk: bounds memory, keeps numpy ops large (bench/export.py)
 
 
-class ExportError(ValueError):
+class ExportError(TimelineError):
     """An export request that names rows the trace does not have, or an unwritable target."""
 
 
 def select(trace: Trace, *, ranks=None, launches=None, stages=None) -> Trace:
     """The trace restricted to the given ranks / launches / stage names (None: all),
-    checked by ``timeline.rows.check``: a value the trace does not hold is a
+    checked by ``timeline.core.rows.check``: a value the trace does not hold is a
     ``SelectionError`` naming what it does hold, so a typo cannot silently export an
     empty file."""
     sel = R.check(trace, ranks, launches, stages)
@@ -41,7 +42,7 @@ class Numbering(NamedTuple):
     """Process and thread ids of an export. A process is one (rank, launch), a
     thread one (CTA, wave); both count from 1 in rank, launch, CTA, wave order, so a
     viewer that sorts by id or sort index shows ranks, then launches, then CTAs. The
-    lanes of rows without a placement word (``timeline.rows.tracks``) come after
+    lanes of rows without a placement word (``timeline.core.rows.tracks``) come after
     every CTA's threads: their ids are never a CTA's."""
 
     launches: int  # launch slots per rank (the largest launch number + 1)
@@ -98,7 +99,7 @@ class Records(NamedTuple):
 
     Per task: ``rank, launch, stage_index, task, cta, wave`` (``NO_CTA`` where the
     row has no placement word), ``lane`` (its unplaced lane, ``NO_CTA`` for a placed
-    row: ``timeline.rows.tracks``) and the placement
+    row: ``timeline.core.rows.tracks``) and the placement
     columns in ``place`` (name -> (values, null mask)); ``first`` / ``last``, the
     task's span (first interval start, last interval end, ns). Per task and
     consecutive phase pair j (shape ``(n, P - 1)``): ``start``, ``end`` (ns),
@@ -136,7 +137,7 @@ def _int_column(table: pa.Table, name: str):
 
 def track_order(tasks: pa.Table, phases, tr: R.Tracks | None = None) -> np.ndarray:
     """Row order of ``tasks`` by track, then time: rank, launch, CTA, wave (the
-    unplaced lanes after the CTAs, ``timeline.rows.tracks``), the row's first
+    unplaced lanes after the CTAs, ``timeline.core.rows.tracks``), the row's first
     written phase (then stage and task for ties). Written in this order, each
     track's events are already in time order, so a reader that sorts by timestamp
     (stably) keeps an end that touches the next begin in front of it."""
@@ -188,7 +189,7 @@ def records(trace: Trace, chunk_rows: int = CHUNK_ROWS) -> Iterator[Records]:
 
 def threads(trace: Trace, num: Numbering):
     """The (pid, tid) pairs the export draws on, sorted, with their rank, launch, CTA,
-    wave and unplaced lane (``timeline.rows.tracks``; ``NO_CTA`` where it does not
+    wave and unplaced lane (``timeline.core.rows.tracks``; ``NO_CTA`` where it does not
     apply): ``(pid, tid, rank, launch, cta, wave, lane)`` int64 arrays."""
     t = trace.tasks
     if t.num_rows == 0:
@@ -203,7 +204,7 @@ def threads(trace: Trace, num: Numbering):
 
 
 class Flow(NamedTuple):
-    """An arrow of a launch's critical path (``timeline.edges``): from the producer
+    """An arrow of a launch's critical path (``timeline.analysis.edges``): from the producer
     whose results ended a consumer's wait, at the time they were ready (its track:
     rank, launch, CTA, wave 0), to the consumer, at the end of its wait."""
 
@@ -215,24 +216,22 @@ class Flow(NamedTuple):
 
 
 def flows(trace: Trace) -> list:
-    """The hand-offs on every launch's exact critical path, when the trace declares a
-    task graph (none otherwise): what the exports draw as flow arrows."""
+    """The hand-offs on every launch's exact critical path (``edges.handoffs``), when
+    the trace declares a task graph (none otherwise): what the exports draw as flow arrows."""
     if not trace.spec.graph or trace.tasks.num_rows == 0:
         return []
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     g = E.edges(trace)
     m = g.tasks
     out = []
     for launch in trace.launches:
-        for cur, e in reversed(E.chain(g, launch)):
-            if e < 0 or g.kind[e] == 2:
-                continue
-            p = int(g.producer[e])
+        for step in E.handoffs(g, launch):
+            cur, p = step.task, step.producer
             if m.cta[p] < 0 or m.cta[cur] < 0:
                 continue
             src_ns = int(min(m.ready[p], max(m.end[p] - 1, m.start[p])))
             dst_ns = int(max(min(m.wait_end[cur], m.end[cur]), src_ns))
             out.append(Flow((int(m.rank[p]), int(m.launch[p]), int(m.cta[p]), 0), src_ns,
-                            (int(m.rank[cur]), int(m.launch[cur]), int(m.cta[cur]), 0), dst_ns, E.KINDS[g.kind[e]]))
+                            (int(m.rank[cur]), int(m.launch[cur]), int(m.cta[cur]), 0), dst_ns, step.kind.label))
     return out

@@ -7,13 +7,13 @@ Layout of the file (Perfetto UI, ``chrome://tracing`` and speedscope read it):
 - one thread per (CTA, wave): ``thread_name`` "CTA c · wave w" and
   ``thread_sort_index`` = tid, so rows appear in CTA order; rows without a
   placement word on threads "unplaced · lane k" after the CTAs' (args ``cta`` and
-  ``wave`` null; ``timeline.rows.tracks``);
+  ``wave`` null; ``timeline.core.rows.tracks``);
 - per task an event named by its stage (``cat`` = stage) spanning its first to
   its last phase, args: stage, task, CTA, wave, placement (XCC/SE/CU on AMD, SM on
   NVIDIA, ``hw_unit``) and ``phase_us`` (each phase interval's duration in µs,
   null where the interval is missing); nested in it an event per phase interval
   named ``start→hint``, ... (``cat`` = "phase"), args: stage, task, ``inherited``
-  (an end point was a missing mark, see ``timeline.trace``);
+  (an end point was a missing mark, see ``timeline.core.trace``);
 - ``otherData``: kernel, tool version, clock, ``synthetic``, ``origin_ts_us`` (the ts of ns 0).
 
 Events are begin/end pairs (``"B"``/``"E"``) by default, or with ``complete=True``
@@ -44,11 +44,11 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow.compute as pc
 
-from timeline import schema as S
-from timeline.export import _common as C
+from timeline.contract import schema as S
+from timeline.export import _common as XC
 from timeline.export._sink import open_sink
 from timeline.export._text import SPACE, assemble, digits, micros, strings
-from timeline.trace import Trace, __version__
+from timeline.core.trace import Trace, __version__
 
 
 def _json(s: str) -> str:
@@ -69,7 +69,7 @@ def _header(trace: Trace, base_ns: int) -> bytes:
         "synthetic": trace.synthetic,
     }
     if trace.synthetic:
-        other["note"] = "SYNTHETIC data from timeline.synth: not measured on a GPU"
+        other["note"] = "SYNTHETIC data from timeline.ingest.synth: not measured on a GPU"
     return ('{"displayTimeUnit":"ns","otherData":' + json.dumps(other, ensure_ascii=False)
             + ',"traceEvents":[\n').encode()
 
@@ -92,27 +92,27 @@ def time_base(trace: Trace) -> int:
     span_us = max(-(-(hi - lo) // 1000), 1)
     base_us = 1 << (span_us - 1).bit_length()
     if base_us > MAX_BASE_US:
-        raise C.ExportError(f"the trace spans {span_us} µs; a Chrome JSON export keeps every ns exact "
+        raise XC.ExportError(f"the trace spans {span_us} µs; a Chrome JSON export keeps every ns exact "
                             f"up to {MAX_BASE_US} µs: export a selection (launches=[...])")
     return base_us * 1000 - lo
 
 
-def _metadata(trace: Trace, num: C.Numbering) -> list:
+def _metadata(trace: Trace, num: XC.Numbering) -> list:
     """``ph: M`` text naming and ordering every process and thread that has rows, as
     byte blocks, each line starting with its comma: processes (a few) by string
     formatting, threads (tens of thousands) assembled as fixed-width rows with their
     names from a table of the distinct (CTA, wave) names."""
-    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
+    pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
     lines = []
     for p in np.unique(pid).tolist():
         r, la = (p - 1) // num.launches, (p - 1) % num.launches
-        name = _json(C.process_name(r, la, trace.synthetic))
+        name = _json(XC.process_name(r, la, trace.synthetic))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n'
                      .encode())
     if len(tid):
         names, first, inverse = np.unique(tid, return_index=True, return_inverse=True)  # one name a thread id
-        table = strings([_json(C.thread_name(int(cta[i]), int(wave[i]), int(lane[i]))) for i in first.tolist()])
+        table = strings([_json(XC.thread_name(int(cta[i]), int(wave[i]), int(lane[i]))) for i in first.tolist()])
         pt = [b',{"ph":"M","pid":', digits(pid), b',"tid":', digits(tid)]
         threads = assemble(len(tid), pt + [b',"name":"thread_name","args":{"name":', table[inverse.reshape(-1)],
                                            b'}}\n'] + pt + [b',"name":"thread_sort_index","args":{"sort_index":',
@@ -126,7 +126,7 @@ class _Lines:
     ``"ts":`` (one pre-assembled block a kind: a few wide copies beat many narrow
     ones), and ns written as µs on the export's axis (``ts``)."""
 
-    def __init__(self, rec: C.Records, num: C.Numbering, base_ns: int):
+    def __init__(self, rec: XC.Records, num: XC.Numbering, base_ns: int):
         self.n, self.base_ns = rec.n, base_ns
         self.pid, self.tid = digits(num.pid(rec.rank, rec.launch)), digits(num.tid(rec.cta, rec.wave, rec.lane))
         self._heads = {}
@@ -144,13 +144,13 @@ class _Lines:
 INHERITED = strings(["false", "true"])
 
 
-def _task_body(rec: C.Records, stage_names, names, keys, dur_text) -> list:
+def _task_body(rec: XC.Records, stage_names, names, keys, dur_text) -> list:
     """The task event's pieces after its time: name, category, args (stage, task, CTA,
     wave, placement, each interval's ``phase_us``)."""
     si = rec.stage_index.astype(np.int64)
     stage_task = strings([f'"name":{_json(s)},"cat":{_json(s)},"args":{{"stage":{_json(s)}'
                           for s in stage_names])[si]
-    unplaced = rec.lane >= 0  # no placement word: CTA and wave null (timeline.rows.tracks)
+    unplaced = rec.lane >= 0  # no placement word: CTA and wave null (timeline.core.rows.tracks)
     body = [b",", stage_task, b',"task":', digits(rec.task), b',"cta":', digits(rec.cta, null=unplaced),
             b',"wave":', digits(rec.wave, null=unplaced)]
     for k in keys:
@@ -163,7 +163,7 @@ def _task_body(rec: C.Records, stage_names, names, keys, dur_text) -> list:
     return body
 
 
-def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, complete: bool, base_ns: int,
+def _chunk_text(rec: XC.Records, num: XC.Numbering, stage_names, phases, keys, complete: bool, base_ns: int,
                 marks=()):
     """The JSON text of one chunk as a ``(n, W)`` uint8 matrix, one task record a row
     (the task's event, then a slot per phase interval; with ``complete=False`` each
@@ -203,7 +203,7 @@ def _chunk_text(rec: C.Records, num: C.Numbering, stage_names, phases, keys, com
     return text, per_span * (events.spans) + events.instants + int(rec.marked.sum())
 
 
-def _with_marks(lines: _Lines, rec: C.Records, pieces: list, marks, stage_task_args) -> np.ndarray:
+def _with_marks(lines: _Lines, rec: XC.Records, pieces: list, marks, stage_task_args) -> np.ndarray:
     """The chunk's text: ``pieces`` and then one instant per mark at its own time (any
     order, any row), spaces where the mark was not written."""
     mark_slots = []
@@ -220,7 +220,7 @@ def _with_marks(lines: _Lines, rec: C.Records, pieces: list, marks, stage_task_a
     return text
 
 
-def _run_instant(lines: _Lines, rec: C.Records, phases, names, stage_task_args, j0, j1) -> list:
+def _run_instant(lines: _Lines, rec: XC.Records, phases, names, stage_task_args, j0, j1) -> list:
     """The instant of zero-length intervals j0..j1 (phases j0..j1+1 in one tick)."""
     name = f',"name":{_json("→".join(phases[j0:j1 + 2]))},"cat":"phase","args":{{"stage":'.encode()
     line = lines.head("i") + [lines.ts(rec.start[:, j0]), name, stage_task_args]
@@ -232,7 +232,7 @@ def _run_instant(lines: _Lines, rec: C.Records, phases, names, stage_task_args, 
     return line + [b"]}}\n"]
 
 
-def _task_instant(lines: _Lines, rec: C.Records, first, body, names) -> list:
+def _task_instant(lines: _Lines, rec: XC.Records, first, body, names) -> list:
     """A zero-length task's one instant: its event's args, ``inherited`` per interval
     (null where the interval is missing)."""
     line = lines.head("i") + [first] + body[:-1] + [b'},"inherited":[']
@@ -243,12 +243,12 @@ def _task_instant(lines: _Lines, rec: C.Records, first, body, names) -> list:
     return line
 
 
-def _flow_events(trace: Trace, num: C.Numbering, base_ns: int) -> tuple:
+def _flow_events(trace: Trace, num: XC.Numbering, base_ns: int) -> tuple:
     """The critical path's hand-offs (``_common.flows``) as flow events: an ``s`` on
     the producer's thread where its results were ready, an ``f`` (``bp: e``, bound to
     the enclosing slice) on the consumer's at the end of its wait. (text, events)."""
     lines = []
-    for k, fl in enumerate(C.flows(trace)):
+    for k, fl in enumerate(XC.flows(trace)):
         for ph, (rank, launch, cta, wave), ns in (("s", fl.src, fl.src_ns), ("f", fl.dst, fl.dst_ns)):
             t = ns + base_ns
             bind = ',"bp":"e"' if ph == "f" else ""
@@ -265,7 +265,7 @@ class _Count(NamedTuple):
     instants: int
 
 
-def _instants(text: np.ndarray, rec: C.Records, slots, record_end, task_instant, run_instant) -> _Count:
+def _instants(text: np.ndarray, rec: XC.Records, slots, record_end, task_instant, run_instant) -> _Count:
     """Rewrite ``text`` in place where an event has no length. A missing interval's
     slot becomes spaces. A run of consecutive zero-length intervals (their phases
     stamped in one tick) becomes one instant in its first slot, named by the run
@@ -320,7 +320,7 @@ def _width_of(pieces) -> int:
 
 
 def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stages=None,
-                 progress=None, complete: bool = False, chunk_rows: int = C.CHUNK_ROWS) -> int:
+                 progress=None, complete: bool = False, chunk_rows: int = XC.CHUNK_ROWS) -> int:
     """Write ``trace`` as Chrome Trace Event Format JSON to a path or an open file
     (binary or text) and return the number of events written (metadata included).
 
@@ -331,11 +331,11 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
     smaller, mis-nested by float-based readers, see the module docstring). Events go out per track in time order. Memory stays bounded
     by ``chunk_rows`` task rows (plus the trace itself): the text is streamed chunk
     by chunk."""
-    num = C.numbering(trace)  # from the whole trace: ids stable under selection
-    sub = C.select(trace, ranks=ranks, launches=launches, stages=stages)
+    num = XC.numbering(trace)  # from the whole trace: ids stable under selection
+    sub = XC.select(trace, ranks=ranks, launches=launches, stages=stages)
     base_ns = time_base(sub)
     stage_names = sub.spec.stage_names
-    keys = C.placement_keys(sub)
+    keys = XC.placement_keys(sub)
     f = open_sink(path_or_file, "trace.json")
     try:
         f.write(_header(sub, base_ns))
@@ -344,7 +344,7 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
             if block:
                 f.write(block if events else block[1:])  # every event line starts with its comma
                 events += block.count(b"\n")
-        for rec in C.records(sub, chunk_rows):
+        for rec in XC.records(sub, chunk_rows):
             if rec.n:
                 text, k = _chunk_text(rec, num, stage_names, sub.phases, keys, complete, base_ns, sub.marks)
                 flat = memoryview(text.reshape(-1))

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from timeline import rows as R
-from timeline import schema as S
-from timeline.export import _common as C
+from timeline.core import rows as R
+from timeline.contract import schema as S
+from timeline.export import _common as XC
 from timeline.export._sink import open_sink
 from timeline.export._text import assemble
-from timeline.trace import Trace
+from timeline.core.trace import Trace
 
 # TracePacket
 F_TIMESTAMP, F_SEQ_ID, F_TRACK_EVENT, F_INTERNED, F_SEQ_FLAGS, F_TRACK_DESC = 8, 10, 11, 12, 13, 60
@@ -237,19 +237,19 @@ def thread_uuid(pid, tid):
     return process_uuid(pid) | np.asarray(tid, np.int64)
 
 
-def _tracks(trace: Trace, num: C.Numbering) -> bytes:
+def _tracks(trace: Trace, num: XC.Numbering) -> bytes:
     """Descriptor packets: the root, one track per (rank, launch), one per (CTA, wave)
     and one per lane of rows without a placement word ("unplaced · lane k")."""
-    pid, tid, rank, launch, cta, wave, lane = C.threads(trace, num)
+    pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
     root = trace.spec.kernel + (" · SYNTHETIC" if trace.synthetic else "")
     out = [_descriptor(ROOT_UUID, root, None, None)]
     for p in np.unique(pid).tolist():
         r, la = (p - 1) // num.launches, (p - 1) % num.launches
-        out.append(_descriptor(int(process_uuid(p)), C.process_name(r, la, trace.synthetic), ROOT_UUID, p))
+        out.append(_descriptor(int(process_uuid(p)), XC.process_name(r, la, trace.synthetic), ROOT_UUID, p))
     n = len(pid)
     if n:
         td = (Messages(n).varint(TD_UUID, thread_uuid(pid, tid))
-              .strings(TD_NAME, [C.thread_name(c, w, k) for c, w, k in zip(cta.tolist(), wave.tolist(), lane.tolist())])
+              .strings(TD_NAME, [XC.thread_name(c, w, k) for c, w, k in zip(cta.tolist(), wave.tolist(), lane.tolist())])
               .varint(TD_PARENT, process_uuid(pid)).varint(TD_SIBLING_RANK, tid))
         pk = Messages(n).raw(field_varint(F_SEQ_ID, SEQUENCE_ID)).message(F_TRACK_DESC, td)
         out.append(packets(pk).serialize())
@@ -279,12 +279,12 @@ def _slice(uuid: int, ts: int, dur_end: int, name_iid: int) -> bytes:
     return out
 
 
-def _flows(trace: Trace, num: C.Numbering, base: int) -> tuple:
+def _flows(trace: Trace, num: XC.Numbering, base: int) -> tuple:
     """The critical path's hand-offs (``_common.flows``) as flows: an instant on the
     producer's track carrying ``flow_ids`` and one on the consumer's carrying the same
     id in ``terminating_flow_ids``. Returns (bytes, flows)."""
     out = []
-    for k, fl in enumerate(C.flows(trace)):
+    for k, fl in enumerate(XC.flows(trace)):
         fid = (k + 1).to_bytes(8, "little")
         for (rank, launch, cta, wave), ts, field in ((fl.src, fl.src_ns, TE_FLOW_IDS),
                                                      (fl.dst, fl.dst_ns, TE_TERMINATING_FLOW_IDS)):
@@ -297,7 +297,7 @@ def _flows(trace: Trace, num: C.Numbering, base: int) -> tuple:
     return b"".join(out), len(out) // 2
 
 
-def _breakdown(trace: Trace, num: C.Numbering, base: int) -> tuple:
+def _breakdown(trace: Trace, num: XC.Numbering, base: int) -> tuple:
     """Per (rank, launch): a "stage breakdown" track group above the CTA tracks, one
     track per stage holding one slice from the stage's first start to its last end
     (as the GLM-5 tools' Perfetto converter draws it). Returns (bytes, slices)."""
@@ -327,7 +327,7 @@ def _event_packets(n, ts, track_event: Messages, present=None) -> Messages:
     return Messages(n).message(1, pk, present)
 
 
-def _chunk_bytes(rec: C.Records, num: C.Numbering, keys, n_stages: int, n_pairs: int, base: int):
+def _chunk_bytes(rec: XC.Records, num: XC.Numbering, keys, n_stages: int, n_pairs: int, base: int):
     """The serialized packets of one chunk (per task: begin, the phases' begin/end
     pairs, end) and the number of slices in it."""
     n = rec.n
@@ -335,7 +335,7 @@ def _chunk_bytes(rec: C.Records, num: C.Numbering, keys, n_stages: int, n_pairs:
     stage_iid = rec.stage_index.astype(np.int64) + 1
     task_te = (Messages(n).raw(field_varint(TE_TYPE, SLICE_BEGIN)).varint(TE_TRACK_UUID, track)
                .varint(TE_NAME_IID, stage_iid).varint(TE_CATEGORY_IIDS, stage_iid))
-    unplaced = rec.lane >= 0  # no placement word: no CTA / wave annotation (timeline.rows.tracks)
+    unplaced = rec.lane >= 0  # no placement word: no CTA / wave annotation (timeline.core.rows.tracks)
     values = [("task", rec.task, None), ("cta", rec.cta, unplaced), ("wave", rec.wave, unplaced)]
     values += [(k, *rec.place[k]) for k in keys]
     for i, (name, v, null) in enumerate(values):
@@ -362,7 +362,7 @@ def _chunk_bytes(rec: C.Records, num: C.Numbering, keys, n_stages: int, n_pairs:
 
 def arg_names(trace: Trace) -> list:
     """The debug-annotation names, in iid order (iid = index + 1)."""
-    return ["task", "cta", "wave", *C.placement_keys(trace), "inherited"]
+    return ["task", "cta", "wave", *XC.placement_keys(trace), "inherited"]
 
 
 def _min_ns(trace: Trace) -> int:
@@ -374,16 +374,16 @@ def _min_ns(trace: Trace) -> int:
 
 
 def write_perfetto(trace: Trace, path, *, ranks=None, launches=None, stages=None,
-                   progress=None, chunk_rows: int = C.CHUNK_ROWS) -> int:
+                   progress=None, chunk_rows: int = XC.CHUNK_ROWS) -> int:
     """Write ``trace`` as a Perfetto protobuf trace to ``path`` (or an open binary
     file) and return the number of slices written (tasks plus phase intervals).
 
     ``ranks`` / ``launches`` / ``stages`` select rows as in ``write_chrome``;
     ``progress(done, total)`` is called after each chunk with task rows done and
     total. Memory stays bounded by ``chunk_rows`` task rows."""
-    num = C.numbering(trace)
-    sub = C.select(trace, ranks=ranks, launches=launches, stages=stages)
-    keys = C.placement_keys(sub)
+    num = XC.numbering(trace)
+    sub = XC.select(trace, ranks=ranks, launches=launches, stages=stages)
+    keys = XC.placement_keys(sub)
     stage_names = sub.spec.stage_names
     pairs = S.interval_names(sub.phases)
     base = min(0, _min_ns(sub))
@@ -394,7 +394,7 @@ def write_perfetto(trace: Trace, path, *, ranks=None, launches=None, stages=None
         breakdown, slices = _breakdown(sub, num, base)
         f.write(breakdown)
         done, total = 0, sub.tasks.num_rows
-        for rec in C.records(sub, chunk_rows):
+        for rec in XC.records(sub, chunk_rows):
             if rec.n:
                 data, k = _chunk_bytes(rec, num, keys, len(stage_names), len(pairs), base)
                 f.write(data)

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline.run import layout as L
 
 
@@ -41,7 +41,7 @@ def with_ns(rows: pa.Table, rec: dict, phases, marks) -> pa.Table:
     """``rows`` (stored task columns + rank, step) as a full tasks table: every
     ``<phase>_ns`` / ``<mark>_ns`` derived from its tick by the append's origins and
     offsets."""
-    from timeline.trace import retime
+    from timeline.core.trace import retime
 
     schema = S.tasks_schema(phases, marks)
     n = rows.num_rows
@@ -56,7 +56,7 @@ def with_ns(rows: pa.Table, rec: dict, phases, marks) -> pa.Table:
 
 def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
     """The append's anomaly rows of the chosen (rank -> launch slot), renumbered launch 0."""
-    from timeline.trace import anomalies_table
+    from timeline.core.trace import anomalies_table
 
     a = run.anomalies()
     if a is None or a.num_rows == 0:
@@ -72,7 +72,7 @@ def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
 def append_trace(run, rec: dict, chosen: dict):
     """The Trace of one append's launch: ``chosen`` maps each rank to its launch slot;
     rows renumbered launch 0, on the append's own time axis."""
-    from timeline.trace import Trace
+    from timeline.core.trace import Trace
 
     parts = []
     for e in rec["parts"]:
@@ -94,7 +94,7 @@ def append_trace(run, rec: dict, chosen: dict):
 
 def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     """``Run.launch``: see there."""
-    from timeline.merge import merge
+    from timeline.ingest.merge import merge
 
     t = run.launches(rank=ranks)
     if step is None and layer is None and capture is None:

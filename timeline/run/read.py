@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline.run import layout as L
 from timeline.run import write as W
 

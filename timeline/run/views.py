@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from timeline import schema as S
+from timeline.contract import schema as S
 from timeline.run import layout as L
 from timeline.run import read as RD
 from timeline.run import write as W

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline import grouped as GR
-from timeline import rows as R
-from timeline import schema as S
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.contract import schema as S
 from timeline._version import __version__
 from timeline.run import layout as L
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from dash import dcc
 
+from viewer.client import RequestError
 from viewer.panels.gantt import normalize
 
 EXPORT_LIMIT = 250_000  # intervals a Chrome-trace download may hold (about 55 MB of JSON)
@@ -31,9 +32,9 @@ def export(app, name, ranks, launches, stages):
     if n > EXPORT_LIMIT:
         opts = "".join(f" --{k} {','.join(map(str, v))}" for k, v in
                        (("rank", ranks), ("launch", launches), ("stage", names)) if v is not None)
-        raise ValueError(f"{n:,} intervals is too large a download (limit {EXPORT_LIMIT:,}); narrow the "
+        raise RequestError(f"{n:,} intervals is too large a download (limit {EXPORT_LIMIT:,}); narrow the "
                          f"ranks / launches / stages, or run: timeline export {item.path} --chrome OUT.json{opts}")
     if n == 0:
-        raise ValueError("nothing to export: the selection has no intervals")
+        raise RequestError("nothing to export: the selection has no intervals")
     return dcc.send_bytes(lambda f: write_chrome(item.trace, f, ranks=ranks, launches=launches, stages=names),
                           f"{Path(name).stem}.chrome.json")

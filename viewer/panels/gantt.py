@@ -5,6 +5,7 @@ through the browser is a ``client.ViewState``."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import dash
@@ -12,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 from dash import html
 
-from timeline import analysis as A
-from timeline import rows
+from timeline.analysis import stages as A
+from timeline.core import rows
 from viewer import figures as F
 from viewer import model as M
 from viewer.client import ViewState, clamp_px, client_list, finite_us, sorted_ints, us_to_ns
@@ -21,6 +22,27 @@ from viewer.ids import GanttOut
 from viewer.state import ERROR, NO, guarded
 
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
+
+
+@dataclass(frozen=True)
+class GanttQuery:
+    """What the page asks the Gantt for: the callback's inputs as the browser sent
+    them, built once by ``wiring.on_gantt`` and read by name here (each is checked
+    where it is used: a bad value is a message, never a traceback)."""
+
+    name: str | None  # the open trace's file name (None: no trace open)
+    grouping: str = "rank"  # rows by "rank" (rank · launch), "cta", "placement" or "stage"
+    ranks: object = None  # the rank filter: a list of ranks (None or empty: every rank)
+    launches: object = None  # the launch filter (None or empty: every launch)
+    stages: object = None  # the stage filter: stage indices (None: every stage)
+    phases: object = None  # the interval filter: interval indices (None: every interval)
+    ctas: object = None  # the CTA filter: CTA numbers (None: every CTA)
+    trigger: str = "filters"  # which input fired: "gantt" (a zoom), "t0", "t1", "reset", "filters"
+    relayout: object = None  # the plot's relayoutData, for a zoom
+    t0: object = None  # the "from" time box as typed (µs), for trigger "t0"
+    t1: object = None  # the "to" time box as typed (µs), for trigger "t1"
+    px: object = None  # the plot area's [width, height] in px (clamped to client.PX_LIMITS)
+    state: object = None  # the last view: a client.ViewState as the browser holds it
 
 
 class Drawn(NamedTuple):
@@ -142,23 +164,22 @@ def status_line(info: dict, bar_limit: int, height: int) -> str:
     return "nothing to draw"
 
 
-def gantt(app, name, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0_in, t1_in,
-          px, state) -> Drawn:
-    """The Gantt of trace ``name`` for a selection. ``state`` (a ``ViewState`` or what
-    the browser sent) carries the last window; ``trigger`` says which input fired: a
-    zoom (``gantt``), the time boxes, ``reset``, or a filter / trace change (rows
-    start over; the time window stays unless the trace, ranks or launches changed:
-    then it fits the selection)."""
+def gantt(app, q: GanttQuery) -> Drawn:
+    """The Gantt of trace ``q.name`` for a selection. ``q.state`` carries the last
+    window; ``q.trigger`` says which input fired: a zoom (``gantt``), the time boxes,
+    ``reset``, or a filter / trace change (rows start over; the time window stays
+    unless the trace, ranks or launches changed: then it fits the selection)."""
+    name = q.name
     item = app.store.get(name)
     d = item.data
-    grouping = grouping if grouping in M.GROUPINGS else "rank"
-    state, (width, height) = ViewState.from_client(state), clamp_px(px)
-    ranks, launches, stages_t, phases_t, ctas_t = normalize(d, ranks, launches, stages, phases, ctas)
+    grouping = q.grouping if q.grouping in M.GROUPINGS else "rank"
+    state, (width, height) = ViewState.from_client(q.state), clamp_px(q.px)
+    ranks, launches, stages_t, phases_t, ctas_t = normalize(d, q.ranks, q.launches, q.stages, q.phases, q.ctas)
     view = app.view(item, grouping, ranks, launches, ctas_t, stages_t)
     stages_key = stages_t if grouping == "stage" else None
     fkey = repr([name, grouping, ranks, launches, ctas_t, stages_key])
     same = state is not None and (state.name, state.ranks, state.launches) == (name, ranks, launches)
-    t0, t1, r0, r1 = window(state, trigger, rel, t0_in, t1_in, extent(d, view), view.n_rows, same,
+    t0, t1, r0, r1 = window(state, q.trigger, q.relayout, q.t0, q.t1, extent(d, view), view.n_rows, same,
                             state is not None and state.fkey == fkey)
     conc, conc_note = concurrency_table(app, item, ranks, launches, t0, t1, width)
     shown = list(stages_t) if stages_t is not None else list(range(len(d.stage_names)))
@@ -184,7 +205,7 @@ def path_segments(app, item, view, grouping, launches) -> list:
     tr = item.trace
     if not tr.spec.graph or grouping not in ("rank", "cta") or view.n_rows == 0:
         return []
-    from timeline import edges as E
+    from timeline.analysis import edges as E
 
     g = app.analysis(item, ("edges",), lambda: E.edges(tr))
     m = g.tasks
@@ -197,14 +218,13 @@ def path_segments(app, item, view, grouping, launches) -> list:
 
     out = []
     for launch in (launches or tr.launches):
-        for cur, e in E.chain(g, launch):
+        for step in reversed(E.path_steps(g, launch)):
+            cur, p = step.task, step.producer
             r = row(cur)
-            held = e >= 0 and g.kind[e] < 2
-            begin = m.wait_end[cur] if held else m.start[cur]
+            begin = m.wait_end[cur] if step.handoff else m.start[cur]
             if r is not None:
                 out.append(((begin / 1e3, r), (m.end[cur] / 1e3, r)))
-            p = int(g.producer[e]) if e >= 0 else -1
-            if held and r is not None and row(p) is not None:
+            if step.handoff and r is not None and row(p) is not None:
                 out.append(((m.end[p] / 1e3, row(p)), (m.wait_end[cur] / 1e3, r)))
     return out
 
@@ -213,15 +233,14 @@ EMPTY_FIGURE = {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"v
 
 
 @guarded(NO, NO, NO, NO, ERROR, NO, named=GanttOut)  # a bad input keeps the figure and says why
-def on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1, px, state):
-    """The Gantt callback: ``gantt`` for the trace in ``key`` as a ``GanttOut``, the
-    panels' key only when it changed; an empty figure when no trace is open."""
-    if not key or not key.get("name"):
+def on_gantt(app, q: GanttQuery):
+    """The Gantt callback: ``gantt`` for ``q`` as a ``GanttOut``, the panels' key only
+    when it changed; an empty figure when no trace is open."""
+    if not q.name:
         return GanttOut(EMPTY_FIGURE, None, None, None, "", None)
-    drawn = gantt(app, key["name"], grouping, ranks, launches, stages, phases, ctas, trigger, rel, t0, t1,
-                  px, state)
+    drawn = gantt(app, q)
     # the panels below follow the rank / launch selection, and only after the Gantt is drawn
-    old = ViewState.from_client(state)
+    old = ViewState.from_client(q.state)
     panels = NO if old is not None and old.panels == drawn.state.panels else drawn.state.panels
     return GanttOut(drawn.figure, drawn.state.to_client(), drawn.t0, drawn.t1, drawn.status, panels)
 

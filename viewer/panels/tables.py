@@ -9,10 +9,10 @@ import math
 
 import numpy as np
 
-from timeline import analysis as A
-from timeline import compare as C
-from timeline import rows
-from timeline.critical import path_us
+from timeline.analysis import stages as A
+from timeline.analysis import compare as C
+from timeline.core import rows
+from timeline.analysis.critical import EXACT, critical_path, path_method, path_us
 from viewer import charts as CH
 from viewer.client import sorted_ints
 from viewer.page import grid, msg, table_records
@@ -64,7 +64,7 @@ def gaps(app, name, ranks, launches):
 
 
 def critical(app, name, ranks, launches):
-    """``(columns, rows, message)``: the critical path (``timeline.critical``) of one
+    """``(columns, rows, message)``: the critical path (``timeline.analysis.critical``) of one
     (rank, launch): the first of the selected ones, by default the trace's first."""
     item = app.store.get(name)
     tr = item.trace
@@ -72,17 +72,15 @@ def critical(app, name, ranks, launches):
         return [], [], msg("no intervals: no critical path", "info")
     rank = sorted_ints(ranks)[0] if ranks else tr.ranks[0]
     launch = sorted_ints(launches)[0] if launches else tr.launches[0]
-    if tr.spec.graph:
-        from timeline import edges as E
+    path = app.analysis(item, ("critical", rank, launch), lambda: critical_path(tr, rank=rank, launch=launch))
+    cols, rows = table_records(path_us(path))
+    if path_method(path) == EXACT:
+        from timeline.analysis import edges as E
 
-        path = app.analysis(item, ("exact", rank, launch), lambda: E.exact_path(tr, launch=launch, rank=rank))
-        cols, rows = table_records(path_us(path))
         shares = ", ".join(f"{r['stage']} {r['share']:.0%}" for r in E.path_shares(path).to_pylist()) \
             if path.num_rows else "-"
         return cols, rows, msg(f"rank {rank} · launch {launch}: the exact critical path along the task graph's "
                                f"gating edges, from the launch's last end; per stage: {shares}", "info")
-    path = app.analysis(item, ("critical", rank, launch), lambda: A.critical_path(tr, rank=rank, launch=launch))
-    cols, rows = table_records(path_us(path))
     note = msg(f"rank {rank} · launch {launch} (the first of the selection): the chain of work, waits and idle "
                "time behind the launch's last end, walked back from it; a heuristic (the stamps say when a "
                "wait ended, not which producer released it; declare the task graph for the exact one)", "info")
@@ -96,8 +94,8 @@ def whatif(app, name, scales):
     """``(figure, columns, rows, message)``: for ``scales`` (``"norm.compute=0.5,
     up=1.2"``; ``+NS`` adds) the measured and predicted stage spans side by side as
     the compare view draws them (median over launches), per launch the measured and
-    predicted kernel time, and the replay's fidelity (``timeline.whatif``)."""
-    from timeline import whatif as W
+    predicted kernel time, and the replay's fidelity (``timeline.analysis.whatif``)."""
+    from timeline.analysis import whatif as W
 
     item = app.store.get(name)
     if not item.trace.spec.graph:
@@ -133,7 +131,7 @@ def _median_spans(stages, label: str) -> dict:
 
 def compare(app, a, b, scope="launch"):
     """``(figure, columns, rows, message)``: the stage spans of traces ``a`` and ``b``
-    overlaid and the per-stage delta table (``timeline.compare``). ``scope="launch"``:
+    overlaid and the per-stage delta table (``timeline.analysis.compare``). ``scope="launch"``:
     a typical launch of each (traces of different launch counts compare fairly);
     ``"trace"``: each trace whole."""
     if not a or not b:

@@ -8,8 +8,8 @@ import urllib.parse
 import numpy as np
 from dash import html
 
-from timeline import compare as C
-from timeline import schema as S
+from timeline.analysis import compare as C
+from timeline.contract import schema as S
 from viewer import figures as F
 from viewer import model as M
 from viewer.ids import TraceOut
@@ -44,8 +44,11 @@ def initial(search: str | None, present_ranks, present_launches) -> tuple:
 
 def empty(name, opts, banner=None) -> TraceOut:
     """The outputs with no trace open: empty controls, ``banner`` says why."""
-    return TraceOut(name, opts, {"name": None}, "", banner, [], None, [], None, [], None, [], None,
-                    1, [0, 1], {}, None, opts, opts, None, "rank", None, NO)
+    return TraceOut(
+        trace=name, trace_options=opts, key={"name": None}, info="", banners=banner,
+        rank_options=[], ranks=None, launch_options=[], launches=None, stage_options=[], stages=None,
+        phase_options=[], phases=None, cta_max=1, ctas=[0, 1], cta_marks={}, anomalies=None,
+        compare_a_options=opts, compare_b_options=opts, compare_a=None, grouping="rank", compare_b=None, tab=NO)
 
 
 def select(app, search, picked, by_picker: bool) -> TraceOut:

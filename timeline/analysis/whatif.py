@@ -1,0 +1,242 @@
+"""What if a stage were faster: the recorded schedule replayed as a discrete-event
+simulation over the task graph (``Spec.graph``), with some phases scaled.
+
+The replay keeps everything the trace says but the scaled durations: every CTA runs
+its recorded task sequence, the idle time between two of its tasks stays what it
+was, every phase keeps its recorded duration (times the factor of a ``Change`` that
+names it). Only the wait for producers (``Spec.wait``) is predicted: it ends at its
+latest producer's simulated end plus the hand-off latency recorded for it, or, for a
+task its producers did not hold, after its own recorded wait (the polling). In
+detail, per task: ``handoff`` = recorded wait end - latest producer's recorded end;
+``own`` = recorded wait length; a task its data held waits ``max(latest + handoff,
+wait start + min(own, its stage's shortest unheld wait))``, any other ``max(wait
+start + own, latest + min(its stage's shortest hand-off, handoff))``. With no change
+the replay reproduces the recorded times exactly (``fidelity`` measures it; a
+prediction is only worth its fidelity).
+
+Tasks are simulated in recorded wait-end order, a topological order of the graph
+when the trace has no causality violation (``timeline.analysis.edges``); a trace with
+violations is refused.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from timeline.analysis import edges as E
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.analysis import AnalysisError
+from timeline.contract.graph import EdgeKind, hands_off
+
+
+class Change(NamedTuple):
+    """Make the durations of ``stage``'s interval ending at ``phase`` (None: every
+    interval of the stage but its wait) ``duration * factor + add_ns``, at least 0."""
+
+    stage: str
+    phase: str | None
+    factor: float = 1.0
+    add_ns: float = 0.0
+
+
+def parse_change(text: str, *, add: bool = False) -> Change:
+    """``"ug.compute=0.8"`` / ``"down=1.1"`` (a factor), or with ``add`` ``"norm.compute=1000"``
+    (ns added to every task's interval), as a ``Change``; an ``AnalysisError`` naming the form."""
+    what, eq, value = text.partition("=")
+    stage, _, phase = what.partition(".")
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    flag = "--add" if add else "--scale"
+    if not eq or not stage or not np.isfinite(x) or (x < 0 and not add):
+        raise AnalysisError(f"{flag} {text!r}: give STAGE=X or STAGE.PHASE=X, e.g. ug.compute=0.8 (the interval "
+                            "ending at compute) or down=1.1; --add takes ns (norm.compute=1000)")
+    return Change(stage, phase or None, 1.0, x) if add else Change(stage, phase or None, x)
+
+
+class Replay(NamedTuple):
+    """Recorded and simulated phase times of every task (``(tasks, phases)`` ns, waves
+    merged: the first phase the earliest wave's, the others the latest's), the tasks'
+    ``Tasks`` and the graph they were read with."""
+
+    tasks: E.Tasks
+    recorded: np.ndarray
+    simulated: np.ndarray
+    graph: E.Graph
+
+
+def _merged_phases(trace, m: E.Tasks) -> np.ndarray:
+    """``(tasks, phases)`` ns: per task, the first phase's earliest wave, every later
+    phase's latest (missing phases inherit)."""
+    t = trace.tasks
+    ff = R.inherited(R.phase_matrix(t, trace.phases))
+    # the same numbering as ``edges.merged_tasks``: dense ids of (rank, launch, stage, task) in order
+    idx, _, _ = GR.group_ids(*(R.column(t, c).astype(np.int64) for c in ("rank", "launch", "stage_index", "task")))
+    out = np.full((m.n, ff.shape[1]), np.iinfo(np.int64).min, dtype=np.int64)
+    first = np.full(m.n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, idx, np.where(ff[:, 0] == R.MISSING, np.iinfo(np.int64).max, ff[:, 0]))
+    for j in range(1, ff.shape[1]):
+        np.maximum.at(out[:, j], idx, ff[:, j])
+    out[:, 0] = np.where(first == np.iinfo(np.int64).max, m.start, first)
+    for j in range(1, ff.shape[1]):  # a wave without the phase: inherit the merged previous one
+        out[:, j] = np.maximum(out[:, j], out[:, j - 1])
+    return out
+
+
+def _factors(trace, m: E.Tasks, changes):
+    """``(tasks, intervals)`` scale factors and added ns of the changes (1 and 0
+    elsewhere); the wait interval is never changed (it is what the replay predicts)."""
+    spec = trace.spec
+    names = spec.stage_names
+    f = np.ones((m.n, len(trace.phases) - 1))
+    add = np.zeros_like(f)
+    wait = spec.phases.index(spec.wait[1]) - 1
+    for c in changes:
+        if c.stage not in names:
+            raise AnalysisError(f"--scale {c.stage!r}: unknown stage; this trace's stages are {list(names)}")
+        rows = m.stage == names.index(c.stage)
+        if c.phase is None:
+            cols = [j for j in range(f.shape[1]) if j != wait]
+        else:
+            if c.phase not in trace.phases[1:]:
+                raise AnalysisError(f"--scale {c.stage}.{c.phase}: name a phase after the first, one of "
+                                    f"{list(trace.phases[1:])} (the interval that ends there)")
+            cols = [trace.phases.index(c.phase) - 1]
+            if cols[0] == wait:
+                raise AnalysisError(f"--scale {c.stage}.{c.phase}: that interval is the wait for producers, "
+                                    "which the replay predicts; scale the producers' phases instead")
+        f[np.ix_(rows, cols)] *= c.factor
+        add[np.ix_(rows, cols)] += c.add_ns
+    return f, add
+
+
+def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
+    """The trace's schedule re-run with ``changes`` (``Change`` or their text forms)."""
+    changes = [parse_change(c) if isinstance(c, str) else c for c in changes]
+    g = g or E.edges(trace)
+    if g.violations.size:
+        raise AnalysisError(f"{g.violations.size} tasks saw their data before it was ready (causality "
+                            "violations, `timeline edges`): the graph or the declared wait does not fit this "
+                            "trace, so a replay of it would predict nothing")
+    m = g.tasks
+    rec = _merged_phases(trace, m)
+    scale, add = _factors(trace, m, changes)
+    w0, w1 = (trace.phases.index(p) for p in trace.spec.wait)
+    data = hands_off(g.kind)
+    dc, dp = g.consumer[data], g.producer[data]
+    order_e = np.argsort(dc, kind="stable")
+    dc, dp = dc[order_e], dp[order_e]
+    lo = np.searchsorted(dc, np.arange(m.n))
+    hi = np.searchsorted(dc, np.arange(m.n), side="right")
+    prev = np.full(m.n, -1, dtype=np.int64)
+    cta = g.kind == EdgeKind.CTA_ORDER
+    prev[g.consumer[cta]] = g.producer[cta]
+    end = rec[:, -1]
+    latest_rec = np.full(m.n, R.MISSING, dtype=np.int64)
+    np.maximum.at(latest_rec, dc, end[dp])
+    held = (hi > lo) & (latest_rec > rec[:, w0])
+    handoff = rec[:, w1] - latest_rec
+    own = rec[:, w1] - rec[:, w0]
+    floor = _per_stage_min(m.stage, own, ~held & (hi > lo))  # shortest unheld wait of the stage
+    hmin = _per_stage_min(m.stage, handoff, held)  # shortest hand-off of the stage
+    dur = np.maximum(np.diff(rec, axis=1) * scale + add, 0)  # no phase takes less than no time
+    before = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, :w0], axis=1)), axis=1)  # start .. wait start
+    after = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, w1:], axis=1)), axis=1)  # wait end .. end
+    start, wait_end = np.zeros(m.n), np.zeros(m.n)
+    sim_end = end.astype(np.float64).tolist()  # a producer not yet simulated counts with its recorded end
+    first_rec = rec[:, 0].astype(np.float64).tolist()
+    gap = (rec[:, 0] - end[np.maximum(prev, 0)]).astype(np.float64).tolist()  # after the CTA's previous task
+    lead, tail, own_l, hand_l = before[:, -1].tolist(), after[:, -1].tolist(), own.tolist(), handoff.tolist()
+    prev_l, lo_l, hi_l, held_l = prev.tolist(), lo.tolist(), hi.tolist(), held.tolist()
+    floor_l, hmin_l, dp_l = floor[m.stage].tolist(), hmin[m.stage].tolist(), dp.tolist()
+    for i in np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist():
+        q = prev_l[i]
+        t0 = first_rec[i] if q < 0 else sim_end[q] + gap[i]
+        ws = t0 + lead[i]
+        if hi_l[i] > lo_l[i]:
+            latest = max(sim_end[p] for p in dp_l[lo_l[i]:hi_l[i]])
+            if held_l[i]:
+                we = max(latest + hand_l[i], ws + min(own_l[i], floor_l[i]))
+            else:
+                we = max(ws + own_l[i], latest + min(hmin_l[i], hand_l[i]))
+        else:
+            we = ws + own_l[i]
+        start[i], wait_end[i] = t0, we
+        sim_end[i] = we + tail[i]
+    sim = np.zeros_like(rec, dtype=np.float64)
+    sim[:, :w0 + 1] = start[:, None] + before
+    sim[:, w1:] = wait_end[:, None] + after
+    return Replay(m, rec, sim, g)
+
+
+def _per_stage_min(stage, values, mask) -> np.ndarray:
+    """Per stage index, the minimum of ``values`` where ``mask`` (inf where none)."""
+    out = np.full(int(stage.max()) + 1 if stage.size else 0, np.inf)
+    np.minimum.at(out, stage[mask], values[mask].astype(np.float64))
+    return out
+
+
+class Prediction(NamedTuple):
+    """Per launch (``launches``): the measured and predicted kernel time (first start
+    to last end, µs); per launch and stage (``stages``): measured and predicted first
+    start, last end (µs from the launch's measured first start) and span."""
+
+    launches: pa.Table
+    stages: pa.Table
+    fidelity: "Fidelity"
+
+
+class Fidelity(NamedTuple):
+    """How well the unchanged replay reproduces the trace: the largest error of any
+    task's end and of any launch's end (ns)."""
+
+    task_end_ns: float
+    kernel_end_ns: float
+
+
+def fidelity(trace, g: E.Graph | None = None) -> Fidelity:
+    """The unchanged replay against the recorded times."""
+    r = replay(trace, (), g)
+    err = np.abs(r.simulated[:, -1] - r.recorded[:, -1])
+    gid, n, _ = GR.group_ids(r.tasks.launch)
+    _, sim_end = _extent(gid, n, r.simulated[:, -1], r.simulated[:, -1])
+    _, rec_end = _extent(gid, n, r.recorded[:, -1], r.recorded[:, -1])
+    kernel = np.abs(sim_end - rec_end)
+    return Fidelity(float(err.max()) if err.size else 0.0, float(kernel.max()) if kernel.size else 0.0)
+
+
+def _extent(gid: np.ndarray, n: int, lo_vals, hi_vals):
+    """Per group of ``n``: the minimum of ``lo_vals`` and the maximum of ``hi_vals`` (float ns)."""
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    np.minimum.at(lo, gid, np.asarray(lo_vals, dtype=np.float64))
+    np.maximum.at(hi, gid, np.asarray(hi_vals, dtype=np.float64))
+    return lo, hi
+
+
+def predict(trace, changes) -> Prediction:
+    """``replay`` with ``changes`` reduced to what a user asks: per launch the kernel
+    time measured and predicted and the saving; per stage its span; beside it the
+    unchanged replay's fidelity."""
+    g = E.edges(trace)
+    r = replay(trace, changes, g)
+    m = r.tasks
+    lid, nl, (launch,) = GR.group_ids(m.launch)
+    t0, meas_end = _extent(lid, nl, r.recorded[:, 0], r.recorded[:, -1])
+    _, pred_end = _extent(lid, nl, r.simulated[:, -1], r.simulated[:, -1])
+    meas, pred = (meas_end - t0) / 1e3, (pred_end - t0) / 1e3
+    launches = pa.table({"launch": pa.array(launch.tolist(), pa.int64()), "measured_us": meas,
+                         "predicted_us": pred, "saving_us": meas - pred})
+    sid, ns, (s_launch, s_stage) = GR.group_ids(m.launch, m.stage)  # (launch, stage) in order
+    base = t0[np.searchsorted(launch, s_launch)]
+    stages = {"launch": pa.array(s_launch.tolist(), pa.int64()),
+              "stage": [trace.spec.stage_names[i] for i in s_stage.tolist()]}
+    for kind, times in (("measured", r.recorded), ("predicted", r.simulated)):
+        first, last = _extent(sid, ns, times.min(axis=1), times.max(axis=1))
+        stages.update({f"{kind}_first_us": (first - base) / 1e3, f"{kind}_last_us": (last - base) / 1e3,
+                       f"{kind}_span_us": (last - first) / 1e3})
+    return Prediction(launches, pa.table(stages), fidelity(trace, g))
