@@ -4,7 +4,7 @@ same launches:
 
     python bench/viewer_run.py --intervals 100m --colds 10     # bench/results/viewer_run.txt
 
-- the run: ``--intervals`` of SYNTHETIC intervals (``timeline.synth``, GLM-5 stage
+- the run: ``--intervals`` of SYNTHETIC intervals (``timeline.ingest.synth``, GLM-5 stage
   list, 8 ranks, 64 CTAs, 2 waves: 127 k intervals a launch across ranks), as steps
   of 12 layers; four distinct captures (one with a throttled CU) appended in turn,
   each under its own step numbers (``timeline.run.append``);

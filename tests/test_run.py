@@ -150,7 +150,7 @@ def test_two_writer_processes_append_to_one_run_at_once(tmp_path):
     files = []
     for r, t in enumerate(ranks):
         files.append(t.save(tmp_path / f"rank{r}.arrow"))
-    code = "import sys; from timeline.trace import load; from timeline.run import append; " \
+    code = "import sys; from timeline.core.trace import load; from timeline.run import append; " \
            "append(sys.argv[1], load(sys.argv[2]), capture=sys.argv[3])"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(f), f"rank{r}"], env=env,
