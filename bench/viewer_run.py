@@ -184,7 +184,7 @@ def zooms(driver, n: int) -> list:
 
 def child_run(run_dir: Path, colds: int, drills: int, budget: str) -> dict:
     from viewer import app as V
-    from viewer import run_source as RS
+    from viewer import run_source as VRS
     from viewer import wiring as VW
     from tools import browser as B
 
@@ -204,7 +204,7 @@ def child_run(run_dir: Path, colds: int, drills: int, budget: str) -> dict:
         B.wait_for(driver, RUN_READY, 120, "the first paint")
         driver.set_script_timeout(120)
         for k in picks:
-            r = driver.execute_async_script(CLICK, int(k.step), int(k.layer), RS.launch_name(name, k))
+            r = driver.execute_async_script(CLICK, int(k.step), int(k.layer), VRS.launch_name(name, k))
             out["drill"].append(r["total_ms"] / 1e3)
             out["mode"] = f"{r['mode']}, {r['intervals']:,} intervals in view"
             out["zoom"] += zooms(driver, 2)

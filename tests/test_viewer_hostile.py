@@ -286,10 +286,10 @@ def test_many_launch_requests_stay_within_the_memory_budget(served_run):
     from viewer.launch_cache import footprint
 
     one = footprint(state.store.get("small_run/step=0/layer=0"))
-    from viewer import run_source as RS
+    from viewer import run_source as VRS
     from viewer.run_source import BYTES_PER_TASK
 
-    tasks = state.runs.overview("small_run").tasks_of(RS.Key(0, 0))
+    tasks = state.runs.overview("small_run").tasks_of(VRS.Key(0, 0))
     state.store.launches.budget = max(int(one * 1.5), tasks * BYTES_PER_TASK)  # one fits, two do not
     assert 2 * one > state.store.launches.budget
     for s in range(2):

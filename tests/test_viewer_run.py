@@ -19,11 +19,11 @@ import pytest
 
 from timeline.run import open_run
 from viewer import app as V
-from viewer import run_source as RS
-from viewer import run_wiring as RW
+from viewer import run_source as VRS
+from viewer import run_wiring as VRW
 from viewer import wiring as VW
 from viewer.launch_cache import LaunchCache, footprint
-from viewer.panels import overview as OV
+from viewer.panels import overview as VO
 from viewer.sources import Loaded, SourceError
 from tools import browser as B
 
@@ -70,9 +70,9 @@ def test_the_overview_is_the_runs_launches_aggregated(state, run_dir):
         assert ov.kernel[la, s] == w["kernel"]
         assert ov.skew[la, s] == max(w["starts"]) - min(w["starts"])
         assert ov.anomalies[la, s] == w["anomalies"]
-        assert ov.tasks_of(RS.Key(s, la)) == w["tasks"]
+        assert ov.tasks_of(VRS.Key(s, la)) == w["tasks"]
     order = sorted(want, key=lambda k: want[k]["kernel"])  # nearest-rank percentiles of the slowest rank
-    assert ov.typical == RS.Key(*order[2]) and ov.p99 == RS.Key(*order[5]) and ov.slowest == RS.Key(*order[5])
+    assert ov.typical == VRS.Key(*order[2]) and ov.p99 == VRS.Key(*order[5]) and ov.slowest == VRS.Key(*order[5])
     per = {(r["rank"], r["step"], r["layer"]): r["kernel_ns"] for r in open_run(run).launches().to_pylist()}
     assert all(ov.per_rank[rk, la, s] == per[(rk, s, la)] for rk in (0, 1) for s, la in SLOTS)
 
@@ -80,12 +80,12 @@ def test_the_overview_is_the_runs_launches_aggregated(state, run_dir):
 def test_a_trace_file_read_as_a_run_gives_the_same_overview_and_launches(state, run_dir):
     _, run, trace_file = run_dir
     ov = state.runs.overview(run.name)
-    src = RS.TraceSource(trace_file.name, trace_file)
-    ov2 = RS.build_overview(src.sql, src.axis)
+    src = VRS.TraceSource(trace_file.name, trace_file)
+    ov2 = VRS.build_overview(src.sql, src.axis)
     assert np.array_equal(ov.kernel, ov2.kernel) and np.array_equal(ov.skew, ov2.skew)
     assert (ov.typical, ov.p99, ov.slowest) == (ov2.typical, ov2.p99, ov2.slowest)
-    key = RS.Key(1, 2)
-    a, b = state.store.get(RS.launch_name(run.name, key)), RS.one_launch(src.launch(key))
+    key = VRS.Key(1, 2)
+    a, b = state.store.get(VRS.launch_name(run.name, key)), VRS.one_launch(src.launch(key))
     assert a.trace.tasks.num_rows == b.tasks.num_rows == ov.tasks_of(key)
     assert a.data.n == b.intervals.num_rows and a.trace.launches == b.launches == [0]
     cols = ["rank", "stage_index", "task", "cta", "wave", "start_ns", "end_ns"]
@@ -95,20 +95,20 @@ def test_a_trace_file_read_as_a_run_gives_the_same_overview_and_launches(state, 
 
 def test_the_launch_cache_stays_within_its_budget(state, run_dir):
     _, run, _ = run_dir
-    one = footprint(state.store.get(RS.launch_name(run.name, RS.Key(0, 0))))
+    one = footprint(state.store.get(VRS.launch_name(run.name, VRS.Key(0, 0))))
     cache = LaunchCache(budget=int(one * 2.5))
     src = state.runs.source(run.name)
     loads = []
 
     def make(key):
         loads.append(key)
-        return Loaded(RS.launch_name(run.name, key), src.path, src.launch(key))
+        return Loaded(VRS.launch_name(run.name, key), src.path, src.launch(key))
 
-    for key in [RS.Key(*s) for s in SLOTS] + [RS.Key(1, 2), RS.Key(1, 1)]:
-        item = cache.get(RS.launch_name(run.name, key), lambda k=key: make(k))
+    for key in [VRS.Key(*s) for s in SLOTS] + [VRS.Key(1, 2), VRS.Key(1, 1)]:
+        item = cache.get(VRS.launch_name(run.name, key), lambda k=key: make(k))
         assert item.name in cache.names() and cache.held() <= cache.budget  # the one asked for stays
-    assert len(cache.names()) == 2 and loads.count(RS.Key(1, 2)) == 1  # the last two stayed: no reload
-    assert cache.names() == [RS.launch_name(run.name, RS.Key(1, 2)), RS.launch_name(run.name, RS.Key(1, 1))]
+    assert len(cache.names()) == 2 and loads.count(VRS.Key(1, 2)) == 1  # the last two stayed: no reload
+    assert cache.names() == [VRS.launch_name(run.name, VRS.Key(1, 2)), VRS.launch_name(run.name, VRS.Key(1, 1))]
 
 
 def test_a_launch_past_the_budget_or_absent_is_refused_in_one_line(run_dir):
@@ -116,9 +116,9 @@ def test_a_launch_past_the_budget_or_absent_is_refused_in_one_line(run_dir):
     st, _, _ = V.prepare([str(run), "--trace-dir", str(root), "--memory-budget", "16M"])
     st.store.launches.budget = 1 << 20  # one launch needs more than 1 MiB
     with pytest.raises(SourceError, match="larger --memory-budget"):
-        st.store.get(RS.launch_name(run.name, RS.Key(0, 1)))
+        st.store.get(VRS.launch_name(run.name, VRS.Key(0, 1)))
     with pytest.raises(SourceError, match="no launch at step 7, layer 0"):
-        st.store.get(RS.launch_name(run.name, RS.Key(7, 0)))
+        st.store.get(VRS.launch_name(run.name, VRS.Key(7, 0)))
     with pytest.raises(SourceError, match="step='x' is not an integer"):
         st.store.get(st.requested(f"?run={run.name}&step=x&layer=1"))
 
@@ -126,14 +126,14 @@ def test_a_launch_past_the_budget_or_absent_is_refused_in_one_line(run_dir):
 def test_clicks_buttons_and_keys_name_the_right_launch(state, run_dir):
     _, run, _ = run_dir
     ov = state.runs.overview(run.name)
-    assert OV.clicked(ov, {"points": [{"x": 1, "y": 2}]}, "kernel", None) == RS.Key(1, 2)
-    assert OV.clicked(ov, {"points": [{"x": 1, "y": 7}]}, "kernel", None) is None  # no such layer
-    assert OV.clicked(ov, {"points": "junk"}, "kernel", None) is None
-    assert OV.target(ov, "next", RS.Key(0, 2)) == RS.Key(1, 0)  # launch order: step, then layer
-    assert OV.target(ov, "prev", RS.Key(1, 0)) == RS.Key(0, 2)
-    assert OV.target(ov, "prev", RS.Key(0, 0)) == RS.Key(0, 0)  # clamped at the first
-    assert OV.target(ov, "next", None) == ov.typical and OV.target(ov, "p99", None) == ov.p99
-    s = OV.search_for(run.name, RS.Key(1, 2), "?run=x&step=0&layer=0&grouping=cta&ranks=1&t0=5&t1=9")
+    assert VO.clicked(ov, {"points": [{"x": 1, "y": 2}]}, "kernel", None) == VRS.Key(1, 2)
+    assert VO.clicked(ov, {"points": [{"x": 1, "y": 7}]}, "kernel", None) is None  # no such layer
+    assert VO.clicked(ov, {"points": "junk"}, "kernel", None) is None
+    assert VO.target(ov, "next", VRS.Key(0, 2)) == VRS.Key(1, 0)  # launch order: step, then layer
+    assert VO.target(ov, "prev", VRS.Key(1, 0)) == VRS.Key(0, 2)
+    assert VO.target(ov, "prev", VRS.Key(0, 0)) == VRS.Key(0, 0)  # clamped at the first
+    assert VO.target(ov, "next", None) == ov.typical and VO.target(ov, "p99", None) == ov.p99
+    s = VO.search_for(run.name, VRS.Key(1, 2), "?run=x&step=0&layer=0&grouping=cta&ranks=1&t0=5&t1=9")
     q = urllib.parse.parse_qs(s[1:])
     assert q == {"run": [run.name], "step": ["1"], "layer": ["2"], "ranks": ["1"], "grouping": ["cta"]}
 
@@ -141,7 +141,7 @@ def test_clicks_buttons_and_keys_name_the_right_launch(state, run_dir):
 def test_a_binned_overview_cell_opens_its_slowest_launch():
     """Past ``MAX_CELLS`` steps, a column holds several steps; its colour and its
     click are those of its slowest launch."""
-    n = RS.MAX_CELLS * 2 + 7
+    n = VRS.MAX_CELLS * 2 + 7
     rng = np.random.default_rng(0)
     kernel = rng.integers(1000, 2000, size=(n, 2))
     table = pa.table({"rank": np.zeros(2 * n, np.int16), "step": np.repeat(np.arange(n), 2),
@@ -154,23 +154,23 @@ def test_a_binned_overview_cell_opens_its_slowest_launch():
         con.register("launches", table)
         return con.sql(q).to_arrow_table()
 
-    ov = RS.build_overview(sql)
-    f, xs = OV.columns(ov)
-    assert f == 3 and xs.size <= RS.MAX_CELLS
-    z = OV.binned(ov.kernel, f)
+    ov = VRS.build_overview(sql)
+    f, xs = VO.columns(ov)
+    assert f == 3 and xs.size <= VRS.MAX_CELLS
+    z = VO.binned(ov.kernel, f)
     assert z[1, 5] == kernel[15:18, 1].max()
-    key = OV.clicked(ov, {"points": [{"x": float(xs[5]), "y": 1}]}, "kernel", None)
-    assert key == RS.Key(15 + int(np.argmax(kernel[15:18, 1])), 1)
-    fig = OV.figure(ov, "kernel", None, key)
+    key = VO.clicked(ov, {"points": [{"x": float(xs[5]), "y": 1}]}, "kernel", None)
+    assert key == VRS.Key(15 + int(np.argmax(kernel[15:18, 1])), 1)
+    fig = VO.figure(ov, "kernel", None, key)
     assert fig["layout"]["shapes"][0]["x0"] < xs[5] < fig["layout"]["shapes"][0]["x1"]
 
 
 def test_addresses_name_run_launch_selection_and_window(state, run_dir):
     _, run, _ = run_dir
     ov = state.runs.overview(run.name)
-    assert state.requested("") == RS.launch_name(run.name, ov.typical)  # the default run's typical launch
+    assert state.requested("") == VRS.launch_name(run.name, ov.typical)  # the default run's typical launch
     assert state.requested(f"?run={run.name}&step=1&layer=2") == f"{run.name}/step=1/layer=2"
-    picks = [RS.launch_name(run.name, k) for k in (ov.typical, ov.p99, ov.slowest)]
+    picks = [VRS.launch_name(run.name, k) for k in (ov.typical, ov.p99, ov.slowest)]
     assert set(picks) <= set(state.catalog.names())  # the picker's and Compare's lists hold them
     first = VW.first_view(state, f"?run={run.name}&step=1&layer=2&ranks=1&grouping=cta&t0=100&t1=300")
     props = first["props"]
@@ -178,7 +178,7 @@ def test_addresses_name_run_launch_selection_and_window(state, run_dir):
     assert props[("ranks", "value")] == [1] and props[("grouping", "value")] == "cta"
     assert (props[("t0", "value")], props[("t1", "value")]) == (100.0, 300.0)
     st = props[("view-state", "data")]
-    link = RW.view_link(st, {"name": f"{run.name}/step=1/layer=2"}, "idle", "")
+    link = VRW.view_link(st, {"name": f"{run.name}/step=1/layer=2"}, "idle", "")
     assert urllib.parse.parse_qs(link[1:]) == {"run": [run.name], "step": ["1"], "layer": ["2"], "ranks": ["1"],
                                                "grouping": ["cta"], "t0": ["100.000"], "t1": ["300.000"],
                                                "tab": ["idle"]}
@@ -227,7 +227,7 @@ def test_the_overview_paints_and_a_click_opens_a_launch(page):
     run = state.default_run
     ov = state.runs.overview(run)
     driver.get(page["url"])
-    first = wait_launch(driver, RS.launch_name(run, ov.typical))
+    first = wait_launch(driver, VRS.launch_name(run, ov.typical))
     n = driver.execute_script(OVERVIEW + "return g && g.data[0].type=='heatmap' && g._fullData[0].z.length")
     assert n == LAYERS  # one heat-map row per layer, drawn
     assert "kernel time on its slowest rank" in driver.find_element("id", "run-overview").text
@@ -235,10 +235,10 @@ def test_the_overview_paints_and_a_click_opens_a_launch(page):
     assert json.loads(outline(driver)) == [[ov.typical.step - .5, ov.typical.step + .5,
                                             ov.typical.layer - .5, ov.typical.layer + .5]]
     # a click on the cell of step 1, layer 2: its Gantt, the outline, the address, the panels
-    target = RS.Key(1, 2) if ov.typical != RS.Key(1, 2) else RS.Key(0, 1)
+    target = VRS.Key(1, 2) if ov.typical != VRS.Key(1, 2) else VRS.Key(0, 1)
     driver.execute_script(OVERVIEW + f"g.emit('plotly_click', {{points: [{{x: {target.step}, y: {target.layer}}}]}});")
-    meta = json.loads(wait_launch(driver, RS.launch_name(run, target), first).split("|")[0])
-    item = state.store.get(RS.launch_name(run, target))
+    meta = json.loads(wait_launch(driver, VRS.launch_name(run, target), first).split("|")[0])
+    item = state.store.get(VRS.launch_name(run, target))
     assert meta["intervals"] == item.data.n and meta["n_rows"] == 2 * 8  # two ranks x 8 CTAs
     B.wait_for(driver, "return location.search.indexOf('step=%d&layer=%d') > 0 || null" % target, 30, "the address")
     assert json.loads(outline(driver)) == [[target.step - .5, target.step + .5, target.layer - .5, target.layer + .5]]
@@ -263,7 +263,7 @@ def test_buttons_and_keys_step_through_launches(page):
     driver.find_element("tag name", "body").send_keys("p")
     m = wait_launch(driver, f"{run}/step=0/layer=2", m)
     driver.find_element("id", "ov-slowest").click()
-    m = wait_launch(driver, RS.launch_name(run, ov.slowest), m)
+    m = wait_launch(driver, VRS.launch_name(run, ov.slowest), m)
     driver.back()  # the launch before, by the browser's history
     wait_launch(driver, f"{run}/step=0/layer=2")
 
@@ -302,7 +302,7 @@ def test_a_real_trace_reads_as_a_run_and_a_run_without_headers_says_why(tmp_path
         rows = t.filter(pa.compute.equal(t.column("launch"), la))
         span = pa.compute.max(rows.column("end_ns")).as_py() - pa.compute.min(rows.column("start_ns")).as_py()
         assert ov.kernel[0, tr.launches.index(la)] == span
-    assert st.requested("") == RS.launch_name(first, ov.typical)
+    assert st.requested("") == VRS.launch_name(first, ov.typical)
     append(tmp_path / "demo_run", tr)
     with pytest.raises(SystemExit) as e:
         V.prepare([str(tmp_path / "demo_run"), "--trace-dir", str(tmp_path)])

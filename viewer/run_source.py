@@ -184,14 +184,14 @@ class RunSource:
 
     def __init__(self, name: str, path: Path):
         try:
-            from timeline import run as run_dataset
+            import timeline.run
         except ImportError:
             raise SourceError(f"{name!r} is a directory, and this build has no run dataset "
                               "(timeline.run) to read it as a run") from None
         self.name, self.path = name, path
         self.launches = Launches()  # Run.launches(), read on first use
         with self.named():
-            self.run = run_dataset.open_run(path)
+            self.run = timeline.run.open_run(path)
         self.lock = threading.Lock()  # DuckDB connections are not shared across threads
         self.axis = "step"
 

@@ -11,7 +11,7 @@ import threading
 import urllib.parse
 from pathlib import Path
 
-from viewer import run_source as RS
+from viewer import run_source as VRS
 from viewer.launch_cache import DEFAULT_BUDGET, LaunchCache
 from viewer.sources import Catalog, Loaded, SourceError, Store
 from viewer.state import App
@@ -41,7 +41,7 @@ class Runs:
         if not isinstance(name, str) or not name.strip():
             raise SourceError("no run name given")
         name = name.strip()
-        if RS.parse_name(name) is not None:
+        if VRS.parse_name(name) is not None:
             raise SourceError(f"{name!r} names a launch, not a run: address it as ?run=RUN&step=S&layer=L")
         if name in self.given:
             return self.given[name]
@@ -61,7 +61,7 @@ class Runs:
             src = self._open.get(name)
             if src is not None and src.path == path:
                 return src
-        src = RS.open_source(name.strip(), path)
+        src = VRS.open_source(name.strip(), path)
         with self._lock:
             self._open[name] = src
             while len(self._open) > MAX_RUNS:
@@ -76,13 +76,13 @@ class Runs:
             made = list(self._overviews.items())
         out = []
         for run, ov in made:
-            out += [RS.launch_name(run, k) for k in dict.fromkeys((ov.typical, ov.p99, ov.slowest)) if k is not None]
+            out += [VRS.launch_name(run, k) for k in dict.fromkeys((ov.typical, ov.p99, ov.slowest)) if k is not None]
         return out
 
     def is_run(self, name) -> bool:
         """Whether ``name`` names a run rather than a trace file: a command-line run
         or a directory (checked by ``resolve``)."""
-        if not isinstance(name, str) or RS.parse_name(name) is not None:
+        if not isinstance(name, str) or VRS.parse_name(name) is not None:
             return False
         if name.strip() in self.given:
             return True
@@ -91,7 +91,7 @@ class Runs:
         except SourceError:
             return False
 
-    def typical(self, name: str) -> RS.Key:
+    def typical(self, name: str) -> VRS.Key:
         """The run's typical launch (p50 of the kernel time); ``SourceError`` for a run
         without one."""
         ov = self.overview(name)
@@ -102,13 +102,13 @@ class Runs:
         key = ov.typical
         return key
 
-    def overview(self, name: str) -> RS.Overview:
+    def overview(self, name: str) -> VRS.Overview:
         """The run's ``Overview``, made once per opened run."""
         src = self.source(name)
         with self._lock:
             ov = self._overviews.get(name)
         if ov is None:
-            ov = RS.build_overview(src.sql, src.axis)
+            ov = VRS.build_overview(src.sql, src.axis)
             with self._lock:
                 self._overviews[name] = ov
         return ov
@@ -137,10 +137,10 @@ class RunStore(Store):
     def get(self, name: str) -> Loaded:
         if isinstance(name, str) and name.startswith(REFUSED):
             raise SourceError(name[len(REFUSED):])
-        parsed = RS.parse_name(name)
+        parsed = VRS.parse_name(name)
         if parsed is None and self.runs.is_run(name):
             parsed = name, self.runs.typical(name)
-            name = RS.launch_name(*parsed)
+            name = VRS.launch_name(*parsed)
         if parsed is None:
             return super().get(name)
         run, key = parsed
@@ -149,11 +149,11 @@ class RunStore(Store):
         tasks = ov.tasks_of(key)
         if tasks == 0:
             raise SourceError(f"run {run!r} has no launch at step {key.step}, layer {key.layer}")
-        if tasks * RS.BYTES_PER_TASK > self.launches.budget:
+        if tasks * VRS.BYTES_PER_TASK > self.launches.budget:
             raise SourceError(f"the launch at step {key.step}, layer {key.layer} of {run!r} holds {tasks:,} "
                               f"tasks, more than the server's --memory-budget of {self.launches.budget / 2**20:,.0f} "
                               "MiB allows; start timeline-view with a larger --memory-budget")
-        return self.launches.get(name, lambda: Loaded(name, src.path, RS.one_launch(src.launch(key))))
+        return self.launches.get(name, lambda: Loaded(name, src.path, VRS.one_launch(src.launch(key))))
 
 
 class RunApp(App):
@@ -183,14 +183,14 @@ class RunApp(App):
         q = urllib.parse.parse_qs((search or "").lstrip("?"))
         if q.get("step") or q.get("layer"):
             try:
-                return RS.launch_name(run, RS.Key(_int(q, "step"), _int(q, "layer")))
+                return VRS.launch_name(run, VRS.Key(_int(q, "step"), _int(q, "layer")))
             except SourceError as e:
                 return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
         try:
             typical = self.runs.typical(run)
         except SourceError as e:
             return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
-        return RS.launch_name(run, typical)
+        return VRS.launch_name(run, typical)
 
 
 def _int(q: dict, key: str) -> int:

@@ -17,10 +17,10 @@ import dash
 import flask
 from dash import Input, Output, Patch, State, dcc, html
 
-from viewer import run_source as RS
+from viewer import run_source as VRS
 from viewer.client import ViewState
 from viewer.page import TABS, msg
-from viewer.panels import overview as OV
+from viewer.panels import overview as VO
 from viewer.state import ERROR, NO, guarded
 
 CSS = """
@@ -63,7 +63,7 @@ CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside
     var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/');
     if (q.get('run') === m.run && q.get('step') === out.get('step') && q.get('layer') === out.get('layer')) return [nu, nu];
     return [s, 'loading ' + m.axis + ' ' + out.get('step') + ' · layer ' + out.get('layer') + ' …']; }""" % (
-    "[" + ", ".join(f"'{k}'" for k in OV.LINKED) + "]")
+    "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
 CLEAR_SCRIPT = "function(_s, _b) { return ''; }"
 
 
@@ -75,9 +75,9 @@ def section(app, search: str | None):
     if run is not None:
         try:
             ov = app.runs.overview(run)
-            shown = RS.parse_name(app.requested(search))
-            figure = OV.figure(ov, "kernel", None, shown[1] if shown and shown[0] == run else None, run)
-            summary, scale, ranks = OV.summary(ov, run), OV.METRICS["kernel"][1], ov.ranks
+            shown = VRS.parse_name(app.requested(search))
+            figure = VO.figure(ov, "kernel", None, shown[1] if shown and shown[0] == run else None, run)
+            summary, scale, ranks = VO.summary(ov, run), VO.METRICS["kernel"][1], ov.ranks
         except Exception as e:  # noqa: BLE001 - the page says why; the trace callback too
             note = msg(f"run overview: {e}")
     return html.Div(id="run-overview", className="overview", style=None if run else {"display": "none"}, children=[
@@ -103,13 +103,13 @@ def section(app, search: str | None):
             html.Div(className="ov-explain", id="ov-explain", children=[
                 html.B("Explain verdict"), html.Div(EXPLAIN_SLOT, className="status")]),
         ]),
-        html.Div(className="ov-scale", children=[html.Span(scale, id="ov-scale"), " · ", OV.MARKS]),
+        html.Div(className="ov-scale", children=[html.Span(scale, id="ov-scale"), " · ", VO.MARKS]),
     ])
 
 
 def shown_key(key, run):
     """The launch of ``run`` the page shows (``trace-key``), None when it shows another."""
-    parsed = RS.parse_name((key or {}).get("name")) if isinstance(key, dict) else None
+    parsed = VRS.parse_name((key or {}).get("name")) if isinstance(key, dict) else None
     return parsed[1] if parsed and parsed[0] == run else None
 
 
@@ -117,7 +117,7 @@ def shown_key(key, run):
 def on_figure(app, metric, rank, key, run):
     """The overview figure for the metric; only the outline moves when the launch
     shown changes (a ``Patch``); the run of a launch picked elsewhere replaces it."""
-    parsed = RS.parse_name((key or {}).get("name")) if isinstance(key, dict) else None
+    parsed = VRS.parse_name((key or {}).get("name")) if isinstance(key, dict) else None
     if parsed is None:
         if run is None:
             raise dash.exceptions.PreventUpdate
@@ -125,10 +125,10 @@ def on_figure(app, metric, rank, key, run):
     if parsed[0] != run or dash.ctx.triggered_id != "trace-key":
         ov = app.runs.overview(parsed[0])
         rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
-        metric = metric if metric in OV.METRICS else "kernel"
-        return OV.figure(ov, metric, rank, parsed[1], parsed[0]), OV.metric_grid(ov, metric, rank)[2], None, parsed[0]
+        metric = metric if metric in VO.METRICS else "kernel"
+        return VO.figure(ov, metric, rank, parsed[1], parsed[0]), VO.metric_grid(ov, metric, rank)[2], None, parsed[0]
     patch = Patch()
-    patch["layout"]["shapes"] = OV.selection_shapes(app.runs.overview(run), parsed[1])
+    patch["layout"]["shapes"] = VO.selection_shapes(app.runs.overview(run), parsed[1])
     return patch, NO, None, NO
 
 
@@ -143,15 +143,15 @@ def on_open(app, click, *rest):
     trig = dash.ctx.triggered_id
     shown = shown_key(key, run)
     if trig == "ov-graph":
-        if OV.columns(ov)[0] == 1:
+        if VO.columns(ov)[0] == 1:
             raise dash.exceptions.PreventUpdate  # the browser opened it (``CLICK_SCRIPT``)
-        target = OV.clicked(ov, click, metric, rank)
+        target = VO.clicked(ov, click, metric, rank)
     else:
-        target = OV.target(ov, str(trig or "").removeprefix("ov-"), shown)
+        target = VO.target(ov, str(trig or "").removeprefix("ov-"), shown)
     if target is None or target == shown:
         raise dash.exceptions.PreventUpdate
     tasks = ov.tasks_of(target)
-    return (OV.search_for(run, target, search),
+    return (VO.search_for(run, target, search),
             f"loading {ov.axis} {target.step} · layer {target.layer} ({tasks:,} tasks across ranks) …")
 
 
@@ -170,9 +170,9 @@ def view_link(state, key, tab, search):
         raise dash.exceptions.PreventUpdate
     view = {"ranks": ",".join(map(str, st.ranks)) if st.ranks else None, "grouping": st.grouping,
             "t0": f"{st.t0 / 1e3:.3f}", "t1": f"{st.t1 / 1e3:.3f}", "tab": tab if tab in TABS else None}
-    parsed = RS.parse_name(name)
+    parsed = VRS.parse_name(name)
     if parsed is not None:
-        return OV.search_for(parsed[0], parsed[1], search, view, keep=())
+        return VO.search_for(parsed[0], parsed[1], search, view, keep=())
     if st.launches:
         view["launches"] = ",".join(map(str, st.launches))
     return "?" + urllib.parse.urlencode([("trace", name)] + [(k, v) for k, v in view.items() if v], safe=",/")

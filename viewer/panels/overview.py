@@ -14,7 +14,7 @@ import urllib.parse
 import numpy as np
 
 from viewer import figures as F
-from viewer import run_source as RS
+from viewer import run_source as VRS
 from viewer.client import finite_us
 
 METRICS = {  # metric -> (colour bar title, what a cell's colour means)
@@ -34,7 +34,7 @@ SCALE = [[0.0, "#fff7ec"], [0.25, "#fdd49e"], [0.5, "#fc8d59"], [0.75, "#d7301f"
 PICK_STYLE = {"typical": ("diamond", "#1f4e79"), "p99": ("triangle-up", "#5b2a86"), "slowest": ("star", "#000000")}
 
 
-def metric_grid(ov: RS.Overview, metric: str, rank) -> tuple:
+def metric_grid(ov: VRS.Overview, metric: str, rank) -> tuple:
     """``(z ns-or-count per [layer, step], colour bar title, scale note)`` of a metric;
     an unknown metric or rank is the default (slowest rank's kernel time)."""
     if metric == "rank" and rank in ov.ranks:
@@ -48,10 +48,10 @@ def metric_grid(ov: RS.Overview, metric: str, rank) -> tuple:
     return z * scale, title.format(rank=rank), note.format(rank=rank)
 
 
-def columns(ov: RS.Overview) -> tuple:
+def columns(ov: VRS.Overview) -> tuple:
     """``(bin width, first step of each column)``: steps binned so that at most
     ``MAX_CELLS`` columns are drawn."""
-    f = max(1, math.ceil(ov.steps.size / RS.MAX_CELLS))
+    f = max(1, math.ceil(ov.steps.size / VRS.MAX_CELLS))
     return f, ov.steps[::f]
 
 
@@ -65,7 +65,7 @@ def binned(z: np.ndarray, f: int) -> np.ndarray:
         return np.where(np.isnan(zz).all(axis=2), np.nan, np.nanmax(np.where(np.isnan(zz), -np.inf, zz), axis=2))
 
 
-def cell_of(ov: RS.Overview, key: RS.Key | None) -> tuple | None:
+def cell_of(ov: VRS.Overview, key: VRS.Key | None) -> tuple | None:
     """``(x, y)`` of a launch's cell in the figure (its column's first step, its layer)."""
     if key is None:
         return None
@@ -76,7 +76,7 @@ def cell_of(ov: RS.Overview, key: RS.Key | None) -> tuple | None:
     return int(xs[si // f]), int(key.layer)
 
 
-def selection_shapes(ov: RS.Overview, key: RS.Key | None) -> list:
+def selection_shapes(ov: VRS.Overview, key: VRS.Key | None) -> list:
     """The outline around the launch shown below (none when it is not on the grid)."""
     cell = cell_of(ov, key)
     if cell is None:
@@ -94,7 +94,7 @@ def selection_shapes(ov: RS.Overview, key: RS.Key | None) -> list:
              "name": "shown"}]
 
 
-def figure(ov: RS.Overview, metric: str = "kernel", rank=None, shown: RS.Key | None = None, run: str = "") -> dict:
+def figure(ov: VRS.Overview, metric: str = "kernel", rank=None, shown: VRS.Key | None = None, run: str = "") -> dict:
     """The overview heat map of ``run``: x = step (binned past ``MAX_CELLS`` columns,
     each cell its slowest launch), y = layer, colour = the metric (``METRICS``), the
     picks and the launches with anomalies marked, the launch ``shown`` outlined."""
@@ -132,7 +132,7 @@ def figure(ov: RS.Overview, metric: str = "kernel", rank=None, shown: RS.Key | N
         "shapes": selection_shapes(ov, shown), "plot_bgcolor": "#f4f4f4", "clickmode": "event"}}
 
 
-def summary(ov: RS.Overview, run: str) -> str:
+def summary(ov: VRS.Overview, run: str) -> str:
     """The line above the overview: the run's size and the picks' kernel times."""
     def k(key):
         i = None if key is None else ov.index(key)
@@ -147,7 +147,7 @@ def summary(ov: RS.Overview, run: str) -> str:
     return out
 
 
-def clicked(ov: RS.Overview, click, metric: str, rank) -> RS.Key | None:
+def clicked(ov: VRS.Overview, click, metric: str, rank) -> VRS.Key | None:
     """The launch a click on the overview names: the cell under it (a binned cell:
     its launch with the largest value of the metric); None for a click on no launch
     or anything that is not a plotly click."""
@@ -165,10 +165,10 @@ def clicked(ov: RS.Overview, click, metric: str, rank) -> RS.Key | None:
     if seg.size == 0 or np.isnan(seg).all():
         return None
     j = ci * f + int(np.nanargmax(np.where(np.isnan(seg), -np.inf, seg)))
-    return RS.Key(int(ov.steps[j]), int(ov.layers[li]))
+    return VRS.Key(int(ov.steps[j]), int(ov.layers[li]))
 
 
-def target(ov: RS.Overview, action: str, shown: RS.Key | None) -> RS.Key | None:
+def target(ov: VRS.Overview, action: str, shown: VRS.Key | None) -> VRS.Key | None:
     """The launch a button or key opens: a pick, or the previous / next launch in
     launch order (step, then layer) from the one shown."""
     if action in ("slowest", "typical", "p99"):
@@ -181,7 +181,7 @@ def target(ov: RS.Overview, action: str, shown: RS.Key | None) -> RS.Key | None:
 LINKED = ("ranks", "grouping", "tab")  # what a drill-down keeps of the address
 
 
-def search_for(run: str, key: RS.Key, current: str | None, view=None, keep=LINKED) -> str:
+def search_for(run: str, key: VRS.Key, current: str | None, view=None, keep=LINKED) -> str:
     """The address (search string) of a launch of ``run``: ``?run=R&step=S&layer=L``
     plus what ``keep`` names of the current address, plus ``view`` (a dict:
     ranks, grouping, t0, t1, tab) when given."""
