@@ -197,10 +197,7 @@ def edges(trace) -> Graph:
     prod = np.concatenate([dp, op])
     kind = np.concatenate([dk, np.full(oc.size, EdgeKind.CTA_ORDER, dtype=np.int8)])
     # the latest data producer of every consumer (ties: the earliest in (rank, stage, task))
-    order = np.lexsort((m.task[dp], m.stage[dp], m.rank[dp], -m.end[dp], dc))
-    lead = order[np.r_[True, dc[order][1:] != dc[order][:-1]]] if dc.size else order
-    latest = np.full(m.n, R.MISSING, dtype=np.int64)
-    latest[dc[lead]] = m.end[dp[lead]]
+    lead, latest = _latest_producers(m, dc, dp)
     data_gated = latest > m.wait_start
     gate = np.full(m.n, -1, dtype=np.int64)
     gate[dc[lead][data_gated[dc[lead]]]] = lead[data_gated[dc[lead]]]
@@ -218,6 +215,24 @@ def edges(trace) -> Graph:
     return Graph(m, cons, prod, kind, slack, gating, gate, np.unique(dc[bad]), missing, np.unique(dc[bad & cross]))
 
 
+def _latest_producers(m: Tasks, dc: np.ndarray, dp: np.ndarray):
+    """Per consumer with data edges, the edge of its latest-ending producer (ties: the
+    producer earliest in (rank, stage, task) order, which is task-index order within
+    a launch), as edge indices in consumer order, and every task's latest producer
+    end (``MISSING`` for none). Linear in the edges: no sort of them."""
+    latest = np.full(m.n, R.MISSING, dtype=np.int64)
+    if not dc.size:
+        return np.zeros(0, dtype=np.int64), latest
+    pend = m.end[dp]
+    np.maximum.at(latest, dc, pend)
+    top = np.flatnonzero(pend == latest[dc])
+    first = np.full(m.n, m.n, dtype=np.int64)
+    np.minimum.at(first, dc[top], dp[top])
+    top = top[dp[top] == first[dc[top]]]
+    _, at = np.unique(dc[top], return_index=True)  # one edge per consumer, the first listed
+    return top[at], latest
+
+
 def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
     """Per data edge, the ns by which its consumer's wait may end before its producer's
     ``ready`` and still be consistent: the two ranks' alignment uncertainties
@@ -227,8 +242,9 @@ def _tolerance(trace, m: Tasks, dc: np.ndarray, dp: np.ndarray) -> np.ndarray:
     per_rank = np.zeros(int(max(m.rank.max(), max(u, default=0))) + 1)
     for r, v in u.items():
         per_rank[r] = v
-    tol = np.ceil(per_rank[m.rank[dc]] + per_rank[m.rank[dp]]).astype(np.int64)
-    return np.where(m.rank[dc] != m.rank[dp], tol, 0)
+    table = np.ceil(per_rank[:, None] + per_rank[None, :]).astype(np.int64)  # (consumer rank, producer rank)
+    np.fill_diagonal(table, 0)
+    return table[m.rank[dc], m.rank[dp]]
 
 
 def causality_anomalies(trace, g: Graph | None = None) -> pa.Table:

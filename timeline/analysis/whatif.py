@@ -9,7 +9,7 @@ latest producer's simulated end plus the hand-off latency recorded for it, or, f
 task its producers did not hold, after its own recorded wait (the polling). In
 detail, per task: ``handoff`` = recorded wait end - latest producer's recorded end;
 ``own`` = recorded wait length; a task its data held waits ``max(latest + handoff,
-wait start + min(own, its stage's shortest unheld wait))``, any other ``max(wait
+wait start + min(own, its stage's shortest unheld wait, 0 where none))``, any other ``max(wait
 start + own, latest + min(its stage's shortest hand-off, handoff))``. With no change
 the replay reproduces the recorded times exactly (``fidelity`` measures it; a
 prediction is only worth its fidelity).
@@ -115,17 +115,36 @@ def _factors(trace, m: E.Tasks, changes):
     return f, add
 
 
-def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
-    """The trace's schedule re-run with ``changes`` (``Change`` or their text forms)."""
-    changes = [parse_change(c) if isinstance(c, str) else c for c in changes]
-    g = g or E.edges(trace)
+class Plan(NamedTuple):
+    """What every replay of one trace and graph shares (``plan``): the merged tasks'
+    recorded phases, the wait's phase indices, the data edges by consumer (``dp[lo[i]:
+    hi[i]]`` are task i's producers), each task's CTA predecessor, whether data held
+    its wait, its hand-off and own wait, its stage's shortest unheld wait and
+    hand-off, and the simulation order."""
+
+    rec: np.ndarray
+    w0: int
+    w1: int
+    dp: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    prev: np.ndarray
+    held: np.ndarray
+    handoff: np.ndarray
+    own: np.ndarray
+    floor: np.ndarray
+    hmin: np.ndarray
+    order: list
+
+
+def plan(trace, g: E.Graph) -> Plan:
+    """The ``Plan`` of replays of ``trace`` read with ``g`` (refused with causality violations)."""
     if g.violations.size:
         raise AnalysisError(f"{g.violations.size} tasks saw their data before it was ready (causality "
                             "violations, `timeline edges`): the graph or the declared wait does not fit this "
                             "trace, so a replay of it would predict nothing")
     m = g.tasks
     rec = _merged_phases(trace, m)
-    scale, add = _factors(trace, m, changes)
     w0, w1 = (trace.phases.index(p) for p in trace.spec.wait)
     data = hands_off(g.kind)
     dc, dp = g.consumer[data], g.producer[data]
@@ -136,30 +155,54 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
     prev = np.full(m.n, -1, dtype=np.int64)
     cta = g.kind == EdgeKind.CTA_ORDER
     prev[g.consumer[cta]] = g.producer[cta]
-    end = rec[:, -1]
     latest_rec = np.full(m.n, R.MISSING, dtype=np.int64)
-    np.maximum.at(latest_rec, dc, end[dp])
+    np.maximum.at(latest_rec, dc, rec[dp, -1])
     held = (hi > lo) & (latest_rec > rec[:, w0])
     handoff = rec[:, w1] - latest_rec
     own = rec[:, w1] - rec[:, w0]
     floor = _per_stage_min(m.stage, own, ~held & (hi > lo))  # shortest unheld wait of the stage
+    floor[~np.isfinite(floor)] = 0.0  # a stage its data always held: no poll floor seen, the hand-off alone
     hmin = _per_stage_min(m.stage, handoff, held)  # shortest hand-off of the stage
+    order = np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist()
+    return Plan(rec, w0, w1, dp, lo, hi, prev, held, handoff, own, floor, hmin, order)
+
+
+def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | None = None,
+           plan_: Plan | None = None) -> Replay:
+    """The trace's schedule re-run with ``changes`` (``Change`` or their text forms);
+    ``task_ns``: ``(tasks, intervals)`` ns added to single tasks' intervals besides
+    (tasks in ``g.tasks`` order; on the wait interval: to its hand-off and own poll);
+    ``plan_``: ``plan(trace, g)``, to share between replays of one trace."""
+    changes = [parse_change(c) if isinstance(c, str) else c for c in changes]
+    g = g or E.edges(trace)
+    m = g.tasks
+    p = plan_ or plan(trace, g)
+    rec, w0, w1, dp, lo, hi, prev, held = p.rec, p.w0, p.w1, p.dp, p.lo, p.hi, p.prev, p.held
+    handoff, own, floor, hmin = p.handoff, p.own, p.floor, p.hmin
+    scale, add = _factors(trace, m, changes)
+    end = rec[:, -1]
+    if task_ns is not None:
+        add = add + task_ns
+        handoff = handoff + task_ns[:, w1 - 1]
+        own = np.maximum(own + task_ns[:, w1 - 1], 0)
     dur = np.maximum(np.diff(rec, axis=1) * scale + add, 0)  # no phase takes less than no time
     before = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, :w0], axis=1)), axis=1)  # start .. wait start
     after = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, w1:], axis=1)), axis=1)  # wait end .. end
     start, wait_end = np.zeros(m.n), np.zeros(m.n)
-    sim_end = end.astype(np.float64).tolist()  # a producer not yet simulated counts with its recorded end
+    sim_np = end.astype(np.float64)  # a producer not yet simulated counts with its recorded end
+    sim_end = sim_np.tolist()  # the same, read one at a time (a list is faster there), numpy for many
     first_rec = rec[:, 0].astype(np.float64).tolist()
     gap = (rec[:, 0] - end[np.maximum(prev, 0)]).astype(np.float64).tolist()  # after the CTA's previous task
     lead, tail, own_l, hand_l = before[:, -1].tolist(), after[:, -1].tolist(), own.tolist(), handoff.tolist()
     prev_l, lo_l, hi_l, held_l = prev.tolist(), lo.tolist(), hi.tolist(), held.tolist()
-    floor_l, hmin_l, dp_l = floor[m.stage].tolist(), hmin[m.stage].tolist(), dp.tolist()
-    for i in np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist():
+    floor_l, hmin_l = floor[m.stage].tolist(), hmin[m.stage].tolist()
+    for i in p.order:
         q = prev_l[i]
         t0 = first_rec[i] if q < 0 else sim_end[q] + gap[i]
         ws = t0 + lead[i]
         if hi_l[i] > lo_l[i]:
-            latest = max(sim_end[p] for p in dp_l[lo_l[i]:hi_l[i]])
+            a, b = lo_l[i], hi_l[i]
+            latest = max(sim_end[k] for k in dp[a:b].tolist()) if b - a < 64 else float(sim_np[dp[a:b]].max())
             if held_l[i]:
                 we = max(latest + hand_l[i], ws + min(own_l[i], floor_l[i]))
             else:
@@ -167,7 +210,7 @@ def replay(trace, changes=(), g: E.Graph | None = None) -> Replay:
         else:
             we = ws + own_l[i]
         start[i], wait_end[i] = t0, we
-        sim_end[i] = we + tail[i]
+        sim_end[i] = sim_np[i] = we + tail[i]
     sim = np.zeros_like(rec, dtype=np.float64)
     sim[:, :w0 + 1] = start[:, None] + before
     sim[:, w1:] = wait_end[:, None] + after

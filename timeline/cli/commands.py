@@ -16,10 +16,9 @@ import pyarrow as pa
 from timeline.contract import clocks as K
 from timeline.core import rows as R
 from timeline.contract import schema as S
-from timeline.cli.common import UsageError, load_spec, load_trace, out_dir_exists, title, trace_out
+from timeline.cli.common import SYNTH_MAX_ROWS, UsageError, load_spec, load_trace, out_dir_exists, title, trace_out
 from timeline.cli.textout import Progress, json_rows, format_table
 
-SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
 
 
 # -- commands --------------------------------------------------------------------------
@@ -157,6 +156,10 @@ def cmd_compare(args) -> int:
     from timeline.analysis import stages as A
 
     a, b = load_trace(args.a), load_trace(args.b)
+    if getattr(args, "fail_over", None) is not None or getattr(args, "stage", None) is not None:
+        from timeline.cli.explain_commands import cmd_gate
+
+        return cmd_gate(a, b, args)
     per_launch = args.scope == "launch"
     ra, rb = (C.typical(A.stage_report(t, by_launch=per_launch), per_launch) for t in (a, b))
     rows = C.compare_table(ra, rb)
@@ -271,6 +274,10 @@ def cmd_import_legacy(args) -> int:
 def cmd_synth(args) -> int:
     from timeline.ingest import synth
 
+    if getattr(args, "profile", None) or getattr(args, "inject", None):
+        from timeline.cli.synth_commands import cmd_synth_graph
+
+        return cmd_synth_graph(args)
     out = trace_out(args.output)
     g = args.grid
     if g < 1 or g & (g - 1) or g > S.MAX_CTA + 1:

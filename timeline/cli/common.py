@@ -15,7 +15,10 @@ from timeline.contract import schema as S
 from timeline.core.trace import TRACE_EXTENSIONS, file_format
 from timeline.errors import TimelineError
 
-__all__ = ["UsageError", "load_spec", "load_trace", "out_dir_exists", "title", "trace_out"]
+__all__ = ["SYNTH_MAX_ROWS", "UsageError", "load_spec", "load_trace", "out_dir_exists", "title", "trace_out"]
+
+
+SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
 
 
 class UsageError(TimelineError):

@@ -25,6 +25,7 @@ MAIN_EPILOG = """\
 examples:
   timeline synth -o demo.arrow --ranks 2 --launches 2        # a SYNTHETIC trace to try things on
   timeline convert stamps.bin --spec spec.json -o run.arrow  # a kernel's stamp buffer -> trace file
+  timeline explain run.arrow                                 # which launch is slow, and why (start here)
   timeline summary run.arrow                                 # the stage report
   timeline summary run.arrow --legacy                        # the mono kernels' own report
   timeline export run.arrow --chrome run.json                # open in Perfetto UI / chrome://tracing
@@ -120,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", help="the trace after")
     p.add_argument("--scope", choices=("launch", "trace"), default="launch",
                    help="launch: a typical launch of each (default); trace: each trace whole")
+    p.add_argument("--fail-over", metavar="PCT",
+                   help="regression gate: exit 1 when B's median kernel time (or --stage's span) is over A's by "
+                        "more than PCT (5%% or 0.05) beyond the launch-to-launch noise, 0 otherwise (timeline.analysis.gate)")
+    p.add_argument("--stage", metavar="NAME", help="with --fail-over: gate this stage's span, not the kernel time")
     _json_option(p)
 
     p = _sub(subs, "set-graph", "timeline.cli.graph_commands:cmd_set_graph",
@@ -232,6 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", type=int, default=64, help="CTAs per rank, a power of two (default 64)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
+    p.add_argument("--profile", help="run a kernel profile's stages and task graph (glm5, triton-ffn): "
+                                     "timeline.ingest.synth_graph's model")
+    p.add_argument("--inject", action="append", metavar="RANK:STAGE:TASK:PHASE:+NS[@LAUNCH]",
+                   help="add NS to a task's interval (TASK * = the whole stage, ctaN = a CTA's tasks; RANK * = "
+                        "every rank); implies --profile glm5; repeatable")
+    from timeline.cli import explain_commands
+
+    explain_commands.add_parser(subs, _sub, _json_option)
     return ap
 
 

@@ -208,6 +208,12 @@ def path_segments(app, item, view, grouping, launches) -> list:
     from timeline.analysis import edges as E
 
     g = app.analysis(item, ("edges",), lambda: E.edges(tr))
+    return chain_segments(g, view, grouping, [E.path_steps(g, launch) for launch in (launches or tr.launches)])
+
+
+def chain_segments(g, view, grouping, paths) -> list:
+    """``path_segments`` of ``paths`` (``edges.path_steps`` lists of ``Step``, or
+    parts of them) over the row layout ``view``."""
     m = g.tasks
     launch_key = grouping == "rank"
     rows = {(int(r), int(la) if launch_key else -1, int(c)): i for i, (r, la, c, w) in enumerate(zip(
@@ -217,8 +223,8 @@ def path_segments(app, item, view, grouping, launches) -> list:
         return rows.get((int(m.rank[t]), int(m.launch[t]) if launch_key else -1, int(m.cta[t])))
 
     out = []
-    for launch in (launches or tr.launches):
-        for step in reversed(E.path_steps(g, launch)):
+    for steps in paths:
+        for step in reversed(steps):
             cur, p = step.task, step.producer
             r = row(cur)
             begin = m.wait_end[cur] if step.handoff else m.start[cur]

@@ -1,0 +1,230 @@
+"""``timeline explain`` on hand-built traces whose answers are computed by hand
+(ticks of 10 ns; four launches, the last one changed): a delay on the critical
+path, one hidden by slack, two equal culprits on parallel paths, a straggling rank
+at an all-reduce, and a trace without a task graph; the JSON document's schema
+pinned; the bundled H200 traces."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bufkit import empty, put
+from timeline import collect, load, merge
+from timeline.analysis import explain as X
+from timeline.analysis import explain_report as XR
+from timeline.contract import graph as G
+from timeline.contract import schema as S
+from timeline.cli import main
+
+LAUNCHES = 4
+SLOW = 3  # the launch every test changes
+TYPICAL_A = [100, 101, 102, 120, 121]  # a task's ticks in a typical launch: start hint staged compute end
+
+
+def build(spec, records_of):
+    """A trace of ``LAUNCHES`` launches; ``records_of(launch)`` gives ``(stage, task, cta, ticks)``
+    (ticks from the launch's own origin; each launch 1000 ticks after the previous)."""
+    buf = empty(spec)
+    for la in range(spec.launches):
+        for stage, task, cta, ticks in records_of(la):
+            put(buf, spec, stage=stage, task=task, ticks=[t + 1000 * la for t in ticks], cta=cta, launch=la)
+    return collect(buf, spec)
+
+
+def explained(trace, launch=SLOW):
+    return X.explain_launch(trace, launch, X.typical(trace))
+
+
+def names(trace, c):
+    return (c.rank, trace.spec.stage_names[c.stage], c.task, c.cta, trace.phases[c.phase + 1])
+
+
+# a/0 (CTA 0) ends at tick 111, a/1 (CTA 1) at 121; b/0 (CTA 2) waits from 105 and sees its data at 125
+SPEC = S.Spec("hand", [("a", 2), ("b", 1)], launches=LAUNCHES, graph={"b": [G.every("a")]})
+
+
+def on_path(la):
+    late = 50 if la == SLOW else 0  # a/1's compute 500 ns longer in the slow launch
+    return [("a", 0, 0, [100, 101, 102, 110, 111]), ("a", 1, 1, [100, 101, 102, 120 + late, 121 + late]),
+            ("b", 0, 2, [105, 125 + late, 126 + late, 130 + late, 131 + late])]
+
+
+def test_a_delay_on_the_critical_path():
+    trace = build(SPEC, on_path)
+    e = explained(trace)
+    assert (e.kernel_ns, e.typical_ns, e.noise_ns) == (810, 310.0, X.NOISE_FLOOR_NS)  # 100..181 vs 100..131 ticks
+    first = X.significant(e)[0]
+    assert names(trace, first) == (0, "a", 1, 1, "compute") and first.scope == "task"
+    assert (first.measured_ns, first.typical_ns, first.saving_ns) == (680, 180, 500)  # the saving: all of it
+    assert e.fidelity == (0.0, 0.0)
+    p, q, kind = e.gating[0]
+    assert (e.tasks.stage[p], e.tasks.task[p], e.tasks.stage[q], kind) == (0, 1, 1, "data")  # a/1 -> b/0
+    assert e.path_cells[0] == (0, 0, 1, 2, 500.0)  # rank 0, stage a, CTA 1, compute: +500 ns on the path
+    doc = XR.document(trace, "t.arrow", "timeline explain t.arrow", X.kernel_times(trace), [e], [], X.typical(trace))
+    assert "culprit: rank 0 a task 1 (CTA 1) compute" in doc["verdict"] and "0.5 µs earlier" in doc["verdict"]
+
+
+def hidden(la):
+    late = 8 if la == SLOW else 0  # a/0's compute 80 ns longer: it still ends before a/1
+    return [("a", 0, 0, [100, 101, 102, 110 + late, 111 + late]), ("a", 1, 1, TYPICAL_A),
+            ("b", 0, 2, [105, 125, 126, 130, 131])]
+
+
+def test_a_delay_hidden_by_slack_is_no_culprit():
+    trace = build(SPEC, hidden)
+    e = explained(trace)
+    assert e.kernel_ns == 310 and X.significant(e) == []
+    c = [c for c in e.culprits if names(trace, c)[:3] == (0, "a", 0)]
+    assert c and c[0].excess_ns == 80 and c[0].saving_ns == 0  # found, and it saves nothing
+    assert "no significant culprit" in XR.launch_verdict(e, trace.spec.stage_names, trace.phases)
+
+
+PAR = S.Spec("par", [("a", 5), ("b", 1)], launches=LAUNCHES, graph={"b": [G.every("a")]})
+
+
+def parallel(la):
+    late = 50 if la == SLOW else 0  # a/0 and a/1 (ending together) both 500 ns late
+    out = [("a", t, t, [100, 101, 102, 120 + late, 121 + late]) for t in (0, 1)]
+    out += [("a", t, t, [100, 101, 102, 110, 111]) for t in (2, 3, 4)]
+    return out + [("b", 0, 5, [105, 125 + late, 126 + late, 130 + late, 131 + late])]
+
+
+def test_two_equal_culprits_on_parallel_paths():
+    trace = build(PAR, parallel)
+    e = explained(trace)
+    assert [c.saving_ns for c in e.culprits] == [0, 0] and e.together_ns == 500  # each alone saves nothing
+    sig = X.significant(e)
+    assert sorted(names(trace, c)[:3] for c in sig) == [(0, "a", 0), (0, "a", 1)]
+    v = XR.launch_verdict(e, PAR.stage_names, PAR.phases)
+    assert "2 culprits on parallel paths" in v and "together the launch ends 0.5 µs earlier" in v
+
+
+TP = S.Spec("tp", [("x", 1), ("y", 1)], world=2, launches=LAUNCHES, graph={"y": [G.allreduce("x")]})
+
+
+def test_a_straggling_rank_at_an_all_reduce():
+    """y waits for x on both ranks; in the slow launch rank 1's x computes 300 ns longer."""
+    ranks = []
+    for r in (0, 1):
+        sp = TP.replace(rank=r)
+
+        def records(la, r=r):
+            late = 30 if la == SLOW else 0  # y waits on both ranks
+            mine = late if r == 1 else 0
+            return [("x", 0, 0, [100, 101, 102, 110 + mine, 111 + mine]),
+                    ("y", 0, 1, [105, 115 + late, 116 + late, 120 + late, 121 + late])]
+
+        ranks.append(build(sp, records))
+    trace = merge(ranks)
+    e = explained(trace)
+    first = X.significant(e)[0]
+    assert names(trace, first) == (1, "x", 0, 0, "compute") and first.saving_ns == 300
+    p, q, kind = e.gating[0]
+    assert (int(e.tasks.rank[p]), kind) == (1, "all-reduce")
+    (consumer, producer, launches, _, last, skew), = X.allreduce_skew(trace)
+    assert (consumer, producer) == ("y", "x") and last[SLOW] == 1 and skew[SLOW] == 300
+    assert skew[:SLOW].tolist() == [0, 0, 0]  # the typical launches: both ranks at once
+
+
+def test_without_a_graph_a_labelled_heuristic():
+    trace = build(S.Spec("bare", [("a", 2), ("b", 1)], launches=LAUNCHES), on_path)
+    e = explained(trace)
+    assert not e.exact and e.fidelity is None
+    assert names(trace, e.culprits[0]) == (0, "a", 1, 1, "compute") and e.culprits[0].excess_ns == 500
+    doc = XR.document(trace, "t.arrow", "timeline explain t.arrow", X.kernel_times(trace), [e], [], X.typical(trace))
+    assert doc["method"].startswith("HEURISTIC") and "HEURISTIC" in doc["verdict"]
+    assert doc["cannot_establish"] and doc["explained"][0]["culprits"][0]["saving_us"] is None
+
+
+# the JSON document's fields (docs/EXPLAIN.md): a change here is a new schema version
+TOP = {"schema", "source", "kernel", "synthetic", "method", "verdict", "typical", "launches", "explained",
+       "allreduce", "cannot_establish", "reproduce"}
+EXPLAINED = {"launch", "kernel_us", "typical_us", "delta_us", "noise_us", "verdict", "exact", "fidelity",
+             "saving_together_us", "culprits", "path", "reproduce"}
+CULPRIT = {"scope", "rank", "stage", "task", "cta", "phase", "tasks", "measured_us", "typical_us", "excess_us",
+           "saving_us", "significant", "evidence", "gating_edge", "says", "reproduce"}
+EDGE = {"kind", "producer", "consumer", "reproduce"}
+SKEW = {"consumer", "producer", "launches", "last_rank_counts", "most_often_last", "skew_us_p50", "skew_us_max",
+        "explained", "reproduce", "says"}
+
+
+def test_the_json_schema_is_pinned(tmp_path, capsys):
+    path = tmp_path / "t.arrow"
+    build(SPEC, on_path).save(path)
+    assert main(["explain", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema"] == X.SCHEMA == "timeline.explain/1" and set(doc) == TOP
+    e = doc["explained"][0]
+    assert set(e) == EXPLAINED and e["launch"] == SLOW
+    c = e["culprits"][0]
+    assert set(c) == CULPRIT and set(c["gating_edge"]) == EDGE
+    assert c["evidence"]["rows"] == [{"rank": 0, "launch": SLOW, "stage": "a", "task": 1, "cta": 1}]
+    assert (c["measured_us"], c["typical_us"], c["saving_us"]) == (0.68, 0.18, 0.5)
+    assert c["reproduce"] == f"timeline explain {path} --launch {SLOW} --json"
+    assert set(doc["typical"]) == {"kernel_us", "noise_us", "from", "reproduce"}
+    assert set(e["path"]) == {"cells", "cells_total_us", "other_us", "reproduce"}
+
+
+def test_the_skew_record_fields(tmp_path):
+    ranks = [collect(_tp_buf(r), TP.replace(rank=r)) for r in (0, 1)]
+    trace = merge(ranks)
+    rec, = XR.skew_records(trace, X.allreduce_skew(trace), [SLOW])
+    assert set(rec) == SKEW and rec["last_rank_counts"] == {"0": 3, "1": 1}
+
+
+def _tp_buf(r):
+    sp = TP.replace(rank=r)
+    buf = empty(sp)
+    for la in range(LAUNCHES):
+        late = 30 if la == SLOW else 0
+        mine = late if r == 1 else 0
+        for stage, cta, ticks in (("x", 0, [100, 101, 102, 110 + mine, 111 + mine]),
+                                  ("y", 1, [105, 115 + late, 116 + late, 120 + late, 121 + late])):
+            put(buf, sp, stage=stage, task=0, ticks=[t + 1000 * la for t in ticks], cta=cta, launch=la)
+    return buf
+
+
+def test_bad_requests_are_one_line(tmp_path, capsys):
+    path = tmp_path / "t.arrow"
+    build(SPEC, on_path).save(path)
+    assert main(["explain", str(path), "--launch", "9"]) == 2
+    assert "--launch 9: not in the trace" in capsys.readouterr().err
+    assert main(["explain", str(path), "--baseline", "nope.arrow"]) == 2
+    assert "no such file, and not a launch number" in capsys.readouterr().err
+
+
+def test_bundled_delay_traces_name_norm_compute(capsys):
+    assert main(["explain", "traces/h200_whatif_delay4000.arrow", "--baseline", "traces/h200_whatif_delay0.arrow",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    c = doc["explained"][0]["culprits"][0]
+    assert (c["stage"], c["phase"], c["significant"]) == ("norm", "compute", True)
+    assert doc["explained"][0]["fidelity"]["kernel_end_ns"] == 0
+
+
+def test_bundled_tp_traces_name_the_late_rank(tmp_path, capsys):
+    merged = merge([load("traces/h200_tp2_rank0.arrow"), load("traces/h200_tp2_rank1.arrow")])
+    path = tmp_path / "tp.arrow"
+    merged.save(path)
+    assert main(["explain", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    s, = doc["allreduce"]
+    assert (s["producer"], s["consumer"], s["most_often_last"]) == ("part", "reduce", 1)
+    assert s["skew_us_max"] == pytest.approx(81.2, abs=0.1)  # rank 1 launched 81 µs later, on its own stream
+    assert "rank 1 arrived last" in doc["verdict"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6)), min_size=1, max_size=60))
+def test_group_median_is_numpys_median(pairs):
+    gid = np.array([g for g, _ in pairs])
+    _, dense = np.unique(gid, return_inverse=True)
+    v = np.array([[x] for _, x in pairs], dtype=float)
+    got = X.group_median(dense, int(dense.max()) + 1, v)[:, 0]
+    want = [np.median(v[dense == k, 0]) for k in range(int(dense.max()) + 1)]
+    assert got.tolist() == want

@@ -1,0 +1,392 @@
+"""Why a launch was slow: which (rank, stage, CTA, phase) made it so, by how much,
+and what fixing it buys.
+
+A launch's kernel time (first start to last end over its ranks) is compared with a
+typical launch's: the median of the trace's launches, or of a baseline's. Every
+task's phase intervals are compared with that task's typical ones (the median over
+the baseline launches of the same (rank, stage, task)); the wait for producers
+counts only its hand-off (the wait after the latest producer ended, against the
+stage's median hand-off in the launch): the rest of a wait is its producers' doing.
+The excess cells are grouped into candidate culprits (one task, a CTA's tasks of a
+stage, a rank's stage, a whole stage) and each is checked by the what-if replay
+(``timeline.whatif``): the launch replayed with the candidate at its typical time;
+the saving is how much earlier the launch ends, the replay's fidelity beside it. A
+culprit is significant when its saving exceeds the launch-to-launch noise. The
+launch's critical path (``timeline.edges.chain``) is decomposed into the excess of
+the (rank, stage, CTA, phase) cells on it. The rank skew at every all-reduce rule:
+per launch, which rank's producers finished last and by how much.
+
+Without a task graph the gating edges, the savings and the skew cannot be
+established; ``explain`` then says so and ranks the excess cells on the heuristic
+critical path (``timeline.critical``), labelled a heuristic.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from timeline.analysis import edges as E
+from timeline.core import grouped as GR
+from timeline.core import rows as R
+from timeline.analysis import whatif as W
+from timeline.analysis import AnalysisError
+
+SCHEMA = "timeline.explain/1"
+NOISE_FLOOR_NS = 100.0  # below this a launch-to-launch spread is the clock's step, not noise
+NOISE_MADS = 3.0  # a launch is slow beyond this many robust standard deviations of the kernel time
+CANDIDATES = 6  # candidate culprits checked by a replay each
+SCOPES = ("task", "cta", "rank-stage", "stage")
+
+
+class ExplainError(AnalysisError):
+    """A launch that cannot be explained as asked (one launch and no baseline, an unknown launch)."""
+
+
+class Typical(NamedTuple):
+    """Per (rank, stage, task) key of a baseline: its median interval durations
+    (``(keys, intervals)`` ns), the baseline's kernel times (ns, one per launch) and
+    which launch each is (for leaving the explained launch out of the noise)."""
+
+    rank: np.ndarray
+    stage: np.ndarray
+    task: np.ndarray
+    durations: np.ndarray
+    kernel_ns: np.ndarray
+    source: str
+    kernel_launches: np.ndarray | None = None  # the launch of each kernel time (None: not launches of one trace)
+
+
+def kernel_times(trace) -> tuple:
+    """``(launches, kernel ns)``: per launch, its last end minus its first start over every rank."""
+    t = trace.tasks
+    start, end = R.extent(R.phase_matrix(t, trace.phases))
+    ok = end >= start
+    gid, n, (launch,) = GR.group_ids(R.column(t, "launch").astype(np.int64)[ok])
+    lo, hi = GR.group_min_max(gid, n, start[ok], end[ok])
+    return launch, (hi - lo).astype(np.int64)
+
+
+def noise_ns(kernel_ns) -> float:
+    """The launch-to-launch noise: ``NOISE_MADS`` robust standard deviations (1.4826
+    MAD) of the kernel times, at least ``NOISE_FLOOR_NS``."""
+    k = np.asarray(kernel_ns, dtype=np.float64)
+    mad = float(np.median(np.abs(k - np.median(k)))) if k.size else 0.0
+    return max(NOISE_MADS * 1.4826 * mad, NOISE_FLOOR_NS)
+
+
+def _durations(trace, m: E.Tasks) -> np.ndarray:
+    """``(tasks, intervals)`` ns of the merged tasks ``m`` (``whatif``'s merged phases)."""
+    return np.diff(W._merged_phases(trace, m), axis=1).astype(np.float64)
+
+
+def typical(trace, launches=None, *, source: str = "") -> Typical:
+    """The ``Typical`` of ``launches`` of ``trace`` (None: all of them)."""
+    base = trace if launches is None else trace.filter(launches=list(launches))
+    if base.tasks.num_rows == 0:
+        raise ExplainError(f"the baseline {source or 'selection'} has no task rows")
+    launch_ids, kernel = kernel_times(base)
+    return typical_of([base], kernel, source or f"{len(base.launches)} launches")._replace(kernel_launches=launch_ids)
+
+
+def typical_of(traces, kernel_ns, source: str) -> Typical:
+    """The ``Typical`` of the launches of several traces of one kernel (a run's
+    launches, each its own ``Trace``), with ``kernel_ns`` the kernel times whose
+    spread is the noise."""
+    parts = []
+    for tr in traces:
+        m = E.merged_tasks(tr)
+        parts.append((m.rank, m.stage, m.task, _durations(tr, m)))
+    rank, stage, task, dur = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    gid, ng, (rank, stage, task) = GR.group_ids(rank, stage, task)
+    return Typical(rank, stage, task, group_median(gid, ng, dur), np.asarray(kernel_ns), source)
+
+
+def group_median(gid: np.ndarray, ng: int, values: np.ndarray) -> np.ndarray:
+    """Per group of ``ng`` (``gid`` dense ids), the median of each column of the
+    non-negative integral ``values`` (``(rows, columns)``): one sort of ``gid * span +
+    value`` per column (int64), the middle of each group's run."""
+    counts = np.bincount(gid, minlength=ng)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    v = np.rint(values).astype(np.int64)
+    span = int(v.max(initial=0)) + 1
+    if ng * span >= 1 << 62:
+        raise ExplainError(f"interval durations up to {span} ns over {ng} tasks overflow the median's sort key")
+    med = np.empty((ng, v.shape[1]))
+    for j in range(v.shape[1]):
+        s = np.sort(gid.astype(np.int64) * span + v[:, j]) - np.repeat(np.arange(ng, dtype=np.int64) * span, counts)
+        med[:, j] = (s[first + (counts - 1) // 2] + s[first + counts // 2]) / 2
+    return med
+
+
+def typical_for(typ: Typical, m: E.Tasks, measured: np.ndarray) -> np.ndarray:
+    """``typ``'s durations for the tasks ``m`` (their own measured ones where the
+    baseline lacks the key)."""
+    span = int(max(typ.task.max(initial=0), m.task.max(initial=0))) + 1
+    stages = int(max(typ.stage.max(initial=0), m.stage.max(initial=0))) + 1
+    key_t = (typ.rank * stages + typ.stage) * span + typ.task
+    key_m = (m.rank * stages + m.stage) * span + m.task
+    at = np.searchsorted(key_t, key_m)
+    hit = (at < key_t.size) & (key_t[np.minimum(at, key_t.size - 1)] == key_m)
+    out = measured.copy()
+    out[hit] = typ.durations[at[hit]]
+    return out
+
+
+class Culprit(NamedTuple):
+    """A candidate culprit: its ``scope`` (``SCOPES``), rank (None: every rank),
+    stage, task and CTA (None where the scope spans several), the interval ``phase``,
+    its tasks (indices into the launch's merged tasks), measured and typical ns
+    summed over them, and the replay's saving (ns) with it at its typical time."""
+
+    scope: str
+    rank: int | None
+    stage: int
+    task: int | None
+    cta: int | None
+    phase: int
+    tasks: np.ndarray
+    measured_ns: float
+    typical_ns: float
+    saving_ns: float = 0.0
+
+    @property
+    def excess_ns(self) -> float:
+        return self.measured_ns - self.typical_ns
+
+
+class Explained(NamedTuple):
+    """One launch explained: its kernel and typical kernel time (ns), the noise, the
+    culprits (significant first, by saving), the saving of all candidates together,
+    the critical path's excess per (rank, stage, CTA, phase) cell, the replay's
+    fidelity, the gating edge out of each culprit, and the launch's merged tasks."""
+
+    launch: int
+    kernel_ns: int
+    typical_ns: float
+    noise_ns: float
+    culprits: list
+    together_ns: float
+    path_cells: list
+    fidelity: W.Fidelity | None
+    gating: list
+    tasks: E.Tasks
+    exact: bool
+
+
+def _excess(trace, g: E.Graph, rec: np.ndarray, typ_dur: np.ndarray) -> np.ndarray:
+    """``(tasks, intervals)`` ns above typical; the wait interval counts its hand-off
+    above its (rank, stage)'s median hand-off in the launch, never its producers' delay."""
+    m = g.tasks
+    dur = np.diff(rec, axis=1).astype(np.float64)
+    ex = dur - typ_dur
+    w = trace.phases.index(trace.spec.wait[0])
+    data = g.kind < 2
+    latest = np.full(m.n, -np.inf)
+    np.maximum.at(latest, g.consumer[data], rec[g.producer[data], -1].astype(np.float64))
+    hand = rec[:, w + 1] - np.maximum(rec[:, w], latest)
+    gid, ng, _ = GR.group_ids(m.rank, m.stage)
+    med = np.zeros(ng)
+    for k in range(ng):  # few (rank, stage) groups
+        med[k] = np.median(hand[gid == k])
+    ex[:, w] = hand - med[gid]
+    return ex
+
+
+def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray) -> list:
+    """Groups of excess cells (``Culprit``s without their saving), the most promising
+    first: a whole stage or a rank's stage where most of its tasks carry an excess
+    in one interval, else a CTA's tasks of a stage, else single tasks; cells on the
+    critical path before the others."""
+    out, taken = [], np.zeros(ex.shape, bool)
+    hot = ex > floor
+    for j in range(ex.shape[1]):
+        for s in np.unique(m.stage[hot[:, j]]):
+            mine = m.stage == s
+            if hot[mine, j].sum() > 1 and hot[mine, j].mean() >= 0.5:
+                out.append(("stage", None, int(s), None, None, j, np.flatnonzero(mine & hot[:, j])))
+                taken[mine, j] = True
+                continue
+            for r in np.unique(m.rank[mine & hot[:, j]]):
+                rs = mine & (m.rank == r)
+                if hot[rs, j].sum() > 1 and hot[rs, j].mean() >= 0.5:
+                    out.append(("rank-stage", int(r), int(s), None, None, j, np.flatnonzero(rs & hot[:, j])))
+                    taken[rs, j] = True
+    rest = np.argwhere(hot & ~taken)
+    cells = {}
+    for i, j in rest:
+        cells.setdefault((int(m.rank[i]), int(m.stage[i]), int(m.cta[i]), int(j)), []).append(int(i))
+    for (r, s, c, j), idx in cells.items():
+        idx = np.array(idx)
+        if idx.size > 1:
+            out.append(("cta", r, s, None, c, j, idx))
+        else:
+            out.append(("task", r, s, int(m.task[idx[0]]), c, j, idx))
+    weight = lambda c: (bool(on_path[c[6]].any()), float(ex[c[6], c[5]].sum()))  # noqa: E731
+    return sorted(out, key=weight, reverse=True)
+
+
+def _saving(trace, g, plan, base_end: float, fixes) -> float:
+    """How much earlier the launch ends with ``fixes`` (``(tasks, interval, ns)``
+    subtracted) than in the unchanged replay."""
+    add = np.zeros((g.tasks.n, len(trace.phases) - 1))
+    for idx, j, ns in fixes:
+        add[idx, j] -= ns
+    r = W.replay(trace, (), g, task_ns=add, plan_=plan)
+    return base_end - float(r.simulated[:, -1].max())
+
+
+def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Explained:
+    """``launch`` of ``trace`` against ``typ`` (see the module docstring); ``own``:
+    ``typ`` is of this trace's launches, so the noise leaves ``launch`` out."""
+    if launch not in trace.launches:
+        raise ExplainError(f"launch {launch} is not in the trace; its launches are {R.brief(trace.launches)}")
+    one = trace.filter(launches=[launch])
+    kernel = int(kernel_times(one)[1][0])
+    others = typ.kernel_ns
+    if own and typ.kernel_launches is not None and (typ.kernel_launches != launch).sum() >= 2:
+        others = typ.kernel_ns[typ.kernel_launches != launch]
+    noise = noise_ns(others)
+    if not trace.spec.wait:
+        raise ExplainError(f"spec {trace.spec.kernel!r} declares no wait for producers (Spec(wait=...)): explain "
+                           "cannot tell a task's own time from its wait; declare it and re-export")
+    if not trace.spec.graph:
+        return _heuristic(one, launch, typ, kernel, noise)
+    g = E.edges(one)
+    plan = W.plan(one, g)
+    r = W.replay(one, (), g, plan_=plan)
+    m = g.tasks
+    rec = r.recorded
+    typ_dur = typical_for(typ, m, np.diff(rec, axis=1).astype(np.float64))
+    ex = _excess(one, g, rec, typ_dur)
+    chain = E.chain(g, launch)
+    on_path = np.zeros(m.n, bool)
+    on_path[[t for t, _ in chain]] = True
+    fid = W.Fidelity(float(np.abs(r.simulated[:, -1] - r.recorded[:, -1]).max()),
+                     abs(float(r.simulated[:, -1].max()) - float(r.recorded[:, -1].max())))
+    base_end = float(r.simulated[:, -1].max())
+    floor = max(noise / 4, 3 * 1.4826 * float(np.median(np.abs(ex))), NOISE_FLOOR_NS / 2)
+    cands = _candidates(m, ex, floor, on_path)[:CANDIDATES]
+    dur = np.diff(rec, axis=1).astype(np.float64)
+    culprits = []
+    for scope, rank, s, task, cta, j, idx in cands:
+        fix = np.maximum(ex[idx, j], 0)
+        if fix.sum() <= noise / 2:  # the replay is 1-Lipschitz: it saves at most what it removes, never significant
+            continue
+        saving = _saving(one, g, plan, base_end, [(idx, j, fix)])
+        culprits.append(Culprit(scope, rank, s, task, cta, j, idx, float(dur[idx, j].sum()),
+                                float(dur[idx, j].sum() - fix.sum()), saving))
+    big = [c for c in culprits if c.excess_ns > noise / 2]  # those that could matter, fixed together
+    together = _saving(one, g, plan, base_end, [(c.tasks, c.phase, np.maximum(ex[c.tasks, c.phase], 0))
+                                                for c in big]) if len(big) > 1 else \
+        max([c.saving_ns for c in culprits], default=0.0)
+    culprits = _ranked(culprits, noise, together)
+    return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, together,
+                     _path_cells(g, chain, ex, one.phases.index(one.spec.wait[0])), fid, [_gating_edge(g, chain, c) for c in culprits], m, True)
+
+
+def _ranked(culprits: list, noise: float, together: float) -> list:
+    """Culprits by saving (the narrower scope first between two within 10 % of each
+    other); when none saves beyond the noise alone but those with an excess over half
+    the noise do together (equal culprits on parallel paths), by excess."""
+    out = sorted(culprits, key=lambda c: (-c.saving_ns, SCOPES.index(c.scope)))
+    for k in range(len(out) - 1):
+        a, b = out[k], out[k + 1]
+        if SCOPES.index(b.scope) < SCOPES.index(a.scope) and b.saving_ns >= 0.9 * a.saving_ns:
+            out[k], out[k + 1] = b, a
+    if out and out[0].saving_ns <= noise < together:
+        out = sorted(culprits, key=lambda c: -c.excess_ns)
+    return out
+
+
+def significant(e: Explained) -> list:
+    """The culprits whose saving exceeds the noise: alone, or else together, those
+    with an excess over half the noise (parallel culprits, each hiding the other)."""
+    if e.culprits and e.culprits[0].saving_ns > e.noise_ns:
+        return [c for c in e.culprits if c.saving_ns > e.noise_ns]
+    if e.together_ns > e.noise_ns:
+        return [c for c in e.culprits if c.excess_ns > e.noise_ns / 2]
+    return []
+
+
+def _path_cells(g: E.Graph, chain: list, ex: np.ndarray, wait: int) -> list:
+    """The critical path's excess per (rank, stage, CTA, interval) cell: the intervals
+    of each path task that lie on the path (after the wait where data gated it, all
+    where its CTA did), largest first, as ``(rank, stage, cta, interval, ns)``."""
+    m = g.tasks
+    cells = {}
+    for t, e in chain:
+        data = e >= 0 and g.kind[e] < 2
+        for j in range(wait if data else 0, ex.shape[1]):  # data-gated: its hand-off and what follows
+            key = (int(m.rank[t]), int(m.stage[t]), int(m.cta[t]), j)
+            cells[key] = cells.get(key, 0.0) + float(ex[t, j])
+    return sorted(((*k, v) for k, v in cells.items() if abs(v) > 0), key=lambda c: -c[4])
+
+
+def _gating_edge(g: E.Graph, chain: list, c: Culprit):
+    """The gating edge that carried culprit ``c``'s delay: the edge out of one of its
+    tasks that gated a consumer on the critical path (else any gating edge out of
+    one), as ``(producer task, consumer task, kind)`` indices, or None."""
+    mine = set(c.tasks.tolist())
+    for t, e in chain:
+        if e >= 0 and int(g.producer[e]) in mine:
+            return int(g.producer[e]), int(t), E.KINDS[g.kind[e]]
+    hit = np.flatnonzero(g.gating & np.isin(g.producer, c.tasks))
+    if hit.size:
+        e = int(hit[0])
+        return int(g.producer[e]), int(g.consumer[e]), E.KINDS[g.kind[e]]
+    return None
+
+
+def _heuristic(one, launch: int, typ: Typical, kernel: int, noise: float) -> Explained:
+    """Without a task graph: the excess cells of every task, those on the heuristic
+    critical path (``timeline.critical``, per rank) first; no saving (no replay)."""
+    from timeline.analysis import critical
+
+    m = E.merged_tasks(one)
+    dur = _durations(one, m)
+    ex = dur - typical_for(typ, m, dur)
+    on_path = np.zeros(m.n, bool)
+    for r in one.ranks:
+        p = critical.critical_path(one, rank=r, launch=launch)
+        stage = np.array([one.spec.stage_index(s) for s in p.column("stage").to_pylist()], dtype=np.int64)
+        task = R.numpy(p.column("task")).astype(np.int64)
+        on_path |= (m.rank == r) & np.isin(m.stage * (1 << 32) + m.task, stage * (1 << 32) + task)
+    floor = max(noise / 4, NOISE_FLOOR_NS / 2)
+    cands = _candidates(m, ex, floor, on_path)[:CANDIDATES]
+    culprits = [Culprit(sc, r, s, t, c, j, idx, float(dur[idx, j].sum()), float(dur[idx, j].sum() - ex[idx, j].sum()),
+                        0.0) for sc, r, s, t, c, j, idx in cands]
+    return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, 0.0, [], None,
+                     [None] * len(culprits), m, False)
+
+
+def allreduce_skew(trace) -> list:
+    """Per all-reduce rule of the graph (consumer, producer stage): per launch, the
+    rank whose producer tasks ended last and by how much after the first rank's, as
+    ``(consumer, producer, launches, ranks, last ranks, skew ns)`` arrays."""
+    out = []
+    spec = trace.spec
+    t = trace.tasks
+    if t.num_rows == 0:
+        return out
+    _, end = R.extent(R.phase_matrix(t, trace.phases))
+    rank, launch, stage = (R.column(t, c).astype(np.int64) for c in ("rank", "launch", "stage_index"))
+    for consumer, rules in spec.graph.items():
+        for rule in rules:
+            if not rule.allreduce:
+                continue
+            sel = stage == spec.stage_index(rule.stage)
+            gid, ng, (la, rk) = GR.group_ids(launch[sel], rank[sel])
+            _, last = GR.group_min_max(gid, ng, end[sel], end[sel])
+            lid, nl, (launches,) = GR.group_ids(la)
+            worst = np.full(nl, -1, dtype=np.int64)
+            hi = np.full(nl, np.iinfo(np.int64).min)
+            lo = np.full(nl, np.iinfo(np.int64).max)
+            np.maximum.at(hi, lid, last)
+            np.minimum.at(lo, lid, last)
+            for k in range(ng):
+                if last[k] == hi[lid[k]] and worst[lid[k]] < 0:
+                    worst[lid[k]] = rk[k]
+            out.append((consumer, rule.stage, launches, np.unique(rk), worst, hi - lo))
+    return out

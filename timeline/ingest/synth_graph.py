@@ -1,0 +1,258 @@
+"""SYNTHETIC traces over a real task graph, with injected delays of known truth.
+
+``timeline.synth`` models a mono kernel with proportional producer blocks; this
+model runs a kernel profile's own stages and task graph (``Spec.graph``: the shapes
+of ``timeline.graph``, all-reduce rules across every rank), so that a delay
+injected into one (rank, stage, task, phase) propagates to the end of the launch
+through the dependency shapes the real kernel has. Nothing here was measured on a
+GPU: every trace is labelled ``synthetic``.
+
+The model, per rank and launch: ``grid`` CTAs run the stages in order by the mono
+kernels' rotation rule (``timeline.synth``). A task starts when its CTA is free,
+waits (``start`` -> ``hint``, the spec's declared wait) until the latest of its
+producers' ends plus a mailbox latency (at least a poll), then stages, computes and
+publishes (``staged``, ``compute``, ``end``). A phase's duration is its stage's mean
+times a factor fixed per (rank, stage, task) for the seed (the task's share of the
+work: the same every launch) times a small launch-to-launch jitter. Rank clocks
+carry their own epochs and a calibration stating it, so a merge puts them on the
+model's one time axis. The same seed draws the same numbers with or without
+injections: a clean and an injected trace differ by the injections' effect alone.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from timeline.errors import TimelineError
+from timeline.contract import clocks as K
+from timeline.contract import graph as G
+from timeline.contract import schema as S
+from timeline.ingest import synth as SY
+
+PHASES = ("start", "hint", "staged", "compute", "end")
+WAIT = ("start", "hint")
+INTERVALS = PHASES[1:]  # an interval is named by the phase that ends it
+
+
+class SynthError(TimelineError):
+    """A synthetic model or injection the kernel profile cannot run (unknown stage, task, phase)."""
+
+
+class Injection(NamedTuple):
+    """``ns`` added to the interval ending at ``phase`` of the chosen tasks: ``rank``
+    (None: every rank), ``stage``, ``task`` (None: every task of the stage, or of
+    ``cta`` when that is set), ``launch`` (None: every launch)."""
+
+    rank: int | None
+    stage: str
+    task: int | None
+    cta: int | None
+    phase: str
+    ns: float
+    launch: int | None = None
+
+    def label(self) -> str:
+        """The injection in its command-line form (``parse_injection``'s)."""
+        who = "*" if self.task is None and self.cta is None else (f"cta{self.cta}" if self.cta is not None
+                                                                   else str(self.task))
+        at = "" if self.launch is None else f"@{self.launch}"
+        return f"{'*' if self.rank is None else self.rank}:{self.stage}:{who}:{self.phase}:+{self.ns:g}{at}"
+
+
+INJECT_FORM = ("RANK:STAGE:TASK:PHASE:+NS[@LAUNCH], RANK a rank or * (every rank), TASK a task, * (the whole "
+               "stage) or ctaN (every task CTA N runs), PHASE the phase ending the interval (hint staged compute "
+               "end), e.g. 3:o:17:compute:+5000@2")
+
+
+def parse_injection(text: str) -> Injection:
+    """``"3:o:17:compute:+5000@2"`` as an ``Injection`` (``INJECT_FORM``); a ``SynthError`` naming the form."""
+    body, _, launch = text.partition("@")
+    parts = body.split(":")
+    try:
+        if len(parts) != 5 or not parts[1] or not parts[4].startswith("+"):
+            raise ValueError
+        rank = None if parts[0] == "*" else int(parts[0])
+        who = parts[2]
+        task = cta = None
+        if who.startswith("cta"):
+            cta = int(who[3:])
+        elif who != "*":
+            task = int(who)
+        ns = float(parts[4][1:])
+        at = int(launch) if launch else None
+        if not np.isfinite(ns) or ns < 0 or min(v for v in (rank, task, cta, at, 0) if v is not None) < 0:
+            raise ValueError
+    except ValueError:
+        raise SynthError(f"--inject {text!r}: give {INJECT_FORM}") from None
+    if parts[3] not in INTERVALS:
+        raise SynthError(f"--inject {text!r}: phase {parts[3]!r} ends no interval; one of {list(INTERVALS)}")
+    return Injection(rank, parts[1], task, cta, parts[3], ns, at)
+
+
+def graph_spec(stages, graph, *, world: int = 8, launches: int = 8, waves: int = 1, arch: str = "gfx942",
+               kernel: str = "synthetic_graph") -> S.Spec:
+    """A spec for this model: ``stages`` with their ``graph``, the model's phases and wait."""
+    clock = "globaltimer" if arch.startswith("sm") else "memrealtime"
+    return S.Spec(kernel, tuple(stages), phases=PHASES, wait=WAIT, waves=waves, launches=launches, world=world,
+                  arch=arch, clock=clock, graph=graph)
+
+
+def glm5_spec(*, world: int = 8, launches: int = 8, waves: int = 1) -> S.Spec:
+    """The GLM-5 layer's stages (``timeline.legacy.GLM5_STAGES``) and task graph
+    (``timeline.presets.glm5``) as a spec for this model."""
+    stages, graph = profiles()["glm5"]
+    return graph_spec(stages, graph, world=world, launches=launches, waves=waves, kernel="glm5_layer_synthetic_graph")
+
+
+def profiles() -> dict:
+    """The kernel profiles this model can run: name -> (stages, task graph), from
+    ``timeline.presets`` (the GLM-5 layer at S=1, the Triton FFN demo)."""
+    from timeline.ingest import legacy
+    from timeline.contract import presets
+
+    return {"glm5": (legacy.GLM5_STAGES, presets.glm5()),
+            "triton-ffn": ((("up", 512), ("norm", 64), ("down", 128)), presets.triton_ffn())}
+
+
+class Model(NamedTuple):
+    """The model's knobs: mean ns of each stage's staging / compute / epilogue
+    (``timeline.synth.StageModel``; None: drawn from the seed), the mailbox latency,
+    the shortest poll, the gap between launches, the spread of the per-task factor and
+    of the launch-to-launch jitter (lognormal sigmas)."""
+
+    stages: tuple | None = None
+    mailbox_ns: float = 800.0
+    poll_ns: float = 200.0
+    launch_gap_ns: float = 20_000.0
+    task_sigma: float = 0.25
+    jitter_sigma: float = 0.03
+
+
+def _rule_ready(rule: G.Rule, prev_end: np.ndarray, tasks: np.ndarray) -> np.ndarray:
+    """``(ranks, len(tasks))``: the latest end of each task's producers under ``rule``."""
+    if rule.listed:
+        raise SynthError(f"the synthetic model cannot run listed rules (stage {rule.stage!r}): give shaped rules")
+    if rule.count == 0:
+        out = np.repeat(prev_end.max(axis=1, keepdims=True), tasks.size, axis=1)
+    else:
+        window = np.lib.stride_tricks.sliding_window_view(prev_end, rule.count, axis=1).max(axis=-1)
+        out = window[:, np.asarray(rule.lo(tasks))]
+    return np.broadcast_to(out.max(axis=0, keepdims=True), out.shape).copy() if rule.allreduce else out
+
+
+def _injected(spec: S.Spec, injections, launch: int, s: int, sel: np.ndarray, c: np.ndarray, ranks: int):
+    """``{phase: (ranks, len(sel)) ns}`` the injections add to stage ``s``'s tasks ``sel`` (on CTAs ``c``)."""
+    name = spec.stage_names[s]
+    out = {}
+    for inj in injections:
+        if inj.stage != name or (inj.launch is not None and inj.launch != launch):
+            continue
+        hit = np.ones(sel.size, bool) if inj.task is None else (sel == inj.task)
+        if inj.cta is not None:
+            hit &= c == inj.cta
+        add = np.zeros((ranks, sel.size))
+        add[slice(None) if inj.rank is None else inj.rank, hit] = inj.ns
+        out[inj.phase] = out.get(inj.phase, 0) + add
+    return out
+
+
+def check_injections(spec: S.Spec, injections, grid: int) -> None:
+    """Every injection names a stage, task, CTA, rank and launch the spec has."""
+    count = dict(spec.stages)
+    for inj in injections:
+        where = f"--inject {inj.label()}"
+        if inj.stage not in count:
+            raise SynthError(f"{where}: unknown stage {inj.stage!r}; the stages are {list(count)}")
+        if inj.task is not None and not 0 <= inj.task < count[inj.stage]:
+            raise SynthError(f"{where}: stage {inj.stage!r} has tasks 0..{count[inj.stage] - 1}")
+        if inj.cta is not None and not 0 <= inj.cta < grid:
+            raise SynthError(f"{where}: the grid has CTAs 0..{grid - 1}")
+        if inj.rank is not None and not 0 <= inj.rank < max(spec.world, 1):
+            raise SynthError(f"{where}: the trace has ranks 0..{max(spec.world, 1) - 1}")
+        if inj.launch is not None and not 0 <= inj.launch < spec.launches:
+            raise SynthError(f"{where}: the trace has launches 0..{spec.launches - 1}")
+
+
+def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=()) -> list:
+    """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
+    device layout) of the model run over ``spec.graph`` with ``inject``ed delays."""
+    SY._check_grid(grid)
+    if not spec.graph:
+        raise SynthError(f"spec {spec.kernel!r} has no task graph: the model runs a kernel profile's graph")
+    if tuple(spec.phases) != PHASES or tuple(spec.wait or ()) != WAIT:
+        raise SynthError(f"the model stamps phases {PHASES} with the wait {WAIT}; build the spec with graph_spec")
+    check_injections(spec, inject, grid)
+    order = {n: i for i, n in enumerate(spec.stage_names)}
+    for consumer, rules in spec.graph.items():
+        for rule in rules:
+            if order[rule.stage] >= order[consumer]:
+                raise SynthError(f"stage {consumer!r} waits for {rule.stage!r}, which runs after it; the model "
+                                 "runs the stages in order")
+    rng = np.random.default_rng(seed)
+    ranks, lay = max(spec.world, 1), spec.layout
+    means = model.stages or [SY.StageModel(600 * k, 2500 * k, 300 * k)
+                             for k in rng.uniform(0.5, 2.0, size=len(spec.stages))]
+    factor = [rng.lognormal(0.0, model.task_sigma, size=(3, ranks, n)) for _, n in spec.stages]
+    base, acc = [], 0
+    for _, n in spec.stages:
+        base.append(acc & (grid - 1))
+        acc += n
+    bufs = np.zeros((ranks, lay.words), dtype=np.int64)
+    tick = S.tick_ns(spec.clock)
+    epoch = np.floor(rng.integers(10**9, 10**12, size=ranks) * tick)
+    skew = rng.uniform(0, 3000, size=ranks)
+    placement = SY._placements(spec, grid, rng)
+    t_launch = 0.0
+    for launch in range(spec.launches):
+        cursor = t_launch + skew[:, None] + rng.uniform(0, 500, size=(ranks, grid))
+        ends = []
+        for s, (name, count) in enumerate(spec.stages):
+            ready = np.full((ranks, count), -np.inf)
+            tasks = np.arange(count)
+            for rule in spec.graph.get(name, ()):
+                ready = np.maximum(ready, _rule_ready(rule, ends[order[rule.stage]], tasks))
+            ready += model.mailbox_ns
+            stage_end = np.zeros((ranks, count))
+            cta_of = (tasks + base[s]) & (grid - 1)
+            for rnd in range(-(-count // grid)):
+                sel = tasks[(tasks // grid) == rnd]
+                c = cta_of[sel]
+                start = cursor[:, c]
+                add = _injected(spec, inject, launch, s, sel, c, ranks)
+                jit = rng.lognormal(0.0, model.jitter_sigma, size=(3, ranks, sel.size))
+                d = [means[s][k] * factor[s][k][:, sel] * jit[k] for k in range(3)]
+                hint = np.maximum(start + model.poll_ns, ready[:, sel]) + add.get("hint", 0)
+                staged = hint + d[0] + add.get("staged", 0)
+                compute = staged + d[1] + add.get("compute", 0)
+                end = compute + d[2] + add.get("end", 0)
+                stage_end[:, sel] = end
+                cursor[:, c] = end + rng.uniform(50, 150, size=(ranks, sel.size))
+                cols = [start, hint, staged, compute, end]
+                SY._write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng)
+            ends.append(stage_end)
+        t_launch = float(cursor.max()) + model.launch_gap_ns
+    labels = [i.label() for i in inject]
+    out = []
+    for r in range(ranks):
+        cal = K.Calibration(int(epoch[r]), 16.0, 0, 1, f"synthetic rank {r}")
+        sp = spec.replace(rank=r, world=ranks, grid=grid,
+                          extra={**spec.extra, "synthetic": True, "injections": labels, "seed": seed})
+        out.append((K.with_calibrations(sp, [cal]), bufs[r]))
+    return out
+
+
+def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=()):
+    """A SYNTHETIC multi-rank ``Trace`` of ``graph_buffers`` through the real collector and merge."""
+    from timeline.ingest.collect import collect
+    from timeline.ingest.merge import merge
+
+    spec = spec or glm5_spec()
+    bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
+                                                                     inject=inject)]
+    traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
+    # merged without the graph, then given it: the model's waits end after their producers by
+    # construction, so merge's causality pass over every edge of every launch would find nothing
+    merged = traces[0] if len(traces) == 1 else merge(traces)
+    return merged.with_graph(spec.graph)
