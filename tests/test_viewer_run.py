@@ -243,6 +243,9 @@ def test_the_overview_paints_and_a_click_opens_a_launch(page):
     B.wait_for(driver, "return location.search.indexOf('step=%d&layer=%d') > 0 || null" % target, 30, "the address")
     assert json.loads(outline(driver)) == [[target.step - .5, target.step + .5, target.layer - .5, target.layer + .5]]
     B.wait_for(driver, "return document.querySelector('#stage-report table') ? 1 : null", 60, "the stage report")
+    verdict = B.wait_for(driver, "var v=document.getElementById('ov-verdict'); return v && v.innerText", 60,
+                         "the explain verdict")  # beside the overview: the p99 launch explained
+    assert verdict.startswith(f"step {ov.p99.step} layer {ov.p99.layer} took ")
     assert driver.find_element("id", "ov-progress").text == ""  # the loading note is gone once drawn
 
 
@@ -308,3 +311,15 @@ def test_a_real_trace_reads_as_a_run_and_a_run_without_headers_says_why(tmp_path
         V.prepare([str(tmp_path / "demo_run"), "--trace-dir", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and "16 rank launches without one" in err and str(tmp_path) not in err
+
+
+def test_the_explain_verdict_names_the_p99_launch(state, run_dir):
+    """The verdict beside the overview is ``timeline explain``'s on the p99 launch,
+    against the launches nearest the median (of the slowest rank's kernel time)."""
+    _, run, _ = run_dir
+    ov = state.runs.overview(run.name)
+    doc = state.runs.verdict(run.name)
+    kernel = ov.launches.column("kernel_ns")[ov.index(ov.p99)].as_py()
+    assert doc["verdict"].startswith(f"step {ov.p99.step} layer {ov.p99.layer} took {kernel / 1e3:.2f} µs")
+    assert "5 launches nearest the run's median" in doc["typical"]["from"]
+    assert state.runs.verdict(run.name) is doc  # made once per run

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
+
+import numpy as np
 from pathlib import Path
 
 from viewer import run_source as VRS
@@ -17,7 +19,8 @@ from viewer.sources import Catalog, Loaded, SourceError, Store
 from viewer.state import App
 
 REFUSED = "\x00refused\x00"  # a requested name that stands for the refusal after it (no file has a NUL)
-MAX_RUNS = 4  # run sources kept open (their overviews and DuckDB connections)
+MAX_RUNS = 4
+EXPLAIN_NEAREST = 5  # the typical launch of the explain verdict: this many nearest the median (timeline explain RUN)  # run sources kept open (their overviews and DuckDB connections)
 
 
 class Runs:
@@ -32,6 +35,7 @@ class Runs:
             self.given.setdefault(p.name, p)
         self._open: dict = {}
         self._overviews: dict = {}
+        self._verdicts: dict = {}
         self._lock = threading.Lock()
 
     def resolve(self, name) -> Path:
@@ -101,6 +105,36 @@ class Runs:
                                  "headers; open a capture's trace file instead)" if ov.unkeyed else ""))
         key = ov.typical
         return key
+
+    def verdict(self, name: str) -> dict:
+        """``timeline explain``'s document on the run's p99 launch against the
+        ``EXPLAIN_NEAREST`` launches nearest its median kernel time (the slowest
+        rank's), made once per run: it reads those launches, so the page asks for it
+        after its first paint."""
+        with self._lock:
+            doc = self._verdicts.get(name)
+        if doc is not None:
+            return doc
+        from timeline.analysis import explain as X
+        from timeline.analysis import explain_report as XR
+
+        src, ov = self.source(name), self.overview(name)
+        keys = ov.keys()
+        kernel = np.asarray(ov.launches.column("kernel_ns").to_pylist(), dtype=np.int64)
+        if ov.p99 is None or len(keys) < 2:
+            raise SourceError("the run holds too few launches to explain one against a typical one")
+        at = ov.index(ov.p99)
+        near = [int(k) for k in np.argsort(np.abs(kernel - np.median(kernel)), kind="stable") if int(k) != at]
+        base = [VRS.one_launch(src.launch(keys[k])) for k in near[:EXPLAIN_NEAREST]]
+        typ = X.typical_of(base, np.delete(kernel, at), f"the {len(base)} launches nearest the run's median "
+                                                        f"kernel time (noise over its other {kernel.size - 1})")
+        trace = VRS.one_launch(src.launch(ov.p99))
+        label = f"{ov.axis} {ov.p99.step} layer {ov.p99.layer}"
+        doc = XR.document(trace, name, f"timeline explain {name} --step {ov.p99.step} --layer {ov.p99.layer}",
+                          X.kernel_times(trace), [X.explain_launch(trace, 0, typ)], [], typ, pick="", label=label)
+        with self._lock:
+            self._verdicts[name] = doc
+        return doc
 
     def overview(self, name: str) -> VRS.Overview:
         """The run's ``Overview``, made once per opened run."""

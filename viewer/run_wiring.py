@@ -34,8 +34,7 @@ CSS = """
 .ov-scale { font-size: 12px; color: #444; }
 .ov-progress { font-size: 12px; color: #1f4e79; font-weight: 600; min-height: 16px; }
 """
-EXPLAIN_SLOT = ("The explain verdict (timeline explain: which stage, rank or launch to blame) goes here; "
-                "this build has no explain analysis yet.")
+EXPLAIN_SLOT = "timeline explain on the p99 launch: working it out (it reads six launches) …"
 BUTTONS = (("ov-slowest", "slowest"), ("ov-typical", "typical"), ("ov-p99", "p99"), ("ov-prev", "◀ previous (p)"),
            ("ov-next", "next (n) ▶"))
 KEYS_SCRIPT = """function(_) { if (!window._ovKeys) { window._ovKeys = true;
@@ -155,6 +154,21 @@ def on_open(app, click, *rest):
             f"loading {ov.axis} {target.step} · layer {target.layer} ({tasks:,} tasks across ranks) …")
 
 
+@guarded(ERROR)
+def on_verdict(app, run):
+    """The explain verdict beside the overview (``Runs.verdict``): what made the run's
+    p99 launch slow, against the launches nearest its median."""
+    if run is None:
+        raise dash.exceptions.PreventUpdate
+    doc = app.runs.verdict(run)
+    out = [html.B("Explain verdict (p99 launch)"), html.Div(doc["verdict"], id="ov-verdict")]
+    typ = doc.get("typical") or {}
+    if typ:
+        out.append(html.Div(f"{doc['method']}; typical {typ.get('kernel_us', 0):g} µs ({typ.get('from', '')}), "
+                            f"noise {typ.get('noise_us', 0):g} µs", className="status"))
+    return out
+
+
 @guarded(NO)
 def on_link(app, state, key, tab, search):
     """The link callback: ``view_link``."""
@@ -224,6 +238,7 @@ def install(dash_app, app, page_search):
                *(Input(bid, "n_clicks") for bid, _ in BUTTONS), State("ov-run", "data"), State("trace-key", "data"),
                State("url", "search"), State("ov-metric", "value"), State("ov-rank", "value"),
                prevent_initial_call=True)(partial(on_open, app))
+    d.callback(Output("ov-explain", "children"), Input("ov-run", "data"))(partial(on_verdict, app))
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
                Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
     return d
