@@ -38,6 +38,8 @@ def main(argv=None) -> int:
         page = f"run={first}" if args.trace.is_dir() else f"trace={first}"  # a run directory: its overview
         driver.get(url + "?" + "&".join(q for q in (page, args.query) if q))
         B.gantt_ready(driver)
+        if args.trace.is_dir():  # the explain verdict beside the overview comes after the first paint
+            B.wait_for(driver, "return document.getElementById('ov-verdict')", 120, "the explain verdict")
         if args.pin is not None:
             from selenium.webdriver.common.action_chains import ActionChains
 
