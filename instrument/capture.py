@@ -389,8 +389,8 @@ class Capture:
 def _run_sink(run_dir, name: str):
     """The sink appending each step's trace to the run dataset at ``run_dir``."""
     def sink(trace):
-        from timeline import run as timeline_run
+        from timeline import run as RN
 
-        return timeline_run.append(run_dir, trace, capture=name)
+        return RN.append(run_dir, trace, capture=name)
 
     return sink

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from instrument import capture as C
+from instrument import capture as CAP
 from timeline.contract import schema as S
 
 torch = pytest.importorskip("torch")
@@ -41,7 +41,7 @@ class Device:
     """A device replaying a graph of ``layers`` launches per step into ``cap``'s ring:
     each launch picks its slot from the step counter as the kernel does."""
 
-    def __init__(self, cap: C.Capture):
+    def __init__(self, cap: CAP.Capture):
         self.cap = cap
         self.words = cap.stamps.numpy()  # the CPU tensor's memory
         self.lay = cap.layout
@@ -69,7 +69,7 @@ class Device:
 
 def _capture(ring, every, layers, **kw):
     got = []
-    cap = C.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu", **kw)
+    cap = CAP.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu", **kw)
     return cap, got
 
 
@@ -108,7 +108,7 @@ def test_a_slow_drain_counts_overruns_once_and_writes_no_wrong_row():
     and every row written is its own step's."""
     cap, got = _capture(2, 2, 2)
     dev = Device(cap)
-    with pytest.warns(C.CaptureBehind, match=r"raise ring= \(now 2\) or every= \(now 2\)"):
+    with pytest.warns(CAP.CaptureBehind, match=r"raise ring= \(now 2\) or every= \(now 2\)"):
         for _ in range(5):
             dev.run(10)
             cap.poll()
@@ -129,7 +129,7 @@ def test_a_copy_the_device_overtakes_is_an_overrun_not_a_row():
     dev = Device(cap)
     dev.run(2)  # steps 0, 1 complete, the ring full
     cap._staging.during = lambda: dev.run(2)  # steps 2, 3 overwrite both rows meanwhile
-    with pytest.warns(C.CaptureBehind):
+    with pytest.warns(CAP.CaptureBehind):
         cap.poll()
     cap._staging.during = None
     assert cap.report.overrun == [0, 1] and got == []
@@ -179,12 +179,12 @@ def test_capture_refuses_what_it_cannot_do():
     """Bad arguments are one CaptureError line each."""
     for kw, msg in (({"ring": 0}, "ring=0"), ({"every": 0}, "every=0"), ({"layers": 1 << 17}, "layers=")):
         args = {"ring": 2, "every": 1, "layers": 2, **kw}
-        with pytest.raises(C.CaptureError, match=msg):
-            C.Capture(_spec(), sink=list.append, device="cpu", **args)
-    with pytest.raises(C.CaptureError, match="exactly one of run="):
-        C.Capture(_spec(), ring=2, layers=2, device="cpu")
-    with pytest.raises(C.CaptureError, match="an int64 tensor"):
-        C.Capture(_spec(), ring=2, layers=2, device="cpu", sink=list.append, step=torch.zeros(1))
+        with pytest.raises(CAP.CaptureError, match=msg):
+            CAP.Capture(_spec(), sink=list.append, device="cpu", **args)
+    with pytest.raises(CAP.CaptureError, match="exactly one of run="):
+        CAP.Capture(_spec(), ring=2, layers=2, device="cpu")
+    with pytest.raises(CAP.CaptureError, match="an int64 tensor"):
+        CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=list.append, step=torch.zeros(1))
 
 
 def test_a_threaded_drain_flushes_on_close():
@@ -206,11 +206,11 @@ def test_every_stamped_step_is_in_the_run_whole_or_counted_as_overrun(ring, ever
     steps run during a poll's copy): every sampled step the device ran is written
     whole with its own rows, or counted as ring_overrun; never both, never neither."""
     got = []
-    cap = C.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu", start=start)
+    cap = CAP.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu", start=start)
     dev = Device(cap)
     left, i = steps, 0
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", C.CaptureBehind)
+        warnings.simplefilter("ignore", CAP.CaptureBehind)
         while left > 0:
             n = min(max(polls[i % len(polls)], 1 if not any(polls) else 0), left)  # some poll runs a step
             dev.run(n)
@@ -222,7 +222,7 @@ def test_every_stamped_step_is_in_the_run_whole_or_counted_as_overrun(ring, ever
             i += 1
         cap._staging.during = None
         rep = cap.close()
-    want = list(C.sampled_steps(start, int(cap.step[0]), every))  # a copy that had nothing to copy ran no steps
+    want = list(CAP.sampled_steps(start, int(cap.step[0]), every))  # a copy that had nothing to copy ran no steps
     assert rep.steps == int(cap.step[0]) - start
     assert sorted(rep.written + rep.overrun) == want
     assert not set(rep.written) & set(rep.overrun) and rep.incomplete == []
@@ -344,9 +344,9 @@ def test_a_capture_drains_into_a_run_dataset(tmp_path):
     from timeline.run import open_run
 
     run = tmp_path / "run"
-    cap = C.Capture(_spec(), ring=2, every=4, layers=3, run=run, device="cpu", name="dec")
+    cap = CAP.Capture(_spec(), ring=2, every=4, layers=3, run=run, device="cpu", name="dec")
     dev = Device(cap)
-    with pytest.warns(C.CaptureBehind):
+    with pytest.warns(CAP.CaptureBehind):
         for k in range(24):
             dev.step()
             if k < 12 or k % 10 == 9:  # keeps up, then falls behind: overruns
