@@ -74,7 +74,7 @@ from __future__ import annotations
 
 from instrument.flydsl_ops import (HW_ID_SIMM16, WAVE_LANES, XCC_ID_SIMM16, InstrumentError,  # noqa: F401
                                    both, buffer_add_one, flydsl_expr, getreg, hwreg, known_block_waves, memrealtime,
-                                   memtime, sched_fence, uniform, wave_id)
+                                   memtime, ring_launch, sched_fence, uniform, wave_id)
 from timeline.contract import schema as S
 
 
@@ -123,7 +123,10 @@ class Timeline(CarriesNothing):
     stamp-buffer argument (the ``fx.Int64`` address; 0 means "do not stamp").
     ``enabled``: the compile-time switch, a Python bool (a traced value is refused:
     it would be a runtime branch). ``launch``: the launch slot
-    (``StampBuffer.launch_slot``), a Python int or a CTA-uniform ``fx.Int32``.
+    (``StampBuffer.launch_slot``), a Python int or a CTA-uniform ``fx.Int32``;
+    ``sampled``: a CTA-uniform traced Boolean, false for a launch that must stamp
+    nothing (continuous capture's sampling, ``ring_launch``), folded into the
+    buffer resource's size once: every stamp's code is unchanged.
     ``lead``: the thread whose wave stamps in CTA mode, by default. ``cta``: the CTA
     number of the placement word (default ``block_idx.x``). ``hold``: inside ``with
     tl.task(...)``, the middle phases' readings stay in scalar registers and the
@@ -136,7 +139,7 @@ class Timeline(CarriesNothing):
     start (the wave number, the buffer resource) and 4 SGPRs for the resource."""
 
     def __init__(self, spec: S.Spec, stamps=None, enabled: bool = False, *, launch=0, lead: int = 0, cta=None,
-                 fence: bool = True, hold: bool = False):
+                 fence: bool = True, hold: bool = False, sampled=None):
         if not isinstance(enabled, bool):
             raise InstrumentError(
                 f"Timeline(enabled=...) must be a Python bool (an fx.Constexpr[bool] kernel "
@@ -169,6 +172,7 @@ class Timeline(CarriesNothing):
             live = True if block_waves is not None and block_waves <= spec.waves else self.wave < spec.waves
         else:
             live = wave_id() == lead // WAVE_LANES
+        self.sampled = True if sampled is None else sampled
         self.rsrc = self._rsrc(live)
 
     # -- who stamps, and where ---------------------------------------------------
@@ -177,7 +181,7 @@ class Timeline(CarriesNothing):
         ``live`` holds and the base address is not 0, else 0 bytes: every store
         through it from a wave that must not stamp is out of range and dropped."""
         fx = self._fx
-        ok = both(live, self.base != 0)
+        ok = both(both(live, self.sampled), self.base != 0)
         if isinstance(ok, bool):
             nbytes = fx.Int64(self.layout.nbytes if ok else 0)
         else:
@@ -443,3 +447,4 @@ class _TaskScope:
 
 __all__ = ["HW_ID_SIMM16", "XCC_ID_SIMM16", "CarriesNothing", "InstrumentError", "MAX_BYTES", "OUT_OF_RANGE",
            "Timeline", "check_spec", "hwreg"]
+

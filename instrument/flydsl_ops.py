@@ -118,3 +118,27 @@ def both(a, b):
     if isinstance(b, bool):
         return a if b else False
     return a & b
+
+
+def ring_launch(step_addr, layer, ring: int, every: int, layers: int):
+    """Continuous capture's slot (``instrument.capture``), chosen on the device:
+    ``(launch, sampled, step)`` for layer ``layer`` (``fx.Int32``, CTA-uniform) at the
+    step read from ``step_addr`` (the step counter's address, an ``fx.Int64``
+    kernel argument, frozen in a graph while its contents advance): ``launch`` the
+    ring slot ``((step // every) % ring) * layers + layer`` (an ``fx.Int32``: where
+    sampled, the slot ``timeline.contract.schema.ring_slot`` names; where not, a slot the
+    0-byte buffer resource keeps anything from reaching), ``sampled`` whether
+    ``step % every == 0`` (a scalar Boolean for ``Timeline(sampled=...)``), ``step``
+    the step (an ``fx.Int64`` for ``Timeline.slot_header``). The counter is read
+    once per launch and made wave-uniform (``readfirstlane``), so the predicate and
+    the slot live in scalar registers."""
+    fx = flydsl_expr()
+    from flydsl.expr.typing import T
+
+    pt = fx.PointerType.get(fx.Int64.ir_type, address_space=fx.AddressSpace.Global, alignment=8)
+    raw = fx.Int64(fx.ptr_load(fx.inttoptr(pt, fx.Int64(step_addr))))
+    step = fx.Int64(fx.rocdl.readfirstlane(T.i64, raw))
+    sampled = (step % every) == 0
+    row = (step // every) % ring
+    launch = fx.Int32(row) * layers + fx.Int32(layer)
+    return launch, sampled, step

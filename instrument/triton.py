@@ -194,11 +194,24 @@ def _read_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
 
 
 @triton.jit
+def _dropped(LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task):
+    """Whether a first-phase stamp counts a drop: its task is outside the stage's
+    slots in a launch slot that exists. A launch that is no slot stores and counts
+    nothing: -1 is a step the ring does not sample (``instrument.triton_ring``); one
+    past the last is refused on the host (``StampBuffer.launch_slot``). The same
+    instructions as counting wherever ``in_slots`` fails (the launch half is
+    computed once per launch); counting a launch past the last too would cost one
+    more per task."""
+    live = tl.cast(in_slots(LAYOUT, launch, STAGE, 0), tl.int1)  # a tensor even when launch is a constant
+    return (in_slots(LAYOUT, 0, STAGE, task) == 0) & live
+
+
+@triton.jit
 def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, PHASE: tl.constexpr):
     """Lead-thread stamp (``LAYOUT.waves == 1``): one timer read stored by one
     thread into (launch, STAGE, task, wave 0, PHASE); phase 0 also stores the
     placement word. Outside the stage's slots (``in_slots``) nothing is stored and
-    phase 0 adds 1 to the stage's drop counter instead. Returns the reading (int64):
+    phase 0 adds 1 to the stage's drop counter instead (``_dropped``). Returns the reading (int64):
     ``%globaltimer``, or in a hybrid build (``LAYOUT.anchors``) ``%clock64``, the
     first and last phase then also storing a ``%globaltimer`` anchor."""
     ok = in_slots(LAYOUT, launch, STAGE, task)
@@ -207,7 +220,8 @@ def stamp_lead(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task, 
     if PHASE == 0:
         place = placement_word(tl.program_id(0), 0, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, 0), place, mask=ok)
-        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=ok == 0, sem="relaxed")
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE), 1, mask=_dropped(LAYOUT, launch, STAGE, task),
+                      sem="relaxed")
     return t
 
 
@@ -225,7 +239,8 @@ def stamp_warps(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, task,
     if PHASE == 0:
         place = placement_word(tl.program_id(0), warp, smid())
         tl.store(stamps + placement_offset(LAYOUT, launch, STAGE, task, warp), place, mask=lead & ok)
-        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1, mask=lead & (ok == 0),
+        tl.atomic_add(stamps + drop_counter_word(LAYOUT, STAGE) + 0 * lanes, 1,
+                      mask=lead & _dropped(LAYOUT, launch, STAGE, task),
                       sem="relaxed")
     return t
 

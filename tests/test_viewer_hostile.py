@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import urllib.parse
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -184,3 +185,135 @@ def test_ports_out_of_range_are_command_line_errors(capsys):
             V.parse_args(["--port", port])
         assert e.value.code == 2
         assert "port" in capsys.readouterr().err
+
+
+# -- the run overview (timeline-view RUN) ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served_run(tmp_path_factory):
+    """``(RunApp, trace dir, Flask test client)``: a run directory inside the trace
+    directory, another outside it, a symlink inside leading to that one."""
+    from viewer_runkit import make_run
+
+    root = tmp_path_factory.mktemp("hostile_run")
+    d = root / "traces"
+    d.mkdir()
+    run, _ = make_run(d)
+    outside, _ = make_run(root, "outside_run")
+    os.symlink(outside, d / "link_run")
+    st_, _, _ = V.prepare([str(run), "--trace-dir", str(d), "--memory-budget", "64M"])
+    return st_, d, VW.build(st_, host="127.0.0.1").server.test_client()
+
+
+@pytest.mark.parametrize("name, why", [
+    ("../outside_run", "outside the trace directory"), ("link_run", "leads outside the trace directory"),
+    ("/etc", "outside the trace directory"), ("no_such_run", "no trace 'no_such_run'"),
+    ("a\x00b", "NUL byte"), ("small_run&step=99999999999999999999", "out of range"), ("small_run&step=1e3", "not an integer")])
+def test_a_run_outside_the_trace_directory_is_refused_naming_no_path(served_run, name, why):
+    state, d, _ = served_run
+    search = "?" + urllib.parse.urlencode({"run": name}) if "&" not in name else f"?run={name}&layer=0"
+    out = VTR.select(state, search, None, False)
+    text = component_text(out.banners)
+    assert why in text and str(d) not in text and str(d.parent) not in text
+    assert out.key == {"name": None}  # nothing opened
+
+
+def test_a_run_page_checks_the_host_too(served_run):
+    _, _, client = served_run
+    assert client.get("/?run=small_run&step=1&layer=1", headers={"Host": "127.0.0.1:8050"}).status_code == 200
+    assert client.get("/?run=small_run", headers={"Host": "evil.example:8050"}).status_code == 403
+
+
+OPEN_OUT = "..url.search...ov-progress.children.."
+OPEN_INPUTS = ("ov-graph.clickData", "ov-slowest.n_clicks", "ov-typical.n_clicks", "ov-p99.n_clicks",
+               "ov-prev.n_clicks", "ov-next.n_clicks")
+OPEN_STATE = ("ov-run.data", "trace-key.data", "url.search", "ov-metric.value", "ov-rank.value")
+
+
+def _props(names, values):
+    return [dict(zip(("id", "property"), n.rsplit(".", 1)), value=v) for n, v in zip(names, values)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(JSONISH, min_size=11, max_size=11), which=st.integers(0, 5))
+def test_any_overview_request_is_an_address_or_nothing(served_run, values, which):
+    """Whatever a client sends the overview's open callback (a click, a button, any
+    run name, trace key, address, metric or rank): an address of a launch of the run,
+    a message, or nothing (204); never a 500, never a path, never a run outside."""
+    state, d, client = served_run
+    inputs = _props(OPEN_INPUTS, values[:6])
+    body = {"output": OPEN_OUT, "outputs": [{"id": "url", "property": "search"},
+                                            {"id": "ov-progress", "property": "children"}],
+            "inputs": inputs, "state": _props(OPEN_STATE, values[6:]),
+            "changedPropIds": [OPEN_INPUTS[which]]}
+    r = client.post("/_dash-update-component", json=body)
+    assert r.status_code in (200, 204), r.get_data(as_text=True)[:200]
+    text = r.get_data(as_text=True)
+    assert str(d) not in text and str(d.parent) not in text
+
+
+def test_overview_clicks_and_buttons_over_http_open_launches_of_the_run_only(served_run):
+    state, d, client = served_run
+    ov = state.runs.overview("small_run")
+    shown = next(k for k in ov.keys() if k not in (ov.slowest, (1, 2)))
+
+    def open_(changed, run="small_run", click=None):
+        body = {"output": OPEN_OUT, "outputs": [{"id": "url", "property": "search"},
+                                                {"id": "ov-progress", "property": "children"}],
+                "inputs": _props(OPEN_INPUTS, [click, 1, 1, 1, 1, 1]),
+                "state": _props(OPEN_STATE, [run, {"name": f"small_run/step={shown.step}/layer={shown.layer}"}, "", "kernel", 0]),
+                "changedPropIds": [changed]}
+        return client.post("/_dash-update-component", json=body)
+
+    r = open_("ov-graph.clickData", click={"points": [{"x": 1, "y": 2}]})
+    assert r.status_code == 204  # an unbinned overview's click is opened by the browser (run_wiring.CLICK_SCRIPT)
+    r = open_("ov-next.n_clicks")
+    assert "loading step" in r.get_json()["response"]["ov-progress"]["children"]  # the note while it loads
+    assert r.get_json()["response"]["url"]["search"].startswith(
+        f"?run=small_run&step={ov.neighbour(shown, 1).step}&layer={ov.neighbour(shown, 1).layer}")
+    r = open_("ov-slowest.n_clicks")
+    assert f"step={ov.slowest.step}&layer={ov.slowest.layer}" in r.get_json()["response"]["url"]["search"]
+    for run in ("../outside_run", "link_run", "/etc"):
+        r = open_("ov-next.n_clicks", run=run)
+        text = r.get_data(as_text=True)
+        assert r.status_code == 200 and "url" not in r.get_json()["response"]  # a message, no address
+        assert "outside the trace directory" in text and str(d) not in text
+
+
+def test_many_launch_requests_stay_within_the_memory_budget(served_run):
+    """A client asking for every launch in turn: the server holds at most the budget
+    (plus the one launch asked for last)."""
+    state, _, _ = served_run
+    from viewer.launch_cache import footprint
+
+    one = footprint(state.store.get("small_run/step=0/layer=0"))
+    from viewer import run_source as VRS
+    from viewer.run_source import BYTES_PER_TASK
+
+    tasks = state.runs.overview("small_run").tasks_of(VRS.Key(0, 0))
+    state.store.launches.budget = max(int(one * 1.5), tasks * BYTES_PER_TASK)  # one fits, two do not
+    assert 2 * one > state.store.launches.budget
+    for s in range(2):
+        for la in range(3):
+            out = VTR.select(state, f"?run=small_run&step={s}&layer={la}", None, False)
+            assert out.key == {"name": f"small_run/step={s}/layer={la}"}
+            assert state.store.launches.held() <= state.store.launches.budget
+    assert len(state.store.launches.names()) == 1
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run=st.sampled_from(["small_run", "../outside_run", "link_run", "", "small_run/step=1/layer=1"]) | st.text(max_size=20),
+       step=st.text(max_size=24) | st.integers().map(str), layer=st.text(max_size=12) | st.integers().map(str))
+def test_any_run_address_is_a_launch_or_a_message(served_run, run, step, layer):
+    """Any ``?run=&step=&layer=`` address: that launch of the run inside the trace
+    directory, or a message naming no server path; never an exception."""
+    state, d, _ = served_run
+    search = "?" + urllib.parse.urlencode({"run": run, "step": step, "layer": layer})
+    out = VTR.select(state, search, None, False)
+    text = json.dumps(out, default=str)
+    assert str(d) not in text and str(d.parent) not in text
+    name = out.key["name"]
+    if name is not None:  # the launch the address names (no step nor layer: the typical; no run: the default)
+        q = urllib.parse.parse_qs(search[1:])
+        want = state.runs.typical("small_run") if not q.get("step") and not q.get("layer") else \
+            (int(q.get("step", ["0"])[0]), int(q.get("layer", ["0"])[0]))
+        assert q.get("run", ["small_run"]) == ["small_run"] and name == f"small_run/step={want[0]}/layer={want[1]}"

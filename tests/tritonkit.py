@@ -5,6 +5,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
+from instrument import triton_ring
 
 
 @triton.jit
@@ -50,3 +51,32 @@ def deferred_spec(waves: int, hybrid: bool, tasks: int = 4096, grid: int = 132, 
     """One stage ``work`` of ``tasks`` tasks, the default phases and marks m1, m2."""
     return itl.spec("deferred", [("work", tasks)], grid=grid, waves=waves, hybrid=hybrid,
                     arch=arch).replace(marks=["m1", "m2"])
+
+
+@triton.jit(do_not_specialize=["launch", "layer"])
+def slot_probe(x, stamps, step_ptr, launch, layer, n, LAYOUT: tl.constexpr, RING: tl.constexpr,
+               EVERY: tl.constexpr, STAMPS: tl.constexpr, ON: tl.constexpr):
+    """Tasks of one stage with ``STAMPS`` (0..5) phases stamped, into the slot ``launch``
+    (``RING == 0``: a fixed slot, as today) or the one ``ring_slot`` picks from
+    ``*step_ptr`` (``RING > 0``): the PTX of both shows what choosing the slot on the
+    device adds, and that each stamp costs the same."""
+    if RING > 0:
+        slot = triton_ring.ring_slot(stamps, LAYOUT, step_ptr, layer, RING, EVERY, ON)
+    else:
+        slot = launch
+        itl.slot_header(stamps, LAYOUT, slot, tl.load(step_ptr), layer, ON)
+    for t in range(tl.program_id(0), n, tl.num_programs(0)):
+        if STAMPS > 0:
+            itl.stamp(stamps, LAYOUT, slot, 0, t, 0, ON)
+        v = tl.load(x + t)
+        if STAMPS > 1:
+            itl.stamp(stamps, LAYOUT, slot, 0, t, 1, ON)
+        v = v * v + 2.0
+        if STAMPS > 2:
+            itl.stamp(stamps, LAYOUT, slot, 0, t, 2, ON)
+        v = v * v + 3.0
+        if STAMPS > 3:
+            itl.stamp(stamps, LAYOUT, slot, 0, t, 3, ON)
+        tl.store(x + t, v)
+        if STAMPS > 4:
+            itl.stamp(stamps, LAYOUT, slot, 0, t, 4, ON)

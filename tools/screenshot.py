@@ -5,7 +5,7 @@ Chromium, saved as a PNG. The README's ``docs/dashboard.png`` is made with
         --query "launches=3" --pin 0.3 --hover 0.62 --colors 128
 
 ``--query`` preselects the view (``ranks=``, ``launches=``, ``grouping=``,
-``compare=``, ``tab=``, as in the page's address); ``--pin F`` clicks the bar at
+``compare=``, ``tab=``; for a run ``step=``, ``layer=``, ``t0=``, ``t1=``; as in the page's address); ``--pin F`` clicks the bar at
 fraction F of the hover points (its task goes to the side panel), ``--hover F``
 leaves the mouse on one (its hover label shows); ``--colors N`` stores the PNG
 with an N-colour palette (needs Pillow), a fraction of the size.
@@ -24,7 +24,7 @@ from tools import browser as B
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tools.screenshot", description=__doc__.splitlines()[0])
-    p.add_argument("trace", type=Path)
+    p.add_argument("trace", type=Path, help="a trace file, or a run directory (the page opens on its overview)")
     p.add_argument("out", type=Path)
     p.add_argument("--size", default="1600x1000", help="browser window, WIDTHxHEIGHT (default 1600x1000)")
     p.add_argument("--query", default="", help="query string preselecting the view, e.g. 'launches=3'")
@@ -35,8 +35,11 @@ def main(argv=None) -> int:
     w, h = (int(v) for v in args.size.lower().split("x"))
     state, _, first = V.prepare([str(args.trace), "--trace-dir", str(args.trace.resolve().parent)])
     with B.serve(VW.build(state)) as url, B.chromium(w, h) as driver:
-        driver.get(url + "?" + "&".join(q for q in (f"trace={first}", args.query) if q))
+        page = f"run={first}" if args.trace.is_dir() else f"trace={first}"  # a run directory: its overview
+        driver.get(url + "?" + "&".join(q for q in (page, args.query) if q))
         B.gantt_ready(driver)
+        if args.trace.is_dir():  # the explain verdict beside the overview comes after the first paint
+            B.wait_for(driver, "return document.getElementById('ov-verdict')", 120, "the explain verdict")
         if args.pin is not None:
             from selenium.webdriver.common.action_chains import ActionChains
 

@@ -1,6 +1,7 @@
 """``timeline-view``: the Dash dashboard of per-CTA, per-wave Gantt timelines.
 
-    timeline-view [TRACE ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--plotly-js FILE] [--debug]
+    timeline-view [TRACE|RUN ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--plotly-js FILE]
+                  [--memory-budget 1G] [--overview] [--debug]
 
 It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
 With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (``./traces`` by
@@ -9,6 +10,12 @@ page can open any trace file inside ``--trace-dir`` or named on the command line
 (``?trace=NAME`` or the picker), never a file outside them (``viewer.sources``).
 Dash debug mode (the in-page traceback) is off unless ``--debug``; a failing
 callback shows a one-line message in the page and logs its traceback on the server.
+
+A run directory (the run dataset, ``timeline.run``; or a trace file with
+``--overview``) opens on the run's overview (``viewer.run_wiring``): every launch as
+a cell of a step x layer heat map, from DuckDB aggregates; a click opens that
+launch's Gantt, loaded on demand and kept in an LRU within ``--memory-budget``
+(``viewer.run_state``, ``viewer.launch_cache``).
 
 The page (``viewer.page``): a Gantt of rows = CTA x wave, grouped by rank and
 launch, hardware placement or stage (``viewer.model``), drawn as WebGL bars or, with
@@ -32,8 +39,9 @@ from timeline.core.process import tune_process
 from viewer.client import GANTT_PX
 from viewer.page import BundleError, plotly_bundle
 from viewer.panels.gantt import concurrency_table
+from viewer.launch_cache import DEFAULT_BUDGET
+from viewer.run_state import RunApp
 from viewer.sources import Catalog, SourceError, scan
-from viewer.state import App
 from viewer.wiring import LOOPBACK, build, first_view
 
 DEFAULT_TRACE_DIR = Path("traces")  # relative to the working directory: a checkout's bundled traces
@@ -60,11 +68,30 @@ def _port(text: str) -> int:
     return port
 
 
+def _budget(text: str) -> int:
+    """A byte count with an optional K / M / G suffix (powers of 1024), at least 16M."""
+    t = text.strip().upper().removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    try:
+        v = int(float(t[:-1] if mult > 1 else t) * mult)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512M, 2G)") from None
+    if not 16 << 20 <= v <= 1 << 50:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size from 16M to 1P")
+    return v
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="timeline-view",
         description="Dash dashboard of mono-kernel timelines (per-CTA, per-wave Gantt, stage analytics).")
-    p.add_argument("traces", nargs="*", metavar="TRACE", help="trace files (.arrow / .parquet) to open")
+    p.add_argument("traces", nargs="*", metavar="TRACE",
+                   help="trace files (.arrow / .parquet) or run directories to open; a run opens on its overview")
+    p.add_argument("--overview", action="store_true",
+                   help="open the trace files named as runs too: an overview of their launches first")
+    p.add_argument("--memory-budget", type=_budget, default=DEFAULT_BUDGET, metavar="BYTES",
+                   help="server memory the launches of runs may hold (e.g. 512M, 2G; default 1G); the least "
+                        "recently used are dropped beyond it")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8050, help="port, 1-65535 (default 8050)")
     p.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
@@ -94,13 +121,18 @@ def prepare(argv=None) -> tuple:
     for t in args.traces:
         if not Path(t).exists():
             parser.error(f"trace file {t!r} does not exist")
-    catalog = Catalog(trace_dir, args.traces)
+    runs = [t for t in args.traces if Path(t).is_dir()] + ([t for t in args.traces if not Path(t).is_dir()]
+                                                            if args.overview else [])
+    catalog = Catalog(trace_dir, [t for t in args.traces if not Path(t).is_dir()])
     first = next(iter(catalog.given), None) or default_trace(trace_dir)
-    if first is None:
+    if first is None and not runs:
         parser.error(f"no trace given and none in {str(trace_dir)!r}: name a trace file "
                      "(timeline-view TRACE.arrow) or point --trace-dir at a directory of them")
-    state = App(catalog, first)
-    for name in list(catalog.given) or [first]:
+    state = RunApp(catalog, first, runs, budget=args.memory_budget)
+    if runs:
+        warm_runs(state, parser)
+        first = state.default_run
+    for name in [] if runs else list(catalog.given) or [first]:
         try:
             st_item = state.store.get(name)
         except SourceError as e:
@@ -110,6 +142,23 @@ def prepare(argv=None) -> tuple:
             concurrency_table(state, st_item, None, None, st_item.data.t_min, st_item.data.t_max + 1, GANTT_PX[0])
     first_view(state, "")  # the page's first view, ready before the first visit
     return state, args, first
+
+
+def warm_runs(state, parser):
+    """Open every run named on the command line (its overview: one DuckDB aggregate)
+    and the first run's typical launch with its default row layout, so that bad input
+    is a command-line error and the first paint only draws."""
+    for name in state.runs.given:
+        try:
+            state.runs.typical(name)
+        except SourceError as e:
+            parser.error(str(e))
+    try:
+        item = state.store.get(state.requested(""))
+    except SourceError as e:
+        parser.error(str(e))
+    state.view(item, "rank", None, None, None, None)
+    concurrency_table(state, item, None, None, item.data.t_min, item.data.t_max + 1, GANTT_PX[0])
 
 
 def main(argv=None) -> int:

@@ -77,6 +77,20 @@ class Catalog:
         if self.trace_dir is None:
             raise SourceError(f"unknown trace {name!r}: this dashboard serves only "
                               f"{sorted(self.given)} (no --trace-dir)")
+        path = self.inside(name)
+        if not path.exists():
+            raise SourceError(f"no trace {name!r} in the trace directory; available: "
+                              f"{', '.join(self.names()) or 'none'}")
+        if not path.is_file():
+            raise SourceError(f"{name!r} in the trace directory is not a file")
+        if path.suffix.lower() not in TRACE_EXTENSIONS:
+            raise SourceError(f"{name!r} is not a trace file (expected one of {', '.join(TRACE_EXTENSIONS)})")
+        return path
+
+
+    def inside(self, name: str) -> Path:
+        """The resolved path of ``name`` relative to the trace directory, or
+        ``SourceError`` when it leads outside it (absolute, ``..``, a symlink out, NUL)."""
         if "\x00" in name:
             raise SourceError("refused: the trace name contains a NUL byte")
         candidate = Path(name)
@@ -87,13 +101,6 @@ class Catalog:
         if not path.is_relative_to(self.trace_dir):
             raise SourceError(f"refused: {name!r} leads outside the trace directory "
                               "(a symlink?); only files inside it can be opened")
-        if not path.exists():
-            raise SourceError(f"no trace {name!r} in the trace directory; available: "
-                              f"{', '.join(self.names()) or 'none'}")
-        if not path.is_file():
-            raise SourceError(f"{name!r} in the trace directory is not a file")
-        if path.suffix.lower() not in TRACE_EXTENSIONS:
-            raise SourceError(f"{name!r} is not a trace file (expected one of {', '.join(TRACE_EXTENSIONS)})")
         return path
 
 

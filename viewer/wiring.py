@@ -21,6 +21,7 @@ from viewer.panels import export as VX
 from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
 from viewer.panels import trace as VTR
+from viewer.run_wiring import install as install_overview, linked_window
 from viewer.state import ERROR, FIRST_VIEW_CACHE, NO, guarded, log, lru_get
 
 GANTT_FILTERS = ("grouping", "ranks", "launches", "stages", "phases", "ctas")  # the Gantt's filter inputs
@@ -56,8 +57,10 @@ def first_view(app, search: str | None) -> dict:
 
 def _first_view(app, search: str) -> dict:
     t = VTR.select(app, search, None, False)
+    win = linked_window(search)  # a linked time window (&t0=..&t1=.., µs) as if typed in the boxes
     g = VG.on_gantt(app, VG.GanttQuery(key_name(t.key), t.grouping, t.ranks, t.launches, t.stages, t.phases,
-                                       t.ctas, px=list(GANTT_PX)))
+                                       t.ctas, px=list(GANTT_PX), **({} if win is None else
+                                                                     dict(trigger="t0", t0=win[0], t1=win[1]))))
     props = dict(zip(TRACE_PROPS, t))
     props.update(zip(GANTT_PROPS, g))
     return {"search": search, "props": {k: v for k, v in props.items() if v is not NO}}
@@ -263,4 +266,6 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
     d.callback(Output("download", "data"), Output("export-msg", "children"), Input("export-chrome", "n_clicks"),
                State("trace-key", "data"), State("ranks", "value"), State("launches", "value"),
                State("stages", "value"), prevent_initial_call=True)(partial(on_export, app))
+    if hasattr(app, "runs"):  # a run's overview above the Gantt (viewer.run_wiring)
+        install_overview(d, app, page_search)
     return d

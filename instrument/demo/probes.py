@@ -14,7 +14,11 @@ through ``KtracePhases``, which has the ``Timeline`` interface and records one
 - ``probe_sites``: CTA mode, explicit ``tl.stamp`` calls at the phases whose bits
   are set in ``SITES`` (bit i = phase i), optionally under a ``pred``; with
   ``SITES = ALL`` it is ``probe_cta`` written by hand;
-- ``probe_waves``: per-wave mode (``spec.waves`` = the CTA's 4 waves).
+- ``probe_waves``: per-wave mode (``spec.waves`` = the CTA's 4 waves);
+- ``probe_ring``: ``probe_sites`` with its launch slot chosen from a step counter
+  in memory (``RING`` true: ``ring_launch``, a ring of 2 sampled steps of
+  ``RING_LAYERS`` launches, every 4th step sampled) or passed as the layer
+  (``RING`` false), continuous capture's two ways of naming a slot.
 
 The work between the phases is a load, a multiply-add and a store per thread:
 enough to see whether a stamp disturbs the code around it, small enough to read.
@@ -27,7 +31,7 @@ import contextlib
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
-from instrument.flydsl import CarriesNothing, Timeline
+from instrument.flydsl import CarriesNothing, Timeline, ring_launch
 from timeline.contract.schema import Spec
 
 NORMAL, TIMELINE, KTRACE, TIMELINE_NO_FENCE, HYBRID, HYBRID_HOLD = 0, 1, 2, 3, 4, 5
@@ -37,6 +41,8 @@ TASKS = 64
 SPEC = Spec("probe_cta", stages=[("work", TASKS)], grid=G)
 SPEC_WAVES = Spec("probe_waves", stages=[("work", TASKS)], waves=THREADS // 64, grid=G)
 ALL = (1 << len(SPEC.phases)) - 1  # SITES: every phase
+RING_SLOTS, RING_EVERY, RING_LAYERS = 2, 4, 16
+SPEC_RING = Spec("probe_ring", stages=[("work", TASKS)], grid=G, launches=RING_SLOTS * RING_LAYERS)
 START_END = 0b10001
 HINT_END = 0b10010
 
@@ -93,6 +99,19 @@ def phases(mode, spec, stamps, sites=ALL):
     if mode in (HYBRID, HYBRID_HOLD):
         return Timeline(spec.replace(cycles="memtime"), stamps, True, hold=mode == HYBRID_HOLD)
     return Timeline(spec, stamps, mode in (TIMELINE, TIMELINE_NO_FENCE), fence=mode != TIMELINE_NO_FENCE)
+
+
+def ring_phases(ring: bool, stamps, step, layer):
+    """``probe_ring``'s handle, its slot header written: the slot from the step
+    counter at ``step`` (``ring``) or the layer itself."""
+    if ring:
+        launch, sampled, k = ring_launch(step, layer, RING_SLOTS, RING_EVERY, RING_LAYERS)
+        tl = Timeline(SPEC_RING, stamps, True, launch=launch, sampled=sampled)
+        tl.slot_header(k, layer)
+    else:
+        tl = Timeline(SPEC_RING, stamps, True, launch=layer)
+        tl.slot_header(fx.Int64(0), layer)
+    return tl
 
 
 def _f32_ptr(addr):
@@ -154,6 +173,35 @@ def probe_waves(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, MODE: fx.Constexp
     tid = fx.Int32(fx.thread_idx.x)
     for t in range(bid, n, G):
         _work_task(tl, data, t, tid)
+
+
+@flyc.kernel
+def probe_ring(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, step: fx.Int64, layer: fx.Int32,
+               RING: fx.Constexpr[bool], SITES: fx.Constexpr[int]):
+    tl = ring_phases(RING, stamps, step, layer)
+    bid = fx.Int32(fx.block_idx.x)
+    tid = fx.Int32(fx.thread_idx.x)
+    for t in range(bid, n, G):
+        if SITES & 1:
+            tl.stamp("work", t, "start")
+        p = _f32_ptr(data + fx.Int64(t * THREADS + tid) * 4)
+        if SITES & 2:
+            tl.stamp("work", t, "hint")
+        v = fx.ptr_load(p)
+        if SITES & 4:
+            tl.stamp("work", t, "staged")
+        v = v * v + 1.0
+        if SITES & 8:
+            tl.stamp("work", t, "compute")
+        fx.ptr_store(v, p)
+        if SITES & 16:
+            tl.stamp("work", t, "end")
+
+
+@flyc.jit
+def launch_ring(stamps: fx.Int64, data: fx.Int64, n: fx.Int32, step: fx.Int64, layer: fx.Int32,
+                RING: fx.Constexpr[bool], SITES: fx.Constexpr[int], stream: fx.Stream = fx.Stream(None)):
+    probe_ring(stamps, data, n, step, layer, RING, SITES).launch(grid=(G,), block=(THREADS,), stream=stream)
 
 
 @flyc.jit

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
+from instrument import triton_ring
 from instrument.triton import COMPUTE, END, HINT, STAGED, START
 from timeline.contract import presets
 from instrument.demo.triton_plan import (  # noqa: F401 - the plan, re-exported
@@ -150,15 +151,24 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                     R: tl.constexpr, BF: tl.constexpr, G: tl.constexpr,
                     LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr = 0,
-                    NP: tl.constexpr = 1):
+                    NP: tl.constexpr = 1, step_ptr=None, LAYERS: tl.constexpr = 0, RING: tl.constexpr = 0,
+                    EVERY: tl.constexpr = 1):
     """One launch of the FFN block (module docstring). ``TL`` switches the timeline
     build; ``stamps`` is the stamp buffer (``None`` when off), ``launch`` its slot,
     ``tag`` this launch's mailbox tag (nonzero, new every launch); ``DELAY`` ns of
     ``%globaltimer`` spin added to every norm task's compute (0, the default: no code
     at all), the tunable stage the what-if replay is checked against on hardware;
-    ``NP`` passes of norm's sum of squares (``Shape.norm_passes``)."""
+    ``NP`` passes of norm's sum of squares (``Shape.norm_passes``). In a graph
+    (``LAYERS`` > 0, ``instrument.demo.triton_graph``) ``launch`` is the layer and the
+    step is read from ``step_ptr``: the tag is ``step · LAYERS + layer + 1`` and, with
+    ``RING`` > 0, the slot is the ring's (``instrument.triton_ring.ring_slot``)."""
     bid = tl.program_id(0)
-    itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)  # step = this launch's tag, layer = its slot
+    if LAYERS > 0:
+        tag = (tl.load(step_ptr) * LAYERS + launch + 1) & 0x7FFFFFFF
+    if RING > 0:
+        launch = triton_ring.ring_slot(stamps, LAYOUT, step_ptr, launch, RING, EVERY, TL)
+    else:
+        itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)  # step = this launch's tag, layer = its slot
     UP_N: tl.constexpr = F // BN
     N_UP: tl.constexpr = (M // BM) * UP_N
     N_NORM: tl.constexpr = M // R

@@ -421,6 +421,15 @@ def pack_slot(step, layer):
     return SLOT_BASE | ((step & 0xFFFFFFFFFF) << 16) | (layer & 0xFFFF)
 
 
+def ring_slot(step, layer, ring, every, layers):
+    """The launch slot of ``layer`` at ``step`` in a ring of ``ring`` sampled steps of
+    ``layers`` launches (continuous capture, ``instrument.capture``): ``((step //
+    every) % ring) * layers + layer`` where ``step % every == 0`` and the layer is
+    one of ``layers``, else -1 (not sampled: nothing is stored). ``step`` >= 0."""
+    sampled = (step % every == 0) & (layer >= 0) & (layer < layers)
+    return sampled * (((step // every) % ring) * layers + layer + 1) - 1
+
+
 def unpack_slot(words):
     """``(ok, step, layer)`` of header words: ``ok`` where the version is ``SLOT_VERSION``."""
     w = np.asarray(words, dtype=np.int64)

@@ -68,6 +68,8 @@ def select(app, search, picked, by_picker: bool) -> TraceOut:
     except Exception as e:  # noqa: BLE001 - a message, never a traceback, in the page
         log.exception("loading %s", name)
         return empty(None, opts, msg(f"Cannot open trace {name!r}: {type(e).__name__}: {e}"))
+    if name not in names:  # a run's launch (viewer.run_state): the picker and compare lists show it too
+        opts = opts + [{"label": name, "value": name}]
     tr, d = item.trace, item.data
     max_cta = int(d.cta.max()) if d.n else 0
     query = search if not by_picker else ""
