@@ -100,10 +100,10 @@ def cmd_edges(args) -> int:
         _write_table(E.edges_table(trace, g), out)
     if args.json:
         print(json.dumps({"kernel": trace.spec.kernel, "violations": int(g.violations.size), "missing": g.missing,
-                          "edges": int(g.consumer.size), "rows": json_rows(table)}, ensure_ascii=False, indent=1))
+                          "edges": g.edge_count, "rows": json_rows(table)}, ensure_ascii=False, indent=1))
         return 0
     print(title(trace))
-    print(f"task graph: {g.consumer.size:,} edges; what held each task's wait (its gating edge), per stage; "
+    print(f"task graph: {g.edge_count:,} edges; what held each task's wait (its gating edge), per stage; "
           f"slack = how much later the other producers could have ended (µs)\n")
     print(format_table(table))
     print(f"\ncausality violations: {g.violations.size} (a wait that ended before a producer was ready: a wrong "
