@@ -83,6 +83,7 @@ def rank_main(r: int, a, run: str, shared, barrier, results) -> None:
                 shared.put((parts, mail, err))  # CUDA IPC handles: the peers open GPU 0's memory
     else:
         parts, mail, err = shared.get()
+        tp.enable_peer_access(dev, torch.device("cuda", 0))  # besides the lazy enable of the IPC open
     bufs = (x, w, parts, mail, torch.empty(s.M, s.N, device=dev, dtype=torch.float32), err)
     world, scope = (1, "gpu") if dry else (s.world, "sys")
     slow = a.slow_ns if r == a.slow_rank else 0
@@ -153,6 +154,25 @@ def spawn_ranks(a, run: Path) -> list:
     return sorted(got)
 
 
+def raw_start_skew(run: Path) -> str:
+    """Per (step, layer), rank 1's first start minus rank 0's on their own timers
+    (each append keeps its GPU's ``%globaltimer``; no calibration between them, so an
+    offset between the two timers is in it): median, min, max over the launches."""
+    import numpy as np
+
+    from timeline.run.read import open_run
+
+    t = open_run(run).launches()
+    starts = {}
+    for r, st, la, s0 in zip(*(t.column(c).to_pylist() for c in ("rank", "step", "layer", "start_ns"))):
+        starts.setdefault((st, la), {})[r] = s0
+    d = np.array([v[1] - v[0] for v in starts.values() if 0 in v and 1 in v], dtype=np.float64)
+    if not d.size:
+        return "raw start skew: no launch has both ranks"
+    return (f"raw start skew, rank 1 - rank 0 first start on their own timers (uncalibrated), {d.size} launches: "
+            f"median {np.median(d) / 1e3:+.3f} µs, min {d.min() / 1e3:+.3f}, max {d.max() / 1e3:+.3f}")
+
+
 def command(args: list) -> tuple:
     """``timeline ARGS`` in a subprocess: ``(seconds, exit status, output)``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -198,6 +218,7 @@ def main(argv=None) -> int:
              f"of layer {a.slow_layer}"]
     for r, summary, written, overrun, hangs, seconds in reports:
         lines.append(f"rank {r}: {summary}; waits given up {hangs}; {seconds:.3f} s replaying")
+    lines.append(raw_start_skew(run))
     cmds = [["launches", str(run)], ["explain", str(run)]]
     if a.dry_run:  # ranks that never waited on each other: the slowed launch is refused (causality), not another
         cmds.append(["explain", str(run), "--step", "0", "--layer", str((a.slow_layer + 1) % a.layers)])

@@ -36,6 +36,7 @@ def test_two_rank_processes_append_to_one_run_and_the_commands_read_it(tmp_path)
     # the p99 launch is the slowed one; the dry run's ranks never waited on each other: refused, one line
     assert "exit 2\ntimeline explain: error: 4 tasks saw their data before it was ready" in out
     assert "--step 0 --layer 2   #" in out and "at the all-reduce part -> reduce" in out
+    assert "raw start skew, rank 1 - rank 0 first start on their own timers (uncalibrated), 8 launches" in out
     assert (tmp_path / "tp_run_cpu-interp.txt").is_file()
 
 
