@@ -111,11 +111,21 @@ def _gemm_tile(stamps, LAYOUT: tl.constexpr, launch, STAGE: tl.constexpr, t, TL:
 
 
 @triton.jit
+def _spin(DELAY: tl.constexpr):
+    """Spin ``DELAY`` ns on ``%globaltimer``: a known delay in one phase of a task."""
+    spin_from = itl.globaltimer()
+    while itl.globaltimer() - spin_from < DELAY:
+        pass
+
+
+@triton.jit
 def _norm_task(stamps, LAYOUT: tl.constexpr, launch, t, TL: tl.constexpr, h, a, mbox, err, tag,
                F: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, R: tl.constexpr, BF: tl.constexpr,
-               N_UP: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr, NP: tl.constexpr):
+               N_UP: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr, NP: tl.constexpr,
+               DELAY_TASK: tl.constexpr = -1):
     """Norm task ``t``: wait for the up tiles of its row block, the sum of squares of
-    its R rows (``NP`` passes), ``DELAY`` ns of spin, the normalized SiLU rows
+    its R rows (``NP`` passes), ``DELAY`` ns of spin (every task, or only task
+    ``DELAY_TASK`` when >= 0), the normalized SiLU rows
     written in chunks of BF, then its mailbox published; stamped at every phase."""
     UP_N: tl.constexpr = F // BN
     cols = tl.arange(0, BF)
@@ -133,9 +143,10 @@ def _norm_task(stamps, LAYOUT: tl.constexpr, launch, t, TL: tl.constexpr, h, a, 
     rs = tl.rsqrt(ss / (F * NP) + 1e-6)
     itl.stamp(stamps, LAYOUT, launch, NORM, t, STAGED, TL)
     if DELAY > 0:
-        spin_from = itl.globaltimer()
-        while itl.globaltimer() - spin_from < DELAY:
-            pass
+        if DELAY_TASK < 0:
+            _spin(DELAY)
+        elif t == DELAY_TASK:
+            _spin(DELAY)
     for c in range(0, F, BF):
         v = tl.load(h + rows[:, None] * F + c + cols[None, :]).to(tl.float32)
         hn = v * rs[:, None]
@@ -152,12 +163,13 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
                     R: tl.constexpr, BF: tl.constexpr, G: tl.constexpr,
                     LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr, DELAY: tl.constexpr = 0,
                     NP: tl.constexpr = 1, step_ptr=None, LAYERS: tl.constexpr = 0, RING: tl.constexpr = 0,
-                    EVERY: tl.constexpr = 1):
+                    EVERY: tl.constexpr = 1, DELAY_TASK: tl.constexpr = -1):
     """One launch of the FFN block (module docstring). ``TL`` switches the timeline
     build; ``stamps`` is the stamp buffer (``None`` when off), ``launch`` its slot,
     ``tag`` this launch's mailbox tag (nonzero, new every launch); ``DELAY`` ns of
     ``%globaltimer`` spin added to every norm task's compute (0, the default: no code
-    at all), the tunable stage the what-if replay is checked against on hardware;
+    at all), the tunable stage the what-if replay is checked against on hardware,
+    only in norm task ``DELAY_TASK`` when that is >= 0 (a known culprit for ``explain``);
     ``NP`` passes of norm's sum of squares (``Shape.norm_passes``). In a graph
     (``LAYERS`` > 0, ``instrument.demo.triton_graph``) ``launch`` is the layer and the
     step is read from ``step_ptr``: the tag is ``step · LAYERS + layer + 1`` and, with
@@ -188,7 +200,8 @@ def mono_ffn_kernel(x, w1, h, a, w2, y, mbox, err, stamps, launch, tag,
 
     # RMS norm + SiLU over R rows; needs every up tile of its row block
     for t in range((bid + G - BASE_NORM) & (G - 1), N_NORM, G):
-        _norm_task(stamps, LAYOUT, launch, t, TL, h, a, mbox, err, tag, F, BM, BN, R, BF, N_UP, MAX, DELAY, NP)
+        _norm_task(stamps, LAYOUT, launch, t, TL, h, a, mbox, err, tag, F, BM, BN, R, BF, N_UP, MAX, DELAY, NP,
+                   DELAY_TASK)
 
     # down-projection tiles; need the norm tasks of their rows
     for t in range((bid + G - BASE_DOWN) & (G - 1), N_DOWN, G):
@@ -225,10 +238,11 @@ class MonoFFN:
         self.tag = 0
         self._off_layout = spec(s).layout
 
-    def run(self, x, y, *, buffer=None, launch=0, delay_ns=0):
+    def run(self, x, y, *, buffer=None, launch=0, delay_ns=0, delay_task=-1):
         """One launch: ``y = ffn(x)``. ``buffer``: a ``StampBuffer`` for this kernel's
         spec (timeline build) or ``None`` (normal build); ``launch``: its slot;
-        ``delay_ns``: a spin added to every norm task's compute."""
+        ``delay_ns``: a spin added to every norm task's compute (``delay_task`` >= 0:
+        to that norm task's only)."""
         s = self.shape
         self.tag += 1
         on = buffer is not None
@@ -240,7 +254,7 @@ class MonoFFN:
         mono_ffn_kernel[(s.G,)](
             x, self.w1, self.h, self.a, self.w2, y, self.mbox, self.err, stamps, slot, self.tag,
             s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, layout, on, MAX_SPIN, int(delay_ns), s.norm_passes,
-            num_warps=s.num_warps, num_stages=s.num_stages)
+            DELAY_TASK=int(delay_task), num_warps=s.num_warps, num_stages=s.num_stages)
 
     def hangs(self) -> int:
         """Waits that gave up (must be 0; a nonzero count means a lost mailbox post)."""

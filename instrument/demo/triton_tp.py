@@ -33,7 +33,8 @@ import triton
 import triton.language as tl
 
 from instrument import triton as itl
-from instrument.demo.triton_mono import MAX_SPIN, publish, wait_tag
+from instrument import triton_ring
+from instrument.demo.triton_mono import MAX_SPIN, _spin, publish, wait_tag
 from instrument.triton import COMPUTE, END, HINT, STAGED, START
 from timeline.contract import graph as G
 
@@ -117,15 +118,25 @@ def spec(shape: TPShape = TPShape(), *, rank: int = 0, arch=itl.DEFAULT_ARCH, ex
 def tp_kernel(x, w, parts, mail, out, err, stamps, launch, tag, rank, WORLD: tl.constexpr,
               M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
               BK: tl.constexpr, G: tl.constexpr, LAYOUT: tl.constexpr, TL: tl.constexpr, MAX: tl.constexpr,
-              SCOPE: tl.constexpr = "gpu"):
+              SCOPE: tl.constexpr = "gpu", step_ptr=None, LAYERS: tl.constexpr = 0, RING: tl.constexpr = 0,
+              EVERY: tl.constexpr = 1, DELAY: tl.constexpr = 0, DELAY_LAYER: tl.constexpr = -1):
     """Rank ``rank``'s launch (module docstring); ``stamps`` / ``launch`` / ``TL`` as
     ``triton_mono.mono_ffn_kernel``'s, ``tag`` this launch's mailbox tag (the same on
     every rank), ``out`` this rank's M x N result, ``SCOPE`` the mailboxes' (``"sys"``
     when the ranks are on several GPUs). ``rank`` is a runtime value: one compiled
     kernel serves every rank (a rank compiled while its peers already spin would keep
-    them waiting)."""
+    them waiting). In a graph (``LAYERS`` > 0, ``RING``, ``EVERY``) as
+    ``triton_mono.mono_ffn_kernel``'s: the tag from the step counter ``step_ptr``, the
+    ring's slot. ``DELAY`` ns of ``%globaltimer`` spin in every part task's compute, only
+    in layer ``DELAY_LAYER`` when that is >= 0 (a rank slowed on purpose; 0: no code)."""
     bid = tl.program_id(0)
-    itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)
+    layer = launch
+    if LAYERS > 0:
+        tag = (tl.load(step_ptr) * LAYERS + launch + 1) & 0x7FFFFFFF
+    if RING > 0:
+        launch = triton_ring.ring_slot(stamps, LAYOUT, step_ptr, launch, RING, EVERY, TL)
+    else:
+        itl.slot_header(stamps, LAYOUT, launch, tag, launch, TL)
     KR: tl.constexpr = K // WORLD
     TN: tl.constexpr = N // BN
     NT: tl.constexpr = (M // BM) * TN
@@ -143,6 +154,11 @@ def tp_kernel(x, w, parts, mail, out, err, stamps, launch, tag, rank, WORLD: tl.
         acc = tl.dot(a0, b0)
         for k in range(BK, KR, BK):
             acc = tl.dot(tl.load(pa + k), tl.load(pb + k * N), acc)
+        if DELAY > 0:
+            if DELAY_LAYER < 0:
+                _spin(DELAY)
+            elif layer == DELAY_LAYER:
+                _spin(DELAY)
         itl.stamp(stamps, LAYOUT, launch, PART, t, COMPUTE, TL)
         tl.store(parts + rank * M * N + offs_m[:, None] * N + offs_n[None, :], acc)
         publish(mail + rank * NT + t, tag, t + 1, SCOPE)

@@ -10,7 +10,8 @@ task its producers did not hold, after its own recorded wait (the polling). In
 detail, per task: ``handoff`` = recorded wait end - latest producer's recorded end;
 ``own`` = recorded wait length; a task its data held waits ``max(latest + handoff,
 wait start + min(own, its stage's shortest unheld wait, 0 where none))``, any other ``max(wait
-start + own, latest + min(its stage's shortest hand-off, handoff))``. With no change
+start + own, latest + min(its stage's shortest held hand-off (where none, its shortest
+hand-off), handoff))``. With no change
 the replay reproduces the recorded times exactly (``fidelity`` measures it; a
 prediction is only worth its fidelity).
 
@@ -197,6 +198,9 @@ def plan(trace, g: E.Graph) -> Plan:
     floor = _per_stage_min(m.stage, own, ~held & fed)  # shortest unheld wait of the stage
     floor[~np.isfinite(floor)] = 0.0  # a stage its data always held: no poll floor seen, the hand-off alone
     hmin = _per_stage_min(m.stage, handoff, held)  # shortest hand-off of the stage
+    # a stage its data never held (one CTA running every task in order): its shortest hand-off seen
+    # bounds the latency, else every task would keep its recorded wait end and nothing could move it
+    hmin = np.where(np.isfinite(hmin), hmin, _per_stage_min(m.stage, handoff, ~held & (hi > lo)))
     order = np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist()
     goff, suffix = _suffix_max(pr, rec[:, -1], order)
     return Plan(rec, w0, w1, dp, lo, hi, gref, glo, ghi, mgroup, mlo, mhi, goff, suffix, prev, held, handoff, own,

@@ -30,7 +30,9 @@ def open_run(path: str):
 def run_kernel_times(launches) -> tuple:
     """A run's ``launches()`` table as ``(keys, kernel ns)``: per (step, layer) (rows
     whose step is null: per (capture, launch)) its last end minus its first start
-    over the ranks; ``keys`` are ``(step, layer)`` pairs (``(capture, launch)``)."""
+    over the ranks where they share one append's time axis, else (ranks appended
+    separately, e.g. one process a GPU) its slowest rank's kernel time: times of two
+    axes are not comparable; ``keys`` are ``(step, layer)`` pairs (``(capture, launch)``)."""
     step = launches.column("step")
     has = np.asarray(pc.is_valid(step))
     start, end = R.numpy(launches.column("start_ns")), R.numpy(launches.column("end_ns"))
@@ -40,12 +42,17 @@ def run_kernel_times(launches) -> tuple:
     la = R.numpy(launches.column("launch")).astype(np.int64)
     gid, n, (ka, kb, kc, kl) = GR.group_ids(a, np.where(has, b, -1), np.where(has, 0, cap), np.where(has, 0, la))
     lo, hi = GR.group_min_max(gid, n, start, end)
+    appends = launches.column("append").to_pylist() if "append" in launches.column_names else [0] * gid.size
+    app = np.unique(appends, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    a_lo, a_hi = GR.group_min_max(gid, n, app, app)
+    worst = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(worst, gid, (end - start).astype(np.int64))
     caps = launches.column("capture").to_pylist()
     first = np.zeros(n, dtype=np.int64)
     first[gid[::-1]] = np.arange(gid.size)[::-1]
     keys = [(int(x), None if y < 0 else int(y)) if x >= 0 else (caps[int(first[k])], int(lk))
             for k, (x, y, lk) in enumerate(zip(ka, kb, kl))]
-    return keys, (hi - lo).astype(np.int64)
+    return keys, np.where(a_lo == a_hi, hi - lo, worst).astype(np.int64)
 
 
 def percentile_index(kernel_ns, q: float = PERCENTILE) -> int:

@@ -1,0 +1,236 @@
+"""``timeline explain`` on a real injected delay (issue 33, run 3): the Triton FFN
+demo with a ``%globaltimer`` spin of +1, +4 and +16 µs in ONE chosen task (norm
+task ``--task``: one CTA, one stage, its staged→compute phase) of one launch
+(``SPUN``) of every multi-launch round, and once (+4 µs) in every norm task of that
+launch; interleaved round by round with the same build without the spin (``base``).
+Each spun launch is explained against the ``base`` trace (``timeline explain A
+--launch L --baseline base``, ``timeline.analysis.explain``): the check is that its
+first significant culprit is the injected (stage, CTA, phase) (the task, or the
+whole stage) and that its predicted saving is within ±10 % of the measured one
+(the spun launch's kernel time minus the same launch's in ``base`` in the same
+round; medians over rounds). On one NVIDIA GPU::
+
+    PYTHONPATH=. python3 bench/explain_gpu.py --out $OUT --rounds 24
+
+writes ``$OUT/explain_<card>.txt`` / ``.json`` (commit as ``bench/results/explain_h200.txt``)
+and each setting's trace ``$OUT/explain_<setting>.arrow`` (small: commit under
+``traces/``), and the CLI's own answer on one spun launch of each setting. On the CPU,
+a tiny version in Triton's interpreter (``tools.triton_interp``, emulated clocks,
+one CTA), which proves the script end to end (``tests/test_explain_gpu_script.py``)::
+
+    PYTHONPATH=. python3 bench/explain_gpu.py --out /tmp/explain_interp --interp
+
+The spin is ``triton_mono``'s ``DELAY`` restricted to task ``DELAY_TASK``
+(a constexpr: builds without it compile to the same PTX, ``tools/demo_ptx.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DELAYS_NS = (1_000, 4_000, 16_000)  # the spin in one task
+STAGE_DELAY_NS = 4_000  # the spin in every norm task
+LAUNCHES, SPUN = 8, 5  # launches a round, the spun one
+ROUNDS, WARMUP = 24, 5
+INTERP = {"launches": 4, "spun": 2, "rounds": 2, "warmup": 0, "delays": (1_000,), "stage_delay": 1_000}
+TOLERANCE = 0.10  # predicted saving within 10 % of the measured one
+
+
+def settings(delays, stage_delay: int, task: int) -> dict:
+    """``{name: (delay ns, norm task or -1 for every task)}``, ``base`` first."""
+    out = {"base": (0, -1)}
+    out.update({f"task{task}+{d}": (d, task) for d in delays})
+    out[f"stage+{stage_delay}"] = (stage_delay, -1)
+    return out
+
+
+def capture(ffn, shape, sets: dict, rounds: int, launches: int, spun: int, warmup: int, device: str) -> dict:
+    """A trace per setting, ``rounds x launches`` launches, the settings interleaved
+    round by round; in each round only launch ``spun`` carries the setting's spin."""
+    import torch
+
+    from instrument.buffer import alloc
+    from instrument.demo import triton_mono as tm
+
+    bufs = {k: alloc(tm.spec(shape, launches=rounds * launches, extra={"delay_ns": d, "delay_task": t}),
+                     device=device) for k, (d, t) in sets.items()}
+    g = torch.Generator(device=device).manual_seed(1)
+    x = torch.randn(shape.M, shape.D, device=device, generator=g).half()
+    y = torch.empty(shape.M, shape.D, device=device, dtype=torch.float16)
+    for _ in range(warmup):  # compile every build
+        for k, (d, t) in sets.items():
+            ffn.run(x, y, buffer=bufs[k], launch=0, delay_ns=d, delay_task=t)
+            ffn.run(x, y, buffer=bufs[k], launch=0)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    for b in bufs.values():
+        b.reset()
+    for r in range(rounds):
+        for k, (d, t) in sets.items():
+            for i in range(launches):
+                spin = i == spun
+                ffn.run(x, y, buffer=bufs[k], launch=r * launches + i, delay_ns=d if spin else 0,
+                        delay_task=t if spin else -1)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if ffn.hangs():
+        raise SystemExit(f"error: {ffn.hangs()} mailbox waits gave up")
+    return {k: b.collect() for k, b in bufs.items()}
+
+
+def expected(shape, task: int) -> tuple:
+    """The (stage, CTA, phase) the spin sits in: norm, the CTA running ``task``, compute."""
+    from instrument.demo import triton_plan as tp
+
+    return "norm", int(tp.cta_of(shape, tp.STAGES.index("norm"), task)), "compute"
+
+
+def explain_round(trace, base_typ, launch: int) -> tuple:
+    """``(scope, stage name, cta, task, phase name, saving ns, noise ns)`` of the first
+    significant culprit of ``launch`` (Nones where there is none)."""
+    from timeline.analysis import explain as X
+
+    e = X.explain_launch(trace, launch, base_typ)
+    sig = X.significant(e)
+    if not sig:
+        return None, None, None, None, None, 0.0, e.noise_ns
+    c = sig[0]
+    return (c.scope, trace.spec.stage_names[c.stage], c.cta, c.task, trace.phases[c.phase + 1],
+            float(c.saving_ns), float(e.noise_ns))
+
+
+def kernel_ns(trace) -> dict:
+    """``{launch: first start to last end (ns)}``."""
+    from timeline.analysis import explain as X
+
+    ids, k = X.kernel_times(trace)
+    return dict(zip((int(i) for i in ids), (float(v) for v in k)))
+
+
+def evaluate(traces: dict, sets: dict, shape, task: int, rounds: int, launches: int, spun: int) -> list:
+    """One row per spun setting: what explain named (each round), predicted and
+    measured saving (medians over rounds), and whether both checks are met."""
+    from timeline.analysis import explain as X
+
+    base = traces["base"]
+    typ = X.typical(base, source="base")
+    kb = kernel_ns(base)
+    want_stage, want_cta, want_phase = expected(shape, task)
+    rows = []
+    for name, (d, t) in sets.items():
+        if name == "base":
+            continue
+        ka = kernel_ns(traces[name])
+        named, pred, meas = [], [], []
+        for r in range(rounds):
+            la = r * launches + spun
+            scope, stage, cta, tk, phase, saving, noise = explain_round(traces[name], typ, la)
+            if t >= 0:
+                ok = (stage, cta, phase) == (want_stage, want_cta, want_phase) and scope in ("task", "cta")
+            else:
+                ok = (scope, stage, phase) == ("stage", want_stage, want_phase)
+            named.append((ok, f"{scope} {stage} cta{cta} task{tk} {phase}"))
+            pred.append(saving)
+            meas.append(ka[la] - kb[la])
+        p, m = statistics.median(pred), statistics.median(meas)
+        rows.append({"setting": name, "spin_ns": d, "task": t, "rounds": rounds,
+                     "named_right": sum(ok for ok, _ in named), "named": sorted({w for _, w in named}),
+                     "predicted_us": p / 1e3, "measured_us": m / 1e3,
+                     "error": (p - m) / m if m else float("nan"),
+                     "met": sum(ok for ok, _ in named) == rounds and m > 0 and abs(p - m) <= TOLERANCE * m})
+    return rows
+
+
+def cli_answer(out: Path, name: str, launch: int) -> str:
+    """``timeline explain`` on ``name``'s trace, ``--launch``, ``--baseline`` the base trace: its text."""
+    cmd = [sys.executable, "-m", "timeline", "explain", str(out / f"explain_{name}.arrow"), "--launch", str(launch),
+           "--baseline", str(out / "explain_base.arrow")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    return f"$ timeline explain explain_{name}.arrow --launch {launch} --baseline explain_base.arrow  (rc {p.returncode})\n" \
+           + (p.stdout + p.stderr).rstrip()
+
+
+def report(rows, card: str, shape, task: int, want, rounds: int, launches: int, spun: int) -> list:
+    """The results table."""
+    out = [f"timeline explain vs a real injected delay on {card}: Triton FFN demo {tuple(shape)[:9]}, {launches} "
+           f"launches a round, launch {spun} of each round spun, {rounds} interleaved rounds with the same build "
+           f"without the spin (base); injected: norm task {task} (stage {want[0]}, CTA {want[1]}, phase {want[2]}) "
+           f"or every norm task",
+           "named = rounds whose first significant culprit is the injected (stage, CTA, phase) (scope task/cta) or "
+           "the whole norm stage; saving = explain's what-if saving vs (spun launch - same launch in base), "
+           f"medians over rounds; goal: named every round, |error| <= {TOLERANCE:.0%}",
+           f"{'setting':>14} {'spin ns':>8} {'named':>7} {'predicted':>10} {'measured':>9} {'error':>7}  goal  named as"]
+    for r in rows:
+        out.append(f"{r['setting']:>14} {r['spin_ns']:>8} {r['named_right']:>3}/{r['rounds']:<3} "
+                   f"{r['predicted_us']:>10.3f} {r['measured_us']:>9.3f} {r['error']:>+7.1%} "
+                   f"{'met' if r['met'] else 'NOT met':>7}  {'; '.join(r['named'])}")
+    return out
+
+
+def _interp_reexec(argv) -> int:
+    """Run this script again in a process with ``TRITON_INTERPRET=1`` (Triton reads it at import)."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, __file__, *argv], env=env).returncode
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--task", type=int, default=None, help="the norm task spun (default: the middle one)")
+    ap.add_argument("--interp", action="store_true", help="a tiny version in Triton's interpreter on the CPU")
+    a = ap.parse_args(argv)
+    if a.interp and os.environ.get("TRITON_INTERPRET") != "1":
+        return _interp_reexec(argv)
+    import torch
+
+    from instrument.demo import triton_mono as tm
+    if a.interp:
+        from instrument.demo import triton_graph as tg
+        from tools import triton_interp
+        shape, device, card = tg.INTERP_SHAPE, "cpu", "cpu-interp (emulated clocks)"
+        triton_interp.install(shape.num_warps)
+        launches, spun, rounds, warmup = INTERP["launches"], INTERP["spun"], INTERP["rounds"], INTERP["warmup"]
+        delays, stage_delay = INTERP["delays"], INTERP["stage_delay"]
+    else:
+        if not torch.cuda.is_available():
+            print("no GPU: this benchmark runs the Triton demo on an NVIDIA GPU (or --interp on the CPU)",
+                  file=sys.stderr)
+            return 2
+        shape, device, card = tm.Shape(), "cuda", torch.cuda.get_device_name(0)
+        launches, spun, rounds, warmup = LAUNCHES, SPUN, a.rounds, WARMUP
+        delays, stage_delay = DELAYS_NS, STAGE_DELAY_NS
+    task = tm.task_counts(shape)[1] // 2 if a.task is None else a.task
+    a.out.mkdir(parents=True, exist_ok=True)
+    sets = settings(delays, stage_delay, task)
+    ffn = tm.MonoFFN(shape, device=device, seed=0)
+    traces = capture(ffn, shape, sets, rounds, launches, spun, warmup, device)
+    for k, t in traces.items():
+        t.save(a.out / f"explain_{k}.arrow")
+    rows = evaluate(traces, sets, shape, task, rounds, launches, spun)
+    lines = report(rows, card, shape, task, expected(shape, task), rounds, launches, spun)
+    lines += ["", "the CLI on the first round's spun launch of each setting:"]
+    lines += [cli_answer(a.out, k, spun) for k in sets if k != "base"]
+    text = "\n".join(lines)
+    print(text)
+    stem = "explain_cpu-interp" if a.interp else f"explain_{'h200' if 'H200' in card else 'h100' if 'H100' in card else 'gpu'}"
+    (a.out / f"{stem}.txt").write_text(text + "\n")
+    (a.out / f"{stem}.json").write_text(json.dumps({"card": card, "shape": shape._asdict(), "task": task,
+                                                     "rows": rows}, indent=1))
+    return 0 if all(r["met"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""``bench/explain_gpu.py`` (issue 33, run 3) made ready on the CPU: its ``--interp``
+mode runs the whole script in Triton's interpreter (emulated clocks, one CTA), a
+%globaltimer spin in one norm task of one launch and in every norm task, and
+``timeline explain`` must name the injected (stage, CTA, phase) and predict the
+measured saving within 10 %; the one-task spin build compiles to sm_90 PTX with
+the spin behind a branch on the task. The GPU run itself where a GPU is present."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(out: Path, *args, timeout=300):
+    return subprocess.run([sys.executable, "bench/explain_gpu.py", "--out", str(out), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_interp_run_names_the_injected_task_and_its_saving(tmp_path):
+    p = _bench(tmp_path, "--interp")
+    assert p.returncode == 0, p.stdout + p.stderr  # rc 1 where a goal is not met
+    rows = {r["setting"]: r for r in json.loads((tmp_path / "explain_cpu-interp.json").read_text())["rows"]}
+    one, stage = rows["task2+1000"], rows["stage+1000"]
+    assert one["named"] == ["task norm cta0 task2 compute"] and one["named_right"] == one["rounds"] == 2
+    assert stage["named"] == ["stage norm ctaNone taskNone compute"]
+    assert 0.9 <= one["measured_us"] <= 1.2 and abs(one["error"]) <= 0.10  # the spin, and explain's saving
+    assert 3.6 <= stage["measured_us"] <= 4.5 and abs(stage["error"]) <= 0.10  # 4 norm tasks in one CTA
+    assert {f.name for f in tmp_path.glob("*.arrow")} == {"explain_base.arrow", "explain_task2+1000.arrow",
+                                                          "explain_stage+1000.arrow"}
+    assert p.stdout.count("(rc 0)") == 2 and "culprit: norm compute (the stage" in p.stdout
+
+
+def test_the_one_task_spin_compiles_for_sm90_behind_a_branch():
+    from instrument import triton as itl
+    from instrument.demo import triton_mono as tm
+
+    s = tm.Shape()
+    sp = tm.spec(s, launches=4)
+
+    def ptx(delay, task):
+        k = itl.compile_launch(tm.mono_ffn_kernel, *([torch.float16] * 6), torch.int64, torch.int32, torch.int64,
+                               3, 17, s.M, s.D, s.F, s.BM, s.BN, s.BK, s.R, s.BF, s.G, sp.layout, True, tm.MAX_SPIN,
+                               delay, grid=(s.G,), DELAY_TASK=task, num_warps=s.num_warps, num_stages=s.num_stages)
+        return k.asm["ptx"]
+
+    plain, one = ptx(0, -1), ptx(4000, 5)
+    timer = "%globaltimer;"
+    assert one.count(timer) == plain.count(timer) + 2  # the spin's first read and its loop's
+    assert "4000" in one and "4000" not in plain
+
+
+@pytest.mark.gpu
+def test_the_gpu_run_meets_its_goals(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    p = _bench(tmp_path, "--rounds", "8", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
