@@ -89,9 +89,9 @@ def capture(ffn, shape, sets: dict, rounds: int, launches: int, spun: int, warmu
 
 def expected(shape, task: int) -> tuple:
     """The (stage, CTA, phase) the spin sits in: norm, the CTA running ``task``, compute."""
-    from instrument.demo import triton_plan as tp
+    from instrument.demo import triton_plan as plan
 
-    return "norm", int(tp.cta_of(shape, tp.STAGES.index("norm"), task)), "compute"
+    return "norm", int(plan.cta_of(shape, plan.STAGES.index("norm"), task)), "compute"
 
 
 def explain_round(trace, base_typ, launch: int) -> tuple:
