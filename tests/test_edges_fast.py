@@ -194,6 +194,8 @@ def ref_replay(trace, old, changes, task_ns):
     floor = W._per_stage_min(m.stage, own, ~held & (hi > lo))
     floor[~np.isfinite(floor)] = 0.0
     hmin = W._per_stage_min(m.stage, handoff, held)
+    # a stage its data never held: its shortest hand-off seen (whatif.plan's rule since the GPU scripts' fix)
+    hmin = np.where(np.isfinite(hmin), hmin, W._per_stage_min(m.stage, handoff, ~held & (hi > lo)))
     order = np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist()
     scale, add = W._factors(trace, m, changes)
     end = rec[:, -1]

@@ -200,7 +200,7 @@ def plan(trace, g: E.Graph) -> Plan:
     hmin = _per_stage_min(m.stage, handoff, held)  # shortest hand-off of the stage
     # a stage its data never held (one CTA running every task in order): its shortest hand-off seen
     # bounds the latency, else every task would keep its recorded wait end and nothing could move it
-    hmin = np.where(np.isfinite(hmin), hmin, _per_stage_min(m.stage, handoff, ~held & (hi > lo)))
+    hmin = np.where(np.isfinite(hmin), hmin, _per_stage_min(m.stage, handoff, ~held & fed))
     order = np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist()
     goff, suffix = _suffix_max(pr, rec[:, -1], order)
     return Plan(rec, w0, w1, dp, lo, hi, gref, glo, ghi, mgroup, mlo, mhi, goff, suffix, prev, held, handoff, own,
