@@ -18,7 +18,7 @@ and each setting's trace ``$OUT/explain_<setting>.arrow`` (small: commit under
 a tiny version in Triton's interpreter (``tools.triton_interp``, emulated clocks,
 one CTA), which proves the script end to end (``tests/test_explain_gpu_script.py``)::
 
-    PYTHONPATH=. python3 bench/explain_gpu.py --out /tmp/explain_interp --interp
+    PYTHONPATH=. python3 bench/explain_gpu.py --out "$(mktemp -d)" --interp
 
 The spin is ``triton_mono``'s ``DELAY`` restricted to task ``DELAY_TASK``
 (a constexpr: builds without it compile to the same PTX, ``tools/demo_ptx.py``).

@@ -12,7 +12,7 @@ few MB, else a few of its launch files and this command). On the CPU, the same p
 Triton's interpreter (``tools.triton_interp``: emulated clocks, eager launches, one
 CTA; ``tests/test_run_gpu_script.py`` runs it)::
 
-    PYTHONPATH=. python3 bench/run_gpu.py --out /tmp/run_interp --interp
+    PYTHONPATH=. python3 bench/run_gpu.py --out "$(mktemp -d)" --interp
 
 Each step is a subprocess, the command printed as run: what a user types.
 """

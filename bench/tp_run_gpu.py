@@ -23,7 +23,7 @@ only (``WORLD`` = 1 in the kernel; the run's specs still say world 2). It proves
 processes, the capture, the concurrent appends and the commands, not the cross-GPU
 waits (``tests/test_tp_run_gpu_script.py``)::
 
-    PYTHONPATH=. python3 bench/tp_run_gpu.py --out /tmp/tp_run --dry-run
+    PYTHONPATH=. python3 bench/tp_run_gpu.py --out "$(mktemp -d)" --dry-run
 """
 
 from __future__ import annotations
