@@ -217,12 +217,12 @@ def test_checker_sees_a_cycle_a_star_and_an_upward_import():
 
 
 def test_the_contract_face_names_every_name_of_its_rooms():
-    """``schema`` re-exports each name of ``placement``, ``tables`` and ``ticktime``
+    """``schema`` re-exports each name of ``placement``, ``slots``, ``tables`` and ``ticktime``
     (explicitly, no ``import *``): a name added to one of their ``__all__`` must be
     added to schema's imports and ``__all__`` too, or this fails naming it."""
-    from timeline.contract import placement, schema, tables, ticktime
+    from timeline.contract import placement, schema, slots, tables, ticktime
 
-    for room in (placement, tables, ticktime):
+    for room in (placement, slots, tables, ticktime):
         missing = [n for n in room.__all__ if getattr(schema, n, None) is not getattr(room, n)
                    or n not in schema.__all__]
         assert not missing, f"schema does not re-export {room.__name__}'s {missing}"

@@ -29,8 +29,8 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.contract.graph import GraphError, check_graph, graph_to_dict
-# the contract in one namespace: schema re-exports the placement word, the Arrow tables
-# and ticks to ns (each defined in its own module; __all__ at the end lists them)
+# the contract in one namespace: schema re-exports the placement word, the Arrow tables,
+# the launch-slot header and ticks to ns (each defined in its own module; __all__ at the end lists them)
 from timeline.contract.placement import (
     AMD_HW_ID_FIELDS, ARCH_LIMITS, LAYOUT_VERSION, MAX_CTA, MAX_INDEX, MAX_STAGES, MAX_WAVE, MAX_WORLD,
     PLACEMENT_HI_FIELDS, READABLE_LAYOUTS, ArchLimits, Field, _bits, bad_placement, buffer_version, pack_placement,
@@ -40,6 +40,8 @@ from timeline.contract.tables import (
     ANOMALIES_SCHEMA, ANOMALY_KINDS, DICT_STR, INTERVALS_SCHEMA, META_ANOMALIES, META_CHECKSUM, META_CLOCK,
     META_LAYOUT, META_ORIGIN, META_SPEC, META_SPECS, META_SYNTHETIC, META_VERSION, NOTICE_KINDS,
     PLACEMENT_COLUMNS, Flag, interval_names, nullable_columns, tasks_schema)
+from timeline.contract.slots import (SLOT_BASE, SLOT_LAYER_BITS, SLOT_STEP_BITS, SLOT_VERSION, pack_slot, ring_slot,
+                                      unpack_slot)
 from timeline.contract.ticktime import MAX_CLOCK_HZ, MAX_SPAN_NS, SpanError, max_span_ticks, tick_ns, ticks_to_ns
 from timeline.errors import TimelineError
 
@@ -409,34 +411,6 @@ def slot_header_word(layout: Layout, launch):
     return layout.launches * layout.rows * layout.waves * layout.cols + len(layout.counts) + 2 * launch
 
 
-SLOT_VERSION = 1
-SLOT_LAYER_BITS = 16
-SLOT_STEP_BITS = 40
-SLOT_BASE = SLOT_VERSION << 56
-
-
-def pack_slot(step, layer):
-    """A slot header: ``SLOT_VERSION << 56 | step << 16 | layer`` for int64 ``step``
-    below 2**40 and ``layer`` below 2**16 (masked to them): positive, never 0."""
-    return SLOT_BASE | ((step & 0xFFFFFFFFFF) << 16) | (layer & 0xFFFF)
-
-
-def ring_slot(step, layer, ring, every, layers):
-    """The launch slot of ``layer`` at ``step`` in a ring of ``ring`` sampled steps of
-    ``layers`` launches (continuous capture, ``instrument.capture``): ``((step //
-    every) % ring) * layers + layer`` where ``step % every == 0`` and the layer is
-    one of ``layers``, else -1 (not sampled: nothing is stored). ``step`` >= 0."""
-    sampled = (step % every == 0) & (layer >= 0) & (layer < layers)
-    return sampled * (((step // every) % ring) * layers + layer + 1) - 1
-
-
-def unpack_slot(words):
-    """``(ok, step, layer)`` of header words: ``ok`` where the version is ``SLOT_VERSION``."""
-    w = np.asarray(words, dtype=np.int64)
-    ok = (w >> 56) == SLOT_VERSION
-    return ok, (w >> SLOT_LAYER_BITS) & ((1 << SLOT_STEP_BITS) - 1), w & ((1 << SLOT_LAYER_BITS) - 1)
-
-
 # -- the inherit rule ------------------------------------------------------------
 NS_MISSING = np.iinfo(np.int64).min  # a null ns value inside numpy (tables hold nulls)
 
@@ -456,9 +430,8 @@ def inherit_missing(columns, missing):
 __all__ = [  # its own names, then the ones it re-exports
     "FORMAT_NAME", "DEFAULT_PHASES", "PLACEMENT_COL", "Clock", "CLOCKS", "CYCLE_COUNTERS", "SpecError",
     "clock_of", "Spec", "Layout", "layout_of", "anchor_col", "table_clock", "phase_col", "record_index",
-    "word_offset", "in_slots", "drop_counter_word", "slot_header_word", "SLOT_VERSION",
-    "SLOT_LAYER_BITS", "SLOT_STEP_BITS", "SLOT_BASE", "pack_slot", "unpack_slot", "NS_MISSING",
-    "inherit_missing",
+    "word_offset", "in_slots", "drop_counter_word", "slot_header_word", "NS_MISSING", "inherit_missing",
+    "SLOT_BASE", "SLOT_LAYER_BITS", "SLOT_STEP_BITS", "SLOT_VERSION", "pack_slot", "ring_slot", "unpack_slot",
     "AMD_HW_ID_FIELDS", "ARCH_LIMITS", "ArchLimits", "Field", "LAYOUT_VERSION", "MAX_CTA", "MAX_INDEX",
     "MAX_STAGES", "MAX_WAVE", "MAX_WORLD", "PLACEMENT_HI_FIELDS", "READABLE_LAYOUTS", "_bits",
     "bad_placement", "buffer_version", "pack_placement", "placement_hi", "unpack_placement", "vendor_of",
