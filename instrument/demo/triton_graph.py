@@ -42,9 +42,9 @@ def launch_layer(ffn: tm.MonoFFN, x, y, layer: int, step, layers: int, cap=None)
 class Runner:
     """The demo's buffers for ``layers`` launches a step on ``device``: weights,
     input and output, the step counter (``cap.step`` when capturing), and the
-    capture (``every`` 0: none)."""
+    capture (``every`` 0: none; ``poll_s`` its drain's period)."""
 
-    def __init__(self, shape, layers: int, *, device="cuda", every=4, ring=2, run=None, sink=None):
+    def __init__(self, shape, layers: int, *, device="cuda", every=4, ring=2, run=None, sink=None, poll_s=0.002):
         import torch
 
         from instrument.capture import Capture
@@ -57,7 +57,7 @@ class Runner:
         self.cap = None
         if every:
             self.cap = Capture(tm.spec(shape), ring=ring, every=every, layers=layers, run=run, sink=sink,
-                               device=device, name="triton_graph")
+                               device=device, name="triton_graph", poll_s=poll_s)
             self.step = self.cap.step
         else:
             self.step = torch.zeros(1, dtype=torch.int64, device=device)
