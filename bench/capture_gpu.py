@@ -131,10 +131,11 @@ def bench(a) -> dict:
     if not cpu:
         torch.cuda.synchronize()
     extra = {}
-    for name, every, steps, poll_s in (("throttled", 1, 6 if cpu else 400, 3600.0 if cpu else a.throttle_ms / 1e3),
-                                       ("sample", 4, 12, 0.002)):
+    for name, every, ring, steps, poll_s in (
+            ("throttled", 1, a.ring, 6 if cpu else 400, 3600.0 if cpu else a.throttle_ms / 1e3),
+            ("sample", 4, 4, 12, 0.002)):  # sample: a ring holding all its 3 sampled steps
         run, sink = sink_for(out, name)
-        r = tg.Runner(shape, a.layers, device=dev, every=every, ring=a.ring, run=run, sink=sink, poll_s=poll_s)
+        r = tg.Runner(shape, a.layers, device=dev, every=every, ring=ring, run=run, sink=sink, poll_s=poll_s)
         rep = tg.run_steps(r, steps, graph=not cpu)
         extra[name] = {"written": len(rep.written), "overrun": len(rep.overrun), "incomplete": len(rep.incomplete),
                        "rows": rep.rows, "steps": rep.steps, "behind": rep.behind, "summary": rep.summary()}

@@ -4,7 +4,7 @@ replayed for ``--steps`` decode steps, one step in ``--every`` captured into a r
 ``explain`` on it, each command's wall time, the run's size on disk and the
 capture's report. On the GPU (one card)::
 
-    PYTHONPATH=. python3 bench/run_gpu.py --out $OUT --layers 16 --steps 200 --every 4
+    PYTHONPATH=. python3 bench/run_gpu.py --out $OUT --layers 16 --steps 400 --every 4 --ring 128
 
 writes ``$OUT/run_h200.txt`` (or ``run_h100.txt``: the card's name in the file
 name and the text), and the run ``$OUT/run`` (commit it under ``traces/`` when a
@@ -46,7 +46,8 @@ def card_name() -> str:
 
 def capture_cmd(a, run: Path) -> list:
     """The demo's command line that fills ``run`` (GPU: ``--graph``; interp: eager launches on the CPU)."""
-    args = ["--layers", str(a.layers), "--steps", str(a.steps), "--every", str(a.every), "--run", str(run)]
+    args = ["--layers", str(a.layers), "--steps", str(a.steps), "--every", str(a.every), "--ring", str(a.ring),
+            "--run", str(run)]
     if a.interp:
         return [sys.executable, "-c", _INTERP_CHILD, "--device", "cpu", *args]
     return [sys.executable, "-m", "instrument.demo.triton_graph", "--graph", *args]
@@ -73,6 +74,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--every", type=int, default=4)
+    ap.add_argument("--ring", type=int, default=2, help="sampled steps the capture's ring holds")
     ap.add_argument("--interp", action="store_true", help="a tiny run in Triton's interpreter on the CPU")
     a = ap.parse_args(argv)
     if a.interp:

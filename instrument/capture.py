@@ -238,6 +238,7 @@ class Capture:
         """Run drain passes on a host thread until ``close()``."""
         self._refuse_while_capturing("start")
         if self._thread is None:
+            self._t0 = self._pass_t0 = time.perf_counter()  # the device's pace is timed from here
             self._stop.clear()
             self._thread = threading.Thread(target=self._drain_loop, name=f"{self.name}-drain", daemon=True)
             self._thread.start()
