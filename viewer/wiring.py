@@ -51,7 +51,7 @@ def first_view(app, search: str | None) -> dict:
         opened = (str(item.path), item.mtime)
     except Exception:  # noqa: BLE001 - select reports it in the page; not cached
         return _first_view(app, search)
-    return lru_get(app.first_views, app.first_lock, (search, names, opened, app.bar_limit),
+    return lru_get(app.first_views, app.first_lock, (search, names, opened, app.bar_limit, app.gl_limit),
                    lambda: _first_view(app, search), FIRST_VIEW_CACHE)
 
 

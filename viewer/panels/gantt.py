@@ -153,12 +153,16 @@ def window(state, trigger, rel, t0_in, t1_in, full_t, n_rows, same_selection, sa
     return (int(t0), int(t1)) + ((r0, r1) if r1 > r0 else (0, n_rows))
 
 
-def status_line(info: dict, bar_limit: int, height: int) -> str:
-    """The line above the Gantt: what is drawn and how."""
+def status_line(info: dict, bar_limit: int, height: int, gl_limit: int | None = None) -> str:
+    """The line above the Gantt: what is drawn and how (``info["drawn"]``: bars as
+    an image beyond ``gl_limit``)."""
     if info["mode"] == "raster":
         return (f"aggregated view: {info['intervals']:,} intervals in {info['rows']:,} rows, drawn as "
                 f"occupancy per pixel; zoom in (≤ {bar_limit:,} intervals, ≤ {F.ROWS_PER_PX * height:,} rows) "
                 "for exact bars")
+    if info["mode"] == "bars" and info.get("drawn") == "image":
+        return (f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars drawn as an image; "
+                f"zoom in (≤ {gl_limit:,} intervals) for a task's hover text, or click a bar to pin its task")
     if info["mode"] == "bars":
         return f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars"
     return "nothing to draw"
@@ -185,6 +189,7 @@ def gantt(app, q: GanttQuery) -> Drawn:
     shown = list(stages_t) if stages_t is not None else list(range(len(d.stage_names)))
     fig, info = F.gantt_figure(d, view, r0=r0, r1=r1, t0_ns=t0, t1_ns=t1, class_ok=M.class_mask(d, stages_t, phases_t),
                                stages=shown, width_px=width, height_px=height, bar_limit=app.bar_limit,
+                               gl_limit=app.gl_limit,
                                concurrency=conc, concurrency_note=conc_note,
                                note="this trace has no intervals" if d.n == 0 else "")
     fig["data"] += F.path_trace(path_segments(app, item, view, grouping, launches))
@@ -194,7 +199,8 @@ def gantt(app, q: GanttQuery) -> Drawn:
             "x": 0.5, "y": 0.6, "showarrow": False, "font": {"size": 15, "color": "#666"}})
     new = ViewState(name=name, fkey=fkey, grouping=grouping, t0=t0, t1=t1, r0=r0, r1=r1,
                     panels=[name, ranks, launches], ranks=ranks, launches=launches, ctas=ctas_t, stages=stages_key)
-    return Drawn(fig, new, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status_line(info, app.bar_limit, height))
+    return Drawn(fig, new, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status_line(
+        {**info, "drawn": fig["layout"]["meta"]["drawn"]}, app.bar_limit, height, app.gl_limit))
 
 
 def path_segments(app, item, view, grouping, launches) -> list:
