@@ -323,3 +323,32 @@ def test_the_explain_verdict_names_the_p99_launch(state, run_dir):
     assert doc["verdict"].startswith(f"step {ov.p99.step} layer {ov.p99.layer} took {kernel / 1e3:.2f} µs")
     assert "5 launches nearest the run's median" in doc["typical"]["from"]
     assert state.runs.verdict(run.name) is doc  # made once per run
+
+
+@pytest.mark.browser
+@browser
+def test_another_run_in_the_page_refreshes_the_rank_dropdown(page, run_dir):
+    """A page on the two-rank run switched in place (a new address, no reload) to a run
+    of rank 1 only: the overview's rank dropdown offers that run's ranks, its value one
+    of them (it kept the first run's rank 0 before)."""
+    from timeline.run import append
+    from viewer_runkit import small_trace
+
+    root, run, _ = run_dir
+    other = root / "rank1_run"
+    if not other.exists():
+        append(other, small_trace(seed=5).filter(ranks=[1]))
+    driver = page["driver"]
+    driver.get(page["url"])
+    m = wait_launch(driver, VRS.launch_name(run.name, page["state"].runs.overview(run.name).typical))
+    rank_text = "var r=document.getElementById('ov-rank'); return r && r.innerText;"
+    assert driver.execute_script(rank_text).strip() == "rank 0"
+    driver.execute_script("window.dash_clientside.set_props('url', {search: arguments[0]});",
+                          "?run=rank1_run&step=0&layer=1")
+    wait_launch(driver, "rank1_run/step=0/layer=1", m)
+    B.wait_for(driver, "var r=document.getElementById('ov-rank'); return r && r.innerText.trim() == 'rank 1' || null",
+               30, "the rank dropdown of the new run")
+    driver.find_element("css selector", "#ov-rank").click()  # open it: its options are the new run's ranks
+    menu = B.wait_for(driver, "var o=[...document.querySelectorAll('[role=option]')].map(e=>e.innerText.trim())"
+                              ".filter(t=>/^rank \\d+$/.test(t)); return o.length ? o : null;", 10, "the rank options")
+    assert menu == ["rank 1"]

@@ -62,6 +62,17 @@ PLOTLY_EARLY = (
     "onerror=\"window._plotlyLoad[1](new Error('plotly.js did not load'))\"></script>")
 
 
+# Dash asks for a component's code chunk only once the layout holding it has arrived: three
+# round trips in series before the first paint. Preloaded, they arrive with the page's scripts.
+DCC_CHUNKS = ("dropdown", "graph", "slider")
+PRELOAD = '<link rel="preload" as="script" href="{prefix}_dash-component-suites/dash/dcc/async-{chunk}.js">'
+
+
+def preload_links(prefix: str) -> str:
+    """The ``<link rel=preload>`` tags of the dcc chunks every page needs (``DCC_CHUNKS``)."""
+    return "".join(PRELOAD.format(prefix=prefix, chunk=c) for c in DCC_CHUNKS)
+
+
 COMPILE_HINT = b"//# allFunctionsCalledOnLoad\n"
 TRACE_TYPES = ("bar", "heatmap", "image", "scatter", "scattergl")  # every plotly.js trace type the
 # dashboard's figures draw: what a plotly.js bundle it serves must hold (tools/plotly_bundle.py builds one)

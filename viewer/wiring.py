@@ -16,7 +16,8 @@ from dash import ALL, Input, Output, State
 from viewer import charts as CH
 from viewer.client import GANTT_PX
 from viewer.ids import GANTT_PROPS, TRACE_PROPS, TraceOut, outputs
-from viewer.page import CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, plotly_bundle, serve_plotly
+from viewer.page import (CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, plotly_bundle, preload_links,
+                         serve_plotly)
 from viewer.panels import export as VX
 from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
@@ -205,7 +206,8 @@ def _page(app, dash_app, plotly: PlotlyBundle):
     prefix, route = dash_app.config.requests_pathname_prefix, plotly.route
     dash_app.server.add_url_rule(f"/{route}", "timeline_view_plotly", partial(serve_plotly, plotly))
     dash_app.index_string = dash_app.index_string.replace(
-        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + f"<style>{CSS}</style>")
+        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + preload_links(prefix)
+        + f"<style>{CSS}</style>")
 
     def page_layout():
         # Dash validates the layout once at build time, outside any request
