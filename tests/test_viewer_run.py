@@ -8,6 +8,8 @@ step through launches, an address opens the launch, selection and window it name
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import urllib.parse
 from pathlib import Path
 
@@ -352,3 +354,47 @@ def test_another_run_in_the_page_refreshes_the_rank_dropdown(page, run_dir):
     menu = B.wait_for(driver, "var o=[...document.querySelectorAll('[role=option]')].map(e=>e.innerText.trim())"
                               ".filter(t=>/^rank \\d+$/.test(t)); return o.length ? o : null;", 10, "the rank options")
     assert menu == ["rank 1"]
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_command(target: str) -> list:
+    """The arguments ``make TARGET`` gives ``timeline-view`` (``make -n``: printed, not run)."""
+    out = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    line = [x for x in out.splitlines() if "bin/timeline-view " in x][-1]
+    return shlex.split(line.split("bin/timeline-view ", 1)[1].split("$(")[0])
+
+
+def test_make_demo_still_opens_the_bundled_trace_file():
+    args = make_command("demo")
+    assert args[0] == f"traces/{V.DEFAULT_TRACE}"
+    st, _, first = V.prepare([str(REPO / args[0]), "--trace-dir", str(REPO / "traces")])
+    assert first == V.DEFAULT_TRACE and st.default_run is None  # a trace's page, not a run's
+
+
+@pytest.mark.browser
+@browser
+def test_make_demo_run_opens_the_bundled_h100_run():
+    """``make demo-run``: the real H100 run (3 sampled steps x 16 layers, one rank) opens
+    on its overview with the typical launch's Gantt; a click on another cell drills down."""
+    args = make_command("demo-run")
+    assert args[0] == "traces/h100_graph_run"
+    st, _, first = V.prepare([str(REPO / args[0]), "--trace-dir", str(REPO / "traces")])
+    ov = st.runs.overview(first)
+    assert first == "h100_graph_run" and ov.n == 48 and len(ov.layers) == 16 and ov.ranks == [0]
+    target = next(k for k in reversed(ov.keys()) if k != ov.typical)
+    with B.serve(VW.build(st, plotly=dashboard_bundle())) as url, B.chromium(1400, 1100) as driver:
+        driver.get(url)
+        m = wait_launch(driver, VRS.launch_name(first, ov.typical))
+        n = driver.execute_script(OVERVIEW + "return g && g.data[0].type=='heatmap' && g._fullData[0].z.length")
+        assert n == 16  # a heat-map row per layer
+        assert "48 launches" in driver.find_element("id", "ov-summary").text
+        driver.execute_script(OVERVIEW + f"g.emit('plotly_click', {{points: [{{x: {target.step}, y: {target.layer}}}]}});")
+        meta = json.loads(wait_launch(driver, VRS.launch_name(first, target), m).split("|")[0])
+        item = st.store.get(VRS.launch_name(first, target))
+        assert meta["intervals"] == item.data.n > 0 and meta["mode"] == "bars"
+        assert set(item.data.stage_names) == {"up", "norm", "down"}
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
