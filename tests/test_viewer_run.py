@@ -398,3 +398,32 @@ def test_make_demo_run_opens_the_bundled_h100_run():
         assert set(item.data.stage_names) == {"up", "norm", "down"}
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+
+def test_a_launch_opened_is_drawn_ahead_and_the_same(state, run_dir):
+    """The trace callback draws the Gantt that opens a launch ahead (``draw_ahead``):
+    the Gantt callback's query takes that figure, once, and it is the figure drawn
+    directly; a query that continues a view (a zoom, the same launch's window) never
+    takes one."""
+    import dataclasses
+
+    import plotly.utils
+
+    from viewer.panels import gantt as VG
+
+    _, run, _ = run_dir
+    q = VG.GanttQuery(f"{run.name}/step=1/layer=2", "rank", None, None, None, None, None, px=[900, 560])
+    VG.draw_ahead(state, q)
+    key = VG.opening_key(q)
+    drawn = state.ahead[key].result(timeout=60)
+    again = VG._gantt(state, q)
+
+    def as_json(fig):
+        return json.dumps(fig, cls=plotly.utils.PlotlyJSONEncoder)
+
+    assert as_json(drawn.figure) == as_json(again.figure) and drawn.state == again.state
+    assert VG.gantt(state, q) is drawn and key not in state.ahead  # taken once
+    assert VG.gantt(state, q) is not drawn  # then drawn again
+    assert VG.opening_key(dataclasses.replace(q, trigger="gantt")) is None
+    assert VG.opening_key(dataclasses.replace(q, state=drawn.state.to_client())) is None
+    assert VG.opening_key(dataclasses.replace(q, state=dataclasses.replace(drawn.state, name="x").to_client())) == key

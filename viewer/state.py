@@ -83,6 +83,8 @@ class App:
         self.gl_limit = gl_limit  # bars in view beyond which they are drawn as one image (None: never)
         self.first_views = OrderedDict()  # (search, trace files, bar limit) -> first view, small LRU
         self.first_lock = threading.Lock()
+        self.ahead = OrderedDict()  # opening Gantt query -> Future of its figure (panels.gantt.draw_ahead)
+        self.px = None  # the Gantt plot's size the browser last sent: draw_ahead draws for it
 
     def requested(self, search: str | None) -> str | None:
         """The trace named by the page's query string (``?trace=NAME``), else the default."""

@@ -110,7 +110,12 @@ def on_trace(app, search, picked, page_search):
     # already shows this address's view (the page reloads on a new address)
     if not by_picker and page_search is not None and (search or "") == page_search:
         raise dash.exceptions.PreventUpdate
-    return VTR.select(app, search, picked, by_picker)
+    t = VTR.select(app, search, picked, by_picker)
+    if key_name(t.key) and app.px is not None and NO not in (t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas):
+        # the Gantt callback follows this answer: its figure drawn meanwhile
+        VG.draw_ahead(app, VG.GanttQuery(key_name(t.key), t.grouping, t.ranks, t.launches, t.stages, t.phases,
+                                         t.ctas, px=app.px))
+    return t
 
 
 def key_name(key) -> str | None:
@@ -121,6 +126,7 @@ def key_name(key) -> str | None:
 def on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
     """The Gantt callback's inputs (in the order ``build`` registers them) as one ``GanttQuery``."""
     trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(dash.ctx.triggered_id, "filters")
+    app.px = px
     return VG.on_gantt(app, VG.GanttQuery(key_name(key), grouping, ranks, launches, stages, phases, ctas,
                                           trigger, rel, t0, t1, px, state))
 

@@ -4,7 +4,10 @@ through the browser is a ``client.ViewState``."""
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -22,6 +25,8 @@ from viewer.ids import GanttOut
 from viewer.state import ERROR, NO, guarded
 
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
+AHEAD = 4  # first figures of just-opened traces kept (``draw_ahead``)
+AHEAD_WAIT_S = 60.0  # how long the Gantt callback waits for a figure being drawn ahead
 
 
 @dataclass(frozen=True)
@@ -168,11 +173,58 @@ def status_line(info: dict, bar_limit: int, height: int, gl_limit: int | None = 
     return "nothing to draw"
 
 
+def opening_key(q: GanttQuery) -> str | None:
+    """The key of a query that opens its trace (a filter change from no view or
+    another trace's: nothing of the last view carries over), None for any other:
+    such a query's figure depends on nothing else (``draw_ahead``)."""
+    state = ViewState.from_client(q.state)
+    if q.trigger != "filters" or (state is not None and state.name == q.name) or not q.name:
+        return None
+    return json.dumps([q.name, q.grouping, q.ranks, q.launches, q.stages, q.phases, q.ctas, list(clamp_px(q.px))],
+                      sort_keys=True, default=str)
+
+
+def draw_ahead(app, q: GanttQuery):
+    """Start drawing the Gantt that opens trace ``q.name`` in a thread, so that it is
+    ready (or under way) when the browser, having applied the trace callback's
+    answer, asks for it: a launch drill-down overlaps the two."""
+    key = opening_key(q)
+    if key is None:
+        return
+    fut: Future = Future()
+    with app.first_lock:
+        app.ahead[key] = fut
+        while len(app.ahead) > AHEAD:
+            app.ahead.popitem(last=False)
+
+    def work():
+        try:
+            fut.set_result(_gantt(app, q))
+        except BaseException as e:  # noqa: BLE001 - the Gantt callback draws it again and reports it
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name="draw-ahead", daemon=True).start()
+
+
 def gantt(app, q: GanttQuery) -> Drawn:
     """The Gantt of trace ``q.name`` for a selection. ``q.state`` carries the last
     window; ``q.trigger`` says which input fired: a zoom (``gantt``), the time boxes,
     ``reset``, or a filter / trace change (rows start over; the time window stays
-    unless the trace, ranks or launches changed: then it fits the selection)."""
+    unless the trace, ranks or launches changed: then it fits the selection). A
+    query that opens its trace takes the figure ``draw_ahead`` drew, if any."""
+    key = opening_key(q)
+    with app.first_lock:
+        fut = app.ahead.pop(key, None) if key is not None else None
+    if fut is not None:
+        try:
+            return fut.result(timeout=AHEAD_WAIT_S)
+        except Exception:  # noqa: BLE001 - drawn here instead, where an error is reported
+            pass
+    return _gantt(app, q)
+
+
+def _gantt(app, q: GanttQuery) -> Drawn:
+    """``gantt`` without the figures drawn ahead."""
     name = q.name
     item = app.store.get(name)
     d = item.data
