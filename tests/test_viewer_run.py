@@ -426,4 +426,5 @@ def test_a_launch_opened_is_drawn_ahead_and_the_same(state, run_dir):
     assert VG.gantt(state, q) is not drawn  # then drawn again
     assert VG.opening_key(dataclasses.replace(q, trigger="gantt")) is None
     assert VG.opening_key(dataclasses.replace(q, state=drawn.state.to_client())) is None
-    assert VG.opening_key(dataclasses.replace(q, state=dataclasses.replace(drawn.state, name="x").to_client())) == key
+    other = dataclasses.replace(drawn.state, name="x").to_client()  # another launch's view: opening
+    assert VG.opening_key(dataclasses.replace(q, state=other)) == key

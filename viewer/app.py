@@ -1,7 +1,7 @@
 """``timeline-view``: the Dash dashboard of per-CTA, per-wave Gantt timelines.
 
     timeline-view [TRACE|RUN ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--plotly-js FILE]
-                  [--memory-budget 1G] [--overview] [--gl-limit 2000] [--debug]
+                  [--memory-budget 1G] [--overview] [--gl-limit 4000] [--debug]
 
 It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
 With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (``./traces`` by

@@ -111,7 +111,8 @@ def on_trace(app, search, picked, page_search):
     if not by_picker and page_search is not None and (search or "") == page_search:
         raise dash.exceptions.PreventUpdate
     t = VTR.select(app, search, picked, by_picker)
-    if key_name(t.key) and app.px is not None and NO not in (t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas):
+    chosen = (t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas)
+    if key_name(t.key) and app.px is not None and NO not in chosen:
         # the Gantt callback follows this answer: its figure drawn meanwhile
         VG.draw_ahead(app, VG.GanttQuery(key_name(t.key), t.grouping, t.ranks, t.launches, t.stages, t.phases,
                                          t.ctas, px=app.px))
