@@ -21,10 +21,12 @@ one CTA), which proves the script end to end (``tests/test_explain_gpu_script.py
     PYTHONPATH=. python3 bench/explain_gpu.py --out "$(mktemp -d)" --interp
 
 Saved traces are evaluated again without a GPU or Triton (the settings from the
-file names ``explain_<setting>.arrow``; the card, shape and task from the
-``explain_<card>.json`` beside them where present)::
+file names ``[prefix]explain_<setting>.arrow``; the card, shape and task from the
+``explain_<card>.json`` beside them where present), e.g. the first 4 rounds bundled
+in traces/ (``h100_explain_*.arrow``)::
 
     PYTHONPATH=. python3 bench/explain_gpu.py --from DIR [--out DIR2]
+    PYTHONPATH=. python3 bench/explain_gpu.py --from traces
 
 The spin is ``triton_mono``'s ``DELAY`` restricted to task ``DELAY_TASK``
 (a constexpr: builds without it compile to the same PTX, ``tools/demo_ptx.py``).
@@ -33,6 +35,7 @@ The spin is ``triton_mono``'s ``DELAY`` restricted to task ``DELAY_TASK``
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -181,14 +184,15 @@ def evaluate(traces: dict, sets: dict, shape, task: int, rounds: int, launches: 
     return rows
 
 
-def cli_answer(out: Path, name: str, launch: int) -> str:
+def cli_answer(out: Path, name: str, launch: int, prefix: str = "") -> str:
     """``timeline explain`` on ``name``'s trace, ``--launch``, ``--baseline`` the base trace: its text."""
-    cmd = [sys.executable, "-m", "timeline", "explain", str(out / f"explain_{name}.arrow"), "--launch", str(launch),
-           "--baseline", str(out / "explain_base.arrow")]
+    cmd = [sys.executable, "-m", "timeline", "explain", str(out / f"{prefix}explain_{name}.arrow"), "--launch",
+           str(launch), "--baseline", str(out / f"{prefix}explain_base.arrow")]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("TRITON_INTERPRET", None)
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    return f"$ timeline explain explain_{name}.arrow --launch {launch} --baseline explain_base.arrow  (rc {p.returncode})\n" \
+    return f"$ timeline explain {prefix}explain_{name}.arrow --launch {launch} --baseline {prefix}explain_base.arrow" \
+           f"  (rc {p.returncode})\n" \
            + (p.stdout + p.stderr).rstrip()
 
 
@@ -222,50 +226,57 @@ def report(rows, card: str, shape, task: int, want, rounds: int, launches: int, 
     return out + notes
 
 
-SAVED = re.compile(r"explain_(base|task(\d+)\+(\d+)|stage\+(\d+))\.arrow")
+SAVED = re.compile(r"(.*)explain_(base|task(\d+)\+(\d+)|stage\+(\d+))\.arrow")
 
 
-def saved_settings(folder: Path) -> dict:
-    """``{name: (delay ns, norm task or -1)}`` of the traces ``explain_<setting>.arrow``
-    in ``folder`` (``base``, ``task<T>+<ns>``, ``stage+<ns>``) in the order the run
-    makes them (``base``, one task's spins by size, the stage's); one
-    clear line (SystemExit) where there is no base or no spun setting."""
+def saved_settings(folder: Path) -> tuple:
+    """``(prefix, {name: (delay ns, norm task or -1)})`` of the traces
+    ``<prefix>explain_<setting>.arrow`` in ``folder`` (``base``, ``task<T>+<ns>``,
+    ``stage+<ns>``; the prefix that of the one ``explain_base.arrow``, e.g. ``h100_``
+    in traces/) in the order the run makes them (``base``, one task's spins by size,
+    the stage's); one clear line (SystemExit) where the base is missing or not one,
+    no setting is spun, or a file of the prefix names no setting."""
+    bases = sorted(folder.glob("*explain_base.arrow"))
+    if len(bases) != 1:
+        raise SystemExit(f"error: {folder}: needs one <prefix>explain_base.arrow and at least one spun setting's "
+                         f"<prefix>explain_<setting>.arrow (bench/explain_gpu.py --out writes them); found "
+                         f"{len(bases)} base traces")
+    prefix = bases[0].name[:-len("explain_base.arrow")]
     found = {}
-    for f in sorted(folder.glob("explain_*.arrow")):
+    for f in sorted(folder.glob(f"{glob.escape(prefix)}explain_*.arrow")):
         hit = SAVED.fullmatch(f.name)
-        if hit is None:
-            raise SystemExit(f"error: {f}: not a setting's trace (explain_base / explain_task<T>+<ns> / "
-                             f"explain_stage+<ns>.arrow); move it out of {folder}")
-        _, task, d_task, d_stage = hit.groups()
-        found[hit.group(1)] = (0, -1) if hit.group(1) == "base" else \
-            (int(d_task), int(task)) if task is not None else (int(d_stage), -1)
-    if "base" not in found or len(found) < 2:
-        raise SystemExit(f"error: {folder}: needs explain_base.arrow and at least one spun setting's "
-                         f"explain_<setting>.arrow (bench/explain_gpu.py --out writes them)")
+        if hit is None or hit.group(1) != prefix:
+            raise SystemExit(f"error: {f}: not a setting's trace ({prefix}explain_base / task<T>+<ns> / "
+                             f"stage+<ns>.arrow); move it out of {folder}")
+        _, name, task, d_task, d_stage = hit.groups()
+        found[name] = (0, -1) if name == "base" else (int(d_task), int(task)) if task is not None else (int(d_stage), -1)
     base = found.pop("base")
-    return {"base": base, **dict(sorted(found.items(), key=lambda kv: (kv[1][1] < 0, kv[1][0])))}
+    if not found:
+        raise SystemExit(f"error: {folder}: no spun setting's {prefix}explain_<setting>.arrow beside the base")
+    return prefix, {"base": base, **dict(sorted(found.items(), key=lambda kv: (kv[1][1] < 0, kv[1][0])))}
 
 
 def from_saved(folder: Path) -> tuple:
-    """``(traces, sets, shape, task, card, launches, spun, rounds)`` of a saved run:
-    the card, shape and task from the ``explain_*.json`` beside the traces (default
-    the GPU run's shape and the spun settings' task), launches a round and the spun
-    one as the run that wrote them (``--interp``'s where the card says so)."""
+    """``(traces, sets, shape, task, card, launches, spun, rounds, prefix)`` of a saved
+    run: the card, shape and task from the ``<prefix>explain_*.json`` beside the traces
+    (else the GPU run's shape, the spun settings' task and the prefix as the card),
+    launches a round and the spun one as the run that wrote them (``--interp``'s where
+    the card says so)."""
     from instrument.demo import triton_plan as plan
     from timeline.core.trace import load
 
-    sets = saved_settings(folder)
-    meta = next((json.loads(p.read_text()) for p in sorted(folder.glob("explain_*.json"))), {})
+    prefix, sets = saved_settings(folder)
+    meta = next((json.loads(p.read_text()) for p in sorted(folder.glob(f"{glob.escape(prefix)}explain_*.json"))), {})
     shape = plan.Shape(**meta["shape"]) if "shape" in meta else plan.Shape()
     tasks = {t for d, t in sets.values() if t >= 0}
     task = int(meta.get("task", tasks.pop() if len(tasks) == 1 else plan.task_counts(shape)[1] // 2))
-    card = meta.get("card", "an unnamed card")
+    card = meta.get("card", f"an unnamed card (no json beside the traces {prefix}explain_*)")
     interp = "interp" in card
     launches = meta.get("launches", INTERP["launches"] if interp else LAUNCHES)
     spun = meta.get("spun", INTERP["spun"] if interp else SPUN)
-    traces = {k: load(folder / f"explain_{k}.arrow") for k in sets}
+    traces = {k: load(folder / f"{prefix}explain_{k}.arrow") for k in sets}
     rounds = len(traces["base"].launches) // launches
-    return traces, sets, shape, task, f"{card} (from the traces saved in {folder})", launches, spun, rounds
+    return traces, sets, shape, task, f"{card} (from the traces saved in {folder})", launches, spun, rounds, prefix
 
 
 def _interp_reexec(argv) -> int:
@@ -330,13 +341,11 @@ def main(argv=None) -> int:
 def from_main(folder: Path, out: Path | None) -> int:
     """``--from``: the report of the traces saved in ``folder`` (and the CLI's answers
     on them), printed, and written to ``out/explain_from_files.txt`` where given."""
-    if not (folder / "explain_base.arrow").is_file():
-        raise SystemExit(f"error: --from {folder}: no explain_base.arrow there (bench/explain_gpu.py --out writes it)")
-    traces, sets, shape, task, card, launches, spun, rounds = from_saved(folder)
+    traces, sets, shape, task, card, launches, spun, rounds, prefix = from_saved(folder)
     rows = evaluate(traces, sets, shape, task, rounds, launches, spun)
     lines = report(rows, card, shape, task, expected(shape, task), rounds, launches, spun)
     lines += ["", "the CLI on the first round's spun launch of each setting:"]
-    lines += [cli_answer(folder, k, spun) for k in sets if k != "base"]
+    lines += [cli_answer(folder, k, spun, prefix) for k in sets if k != "base"]
     text = "\n".join(lines)
     print(text)
     if out is not None:

@@ -68,15 +68,16 @@ def test_a_row_below_the_noise_says_so_and_keeps_its_goal_honest():
 
 def test_from_reads_the_settings_from_the_names_and_refuses_strangers(tmp_path):
     eg = _script()
-    for name in ("explain_base.arrow", "explain_stage+4000.arrow", "explain_task32+16000.arrow",
-                 "explain_task32+1000.arrow"):
+    for name in ("h100_explain_base.arrow", "h100_explain_stage+4000.arrow", "h100_explain_task32+16000.arrow",
+                 "h100_explain_task32+1000.arrow", "h200_whatif_delay0.arrow"):
         (tmp_path / name).write_bytes(b"")
-    assert list(eg.saved_settings(tmp_path).items()) == [("base", (0, -1)), ("task32+1000", (1000, 32)),
-                                                         ("task32+16000", (16000, 32)), ("stage+4000", (4000, -1))]
-    (tmp_path / "explain_other.arrow").write_bytes(b"")
-    with pytest.raises(SystemExit, match="explain_other.arrow: not a setting's trace"):
+    prefix, sets = eg.saved_settings(tmp_path)
+    assert prefix == "h100_" and list(sets.items()) == [("base", (0, -1)), ("task32+1000", (1000, 32)),
+                                                        ("task32+16000", (16000, 32)), ("stage+4000", (4000, -1))]
+    (tmp_path / "h100_explain_other.arrow").write_bytes(b"")
+    with pytest.raises(SystemExit, match="h100_explain_other.arrow: not a setting's trace"):
         eg.saved_settings(tmp_path)
-    with pytest.raises(SystemExit, match="needs explain_base.arrow"):
+    with pytest.raises(SystemExit, match="needs one <prefix>explain_base.arrow"):
         eg.saved_settings(tmp_path / "nowhere")
 
 
