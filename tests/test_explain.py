@@ -13,7 +13,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from bufkit import empty, put
@@ -265,9 +265,9 @@ def injected(injections, launch):
     return tr, X.explain_launch(tr, launch, X.typical(tr), own=True), measured, X.noise_ns(np.delete(clean, launch))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2), st.floats(0, 0.999), st.integers(0, 1), st.permutations(["staged", "compute", "end"]),
-       st.integers(2500, 20_000), st.one_of(st.just(0), st.integers(2500, 20_000)), st.integers(0, 7))
+       st.integers(5000, 20_000), st.one_of(st.just(0), st.integers(2500, 20_000)), st.integers(0, 7))
 def test_a_delay_in_two_intervals_of_a_task_is_one_culprit_saving_what_it_cost(s, where, rank, phases, a, b, launch):
     """Time injected into two intervals of one task (a delay that moved across a
     stamp): where it moved the launch beyond the noise, the first significant culprit
@@ -279,8 +279,7 @@ def test_a_delay_in_two_intervals_of_a_task_is_one_culprit_saving_what_it_cost(s
     inj = [SG.Injection(rank, stage, task, None, first, float(a), launch)]
     inj += [SG.Injection(rank, stage, task, None, second, float(b), launch)] if b else []
     tr, e, measured, noise = injected(inj, launch)
-    if measured <= noise:  # hidden by slack: not this test's question
-        return
+    assume(measured > noise)  # hidden by slack: not this test's question
     c = X.significant(e)[0]
     assert names(tr, c)[:3] == (rank, stage, task) and c.scope == "task"
     got = [tr.phases[j + 1] for j, _ in c.cells]
