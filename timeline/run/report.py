@@ -1,7 +1,9 @@
 """Run-wide reports from the small per-append parts alone (never a task row): each
 launch's time across ranks, the stage report over every launch (per stage p50 / p90 /
-p99 over launches), the worst launches, and the p99 launch against the median one.
-Pure functions of the ``launches`` and ``stages`` tables ``Run`` reads."""
+p99 over launches), the worst launches, and the p99 launch against the median one; each launch's start
+skew across ranks, on the host clock by the appends' clock calibrations where its
+ranks were appended separately. Pure functions of the ``launches`` and ``stages``
+tables ``Run`` reads (and, for the host clock, of its manifest records)."""
 
 from __future__ import annotations
 
@@ -157,17 +159,16 @@ def skew(launches: pa.Table, gid: np.ndarray, n: int) -> tuple:
     pm = _spread_pm(gid, n, _column_or(launches, "axis_pm_ns", 0.0, np.float64))
     if one_axis.all():
         return hi - lo, pm, one_axis
-    has = _column_or(launches, "host_pm_ns", np.nan, np.float64)
-    placed = ~np.isnan(has) & R.numpy(launches.column("host_start_ns").is_valid()) if "host_start_ns" in \
-        launches.column_names else np.zeros(launches.num_rows, bool)
+    host_pm = _column_or(launches, "host_pm_ns", np.nan, np.float64)  # NaN: no placement (or no column)
+    host = _column_or(launches, "host_start_ns", 0, np.int64)
+    placed = ~np.isnan(host_pm) & (R.numpy(launches.column("host_start_ns").is_valid())
+                                    if "host_start_ns" in launches.column_names else False)
     all_placed = np.ones(n, bool)
     np.logical_and.at(all_placed, gid, placed)
-    host = _column_or(launches, "host_start_ns", 0, np.int64)
     hlo, hhi = GR.group_min_max(gid, n, host, host)
     cross = ~one_axis
-    out = np.where(cross, hhi - hlo, hi - lo)
-    pm = np.where(cross, _spread_pm(gid, n, np.nan_to_num(has)), pm)
-    return out, pm, one_axis | all_placed
+    return (np.where(cross, hhi - hlo, hi - lo), np.where(cross, _spread_pm(gid, n, np.nan_to_num(host_pm)), pm),
+            one_axis | all_placed)
 
 
 def skew_note(launches: pa.Table) -> str | None:
