@@ -215,12 +215,14 @@ def report(rows, card: str, shape, task: int, want, rounds: int, launches: int, 
                 f"noise {r['noise_us']:.3f} µs)") if quiet else "; ".join(r["named"])
         err = "(noise)" if quiet else f"{r['error']:+.1%}"
         out.append(f"{r['setting']:>14} {r['spin_ns']:>8} {r['named_right']:>3}/{r['rounds']:<3} "
-                   f"{r['predicted_us']:>10.3f} {r['measured_us']:>9.3f} {err:>7} {r.get('ceiling_us', float('nan')):>9.3f} "
+                   f"{r['predicted_us']:>10.3f} {r['measured_us']:>9.3f} {err:>7} "
+                   f"{r.get('ceiling_us', float('nan')):>9.3f} "
                    f"{'met' if r['met'] else 'NOT met':>7}  {said}")
         if quiet and not r["met"]:
             notes.append(f"{r['setting']}: the goal as written is NOT met (it asks for the injected culprit named and "
                          f"its saving within {TOLERANCE:.0%}), but the spin moved the launch only "
-                         f"{r['measured_us']:.3f} µs (median), below the launch-to-launch noise {r['noise_us']:.3f} µs, "
+                         f"{r['measured_us']:.3f} µs (median), below the launch-to-launch noise "
+                         f"{r['noise_us']:.3f} µs, "
                          f"so no fix can be significant and 'no significant culprit' "
                          f"({r['said_none']}/{r['rounds']} rounds) is the right answer")
     return out + notes
@@ -249,7 +251,8 @@ def saved_settings(folder: Path) -> tuple:
             raise SystemExit(f"error: {f}: not a setting's trace ({prefix}explain_base / task<T>+<ns> / "
                              f"stage+<ns>.arrow); move it out of {folder}")
         _, name, task, d_task, d_stage = hit.groups()
-        found[name] = (0, -1) if name == "base" else (int(d_task), int(task)) if task is not None else (int(d_stage), -1)
+        found[name] = (0, -1) if name == "base" else \
+            (int(d_task), int(task)) if task is not None else (int(d_stage), -1)
     base = found.pop("base")
     if not found:
         raise SystemExit(f"error: {folder}: no spun setting's {prefix}explain_<setting>.arrow beside the base")

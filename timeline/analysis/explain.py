@@ -210,7 +210,8 @@ def _stage_groups(m: E.Tasks, hot: np.ndarray, wait: int, key: np.ndarray, group
         for s in np.unique(m.stage[hot[:, j]]):
             mine = m.stage == s
             if hot[mine, j].sum() > 1 and hot[mine, j].mean() >= 0.5:
-                key[mine & hot[:, j], j] = groups.setdefault(("stage", None, int(s), None, None, j == wait), len(groups))
+                g = groups.setdefault(("stage", None, int(s), None, None, j == wait), len(groups))
+                key[mine & hot[:, j], j] = g
                 continue
             for r in np.unique(m.rank[mine & hot[:, j]]):
                 rs = mine & (m.rank == r)
@@ -400,8 +401,8 @@ def _heuristic(one, launch: int, typ: Typical, kernel: int, noise: float) -> Exp
     culprits = []
     for sc, r, s, t, c, j, idx, cells in cands:
         measured = sum(float(dur[i, k].sum()) for k, i in cells)
-        culprits.append(Culprit(sc, r, s, t, c, j, idx, measured, measured - sum(float(ex[i, k].sum()) for k, i in cells),
-                                0.0, cells))
+        excess = sum(float(ex[i, k].sum()) for k, i in cells)
+        culprits.append(Culprit(sc, r, s, t, c, j, idx, measured, measured - excess, 0.0, cells))
     return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, 0.0, [], None,
                      [None] * len(culprits), m, False)
 
