@@ -165,9 +165,10 @@ def on_open(app, click, *rest):
 
 
 @guarded(ERROR)
-def on_verdict(app, run):
+def on_verdict(app, run, _panels=None):
     """The explain verdict beside the overview (``Runs.verdict``): what made the run's
-    p99 launch slow, against the launches nearest its median."""
+    p99 launch slow, against the launches nearest its median; asked once the Gantt is
+    painted (the panels' key) or the run changes."""
     if run is None:
         raise dash.exceptions.PreventUpdate
     doc = app.runs.verdict(run)
@@ -249,7 +250,8 @@ def install(dash_app, app, page_search):
                *(Input(bid, "n_clicks") for bid, _ in BUTTONS), State("ov-run", "data"), State("trace-key", "data"),
                State("url", "search"), State("ov-metric", "value"), State("ov-rank", "value"),
                prevent_initial_call=True)(partial(on_open, app))
-    d.callback(Output("ov-explain", "children"), Input("ov-run", "data"))(partial(on_verdict, app))
+    d.callback(Output("ov-explain", "children"), Input("ov-run", "data"), Input("panel-key", "data"),
+               prevent_initial_call=True)(partial(on_verdict, app))  # after the first paint: panel-key
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
                Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
     return d

@@ -36,6 +36,16 @@ ZOOM_SCRIPT = """function(rel) { if (!rel) return window.dash_clientside.no_upda
     var zoom = Object.keys(rel).some(k => /^(xaxis2?|yaxis)\\.(range|autorange)/.test(k));
     return zoom ? rel : window.dash_clientside.no_update; }"""
 
+# the first view's panel key (``page.layout``) reaches the panels once the Gantt is painted (or
+# after 5 s without a figure), so that their requests and tables come after the first paint
+PAINTED_SCRIPT = """function(panels) { if (!panels) return window.dash_clientside.no_update;
+    return new Promise(function(done) { var t0 = performance.now();
+        function poll() { var g = document.querySelector('#gantt .js-plotly-plot');
+            if ((g && g._fullLayout && g.layout && g.layout.meta) || performance.now() - t0 > 5000)
+                requestAnimationFrame(function() { done(panels); });
+            else requestAnimationFrame(poll); }
+        requestAnimationFrame(poll); }); }"""
+
 
 # -- the first view ------------------------------------------------------------------------------
 def first_view(app, search: str | None) -> dict:
@@ -180,7 +190,7 @@ def on_whatif(app, panels, scales, tab, prev):
 
 
 @guarded({"data": [], "layout": {}}, None, None, ERROR)
-def on_compare(app, a, b, scope, prev):
+def on_compare(app, a, b, scope, _panels, prev):
     fig, cols, rows, note = VT.compare(app, a, b, scope)
     return (fig, *VT.table_out("cmp-table", cols, rows, prev), note)
 
@@ -240,6 +250,8 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
     d.server.register_error_handler(Exception, malformed)
     d.clientside_callback(PX_SCRIPT, Output("px", "data"), Input("url", "pathname"))
     d.clientside_callback(ZOOM_SCRIPT, Output("zoom", "data"), Input("gantt", "relayoutData"))
+    d.clientside_callback(PAINTED_SCRIPT, Output("panel-key", "data", allow_duplicate=True), Input("panel-first", "data"),
+                          prevent_initial_call="initial_duplicate")
     d.callback(*outputs(TRACE_PROPS), Input("url", "search"), Input("trace-select", "value"),
                State("page-search", "data"))(partial(on_trace, app))
     d.callback(*outputs(GANTT_PROPS), Input("trace-key", "data"), *(Input(c, "value") for c in GANTT_FILTERS),
@@ -250,20 +262,21 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
                State("view-state", "data"), prevent_initial_call=True)(partial(on_click, app))
     d.callback(Output("stage-report", "children"), Output("stage-report-data", "data"), Output("report-msg", "children"),
                Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"),
-               State("stage-report-data", "data"))(partial(on_report, app))
+               State("stage-report-data", "data"), prevent_initial_call=True)(partial(on_report, app))
     d.callback(Output("idle-graph", "figure"), Output("idle-table", "children"), Output("idle-table-data", "data"),
                Output("gap-table", "children"), Output("gap-table-data", "data"), Output("idle-msg", "children"),
                Input("panel-key", "data"), Input("tabs", "value"), State("idle-table-data", "data"),
-               State("gap-table-data", "data"))(partial(on_idle, app))
+               State("gap-table-data", "data"), prevent_initial_call=True)(partial(on_idle, app))
     d.callback(Output("critical-table", "children"), Output("critical-table-data", "data"),
                Output("critical-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
-               State("critical-table-data", "data"))(partial(on_critical, app))
+               State("critical-table-data", "data"), prevent_initial_call=True)(partial(on_critical, app))
     d.callback(Output("whatif-graph", "figure"), Output("whatif-table", "children"),
                Output("whatif-table-data", "data"), Output("whatif-msg", "children"), Input("panel-key", "data"), Input("whatif-scales", "value"),
-               Input("tabs", "value"), State("whatif-table-data", "data"))(partial(on_whatif, app))
+               Input("tabs", "value"), State("whatif-table-data", "data"), prevent_initial_call=True)(partial(on_whatif, app))
     d.callback(Output("cmp-graph", "figure"), Output("cmp-table", "children"), Output("cmp-table-data", "data"),
                Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
-               Input("cmp-scope", "value"), State("cmp-table-data", "data"))(partial(on_compare, app))
+               Input("cmp-scope", "value"), Input("panel-key", "data"), State("cmp-table-data", "data"),
+               prevent_initial_call=True)(partial(on_compare, app))  # first after the first paint: panel-key
     for table_id in TABLES:  # a click on a column header sorts by it; a second click reverses
         d.callback(Output(table_id, "children", allow_duplicate=True),
                    Output(f"{table_id}-data", "data", allow_duplicate=True),
