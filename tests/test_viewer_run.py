@@ -428,3 +428,33 @@ def test_a_launch_opened_is_drawn_ahead_and_the_same(state, run_dir):
     assert VG.opening_key(dataclasses.replace(q, state=drawn.state.to_client())) is None
     other = dataclasses.replace(drawn.state, name="x").to_client()  # another launch's view: opening
     assert VG.opening_key(dataclasses.replace(q, state=other)) == key
+
+
+WATCH_REQUESTS = """window._seen = [];
+var f0 = window.fetch; window.fetch = function(u, o) {
+  var m = /"output":"([^"]{0,60})/.exec(o && o.body ? String(o.body) : '');
+  if (m) window._seen.push([performance.now(), m[1]]); return f0.apply(this, arguments); };
+(function poll() { var g = document.querySelector('#gantt .js-plotly-plot');
+  if (g && g._fullLayout && g.layout && g.layout.meta) window._ganttAt = performance.now();
+  else requestAnimationFrame(poll); })();"""
+
+
+@pytest.mark.browser
+@browser
+def test_the_panels_are_asked_for_after_the_first_paint(page):
+    """The first paint waits for nothing but the overview and the Gantt: the panels'
+    requests (stage report, explain verdict, compare) leave once the Gantt is drawn,
+    and then fill in."""
+    driver = page["driver"]
+    sid = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_REQUESTS})["identifier"]
+    try:
+        driver.get(page["url"])
+        B.wait_for(driver, "return document.querySelector('#stage-report table') ? 1 : null", 60, "the stage report")
+        B.wait_for(driver, "var v=document.getElementById('ov-verdict'); return v && v.innerText", 60, "the verdict")
+        at, seen = driver.execute_script("return [window._ganttAt, window._seen];")
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": sid})
+    panels = [(t, out) for t, out in seen if any(k in out for k in ("stage-report", "ov-explain", "cmp-graph"))]
+    assert at and {k for k in ("stage-report", "ov-explain", "cmp-graph") if any(k in o for _, o in panels)} == {
+        "stage-report", "ov-explain", "cmp-graph"}
+    assert all(t >= at for t, _ in panels), (at, panels)
