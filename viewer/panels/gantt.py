@@ -27,6 +27,7 @@ from viewer.state import ERROR, NO, guarded
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
 AHEAD = 4  # first figures of just-opened traces kept (``draw_ahead``)
 AHEAD_WAIT_S = 60.0  # how long the Gantt callback waits for a figure being drawn ahead
+AHEAD_BUSY = 2  # figures drawn ahead at once, at most (a burst of trace requests starts no more threads)
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,8 @@ def draw_ahead(app, q: GanttQuery):
         return
     fut: Future = Future()
     with app.first_lock:
+        if sum(not f.done() for f in app.ahead.values()) >= AHEAD_BUSY:
+            return  # as many being drawn already: the Gantt callback draws this one itself
         app.ahead[key] = fut
         while len(app.ahead) > AHEAD:
             app.ahead.popitem(last=False)
