@@ -257,9 +257,10 @@ def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: 
     ``[t0_ns, t1_ns]`` and ``min(height, rows)`` pixel rows over rows ``[r0, r1)``
     (each pixel row aggregates ``rows / pixel rows`` Gantt rows). ``bands``: the
     ``bars`` drawn as an image, one Gantt row per band of pixel rows
-    (``raster.bands``)."""
+    (``raster.bands``) while the plot has a pixel row for every row (beyond, rows
+    share pixel rows as in the raster: the browser would drop rows, not blend them)."""
     n_rows = max(r1 - r0, 1)
-    h = n_rows if bands else int(min(height, n_rows))
+    h = int(min(height, n_rows))
     w = int(max(width, 1))
     row = view.row[pos].astype(np.int64)
     prow = ((row - r0) * h) // n_rows
@@ -269,8 +270,8 @@ def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: 
     cov = VR.coverage(data.start[idx].astype(np.float64), data.end[idx].astype(np.float64), prow,
                      view.cls[pos], palette, float(t0_ns), float(t1_ns), w, h)
     img = VR.shade(cov, rows_per_px)
-    if bands:
-        img = VR.bands(img, max(int(height), n_rows))
+    if bands and n_rows < height:
+        img = VR.bands(img, int(height))
         h = img.shape[0]
     png = VR.png_bytes(img)
     dx = (t1_ns - t0_ns) / 1e3 / w
