@@ -15,6 +15,7 @@ import pytest
 from bufkit import empty, put
 from timeline import Spec, collect
 from timeline.ingest import synth
+from viewer import colours as VCO
 from viewer import figures as F
 from viewer import model as M
 from viewer import raster as VR
@@ -211,7 +212,7 @@ def test_bars_past_the_gl_limit_are_one_exact_image(tiny):
     assert img["type"] == "image" and img["meta"]["kind"] == "bars-image" and not bars_of(fig)
     pix = png_pixels(base64.b64decode(img["source"].split(",", 1)[1]))
     assert pix.shape == (100, 150, 3) and img["dy"] == pytest.approx(2 / 100)  # 10 ns a column, 50 px a row
-    rgb = np.round(F.class_rgb(2, 4, tiny.wait_index) * 255)
+    rgb = np.round(VCO.class_rgb(2, 4, tiny.wait_index) * 255)
     for stage, p, row, s, e in TINY_BARS:
         band = pix[row * 50 + 5:row * 50 + 45, s // 10:e // 10]
         assert (band == rgb[stage == "b" and 4 + p or p]).all(), (stage, p, row)
@@ -237,7 +238,7 @@ def test_window_stage_and_phase_filters_change_the_bars(tiny):
 
 
 def test_phase_colours_make_waiting_lighter():
-    rgb = F.class_rgb(2, 4)
+    rgb = VCO.class_rgb(2, 4)
     for s in range(2):
         wait, work = rgb[s * 4], rgb[s * 4 + 2]
         assert wait.sum() > work.sum()  # the producer wait is lighter than compute
