@@ -17,6 +17,7 @@ from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline._version import __version__
+from timeline.run import aggregate as RA
 from timeline.run import layout as RL
 
 STAGE_QUANTILES = (0.5, 0.9, 0.99)  # the per-launch stage report's interval quantiles a run keeps
@@ -113,24 +114,8 @@ def launch_rows(trace, capture: str, append: str) -> pa.Table:
     tasks = GR.distinct_count(gid, ng, R.column(t, "stage_index").astype(np.int64), R.column(t, "task").astype(np.int64))
     rep = np.zeros(ng, dtype=np.int64)
     rep[gid] = np.arange(t.num_rows)
-    step, layer = t.column("step").take(pa.array(rep)), t.column("layer").take(pa.array(rep))
-    anomalies = np.zeros(ng, dtype=np.int64)
-    a = trace.anomalies
-    if a.num_rows:
-        keys = {(int(r), int(l)): i for i, (r, l) in enumerate(zip(gr, gl))}
-        for r, l, kind, n in zip(*(a.column(c).to_pylist() for c in ("rank", "launch", "kind", "count"))):
-            i = keys.get((r, l))
-            if i is not None and kind not in S.NOTICE_KINDS:
-                anomalies[i] += n
-    valid = start != S.NS_MISSING
-    return pa.table({
-        "rank": pa.array(gr.astype(np.int16)), "step": step.combine_chunks() if ng else pa.array([], pa.int64()),
-        "layer": layer.combine_chunks() if ng else pa.array([], pa.int32()),
-        "capture": pa.array([capture] * ng, pa.string()), "launch": pa.array(gl.astype(np.int32)),
-        "start_ns": R.arrow(start, mask=~valid), "end_ns": R.arrow(end, mask=~valid),
-        "kernel_ns": R.arrow(np.where(valid, end - start, 0), mask=~valid),
-        "tasks": pa.array(tasks.astype(np.int64)), "rows": pa.array(rows), "intervals": pa.array(intervals),
-        "anomalies": pa.array(anomalies), "append": pa.array([append] * ng, pa.string())})
+    return RA.launch_table(gr, gl, t.column("step").take(pa.array(rep)), t.column("layer").take(pa.array(rep)),
+                           start, end, tasks, rows, intervals, RA.anomaly_counts(trace, gr, gl), capture, append)
 
 
 def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa.Table:
@@ -174,13 +159,25 @@ def _origins(trace) -> tuple:
     return origins, dict(trace.offsets), note
 
 
-def append(run_dir, trace, *, capture=None, progress=None) -> list:
+def _aggregates(trace, capture: str, append: str, baseline: bool) -> tuple:
+    """``(launches, stages)`` tables of an append: in one pass (``aggregate.aggregates``),
+    or with ``baseline`` as ``launch_rows`` and ``stage_rows`` compute them apart (the
+    same tables; bench/run.py times both)."""
+    if baseline or trace.tasks.num_rows == 0:
+        launches = launch_rows(trace, capture, append)
+        return launches, stage_rows(trace, launches, capture, append)
+    return RA.aggregates(trace, capture, append, STAGE_QUANTILES)
+
+
+def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = False) -> list:
     """Append ``trace`` (any ranks and launches of the run's build) to the run at
     ``run_dir``, creating it if absent; return the relative paths of the parts written.
     Each (rank, launch) is keyed by the slot header's (step, layer), or by (capture,
     launch) where they are null; ``capture`` defaults to the append's id. Every part is
     written under a temporary name, fsynced and renamed; the manifest record written
-    last commits them, so a crash leaves the run as it was (docs/RUN.md)."""
+    last commits them, so a crash leaves the run as it was (docs/RUN.md). ``baseline``:
+    the slower path this one replaced (the aggregates apart, every column stored
+    nullable): the same dataset, for bench/run.py to time against."""
     run_dir = Path(run_dir)
     ensure_build(run_dir, trace.spec)
     aid = RL.new_append_id()
@@ -195,7 +192,8 @@ def append(run_dir, trace, *, capture=None, progress=None) -> list:
         rank, step, idx = group
         rows = trace.tasks if idx is None else (trace.tasks.slice(idx.start, idx.stop - idx.start)
                                                 if isinstance(idx, slice) else trace.tasks.take(pa.array(idx)))
-        entry = RL.write_parquet(run_dir, RL.tasks_part_path(rank, step, aid), rows.select(keep), **opts)
+        entry = RL.write_parquet(run_dir, RL.tasks_part_path(rank, step, aid), rows.select(keep),
+                                 required=not baseline, **opts)
         done[0] += 1
         if progress is not None:
             progress(done[0], len(groups) + 1)
@@ -203,9 +201,8 @@ def append(run_dir, trace, *, capture=None, progress=None) -> list:
 
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:  # Parquet encodes without the GIL
         written = pool.map(write_part, groups)
-        launches = launch_rows(trace, capture, aid)  # meanwhile, here: the per-launch aggregates
-        small = [("launches", launches), ("stages", stage_rows(trace, launches, capture, aid)),
-                 ("anomalies", _keyed(trace.anomalies, launches, capture, aid))]
+        launches, stages = _aggregates(trace, capture, aid, baseline)  # meanwhile, here
+        small = [("launches", launches), ("stages", stages), ("anomalies", _keyed(trace.anomalies, launches, capture, aid))]
         parts = list(written)
     for name, table in small:
         parts.append({"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)})
