@@ -71,6 +71,12 @@ def anomaly_counts(trace, pair_rank, pair_launch) -> np.ndarray:
     return out
 
 
+def repeated(text: str, n: int) -> pa.Array:
+    """``text`` ``n`` times as a string array (not ``pa.array`` of a list: that imports
+    pandas, a fifth of a second of ``timeline run add``)."""
+    return R.strings([text]).take(R.arrow(np.zeros(n, dtype=np.int64)))
+
+
 def launch_table(pair_rank, pair_launch, step, layer, start, end, tasks, rows, intervals, anomalies,
                  capture: str, append: str) -> pa.Table:
     """The ``launches`` part's table (``layout.LAUNCH_COLUMNS``) of per-pair arrays:
@@ -79,14 +85,14 @@ def launch_table(pair_rank, pair_launch, step, layer, start, end, tasks, rows, i
     n = pair_rank.size
     valid = start != S.NS_MISSING
     return pa.table({
-        "rank": pa.array(pair_rank.astype(np.int16)), "step": step.combine_chunks() if n else pa.array([], pa.int64()),
-        "layer": layer.combine_chunks() if n else pa.array([], pa.int32()),
-        "capture": pa.array([capture] * n, pa.string()), "launch": pa.array(pair_launch.astype(np.int32)),
+        "rank": R.arrow(pair_rank.astype(np.int16)), "step": step.combine_chunks() if n else R.arrow(np.zeros(0, np.int64)),
+        "layer": layer.combine_chunks() if n else R.arrow(np.zeros(0, np.int32)),
+        "capture": repeated(capture, n), "launch": R.arrow(pair_launch.astype(np.int32)),
         "start_ns": R.arrow(start, mask=~valid), "end_ns": R.arrow(end, mask=~valid),
         "kernel_ns": R.arrow(np.where(valid, end - start, 0), mask=~valid),
-        "tasks": pa.array(tasks.astype(np.int64)), "rows": pa.array(rows.astype(np.int64)),
-        "intervals": pa.array(intervals.astype(np.int64)), "anomalies": pa.array(anomalies),
-        "append": pa.array([append] * n, pa.string())})
+        "tasks": R.arrow(tasks.astype(np.int64)), "rows": R.arrow(rows.astype(np.int64)),
+        "intervals": R.arrow(intervals.astype(np.int64)), "anomalies": R.arrow(anomalies),
+        "append": repeated(append, n)})
 
 
 def _interval_counts(runs: Runs, keep: np.ndarray, ngroups: int, all_rows: np.ndarray) -> np.ndarray:
@@ -113,9 +119,9 @@ def aggregates(trace, capture: str, append: str, quantiles) -> tuple:
     rows_g = np.bincount(runs.group, weights=runs.length, minlength=ng).astype(np.int64)
     row_group = runs.row_groups()
     tasks_g = GR.distinct_count(row_group, ng, R.column(t, "task", dtype=np.int64))
-    cols = {"rank": pa.array(np.repeat(runs.pair_rank, nst).astype(np.int16)),
-            "launch": pa.array(np.repeat(runs.pair_launch, nst).astype(np.int32)),
-            "stage": GR.stage_strings(spec, np.tile(np.arange(nst), npair)), "tasks": pa.array(tasks_g)}
+    cols = {"rank": R.arrow(np.repeat(runs.pair_rank, nst).astype(np.int16)),
+            "launch": R.arrow(np.repeat(runs.pair_launch, nst).astype(np.int32)),
+            "stage": GR.stage_strings(spec, np.tile(np.arange(nst), npair)), "tasks": R.arrow(tasks_g)}
     cols.update(A.span_columns(scope, GR.group_min_max(runs.group, ng, run_first, run_last), nst))
     intervals = np.zeros(npair, dtype=np.int64)
     names = S.interval_names(trace.phases)
@@ -140,9 +146,8 @@ def aggregates(trace, capture: str, append: str, quantiles) -> tuple:
     n = ng
     stages = (pa.table(cols).append_column("step", launches.column("step").take(by_pair))
               .append_column("layer", launches.column("layer").take(by_pair))
-              .append_column("capture", pa.array([capture] * n, pa.string()))
-              .append_column("append", pa.array([append] * n, pa.string())))
+              .append_column("capture", repeated(capture, n)).append_column("append", repeated(append, n)))
     return launches, stages
 
 
-__all__ = ["Runs", "aggregates", "anomaly_counts", "launch_table", "row_runs"]
+__all__ = ["Runs", "aggregates", "anomaly_counts", "launch_table", "repeated", "row_runs"]

@@ -123,12 +123,12 @@ def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa
     keys = {(r, l): i for i, (r, l) in enumerate(zip(launches.column("rank").to_pylist(),
                                                      launches.column("launch").to_pylist()))}
     idx = [keys.get((r, l)) for r, l in zip(table.column("rank").to_pylist(), table.column("launch").to_pylist())]
-    take = pa.array(idx, pa.int64())
+    take = R.arrow(np.array([-1 if i is None else i for i in idx], dtype=np.int64), mask=np.array([i is None for i in idx],
+                                                                                                dtype=bool))
     n = table.num_rows
     return (table.append_column("step", launches.column("step").take(take))
             .append_column("layer", launches.column("layer").take(take))
-            .append_column("capture", pa.array([capture] * n, pa.string()))
-            .append_column("append", pa.array([append] * n, pa.string())))
+            .append_column("capture", RA.repeated(capture, n)).append_column("append", RA.repeated(append, n)))
 
 
 def stage_rows(trace, launches: pa.Table, capture: str, append: str) -> pa.Table:
@@ -191,7 +191,7 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
     def write_part(group) -> dict:
         rank, step, idx = group
         rows = trace.tasks if idx is None else (trace.tasks.slice(idx.start, idx.stop - idx.start)
-                                                if isinstance(idx, slice) else trace.tasks.take(pa.array(idx)))
+                                                if isinstance(idx, slice) else trace.tasks.take(R.arrow(idx)))
         entry = RL.write_parquet(run_dir, RL.tasks_part_path(rank, step, aid), rows.select(keep),
                                  required=not baseline, **opts)
         done[0] += 1
