@@ -152,3 +152,40 @@ def test_the_fast_append_writes_the_dataset_the_baseline_writes(tmp_path):
     parts = [sorted((e["table"], e.get("rank"), e.get("step"), e["rows"]) for e in r.records[0]["parts"])
              for r in (fast, base)]
     assert parts[0] == parts[1]
+
+
+def _ordered(trace, how: str) -> Trace:
+    """``trace`` with its rows reordered: ``"ranks reversed"`` (each (rank, step) still
+    one run, out of order) or ``"shuffled"`` (every group's rows apart)."""
+    t = trace.tasks
+    rank = R.numpy(t.column("rank"))
+    if how == "ranks reversed":
+        order = np.argsort(-rank.astype(np.int64), kind="stable")
+    else:
+        order = np.random.default_rng(7).permutation(t.num_rows)
+    return Trace(t.take(R.arrow(order.astype(np.int64))), trace.specs, trace.anomalies, origins=trace.origins,
+                 offsets=trace.offsets, synthetic=True)
+
+
+def test_rows_in_any_order_append_the_same_dataset(tmp_path):
+    """The (rank, step) parts of rows out of order (each group one run, or scattered)
+    hold the same rows, and the aggregates are the same, as for rows in order."""
+    slots = [(4, 0), (4, 1)]
+    merged = runkit.run_trace(slots, world=3)
+    steps = [merged, runkit.run_trace([(5, 0)], world=3, seed=1)]
+    from timeline.ingest.merge import merge
+
+    trace = merge(steps)  # two steps: (rank, step) groups of several runs once shuffled
+    append(tmp_path / "in_order", trace, capture="c")
+    want = open_run(tmp_path / "in_order")
+    for how in ("ranks reversed", "shuffled"):
+        run_dir = tmp_path / how.replace(" ", "_")
+        written = append(run_dir, _ordered(trace, how), capture="c")
+        assert sorted(p.split("/part-")[0] for p in written if p.startswith("tasks/")) == \
+            [f"tasks/rank={r}/step={s}" for r in range(3) for s in (4, 5)]
+        got = open_run(run_dir)
+        for step, layer in ((4, 0), (4, 1), (5, 0)):
+            runkit.assert_same_rows(got.launch(step, layer).tasks, want.launch(step, layer).tasks)
+        drop = ["append"]
+        keys = [(k, "ascending") for k in ("rank", "step", "layer")]
+        assert got.launches().drop_columns(drop).sort_by(keys).equals(want.launches().drop_columns(drop).sort_by(keys))

@@ -81,18 +81,24 @@ def read_build(run_dir: Path) -> dict:
 
 
 def _partition_groups(tasks: pa.Table):
-    """``[(rank, step or None, rows)]``: the task rows of each (rank, step), ``rows`` None
-    (all), a slice (contiguous) or row indices."""
+    """``[(rank, step or None, rows)]``: the task rows of each (rank, step) in (rank, step)
+    order, ``rows`` None (all), a slice (a group's rows contiguous: found from the runs of
+    equal neighbours, as a merge of per-rank captures leaves them) or row indices."""
     rank = R.numpy(tasks.column("rank")).astype(np.int64)
     step_col = tasks.column("step")
     step = R.numpy(R.filled(step_col, -1)).astype(np.int64)  # -1: no slot header (a header's step is >= 0)
     if tasks.num_rows and (rank == rank[0]).all() and (step == step[0]).all():
         return [(int(rank[0]), None if step[0] < 0 else int(step[0]), None)]
-    gid, ng, (gr, gs) = GR.group_ids(rank, step)
-    if (gid[1:] >= gid[:-1]).all():  # each group's rows contiguous already (a merge of per-rank captures): slices
-        bounds = np.searchsorted(gid, np.arange(ng + 1))
-        return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), slice(int(bounds[g]), int(bounds[g + 1])))
+    if not tasks.num_rows:
+        return []
+    start = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])])
+    run_gid, ng, (gr, gs) = GR.group_ids(rank[start], step[start])
+    if ng == start.size:  # one run per group: slices
+        stop = np.r_[start[1:], rank.size]
+        at = np.argsort(run_gid)
+        return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), slice(int(start[at[g]]), int(stop[at[g]])))
                 for g in range(ng)]
+    gid = np.repeat(run_gid, np.diff(np.r_[start, rank.size]))
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(ng + 1))
     return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), order[bounds[g]:bounds[g + 1]]) for g in range(ng)]
@@ -199,13 +205,16 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
             progress(done[0], len(groups) + 1)
         return {"table": "tasks", "rank": rank, "step": step, **entry}
 
+    def write_small(name: str, table: pa.Table) -> dict:
+        return {"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)}
+
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:  # Parquet encodes without the GIL
         written = pool.map(write_part, groups)
         launches, stages = _aggregates(trace, capture, aid, baseline)  # meanwhile, here
-        small = [("launches", launches), ("stages", stages), ("anomalies", _keyed(trace.anomalies, launches, capture, aid))]
-        parts = list(written)
-    for name, table in small:
-        parts.append({"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)})
+        small = [pool.submit(write_small, name, table) for name, table in
+                 (("launches", launches), ("stages", stages), ("anomalies", _keyed(trace.anomalies, launches, capture,
+                                                                                   aid)))]
+        parts = list(written) + [f.result() for f in small]
     origins, offsets, note = _origins(trace)
     record = {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
               "written_by": __version__, "specs": [sp.to_dict() for sp in trace.specs],
