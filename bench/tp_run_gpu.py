@@ -3,8 +3,14 @@
 rank replaying a CUDA graph of ``--layers`` launches a step and capturing one step
 in ``--every`` (``instrument.Capture``) into ONE run directory, concurrently; rank
 ``--slow-rank`` spins ``--slow-ns`` in every part task of layer ``--slow-layer`` (a
-rank slowed on purpose). Then ``timeline launches RUN`` (per launch, both ranks'
-kernel times, the start skew where they share a time axis) and ``timeline explain
+rank slowed on purpose). Each rank calibrates its GPU's clock against the host's
+twice before replaying, ``--drift-s`` apart (``Capture.calibrate``: both travel in
+every spec the rank appends, so each launch start is placed along the measured
+drift), and once after (not appended: printed against what the two predicted for
+that moment, the check that the placement held over the replay).
+Then ``timeline launches RUN`` (per launch, both ranks' kernel times and the start
+skew between the two GPUs on the host clock, ± its bound; its ``--json`` summarized
+beside the raw, uncalibrated difference of the two timers) and ``timeline explain
 RUN`` (the slowed layer's launch: the slowed rank's part stage must be named, and the
 all-reduce skew must show it last). On a 2-GPU machine::
 
@@ -19,9 +25,11 @@ On the CPU (``--dry-run``): the same two processes, started together, each runni
 its rank's kernel with the ring capture in Triton's interpreter (``tools.triton_interp``,
 one CTA, a tiny shape) and appending to the one run concurrently; the interpreter
 cannot share mailboxes between processes, so there each rank reduces its own part
-only (``WORLD`` = 1 in the kernel; the run's specs still say world 2). It proves the
-processes, the capture, the concurrent appends and the commands, not the cross-GPU
-waits (``tests/test_tp_run_gpu_script.py``)::
+only (``WORLD`` = 1 in the kernel; the run's specs still say world 2), and there is
+no device clock to calibrate (``instrument.calibrate`` needs an NVIDIA GPU: the
+output says so and the calibrated skew stays empty, with ``timeline launches``'s
+reason). It proves the processes, the capture, the concurrent appends and the
+commands, not the cross-GPU waits nor the clocks (``tests/test_tp_run_gpu_script.py``)::
 
     PYTHONPATH=. python3 bench/tp_run_gpu.py --out "$(mktemp -d)" --dry-run
 """
@@ -29,6 +37,7 @@ waits (``tests/test_tp_run_gpu_script.py``)::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -120,6 +129,11 @@ def rank_main(r: int, a, run: str, shared, barrier, results) -> None:
         with torch.cuda.graph(graph):
             one_step()
         step = graph.replay
+    cals = []
+    if not dry:  # before the barrier: the first call compiles a kernel; two for the drift
+        cals.append(cap.calibrate())
+        time.sleep(a.drift_s)
+        cals.append(cap.calibrate())
     barrier.wait()  # the ranks start replaying together (a wait gives up after MAX_SPIN polls)
     cap.start()
     t0 = time.monotonic()
@@ -128,9 +142,13 @@ def rank_main(r: int, a, run: str, shared, barrier, results) -> None:
     sync()
     seconds = time.monotonic() - t0
     rep = cap.close()
+    if not dry:  # not appended (the steps are written): checks the appended ones' placement at the end
+        from instrument.clocksync import calibrate
+
+        cals.append(calibrate(dev))
     barrier.wait()
     hangs = int(err.item()) if (dry or r == 0) else 0
-    results.put((r, rep.summary(), rep.written, rep.overrun, hangs, seconds))
+    results.put((r, rep.summary(), rep.written, rep.overrun, hangs, seconds, cals))
 
 
 def spawn_ranks(a, run: Path) -> list:
@@ -173,6 +191,67 @@ def raw_start_skew(run: Path) -> str:
             f"median {np.median(d) / 1e3:+.3f} µs, min {d.min() / 1e3:+.3f}, max {d.max() / 1e3:+.3f}")
 
 
+NO_CLOCK = ("clock calibration: none (the CPU interpreter has no %globaltimer; instrument.calibrate needs an "
+            "NVIDIA GPU): the skew between the ranks' appends stays empty")
+
+
+def clock_lines(r: int, cals: list) -> list:
+    """Rank ``r``'s calibrations: the two appended (before the replay: the offset and
+    the drift between them) and the one after, against the offset the appended two
+    place at its moment (``clocks.placement_at``, what the run's placement uses)."""
+    from timeline.contract import clocks as K
+
+    if len(cals) < 3:
+        return []
+    a, b, after = cals
+    d = K.drift(a, b)
+    p = K.placement_at([a, b], after.host_ns)
+    off, bound = after.offset_ns - p.offset_ns, p.uncertainty_ns + after.uncertainty_ns
+    return [f"rank {r}: {a.device} = host {a.offset_ns:+,} ns ± {a.uncertainty_ns:,.0f} ns ({a.rounds} rounds), "
+            f"drift {d.ppm:+.3f} ± {d.uncertainty_ppm:.3f} ppm over {d.seconds:.2f} s: both carried by every append "
+            "of the rank",
+            f"rank {r}: after the replay ({(after.host_ns - b.host_ns) / 1e9:.2f} s later) the offset is "
+            f"{off:+,} ns from where those two place it (± {bound:,.0f} ns together): "
+            + ("within" if abs(off) <= bound else "BEYOND") + " the bounds"]
+
+
+def host_start_skew(run: Path) -> str | None:
+    """Per (step, layer), rank 1's start minus rank 0's, each placed on the host clock by
+    its append's calibration (``Run.launches()``'s ``host_start_ns``): the raw
+    difference with the two timers' offset taken out; None where no launch has both."""
+    import numpy as np
+
+    from timeline.run.read import open_run
+
+    t = open_run(run).launches()
+    starts = {}
+    for r, st, la, h in zip(*(t.column(c).to_pylist() for c in ("rank", "step", "layer", "host_start_ns"))):
+        if h is not None:
+            starts.setdefault((st, la), {})[r] = h
+    d = np.array([v[1] - v[0] for v in starts.values() if 0 in v and 1 in v], dtype=np.float64)
+    if not d.size:
+        return None
+    return (f"calibrated start skew, rank 1 - rank 0 first start on the host clock, {d.size} launches: "
+            f"median {np.median(d) / 1e3:+.3f} µs, min {d.min() / 1e3:+.3f}, max {d.max() / 1e3:+.3f}")
+
+
+def launches_skew(doc: dict) -> tuple:
+    """``(line, found)``: the calibrated skew of ``timeline launches RUN --json`` (latest
+    rank's start minus the earliest on the host clock, ± its bound) over the launches
+    of both ranks, or why it is empty (the command's note)."""
+    import numpy as np
+
+    rows = [r for r in doc["rows"] if r["ranks"] == 2]
+    got = [(r["skew_us"], r["skew_pm_us"]) for r in rows if r["skew_us"] is not None]
+    if not got:
+        why = doc["notes"][0] if doc.get("notes") else "no launch has both ranks"
+        return f"calibrated start skew (timeline launches --json): {why}", False
+    s, pm = (np.array(v, dtype=np.float64) for v in zip(*got))
+    return (f"calibrated start skew (timeline launches --json), latest - earliest rank start on the host clock, "
+            f"{s.size} launches: median {np.median(s):.3f} µs, min {s.min():.3f}, max {s.max():.3f}; "
+            f"± median {np.median(pm):.3f} µs, max {pm.max():.3f}"), True
+
+
 def command(args: list) -> tuple:
     """``timeline ARGS`` in a subprocess: ``(seconds, exit status, output)``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -193,6 +272,8 @@ def main(argv=None) -> int:
     ap.add_argument("--slow-rank", type=int, default=1)
     ap.add_argument("--slow-layer", type=int, default=3)
     ap.add_argument("--slow-ns", type=int, default=8000)
+    ap.add_argument("--drift-s", type=float, default=2.0,
+                    help="seconds between each GPU's two calibrations before the replay (its drift)")
     ap.add_argument("--timeout", type=float, default=540, help="seconds to wait for the ranks")
     ap.add_argument("--dry-run", action="store_true", help="the interpreter on the CPU, a tiny run")
     a = ap.parse_args(argv)
@@ -216,9 +297,18 @@ def main(argv=None) -> int:
     lines = [f"tensor-parallel demo, 2 ranks in 2 processes on {card}: {a.layers} layers a step, {a.steps} steps, "
              f"one in {a.every} captured into one run; rank {a.slow_rank} spins {a.slow_ns} ns in every part task "
              f"of layer {a.slow_layer}"]
-    for r, summary, written, overrun, hangs, seconds in reports:
+    for r, summary, written, overrun, hangs, seconds, cals in reports:
         lines.append(f"rank {r}: {summary}; waits given up {hangs}; {seconds:.3f} s replaying")
+        lines += clock_lines(r, cals)
+    if a.dry_run:
+        lines.append(NO_CLOCK)
     lines.append(raw_start_skew(run))
+    lines.append(host_start_skew(run) or "calibrated start skew, rank 1 - rank 0: none (no launch has both ranks "
+                                         "placed on the host clock)")
+    _, rc, out = command(["launches", str(run), "--json"])
+    skew_line, calibrated = launches_skew(json.loads(out)) if rc == 0 else (f"timeline launches --json: exit {rc}",
+                                                                           False)
+    lines.append(skew_line)
     cmds = [["launches", str(run)], ["explain", str(run)]]
     if a.dry_run:  # ranks that never waited on each other: the slowed launch is refused (causality), not another
         cmds.append(["explain", str(run), "--step", "0", "--layer", str((a.slow_layer + 1) % a.layers)])
@@ -231,7 +321,7 @@ def main(argv=None) -> int:
     print(text)
     stem = "tp_run_cpu-interp" if a.dry_run else "tp_run_2gpu"
     (a.out / f"{stem}.txt").write_text(text + "\n")
-    failed = any(rep[4] for rep in reports) or rcs[0] or (rcs[-1] if a.dry_run else rcs[1])
+    failed = any(rep[4] for rep in reports) or rcs[0] or (rcs[-1] if a.dry_run else rcs[1] or not calibrated)
     return 1 if failed else 0
 
 

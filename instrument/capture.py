@@ -29,6 +29,11 @@ Each clean step is decoded with ``timeline.collect`` (its slot headers must name
 sink: ``timeline.run.append(run, trace)`` by default. A host thread (``start()``)
 runs the passes; ``close()`` flushes and returns a ``CaptureReport``. The first
 overrun says so once (``CaptureBehind``, a warning) with the numbers and the fix.
+
+``calibrate()`` measures the device clock against the host's (``instrument.calibrate``)
+and every step decoded after it carries the calibrations kept in its spec, so that a
+run whose ranks were appended by separate processes places each on the host clock
+(``timeline launches RUN``: the start skew between GPUs, ± its bound).
 """
 
 from __future__ import annotations
@@ -180,6 +185,7 @@ class Capture:
             raise CaptureError(f"Capture(step=...): an int64 tensor on {self.buffer.tensor.device}, got "
                                f"{step.dtype} on {step.device}")
         self.step = step
+        self.calibrations = []  # timeline.contract.clocks.Calibration of the device clock, kept by calibrate()
         self._staging = _Staging(self.buffer.tensor, step, self.buffer.device)
         self._reset_state(int(step.view(-1)[0]))
         self._thread = None
@@ -233,6 +239,22 @@ class Capture:
         if self._staging.cuda and torch.cuda.is_current_stream_capturing():
             raise CaptureError(f"Capture.{what}() during a CUDA graph capture: capture the graph first, "
                                "then start() the drain and replay it (docs/INSTRUMENT_TRITON.md, graph recipe)")
+
+    def calibrate(self, rounds: int = 200):
+        """Measure the device's clock against the host's now (``instrument.calibrate``,
+        an NVIDIA GPU: a ``ClockError`` elsewhere) and keep the ``Calibration``: every step
+        decoded afterwards carries all kept (``timeline.contract.clocks.with_calibrations``)
+        in the spec it appends. Call it before ``start()``, outside the replay: it runs
+        its own kernel and synchronizes the device."""
+        from instrument import clocksync
+        from timeline.contract.clocks import with_calibrations
+
+        self._refuse_while_capturing("calibrate")
+        c = clocksync.calibrate(self.buffer.device, rounds)
+        with self._lock:
+            self.calibrations.append(c)
+            self.step_spec = with_calibrations(self.step_spec, self.calibrations)
+        return c
 
     def start(self) -> "Capture":
         """Run drain passes on a host thread until ``close()``."""

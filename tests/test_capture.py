@@ -366,3 +366,34 @@ def test_a_capture_drains_into_a_run_dataset(tmp_path):
         for p, name in enumerate(trace.phases):
             assert (trace.tasks.column(f"{name}_tick").to_numpy() == tick(step, 1, row, p)).all()
     assert rep.parts and all(Path(run, p).exists() or Path(p).exists() for p in rep.parts)
+
+
+def test_a_calibrated_capture_appends_its_calibrations_and_the_run_places_its_starts(tmp_path, monkeypatch):
+    """``Capture.calibrate()`` keeps the device clock's calibration and every step
+    decoded after it carries it in the spec appended: the run then places that rank's
+    launch starts on the host clock (``host_start_ns`` = device ns - offset). On the CPU
+    there is no device clock: one ``ClockError`` line."""
+    from instrument import clocksync
+    from timeline.contract import clocks as K
+    from timeline.run import open_run
+
+    cap = CAP.Capture(_spec(), ring=2, every=1, layers=2, run=tmp_path / "run", device="cpu", name="cal")
+    with pytest.raises(K.ClockError, match="calibrate needs a CUDA device; got cpu"):
+        cap.calibrate()
+    dev = Device(cap)
+    dev.step()
+    cap.poll()  # step 0: decoded before any calibration
+    cal = K.Calibration(BASE - 7_000, 120.0, 0, 200, "cuda:0 %globaltimer")
+    monkeypatch.setattr(clocksync, "calibrate", lambda device, rounds: cal)
+    assert cap.calibrate() == cal and cap.calibrations == [cal]
+    dev.step()
+    rep = cap.close()
+    assert rep.written == [0, 1]
+    run = open_run(tmp_path / "run")
+    specs = {rec["specs"][0]["extra"].get(K.CALIBRATIONS) is not None: rec for rec in run.records}
+    assert set(specs) == {False, True}
+    for r in run.launches().to_pylist():
+        if r["step"] == 0:
+            assert r["host_start_ns"] is None and r["host_pm_ns"] is None
+        else:  # the launch's first stamp is tick(1, layer, 0, 0), a ns of %globaltimer
+            assert r["host_start_ns"] == tick(1, r["layer"], 0, 0) - (BASE - 7_000) and r["host_pm_ns"] == 120.0

@@ -126,3 +126,22 @@ def test_every_kernel_generation_runs_with_an_injection(name):
     # nothing that ended before the injected compute began moved (the model is causal)
     began = base[key][3]
     assert all(hit[k] == v for k, v in base.items() if v[5] <= began)
+
+
+def test_a_runs_steps_replay_one_kernel_and_carry_their_slots():
+    """``Model(kernel_seed=...)``: two steps (seeds) of one kernel differ by jitter only
+    (each task's compute within a few % of the other step's), while two kernels (no
+    kernel_seed) differ per task; ``slots`` key every launch (step, layer)."""
+    spec = SG.glm5_spec(launches=2, world=2)
+
+    def compute(seed, model):
+        t = SG.graph_trace(spec, seed=seed, model=model, slots=[(seed, 0), (seed, 1)]).tasks
+        assert set(t.column("step").to_pylist()) == {seed} and set(t.column("layer").to_pylist()) == {0, 1}
+        order = np.lexsort([t.column(c).to_numpy() for c in ("task", "stage", "rank", "launch")])
+        d = t.column("compute_ns").to_numpy() - t.column("staged_ns").to_numpy()
+        return d[order].astype(float)
+
+    one = SG.Model(kernel_seed=0)
+    same = np.abs(np.log(compute(1, one) / compute(2, one)))
+    other = np.abs(np.log(compute(1, SG.Model()) / compute(2, SG.Model())))
+    assert np.median(same) < 0.06 < 0.15 < np.median(other)

@@ -37,6 +37,12 @@ def test_two_rank_processes_append_to_one_run_and_the_commands_read_it(tmp_path)
     assert "exit 2\ntimeline explain: error: 4 tasks saw their data before it was ready" in out
     assert "--step 0 --layer 2   #" in out and "at the all-reduce part -> reduce" in out
     assert "raw start skew, rank 1 - rank 0 first start on their own timers (uncalibrated), 8 launches" in out
+    # no device clock on the CPU: said, the calibrated skew empty with `timeline launches`'s reason, still exit 0
+    assert "clock calibration: none (the CPU interpreter has no %globaltimer" in out
+    assert "calibrated start skew, rank 1 - rank 0: none (no launch has both ranks placed on the host clock)" in out
+    assert ("calibrated start skew (timeline launches --json): skew left empty for 8 "
+            "launch(es): ranks appended by separate processes without clock calibrations: no common time axis; "
+            "calibrate each GPU (instrument.calibrate) before capturing") in out
     assert (tmp_path / "tp_run_cpu-interp.txt").is_file()
 
 
@@ -66,6 +72,12 @@ def test_the_two_gpu_run(tmp_path):
     p = subprocess.run([sys.executable, "bench/tp_run_gpu.py", "--out", str(tmp_path), "--gpus", "2",
                         "--steps", "16"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    for r in (0, 1):  # each GPU calibrated twice before the replay (appended: the drift) and once after
+        assert re.search(rf"rank {r}: cuda:{r} %globaltimer = host [+-][\d,]+ ns ± [\d,]+ ns .* drift "
+                         r"[+-][\d.]+ ± [\d.]+ ppm", out)
+        assert re.search(rf"rank {r}: after the replay .* within the bounds", out)
+    assert re.search(r"calibrated start skew \(timeline launches --json\), .* launches: median [\d.]+ µs", out)
 
 
 def test_a_launch_of_ranks_appended_separately_is_timed_by_its_slowest_rank():

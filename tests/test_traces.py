@@ -47,7 +47,7 @@ def test_every_trace_file_is_documented():
     assert set(files) >= {p.name for p in REAL} | {RAW.name}
     for name in files:
         assert name in readme, f"traces/{name} is not described in traces/README.md"
-    assert sum((TRACES / n).stat().st_size for n in files) < 4_000_000
+    assert sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file()) < 4_000_000
 
 
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
@@ -160,3 +160,33 @@ def test_calibration_phases_last_their_spin_within_two_timer_steps(calib):
     assert np.gcd.reduce(ticks - ticks.min()) == 32  # the timer's step, as observed
     sm, launch = _cols(calib, "sm", "launch")
     assert len(set(zip(sm.tolist(), launch.tolist()))) == calib.spec.launches * 132
+
+
+H100 = sorted(TRACES.glob("h100_explain_*.arrow"))
+
+
+@pytest.mark.parametrize("path", H100, ids=lambda p: p.name)
+def test_the_h100_explain_traces_are_real_and_clean(path):
+    trace = timeline.load(path)
+    assert not trace.synthetic and trace.anomaly_count == 0 and trace.spec.arch == "sm_90"
+    assert len(trace.launches) == 32 and trace.spec.graph  # 4 rounds x 8 launches, the task graph in the spec
+
+
+def test_explain_names_the_spun_task_of_the_real_h100_launch():
+    from timeline.analysis import explain as X
+
+    base, spun = (timeline.load(TRACES / f"h100_explain_{n}.arrow") for n in ("base", "task32+4000"))
+    e = X.explain_launch(spun, 5, X.typical(base))
+    first = X.significant(e)[0]
+    assert (spun.spec.stage_names[first.stage], first.task, spun.phases[first.phase + 1]) == ("norm", 32, "compute")
+    assert 1_000 < first.saving_ns < 4_000  # the launch was 1.9 us slower than typical; the spin 4 us
+
+
+def test_the_real_h100_run_reads_back_whole():
+    run = timeline.open_run(str(TRACES / "h100_graph_run"))
+    launches = run.launches()
+    keys = sorted(zip(launches.column("step").to_pylist(), launches.column("layer").to_pylist()))
+    assert keys == [(k, layer) for k in (0, 4, 8) for layer in range(16)]
+    assert sum(launches.column("anomalies").to_pylist()) == 0
+    one = run.launch(4, 3)
+    assert one.tasks.num_rows == 704 and not one.synthetic

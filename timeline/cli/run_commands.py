@@ -213,12 +213,23 @@ def _us(v):
 
 
 def _rows_us(table) -> list:
-    """A launches table's rows with ``kernel_ns`` / ``skew_ns`` as ``kernel_us`` / ``skew_us``."""
+    """A launches table's rows with ``kernel_ns`` / ``skew_ns`` / ``skew_pm_ns`` as
+    ``kernel_us`` / ``skew_us`` / ``skew_pm_us``."""
     rows = table.to_pylist()
     for r in rows:
-        for name in ("kernel", "skew"):
+        for name in ("kernel", "skew", "skew_pm"):
             if f"{name}_ns" in r:
                 r[f"{name}_us"] = _us(r.pop(f"{name}_ns"))
+    return rows
+
+
+def _skew_text(rows: list) -> list:
+    """Rows for the text table: ``skew_us`` as ``"S ± PM"`` (µs, 3 decimals) where its
+    bound is not 0, ``skew_pm_us`` folded into it."""
+    for r in rows:
+        s, pm = r.get("skew_us"), r.pop("skew_pm_us", None)
+        if s is not None:
+            r["skew_us"] = f"{s:.3f} ± {pm:.3f}" if pm else f"{s:.3f}"
     return rows
 
 
@@ -240,18 +251,22 @@ def cmd_launches(args) -> int:
         table = table.slice(0, max(args.slowest, 0))
     rows = _rows_us(table)
     quant = {f"p{round(x * 100)}_us": _us(v) if v == v else None for x, v in zip(RP.RUN_QUANTILES, q)}
+    note = None if args.by_rank else RP.skew_note(sel)
     if args.json:
         json_out({"run": str(run.path), "launches": len(sel) if args.by_rank else RP.launch_times(sel).num_rows,
-                   "kernel": quant, "rows": rows})
+                   "kernel": quant, "rows": rows, "notes": [note] if note else []})
         return 0
     print(run_head(run))
     if not rows:
         print("no launches selected")
         return 0
     print("kernel time over the run's launches: " + ", ".join(f"{k[:-3]} {v} µs" for k, v in quant.items()))
-    print("one row per launch (its slowest rank's kernel time; skew: latest rank start - earliest, where its ranks "
-          "share one capture's time axis), the slowest first\n")
-    print(format_table(RP.rows_table(rows)))
+    print("one row per launch (its slowest rank's kernel time; skew: latest rank start - earliest, on the capture's "
+          "time axis, or for ranks appended separately on the host clock by each one's clock calibration, ± its "
+          "bound), the slowest first\n")
+    print(format_table(RP.rows_table(_skew_text(rows))))
+    if note:
+        print(f"\n{note}")
     return 0
 
 

@@ -169,6 +169,40 @@ def placement_at(cals, host_ns: int) -> Placement:
     return Placement(offset, max(a.uncertainty_ns, b.uncertainty_ns) + d.uncertainty_ppm * 1e-6 * near)
 
 
+def device_ns_of(tick: int, clock) -> int:
+    """A clock's reading of ``tick`` ticks from its own zero (an origin: ~1e18 ns, past
+    what ``ticks_to_ns`` spans) in ns of that clock: floor(tick * 1e9 / hz), exact in
+    Python ints."""
+    return int(tick) * 10**9 // int(clock.hz)
+
+
+class OnHost(NamedTuple):
+    """A device-clock reading placed on the host clock: ``host_ns`` within ``± uncertainty_ns``."""
+
+    host_ns: int
+    uncertainty_ns: float
+
+
+def on_host(cals, device_ns: int) -> OnHost:
+    """The host time of a reading ``device_ns`` of a clock with calibrations ``cals``:
+    the reading less the clock's offset ``placement_at`` the reading's host time (the
+    first calibration's offset takes it there; the drift between calibrations moves
+    it by ppm, nothing at that step). The one home of placing a reading: ``merge``
+    places each rank's origin with it, a run each launch's start."""
+    p = placement_at(cals, int(device_ns) - cals[0].offset_ns)
+    return OnHost(int(device_ns) - p.offset_ns, p.uncertainty_ns)
+
+
+def spread_uncertainty(uncertainties) -> float:
+    """The bound on the error of the spread (latest minus earliest) of instants placed
+    on one axis, each within its own ``± u``: the sum of the two largest ``u`` (the
+    latest and earliest placed instants may each be off by their own bound, in
+    opposite directions; the causality check's cross-rank tolerance, two ranks'
+    uncertainties added, is the two-rank case). 0 for fewer than two instants."""
+    u = sorted((float(x) for x in uncertainties), reverse=True)
+    return u[0] + u[1] if len(u) >= 2 else 0.0
+
+
 # -- a merged trace's alignment -----------------------------------------------------
 ALIGNMENT = "alignment"  # Spec.extra key of a merged rank: how its clock was put on the common axis
 

@@ -189,9 +189,7 @@ def _by_clocks(spec_of_rank: dict, origins: dict):
         return None
     host = {}
     for r, c in cals.items():
-        device_ns = origins[r] * 10**9 // S.table_clock(spec_of_rank[r]).hz  # the origin tick, exact
-        p = K.placement_at(c, device_ns - c[0].offset_ns)
-        host[r] = (device_ns - p.offset_ns, p.uncertainty_ns)
+        host[r] = K.on_host(c, K.device_ns_of(origins[r], S.table_clock(spec_of_rank[r])))
     h0 = min(h for h, _ in host.values())
     return {r: K.Placement(h - h0, u) for r, (h, u) in host.items()}
 

@@ -124,7 +124,10 @@ class Model(NamedTuple):
     """The model's knobs: mean ns of each stage's staging / compute / epilogue
     (``timeline.synth.StageModel``; None: drawn from the seed), the mailbox latency,
     the shortest poll, the gap between launches, the spread of the per-task factor and
-    of the launch-to-launch jitter (lognormal sigmas)."""
+    of the launch-to-launch jitter (lognormal sigmas), and ``kernel_seed``: where set,
+    the stage means and per-task factors are drawn from it instead of the trace's seed,
+    so that traces of several seeds (a run's steps) replay one kernel and differ only
+    by jitter, as a graph replayed step after step does."""
 
     stages: tuple | None = None
     mailbox_ns: float = 800.0
@@ -132,6 +135,7 @@ class Model(NamedTuple):
     launch_gap_ns: float = 20_000.0
     task_sigma: float = 0.25
     jitter_sigma: float = 0.03
+    kernel_seed: int | None = None
 
 
 def _rule_ready(rule: G.Rule, prev_end: np.ndarray, tasks: np.ndarray) -> np.ndarray:
@@ -179,9 +183,12 @@ def check_injections(spec: S.Spec, injections, grid: int) -> None:
             raise SynthError(f"{where}: the trace has launches 0..{spec.launches - 1}")
 
 
-def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=()) -> list:
+def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
+                  slots=None) -> list:
     """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
-    device layout) of the model run over ``spec.graph`` with ``inject``ed delays."""
+    device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
+    ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
+    graph-replaying kernel does (``synth.synth_buffers``'s rule)."""
     SY._check_grid(grid)
     if not spec.graph:
         raise SynthError(f"spec {spec.kernel!r} has no task graph: the model runs a kernel profile's graph")
@@ -195,10 +202,11 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
                 raise SynthError(f"stage {consumer!r} waits for {rule.stage!r}, which runs after it; the model "
                                  "runs the stages in order")
     rng = np.random.default_rng(seed)
+    kernel = rng if model.kernel_seed is None else np.random.default_rng(model.kernel_seed)
     ranks, lay = max(spec.world, 1), spec.layout
     means = model.stages or [SY.StageModel(600 * k, 2500 * k, 300 * k)
-                             for k in rng.uniform(0.5, 2.0, size=len(spec.stages))]
-    factor = [rng.lognormal(0.0, model.task_sigma, size=(3, ranks, n)) for _, n in spec.stages]
+                             for k in kernel.uniform(0.5, 2.0, size=len(spec.stages))]
+    factor = [kernel.lognormal(0.0, model.task_sigma, size=(3, ranks, n)) for _, n in spec.stages]
     base, acc = [], 0
     for _, n in spec.stages:
         base.append(acc & (grid - 1))
@@ -237,6 +245,8 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
                 SY._write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng)
             ends.append(stage_end)
         t_launch = float(cursor.max()) + model.launch_gap_ns
+    if slots is not None:
+        SY._write_slots(bufs, lay, slots)
     labels = [i.label() for i in inject]
     out = []
     for r in range(ranks):
@@ -247,14 +257,15 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     return out
 
 
-def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=()):
+def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
+                slots=None):
     """A SYNTHETIC multi-rank ``Trace`` of ``graph_buffers`` through the real collector and merge."""
     from timeline.ingest.collect import collect
     from timeline.ingest.merge import merge
 
     spec = spec or glm5_spec()
     bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
-                                                                     inject=inject)]
+                                                                     inject=inject, slots=slots)]
     traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
     # merged without the graph, then given it: the model's waits end after their producers by
     # construction, so merge's causality pass over every edge of every launch would find nothing

@@ -73,8 +73,10 @@ class Run:
         tables = [RL.read_parquet(self.path / e["path"]) for _, e in self.parts(table) if self.verified(e)]
         tables = [t for t in tables if t.num_rows] or tables[:1]
         out = pa.concat_tables(tables, promote_options="permissive") if tables else None
-        if out is None and table == "launches":
-            out = RL.empty_launches()
+        if table == "launches":
+            from timeline.run import report as RP
+
+            out = RP.with_host_starts(RL.empty_launches() if out is None else out, self.records)
         self._small[table] = out
         return out
 
@@ -82,9 +84,11 @@ class Run:
     def launches(self, *, rank=None, step=None, layer=None) -> pa.Table:
         """One row per (rank, launch) of every append (``layout.LAUNCH_COLUMNS``: rank, step,
         layer, capture, launch slot, start/end/kernel ns on the append's time axis,
-        tasks, task rows, intervals, anomalies, append id), selected by rank / step /
-        layer (an int or a list each), in (step, layer, rank, capture, launch) order.
-        Reads the per-append launch parts only, never a task row."""
+        tasks, task rows, intervals, anomalies, append id; then ``report.PLACED_COLUMNS``:
+        the start on the host clock by the append's calibration of the rank, ± ns, null
+        without one, and the start's ± ns on its append's axis), selected by rank / step
+        / layer (an int or a list each), in (step, layer, rank, capture, launch) order.
+        Reads the per-append launch parts and manifest records only, never a task row."""
         t = self._read_small("launches")
         t = _select(t, rank=rank, step=step, layer=layer)
         return t.sort_by([("step", "ascending"), ("layer", "ascending"), ("rank", "ascending"),
