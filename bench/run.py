@@ -224,6 +224,7 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
                                                                                   "PYTHONPATH": trees[k]}, cwd=trees[k])
             assert r["rc"] == 0, f"{k}: {r['err']}"
             mem[k].append(json.loads(r["out"].strip().splitlines()[-1]))
+    load_mem = os.getloadavg()[0]
     cli = {k: [] for k in trees}
     for i in range(args.ab_repeats):
         for k in (("before", "after") if i % 2 == 0 else ("after", "before")):
@@ -234,7 +235,8 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
             cli[k].append(r)
             shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
     out = [f"append before/after in one run: before = {args.before} (its own timeline), after = this checkout; "
-           f"{min(args.ab_steps, args.steps)} steps in memory, trees taking turns, a process each"]
+           f"{min(args.ab_steps, args.steps)} steps in memory, trees taking turns, a process each; load average after "
+           f"them {load_mem:.1f}, after the `run add` runs {os.getloadavg()[0]:.1f}"]
     sums = {}
     for k, rs in mem.items():
         iv, wall, cpu = (sum(r[f] for r in rs) for f in ("intervals", "wall", "cpu"))
@@ -287,8 +289,10 @@ def main() -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
         b = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
         assert b["rc"] == 0, f"build exited {b['rc']}: {b['err']}"
+        b["load_after"] = os.getloadavg()[0]
         saved.write_text(json.dumps(b))
-    print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}")
+    print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}; load average after it "
+          f"{b.get('load_after', os.getloadavg()[0]):.1f}")
     built = json.loads(b["out"].strip().splitlines()[-1])
     ivs = built["intervals"]
     rate = ivs / built["append_s"]
