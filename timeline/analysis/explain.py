@@ -8,7 +8,10 @@ the baseline launches of the same (rank, stage, task)); the wait for producers
 counts only its hand-off (the wait after the latest producer ended, against the
 stage's median hand-off in the launch): the rest of a wait is its producers' doing.
 The excess cells are grouped into candidate culprits (one task, a CTA's tasks of a
-stage, a rank's stage, a whole stage) and each is checked by the what-if replay
+stage, a rank's stage, a whole stage); a task's excess cells outside the wait go to
+the group of its largest one, so a delay whose time moved across a stamp (the stamps
+are no barriers) is one culprit over those intervals, named by the interval with the
+most excess. Each is checked by the what-if replay
 (``timeline.whatif``): the launch replayed with the candidate at its typical time;
 the saving is how much earlier the launch ends, the replay's fidelity beside it. A
 culprit is significant when its saving exceeds the launch-to-launch noise. The
@@ -138,9 +141,12 @@ def typical_for(typ: Typical, m: E.Tasks, measured: np.ndarray) -> np.ndarray:
 
 class Culprit(NamedTuple):
     """A candidate culprit: its ``scope`` (``SCOPES``), rank (None: every rank),
-    stage, task and CTA (None where the scope spans several), the interval ``phase``,
-    its tasks (indices into the launch's merged tasks), measured and typical ns
-    summed over them, and the replay's saving (ns) with it at its typical time."""
+    stage, task and CTA (None where the scope spans several), the interval ``phase``
+    (of its intervals the one with the most excess), its tasks (indices into the
+    launch's merged tasks), measured and typical ns summed over its cells, the
+    replay's saving (ns) with them at their typical time, and its ``cells``:
+    ``((interval, tasks), ...)``, ``phase``'s first, then any other interval its
+    tasks ran over typical in (a delay that moved across a stamp)."""
 
     scope: str
     rank: int | None
@@ -152,6 +158,7 @@ class Culprit(NamedTuple):
     measured_ns: float
     typical_ns: float
     saving_ns: float = 0.0
+    cells: tuple = ()
 
     @property
     def excess_ns(self) -> float:
@@ -194,37 +201,75 @@ def _excess(trace, g: E.Graph, rec: np.ndarray, typ_dur: np.ndarray) -> np.ndarr
     return ex
 
 
-def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray) -> list:
-    """Groups of excess cells (``Culprit``s without their saving), the most promising
-    first: a whole stage or a rank's stage where most of its tasks carry an excess
-    in one interval, else a CTA's tasks of a stage, else single tasks; cells on the
-    critical path before the others."""
-    out, taken = [], np.zeros(ex.shape, bool)
-    hot = ex > floor
-    for j in range(ex.shape[1]):
+def _stage_groups(m: E.Tasks, hot: np.ndarray, wait: int, key: np.ndarray, groups: dict) -> None:
+    """Into ``key`` (a group id per cell, -1 none): per interval, the hot cells of a
+    stage where most (two or more, at least half) of its tasks are hot in it, else of
+    a rank's stage where most of its are; one group per (scope, rank, stage) over the
+    intervals besides the wait, one per interval for the wait."""
+    for j in range(hot.shape[1]):
         for s in np.unique(m.stage[hot[:, j]]):
             mine = m.stage == s
             if hot[mine, j].sum() > 1 and hot[mine, j].mean() >= 0.5:
-                out.append(("stage", None, int(s), None, None, j, np.flatnonzero(mine & hot[:, j])))
-                taken[mine, j] = True
+                g = groups.setdefault(("stage", None, int(s), None, None, j == wait), len(groups))
+                key[mine & hot[:, j], j] = g
                 continue
             for r in np.unique(m.rank[mine & hot[:, j]]):
                 rs = mine & (m.rank == r)
                 if hot[rs, j].sum() > 1 and hot[rs, j].mean() >= 0.5:
-                    out.append(("rank-stage", int(r), int(s), None, None, j, np.flatnonzero(rs & hot[:, j])))
-                    taken[rs, j] = True
-    rest = np.argwhere(hot & ~taken)
-    cells = {}
-    for i, j in rest:
-        cells.setdefault((int(m.rank[i]), int(m.stage[i]), int(m.cta[i]), int(j)), []).append(int(i))
-    for (r, s, c, j), idx in cells.items():
-        idx = np.array(idx)
-        if idx.size > 1:
-            out.append(("cta", r, s, None, c, j, idx))
-        else:
-            out.append(("task", r, s, int(m.task[idx[0]]), c, j, idx))
-    weight = lambda c: (bool(on_path[c[6]].any()), float(ex[c[6], c[5]].sum()))  # noqa: E731
+                    key[rs & hot[:, j], j] = groups.setdefault(("rank-stage", int(r), int(s), None, None, j == wait),
+                                                               len(groups))
+
+
+def _own_groups(m: E.Tasks, hot: np.ndarray, wait: int, key: np.ndarray, groups: dict) -> None:
+    """Into ``key``: the hot cells no stage holds, per (rank, stage, CTA): a ``cta``
+    group where two or more of its tasks are hot in one interval, else one group per
+    task; the wait's cells apart from the other intervals'."""
+    ii, jj = np.nonzero(hot & (key < 0))
+    if ii.size == 0:
+        return
+    gid, ng, _ = GR.group_ids(m.rank[ii], m.stage[ii], m.cta[ii], jj)
+    many = np.bincount(gid, minlength=ng)[gid] > 1
+    for i, j, cta in zip(ii.tolist(), jj.tolist(), many.tolist()):
+        task = None if cta else int(m.task[i])
+        g = ("cta" if cta else "task", int(m.rank[i]), int(m.stage[i]), task, int(m.cta[i]), j == wait)
+        key[i, j] = groups.setdefault(g, len(groups))
+
+
+def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray, wait: int) -> list:
+    """Groups of excess cells above ``floor`` (``Culprit``s without their saving), the
+    most promising first: a whole stage or a rank's stage where most of its tasks
+    carry an excess in one interval, else a CTA's tasks of a stage, else single tasks;
+    cells on the critical path before the others. A task's hot cells outside the wait
+    go together, to the group of its largest one (time a delay moved across a stamp
+    stays with it); the wait's cells (hand-offs) are grouped on their own. Each as
+    ``(scope, rank, stage, task, cta, interval, tasks, cells)``: the interval the one
+    with the most excess, ``cells`` ``((interval, tasks), ...)`` that one first."""
+    hot = ex > floor
+    key = np.full(ex.shape, -1, dtype=np.int64)
+    groups: dict = {}
+    _stage_groups(m, hot, wait, key, groups)
+    _own_groups(m, hot, wait, key, groups)
+    own = hot.copy()
+    own[:, wait] = False
+    best = np.argmax(np.where(own, ex, -np.inf), axis=1)
+    key = np.where(own, key[np.arange(m.n), best][:, None], key)  # every task's own cells to its largest's group
+    out = []
+    for (scope, r, s, task, c, _), g in groups.items():
+        where = key == g
+        if not where.any():
+            continue
+        js = np.flatnonzero(where.any(axis=0))
+        sums = [float(ex[where[:, j], j].sum()) for j in js]
+        order = [js[k] for k in np.argsort(sums, kind="stable")[::-1]]
+        cells = tuple((int(j), np.flatnonzero(where[:, j])) for j in order)
+        out.append((scope, r, s, task, c, cells[0][0], np.flatnonzero(where.any(axis=1)), cells))
+    weight = lambda c: (bool(on_path[c[6]].any()), sum(float(ex[i, j].sum()) for j, i in c[7]))  # noqa: E731
     return sorted(out, key=weight, reverse=True)
+
+
+def _fixes(cells, ex: np.ndarray) -> list:
+    """``(tasks, interval, ns)`` that bring ``cells`` to their typical time."""
+    return [(idx, j, np.maximum(ex[idx, j], 0)) for j, idx in cells]
 
 
 def _saving(trace, g, plan, base_end: float, fixes) -> float:
@@ -267,23 +312,24 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
                      abs(float(r.simulated[:, -1].max()) - float(r.recorded[:, -1].max())))
     base_end = float(r.simulated[:, -1].max())
     floor = max(noise / 4, 3 * 1.4826 * float(np.median(np.abs(ex))), NOISE_FLOOR_NS / 2)
-    cands = _candidates(m, ex, floor, on_path)[:CANDIDATES]
+    wait = one.phases.index(one.spec.wait[0])
+    cands = _candidates(m, ex, floor, on_path, wait)[:CANDIDATES]
     dur = np.diff(rec, axis=1).astype(np.float64)
     culprits = []
-    for scope, rank, s, task, cta, j, idx in cands:
-        fix = np.maximum(ex[idx, j], 0)
-        if fix.sum() <= noise / 2:  # the replay is 1-Lipschitz: it saves at most what it removes, never significant
+    for scope, rank, s, task, cta, j, idx, cells in cands:
+        fixes = _fixes(cells, ex)
+        fix = sum(float(f.sum()) for *_, f in fixes)
+        if fix <= noise / 2:  # the replay is 1-Lipschitz: it saves at most what it removes, never significant
             continue
-        saving = _saving(one, g, plan, base_end, [(idx, j, fix)])
-        culprits.append(Culprit(scope, rank, s, task, cta, j, idx, float(dur[idx, j].sum()),
-                                float(dur[idx, j].sum() - fix.sum()), saving))
+        measured = sum(float(dur[i, k].sum()) for k, i in cells)
+        culprits.append(Culprit(scope, rank, s, task, cta, j, idx, measured, measured - fix,
+                                _saving(one, g, plan, base_end, fixes), cells))
     big = [c for c in culprits if c.excess_ns > noise / 2]  # those that could matter, fixed together
-    together = _saving(one, g, plan, base_end, [(c.tasks, c.phase, np.maximum(ex[c.tasks, c.phase], 0))
-                                                for c in big]) if len(big) > 1 else \
-        max([c.saving_ns for c in culprits], default=0.0)
+    together = _saving(one, g, plan, base_end, [f for c in big for f in _fixes(c.cells, ex)]) if len(big) > 1 \
+        else max([c.saving_ns for c in culprits], default=0.0)
     culprits = _ranked(culprits, noise, together)
     return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, together,
-                     _path_cells(g, chain, ex, one.phases.index(one.spec.wait[0])), fid, [_gating_edge(g, chain, c) for c in culprits], m, True)
+                     _path_cells(g, chain, ex, wait), fid, [_gating_edge(g, chain, c) for c in culprits], m, True)
 
 
 def _ranked(culprits: list, noise: float, together: float) -> list:
@@ -351,9 +397,12 @@ def _heuristic(one, launch: int, typ: Typical, kernel: int, noise: float) -> Exp
         task = R.numpy(p.column("task")).astype(np.int64)
         on_path |= (m.rank == r) & np.isin(m.stage * (1 << 32) + m.task, stage * (1 << 32) + task)
     floor = max(noise / 4, NOISE_FLOOR_NS / 2)
-    cands = _candidates(m, ex, floor, on_path)[:CANDIDATES]
-    culprits = [Culprit(sc, r, s, t, c, j, idx, float(dur[idx, j].sum()), float(dur[idx, j].sum() - ex[idx, j].sum()),
-                        0.0) for sc, r, s, t, c, j, idx in cands]
+    cands = _candidates(m, ex, floor, on_path, one.phases.index(one.spec.wait[0]))[:CANDIDATES]
+    culprits = []
+    for sc, r, s, t, c, j, idx, cells in cands:
+        measured = sum(float(dur[i, k].sum()) for k, i in cells)
+        excess = sum(float(ex[i, k].sum()) for k, i in cells)
+        culprits.append(Culprit(sc, r, s, t, c, j, idx, measured, measured - excess, 0.0, cells))
     return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, 0.0, [], None,
                      [None] * len(culprits), m, False)
 

@@ -21,9 +21,11 @@ def _us(ns) -> float:
 
 
 def _who(c: X.Culprit, names, phases) -> str:
-    """A culprit in words: ``rank 3 o task 17 (CTA 150) compute``."""
+    """A culprit in words: ``rank 3 o task 17 (CTA 150) compute``, its other
+    intervals after it: ``compute (+ end, staged)``."""
     rank = "every rank" if c.rank is None else f"rank {c.rank}"
-    phase = phases[c.phase + 1]
+    also = ", ".join(phases[j + 1] for j, _ in c.cells[1:])
+    phase = phases[c.phase + 1] + (f" (+ {also})" if also else "")
     if c.scope == "stage":
         return f"{names[c.stage]} {phase} (the stage: {c.tasks.size} of its tasks, every rank)"
     what = {"task": f"task {c.task} (CTA {c.cta})", "cta": f"CTA {c.cta}'s tasks ({c.tasks.size})",
