@@ -1,6 +1,7 @@
 # mono-timeline: two commands on a fresh machine.
 #   make demo   set up (and the dashboard's own plotly.js bundle), then open the dashboard on the
 #               bundled real H200 trace
+#   make demo-run   the same on the bundled real H100 run (traces/h100_graph_run): its overview first
 #   make test   set up (test extras, FlyDSL, Chromium, lld, the export readers), then run every test
 # Everything lands in .venv/ and .cache/ inside the checkout.
 
@@ -9,12 +10,13 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 CACHE   := .cache
 TRACE   ?= traces/h200_mono_demo.arrow
+RUN     ?= traces/h100_graph_run
 PLOTLY_JS := $(CACHE)/plotly/plotly-timeline.min.js
 HOST    ?= 127.0.0.1
 PORT    ?= 8050
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test setup setup-test plotly-bundle bench clean
+.PHONY: demo demo-run test setup setup-test plotly-bundle bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -62,6 +64,11 @@ plotly-bundle: $(PLOTLY_JS)
 demo: setup
 	@$(MAKE) --no-print-directory plotly-bundle || echo "make demo: note: the plotly.js bundle did not build; serving the plotly package's (slower first paint)"
 	$(BIN)/timeline-view $(TRACE) --host $(HOST) --port $(PORT) $$([ -f $(PLOTLY_JS) ] && echo --plotly-js $(PLOTLY_JS))
+
+# the bundled real run: 3 sampled steps x 16 layers of an H100 capture, opened on its overview
+demo-run: setup
+	@$(MAKE) --no-print-directory plotly-bundle || echo "make demo-run: note: the plotly.js bundle did not build; serving the plotly package's (slower first paint)"
+	$(BIN)/timeline-view $(RUN) --host $(HOST) --port $(PORT) $$([ -f $(PLOTLY_JS) ] && echo --plotly-js $(PLOTLY_JS))
 
 test: setup-test
 	$(BIN)/pytest -q

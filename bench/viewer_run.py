@@ -178,7 +178,9 @@ def zooms(driver, n: int) -> list:
         frac = (0.5, 0.2, 0.05, 0.3, 0.1)[k % 5]
         lo = a + (b - a) * 0.1 * (k % 3)
         z = B.zoom_round_trip(driver, lo / 1e3, (lo + (b - a) * frac) / 1e3)
-        out.append([z["total_ms"] / 1e3, driver.execute_script(B.GANTT_META)["mode"]])
+        m = driver.execute_script(B.GANTT_META)
+        mode = m["mode"] + (" (as an image)" if m["mode"] == "bars" and m.get("drawn") == "image" else "")
+        out.append([z["total_ms"] / 1e3, mode, [(z[k] or 0) / 1e3 for k in ("sent_ms", "server_ms", "drawn_ms")]])
     return out
 
 
@@ -251,10 +253,14 @@ def stats(xs: list) -> str:
 
 def zoom_line(zs: list) -> str:
     """The zoom round trips: all, then by what the new figure drew (raster / bars)."""
-    out = stats([z for z, _ in zs])
-    for mode in sorted({m for _, m in zs}):
-        sub = [z for z, m in zs if m == mode]
-        out += f"\n    drawn as {mode}: median {statistics.median(sub):.3f} s (n={len(sub)})"
+    out = stats([z[0] for z in zs])
+    for mode in sorted({z[1] for z in zs}):
+        sub = [z for z in zs if z[1] == mode]
+        parts = [statistics.median(z[2][k] for z in sub) for k in range(3)] if len(sub[0]) > 2 else None
+        out += f"\n    drawn as {mode}: median {statistics.median(z[0] for z in sub):.3f} s (n={len(sub)})"
+        if parts:
+            out += (f"; median parts: gesture -> request sent {parts[0]:.3f} s, server round trip {parts[1]:.3f} s, "
+                    f"response -> painted {parts[2]:.3f} s")
     return out
 
 
@@ -273,7 +279,7 @@ def report(run: dict, r: dict, f: dict, load: tuple, cmd: str):
         print(f"NOTE: the issue asks for >= 100 M intervals; this run holds {run['intervals'] / 1e6:.1f} M")
     p90 = float(np.quantile(r["paint"], 0.9))
     dm = statistics.median(r["drill"])
-    zm = statistics.median(z for z, _ in r["zoom"])
+    zm = statistics.median(z[0] for z in r["zoom"])
     print("\n== run page (timeline-view RUN --memory-budget 1G)")
     print(f"  startup (overview aggregates, typical launch)  {r['startup_s']:.2f} s")
     print(f"  first paint, cold: {stats(r['paint'])}  [p90 {verdict(round(p90, 3), GOAL_PAINT_P90_S)}]")
@@ -295,7 +301,7 @@ def report(run: dict, r: dict, f: dict, load: tuple, cmd: str):
     print("\n== side by side (run page / one file)")
     print(f"  first paint p90   {p90:.3f} s / {float(np.quantile(f['paint'], 0.9)):.3f} s")
     print(f"  drill-down median {dm:.3f} s / {statistics.median(f['drill']):.3f} s")
-    print(f"  zoom median       {zm:.3f} s / {statistics.median(z for z, _ in f['zoom']):.3f} s")
+    print(f"  zoom median       {zm:.3f} s / {statistics.median(z[0] for z in f['zoom']):.3f} s")
     print(f"  peak RSS          {r['rss_peak_mb']:.0f} MiB for {run['intervals']:,} intervals / "
           f"{f['rss_peak_mb']:.0f} MiB for {f['intervals']:,}")
 

@@ -384,7 +384,7 @@ def test_legacy_report_leaves_a_missing_start_out_of_min_and_medians():
 def test_the_declared_wait_is_what_critical_path_and_the_viewer_read():
     """GLM-5's wait is hint → staged: the critical path's wait row is that interval
     (the start → hint before it is the task's own work), and the Gantt lightens it."""
-    from viewer import figures as F
+    from viewer import colours as VCO
 
     def path(spec):
         buf = np.zeros(spec.layout.words, dtype=np.int64)
@@ -395,9 +395,9 @@ def test_the_declared_wait_is_what_critical_path_and_the_viewer_read():
     glm5 = Spec("k", [("a", 1)], wait=("hint", "staged"))
     assert path(glm5) == [("work", 0, 100), ("wait", 100, 300), ("work", 300, 500)]
     assert path(Spec("k", [("a", 1)])) == [("wait", 0, 100), ("work", 100, 500)]
-    rgb = F.class_rgb(1, 4, glm5.wait_index)
-    base = F.hex_rgb(F.stage_colour(0))
-    assert np.allclose(rgb[1], base + (1 - base) * F.WAIT_LIGHTEN) and not np.allclose(rgb[0], rgb[1])
+    rgb = VCO.class_rgb(1, 4, glm5.wait_index)
+    base = VCO.hex_rgb(VCO.stage_colour(0))
+    assert np.allclose(rgb[1], base + (1 - base) * VCO.WAIT_LIGHTEN) and not np.allclose(rgb[0], rgb[1])
     with pytest.raises(A.AnalysisError, match="declares none"):
         A.critical_path(collect(np.zeros(Spec("k", [("a", 1)], wait=()).layout.words, np.int64),
                                 Spec("k", [("a", 1)], wait=())))

@@ -193,3 +193,20 @@ def test_a_launches_table_without_the_host_columns_still_times_its_launches():
     got = {(r["step"], r["layer"]): (r["skew_ns"], r["skew_pm_ns"]) for r in RP.launch_times(t).to_pylist()}
     assert got == {(0, 0): (None, None), (0, 1): (60, 0.0)}
     assert RP.skew_note(t) == f"skew left empty for 1 launch(es): {RP.NO_COMMON_AXIS}"
+
+
+def test_the_dashboard_overview_shows_the_runs_skew_not_two_clocks_apart(tmp_path):
+    """The run page's overview takes a launch's skew from ``launch_times`` (the
+    calibrated placement; null without calibrations), never ``max - min`` of starts on
+    two GPUs' own clocks (the epochs apart)."""
+    from viewer import run_source as VRS
+
+    eps = {r: e for r, (_, _, e) in enumerate(ranks())}
+    exact = {r: [K.Calibration(eps[r], 40.0, 0, 100, f"gpu{r}")] for r in (0, 1)}
+    for name, cals in (("cal", exact), ("bare", {0: None, 1: None})):
+        truth = separate_run(tmp_path / name, cals)
+        src = VRS.RunSource(name, tmp_path / name)
+        ov = VRS.build_overview(src.sql, src.axis, src.times())
+        for (step, layer), skew in truth.items():
+            got = ov.skew[list(ov.layers).index(layer), list(ov.steps).index(step)]
+            assert (got == skew) if name == "cal" else np.isnan(got), (name, step, layer, got, skew)

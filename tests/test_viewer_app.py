@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from viewer import app as V
+from viewer import figures as F
 from viewer.sources import Catalog, SourceError
 from viewerkit import make_trace_dir
 
@@ -39,6 +40,8 @@ def test_catalog_refuses_files_outside_the_trace_dir(tmp_path):
     (["{d}/plain.parquet"], "not a mono-timeline trace"),
     (["--trace-dir", "{d}/nowhere"], "is not a directory"),
     (["--trace-dir", "{empty}"], "no trace given and none in"),
+    (["--gl-limit", "-1"], "-1 is negative: give a count, 0 or more"),
+    (["--gl-limit", "many"], "'many' is not a whole number"),
 ])
 def test_cli_bad_input(trace_dir, tmp_path, capsys, args, message):
     d, _ = trace_dir
@@ -61,6 +64,8 @@ def test_cli_defaults(trace_dir, tmp_path, monkeypatch):
     assert V.default_trace(tmp_path) == V.DEFAULT_TRACE
     state, _, first = V.prepare(["--trace-dir", str(tmp_path)])
     assert first == V.DEFAULT_TRACE and state.requested("") == V.DEFAULT_TRACE
+    assert args.gl_limit == state.gl_limit == F.GL_LIMIT  # WebGL bars up to 4,000, one image beyond
+    assert V.prepare(["--trace-dir", str(tmp_path), "--gl-limit", "0"])[0].gl_limit == 0
 
 
 def test_main_serves_on_localhost_without_debug(trace_dir, monkeypatch, capsys):

@@ -34,7 +34,9 @@ def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     d, secret = make_trace_dir(root)
     shutil.copy(d / "small.arrow", d / V.DEFAULT_TRACE)
-    state, _, first = V.prepare(["--trace-dir", str(d)])
+    # --gl-limit: this module's Gantt tests read the WebGL bars (small.arrow's 31,744 intervals);
+    # test_bars_beyond_the_gl_limit_are_one_image covers the default's image
+    state, _, first = V.prepare(["--trace-dir", str(d), "--gl-limit", "40000"])
     assert first == V.DEFAULT_TRACE
     with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 1100) as driver:
         yield {"url": url, "driver": driver, "state": state, "dir": d}
@@ -153,6 +155,31 @@ def test_zoom_turns_the_raster_into_bars(page, monkeypatch):
     assert t0 == pytest.approx(lo + (hi - lo) * 0.4, abs=1e-3)  # the time inputs follow the zoom
     driver.find_element("id", "reset").click()
     assert _wait_changed(driver, z)["mode"] == "raster"
+
+
+def test_bars_beyond_the_gl_limit_are_one_image(page, monkeypatch):
+    """Past ``--gl-limit`` the exact bars are one server image (no WebGL): a band per row
+    in the stages' colours, the status line says how to get hover text, a click on a
+    bar still pins its task."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver, state = page["driver"], page["state"]
+    monkeypatch.setattr(state, "gl_limit", 1000)
+    driver.get(page["url"])
+    m = meta(driver)
+    d = state.store.get(V.DEFAULT_TRACE).data
+    assert m["mode"] == "bars" and m["drawn"] == "image" and m["intervals"] == d.n
+    kinds = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').data"
+                                  ".map(t=>[t.type, t.meta && t.meta.kind]);")
+    assert ["image", "bars-image"] in kinds and not any(t == "scattergl" for t, _ in kinds)
+    assert "drawn as an image" in text_of(driver, "gantt-status") and "1,000" in text_of(driver, "gantt-status")
+    pt = driver.execute_script(  # the middle of row 0, halfway along the window
+        "var g=document.querySelector('#gantt .js-plotly-plot'), L=g._fullLayout, r=g.getBoundingClientRect();"
+        "return {x: r.left + L._size.l + L._size.w / 2, y: r.top + L.yaxis._offset + L.yaxis.l2p(0)};")
+    ActionChains(driver).move_to_location(int(pt["x"]), int(pt["y"])).click().perform()
+    details = B.wait_for(driver, "var t=document.getElementById('details-table'); return t ? t.innerText : null;",
+                         20, "the pinned task")
+    assert "placement" in details and "start→hint" in details
 
 
 @pytest.mark.parametrize("query, message", [

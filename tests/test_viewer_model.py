@@ -15,6 +15,7 @@ import pytest
 from bufkit import empty, put
 from timeline import Spec, collect
 from timeline.ingest import synth
+from viewer import colours as VCO
 from viewer import figures as F
 from viewer import model as M
 from viewer import raster as VR
@@ -201,6 +202,26 @@ def test_bars_of_a_known_trace(tiny):
     assert fig["layout"]["yaxis"]["ticktext"] == ["r0 L0 · cta 0", "r0 L0 · cta 1"]  # one wave: no "w0"
 
 
+def test_bars_past_the_gl_limit_are_one_exact_image(tiny):
+    """``gl_limit``: the same bars as one image, a band of pixel rows per row (white
+    between bands), each interval in its class colour over exactly its columns."""
+    v = M.build_view(tiny, "rank")
+    fig, info = F.gantt_figure(tiny, v, r0=0, r1=2, t0_ns=0, t1_ns=1500, width_px=150, height_px=100, gl_limit=11)
+    assert info == {"mode": "bars", "intervals": 12, "rows": 2} and fig["layout"]["meta"]["drawn"] == "image"
+    img = fig["data"][0]
+    assert img["type"] == "image" and img["meta"]["kind"] == "bars-image" and not bars_of(fig)
+    pix = png_pixels(base64.b64decode(img["source"].split(",", 1)[1]))
+    assert pix.shape == (100, 150, 3) and img["dy"] == pytest.approx(2 / 100)  # 10 ns a column, 50 px a row
+    rgb = np.round(VCO.class_rgb(2, 4, tiny.wait_index) * 255)
+    for stage, p, row, s, e in TINY_BARS:
+        band = pix[row * 50 + 5:row * 50 + 45, s // 10:e // 10]
+        assert (band == rgb[stage == "b" and 4 + p or p]).all(), (stage, p, row)
+    assert (pix[[0, 4, 45, 49, 50, 54, 95, 99]] == 255).all()  # the gaps between bands
+    assert (pix[25, 60:100] == 255).all() and (pix[75, 75:100] == 255).all()  # idle: white
+    fig, _ = F.gantt_figure(tiny, v, r0=0, r1=2, t0_ns=0, t1_ns=1500, gl_limit=12)
+    assert bars_of(fig) == TINY_BARS  # at the limit: WebGL bars
+
+
 def test_window_stage_and_phase_filters_change_the_bars(tiny):
     v = M.build_view(tiny, "rank")
     fig, _ = F.gantt_figure(tiny, v, r0=0, r1=2, t0_ns=0, t1_ns=tiny.t_max,
@@ -217,7 +238,7 @@ def test_window_stage_and_phase_filters_change_the_bars(tiny):
 
 
 def test_phase_colours_make_waiting_lighter():
-    rgb = F.class_rgb(2, 4)
+    rgb = VCO.class_rgb(2, 4)
     for s in range(2):
         wait, work = rgb[s * 4], rgb[s * 4 + 2]
         assert wait.sum() > work.sum()  # the producer wait is lighter than compute

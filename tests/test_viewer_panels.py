@@ -181,8 +181,10 @@ def test_every_figure_draws_only_the_trace_types_a_bundle_holds(tmp_path):
     from timeline.contract import presets
 
     load("traces/h200_mono_demo.arrow").with_graph(presets.triton_ffn()).filter(launches=[0, 1]).save(tmp_path / "g.arrow")
-    state, _, _ = V.prepare(["--trace-dir", str(tmp_path), str(tmp_path / "g.arrow")])
-    figs = [VG.gantt(state, VG.GanttQuery("g.arrow")).figure]
+    state, _, _ = V.prepare(["--trace-dir", str(tmp_path), str(tmp_path / "g.arrow"), "--gl-limit", "40000"])
+    figs = [VG.gantt(state, VG.GanttQuery("g.arrow")).figure]  # its 5,632 bars in WebGL (--gl-limit)
+    state.gl_limit = 0
+    figs.append(VG.gantt(state, VG.GanttQuery("g.arrow")).figure)  # and as an image
     state.bar_limit = 1
     figs.append(VG.gantt(state, VG.GanttQuery("g.arrow")).figure)
     figs += [VT.idle(state, "g.arrow", None, None)[0], VT.whatif(state, "g.arrow", "norm.compute=0.5")[0],
@@ -190,7 +192,8 @@ def test_every_figure_draws_only_the_trace_types_a_bundle_holds(tmp_path):
     types = {t.get("type", "scatter") for f in figs for t in f["data"]}
     assert {"image", "scattergl", "scatter", "heatmap", "bar"} <= types  # every kind was drawn
     assert types <= set(VP.TRACE_TYPES)
-    assert {f["layout"]["meta"]["mode"] for f in figs[:2]} == {"raster", "bars"}
+    assert [(f["layout"]["meta"]["mode"], f["layout"]["meta"]["drawn"]) for f in figs[:3]] == [
+        ("bars", "webgl"), ("bars", "image"), ("raster", "image")]
 
 
 def test_page_search_from_the_referrer():

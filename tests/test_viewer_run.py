@@ -8,6 +8,8 @@ step through launches, an address opens the launch, selection and window it name
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import urllib.parse
 from pathlib import Path
 
@@ -323,3 +325,136 @@ def test_the_explain_verdict_names_the_p99_launch(state, run_dir):
     assert doc["verdict"].startswith(f"step {ov.p99.step} layer {ov.p99.layer} took {kernel / 1e3:.2f} µs")
     assert "5 launches nearest the run's median" in doc["typical"]["from"]
     assert state.runs.verdict(run.name) is doc  # made once per run
+
+
+@pytest.mark.browser
+@browser
+def test_another_run_in_the_page_refreshes_the_rank_dropdown(page, run_dir):
+    """A page on the two-rank run switched in place (a new address, no reload) to a run
+    of rank 1 only: the overview's rank dropdown offers that run's ranks, its value one
+    of them (it kept the first run's rank 0 before)."""
+    from timeline.run import append
+    from viewer_runkit import small_trace
+
+    root, run, _ = run_dir
+    other = root / "rank1_run"
+    if not other.exists():
+        append(other, small_trace(seed=5).filter(ranks=[1]))
+    driver = page["driver"]
+    driver.get(page["url"])
+    m = wait_launch(driver, VRS.launch_name(run.name, page["state"].runs.overview(run.name).typical))
+    rank_text = "var r=document.getElementById('ov-rank'); return r && r.innerText;"
+    assert driver.execute_script(rank_text).strip() == "rank 0"
+    driver.execute_script("window.dash_clientside.set_props('url', {search: arguments[0]});",
+                          "?run=rank1_run&step=0&layer=1")
+    wait_launch(driver, "rank1_run/step=0/layer=1", m)
+    B.wait_for(driver, "var r=document.getElementById('ov-rank'); return r && r.innerText.trim() == 'rank 1' || null",
+               30, "the rank dropdown of the new run")
+    driver.find_element("css selector", "#ov-rank").click()  # open it: its options are the new run's ranks
+    menu = B.wait_for(driver, "var o=[...document.querySelectorAll('[role=option]')].map(e=>e.innerText.trim())"
+                              ".filter(t=>/^rank \\d+$/.test(t)); return o.length ? o : null;", 10, "the rank options")
+    assert menu == ["rank 1"]
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def make_command(target: str) -> list:
+    """The arguments ``make TARGET`` gives ``timeline-view`` (``make -n``: printed, not run)."""
+    out = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    line = [x for x in out.splitlines() if "bin/timeline-view " in x][-1]
+    return shlex.split(line.split("bin/timeline-view ", 1)[1].split("$(")[0])
+
+
+def test_make_demo_still_opens_the_bundled_trace_file():
+    args = make_command("demo")
+    assert args[0] == f"traces/{V.DEFAULT_TRACE}"
+    st, _, first = V.prepare([str(REPO / args[0]), "--trace-dir", str(REPO / "traces")])
+    assert first == V.DEFAULT_TRACE and st.default_run is None  # a trace's page, not a run's
+
+
+@pytest.mark.browser
+@browser
+def test_make_demo_run_opens_the_bundled_h100_run():
+    """``make demo-run``: the real H100 run (3 sampled steps x 16 layers, one rank) opens
+    on its overview with the typical launch's Gantt; a click on another cell drills down."""
+    args = make_command("demo-run")
+    assert args[0] == "traces/h100_graph_run"
+    st, _, first = V.prepare([str(REPO / args[0]), "--trace-dir", str(REPO / "traces")])
+    ov = st.runs.overview(first)
+    assert first == "h100_graph_run" and ov.n == 48 and len(ov.layers) == 16 and ov.ranks == [0]
+    target = next(k for k in reversed(ov.keys()) if k != ov.typical)
+    with B.serve(VW.build(st, plotly=dashboard_bundle())) as url, B.chromium(1400, 1100) as driver:
+        driver.get(url)
+        m = wait_launch(driver, VRS.launch_name(first, ov.typical))
+        n = driver.execute_script(OVERVIEW + "return g && g.data[0].type=='heatmap' && g._fullData[0].z.length")
+        assert n == 16  # a heat-map row per layer
+        assert "48 launches" in driver.find_element("id", "ov-summary").text
+        driver.execute_script(OVERVIEW + f"g.emit('plotly_click', {{points: [{{x: {target.step}, y: {target.layer}}}]}});")
+        meta = json.loads(wait_launch(driver, VRS.launch_name(first, target), m).split("|")[0])
+        item = st.store.get(VRS.launch_name(first, target))
+        assert meta["intervals"] == item.data.n > 0 and meta["mode"] == "bars"
+        assert set(item.data.stage_names) == {"up", "norm", "down"}
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+
+
+def test_a_launch_opened_is_drawn_ahead_and_the_same(state, run_dir):
+    """The trace callback draws the Gantt that opens a launch ahead (``draw_ahead``):
+    the Gantt callback's query takes that figure, once, and it is the figure drawn
+    directly; a query that continues a view (a zoom, the same launch's window) never
+    takes one."""
+    import dataclasses
+
+    import plotly.utils
+
+    from viewer.panels import gantt as VG
+
+    _, run, _ = run_dir
+    q = VG.GanttQuery(f"{run.name}/step=1/layer=2", "rank", None, None, None, None, None, px=[900, 560])
+    VG.draw_ahead(state, q)
+    key = VG.opening_key(q)
+    drawn = state.ahead[key].result(timeout=60)
+    again = VG._gantt(state, q)
+
+    def as_json(fig):
+        return json.dumps(fig, cls=plotly.utils.PlotlyJSONEncoder)
+
+    assert as_json(drawn.figure) == as_json(again.figure) and drawn.state == again.state
+    assert VG.gantt(state, q) is drawn and key not in state.ahead  # taken once
+    assert VG.gantt(state, q) is not drawn  # then drawn again
+    assert VG.opening_key(dataclasses.replace(q, trigger="gantt")) is None
+    assert VG.opening_key(dataclasses.replace(q, state=drawn.state.to_client())) is None
+    other = dataclasses.replace(drawn.state, name="x").to_client()  # another launch's view: opening
+    assert VG.opening_key(dataclasses.replace(q, state=other)) == key
+
+
+WATCH_REQUESTS = """window._seen = [];
+var f0 = window.fetch; window.fetch = function(u, o) {
+  var m = /"output":"([^"]{0,60})/.exec(o && o.body ? String(o.body) : '');
+  if (m) window._seen.push([performance.now(), m[1]]); return f0.apply(this, arguments); };
+(function poll() { var g = document.querySelector('#gantt .js-plotly-plot');
+  if (g && g._fullLayout && g.layout && g.layout.meta) window._ganttAt = performance.now();
+  else requestAnimationFrame(poll); })();"""
+
+
+@pytest.mark.browser
+@browser
+def test_the_panels_are_asked_for_after_the_first_paint(page):
+    """The first paint waits for nothing but the overview and the Gantt: the panels'
+    requests (stage report, explain verdict, compare) leave once the Gantt is drawn,
+    and then fill in."""
+    driver = page["driver"]
+    sid = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": WATCH_REQUESTS})["identifier"]
+    try:
+        driver.get(page["url"])
+        B.wait_for(driver, "return document.querySelector('#stage-report table') ? 1 : null", 60, "the stage report")
+        B.wait_for(driver, "var v=document.getElementById('ov-verdict'); return v && v.innerText", 60, "the verdict")
+        at, seen = driver.execute_script("return [window._ganttAt, window._seen];")
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": sid})
+    panels = [(t, out) for t, out in seen if any(k in out for k in ("stage-report", "ov-explain", "cmp-graph"))]
+    assert at and {k for k in ("stage-report", "ov-explain", "cmp-graph") if any(k in o for _, o in panels)} == {
+        "stage-report", "ov-explain", "cmp-graph"}
+    assert all(t >= at for t, _ in panels), (at, panels)

@@ -1,7 +1,7 @@
 """``timeline-view``: the Dash dashboard of per-CTA, per-wave Gantt timelines.
 
     timeline-view [TRACE|RUN ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--plotly-js FILE]
-                  [--memory-budget 1G] [--overview] [--debug]
+                  [--memory-budget 1G] [--overview] [--gl-limit 4000] [--debug]
 
 It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
 With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (``./traces`` by
@@ -18,7 +18,8 @@ launch's Gantt, loaded on demand and kept in an LRU within ``--memory-budget``
 (``viewer.run_state``, ``viewer.launch_cache``).
 
 The page (``viewer.page``): a Gantt of rows = CTA x wave, grouped by rank and
-launch, hardware placement or stage (``viewer.model``), drawn as WebGL bars or, with
+launch, hardware placement or stage (``viewer.model``), drawn as WebGL bars
+(up to ``--gl-limit``; beyond, the same bars as one server-drawn image) or, with
 more intervals in view than ``figures.BAR_LIMIT``, as a server-rendered occupancy
 image that turns into bars as one zooms in (``viewer.figures``); the stage
 concurrency chart on the same time axis; the stage report, idle time per CTA and
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from timeline.core.process import tune_process
 from viewer.client import GANTT_PX
+from viewer.figures import GL_LIMIT
 from viewer.page import BundleError, plotly_bundle
 from viewer.panels.gantt import concurrency_table
 from viewer.launch_cache import DEFAULT_BUDGET
@@ -68,6 +70,17 @@ def _port(text: str) -> int:
     return port
 
 
+def _count(text: str) -> int:
+    """A count of bars, 0 or more."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} is negative: give a count, 0 or more")
+    return v
+
+
 def _budget(text: str) -> int:
     """A byte count with an optional K / M / G suffix (powers of 1024), at least 16M."""
     t = text.strip().upper().removesuffix("B")
@@ -92,6 +105,10 @@ def parse_args(argv=None):
     p.add_argument("--memory-budget", type=_budget, default=DEFAULT_BUDGET, metavar="BYTES",
                    help="server memory the launches of runs may hold (e.g. 512M, 2G; default 1G); the least "
                         "recently used are dropped beyond it")
+    p.add_argument("--gl-limit", type=_count, default=GL_LIMIT, metavar="N",
+                   help=f"bars in view up to which the Gantt draws them in WebGL with a hover text per task "
+                        f"(default {GL_LIMIT:,}); beyond, up to the raster's limit, one exact image: a browser "
+                        "without a GPU draws WebGL in software, seconds for 30 k bars. With a GPU: --gl-limit 40000")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8050, help="port, 1-65535 (default 8050)")
     p.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
@@ -128,7 +145,7 @@ def prepare(argv=None) -> tuple:
     if first is None and not runs:
         parser.error(f"no trace given and none in {str(trace_dir)!r}: name a trace file "
                      "(timeline-view TRACE.arrow) or point --trace-dir at a directory of them")
-    state = RunApp(catalog, first, runs, budget=args.memory_budget)
+    state = RunApp(catalog, first, runs, budget=args.memory_budget, gl_limit=args.gl_limit)
     if runs:
         warm_runs(state, parser)
         first = state.default_run

@@ -13,6 +13,11 @@ The Gantt has two modes, chosen by how many intervals the window holds:
   stage x interval kind, NaN between segments) in its stage's colour, the producer
   wait (the spec's declared wait interval, ``spec.wait``) lighter, the last one darker; plus one
   invisible marker per interval carrying the hover text of its task;
+  Above ``gl_limit`` bars (``App.gl_limit``, ``GL_LIMIT``) the same bars are one
+  server-rendered image instead (``raster_trace(..., bands=True)``): every row its own
+  band of pixel rows, exact to the pixel column, no hover points (a click still
+  pins a task). A browser without a GPU draws WebGL in software: 28 k segments
+  took 3 s to paint in headless Chromium, their image 0.15 s;
 - ``raster``: one server-rendered PNG (``viewer.raster``) of occupancy by stage,
   ``width x height`` pixels, rows aggregated into pixel rows.
 """
@@ -28,16 +33,10 @@ from timeline.contract import schema as S
 from timeline.core import rows
 from viewer import model as M
 from viewer import raster as VR
+from viewer.colours import class_rgb, rgb_hex, stage_colour
 
-# Tableau-like qualitative palette: distinct on white, colour-blind friendlier than
-# plotly's default; stage i takes colour i mod len.
-PALETTE = (
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-    "#b07aa1", "#ff9da7", "#9c755f", "#17becf", "#bcbd22", "#7f7f7f",
-)
-WAIT_LIGHTEN = 0.62  # how much of white the producer-wait interval mixes in
-LAST_DARKEN = 0.22  # how much of black the last interval (epilogue) mixes in
 BAR_LIMIT = 40_000  # intervals in view above which the Gantt is rasterized
+GL_LIMIT = 4_000  # bars in view drawn in WebGL with hover (a real launch: 2,816); beyond, one image
 ROWS_PER_PX = 2  # rows per pixel row above which the Gantt is rasterized (bars would overdraw)
 HOVER_PER_INTERVAL = 500  # tasks in view up to which every interval gets a hover point
 MAX_ROW_TICKS = 48
@@ -60,40 +59,6 @@ def typed(a: np.ndarray) -> dict:
     out = {"dtype": code, "bdata": base64.b64encode(a.tobytes()).decode("ascii")}
     if a.ndim > 1:
         out["shape"] = ", ".join(str(d) for d in a.shape)
-    return out
-
-
-def hex_rgb(h: str) -> np.ndarray:
-    return np.array([int(h[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.float64) / 255.0
-
-
-def rgb_hex(c) -> str:
-    return "#" + "".join(f"{int(round(float(v) * 255)):02x}" for v in np.clip(c, 0, 1))
-
-
-def stage_colour(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
-
-
-def class_rgb(n_stages: int, n_intervals: int, wait_index=0) -> np.ndarray:
-    """RGB (0..1) of every class ``stage * n_intervals + interval``: the stage's
-    colour; the spec's declared wait for producers (interval ``wait_index``, None for
-    none) mixed with white, the last interval (publishing) with black, the others
-    alternately a little lighter so that phase boundaries show inside a bar."""
-    n_i = max(n_intervals, 1)
-    out = np.zeros((n_stages * n_i, 3))
-    for s in range(n_stages):
-        base = hex_rgb(stage_colour(s))
-        for p in range(n_i):
-            if p == wait_index and n_i > 1:
-                c = base + (1 - base) * WAIT_LIGHTEN
-            elif p == n_i - 1 and n_i > 1:
-                c = base * (1 - LAST_DARKEN)
-            elif p % 2 == 1:
-                c = base + (1 - base) * 0.18
-            else:
-                c = base
-            out[s * n_i + p] = c
     return out
 
 
@@ -246,10 +211,13 @@ def mark_traces(data: M.TraceData, tid: np.ndarray, y: np.ndarray, width: float)
 
 
 def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: int,
-                 t0_ns: int, t1_ns: int, width: int, height: int) -> dict:
+                 t0_ns: int, t1_ns: int, width: int, height: int, bands: bool = False) -> dict:
     """The ``raster`` mode trace: an image trace of ``width`` columns over
     ``[t0_ns, t1_ns]`` and ``min(height, rows)`` pixel rows over rows ``[r0, r1)``
-    (each pixel row aggregates ``rows / pixel rows`` Gantt rows)."""
+    (each pixel row aggregates ``rows / pixel rows`` Gantt rows). ``bands``: the
+    ``bars`` drawn as an image, one Gantt row per band of pixel rows
+    (``raster.bands``) while the plot has a pixel row for every row (beyond, rows
+    share pixel rows as in the raster: the browser would drop rows, not blend them)."""
     n_rows = max(r1 - r0, 1)
     h = int(min(height, n_rows))
     w = int(max(width, 1))
@@ -260,14 +228,18 @@ def raster_trace(data: M.TraceData, view: M.View, pos: np.ndarray, r0: int, r1: 
     palette = class_rgb(len(data.stage_names), max(len(data.interval_names), 1), data.wait_index)
     cov = VR.coverage(data.start[idx].astype(np.float64), data.end[idx].astype(np.float64), prow,
                      view.cls[pos], palette, float(t0_ns), float(t1_ns), w, h)
-    png = VR.png_bytes(VR.shade(cov, rows_per_px))
+    img = VR.shade(cov, rows_per_px)
+    if bands and n_rows < height:
+        img = VR.bands(img, int(height))
+        h = img.shape[0]
+    png = VR.png_bytes(img)
     dx = (t1_ns - t0_ns) / 1e3 / w
     dy = n_rows / h
     return {
         "type": "image", "source": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
         "x0": t0_ns / 1e3 + dx / 2, "dx": dx, "y0": r0 - 0.5 + dy / 2, "dy": dy,
         "hoverinfo": "x+y", "xaxis": "x", "yaxis": "y", "name": "occupancy",
-        "meta": {"kind": "raster", "width": w, "height": h, "intervals": int(pos.size)},
+        "meta": {"kind": "bars-image" if bands else "raster", "width": w, "height": h, "intervals": int(pos.size)},
     }
 
 
@@ -394,24 +366,31 @@ def _separators(bounds) -> list:
 
 def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: int, t1_ns: int,
                  class_ok=None, stages=None, width_px: int = 1200, height_px: int = 560,
-                 bar_limit: int = BAR_LIMIT, concurrency: pa.Table | None = None,
+                 bar_limit: int = BAR_LIMIT, gl_limit: int | None = None, concurrency: pa.Table | None = None,
                  concurrency_note: str = "", title: str = "", note: str = "") -> tuple:
     """The Gantt (rows ``[r0, r1)`` x ``[t0_ns, t1_ns]``) above the stage
     concurrency chart on a shared time axis: exact bars while the window holds at
     most ``bar_limit`` intervals in at most ``ROWS_PER_PX`` rows per pixel row of
-    ``height_px``, else the raster. Returns ``(figure dict, info)``;
-    ``info`` holds ``mode`` (``bars``/``raster``/``empty``), ``intervals`` and
-    ``rows`` in view."""
+    ``height_px``, else the raster; bars beyond ``gl_limit`` (None: no limit) as one
+    image. Returns ``(figure dict, info)``; ``info`` holds ``mode``
+    (``bars``/``raster``/``empty``), ``drawn`` (``webgl``/``image``/``none``),
+    ``intervals`` and ``rows`` in view."""
     stages = list(range(len(data.stage_names))) if stages is None else list(stages)
     r0, r1 = max(int(r0), 0), min(int(r1), view.n_rows)
     pos = M.window(view, r0, r1, t0_ns, t1_ns, data.t_min, class_ok)
     n_rows = max(r1 - r0, 0)
     if pos.size == 0:
-        mode, traces = "empty", []
+        mode, drawn, traces = "empty", "none", []
     elif pos.size <= bar_limit and n_rows <= ROWS_PER_PX * height_px:
-        mode, traces = "bars", bar_traces(data, view, pos, height_px / max(n_rows, 1))
+        mode = "bars"
+        if gl_limit is None or pos.size <= gl_limit:
+            drawn, traces = "webgl", bar_traces(data, view, pos, height_px / max(n_rows, 1))
+        else:
+            drawn = "image"
+            traces = [raster_trace(data, view, pos, r0, r1, t0_ns, t1_ns, width_px, height_px, bands=True)]
+            traces += mark_traces(data, data.tid[view.order[pos]], view.row[pos], 1.0)
     else:
-        mode = "raster"
+        mode, drawn = "raster", "image"
         traces = [raster_trace(data, view, pos, r0, r1, t0_ns, t1_ns, width_px, height_px)]
     traces = traces + concurrency_traces(concurrency, data, stages) + legend_traces(data, stages)
     vals, text, bounds = row_ticks(data, view, r0, r1)
@@ -440,10 +419,10 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
         "yaxis2": {"domain": list(CONC_DOMAIN), "title": {"text": "CTAs in stage"}, "fixedrange": True,
                    "rangemode": "tozero", "showgrid": True, "gridcolor": "#eee"},
         "shapes": shapes, "annotations": annotations,
-        "meta": {"mode": mode, "intervals": int(pos.size), "rows": [r0, r1], "n_rows": view.n_rows,
+        "meta": {"mode": mode, "drawn": drawn, "intervals": int(pos.size), "rows": [r0, r1], "n_rows": view.n_rows,
                  "window_ns": [int(t0_ns), int(t1_ns)]},
     }
-    if mode == "raster":
+    if drawn == "image":
         layout["yaxis"]["autorange"] = False
     info = {"mode": mode, "intervals": int(pos.size), "rows": n_rows}
     return {"data": traces, "layout": layout}, info

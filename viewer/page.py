@@ -62,6 +62,17 @@ PLOTLY_EARLY = (
     "onerror=\"window._plotlyLoad[1](new Error('plotly.js did not load'))\"></script>")
 
 
+# Dash asks for a component's code chunk only once the layout holding it has arrived: three
+# round trips in series before the first paint. Preloaded, they arrive with the page's scripts.
+DCC_CHUNKS = ("dropdown", "graph", "slider")
+PRELOAD = '<link rel="preload" as="script" href="{prefix}_dash-component-suites/dash/dcc/async-{chunk}.js">'
+
+
+def preload_links(prefix: str) -> str:
+    """The ``<link rel=preload>`` tags of the dcc chunks every page needs (``DCC_CHUNKS``)."""
+    return "".join(PRELOAD.format(prefix=prefix, chunk=c) for c in DCC_CHUNKS)
+
+
 COMPILE_HINT = b"//# allFunctionsCalledOnLoad\n"
 TRACE_TYPES = ("bar", "heatmap", "image", "scatter", "scattergl")  # every plotly.js trace type the
 # dashboard's figures draw: what a plotly.js bundle it serves must hold (tools/plotly_bundle.py builds one)
@@ -219,13 +230,16 @@ def layout(first: dict | None = None):
     browser draws the Gantt from the layout response, without waiting for the trace
     and Gantt callbacks: the page's search string it was made for goes to the
     ``page-search`` store, the trace callback skips its initial call while the
-    address still says the same."""
+    address still says the same. The panels below wait: their key goes to
+    ``panel-first``, which ``wiring.PAINTED_SCRIPT`` hands on once the Gantt is
+    painted, so that their requests and tables do not hold up the first paint."""
     root = html.Div([
         dcc.Location(id="url"),
         dcc.Store(id="page-search", data=None if first is None else first["search"]),
         dcc.Store(id="trace-key"),
         dcc.Store(id="view-state"),
         dcc.Store(id="panel-key"),
+        dcc.Store(id="panel-first"),  # the first view's panel key, moved to panel-key once the Gantt is painted
         dcc.Store(id="zoom"),
         dcc.Store(id="px"),
         html.Div(className="top", children=[
@@ -245,7 +259,7 @@ def layout(first: dict | None = None):
         _tabs(),
     ])
     for (cid, prop), value in ((first or {}).get("props") or {}).items():
-        setattr(root[cid], prop, value)
+        setattr(root["panel-first" if (cid, prop) == ("panel-key", "data") else cid], prop, value)
     return root
 
 

@@ -135,10 +135,12 @@ def picks(launches: pa.Table) -> tuple:
     return at(0.5), at(0.99), at(1.0)
 
 
-def build_overview(sql, axis: str = "step") -> Overview:
+def build_overview(sql, axis: str = "step", times: pa.Table | None = None) -> Overview:
     """The ``Overview`` of a source whose ``sql(query)`` answers DuckDB queries over a
     ``launches`` table (one row per rank x launch: rank, step, layer, start_ns,
-    kernel_ns, tasks, anomalies)."""
+    kernel_ns, tasks, anomalies); ``times``: the run's ``launch_times`` (its start skew
+    across ranks appended apart, placed by their clock calibrations or null), whose
+    skew replaces the one-time-axis ``max - min`` of ``OVERVIEW_SQL``."""
     launches = sql(OVERVIEW_SQL)
     per = sql(PER_RANK_SQL)
     unkeyed = int(sql(UNKEYED_SQL).column("n")[0].as_py() or 0)
@@ -158,7 +160,13 @@ def build_overview(sql, axis: str = "step") -> Overview:
     per_rank = np.full((len(ranks),) + shape, np.nan, np.float32)
     for i, r in enumerate(ranks):
         per_rank[i] = grid(per.filter(pc.equal(per.column("rank"), r)), "kernel_ns", np.float32)
-    return Overview(steps, layers, ranks, grid(launches, "kernel_ns"), grid(launches, "skew_ns"),
+    skew = grid(launches, "skew_ns")
+    if times is not None:
+        keyed = times.filter(pc.and_(pc.is_valid(times.column("step")), pc.is_valid(times.column("layer"))))
+        keyed = keyed.set_column(keyed.schema.get_field_index("skew_ns"), "skew_ns",
+                                 pc.fill_null(keyed.column("skew_ns").cast(pa.float64()), math.nan))
+        skew = grid(keyed, "skew_ns")
+    return Overview(steps, layers, ranks, grid(launches, "kernel_ns"), skew,
                     grid(launches, "anomalies"), per_rank, launches, *picks(launches), unkeyed, axis)
 
 
@@ -202,6 +210,16 @@ class RunSource:
     def launch(self, key: Key) -> Trace:
         with self.lock, self.named():
             return self.run.launch(int(key.step), int(key.layer))
+
+    def times(self) -> pa.Table:
+        """The run's ``launch_times`` (``timeline.run.report``: the one rule of a
+        launch's skew across appends and clocks) over its launches table."""
+        from timeline.run import report
+
+        with self.lock, self.named():
+            if self.launches.table is None:
+                self.launches.table = self.run.launches()
+            return report.launch_times(self.launches.table)
 
     @contextlib.contextmanager
     def named(self):
@@ -256,6 +274,10 @@ class TraceSource:
     def sql(self, query: str) -> pa.Table:
         with self.lock:
             return self.launches.query(None, query)
+
+    def times(self) -> None:
+        """None: a trace file is one time axis, ``OVERVIEW_SQL``'s skew is its skew."""
+        return None
 
     def launch(self, key: Key) -> Trace:
         t = self.trace.tasks

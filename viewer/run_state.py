@@ -142,7 +142,7 @@ class Runs:
         with self._lock:
             ov = self._overviews.get(name)
         if ov is None:
-            ov = VRS.build_overview(src.sql, src.axis)
+            ov = VRS.build_overview(src.sql, src.axis, src.times())
             with self._lock:
                 self._overviews[name] = ov
         return ov

@@ -90,8 +90,8 @@ def section(app, search: str | None):
                     {"label": " kernel time of one rank", "value": "rank"},
                     {"label": " start skew across ranks", "value": "skew"},
                     {"label": " anomalies", "value": "anomalies"}]),
-                dcc.Dropdown(id="ov-rank", options=[{"label": f"rank {r}", "value": r} for r in ranks],
-                             value=ranks[0] if ranks else None, clearable=False, placeholder="rank"),
+                dcc.Dropdown(id="ov-rank", options=rank_options(ranks), value=ranks[0] if ranks else None,
+                             clearable=False, placeholder="rank"),
                 html.Div([html.Button(label, id=bid, n_clicks=0) for bid, label in BUTTONS]),
                 html.Div(id="ov-progress", className="ov-progress"),
                 html.A("link to this view", id="ov-link", href=""),
@@ -106,29 +106,39 @@ def section(app, search: str | None):
     ])
 
 
+def rank_options(ranks) -> list:
+    """The overview's rank dropdown: one option per rank of the run."""
+    return [{"label": f"rank {r}", "value": r} for r in ranks]
+
+
 def shown_key(key, run):
     """The launch of ``run`` the page shows (``trace-key``), None when it shows another."""
     parsed = VRS.parse_name((key or {}).get("name")) if isinstance(key, dict) else None
     return parsed[1] if parsed and parsed[0] == run else None
 
 
-@guarded(NO, NO, NO, NO)
+@guarded(NO, NO, NO, NO, NO, NO)
 def on_figure(app, metric, rank, key, run):
     """The overview figure for the metric; only the outline moves when the launch
-    shown changes (a ``Patch``); the run of a launch picked elsewhere replaces it."""
+    shown changes (a ``Patch``); the run of a launch picked elsewhere replaces it,
+    and the rank dropdown takes that run's ranks (the rank kept where it has it)."""
     parsed = VRS.parse_name((key or {}).get("name")) if isinstance(key, dict) else None
     if parsed is None:
         if run is None:
             raise dash.exceptions.PreventUpdate
-        return NO, NO, {"display": "none"}, NO
+        return NO, NO, {"display": "none"}, NO, NO, NO
     if parsed[0] != run or dash.ctx.triggered_id != "trace-key":
         ov = app.runs.overview(parsed[0])
         rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        if parsed[0] != run and rank not in ov.ranks:
+            rank = ov.ranks[0] if ov.ranks else None
         metric = metric if metric in VO.METRICS else "kernel"
-        return VO.figure(ov, metric, rank, parsed[1], parsed[0]), VO.metric_grid(ov, metric, rank)[2], None, parsed[0]
+        fig = VO.figure(ov, metric, rank, parsed[1], parsed[0])
+        ranks = (rank_options(ov.ranks), rank) if parsed[0] != run else (NO, NO)
+        return fig, VO.metric_grid(ov, metric, rank)[2], None, parsed[0], *ranks
     patch = Patch()
     patch["layout"]["shapes"] = VO.selection_shapes(app.runs.overview(run), parsed[1])
-    return patch, NO, None, NO
+    return patch, NO, None, NO, NO, NO
 
 
 @guarded(NO, ERROR)  # a refusal (a run outside the trace directory, ...) shows where the progress note goes
@@ -155,9 +165,10 @@ def on_open(app, click, *rest):
 
 
 @guarded(ERROR)
-def on_verdict(app, run):
+def on_verdict(app, run, _panels=None):
     """The explain verdict beside the overview (``Runs.verdict``): what made the run's
-    p99 launch slow, against the launches nearest its median."""
+    p99 launch slow, against the launches nearest its median; asked once the Gantt is
+    painted (the panels' key) or the run changes."""
     if run is None:
         raise dash.exceptions.PreventUpdate
     doc = app.runs.verdict(run)
@@ -232,13 +243,15 @@ def install(dash_app, app, page_search):
     d.clientside_callback(ADDRESS_SCRIPT, Output("ov-keys", "data", allow_duplicate=True),
                           Input("ov-link", "href"), prevent_initial_call=True)
     d.callback(Output("ov-graph", "figure"), Output("ov-scale", "children"), Output("run-overview", "style"),
-               Output("ov-run", "data"), Input("ov-metric", "value"), Input("ov-rank", "value"),
+               Output("ov-run", "data"), Output("ov-rank", "options"), Output("ov-rank", "value"),
+               Input("ov-metric", "value"), Input("ov-rank", "value"),
                Input("trace-key", "data"), State("ov-run", "data"), prevent_initial_call=True)(partial(on_figure, app))
     d.callback(Output("url", "search"), Output("ov-progress", "children"), Input("ov-graph", "clickData"),
                *(Input(bid, "n_clicks") for bid, _ in BUTTONS), State("ov-run", "data"), State("trace-key", "data"),
                State("url", "search"), State("ov-metric", "value"), State("ov-rank", "value"),
                prevent_initial_call=True)(partial(on_open, app))
-    d.callback(Output("ov-explain", "children"), Input("ov-run", "data"))(partial(on_verdict, app))
+    d.callback(Output("ov-explain", "children"), Input("ov-run", "data"), Input("panel-key", "data"),
+               prevent_initial_call=True)(partial(on_verdict, app))  # after the first paint: panel-key
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
                Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
     return d

@@ -74,13 +74,17 @@ class App:
     """The dashboard's server state; the panels (``viewer.panels``) take it as their
     first argument, the wiring (``viewer.wiring.build``) hands it to them."""
 
-    def __init__(self, catalog: Catalog, default: str | None, *, bar_limit: int = F.BAR_LIMIT):
+    def __init__(self, catalog: Catalog, default: str | None, *, bar_limit: int = F.BAR_LIMIT,
+                 gl_limit: int | None = F.GL_LIMIT):
         self.catalog = catalog
         self.store = Store(catalog)
         self.default = default
         self.bar_limit = bar_limit
+        self.gl_limit = gl_limit  # bars in view beyond which they are drawn as one image (None: never)
         self.first_views = OrderedDict()  # (search, trace files, bar limit) -> first view, small LRU
         self.first_lock = threading.Lock()
+        self.ahead = OrderedDict()  # opening Gantt query -> Future of its figure (panels.gantt.draw_ahead)
+        self.px = None  # the Gantt plot's size the browser last sent: draw_ahead draws for it
 
     def requested(self, search: str | None) -> str | None:
         """The trace named by the page's query string (``?trace=NAME``), else the default."""

@@ -16,7 +16,8 @@ from dash import ALL, Input, Output, State
 from viewer import charts as CH
 from viewer.client import GANTT_PX
 from viewer.ids import GANTT_PROPS, TRACE_PROPS, TraceOut, outputs
-from viewer.page import CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, plotly_bundle, serve_plotly
+from viewer.page import (CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, plotly_bundle, preload_links,
+                         serve_plotly)
 from viewer.panels import export as VX
 from viewer.panels import gantt as VG
 from viewer.panels import tables as VT
@@ -35,6 +36,16 @@ ZOOM_SCRIPT = """function(rel) { if (!rel) return window.dash_clientside.no_upda
     var zoom = Object.keys(rel).some(k => /^(xaxis2?|yaxis)\\.(range|autorange)/.test(k));
     return zoom ? rel : window.dash_clientside.no_update; }"""
 
+# the first view's panel key (``page.layout``) reaches the panels once the Gantt is painted (or
+# after 5 s without a figure), so that their requests and tables come after the first paint
+PAINTED_SCRIPT = """function(panels) { if (!panels) return window.dash_clientside.no_update;
+    return new Promise(function(done) { var t0 = performance.now();
+        function poll() { var g = document.querySelector('#gantt .js-plotly-plot');
+            if ((g && g._fullLayout && g.layout && g.layout.meta) || performance.now() - t0 > 5000)
+                requestAnimationFrame(function() { done(panels); });
+            else requestAnimationFrame(poll); }
+        requestAnimationFrame(poll); }); }"""
+
 
 # -- the first view ------------------------------------------------------------------------------
 def first_view(app, search: str | None) -> dict:
@@ -51,7 +62,7 @@ def first_view(app, search: str | None) -> dict:
         opened = (str(item.path), item.mtime)
     except Exception:  # noqa: BLE001 - select reports it in the page; not cached
         return _first_view(app, search)
-    return lru_get(app.first_views, app.first_lock, (search, names, opened, app.bar_limit),
+    return lru_get(app.first_views, app.first_lock, (search, names, opened, app.bar_limit, app.gl_limit),
                    lambda: _first_view(app, search), FIRST_VIEW_CACHE)
 
 
@@ -109,7 +120,13 @@ def on_trace(app, search, picked, page_search):
     # already shows this address's view (the page reloads on a new address)
     if not by_picker and page_search is not None and (search or "") == page_search:
         raise dash.exceptions.PreventUpdate
-    return VTR.select(app, search, picked, by_picker)
+    t = VTR.select(app, search, picked, by_picker)
+    chosen = (t.grouping, t.ranks, t.launches, t.stages, t.phases, t.ctas)
+    if key_name(t.key) and app.px is not None and NO not in chosen:
+        # the Gantt callback follows this answer: its figure drawn meanwhile
+        VG.draw_ahead(app, VG.GanttQuery(key_name(t.key), t.grouping, t.ranks, t.launches, t.stages, t.phases,
+                                         t.ctas, px=app.px))
+    return t
 
 
 def key_name(key) -> str | None:
@@ -120,6 +137,7 @@ def key_name(key) -> str | None:
 def on_gantt(app, key, grouping, ranks, launches, stages, phases, ctas, rel, t0, t1, _reset, px, state):
     """The Gantt callback's inputs (in the order ``build`` registers them) as one ``GanttQuery``."""
     trigger = {"zoom": "gantt", "t0": "t0", "t1": "t1", "reset": "reset"}.get(dash.ctx.triggered_id, "filters")
+    app.px = px
     return VG.on_gantt(app, VG.GanttQuery(key_name(key), grouping, ranks, launches, stages, phases, ctas,
                                           trigger, rel, t0, t1, px, state))
 
@@ -172,7 +190,7 @@ def on_whatif(app, panels, scales, tab, prev):
 
 
 @guarded({"data": [], "layout": {}}, None, None, ERROR)
-def on_compare(app, a, b, scope, prev):
+def on_compare(app, a, b, scope, _panels, prev):
     fig, cols, rows, note = VT.compare(app, a, b, scope)
     return (fig, *VT.table_out("cmp-table", cols, rows, prev), note)
 
@@ -205,7 +223,8 @@ def _page(app, dash_app, plotly: PlotlyBundle):
     prefix, route = dash_app.config.requests_pathname_prefix, plotly.route
     dash_app.server.add_url_rule(f"/{route}", "timeline_view_plotly", partial(serve_plotly, plotly))
     dash_app.index_string = dash_app.index_string.replace(
-        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + f"<style>{CSS}</style>")
+        "{%css%}", "{%css%}" + PLOTLY_EARLY.format(src=prefix + route) + preload_links(prefix)
+        + f"<style>{CSS}</style>")
 
     def page_layout():
         # Dash validates the layout once at build time, outside any request
@@ -231,6 +250,8 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
     d.server.register_error_handler(Exception, malformed)
     d.clientside_callback(PX_SCRIPT, Output("px", "data"), Input("url", "pathname"))
     d.clientside_callback(ZOOM_SCRIPT, Output("zoom", "data"), Input("gantt", "relayoutData"))
+    d.clientside_callback(PAINTED_SCRIPT, Output("panel-key", "data", allow_duplicate=True), Input("panel-first", "data"),
+                          prevent_initial_call="initial_duplicate")
     d.callback(*outputs(TRACE_PROPS), Input("url", "search"), Input("trace-select", "value"),
                State("page-search", "data"))(partial(on_trace, app))
     d.callback(*outputs(GANTT_PROPS), Input("trace-key", "data"), *(Input(c, "value") for c in GANTT_FILTERS),
@@ -241,20 +262,21 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
                State("view-state", "data"), prevent_initial_call=True)(partial(on_click, app))
     d.callback(Output("stage-report", "children"), Output("stage-report-data", "data"), Output("report-msg", "children"),
                Input("panel-key", "data"), Input("by-launch", "value"), Input("tabs", "value"),
-               State("stage-report-data", "data"))(partial(on_report, app))
+               State("stage-report-data", "data"), prevent_initial_call=True)(partial(on_report, app))
     d.callback(Output("idle-graph", "figure"), Output("idle-table", "children"), Output("idle-table-data", "data"),
                Output("gap-table", "children"), Output("gap-table-data", "data"), Output("idle-msg", "children"),
                Input("panel-key", "data"), Input("tabs", "value"), State("idle-table-data", "data"),
-               State("gap-table-data", "data"))(partial(on_idle, app))
+               State("gap-table-data", "data"), prevent_initial_call=True)(partial(on_idle, app))
     d.callback(Output("critical-table", "children"), Output("critical-table-data", "data"),
                Output("critical-msg", "children"), Input("panel-key", "data"), Input("tabs", "value"),
-               State("critical-table-data", "data"))(partial(on_critical, app))
+               State("critical-table-data", "data"), prevent_initial_call=True)(partial(on_critical, app))
     d.callback(Output("whatif-graph", "figure"), Output("whatif-table", "children"),
                Output("whatif-table-data", "data"), Output("whatif-msg", "children"), Input("panel-key", "data"), Input("whatif-scales", "value"),
-               Input("tabs", "value"), State("whatif-table-data", "data"))(partial(on_whatif, app))
+               Input("tabs", "value"), State("whatif-table-data", "data"), prevent_initial_call=True)(partial(on_whatif, app))
     d.callback(Output("cmp-graph", "figure"), Output("cmp-table", "children"), Output("cmp-table-data", "data"),
                Output("cmp-msg", "children"), Input("cmp-a", "value"), Input("cmp-b", "value"),
-               Input("cmp-scope", "value"), State("cmp-table-data", "data"))(partial(on_compare, app))
+               Input("cmp-scope", "value"), Input("panel-key", "data"), State("cmp-table-data", "data"),
+               prevent_initial_call=True)(partial(on_compare, app))  # first after the first paint: panel-key
     for table_id in TABLES:  # a click on a column header sorts by it; a second click reverses
         d.callback(Output(table_id, "children", allow_duplicate=True),
                    Output(f"{table_id}-data", "data", allow_duplicate=True),

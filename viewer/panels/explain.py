@@ -39,8 +39,9 @@ def analysed(app, item):
 
 
 @guarded(ERROR, None, None)
-def on_explain(app, key, tab):
-    """The tab's verdict, culprit buttons and their identities (``explain-pins``)."""
+def on_explain(app, key, tab, _panels=None):
+    """The tab's verdict, culprit buttons and their identities (``explain-pins``); on
+    the page's first view, once the panels' key arrives (after the first paint)."""
     if tab != "explain":
         raise dash.exceptions.PreventUpdate
     if not key or not key.get("name"):
@@ -139,8 +140,8 @@ def wire(d, app) -> None:
     from functools import partial
 
     d.callback(Output("explain-verdict", "children"), Output("explain-culprits", "children"),
-               Output("explain-pins", "data"), Input("trace-key", "data"),
-               Input("tabs", "value"))(partial(on_explain, app))
+               Output("explain-pins", "data"), Input("trace-key", "data"), Input("tabs", "value"),
+               Input("panel-key", "data"), prevent_initial_call=True)(partial(on_explain, app))
     d.callback(Output("details", "children", allow_duplicate=True), Output("gantt", "figure", allow_duplicate=True),
                Output("launches", "value", allow_duplicate=True), Output("explain-pin", "data"),
                Input({"type": "culprit", "i": ALL}, "n_clicks"), State("trace-key", "data"),

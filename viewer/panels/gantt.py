@@ -4,7 +4,10 @@ through the browser is a ``client.ViewState``."""
 
 from __future__ import annotations
 
+import json
 import math
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -22,6 +25,9 @@ from viewer.ids import GanttOut
 from viewer.state import ERROR, NO, guarded
 
 CONC_BINS = 4096  # bins of the full-range stage concurrency, sliced while zooming
+AHEAD = 4  # first figures of just-opened traces kept (``draw_ahead``)
+AHEAD_WAIT_S = 60.0  # how long the Gantt callback waits for a figure being drawn ahead
+AHEAD_BUSY = 2  # figures drawn ahead at once, at most (a burst of trace requests starts no more threads)
 
 
 @dataclass(frozen=True)
@@ -153,22 +159,75 @@ def window(state, trigger, rel, t0_in, t1_in, full_t, n_rows, same_selection, sa
     return (int(t0), int(t1)) + ((r0, r1) if r1 > r0 else (0, n_rows))
 
 
-def status_line(info: dict, bar_limit: int, height: int) -> str:
-    """The line above the Gantt: what is drawn and how."""
+def status_line(info: dict, bar_limit: int, height: int, gl_limit: int | None = None) -> str:
+    """The line above the Gantt: what is drawn and how (``info["drawn"]``: bars as
+    an image beyond ``gl_limit``)."""
     if info["mode"] == "raster":
         return (f"aggregated view: {info['intervals']:,} intervals in {info['rows']:,} rows, drawn as "
                 f"occupancy per pixel; zoom in (≤ {bar_limit:,} intervals, ≤ {F.ROWS_PER_PX * height:,} rows) "
                 "for exact bars")
+    if info["mode"] == "bars" and info.get("drawn") == "image":
+        return (f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars drawn as an image; "
+                f"zoom in (≤ {gl_limit:,} intervals) for a task's hover text, or click a bar to pin its task")
     if info["mode"] == "bars":
         return f"{info['intervals']:,} intervals in {info['rows']:,} rows, exact bars"
     return "nothing to draw"
+
+
+def opening_key(q: GanttQuery) -> str | None:
+    """The key of a query that opens its trace (a filter change from no view or
+    another trace's: nothing of the last view carries over), None for any other:
+    such a query's figure depends on nothing else (``draw_ahead``)."""
+    state = ViewState.from_client(q.state)
+    if q.trigger != "filters" or (state is not None and state.name == q.name) or not q.name:
+        return None
+    return json.dumps([q.name, q.grouping, q.ranks, q.launches, q.stages, q.phases, q.ctas, list(clamp_px(q.px))],
+                      sort_keys=True, default=str)
+
+
+def draw_ahead(app, q: GanttQuery):
+    """Start drawing the Gantt that opens trace ``q.name`` in a thread, so that it is
+    ready (or under way) when the browser, having applied the trace callback's
+    answer, asks for it: a launch drill-down overlaps the two."""
+    key = opening_key(q)
+    if key is None:
+        return
+    fut: Future = Future()
+    with app.first_lock:
+        if sum(not f.done() for f in app.ahead.values()) >= AHEAD_BUSY:
+            return  # as many being drawn already: the Gantt callback draws this one itself
+        app.ahead[key] = fut
+        while len(app.ahead) > AHEAD:
+            app.ahead.popitem(last=False)
+
+    def work():
+        try:
+            fut.set_result(_gantt(app, q))
+        except BaseException as e:  # noqa: BLE001 - the Gantt callback draws it again and reports it
+            fut.set_exception(e)
+
+    threading.Thread(target=work, name="draw-ahead", daemon=True).start()
 
 
 def gantt(app, q: GanttQuery) -> Drawn:
     """The Gantt of trace ``q.name`` for a selection. ``q.state`` carries the last
     window; ``q.trigger`` says which input fired: a zoom (``gantt``), the time boxes,
     ``reset``, or a filter / trace change (rows start over; the time window stays
-    unless the trace, ranks or launches changed: then it fits the selection)."""
+    unless the trace, ranks or launches changed: then it fits the selection). A
+    query that opens its trace takes the figure ``draw_ahead`` drew, if any."""
+    key = opening_key(q)
+    with app.first_lock:
+        fut = app.ahead.pop(key, None) if key is not None else None
+    if fut is not None:
+        try:
+            return fut.result(timeout=AHEAD_WAIT_S)
+        except Exception:  # noqa: BLE001 - drawn here instead, where an error is reported
+            pass
+    return _gantt(app, q)
+
+
+def _gantt(app, q: GanttQuery) -> Drawn:
+    """``gantt`` without the figures drawn ahead."""
     name = q.name
     item = app.store.get(name)
     d = item.data
@@ -185,6 +244,7 @@ def gantt(app, q: GanttQuery) -> Drawn:
     shown = list(stages_t) if stages_t is not None else list(range(len(d.stage_names)))
     fig, info = F.gantt_figure(d, view, r0=r0, r1=r1, t0_ns=t0, t1_ns=t1, class_ok=M.class_mask(d, stages_t, phases_t),
                                stages=shown, width_px=width, height_px=height, bar_limit=app.bar_limit,
+                               gl_limit=app.gl_limit,
                                concurrency=conc, concurrency_note=conc_note,
                                note="this trace has no intervals" if d.n == 0 else "")
     fig["data"] += F.path_trace(path_segments(app, item, view, grouping, launches))
@@ -194,7 +254,8 @@ def gantt(app, q: GanttQuery) -> Drawn:
             "x": 0.5, "y": 0.6, "showarrow": False, "font": {"size": 15, "color": "#666"}})
     new = ViewState(name=name, fkey=fkey, grouping=grouping, t0=t0, t1=t1, r0=r0, r1=r1,
                     panels=[name, ranks, launches], ranks=ranks, launches=launches, ctas=ctas_t, stages=stages_key)
-    return Drawn(fig, new, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status_line(info, app.bar_limit, height))
+    return Drawn(fig, new, round(t0 / 1e3, 3), round(t1 / 1e3, 3), status_line(
+        {**info, "drawn": fig["layout"]["meta"]["drawn"]}, app.bar_limit, height, app.gl_limit))
 
 
 def path_segments(app, item, view, grouping, launches) -> list:

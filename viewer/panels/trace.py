@@ -10,7 +10,7 @@ from dash import html
 
 from timeline.analysis import compare as C
 from timeline.contract import schema as S
-from viewer import figures as F
+from viewer import colours as VCO
 from viewer import model as M
 from viewer.ids import TraceOut
 from viewer.page import TABS, msg
@@ -88,7 +88,7 @@ def select(app, search, picked, by_picker: bool) -> TraceOut:
         trace=name, trace_options=opts, key={"name": name}, info=app.info(item), banners=banners,
         rank_options=[{"label": f"rank {r}", "value": r} for r in tr.ranks], ranks=ranks,
         launch_options=[{"label": f"launch {la}", "value": la} for la in tr.launches], launches=launches,
-        stage_options=[{"label": html.Span([html.Span("■ ", style={"color": F.stage_colour(i)}), s]), "value": i}
+        stage_options=[{"label": html.Span([html.Span("■ ", style={"color": VCO.stage_colour(i)}), s]), "value": i}
                        for i, s in enumerate(d.stage_names)],
         stages=list(range(len(d.stage_names))),
         phase_options=[{"label": f" {p}" + (" (wait for producers)" if i == d.wait_index else ""), "value": i}
