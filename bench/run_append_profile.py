@@ -45,7 +45,7 @@ def main() -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from timeline.core import trace as T
+    import timeline.core.trace
     from timeline.ingest import synth
     from timeline.ingest.collect import collect
     from timeline.run import aggregate as RA
@@ -69,7 +69,7 @@ def main() -> int:
     keep = RW.stored_task_columns(trace.phases, trace.marks)
     opts = RW.task_part_options(trace.phases, trace.marks)
     groups = piece("(rank, step) partitions of the rows", lambda: RW._partition_groups(trace.tasks))
-    parts = [trace.tasks.slice(i.start, i.stop - i.start).select(keep) for _, _, i in groups]
+    parts = [(trace.tasks if i is None else trace.tasks.slice(i.start, i.stop - i.start)).select(keep) for _, _, i in groups]
     required = [RL._required(p) for p in parts]
     piece("Parquet encode of the task parts, null-free columns REQUIRED (now)",
           lambda: [pq.write_table(p, pa.BufferOutputStream(), **opts) for p in required])
@@ -101,13 +101,14 @@ def main() -> int:
     one = collect(buf, sp, synthetic=True)
     path = one.save(scratch / "rank0.arrow")
     one_ivs = one.intervals.num_rows
-    piece("load of one rank's trace file (Trace.load, checked): whole", lambda: T.load(path), one_ivs)
-    table = piece("  read the Arrow IPC file (zstd) + validate", lambda: T._read_table(path, "f"), one_ivs)
+    piece("load of one rank's trace file (Trace.load, checked): whole", lambda: timeline.core.trace.load(path), one_ivs)
+    table = piece("  read the Arrow IPC file (zstd) + validate", lambda: timeline.core.trace._read_table(path, "f"), one_ivs)
     raw = table.schema.metadata
-    piece("  blake2b checksum of the table", lambda: T.table_checksum(table.replace_schema_metadata(None), raw), one_ivs)
-    meta = T.read_meta(raw, "f")
-    tasks = T._conform(table, meta.specs[0].phases, meta.specs[0].marks, "f")
-    piece("  row checks (ranks, stages, ns = retime(ticks))", lambda: T._check_rows(tasks, meta, "f"), one_ivs)
+    piece("  blake2b checksum of the table",
+          lambda: timeline.core.trace.table_checksum(table.replace_schema_metadata(None), raw), one_ivs)
+    meta = timeline.core.trace.read_meta(raw, "f")
+    tasks = timeline.core.trace._conform(table, meta.specs[0].phases, meta.specs[0].marks, "f")
+    piece("  row checks (ranks, stages, ns = retime(ticks))", lambda: timeline.core.trace._check_rows(tasks, meta, "f"), one_ivs)
     piece("append of that one rank", lambda: (shutil.rmtree(scratch / "one", ignore_errors=True),
                                                RW.append(scratch / "one", one, capture="c")), one_ivs)
     shutil.rmtree(scratch, ignore_errors=True)
