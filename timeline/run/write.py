@@ -168,7 +168,7 @@ def _origins(trace) -> tuple:
 def _aggregates(trace, capture: str, append: str, baseline: bool) -> tuple:
     """``(launches, stages)`` tables of an append: in one pass (``aggregate.aggregates``),
     or with ``baseline`` as ``launch_rows`` and ``stage_rows`` compute them apart (the
-    same tables; bench/run.py times both)."""
+    same tables; bench/run_append_profile.py times both)."""
     if baseline or trace.tasks.num_rows == 0:
         launches = launch_rows(trace, capture, append)
         return launches, stage_rows(trace, launches, capture, append)
@@ -183,7 +183,8 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
     written under a temporary name, fsynced and renamed; the manifest record written
     last commits them, so a crash leaves the run as it was (docs/RUN.md). ``baseline``:
     the slower path this one replaced (the aggregates apart, every column stored
-    nullable): the same dataset, for bench/run.py to time against."""
+    nullable): the same dataset (tests/test_run_aggregate.py), for the bench to time
+    against."""
     run_dir = Path(run_dir)
     ensure_build(run_dir, trace.spec)
     aid = RL.new_append_id()
