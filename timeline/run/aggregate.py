@@ -85,7 +85,8 @@ def launch_table(pair_rank, pair_launch, step, layer, start, end, tasks, rows, i
     n = pair_rank.size
     valid = start != S.NS_MISSING
     return pa.table({
-        "rank": R.arrow(pair_rank.astype(np.int16)), "step": step.combine_chunks() if n else R.arrow(np.zeros(0, np.int64)),
+        "rank": R.arrow(pair_rank.astype(np.int16)),
+        "step": step.combine_chunks() if n else R.arrow(np.zeros(0, np.int64)),
         "layer": layer.combine_chunks() if n else R.arrow(np.zeros(0, np.int32)),
         "capture": repeated(capture, n), "launch": R.arrow(pair_launch.astype(np.int32)),
         "start_ns": R.arrow(start, mask=~valid), "end_ns": R.arrow(end, mask=~valid),
@@ -143,10 +144,9 @@ def aggregates(trace, capture: str, append: str, quantiles) -> tuple:
                             *scope, tasks_g.reshape(npair, nst).sum(axis=1), rows_g.reshape(npair, nst).sum(axis=1),
                             intervals, anomaly_counts(trace, runs.pair_rank, runs.pair_launch), capture, append)
     by_pair = R.arrow(np.repeat(np.arange(npair, dtype=np.int64), nst))
-    n = ng
     stages = (pa.table(cols).append_column("step", launches.column("step").take(by_pair))
               .append_column("layer", launches.column("layer").take(by_pair))
-              .append_column("capture", repeated(capture, n)).append_column("append", repeated(append, n)))
+              .append_column("capture", repeated(capture, ng)).append_column("append", repeated(append, ng)))
     return launches, stages
 
 
