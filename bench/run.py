@@ -16,6 +16,13 @@ trace processor (WASM, tests/readers.py) answering per-stage p50 of a phase on a
 export; Dask per-launch exact critical paths on 1 vs 2 workers and the scheduler's
 overhead per launch. The machine's cores are shared with other work: the load average
 at start and end is printed, and every time is one run, not a best of several.
+
+``--before DIR`` (a checkout's ``timeline``, e.g. ``b=$(mktemp -d) && git archive REV
+timeline | tar -x -C "$b"``) times the append both ways in one run: the in-memory append
+of ``--ab-steps`` steps by each tree in its own process (the same SYNTHETIC steps,
+trees taking turns), and ``timeline run add`` of step 0's trace files by each tree,
+alternating ``--ab-repeats`` times; wall and CPU seconds (all threads) of each, and
+the ratios.
 """
 
 from __future__ import annotations
@@ -38,12 +45,12 @@ GOALS = {"add_ivps": 20e6, "bytes_per_iv": 6.0, "cold_s": 5.0, "warm_s": 1.0, "p
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def child(argv: list, *, timeout: float = 3600) -> dict:
-    """Run ``argv`` as a child process: its wall seconds, peak RSS (bytes, ``wait4``),
-    exit status, stdout and stderr tail."""
+def child(argv: list, *, timeout: float = 3600, env: dict | None = None, cwd=ROOT) -> dict:
+    """Run ``argv`` as a child process (``env``: default ``ENV``) in ``cwd``: its wall
+    seconds, peak RSS (bytes, ``wait4``), exit status, stdout and stderr tail."""
     t0 = time.perf_counter()
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    p = subprocess.Popen(argv, env=ENV, stdout=out, stderr=err, cwd=ROOT)
+    p = subprocess.Popen(argv, env=env or ENV, stdout=out, stderr=err, cwd=cwd)
     deadline = time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -93,7 +100,7 @@ from timeline.run import append
 cfg = json.loads(sys.argv[1])
 spec = synth.glm5_spec(launches=cfg["layers"], world=cfg["ranks"])
 graph = synth.model_graph(spec)
-added = ivs = 0.0
+added = added_cpu = ivs = 0.0
 single = []
 for step in range(cfg["steps"]):
     plain = synth.synth_trace(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])
@@ -104,15 +111,36 @@ for step in range(cfg["steps"]):
             collect(buf, sp, synthetic=True).with_graph(graph).save(f"{cfg['dir']}/step0_rank{r}.arrow")
     if step < cfg["single_steps"]:
         single.append(plain)  # today's single file without the graph: merge would check causality over all of it
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     append(cfg["run"], trace, capture=f"step{step}")
     added += time.perf_counter() - t0
+    added_cpu += time.process_time() - c0
     ivs += trace.intervals.num_rows
     print(f"step {step}: {trace.intervals.num_rows} intervals", file=sys.stderr, flush=True)
     del trace, plain
 merged = merge(single) if len(single) > 1 else single[0]
 merged.save(cfg["single"])
-print(json.dumps({"append_s": added, "intervals": ivs, "single_intervals": merged.intervals.num_rows}))
+print(json.dumps({"append_s": added, "append_cpu_s": added_cpu, "intervals": ivs,
+                  "single_intervals": merged.intervals.num_rows}))
+"""
+
+APPEND_AB = r"""
+import json, os, shutil, sys, time
+sys.path.insert(0, os.environ["TREE"])
+from timeline.ingest import synth
+from timeline.run import append
+cfg = json.loads(sys.argv[1])
+spec = synth.glm5_spec(launches=cfg["layers"], world=cfg["ranks"])
+graph = synth.model_graph(spec)
+trace = synth.synth_trace(spec, grid=64, seed=cfg["step"], slots=[(cfg["step"], l) for l in range(cfg["layers"])])
+trace = trace.with_graph(graph)
+shutil.rmtree(cfg["run"], ignore_errors=True)
+t0, c0 = time.perf_counter(), time.process_time()
+append(cfg["run"], trace, capture=f"step{cfg['step']}")
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(cfg["run"]) for f in fs)
+shutil.rmtree(cfg["run"], ignore_errors=True)
+print(json.dumps({"wall": wall, "cpu": cpu, "intervals": trace.intervals.num_rows, "bytes": size}))
 """
 
 WARM = r"""
@@ -178,6 +206,58 @@ def perfetto(pftrace: Path, phase: str) -> dict:
     return r
 
 
+def _rate(ivs: float, seconds: float) -> str:
+    return f"{ivs / seconds / 1e6:5.1f} M/s"
+
+
+def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
+    """The append of ``--before``'s tree beside this checkout's, in one run: the
+    in-memory append of ``--ab-steps`` steps (a process per step and tree, the trees
+    taking turns) and ``timeline run add`` of step 0's files (``--ab-repeats`` each,
+    alternating); the lines to print."""
+    trees = {"before": str(Path(args.before).resolve()), "after": str(ROOT)}
+    mem = {k: [] for k in trees}
+    for step in range(min(args.ab_steps, args.steps)):
+        for k in (("before", "after") if step % 2 == 0 else ("after", "before")):
+            cfg = {"ranks": args.ranks, "layers": args.layers, "step": step, "run": str(base / f"ab_{k}")}
+            r = child([sys.executable, "-c", APPEND_AB, json.dumps(cfg)], env={**ENV, "TREE": trees[k],
+                                                                                  "PYTHONPATH": trees[k]}, cwd=trees[k])
+            assert r["rc"] == 0, f"{k}: {r['err']}"
+            mem[k].append(json.loads(r["out"].strip().splitlines()[-1]))
+    load_mem = os.getloadavg()[0]
+    cli = {k: [] for k in trees}
+    for i in range(args.ab_repeats):
+        for k in (("before", "after") if i % 2 == 0 else ("after", "before")):
+            shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
+            r = child(timeline("run", "add", base / f"ab_cli_{k}", *files, "-q"), env={**ENV, "PYTHONPATH": trees[k]},
+                      cwd=trees[k])  # `python -m` puts its directory first on the path
+            assert r["rc"] == 0, f"{k}: {r['err']}"
+            cli[k].append(r)
+            shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
+    out = [f"append before/after in one run: before = {args.before} (its own timeline), after = this checkout; "
+           f"{min(args.ab_steps, args.steps)} steps in memory, trees taking turns, a process each; load average after "
+           f"them {load_mem:.1f}, after the `run add` runs {os.getloadavg()[0]:.1f}"]
+    sums = {}
+    for k, rs in mem.items():
+        iv, wall, cpu = (sum(r[f] for r in rs) for f in ("intervals", "wall", "cpu"))
+        sums[k] = (iv / wall, iv / cpu)
+        out.append(f"  in-memory append, {k:6s}: {_rate(iv, wall)} wall, {_rate(iv, cpu)} per CPU-s (all threads); "
+                   f"{sum(r['bytes'] for r in rs) / iv:.3f} B/interval; per step (s): "
+                   + ", ".join(f"{r['wall']:.2f}" for r in rs))
+    out.append(f"  in-memory append, after/before: {sums['after'][0] / sums['before'][0]:.2f}x wall, "
+               f"{sums['after'][1] / sums['before'][1]:.2f}x CPU")
+    med = {}
+    for k, rs in cli.items():
+        walls, cpus = sorted(r["wall_s"] for r in rs), sorted(r["cpu_s"] for r in rs)
+        med[k] = (walls[len(walls) // 2], cpus[len(cpus) // 2])
+        out.append(f"  `timeline run add` of step 0's {len(files)} trace files ({add_ivs:,.0f} intervals), {k:6s}: "
+                   f"median {med[k][0]:.2f} s wall ({_rate(add_ivs, med[k][0])}), {med[k][1]:.2f} s CPU "
+                   f"({_rate(add_ivs, med[k][1])} per CPU-s); runs (s): " + ", ".join(f"{r['wall_s']:.2f}" for r in rs))
+    out.append(f"  `timeline run add`, after/before: {med['before'][0] / med['after'][0]:.2f}x wall, "
+               f"{med['before'][1] / med['after'][1]:.2f}x CPU")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ranks", type=int, default=8)
@@ -188,8 +268,11 @@ def main() -> int:
     ap.add_argument("--dask-launches", type=int, default=8)
     ap.add_argument("--dir", help="where to build (default: a temporary folder, removed after)")
     ap.add_argument("--reuse", action="store_true", help="with --dir: keep a run built there by an earlier call")
+    ap.add_argument("--before", help="a checkout's timeline tree: time its append beside this one's")
+    ap.add_argument("--ab-steps", type=int, default=4, help="with --before: steps appended in memory by each tree")
+    ap.add_argument("--ab-repeats", type=int, default=3, help="with --before: `run add` runs by each tree")
     args = ap.parse_args()
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="run_bench_"))
+    base = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="run_bench_"))
     base.mkdir(parents=True, exist_ok=True)
     run_dir, single = base / "run", base / "single.arrow"
     print(f"bench/run.py: {' '.join(sys.argv[1:]) or '(defaults)'}; {os.cpu_count()} cores, load average at start "
@@ -206,15 +289,18 @@ def main() -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
         b = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
         assert b["rc"] == 0, f"build exited {b['rc']}: {b['err']}"
+        b["load_after"] = os.getloadavg()[0]
         saved.write_text(json.dumps(b))
-    print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}")
+    print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}; load average after it "
+          f"{b.get('load_after', os.getloadavg()[0]):.1f}")
     built = json.loads(b["out"].strip().splitlines()[-1])
     ivs = built["intervals"]
     rate = ivs / built["append_s"]
     disk = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
     print(f"intervals in the run: {ivs:,.0f}; launches: {args.ranks * args.steps * args.layers:,} (rank, launch)")
-    rows = [("run add, in-memory append (timeline.run.append per step)", f"{rate / 1e6:.1f} M intervals/s",
-             f">= 20 M/s: {mark(rate >= GOALS['add_ivps'])}", ""),
+    cpu_rate = ivs / built["append_cpu_s"] if built.get("append_cpu_s") else float("nan")
+    rows = [("run add, in-memory append (timeline.run.append per step)", f"{rate / 1e6:.1f} M intervals/s "
+             f"({cpu_rate / 1e6:.1f} M per CPU-s)", f">= 20 M/s: {mark(rate >= GOALS['add_ivps'])}", ""),
             ("bytes on disk per interval (every part + manifest)", f"{disk / ivs:.2f} B ({disk / 1e6:,.0f} MB)",
              f"<= 6 B: {mark(disk / ivs <= GOALS['bytes_per_iv'])}", "")]
     files = sorted(base.glob("step0_rank*.arrow"))
@@ -224,6 +310,8 @@ def main() -> int:
     rows.append(("timeline run add of step 0's trace files (load + check + append)",
                  f"{add_ivs / add['wall_s'] / 1e6:.1f} M intervals/s ({add['wall_s']:.2f} s, cpu {add['cpu_s']:.2f} s)",
                  f">= 20 M/s: {mark(add_ivs / add['wall_s'] >= GOALS['add_ivps'])}", gib(add["rss"])))
+    if args.before:
+        ab = append_ab(args, base, files, add_ivs)
     from timeline.run import open_run
     from timeline.run.launchset import memory_bytes
 
@@ -255,6 +343,8 @@ def main() -> int:
     for r in rows:
         print(f"{r[0]:{width}s}  {r[1]:34s}  {r[2]:22s}  {r[3]}")
     print(f"\nthe same data as today's in-memory Trace (tasks + intervals tables, by their schemas): {gib(today)}")
+    if args.before:
+        print("\n" + "\n".join(ab))
 
     # today's single-file path on the steps it holds, beside the run on the same steps
     s_ivs = built["single_intervals"]

@@ -106,3 +106,28 @@ def test_grouped_quantiles_equal_numpy_exactly_on_each_path(n, ng, kind, seed):
             lo = int(np.floor(pos))
             hi = min(lo + 1, v.size - 1)
             assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 40), st.sampled_from([3, 20, 28, 30, 31, 40]), st.integers(0, 2**32 - 1))
+def test_grouped_quantiles_int32_chunks_and_int64_keys(n, ng, bits, seed):
+    """Values of every range width around the int32 key's limits (a chunk of a few
+    groups per int32 sort at 28-30 bits, the int64 key past 30, offset far from zero):
+    each group's quantiles equal the linear rule over that group's sorted values, bit for bit."""
+    rng = np.random.default_rng(seed)
+    gid = np.sort(rng.integers(0, ng, n))
+    values = rng.integers(0, 1 << bits, n) + (1 << 40)
+    values[rng.integers(0, n)] = (1 << 40) + (1 << bits) - 1  # the full range present
+    counts = np.bincount(gid, minlength=ng)
+    qs = (0.0, 0.5, 0.9, 0.99, 1.0)
+    got = GR.grouped_quantiles(counts, values, qs)
+    for g in range(ng):
+        v = np.sort(values[gid == g]).astype(np.float64)
+        for i, q in enumerate(qs):
+            if not v.size:
+                assert np.isnan(got[i, g])
+                continue
+            pos = (v.size - 1) * q
+            lo = int(np.floor(pos))
+            hi = min(lo + 1, v.size - 1)
+            assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])

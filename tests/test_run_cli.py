@@ -218,3 +218,16 @@ def test_every_run_route_names_a_function(tmp_path, capsys):
         module, _, name = args.func.rpartition(":")
         assert callable(getattr(importlib.import_module(module), name, None)), argv
     assert "give an action" in error_of(["run"], capsys)
+
+
+def test_run_add_stops_at_a_bad_input_with_every_input_before_it_appended(tmp_path, rank_files, capsys):
+    """Inputs are read one ahead of the append: a damaged second input is still one error
+    line naming it, after the first input was appended whole, and the third is never added."""
+    bad = tmp_path / "damaged.arrow"
+    bad.write_bytes(rank_files[1].read_bytes()[:-200])
+    err = error_of(["run", "add", tmp_path / "run", rank_files[0], bad, rank_files[1]], capsys)
+    assert "damaged.arrow" in err
+    run = open_run(tmp_path / "run")
+    assert len(run.records) == 1 and run.records[0]["capture"] == rank_files[0].name
+    assert sorted(set(run.launches().column("rank").to_pylist())) == [0]
+    assert not run.damaged

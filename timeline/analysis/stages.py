@@ -89,8 +89,16 @@ def _spans(ns, pair_of, npair, gid, nst) -> dict:
     """``first_start_us, last_end_us, span_us, share`` of every (pair, stage) group,
     µs from its pair's (its scope's) earliest start."""
     start, end = R.extent(ns)
-    scope_lo, scope_hi = GR.group_min_max(pair_of, npair, start, end)
-    first, last = GR.group_min_max(gid, npair * nst, start, end)
+    return span_columns(GR.group_min_max(pair_of, npair, start, end), GR.group_min_max(gid, npair * nst, start, end),
+                        nst)
+
+
+def span_columns(scope, groups, nst: int) -> dict:
+    """``_spans`` from each pair's ``(earliest start, latest end)`` (``scope``) and each
+    (pair, stage) group's (``groups``; ``_NULL`` where empty): the stage report's span
+    columns, for callers that found those extremes another way (``timeline.run``'s
+    one pass over an append)."""
+    (scope_lo, scope_hi), (first, last) = scope, groups
     t0 = np.repeat(scope_lo, nst)
     kernel_span = np.repeat(np.where(scope_lo != _NULL, scope_hi - scope_lo, 0), nst)
     first_us, last_us = GR.us(first, t0), GR.us(last, t0)
@@ -99,6 +107,12 @@ def _spans(ns, pair_of, npair, gid, nst) -> dict:
         share = np.where(kernel_span > 0, span_us * 1000.0 / kernel_span, np.nan)
     return {"first_start_us": GR.f64(first_us), "last_end_us": GR.f64(last_us), "span_us": GR.f64(span_us),
             "share": GR.f64(share)}
+
+
+def quantile_columns(name: str, qv: np.ndarray, quantiles) -> dict:
+    """The ``"<interval> pNN_us"`` columns of interval ``name`` from its per-group
+    quantiles in ns (``grouped.grouped_quantiles``'s ``(len(quantiles), groups)``)."""
+    return {f"{name} p{round(q * 100)}_us": GR.f64(qv[i] / 1000.0) for i, q in enumerate(quantiles)}
 
 
 def _interval_quantiles(ns, phases, gid, ngroups, quantiles) -> dict:
@@ -117,8 +131,8 @@ def _interval_quantiles(ns, phases, gid, ngroups, quantiles) -> dict:
         dur, keep = iv.end[:, j] - iv.start[:, j], iv.valid[:, j]
         if not grouped:
             dur, keep = dur[order], keep[order]
-        qv = GR.grouped_quantiles(np.bincount(g[keep], minlength=ngroups), dur[keep], quantiles)
-        out.update({f"{name} p{round(q * 100)}_us": GR.f64(qv[i] / 1000.0) for i, q in enumerate(quantiles)})
+        out.update(quantile_columns(name, GR.grouped_quantiles(np.bincount(g[keep], minlength=ngroups), dur[keep],
+                                                               quantiles), quantiles))
     return out
 
 

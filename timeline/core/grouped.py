@@ -101,31 +101,61 @@ def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray
     has = counts > 0
     if not has.any():
         return out
-    v = _sorted_within(counts, np.asarray(grouped)).astype(np.float64)
+    v = _sorted_within(counts, np.asarray(grouped))
     first = (np.cumsum(counts) - counts)[has]
     last = counts[has] - 1
     for i, q in enumerate(qs):
         pos = last * float(q)
         lo = np.floor(pos).astype(np.int64)
         hi = np.minimum(lo + 1, last)
-        a, b = v[first + lo], v[first + hi]
+        a, b = v[first + lo].astype(np.float64), v[first + hi].astype(np.float64)  # the order statistics only
         out[i, has] = a + (pos - lo) * (b - a)
     return out
 
 
 def _sorted_within(counts: np.ndarray, grouped: np.ndarray) -> np.ndarray:
     """``grouped`` (group 0's values, then group 1's, ...) with each group's values in
-    ascending order: one sort of ``(group, value)`` packed in an int64 where the values
-    are integers whose range allows, else a lexsort."""
-    gid = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
+    ascending order: integers of a range of at most 30 bits by up to ``_INT32_CHUNKS``
+    sorts of ``(group, value)`` packed in an int32 (``_sorted_int32``: three times the
+    speed of an int64 sort), else packed in an int64 where the groups allow, else a
+    lexsort."""
     if grouped.dtype.kind in "iu" and grouped.size:
         lo, hi = int(grouped.min()), int(grouped.max())
         bits = max(hi - lo, 1).bit_length()
+        if bits <= _INT32_VALUE_BITS and counts.size <= _INT32_CHUNKS << (31 - bits):
+            offsets = np.subtract(grouped, np.int64(lo), dtype=np.int64).astype(np.int32)
+            return _sorted_int32(counts, offsets, bits).astype(np.int64) + lo
         if bits + max(counts.size - 1, 1).bit_length() <= 62:
+            gid = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
             key = (gid << bits) | (grouped.astype(np.int64) - lo)
             key.sort()
             return (key & ((1 << bits) - 1)) + lo
+    gid = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
     return grouped[np.lexsort((grouped, gid))]
+
+
+_INT32_VALUE_BITS = 30  # values of a range this wide leave a group number at least one bit of an int32 key
+_INT32_CHUNKS = 64  # int32 sorts of groups taken a few at a time, past which one int64 sort is cheaper
+
+
+def _sorted_int32(counts: np.ndarray, values: np.ndarray, bits: int) -> np.ndarray:
+    """``_sorted_within`` of int32 ``values`` in ``[0, 2**bits)``: the groups taken
+    ``2**(31 - bits)`` at a time, each chunk one sort of ``(group in the chunk, value)``
+    packed in a non-negative int32."""
+    per = 1 << (31 - bits)
+    ends = np.r_[0, np.cumsum(counts)]
+    out = np.empty_like(values)
+    mask = np.int32((1 << bits) - 1)
+    for g0 in range(0, counts.size, per):
+        g1 = min(g0 + per, counts.size)
+        a, b = int(ends[g0]), int(ends[g1])
+        if a == b:
+            continue
+        key = np.repeat(np.arange(g1 - g0, dtype=np.int32), counts[g0:g1]) << np.int32(bits)
+        key |= values[a:b]
+        key.sort()
+        out[a:b] = key & mask
+    return out
 
 
 _BITMAP_MAX = 1 << 27  # distinct_count marks a bitmap when the packed tuples span at most this

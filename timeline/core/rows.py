@@ -150,9 +150,12 @@ def extent(ns: np.ndarray):
     big = np.iinfo(np.int64).max
     first, last = np.full(ns.shape[0], big), np.full(ns.shape[0], MISSING)
     for j in range(ns.shape[1]):  # phase by phase: whole columns (MISSING is the int64 minimum)
-        col = ns[:, j]
-        np.maximum(last, col, out=last)
-        np.minimum(first, np.where(col != MISSING, col, big), out=first)
+        np.maximum(last, ns[:, j], out=last)
+        np.minimum(first, ns[:, j], out=first)
+    holed = np.flatnonzero(first == MISSING)  # a row with an unwritten phase: its least written one
+    if holed.size:
+        sub = ns[holed]
+        first[holed] = np.where(sub != MISSING, sub, big).min(axis=1)
     return first, last
 
 

@@ -188,14 +188,20 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
     ``SpanError`` where a tick lies outside its rank's exact span."""
     rank = R.numpy(tasks.column("rank"))
     first = spec_of_rank[next(iter(spec_of_rank))]
+    of_rank = {r: None if rank.size and (rank == r).all() else rank == r for r in spec_of_rank}  # None: every row
     for p in first.phases + first.marks:
         tick = R.numpy(tasks.column(f"{p}_tick"))
+        written = tick != 0
         ns = np.zeros(tick.shape, dtype=np.int64)
         for r, sp in spec_of_rank.items():
-            m = (rank == r) & (tick != 0)
-            ns[m] = S.ticks_to_ns(tick[m] - origins.get(r, 0), S.table_clock(sp)) + offsets.get(r, 0)
+            m = written if of_rank[r] is None else of_rank[r] & written
+            if m.all():  # a rank's whole table, every stamp written: no gather, no scatter, no copy
+                ns = S.ticks_to_ns(tick - origins.get(r, 0), S.table_clock(sp), inplace=True)
+                ns += offsets.get(r, 0)
+            else:
+                ns[m] = S.ticks_to_ns(tick[m] - origins.get(r, 0), S.table_clock(sp)) + offsets.get(r, 0)
         name = f"{p}_ns"
-        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, R.arrow(ns, mask=tick == 0))
+        tasks = tasks.set_column(tasks.schema.get_field_index(name), name, R.arrow(ns, mask=~written))
     return tasks
 
 

@@ -146,30 +146,50 @@ def read_json(path: Path, what: str, *, required=()) -> dict:
     return obj
 
 
-def write_parquet(run_dir: Path, rel: str, table: pa.Table, **options) -> dict:
+def _required(table: pa.Table) -> pa.Table:
+    """``table`` with every column that holds no null declared not nullable: Parquet
+    then stores it REQUIRED, without a definition level per value (half the encode
+    time of a task part). Which columns those are depends on the part's rows; a reader
+    takes them back as nullable (``read_parquet``)."""
+    fields = [f.with_nullable(False) if f.nullable and table.column(i).null_count == 0 else f
+              for i, f in enumerate(table.schema)]
+    return pa.Table.from_arrays(table.columns, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def nullable(table: pa.Table) -> pa.Table:
+    """``table`` with every column declared nullable, as the run's tables are in memory
+    (parts of one table concatenate whatever their columns held)."""
+    if all(f.nullable for f in table.schema):
+        return table
+    schema = pa.schema([f.with_nullable(True) for f in table.schema], metadata=table.schema.metadata)
+    return pa.Table.from_arrays(table.columns, schema=schema)
+
+
+def write_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, **options) -> dict:
     """Write ``table`` to ``run_dir/rel`` (temporary name, fsync, rename) and return its
-    manifest entry: path, rows, bytes and checksum."""
+    manifest entry: path, rows, bytes and checksum. ``required``: columns without a
+    null stored REQUIRED (``_required``)."""
     import pyarrow.parquet as pq
 
     final = run_dir / rel
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(final)
-    pq.write_table(table, str(tmp), **options)
+    pq.write_table(_required(table) if required else table, str(tmp), **options)
     digest, size = file_digest(tmp), tmp.stat().st_size
     publish(tmp, final)
     return {"path": rel, "rows": table.num_rows, "bytes": size, HASH: digest}
 
 
 def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
-    """A part's rows (``where``: ``(column, value)``, only the rows holding it, reading only
-    the row groups whose statistics may hold it). ``ParquetFile`` directly, not
+    """A part's rows, every column nullable (``nullable``; ``where``: ``(column, value)``,
+    only the rows holding it, reading only the row groups whose statistics may hold it). ``ParquetFile`` directly, not
     ``pyarrow.dataset``, which imports pandas (a second and a half of a command's start)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(str(path))
     if where is None:
-        return f.read()
+        return nullable(f.read())
     column, value = where
     at = f.schema_arrow.get_field_index(column)
     groups = []
@@ -178,7 +198,7 @@ def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
         if st is None or not st.has_min_max or st.min <= value <= st.max:
             groups.append(g)
     table = f.read_row_groups(groups) if groups else f.schema_arrow.empty_table()
-    return table.filter(pc.equal(table.column(column), value))
+    return nullable(table.filter(pc.equal(table.column(column), value)))
 
 
 def manifest_path(run_dir: Path, append: str) -> Path:
@@ -257,5 +277,5 @@ def empty_launches() -> pa.Table:
 
 
 __all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
-           "TABLES", "check_part", "committed_records", "empty_launches", "file_digest", "manifest_path", "memory_budget", "new_append_id", "over_budget", "publish", "read_json", "read_parquet",
+           "TABLES", "check_part", "committed_records", "empty_launches", "file_digest", "manifest_path", "memory_budget", "new_append_id", "nullable", "over_budget", "publish", "read_json", "read_parquet",
            "small_part_path", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]

@@ -17,6 +17,7 @@ from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline._version import __version__
+from timeline.run import aggregate as RA
 from timeline.run import layout as RL
 
 STAGE_QUANTILES = (0.5, 0.9, 0.99)  # the per-launch stage report's interval quantiles a run keeps
@@ -80,18 +81,24 @@ def read_build(run_dir: Path) -> dict:
 
 
 def _partition_groups(tasks: pa.Table):
-    """``[(rank, step or None, rows)]``: the task rows of each (rank, step), ``rows`` None
-    (all), a slice (contiguous) or row indices."""
+    """``[(rank, step or None, rows)]``: the task rows of each (rank, step) in (rank, step)
+    order, ``rows`` None (all), a slice (a group's rows contiguous: found from the runs of
+    equal neighbours, as a merge of per-rank captures leaves them) or row indices."""
     rank = R.numpy(tasks.column("rank")).astype(np.int64)
     step_col = tasks.column("step")
     step = R.numpy(R.filled(step_col, -1)).astype(np.int64)  # -1: no slot header (a header's step is >= 0)
     if tasks.num_rows and (rank == rank[0]).all() and (step == step[0]).all():
         return [(int(rank[0]), None if step[0] < 0 else int(step[0]), None)]
-    gid, ng, (gr, gs) = GR.group_ids(rank, step)
-    if (gid[1:] >= gid[:-1]).all():  # each group's rows contiguous already (a merge of per-rank captures): slices
-        bounds = np.searchsorted(gid, np.arange(ng + 1))
-        return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), slice(int(bounds[g]), int(bounds[g + 1])))
+    if not tasks.num_rows:
+        return []
+    start = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])])
+    run_gid, ng, (gr, gs) = GR.group_ids(rank[start], step[start])
+    if ng == start.size:  # one run per group: slices
+        stop = np.r_[start[1:], rank.size]
+        at = np.argsort(run_gid)
+        return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), slice(int(start[at[g]]), int(stop[at[g]])))
                 for g in range(ng)]
+    gid = np.repeat(run_gid, np.diff(np.r_[start, rank.size]))
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(ng + 1))
     return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), order[bounds[g]:bounds[g + 1]]) for g in range(ng)]
@@ -113,24 +120,8 @@ def launch_rows(trace, capture: str, append: str) -> pa.Table:
     tasks = GR.distinct_count(gid, ng, R.column(t, "stage_index").astype(np.int64), R.column(t, "task").astype(np.int64))
     rep = np.zeros(ng, dtype=np.int64)
     rep[gid] = np.arange(t.num_rows)
-    step, layer = t.column("step").take(pa.array(rep)), t.column("layer").take(pa.array(rep))
-    anomalies = np.zeros(ng, dtype=np.int64)
-    a = trace.anomalies
-    if a.num_rows:
-        keys = {(int(r), int(l)): i for i, (r, l) in enumerate(zip(gr, gl))}
-        for r, l, kind, n in zip(*(a.column(c).to_pylist() for c in ("rank", "launch", "kind", "count"))):
-            i = keys.get((r, l))
-            if i is not None and kind not in S.NOTICE_KINDS:
-                anomalies[i] += n
-    valid = start != S.NS_MISSING
-    return pa.table({
-        "rank": pa.array(gr.astype(np.int16)), "step": step.combine_chunks() if ng else pa.array([], pa.int64()),
-        "layer": layer.combine_chunks() if ng else pa.array([], pa.int32()),
-        "capture": pa.array([capture] * ng, pa.string()), "launch": pa.array(gl.astype(np.int32)),
-        "start_ns": R.arrow(start, mask=~valid), "end_ns": R.arrow(end, mask=~valid),
-        "kernel_ns": R.arrow(np.where(valid, end - start, 0), mask=~valid),
-        "tasks": pa.array(tasks.astype(np.int64)), "rows": pa.array(rows), "intervals": pa.array(intervals),
-        "anomalies": pa.array(anomalies), "append": pa.array([append] * ng, pa.string())})
+    return RA.launch_table(gr, gl, t.column("step").take(pa.array(rep)), t.column("layer").take(pa.array(rep)),
+                           start, end, tasks, rows, intervals, RA.anomaly_counts(trace, gr, gl), capture, append)
 
 
 def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa.Table:
@@ -138,12 +129,12 @@ def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa
     keys = {(r, l): i for i, (r, l) in enumerate(zip(launches.column("rank").to_pylist(),
                                                      launches.column("launch").to_pylist()))}
     idx = [keys.get((r, l)) for r, l in zip(table.column("rank").to_pylist(), table.column("launch").to_pylist())]
-    take = pa.array(idx, pa.int64())
+    take = R.arrow(np.array([-1 if i is None else i for i in idx], dtype=np.int64), mask=np.array([i is None for i in idx],
+                                                                                                dtype=bool))
     n = table.num_rows
     return (table.append_column("step", launches.column("step").take(take))
             .append_column("layer", launches.column("layer").take(take))
-            .append_column("capture", pa.array([capture] * n, pa.string()))
-            .append_column("append", pa.array([append] * n, pa.string())))
+            .append_column("capture", RA.repeated(capture, n)).append_column("append", RA.repeated(append, n)))
 
 
 def stage_rows(trace, launches: pa.Table, capture: str, append: str) -> pa.Table:
@@ -174,13 +165,26 @@ def _origins(trace) -> tuple:
     return origins, dict(trace.offsets), note
 
 
-def append(run_dir, trace, *, capture=None, progress=None) -> list:
+def _aggregates(trace, capture: str, append: str, baseline: bool) -> tuple:
+    """``(launches, stages)`` tables of an append: in one pass (``aggregate.aggregates``),
+    or with ``baseline`` as ``launch_rows`` and ``stage_rows`` compute them apart (the
+    same tables; bench/run_append_profile.py times both)."""
+    if baseline or trace.tasks.num_rows == 0:
+        launches = launch_rows(trace, capture, append)
+        return launches, stage_rows(trace, launches, capture, append)
+    return RA.aggregates(trace, capture, append, STAGE_QUANTILES)
+
+
+def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = False) -> list:
     """Append ``trace`` (any ranks and launches of the run's build) to the run at
     ``run_dir``, creating it if absent; return the relative paths of the parts written.
     Each (rank, launch) is keyed by the slot header's (step, layer), or by (capture,
     launch) where they are null; ``capture`` defaults to the append's id. Every part is
     written under a temporary name, fsynced and renamed; the manifest record written
-    last commits them, so a crash leaves the run as it was (docs/RUN.md)."""
+    last commits them, so a crash leaves the run as it was (docs/RUN.md). ``baseline``:
+    the slower path this one replaced (the aggregates apart, every column stored
+    nullable): the same dataset (tests/test_run_aggregate.py), for the bench to time
+    against."""
     run_dir = Path(run_dir)
     ensure_build(run_dir, trace.spec)
     aid = RL.new_append_id()
@@ -194,21 +198,24 @@ def append(run_dir, trace, *, capture=None, progress=None) -> list:
     def write_part(group) -> dict:
         rank, step, idx = group
         rows = trace.tasks if idx is None else (trace.tasks.slice(idx.start, idx.stop - idx.start)
-                                                if isinstance(idx, slice) else trace.tasks.take(pa.array(idx)))
-        entry = RL.write_parquet(run_dir, RL.tasks_part_path(rank, step, aid), rows.select(keep), **opts)
+                                                if isinstance(idx, slice) else trace.tasks.take(R.arrow(idx)))
+        entry = RL.write_parquet(run_dir, RL.tasks_part_path(rank, step, aid), rows.select(keep),
+                                 required=not baseline, **opts)
         done[0] += 1
         if progress is not None:
             progress(done[0], len(groups) + 1)
         return {"table": "tasks", "rank": rank, "step": step, **entry}
 
+    def write_small(name: str, table: pa.Table) -> dict:
+        return {"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)}
+
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:  # Parquet encodes without the GIL
         written = pool.map(write_part, groups)
-        launches = launch_rows(trace, capture, aid)  # meanwhile, here: the per-launch aggregates
-        small = [("launches", launches), ("stages", stage_rows(trace, launches, capture, aid)),
-                 ("anomalies", _keyed(trace.anomalies, launches, capture, aid))]
-        parts = list(written)
-    for name, table in small:
-        parts.append({"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)})
+        launches, stages = _aggregates(trace, capture, aid, baseline)  # meanwhile, here
+        small = [pool.submit(write_small, name, table) for name, table in
+                 (("launches", launches), ("stages", stages), ("anomalies", _keyed(trace.anomalies, launches, capture,
+                                                                                   aid)))]
+        parts = list(written) + [f.result() for f in small]
     origins, offsets, note = _origins(trace)
     record = {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
               "written_by": __version__, "specs": [sp.to_dict() for sp in trace.specs],
