@@ -43,5 +43,13 @@ def test_the_explain_tab_names_the_culprit_and_pins_its_chain(tmp_path):
         pinned = B.wait_for(driver, "var t=document.getElementById('details-table');"
                                     "return t ? t.innerText : null;", 30, "the pinned task")
         assert "norm" in pinned and "rank\t1" in pinned and "launch\t2" in pinned and "task\t5" in pinned
+        assert len(buttons) >= 2 and meta["culprit"] == 0
+        buttons = driver.find_elements("css selector", "#explain-culprits button.culprit")  # drawn anew
+        buttons[1].click()  # another culprit: its chain replaces the first one's
+        B.wait_for(driver, CHAIN.replace("return p.length", "return p.some(t=>t.meta.culprit==1) && p.length"), 30,
+                   "the second culprit's chain")
+        n = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').data"
+                                  ".filter(t=>t.meta&&t.meta.kind=='culprit-chain').length;")
+        assert n == 1, f"{n} culprit chains on the Gantt after two clicks"
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors

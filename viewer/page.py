@@ -210,7 +210,8 @@ def _tabs():
             html.Div(id="whatif-table"), dcc.Store(id="whatif-table-data")]),
         dcc.Tab(label="Explain", value="explain", id="tab-explain", children=[  # viewer.panels.explain
             html.Div(id="explain-verdict", style={"margin": "8px 0"}), html.Div(id="explain-culprits"),
-            dcc.Store(id="explain-pins"), dcc.Store(id="explain-pin")]),
+            dcc.Store(id="explain-pins"), dcc.Store(id="explain-pin"),
+            dcc.Store(id="explain-chain")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[

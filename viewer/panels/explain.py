@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dash
 import numpy as np
-from dash import ALL, Input, Output, Patch, State, html
+from dash import ALL, Input, Output, State, html
 
 from viewer import figures as F
 from viewer.client import ViewState
@@ -61,7 +61,7 @@ def on_explain(app, key, tab, _panels=None):
             label = f"{'★ ' if c['significant'] else ''}{c['says']}: {c['excess_us']:+g} µs{save}"
             buttons.append(html.Button(label, id={"type": "culprit", "i": len(pins)}, n_clicks=0,
                                        className="culprit", style={"display": "block", "margin": "3px 0"}))
-            pins.append({**c["evidence"]["rows"][0], "chain_launch": e["launch"]})
+            pins.append({**c["evidence"]["rows"][0], "chain_launch": e["launch"], "culprit": len(pins)})
     if not buttons:
         buttons = [html.Div("no culprit to show")]
     return head, buttons, pins
@@ -91,17 +91,24 @@ def _chain_trace(app, item, pin, vs):
     trace, = F.path_trace(VG.chain_segments(g, view, vs.grouping, [part])) or [None]
     if trace is not None:
         trace.update(name="culprit's chain", line={"color": CHAIN_COLOR, "width": 6},
-                     meta={"kind": "culprit-chain", "segments": trace["meta"]["segments"], "tasks": len(part)})
+                     meta={"kind": "culprit-chain", "segments": trace["meta"]["segments"], "tasks": len(part),
+                           "culprit": pin.get("culprit")})
     return trace
 
 
 def _drawn(trace):
-    """A Patch appending ``trace`` to the Gantt figure (NO for None)."""
-    if trace is None:
-        return NO
-    fig = Patch()
-    fig["data"].append(trace)
-    return fig
+    """``trace`` for ``explain-chain`` (NO for None): the browser puts it on the Gantt
+    in place of the chain drawn before (``REPLACE_CHAIN``), so a second click shows one
+    chain, not two; the figure never travels back to the server for it."""
+    return NO if trace is None else trace
+
+
+# the Gantt's figure with its culprit chains (meta.kind 'culprit-chain') replaced by the new one
+REPLACE_CHAIN = """function(chain, fig) {
+    if (!chain || !fig) { return window.dash_clientside.no_update; }
+    var data = (fig.data || []).filter(function(t) { return !(t.meta && t.meta.kind === 'culprit-chain'); });
+    return Object.assign({}, fig, {data: data.concat([chain])});
+}"""
 
 
 @guarded(ERROR, NO, NO, NO)
@@ -142,11 +149,13 @@ def wire(d, app) -> None:
     d.callback(Output("explain-verdict", "children"), Output("explain-culprits", "children"),
                Output("explain-pins", "data"), Input("trace-key", "data"), Input("tabs", "value"),
                Input("panel-key", "data"), prevent_initial_call=True)(partial(on_explain, app))
-    d.callback(Output("details", "children", allow_duplicate=True), Output("gantt", "figure", allow_duplicate=True),
+    d.callback(Output("details", "children", allow_duplicate=True), Output("explain-chain", "data", allow_duplicate=True),
                Output("launches", "value", allow_duplicate=True), Output("explain-pin", "data"),
                Input({"type": "culprit", "i": ALL}, "n_clicks"), State("trace-key", "data"),
                State("explain-pins", "data"), State("view-state", "data"),
                prevent_initial_call=True)(partial(on_culprit, app))
-    d.callback(Output("gantt", "figure", allow_duplicate=True), Output("explain-pin", "data", allow_duplicate=True),
+    d.callback(Output("explain-chain", "data", allow_duplicate=True), Output("explain-pin", "data", allow_duplicate=True),
                Input("view-state", "data"), State("explain-pin", "data"),
                prevent_initial_call=True)(partial(on_view, app))
+    d.clientside_callback(REPLACE_CHAIN, Output("gantt", "figure", allow_duplicate=True),
+                          Input("explain-chain", "data"), State("gantt", "figure"), prevent_initial_call=True)
