@@ -24,7 +24,9 @@ METRICS = {  # metric -> (colour bar title, what a cell's colour means)
     "rank": ("kernel µs<br>(rank {rank})",
              "colour: the launch's kernel time on rank {rank}, µs; darker is slower; blank: the rank has no such launch"),
     "skew": ("start skew µs",
-             "colour: start skew across ranks, µs (last rank's start minus first rank's start); darker is more skewed"),
+             "colour: start skew across ranks, µs (last rank's start minus first rank's start; ranks appended by "
+             "separate processes placed on the host clock by their calibrations, blank without them); darker is "
+             "more skewed"),
     "anomalies": ("anomalies",
                   "colour: anomaly lines of the launch over all ranks (stamps missing or doubtful); white is none"),
 }
