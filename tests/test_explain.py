@@ -279,7 +279,7 @@ def test_a_delay_in_two_intervals_of_a_task_is_one_culprit_saving_what_it_cost(s
     inj = [SG.Injection(rank, stage, task, None, first, float(a), launch)]
     inj += [SG.Injection(rank, stage, task, None, second, float(b), launch)] if b else []
     tr, e, measured, noise = injected(inj, launch)
-    assume(measured > noise)  # hidden by slack: not this test's question
+    assume(measured > 1.1 * noise)  # hidden by slack, or within 10 % of the noise (either answer right)
     c = X.significant(e)[0]
     assert names(tr, c)[:3] == (rank, stage, task) and c.scope == "task"
     got = [tr.phases[j + 1] for j, _ in c.cells]
