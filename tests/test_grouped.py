@@ -84,6 +84,24 @@ def test_group_quantiles_are_numpy_quantiles(n, ng, seed):
         assert np.allclose(got[:, g], want, equal_nan=True)
 
 
+QS = (0.0, 0.5, 0.9, 0.99, 1.0)
+
+
+def assert_linear_quantiles(got, gid, values, ng):
+    """Each group's ``QS`` quantiles in ``got`` equal the linear rule over that group's
+    sorted values, bit for bit (NaN for an empty group)."""
+    for g in range(ng):
+        v = np.sort(values[gid == g]).astype(np.float64)
+        for i, q in enumerate(QS):
+            if not v.size:
+                assert np.isnan(got[i, g])
+                continue
+            pos = (v.size - 1) * q
+            lo = int(np.floor(pos))
+            hi = min(lo + 1, v.size - 1)
+            assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 200), st.integers(1, 6), st.sampled_from(["small", "wide", "float"]), st.integers(0, 2**32 - 1))
 def test_grouped_quantiles_equal_numpy_exactly_on_each_path(n, ng, kind, seed):
@@ -95,17 +113,7 @@ def test_grouped_quantiles_equal_numpy_exactly_on_each_path(n, ng, kind, seed):
               "wide": lambda: rng.integers(-2**62, 2**62, n),
               "float": lambda: rng.normal(size=n)}[kind]()
     counts = np.bincount(gid, minlength=ng)
-    got = GR.grouped_quantiles(counts, values, (0.0, 0.5, 0.9, 0.99, 1.0))
-    for g in range(ng):
-        v = np.sort(values[gid == g]).astype(np.float64)
-        for i, q in enumerate((0.0, 0.5, 0.9, 0.99, 1.0)):
-            if not v.size:
-                assert np.isnan(got[i, g])
-                continue
-            pos = (v.size - 1) * q
-            lo = int(np.floor(pos))
-            hi = min(lo + 1, v.size - 1)
-            assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])
+    assert_linear_quantiles(GR.grouped_quantiles(counts, values, QS), gid, values, ng)
 
 
 @settings(max_examples=60, deadline=None)
@@ -119,15 +127,4 @@ def test_grouped_quantiles_int32_chunks_and_int64_keys(n, ng, bits, seed):
     values = rng.integers(0, 1 << bits, n) + (1 << 40)
     values[rng.integers(0, n)] = (1 << 40) + (1 << bits) - 1  # the full range present
     counts = np.bincount(gid, minlength=ng)
-    qs = (0.0, 0.5, 0.9, 0.99, 1.0)
-    got = GR.grouped_quantiles(counts, values, qs)
-    for g in range(ng):
-        v = np.sort(values[gid == g]).astype(np.float64)
-        for i, q in enumerate(qs):
-            if not v.size:
-                assert np.isnan(got[i, g])
-                continue
-            pos = (v.size - 1) * q
-            lo = int(np.floor(pos))
-            hi = min(lo + 1, v.size - 1)
-            assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])
+    assert_linear_quantiles(GR.grouped_quantiles(counts, values, QS), gid, values, ng)
