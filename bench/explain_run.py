@@ -91,7 +91,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         info = build(run, a)
         info["made_s"] = time.perf_counter() - t0
-        meta.write_text(json.dumps(info))
+        part = meta.with_suffix(".json.part")
+        part.write_text(json.dumps(info))
+        part.replace(meta)  # whole or absent: --reuse never reads half a record
     info = json.loads(meta.read_text())
     size = sum(f.stat().st_size for f in run.rglob("*") if f.is_file())
     print(f"run: {info['intervals']:,} SYNTHETIC intervals (GLM-5 task graph, all-reduce waits modelled), "
