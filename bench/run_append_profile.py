@@ -104,8 +104,14 @@ def main() -> int:
     piece("load of one rank's trace file (Trace.load, checked): whole", lambda: timeline.core.trace.load(path), one_ivs)
     table = piece("  read the Arrow IPC file (zstd) + validate", lambda: timeline.core.trace._read_table(path, "f"), one_ivs)
     raw = table.schema.metadata
-    piece("  blake2b checksum of the table",
-          lambda: timeline.core.trace.table_checksum(table.replace_schema_metadata(None), raw), one_ivs)
+    piece("  checksum of the table, crc32 column digests (now)",
+          lambda: timeline.core.trace.table_checksum(table.replace_schema_metadata(None), raw, "crc32"), one_ivs)
+    piece("    the same, blake2b column digests (before)",
+          lambda: timeline.core.trace.table_checksum(table.replace_schema_metadata(None), raw, "blake2b"), one_ivs)
+    piece("  interval count without the intervals table (Trace.interval_count)",
+          lambda: timeline.core.trace.Trace(one.tasks, one.specs, one.anomalies).interval_count, one_ivs)
+    piece("    the intervals table, counted (before)",
+          lambda: timeline.core.trace.Trace(one.tasks, one.specs, one.anomalies).intervals.num_rows, one_ivs)
     meta = timeline.core.trace.read_meta(raw, "f")
     tasks = timeline.core.trace._conform(table, meta.specs[0].phases, meta.specs[0].marks, "f")
     piece("  row checks (ranks, stages, ns = retime(ticks))", lambda: timeline.core.trace._check_rows(tasks, meta, "f"), one_ivs)

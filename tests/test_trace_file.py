@@ -2,6 +2,7 @@
 and from every CLI command that reads one, never a different timeline."""
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -62,7 +63,50 @@ def test_round_trip_carries_a_checksum_and_no_note(trace, files):
     for ext in EXTS:
         back = load(files[ext][0])
         assert same(back, trace) and back.notes == ()
-        assert len(back.metadata()[S.META_CHECKSUM]) == 32
+        assert re.fullmatch(rb"crc32:[0-9a-f]{32}", back.metadata()[S.META_CHECKSUM])
+
+
+def test_a_blake2b_checksum_of_an_older_file_is_still_verified(trace, files, tmp_path):
+    """A file whose checksum is the bare blake2b hex earlier releases wrote loads and is
+    checked with that digest: one changed value is refused. A digest this release does
+    not know is refused by name, never loaded unchecked."""
+    src = pa.ipc.open_file(pa.memory_map(str(files[".arrow"][0]))).read_all()
+    meta = {k: v for k, v in src.schema.metadata.items() if k != S.META_CHECKSUM}
+    table = src.replace_schema_metadata(None)
+    old = table_checksum(table, meta, "blake2b")
+    assert re.fullmatch("[0-9a-f]{32}", old) and old != table_checksum(table, meta).partition(":")[2]
+    def raw(name, t, checksum: bytes):
+        t = t.replace_schema_metadata({**meta, S.META_CHECKSUM: checksum})
+        with pa.OSFile(str(tmp_path / name), "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+        return tmp_path / name
+
+    back = load(raw("old.arrow", table, old.encode()))
+    assert same(back, trace) and back.notes == ()
+    i = table.schema.get_field_index("task")
+    task = table.column(i).to_numpy().copy()
+    task[0] += 1
+    changed = table.set_column(i, "task", pa.array(task, table.schema.field(i).type))
+    assert "checksum does not match" in one_line_refusal(raw("old_changed.arrow", changed, old.encode()))
+    assert "digest 'sha3'" in one_line_refusal(raw("sha.arrow", table, b"sha3:" + b"0" * 32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=64), st.integers(0, 63), st.integers(0, 62),
+       st.integers(1, 16))
+def test_the_crc32_checksum_changes_with_any_flipped_bit_and_not_with_chunking(values, at, bit, parts):
+    """One flipped bit in any value of any row changes the checksum; splitting the
+    column into chunks does not (the digest is of the values, not of how they lie)."""
+    at %= len(values)
+    col = pa.array(values, pa.int64())
+    table = pa.table({"v": col})
+    chunked = pa.table({"v": pa.chunked_array([col.slice(i * len(values) // parts, (i + 1) * len(values) // parts
+                                                         - i * len(values) // parts) for i in range(parts)],
+                                               pa.int64())})
+    flipped = list(values)
+    flipped[at] ^= 1 << bit
+    assert table_checksum(chunked, {}) == table_checksum(table, {})
+    assert table_checksum(pa.table({"v": pa.array(flipped, pa.int64())}), {}) != table_checksum(table, {})
 
 
 @pytest.mark.parametrize("ext", EXTS)

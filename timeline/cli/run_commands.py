@@ -166,7 +166,7 @@ def cmd_run_add(args) -> int:
                 f"{args.capture}:{Path(path).name}" if args.capture else Path(path).name)
             written += append(args.run, trace, capture=capture)
             rows += trace.tasks.num_rows
-            intervals += int(trace.intervals.num_rows)
+            intervals += trace.interval_count
             bar.update()
     dt = time.perf_counter() - t0
     size = sum((Path(args.run) / p).stat().st_size for p in written)
