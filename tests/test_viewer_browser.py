@@ -157,6 +157,36 @@ def test_zoom_turns_the_raster_into_bars(page, monkeypatch):
     assert _wait_changed(driver, z)["mode"] == "raster"
 
 
+def test_a_zoom_draws_the_figure_once(page):
+    """A zoom goes to the server straight from plotly's relayout event (``ZOOM_HOOK``):
+    the page plots once, the server's new figure. Before, dcc.Graph copied the new axis
+    into its ``figure`` prop and re-plotted the old figure first (50-90 ms of the main
+    thread before the zoom's request left). A layout event that is no zoom (the drag
+    mode) still goes to dcc.Graph and asks the server nothing."""
+    driver = page["driver"]
+    driver.get(page["url"])
+    m = meta(driver)
+    B.wait_for(driver, "return document.querySelector('#gantt .js-plotly-plot')._timelineZoom", 20, "the zoom hook")
+    driver.execute_script("window._reacts = 0; var r = Plotly.react;"
+                          "Plotly.react = function() { window._reacts += 1; return r.apply(this, arguments); };")
+    lo, hi = (v / 1e3 for v in m["window_ns"])
+    driver.execute_script("Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'),"
+                          "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
+                          lo + (hi - lo) * 0.2, lo + (hi - lo) * 0.6)
+    z = _wait_changed(driver, m)
+    assert z["window_ns"][0] == pytest.approx((lo + (hi - lo) * 0.2) * 1e3, abs=2)
+    B.next_frames(driver)
+    assert driver.execute_script("return window._reacts") == 1
+    requests = ("return performance.getEntriesByType('resource')"
+                ".filter(e => /_dash-update-component/.test(e.name)).length")
+    before = driver.execute_script(requests)
+    driver.execute_script("Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'), {dragmode: 'pan'})")
+    B.next_frames(driver)
+    assert driver.execute_script("return document.querySelector('#gantt .js-plotly-plot')._fullLayout.dragmode") == "pan"
+    assert driver.execute_script(requests) == before
+    assert meta(driver) == z
+
+
 def test_bars_beyond_the_gl_limit_are_one_image(page, monkeypatch):
     """Past ``--gl-limit`` the exact bars are one server image (no WebGL): a band per row
     in the stages' colours, the status line says how to get hover text, a click on a

@@ -32,9 +32,30 @@ PX_SCRIPT = """function(_) { var g = document.getElementById('gantt');
     return [Math.round(w), 560]; }"""
 # only zooms and pans reach the server: plotly's autosize and other layout events stay in
 # the browser (a late autosize would otherwise cancel a zoom in flight)
+ZOOM_KEY = r"/^(xaxis2?|yaxis)\.(range|autorange)/"
 ZOOM_SCRIPT = """function(rel) { if (!rel) return window.dash_clientside.no_update;
-    var zoom = Object.keys(rel).some(k => /^(xaxis2?|yaxis)\\.(range|autorange)/.test(k));
-    return zoom ? rel : window.dash_clientside.no_update; }"""
+    var zoom = Object.keys(rel).some(k => %s.test(k));
+    return zoom ? rel : window.dash_clientside.no_update; }""" % ZOOM_KEY
+# a zoom goes straight to the zoom store (``set_props``), not through dcc.Graph's relayout
+# handler: that one also copies the new axis into the ``figure`` prop, and the changed prop
+# makes dcc.Graph run Plotly.react on the whole figure again (50-90 ms on the main thread,
+# its typed arrays decoded anew) before the zoom's request can leave. Other layout events
+# still reach dcc.Graph's handler. dcc.Graph binds its handlers after its first plot:
+# tried each frame until they are there (once per plot element).
+ZOOM_HOOK = """function(_) {
+    function hook() { var gd = document.querySelector('#gantt .js-plotly-plot'), ev = gd && gd._ev;
+        if (!ev || typeof ev.listeners !== 'function') return false;
+        if (gd._timelineZoom) return true;
+        var dcc = ev.listeners('plotly_relayout');
+        if (!dcc.length) return false;
+        gd.removeAllListeners('plotly_relayout');
+        gd.on('plotly_relayout', function(rel) {
+            if (rel && Object.keys(rel).some(k => %s.test(k)))
+                window.dash_clientside.set_props('zoom', {data: Object.assign({}, rel)});
+            else dcc.forEach(function(f) { f(rel); }); });
+        gd._timelineZoom = true; return true; }
+    (function retry(n) { if (!hook() && n > 0) requestAnimationFrame(function() { retry(n - 1); }); })(600);
+    return window.dash_clientside.no_update; }""" % ZOOM_KEY
 
 # the first view's panel key (``page.layout``) reaches the panels once the Gantt is painted (or
 # after 5 s without a figure), so that their requests and tables come after the first paint
@@ -250,6 +271,8 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
     d.server.register_error_handler(Exception, malformed)
     d.clientside_callback(PX_SCRIPT, Output("px", "data"), Input("url", "pathname"))
     d.clientside_callback(ZOOM_SCRIPT, Output("zoom", "data"), Input("gantt", "relayoutData"))
+    d.clientside_callback(ZOOM_HOOK, Output("zoom", "data", allow_duplicate=True), Input("gantt", "figure"),
+                          prevent_initial_call="initial_duplicate")
     d.clientside_callback(PAINTED_SCRIPT, Output("panel-key", "data", allow_duplicate=True), Input("panel-first", "data"),
                           prevent_initial_call="initial_duplicate")
     d.callback(*outputs(TRACE_PROPS), Input("url", "search"), Input("trace-select", "value"),
