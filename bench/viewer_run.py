@@ -9,7 +9,9 @@ same launches:
   of 12 layers; four distinct captures (one with a throttled CU) appended in turn,
   each under its own step numbers (``timeline.run.append``);
 - run page: first paint (p90 of ``--colds`` cold loads, each in a fresh browser:
-  overview and the typical launch's Gantt painted), drill-down (a click on an
+  from asking for the page to the frame painted after the overview and the
+  typical launch's Gantt are drawn, timed in the page; the WebDriver's polled
+  time beside it), drill-down (a click on an
   overview cell of a launch not loaded yet -> its Gantt painted; median), zoom
   round trip (median), server peak RSS (this process: the server runs in it, the
   browser does not);
@@ -146,19 +148,25 @@ def dashboard_bundle():
 
 
 def cold_paints(dash_app, colds: int, ready_js: str) -> list:
-    """Seconds from navigation to ``ready_js`` true and a frame painted, each load in a
-    fresh browser (cold cache)."""
+    """Each cold load (a fresh browser: cold cache) as ``[painted, polled]`` seconds
+    from asking for the page: ``painted`` to the frame painted after ``ready_js``
+    first held, timed in the page (``tools.browser.watch_ready``: checked every
+    frame); ``polled`` to the WebDriver seeing it (``wait_for`` polls every 0.1 s)
+    and two more frames painted."""
     from tools import browser as B
 
     out = []
     with B.serve(dash_app) as url:
         for _ in range(colds):
             with B.chromium(1600, 1100) as driver:
-                t = time.perf_counter()
+                B.watch_ready(driver, ready_js)
+                t_wall, t = time.time(), time.perf_counter()
                 driver.get(url)
                 B.wait_for(driver, ready_js, 120, "the first paint")
                 B.next_frames(driver)
-                out.append(time.perf_counter() - t)
+                polled = time.perf_counter() - t
+                B.wait_for(driver, "return window._readyAt;", 30, "the page's own note of the first paint")
+                out.append([B.ready_after(driver, t_wall), polled])
     return out
 
 
@@ -277,12 +285,16 @@ def report(run: dict, r: dict, f: dict, load: tuple, cmd: str):
           f"ranks; {run['disk_mb']:.0f} MiB on disk; made in {run['make_s']:.0f} s")
     if run["intervals"] < 100_000_000:
         print(f"NOTE: the issue asks for >= 100 M intervals; this run holds {run['intervals'] / 1e6:.1f} M")
-    p90 = float(np.quantile(r["paint"], 0.9))
+    painted, polled = ([x[i] for x in r["paint"]] for i in (0, 1))
+    f_painted, f_polled = ([x[i] for x in f["paint"]] for i in (0, 1))
+    p90 = float(np.quantile(painted, 0.9))
     dm = statistics.median(r["drill"])
     zm = statistics.median(z[0] for z in r["zoom"])
     print("\n== run page (timeline-view RUN --memory-budget 1G)")
     print(f"  startup (overview aggregates, typical launch)  {r['startup_s']:.2f} s")
-    print(f"  first paint, cold: {stats(r['paint'])}  [p90 {verdict(round(p90, 3), GOAL_PAINT_P90_S)}]")
+    print(f"  first paint, cold (asked -> overview and Gantt painted, timed in the page): {stats(painted)}  "
+          f"[p90 {verdict(round(p90, 3), GOAL_PAINT_P90_S)}]")
+    print(f"    seen by the WebDriver (polling every 0.1 s, then 2 frames): {stats(polled)}")
     print(f"  drill-down (click -> Gantt painted): {stats(r['drill'])}  [median {verdict(round(dm, 3), GOAL_DRILL_S)}]")
     print(f"    last drawn: {r['mode']}")
     print(f"  zoom round trip: {zoom_line(r['zoom'])}\n    [median {verdict(round(zm, 3), GOAL_ZOOM_S)}]")
@@ -291,7 +303,8 @@ def report(run: dict, r: dict, f: dict, load: tuple, cmd: str):
           f"[{verdict(round(r['rss_peak_mb']), GOAL_RSS_MB)} MiB]")
     print(f"\n== today's page on one trace file of the run's first step ({f['intervals']:,} intervals, {LAYERS} launches)")
     print(f"  startup (load whole file)  {f['startup_s']:.2f} s")
-    print(f"  first paint, cold: {stats(f['paint'])}")
+    print(f"  first paint, cold (asked -> Gantt painted, timed in the page): {stats(f_painted)}")
+    print(f"    seen by the WebDriver (polling every 0.1 s, then 2 frames): {stats(f_polled)}")
     print(f"  launch switch (Launches filter -> Gantt painted): {stats(f['drill'])}")
     print(f"  zoom round trip: {zoom_line(f['zoom'])}")
     per = (f["rss_peak_mb"] - f["rss_before_mb"]) * 2**20 / f["intervals"]
@@ -299,7 +312,8 @@ def report(run: dict, r: dict, f: dict, load: tuple, cmd: str):
           f"{f['intervals']:,} intervals: {per:.0f} B an interval): the whole run as one file would need about "
           f"{per * run['intervals'] / 2**30:.0f} GiB")
     print("\n== side by side (run page / one file)")
-    print(f"  first paint p90   {p90:.3f} s / {float(np.quantile(f['paint'], 0.9)):.3f} s")
+    print(f"  first paint p90   {p90:.3f} s / {float(np.quantile(f_painted, 0.9)):.3f} s (seen by the WebDriver "
+          f"{float(np.quantile(polled, 0.9)):.3f} s / {float(np.quantile(f_polled, 0.9)):.3f} s)")
     print(f"  drill-down median {dm:.3f} s / {statistics.median(f['drill']):.3f} s")
     print(f"  zoom median       {zm:.3f} s / {statistics.median(z[0] for z in f['zoom']):.3f} s")
     print(f"  peak RSS          {r['rss_peak_mb']:.0f} MiB for {run['intervals']:,} intervals / "

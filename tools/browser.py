@@ -153,6 +153,30 @@ def watch_gantt(driver):
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": GANTT_WATCH})
 
 
+READY_WATCH = """(function() {
+  function ready() { %s }
+  function poll() { var ok; try { ok = ready(); } catch (e) { ok = false; }
+    if (ok) requestAnimationFrame(function() { window._readyAt = performance.now(); });
+    else requestAnimationFrame(poll); }
+  requestAnimationFrame(poll);
+})();"""
+
+
+def watch_ready(driver, ready_js: str):
+    """From the next page load on, note in the page (``window._readyAt``: ms after its
+    navigation began) the frame painted after ``ready_js`` (a function body that
+    returns something truthy once the page is ready) first holds: checked every
+    animation frame, finer than ``wait_for``'s polling every 0.1 s."""
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": READY_WATCH % ready_js})
+
+
+def ready_after(driver, t_wall: float) -> float | None:
+    """Seconds from ``t_wall`` (``time.time()`` as the page was asked for) to the frame
+    ``watch_ready`` noted; None if it has not been painted yet."""
+    origin, at = driver.execute_script("return [performance.timeOrigin, window._readyAt || null];")
+    return None if at is None else (origin + at) / 1e3 - t_wall
+
+
 PAINT_TIMINGS = r"""
 var ents = performance.getEntries(), out = {scripts_ms: 0, layout_ms: null, callbacks: 0, callback_ms: 0,
     plotly_ms: 0, main_busy_ms: 0, bytes: 0};

@@ -38,7 +38,7 @@ ZOOM_SCRIPT = """function(rel) { if (!rel) return window.dash_clientside.no_upda
     return zoom ? rel : window.dash_clientside.no_update; }""" % ZOOM_KEY
 # a zoom goes straight to the zoom store (``set_props``), not through dcc.Graph's relayout
 # handler: that one also copies the new axis into the ``figure`` prop, and the changed prop
-# makes dcc.Graph run Plotly.react on the whole figure again (50-90 ms on the main thread,
+# makes dcc.Graph run Plotly.react on the whole figure again (on the main thread,
 # its typed arrays decoded anew) before the zoom's request can leave. Other layout events
 # still reach dcc.Graph's handler. dcc.Graph binds its handlers after its first plot:
 # tried each frame until they are there (once per plot element).
