@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -105,10 +106,10 @@ single = []
 for step in range(cfg["steps"]):
     plain = synth.synth_trace(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])
     trace = plain.with_graph(graph)
-    if step == 0:
+    if step < cfg["file_steps"]:  # the trace files `timeline run add` is timed on
         from timeline.ingest.collect import collect
         for r, (sp, buf) in enumerate(synth.synth_buffers(spec, grid=64, seed=step, slots=[(step, l) for l in range(cfg["layers"])])):
-            collect(buf, sp, synthetic=True).with_graph(graph).save(f"{cfg['dir']}/step0_rank{r}.arrow")
+            collect(buf, sp, synthetic=True).with_graph(graph).save(f"{cfg['dir']}/step{step}_rank{r}.arrow")
     if step < cfg["single_steps"]:
         single.append(plain)  # today's single file without the graph: merge would check causality over all of it
     t0, c0 = time.perf_counter(), time.process_time()
@@ -266,6 +267,8 @@ def main() -> int:
     ap.add_argument("--single-steps", type=int, default=2, help="steps in the single trace file (today's path)")
     ap.add_argument("--perfetto-layers", type=int, default=16, help="launches of step 0 in the Perfetto export")
     ap.add_argument("--dask-launches", type=int, default=8)
+    ap.add_argument("--file-steps", type=int, default=4,
+                    help="steps also saved as trace files, each rank's a file, for `timeline run add` (default 4)")
     ap.add_argument("--dir", help="where to build (default: a temporary folder, removed after)")
     ap.add_argument("--reuse", action="store_true", help="with --dir: keep a run built there by an earlier call")
     ap.add_argument("--before", help="a checkout's timeline tree: time its append beside this one's")
@@ -280,7 +283,8 @@ def main() -> int:
     print(f"SYNTHETIC run (timeline.ingest.synth, not measured on a GPU): {args.ranks} ranks x {args.steps} steps x "
           f"{args.layers} layers of the GLM-5 layer, grid 64, lead-thread stamps\n")
     cfg = {"ranks": args.ranks, "steps": args.steps, "layers": args.layers, "run": str(run_dir), "dir": str(base),
-           "single": str(single), "single_steps": min(args.single_steps, args.steps)}
+           "single": str(single), "single_steps": min(args.single_steps, args.steps),
+           "file_steps": max(1, min(args.file_steps, args.steps))}
     saved = base / "build.json"
     if args.reuse and saved.exists():
         b = json.loads(saved.read_text())
@@ -304,12 +308,19 @@ def main() -> int:
             ("bytes on disk per interval (every part + manifest)", f"{disk / ivs:.2f} B ({disk / 1e6:,.0f} MB)",
              f"<= 6 B: {mark(disk / ivs <= GOALS['bytes_per_iv'])}", "")]
     files = sorted(base.glob("step0_rank*.arrow"))
-    shutil.rmtree(base / "cli_run", ignore_errors=True)
-    add = child(timeline("run", "add", base / "cli_run", *files, "-q"))
     add_ivs = ivs / args.steps
-    rows.append(("timeline run add of step 0's trace files (load + check + append)",
-                 f"{add_ivs / add['wall_s'] / 1e6:.1f} M intervals/s ({add['wall_s']:.2f} s, cpu {add['cpu_s']:.2f} s)",
-                 f">= 20 M/s: {mark(add_ivs / add['wall_s'] >= GOALS['add_ivps'])}", gib(add["rss"])))
+    every = [base / f"step{s}_rank{r}.arrow" for s in range(cfg["file_steps"]) for r in range(args.ranks)]
+    for label, batch in (("step 0's trace files", files), (f"{cfg['file_steps']} steps' trace files", every)):
+        if batch is every and len(every) == len(files):
+            continue  # --file-steps 1: the same files
+        shutil.rmtree(base / "cli_run", ignore_errors=True)
+        add = child(timeline("run", "add", base / "cli_run", *batch, "-q"))
+        assert add["rc"] == 0, add["err"]
+        n = int(re.search(r"([\d,]+) intervals", add["out"]).group(1).replace(",", ""))  # as the command counted them
+        rows.append((f"timeline run add of {label} ({len(batch)} files; load + check + append)",
+                     f"{n / add['wall_s'] / 1e6:.1f} M intervals/s ({add['wall_s']:.2f} s, cpu {add['cpu_s']:.2f} s)",
+                     f">= 20 M/s: {mark(n / add['wall_s'] >= GOALS['add_ivps'])}", gib(add["rss"])))
+        shutil.rmtree(base / "cli_run", ignore_errors=True)
     if args.before:
         ab = append_ab(args, base, files, add_ivs)
     from timeline.run import open_run
