@@ -286,14 +286,15 @@ def main() -> int:
            "single": str(single), "single_steps": min(args.single_steps, args.steps),
            "file_steps": max(1, min(args.file_steps, args.steps))}
     saved = base / "build.json"
-    if args.reuse and saved.exists():
-        b = json.loads(saved.read_text())
+    earlier = json.loads(saved.read_text()) if args.reuse and saved.exists() else None
+    if earlier is not None and earlier.get("cfg") == cfg:
+        b = earlier
         print(f"(reusing the run built earlier in {base}: its build's figures as measured then)")
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
         b = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
         assert b["rc"] == 0, f"build exited {b['rc']}: {b['err']}"
-        b["load_after"] = os.getloadavg()[0]
+        b["load_after"], b["cfg"] = os.getloadavg()[0], cfg  # --reuse reuses only the same build
         saved.write_text(json.dumps(b))
     print(f"build (synth + append, one process): {b['wall_s']:.0f} s, peak RSS {gib(b['rss'])}; load average after it "
           f"{b.get('load_after', os.getloadavg()[0]):.1f}")

@@ -22,6 +22,7 @@ import readers as RD
 from bufkit import empty, put
 from test_export_perfetto import Decoded
 from timeline import Spec, collect, merge
+from timeline.core.trace import Trace
 from timeline.analysis import stages as A
 from timeline.analysis import edges as E
 from timeline.contract import graph as G
@@ -386,3 +387,13 @@ def test_cli_export_and_idle_with_unplaced_rows(tmp_path, capsys):
     assert f"({n} task rows without a placement word are left out" in capsys.readouterr().out
     assert main(["summary", str(path), "--idle", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["unplaced_rows"] == n
+
+
+@SETTINGS
+@given(unplaced_traces())
+def test_the_interval_count_is_the_intervals_tables_rows(trace):
+    """``Trace.interval_count`` (what `timeline run add` prints, counted without the
+    table) is the intervals table's row count, missing phases and all."""
+    fresh = Trace(trace.tasks, trace.specs, trace.anomalies)
+    assert "intervals" not in fresh.__dict__
+    assert fresh.interval_count == fresh.intervals.num_rows == trace.intervals.num_rows

@@ -135,26 +135,8 @@ def next_frames(driver, frames: int = 2):
         "function f(){ if(--n<=0) done(true); else requestAnimationFrame(f); } requestAnimationFrame(f);" % frames)
 
 
-GANTT_WATCH = """(function() {
-  function poll() {
-    var g = document.querySelector('#gantt .js-plotly-plot');
-    if (g && g._fullLayout && g.layout && g.layout.meta) {
-      requestAnimationFrame(function() { window._ganttDrawnAt = performance.now(); });
-    } else requestAnimationFrame(poll);
-  }
-  requestAnimationFrame(poll);
-})();"""
-
-
-def watch_gantt(driver):
-    """From the next page load on, note in the page when the Gantt first holds a
-    figure and a frame has been painted after it (``paint_timings``'s ``gantt_ms``):
-    polled every animation frame, finer than the WebDriver's polling."""
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": GANTT_WATCH})
-
-
 READY_WATCH = """(function() {
-  function ready() { %s }
+  function ready() { READY_BODY }
   function poll() { var ok; try { ok = ready(); } catch (e) { ok = false; }
     if (ok) requestAnimationFrame(function() { window._readyAt = performance.now(); });
     else requestAnimationFrame(poll); }
@@ -162,12 +144,29 @@ READY_WATCH = """(function() {
 })();"""
 
 
-def watch_ready(driver, ready_js: str):
-    """From the next page load on, note in the page (``window._readyAt``: ms after its
+def watch_ready(driver, ready_js: str, name: str = "_readyAt") -> str:
+    """From the next page load on, note in the page (``window[name]``: ms after its
     navigation began) the frame painted after ``ready_js`` (a function body that
     returns something truthy once the page is ready) first holds: checked every
-    animation frame, finer than ``wait_for``'s polling every 0.1 s."""
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": READY_WATCH % ready_js})
+    animation frame, finer than ``wait_for``'s polling every 0.1 s. Returns the
+    script's identifier (``unwatch`` stops it for later loads)."""
+    src = READY_WATCH.replace("window._readyAt", f"window.{name}").replace("READY_BODY", ready_js)
+    return driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": src})["identifier"]
+
+
+def unwatch(driver, identifier: str) -> None:
+    """Stop a ``watch_ready`` script for the page loads after this one."""
+    driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": identifier})
+
+
+GANTT_DRAWN = ("var g = document.querySelector('#gantt .js-plotly-plot');"
+               "return g && g._fullLayout && g.layout && g.layout.meta;")
+
+
+def watch_gantt(driver) -> str:
+    """From the next page load on, note in the page when the Gantt first holds a
+    figure and a frame has been painted after it (``paint_timings``'s ``gantt_ms``)."""
+    return watch_ready(driver, GANTT_DRAWN, "_ganttDrawnAt")
 
 
 def ready_after(driver, t_wall: float) -> float | None:

@@ -144,7 +144,7 @@ META_ORIGIN = b"mono_timeline.origin"
 META_VERSION = b"mono_timeline.version"
 META_LAYOUT = b"mono_timeline.layout_version"
 META_SYNTHETIC = b"mono_timeline.synthetic"
-META_CHECKSUM = b"mono_timeline.checksum"  # blake2b of the tasks' values and the other metadata
+META_CHECKSUM = b"mono_timeline.checksum"  # of the tasks' values and the other metadata (docs/FORMAT.md)
 
 
 __all__ = ["ANOMALIES_SCHEMA", "ANOMALY_KINDS", "NOTICE_KINDS", "DICT_STR", "Flag", "INTERVALS_SCHEMA", "META_ANOMALIES", "META_CHECKSUM", "META_CLOCK", "META_LAYOUT", "META_ORIGIN", "META_SPEC", "META_SPECS", "META_SYNTHETIC", "META_VERSION", "PLACEMENT_COLUMNS", "interval_names", "nullable_columns", "tasks_schema"]

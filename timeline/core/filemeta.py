@@ -156,7 +156,7 @@ def read_meta(meta: dict, where: str) -> Meta:
         offsets = _int_map(org.get("offsets", {}), S.META_ORIGIN, where, ranks)
     checksum = meta.get(S.META_CHECKSUM)
     return Meta(specs, anomalies, origins, offsets, meta.get(S.META_SYNTHETIC) == b"1",
-                checksum.decode(errors="replace") if checksum else None)
+                None if checksum is None else checksum.decode(errors="replace"))  # empty: refused, not unchecked
 
 
 __all__ = ["META_KEYS", "Meta", "TraceFileError", "read_meta", "refuse"]

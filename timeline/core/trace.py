@@ -105,7 +105,7 @@ class Trace:
     @cached_property
     def interval_count(self) -> int:
         """``intervals.num_rows`` without building the table (a count is what a
-        progress line needs; the table is ~10x the work)."""
+        progress line needs; bench/run_append_profile.py times both)."""
         if "intervals" in self.__dict__ or len(self.phases) < 2 or self.tasks.num_rows == 0:
             return self.intervals.num_rows
         return int(R.phase_intervals(R.phase_matrix(self.tasks, self.phases)).valid.sum())
@@ -219,14 +219,16 @@ CHECKSUM_DIGESTS = ("crc32", "blake2b")  # what save writes first; blake2b: file
 
 def table_checksum(tasks: pa.Table, metadata: dict, digest: str = "crc32") -> str:
     """The checksum of the tasks table's values, column by column (name, type,
-    validity, values; dictionary columns by their decoded values, so chunking and
-    dictionary order do not matter), and of every metadata entry but the checksum:
-    a flipped bit anywhere in what load reads changes it. ``digest`` names how a
-    column's bytes are digested: ``"crc32"`` (what ``save`` writes, ``"crc32:<hex>"``):
-    CRC-32, which catches every flipped bit and every burst up to 32 bits, at about 4x
-    blake2b's speed on the ~37 bytes per interval a file decodes to (bench/run.py's
-    ``run add`` is bound by it); ``"blake2b"`` (bare hex, older files): blake2b-128.
-    The column digests and the metadata are combined by blake2b-128 either way."""
+    validity, values; dictionary columns by their unified dictionary and indices),
+    and of every metadata entry but the checksum: a flipped bit anywhere in what load
+    reads changes it. ``digest`` names how a column's bytes are digested: ``"crc32"``
+    (what ``save`` writes, ``"crc32:<hex>"``): CRC-32, which catches every flipped bit
+    and every burst up to 32 bits, at about 4x blake2b's speed on the ~37 bytes per
+    interval a file decodes to; the validity of every chunk of a column that holds a
+    null, so that how the rows are chunked does not matter. ``"blake2b"`` (bare hex,
+    files written before): blake2b-128, the validity of the chunks holding a null (as
+    those files were written). Column digests and metadata are combined by
+    blake2b-128 either way."""
     if digest not in CHECKSUM_DIGESTS:
         raise ValueError(f"digest {digest!r} is not one of {CHECKSUM_DIGESTS}")
     h = hashlib.blake2b(digest_size=16)
@@ -244,11 +246,12 @@ def table_checksum(tasks: pa.Table, metadata: dict, digest: str = "crc32") -> st
         else:
             chunks = col.chunks
         valid, values = _ColumnDigest(digest), _ColumnDigest(digest)
+        holed = digest != "blake2b" and col.null_count > 0
         for c in chunks:
             if not R.is_plain(c.type):  # no trace column has such a type: a damaged file's, hashed as it reads
                 values.update(json.dumps(c.to_pylist(), default=repr).encode())
                 continue
-            if c.null_count:
+            if holed or c.null_count:
                 valid.update(R.numpy(c.is_valid()).tobytes())
                 c = R.filled(c, 0)
             values.update(np.ascontiguousarray(R.numpy(c)))
@@ -284,8 +287,9 @@ def checksum_digest(value: str, where: str) -> str:
     if not sep:
         return "blake2b"
     if digest not in CHECKSUM_DIGESTS or digest == "blake2b":
-        raise _refuse(where, f"its checksum names the digest {digest[:40]!r}, which this release does not know "
-                      f"(it knows {CHECKSUM_DIGESTS[0]!r})", "read it with the release that wrote it, or upgrade")
+        raise _refuse(where, f"its checksum names the digest {digest[:40]!r}: this release writes "
+                      f"'{CHECKSUM_DIGESTS[0]}:<hex>' (and reads blake2b as bare hex)",
+                      "read it with the release that wrote it, or upgrade")
     return digest
 
 
