@@ -58,16 +58,33 @@ def row_runs(tasks: pa.Table, nstages: int) -> Runs:
     return Runs(start, length, pair, pair * nstages + stage[start], pr, pl)
 
 
+def launch_index(pair_rank, pair_launch, table: pa.Table) -> np.ndarray:
+    """Each row of ``table`` (its ``rank`` and ``launch`` columns) as the index of its
+    (rank, launch) among the pairs ``pair_rank`` / ``pair_launch``; -1 where it names
+    none (or a null). One sort of the pairs and a search, not a dict per row."""
+    def key(rank, launch):  # a rank (int16) and a launch (int32) packed in one int64
+        return np.asarray(rank, dtype=np.int64) * (1 << 32) + np.asarray(launch, dtype=np.int64)
+
+    pairs = key(pair_rank, pair_launch)
+    out = np.full(table.num_rows, -1, dtype=np.int64)
+    if not pairs.size or not table.num_rows:
+        return out
+    order = np.argsort(pairs, kind="stable")
+    rows = key(R.column(table, "rank", fill=0), R.column(table, "launch", fill=0))
+    at = np.minimum(np.searchsorted(pairs[order], rows), pairs.size - 1)
+    hit = (pairs[order][at] == rows) & R.numpy(table.column("rank").is_valid()) & R.numpy(table.column("launch").is_valid())
+    out[hit] = order[at[hit]]
+    return out
+
+
 def anomaly_counts(trace, pair_rank, pair_launch) -> np.ndarray:
     """Per (rank, launch) pair, the anomalies ``Trace.anomaly_count`` counts (notices not)."""
     out = np.zeros(pair_rank.size, dtype=np.int64)
     a = trace.anomalies
     if a.num_rows:
-        keys = {(int(r), int(l)): i for i, (r, l) in enumerate(zip(pair_rank, pair_launch))}
-        for r, l, kind, n in zip(*(a.column(c).to_pylist() for c in ("rank", "launch", "kind", "count"))):
-            i = keys.get((r, l))
-            if i is not None and kind not in S.NOTICE_KINDS:
-                out[i] += n
+        idx = launch_index(pair_rank, pair_launch, a)
+        counted = (idx >= 0) & ~np.isin(np.array(a.column("kind").to_pylist(), dtype=object), list(S.NOTICE_KINDS))
+        np.add.at(out, idx[counted], R.column(a, "count", fill=0, dtype=np.int64)[counted])
     return out
 
 
@@ -150,4 +167,4 @@ def aggregates(trace, capture: str, append: str, quantiles) -> tuple:
     return launches, stages
 
 
-__all__ = ["Runs", "aggregates", "anomaly_counts", "launch_table", "repeated", "row_runs"]
+__all__ = ["Runs", "aggregates", "anomaly_counts", "launch_index", "launch_table", "repeated", "row_runs"]

@@ -99,7 +99,7 @@ def _partition_groups(tasks: pa.Table):
         return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), slice(int(start[at[g]]), int(stop[at[g]])))
                 for g in range(ng)]
     gid = np.repeat(run_gid, np.diff(np.r_[start, rank.size]))
-    order = np.argsort(gid, kind="stable")
+    order = GR.group_order(gid)
     bounds = np.searchsorted(gid[order], np.arange(ng + 1))
     return [(int(gr[g]), None if gs[g] < 0 else int(gs[g]), order[bounds[g]:bounds[g + 1]]) for g in range(ng)]
 
@@ -126,11 +126,8 @@ def launch_rows(trace, capture: str, append: str) -> pa.Table:
 
 def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa.Table:
     """``table`` (rows keyed by rank and launch) with each row's step, layer, capture and append."""
-    keys = {(r, l): i for i, (r, l) in enumerate(zip(launches.column("rank").to_pylist(),
-                                                     launches.column("launch").to_pylist()))}
-    idx = [keys.get((r, l)) for r, l in zip(table.column("rank").to_pylist(), table.column("launch").to_pylist())]
-    take = R.arrow(np.array([-1 if i is None else i for i in idx], dtype=np.int64), mask=np.array([i is None for i in idx],
-                                                                                                dtype=bool))
+    idx = RA.launch_index(R.column(launches, "rank", fill=0), R.column(launches, "launch", fill=0), table)
+    take = R.arrow(idx, mask=idx < 0)
     n = table.num_rows
     return (table.append_column("step", launches.column("step").take(take))
             .append_column("layer", launches.column("layer").take(take))
