@@ -177,13 +177,17 @@ class Launches:
     def __init__(self, table: pa.Table | None = None):
         self.table, self.con = table, None
 
+    def table_of(self, make_table) -> pa.Table:
+        """The table, ``make_table()`` read on first use and kept."""
+        if self.table is None:
+            self.table = make_table()
+        return self.table
+
     def query(self, make_table, query: str) -> pa.Table:
-        """``query`` over the table (``make_table()`` reads it on first use)."""
+        """``query`` over the table (``table_of(make_table)``)."""
         if self.con is None:
-            if self.table is None:
-                self.table = make_table()
             self.con = duckdb.connect()
-            self.con.register("launches", self.table)
+            self.con.register("launches", self.table_of(make_table))
         return self.con.sql(query).to_arrow_table()
 
 
@@ -217,9 +221,7 @@ class RunSource:
         from timeline.run import report
 
         with self.lock, self.named():
-            if self.launches.table is None:
-                self.launches.table = self.run.launches()
-            return report.launch_times(self.launches.table)
+            return report.launch_times(self.launches.table_of(self.run.launches))
 
     @contextlib.contextmanager
     def named(self):
