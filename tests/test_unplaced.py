@@ -58,7 +58,7 @@ def unplaced_traces(draw, worlds=(1, 2)):
                     kind = "unplaced" if first else draw(st.sampled_from(["placed", "unplaced", "unwritten"]))
                     if launch == 0 and s == 0 and task == 1:
                         kind = "placed"
-                    first = False
+                    lead, first = first, False
                     if kind == "unwritten":
                         continue
                     start = t + draw(st.integers(0, 60))
@@ -66,7 +66,7 @@ def unplaced_traces(draw, worlds=(1, 2)):
                     ticks = list(np.cumsum([start, *steps]))
                     if draw(st.booleans()):
                         ticks[draw(st.integers(1, P - 2))] = 0  # a missing phase: its _ns null
-                    mark = draw(st.sampled_from([0, start + 1]))
+                    mark = 0 if lead else draw(st.sampled_from([0, start + 1]))  # the lead's unwritten: flag_ns has a null
                     put(buf, sp, stage=stage, task=task, launch=launch, ticks=[*ticks, mark], cta=task,
                         placement=0 if kind == "unplaced" else None)
         traces.append(collect(buf, sp))
