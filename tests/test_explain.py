@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from bufkit import empty, put
 from timeline import collect, load, merge
 from timeline.analysis import explain as X
+from timeline.analysis import launches as LA
 from timeline.analysis import explain_report as XR
 from timeline.contract import graph as G
 from timeline.contract import schema as S
@@ -61,7 +62,7 @@ def on_path(la):
 def test_a_delay_on_the_critical_path():
     trace = build(SPEC, on_path)
     e = explained(trace)
-    assert (e.kernel_ns, e.typical_ns, e.noise_ns) == (810, 310.0, X.NOISE_FLOOR_NS)  # 100..181 vs 100..131 ticks
+    assert (e.kernel_ns, e.typical_ns, e.noise_ns) == (810, 310.0, LA.NOISE_FLOOR_NS)  # 100..181 vs 100..131 ticks
     first = X.significant(e)[0]
     assert names(trace, first) == (0, "a", 1, 1, "compute") and first.scope == "task"
     assert (first.measured_ns, first.typical_ns, first.saving_ns) == (680, 180, 500)  # the saving: all of it
@@ -262,7 +263,7 @@ def injected(injections, launch):
     tr = SG.graph_trace(FFN, seed=4, inject=injections)
     clean = clean_kernel_ns()
     measured = float(X.kernel_times(tr)[1][launch] - clean[launch])
-    return tr, X.explain_launch(tr, launch, X.typical(tr), own=True), measured, X.noise_ns(np.delete(clean, launch))
+    return tr, X.explain_launch(tr, launch, X.typical(tr), own=True), measured, LA.noise_ns(np.delete(clean, launch))
 
 
 @settings(max_examples=25, deadline=None)

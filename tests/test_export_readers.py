@@ -131,7 +131,7 @@ def test_perfetto_protobuf_is_exact_in_the_trace_processor(case):
     trace, _, pftrace = case
     num = XC.numbering(trace)
     pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
-    names = {(int(p), int(t)): (XC.process_name(int(r), int(la), trace.synthetic),
+    names = {(int(p), int(t)): (XC.process_name(trace, int(r), int(la)),
                                 XC.thread_name(int(c), int(w), int(k)))
              for p, t, r, la, c, w, k in zip(pid, tid, rank, launch, cta, wave, lane)}
     want = {names[key]: evs for key, evs in RD.expected(trace, instants=False).items()}
@@ -177,7 +177,7 @@ def test_critical_path_hand_offs_are_flows_in_the_trace_processor(fmt, tmp_path)
         rank, launch, cta, wave = track
         if fmt == "chrome":
             return f"{num.pid(rank, launch)}:{num.tid(cta, wave)}"
-        return f"{XC.process_name(rank, launch, trace.synthetic)}:{XC.thread_name(cta, wave)}"
+        return f"{XC.process_name(trace, rank, launch)}:{XC.thread_name(cta, wave)}"
 
     assert [(r["out_at"], r["in_at"]) for r in got] == [(at(f.src), at(f.dst)) for f in want]
     assert all(int(r["out_ts"]) <= int(r["in_ts"]) for r in got)

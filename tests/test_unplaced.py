@@ -360,7 +360,7 @@ def test_perfetto_with_unplaced_rows_is_exact_in_the_trace_processor(reader_case
     trace, _, pftrace = reader_case
     num = XC.numbering(trace)
     names = _tracks_by_name(trace, num)
-    pnames = {(int(num.pid(r, la))): XC.process_name(r, la, trace.synthetic) for r in trace.ranks for la in trace.launches}
+    pnames = {(int(num.pid(r, la))): XC.process_name(trace, r, la) for r in trace.ranks for la in trace.launches}
     want = {(pnames[k[0]], names[k]): v for k, v in RD.expected(trace, instants=False).items()}
     got = {k: v for k, v in RD.perfetto_track_view(pftrace).items() if k[1] != "stage breakdown"
            and k[0] != "stage breakdown"}

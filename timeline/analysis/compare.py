@@ -119,3 +119,39 @@ def compare_table(ra, rb) -> list:
                 row[k] = None if math.isnan(v) else round(v, 3)
         out.append(row)
     return out
+
+
+def rank_deltas(rows_a: pa.Table, rows_b: pa.Table) -> dict:
+    """Per stage in both: ``(rank, Δ span µs)`` of the rank whose span moved most (by
+    absolute value), each (rank, stage)'s span the median over its launches, from two
+    per-(rank, launch, stage) stage reports: what a median over all (rank, launch)
+    pairs hides (one slow rank of eight)."""
+    def per(rows):
+        out: dict = {}
+        for r, s, v in zip(rows.column("rank").to_pylist(), rows.column("stage").to_pylist(),
+                           rows.column("span_us").to_pylist()):
+            if v is not None and v == v:
+                out.setdefault((r, s), []).append(v)
+        return {k: float(np.median(v)) for k, v in out.items()}
+
+    a, b = per(rows_a), per(rows_b)
+    best: dict = {}
+    for (r, s) in a.keys() & b.keys():
+        d = b[(r, s)] - a[(r, s)]
+        if s not in best or abs(d) > abs(best[s][1]) or (abs(d) == abs(best[s][1]) and r < best[s][0]):
+            best[s] = (r, d)
+    return best
+
+
+def compare_rows(rows_a: pa.Table, rows_b: pa.Table) -> list:
+    """``compare_table`` of the typical launch of two per-(rank, launch, stage) stage
+    reports, each row with ``rank`` and ``rank Δ span_us``: the rank whose span moved
+    most (``rank_deltas``)."""
+    keep = [c for c in rows_a.column_names if c not in ("key", "step", "layer", "capture", "append")]
+    out = compare_table(median_per_stage(rows_a.select(keep)),
+                        median_per_stage(rows_b.select([c for c in keep if c in rows_b.column_names])))
+    moved = rank_deltas(rows_a, rows_b)
+    for row in out:
+        r, d = moved.get(row["stage"], (None, None))
+        row["rank"], row["rank Δ span_us"] = r, None if d is None else round(d, 3)
+    return out

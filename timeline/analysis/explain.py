@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from timeline.analysis import edges as E
+from timeline.analysis import launches as LA
 from timeline.analysis import producers as PD
 from timeline.contract.graph import hands_off
 from timeline.core import grouped as GR
@@ -38,9 +39,7 @@ from timeline.core import rows as R
 from timeline.analysis import whatif as W
 from timeline.analysis import AnalysisError
 
-SCHEMA = "timeline.explain/1"
-NOISE_FLOOR_NS = 100.0  # below this a launch-to-launch spread is the clock's step, not noise
-NOISE_MADS = 3.0  # a launch is slow beyond this many robust standard deviations of the kernel time
+SCHEMA = "timeline.explain/2"
 CANDIDATES = 6  # candidate culprits checked by a replay each
 SCOPES = ("task", "cta", "rank-stage", "stage")
 
@@ -64,21 +63,14 @@ class Typical(NamedTuple):
 
 
 def kernel_times(trace) -> tuple:
-    """``(launches, kernel ns)``: per launch, its last end minus its first start over every rank."""
-    t = trace.tasks
-    start, end = R.extent(R.phase_matrix(t, trace.phases))
-    ok = end >= start
-    gid, n, (launch,) = GR.group_ids(R.column(t, "launch").astype(np.int64)[ok])
-    lo, hi = GR.group_min_max(gid, n, start[ok], end[ok])
-    return launch, (hi - lo).astype(np.int64)
+    """``(launches, kernel ns)`` of a trace's launches: ``timeline.analysis.launches``'
+    kernel time (the one definition), keyed by the trace's launch numbers."""
+    t = LA.launch_times(LA.rank_rows(trace))
+    ok = R.numpy(t.column("kernel_ns").is_valid())
+    return (R.numpy(t.column("trace_launch")).astype(np.int64)[ok],
+            R.numpy(R.filled(t.column("kernel_ns"), 0)).astype(np.int64)[ok])
 
 
-def noise_ns(kernel_ns) -> float:
-    """The launch-to-launch noise: ``NOISE_MADS`` robust standard deviations (1.4826
-    MAD) of the kernel times, at least ``NOISE_FLOOR_NS``."""
-    k = np.asarray(kernel_ns, dtype=np.float64)
-    mad = float(np.median(np.abs(k - np.median(k)))) if k.size else 0.0
-    return max(NOISE_MADS * 1.4826 * mad, NOISE_FLOOR_NS)
 
 
 def _durations(trace, m: E.Tasks) -> np.ndarray:
@@ -159,10 +151,18 @@ class Culprit(NamedTuple):
     typical_ns: float
     saving_ns: float = 0.0
     cells: tuple = ()
+    on_path_ns: float = 0.0  # its excess in cells on the launch's critical path
 
     @property
     def excess_ns(self) -> float:
         return self.measured_ns - self.typical_ns
+
+    @property
+    def per_task(self) -> tuple:
+        """``(measured, typical, excess)`` ns a task: the sums over its cells, divided
+        by its task count (a culprit of 192 tasks is not 192 times slower)."""
+        n = max(int(self.tasks.size), 1)
+        return self.measured_ns / n, self.typical_ns / n, self.excess_ns / n
 
 
 class Explained(NamedTuple):
@@ -182,6 +182,14 @@ class Explained(NamedTuple):
     gating: list
     tasks: E.Tasks
     exact: bool
+    graph: E.Graph | None = None  # the launch's gating edges (None without a task graph)
+    chain: list = ()  # its critical path (``edges.chain``)
+
+    @property
+    def slow(self) -> bool:
+        """Whether the launch is slower than typical by more than the noise: only then
+        can a culprit be significant."""
+        return self.kernel_ns - self.typical_ns > self.noise_ns
 
 
 def _excess(trace, g: E.Graph, rec: np.ndarray, typ_dur: np.ndarray) -> np.ndarray:
@@ -282,22 +290,28 @@ def _saving(trace, g, plan, base_end: float, fixes) -> float:
     return base_end - float(r.simulated[:, -1].max())
 
 
-def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Explained:
-    """``launch`` of ``trace`` against ``typ`` (see the module docstring); ``own``:
-    ``typ`` is of this trace's launches, so the noise leaves ``launch`` out."""
+def explain_launch(trace, launch: int, typ: Typical, *, kernel_ns: float | None = None,
+                   typical_ns: float | None = None, noise: float | None = None, own: bool = False) -> Explained:
+    """``launch`` of ``trace`` against ``typ`` (see the module docstring). ``kernel_ns``,
+    ``typical_ns`` and ``noise``: the launch's kernel time, the typical one and the noise
+    as the caller's launches table has them (``timeline.analysis.launches``: one
+    definition for every command); by default from this trace and ``typ`` (``own``:
+    ``typ`` is of this trace's launches, so the noise leaves ``launch`` out)."""
     if launch not in trace.launches:
         raise ExplainError(f"launch {launch} is not in the trace; its launches are {R.brief(trace.launches)}")
     one = trace.filter(launches=[launch])
-    kernel = int(kernel_times(one)[1][0])
-    others = typ.kernel_ns
-    if own and typ.kernel_launches is not None and (typ.kernel_launches != launch).sum() >= 2:
-        others = typ.kernel_ns[typ.kernel_launches != launch]
-    noise = noise_ns(others)
+    kernel = int(kernel_ns if kernel_ns is not None else kernel_times(one)[1][0])
+    if noise is None:
+        others = typ.kernel_ns
+        if own and typ.kernel_launches is not None and (typ.kernel_launches != launch).sum() >= 2:
+            others = typ.kernel_ns[typ.kernel_launches != launch]
+        noise = LA.noise_ns(others)
+    typical = float(typical_ns if typical_ns is not None else np.median(typ.kernel_ns))
     if not trace.spec.wait:
         raise ExplainError(f"spec {trace.spec.kernel!r} declares no wait for producers (Spec(wait=...)): explain "
                            "cannot tell a task's own time from its wait; declare it and re-export")
     if not trace.spec.graph:
-        return _heuristic(one, launch, typ, kernel, noise)
+        return _heuristic(one, launch, typ, kernel, typical, noise)
     g = E.edges(one)
     plan = W.plan(one, g)
     r = W.replay(one, (), g, plan_=plan)
@@ -311,7 +325,7 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
     fid = W.Fidelity(float(np.abs(r.simulated[:, -1] - r.recorded[:, -1]).max()),
                      abs(float(r.simulated[:, -1].max()) - float(r.recorded[:, -1].max())))
     base_end = float(r.simulated[:, -1].max())
-    floor = max(noise / 4, 3 * 1.4826 * float(np.median(np.abs(ex))), NOISE_FLOOR_NS / 2)
+    floor = max(noise / 4, 3 * 1.4826 * float(np.median(np.abs(ex))), LA.NOISE_FLOOR_NS / 2)
     wait = one.phases.index(one.spec.wait[0])
     cands = _candidates(m, ex, floor, on_path, wait)[:CANDIDATES]
     dur = np.diff(rec, axis=1).astype(np.float64)
@@ -323,13 +337,15 @@ def explain_launch(trace, launch: int, typ: Typical, *, own: bool = False) -> Ex
             continue
         measured = sum(float(dur[i, k].sum()) for k, i in cells)
         culprits.append(Culprit(scope, rank, s, task, cta, j, idx, measured, measured - fix,
-                                _saving(one, g, plan, base_end, fixes), cells))
+                                _saving(one, g, plan, base_end, fixes), cells,
+                                sum(float(f[on_path[i]].sum()) for i, _, f in fixes)))
     big = [c for c in culprits if c.excess_ns > noise / 2]  # those that could matter, fixed together
     together = _saving(one, g, plan, base_end, [f for c in big for f in _fixes(c.cells, ex)]) if len(big) > 1 \
         else max([c.saving_ns for c in culprits], default=0.0)
     culprits = _ranked(culprits, noise, together)
-    return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, together,
-                     _path_cells(g, chain, ex, wait), fid, [_gating_edge(g, chain, c) for c in culprits], m, True)
+    return Explained(launch, kernel, typical, noise, culprits, together,
+                     _path_cells(g, chain, ex, wait), fid, [_gating_edge(g, chain, c) for c in culprits], m, True,
+                     g, chain)
 
 
 def _ranked(culprits: list, noise: float, together: float) -> list:
@@ -348,7 +364,10 @@ def _ranked(culprits: list, noise: float, together: float) -> list:
 
 def significant(e: Explained) -> list:
     """The culprits whose saving exceeds the noise: alone, or else together, those
-    with an excess over half the noise (parallel culprits, each hiding the other)."""
+    with an excess over half the noise (parallel culprits, each hiding the other);
+    none where the launch itself is within the noise of typical (``Explained.slow``)."""
+    if not e.slow:
+        return []
     if e.culprits and e.culprits[0].saving_ns > e.noise_ns:
         return [c for c in e.culprits if c.saving_ns > e.noise_ns]
     if e.together_ns > e.noise_ns:
@@ -382,7 +401,7 @@ def _gating_edge(g: E.Graph, chain: list, c: Culprit):
     return None if hit is None else (hit[0], hit[1], hit[2].label)
 
 
-def _heuristic(one, launch: int, typ: Typical, kernel: int, noise: float) -> Explained:
+def _heuristic(one, launch: int, typ: Typical, kernel: int, typical: float, noise: float) -> Explained:
     """Without a task graph: the excess cells of every task, those on the heuristic
     critical path (``timeline.critical``, per rank) first; no saving (no replay)."""
     from timeline.analysis import critical
@@ -396,15 +415,15 @@ def _heuristic(one, launch: int, typ: Typical, kernel: int, noise: float) -> Exp
         stage = np.array([one.spec.stage_index(s) for s in p.column("stage").to_pylist()], dtype=np.int64)
         task = R.numpy(p.column("task")).astype(np.int64)
         on_path |= (m.rank == r) & np.isin(m.stage * (1 << 32) + m.task, stage * (1 << 32) + task)
-    floor = max(noise / 4, NOISE_FLOOR_NS / 2)
+    floor = max(noise / 4, LA.NOISE_FLOOR_NS / 2)
     cands = _candidates(m, ex, floor, on_path, one.phases.index(one.spec.wait[0]))[:CANDIDATES]
     culprits = []
     for sc, r, s, t, c, j, idx, cells in cands:
         measured = sum(float(dur[i, k].sum()) for k, i in cells)
         excess = sum(float(ex[i, k].sum()) for k, i in cells)
-        culprits.append(Culprit(sc, r, s, t, c, j, idx, measured, measured - excess, 0.0, cells))
-    return Explained(launch, kernel, float(np.median(typ.kernel_ns)), noise, culprits, 0.0, [], None,
-                     [None] * len(culprits), m, False)
+        culprits.append(Culprit(sc, r, s, t, c, j, idx, measured, measured - excess, 0.0, cells,
+                                sum(float(ex[i[on_path[i]], k].sum()) for k, i in cells)))
+    return Explained(launch, kernel, typical, noise, culprits, 0.0, [], None, [None] * len(culprits), m, False)
 
 
 def allreduce_skew(trace) -> list:

@@ -1,14 +1,17 @@
-"""A regression gate for CI: is trace B slower than trace A by more than a threshold,
-beyond the launch-to-launch noise? (``timeline compare A B --fail-over 5%``)
+"""The regression gate for CI: is B slower than A by more than a threshold, beyond the
+launch-to-launch noise? (``timeline compare A B --fail-over 5%``, on any pair of trace
+files and runs.)
 
-Each trace gives a distribution over its launches: the kernel time (first start to
-last end over the ranks) or one stage's span, per launch. B regressed when the
-median moved up by more than the threshold (a fraction of A's median) *and* by more
-than ``SIGMAS`` standard errors of the difference of the medians (each median's
-standard error from its robust spread, 1.2533 * 1.4826 MAD / sqrt(n)): a change the
-noise could make does not fail the gate. Fewer than ``MIN_LAUNCHES`` launches on a
-side: too few to tell, said as such.
-"""
+The metric is per launch on each side: the kernel time (``timeline.analysis.launches``'
+one definition), or with a stage, that stage's span on each rank. B regressed when the
+median moved up by more than the threshold (a fraction of A's median) **and** by more
+than the launch-to-launch noise of either side (``launches.noise_ns``, the larger):
+the rule ``explain B --baseline A`` calls a significant difference. A stage is gated
+per rank (its span on that rank over the launches), so one slow rank fails it. Fewer
+than ``MIN_LAUNCHES`` launches on a side, or sides that do not compare: UNDECIDED,
+with the reason. The culprit a FAIL names is the caller's (``explain``'s first
+significant culprit of B's typical launch against A); the gate itself names the
+(rank, stage) whose median span rose most."""
 
 from __future__ import annotations
 
@@ -16,13 +19,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from timeline.analysis import launches as LA
 from timeline.errors import TimelineError
-from timeline.analysis import explain as X
-from timeline.core import grouped as GR
-from timeline.core import rows as R
 
 MIN_LAUNCHES = 3
-SIGMAS = 3.0
+PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
 
 
 class GateError(TimelineError):
@@ -30,88 +31,129 @@ class GateError(TimelineError):
 
 
 class Verdict(NamedTuple):
-    """The gate's answer: ``failed`` (B regressed), ``decided`` (enough launches),
-    the metric, A's and B's medians (ns), the change as a fraction of A's, its
-    standard error (ns), the stage that regressed most and by how much (ns), and the
-    one-line ``line``."""
+    """The gate's answer: ``outcome`` (``PASS``, ``FAIL``, ``UNDECIDED``), the metric,
+    A's and B's medians (ns), the change as a fraction of A's, the noise (ns), the
+    (rank, stage) that regressed most and by how much (ns), and the one-line ``line``."""
 
-    failed: bool
-    decided: bool
+    outcome: str
     metric: str
     a_ns: float
     b_ns: float
     change: float
-    se_ns: float
+    noise_ns: float
+    worst_rank: int | None
     worst_stage: str
     worst_ns: float
     line: str
 
+    @property
+    def failed(self) -> bool:
+        return self.outcome == FAIL
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != UNDECIDED
+
 
 def parse_threshold(text: str) -> float:
     """``"5%"`` or ``"0.05"`` as the fraction 0.05; a ``GateError`` for anything else."""
-    t = text.strip()
+    t = str(text).strip()
     try:
         v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         v = float("nan")
-    if not np.isfinite(v) or v < 0:
-        raise GateError(f"--fail-over {text!r}: give a percentage (5%) or a fraction (0.05), at least 0")
+    if not np.isfinite(v) or v < 0 or v > 100:
+        raise GateError(f"--fail-over {text!r}: give a percentage (5%) or a fraction (0.05), from 0 to 100")
     return v
 
 
-def stage_spans(trace) -> dict:
-    """Per stage name: its span (first start to last end over the ranks) per launch, ns."""
-    t = trace.tasks
-    start, end = R.extent(R.phase_matrix(t, trace.phases))
-    ok = end >= start
-    stage = R.column(t, "stage_index").astype(np.int64)[ok]
-    gid, n, (launch, st) = GR.group_ids(R.column(t, "launch").astype(np.int64)[ok], stage)
-    lo, hi = GR.group_min_max(gid, n, start[ok], end[ok])
-    names = trace.spec.stage_names
-    return {names[s]: (hi - lo)[st == s].astype(np.float64) for s in np.unique(st)}
+def rank_stage_spans(rows) -> dict:
+    """``{(rank, stage): span ns per launch}`` of per-(rank, launch, stage) stage report
+    rows (``span_us``; null spans left out)."""
+    out: dict = {}
+    for r, s, v in zip(rows.column("rank").to_pylist(), rows.column("stage").to_pylist(),
+                       rows.column("span_us").to_pylist()):
+        if v is not None and v == v:
+            out.setdefault((int(r), s), []).append(float(v) * 1e3)
+    return {k: np.array(v) for k, v in out.items()}
 
 
-def _se(v: np.ndarray) -> float:
-    """The standard error of the median of ``v`` from its robust spread."""
-    mad = float(np.median(np.abs(v - np.median(v))))
-    return 1.2533 * 1.4826 * mad / np.sqrt(v.size)
+def worst(spans_a: dict, spans_b: dict, stage: str | None = None) -> tuple:
+    """``(rank, stage, ns)``: the (rank, stage) of both whose median span rose most
+    (of ``stage`` alone where given); ``(None, "", 0)`` when none rose."""
+    best = (None, "", 0.0)
+    for k in spans_a.keys() & spans_b.keys():
+        if stage is not None and k[1] != stage:
+            continue
+        d = float(np.median(spans_b[k]) - np.median(spans_a[k]))
+        if d > best[2]:
+            best = (k[0], k[1], d)
+    return best
 
 
-def gate(a, b, threshold: float, *, stage: str | None = None) -> Verdict:
-    """Trace ``b`` against ``a`` (see the module docstring): the kernel time, or ``stage``'s span."""
-    sa, sb = stage_spans(a), stage_spans(b)
-    if stage is not None:
-        if stage not in sa or stage not in sb:
-            raise GateError(f"--stage {stage!r}: not a stage of both traces; A has {list(sa)}, B {list(sb)}")
-        va, vb, metric = sa[stage], sb[stage], f"stage {stage} span"
-    else:
-        va, vb = (X.kernel_times(t)[1].astype(np.float64) for t in (a, b))
-        metric = "kernel time"
-    worst, worst_ns = "", 0.0
-    for name in [s for s in sa if s in sb]:
-        d = float(np.median(sb[name]) - np.median(sa[name]))
-        if d > worst_ns:
-            worst, worst_ns = name, d
-    if stage is not None:
-        worst, worst_ns = stage, float(np.median(vb) - np.median(va))
+def judge(va, vb, threshold: float, metric: str, why_not: list = ()) -> tuple:
+    """``(outcome, a median, b median, change, noise, reason)`` of one metric's per-launch
+    values on each side (the module docstring's rule)."""
+    va, vb = (np.asarray(v, dtype=np.float64) for v in (va, vb))
+    va, vb = va[~np.isnan(va)], vb[~np.isnan(vb)]
+    ma = float(np.median(va)) if va.size else np.nan
+    mb = float(np.median(vb)) if vb.size else np.nan
+    if why_not:
+        return UNDECIDED, ma, mb, np.nan, np.nan, "the sides do not compare: " + "; ".join(why_not)
     if min(va.size, vb.size) < MIN_LAUNCHES:
-        line = (f"UNDECIDED: {metric}: too few launches to tell (A {va.size}, B {vb.size}; the gate needs "
-                f"{MIN_LAUNCHES} on each side to see the noise)")
-        return Verdict(False, False, metric, float(np.median(va)) if va.size else np.nan,
-                       float(np.median(vb)) if vb.size else np.nan, np.nan, np.nan, worst, worst_ns, line)
-    ma, mb = float(np.median(va)), float(np.median(vb))
+        return (UNDECIDED, ma, mb, np.nan, np.nan, f"{metric}: too few launches to tell (A {va.size}, B {vb.size}; "
+                f"the gate needs {MIN_LAUNCHES} on each side to see the noise)")
+    noise = max(LA.noise_ns(va), LA.noise_ns(vb))
     change = (mb - ma) / ma if ma else np.inf
-    se = float(np.hypot(_se(va), _se(vb)))
-    failed = change > threshold and (mb - ma) > SIGMAS * se
-    where = f"; stage {worst} regressed most, {worst_ns / 1e3:+.3f} µs" if worst and worst_ns > 0 else ""
-    noise = f"± {SIGMAS:g} SE {SIGMAS * se / 1e3:.3f} µs over {va.size} / {vb.size} launches"
-    if failed:
-        line = (f"FAIL: {metric} regressed {change:+.1%} ({ma / 1e3:.3f} -> {mb / 1e3:.3f} µs, median), over the "
-                f"{threshold:.1%} gate and beyond the noise ({noise}){where}")
-    elif change > threshold:
-        line = (f"PASS: {metric} {change:+.1%} ({ma / 1e3:.3f} -> {mb / 1e3:.3f} µs) is over the {threshold:.1%} "
-                f"gate but within the noise ({noise}): cannot tell it from chance{where}")
+    failed = change > threshold and (mb - ma) > noise
+    return (FAIL if failed else PASS), ma, mb, change, noise, ""
+
+
+def gate(kernel_a, kernel_b, spans_a: dict, spans_b: dict, threshold: float, *, stage: str | None = None,
+         why_not: list = ()) -> Verdict:
+    """B against A: the kernel time per launch (``kernel_*``), or with ``stage`` that
+    stage's span on each rank (``spans_*``: ``rank_stage_spans``); ``why_not``: the
+    reasons the sides do not compare (``sides.comparability``)."""
+    if stage is not None:
+        have = {s for _, s in spans_a} & {s for _, s in spans_b}
+        if stage not in have:
+            raise GateError(f"--stage {stage!r}: not a stage of both; A has {sorted({s for _, s in spans_a})}, "
+                            f"B {sorted({s for _, s in spans_b})}")
+        results = []
+        for rank in sorted({r for r, s in spans_a if s == stage} & {r for r, s in spans_b if s == stage}):
+            out = judge(spans_a[(rank, stage)], spans_b[(rank, stage)], threshold,
+                        f"stage {stage} span on rank {rank}", why_not)
+            results.append((rank, out))
+        failed = [(r, o) for r, o in results if o[0] == FAIL]
+        undecided = [(r, o) for r, o in results if o[0] == UNDECIDED]
+        pick = max(failed, key=lambda x: x[1][2] - x[1][1]) if failed else \
+            (undecided[0] if undecided else max(results, key=lambda x: x[1][2] - x[1][1]))
+        rank, (outcome, ma, mb, change, noise, why) = pick
+        metric = f"stage {stage} span" + (f" on rank {rank}" if len(results) > 1 else "")
+        w = (rank, stage, mb - ma)
     else:
-        line = (f"PASS: {metric} {change:+.1%} ({ma / 1e3:.3f} -> {mb / 1e3:.3f} µs, median), within the "
-                f"{threshold:.1%} gate ({noise})")
-    return Verdict(failed, True, metric, ma, mb, change, se, worst, worst_ns, line)
+        outcome, ma, mb, change, noise, why = judge(kernel_a, kernel_b, threshold, "kernel time", why_not)
+        metric = "kernel time"
+        w = worst(spans_a, spans_b)
+    return Verdict(outcome, metric, ma, mb, change, noise, w[0], w[1], float(w[2]),
+                   _line(outcome, metric, ma, mb, change, noise, threshold, why, w))
+
+
+def _line(outcome, metric, ma, mb, change, noise, threshold, why, w) -> str:
+    """The gate's one line."""
+    if outcome == UNDECIDED:
+        return f"UNDECIDED: {why}"
+    moved = f"{ma / 1e3:.3f} -> {mb / 1e3:.3f} µs, median"
+    where = (f"; rank {w[0]} {w[1]} rose most, {w[2] / 1e3:+.3f} µs" if w[1] and w[2] > 0 and w[0] is not None
+             else "")
+    if outcome == FAIL:
+        return (f"FAIL: {metric} regressed {change:+.1%} ({moved}), over the {threshold:.1%} gate and beyond the "
+                f"launch-to-launch noise {noise / 1e3:.3f} µs{where}")
+    if change > threshold:
+        return (f"PASS: {metric} {change:+.1%} ({moved}) is over the {threshold:.1%} gate but within the "
+                f"launch-to-launch noise {noise / 1e3:.3f} µs: cannot tell it from chance{where}")
+    return (f"PASS: {metric} {change:+.1%} ({moved}), within the {threshold:.1%} gate (noise {noise / 1e3:.3f} µs)")
+
+
+__all__ = ["FAIL", "GateError", "MIN_LAUNCHES", "PASS", "UNDECIDED", "Verdict", "gate", "judge", "parse_threshold",
+           "rank_stage_spans", "worst"]

@@ -34,3 +34,47 @@ def str_list(text: str) -> list:
     if not out:
         raise argparse.ArgumentTypeError(f"{text!r} names nothing")
     return out
+
+
+def launch_keys(text: str) -> list:
+    """``--launch``'s value: ``[LaunchKey]`` (``timeline.core.launchkey.parse_keys``:
+    ``STEP:LAYER``, ``CAPTURE:SLOT`` or ``N``, comma-separated, numbers as ranges)."""
+    from timeline.core.launchkey import LaunchKeyError, parse_keys
+
+    try:
+        return parse_keys(text)
+    except LaunchKeyError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--launch {text!r}: ") or str(e)) from None
+
+
+def integer(low: int = 0, high: int = 1 << 62):
+    """An argparse type: an integer in ``[low, high]``, named in its error."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text.strip())
+        except (ValueError, AttributeError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"{v} is out of range: give an integer from {low:,} to {high:,}")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def number(low: float = 0.0, high: float = 1e18, *, open_low: bool = False):
+    """An argparse type: a finite number in ``[low, high]`` (``(low, high]`` with ``open_low``)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text.strip())
+        except (ValueError, AttributeError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if v != v or v in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if v < low or (open_low and v == low) or v > high:
+            lo = f"above {low:g}" if open_low else f"from {low:g}"
+            raise argparse.ArgumentTypeError(f"{v:g} is out of range: give a number {lo} to {high:g}")
+        return v
+
+    parse.__name__ = "number"
+    return parse

@@ -1,7 +1,7 @@
 """The ``timeline`` commands of the task graph: ``set-graph`` (attach a graph to a
-trace), ``edges`` (which producer held each task, per stage, and the edges table),
-and the exact critical path that ``summary --critical-path`` prints when a trace
-has a graph."""
+trace), ``edges`` (which producer held each task, per launch and stage, and the
+edges table) and ``whatif`` (the replay with changed phase times), of a trace file
+or a run alike."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from timeline.contract import schema as S
-from timeline.cli.common import UsageError, load_trace, out_dir_exists, title, trace_out
-from timeline.analysis.critical import path_us
+from timeline.cli.common import UsageError, load_trace, out_dir_exists, trace_out
 from timeline.cli.textout import json_rows, format_table
 
 
@@ -89,28 +88,47 @@ def cmd_set_graph(args) -> int:
 
 
 def cmd_edges(args) -> int:
-    from timeline.analysis import edges as E
+    """``timeline edges SRC``: per selected launch and stage, what held each task's wait
+    (a map over the launches, a run's on its engine); ``-o`` every edge of the selection."""
+    import pyarrow as pa
 
-    trace = load_trace(args.trace)
-    g = E.edges(trace)
-    table = E.edges_per_stage(trace, g)
+    from timeline.analysis import edges as E
+    from timeline.cli.source import open_source
+
+    src = open_source(args.trace, args)
+    sel = src.select(args)
     if args.output:
         out = Path(args.output)
         out_dir_exists(out)
-        _write_table(E.edges_table(trace, g), out)
+        trace = src.trace(sel)
+        g = E.edges(trace)
+        keys = trace.launch_keys
+        table = E.edges_table(trace, g)
+        if "launch" in table.column_names and table.num_rows:
+            at = table.schema.get_field_index("launch")
+            table = table.add_column(at + 1, "launch_key", pa.array(
+                [str(keys.get(int(x), x)) for x in table.column("launch").to_pylist()], pa.string()))
+        _write_table(table, out)
+    with _progress("edges", args, len(sel.keys)) as bar:
+        tables = src.map(sel, "edges", progress=bar)
+    table = pa.concat_tables(tables, promote_options="permissive")
     if args.json:
-        print(json.dumps({"kernel": trace.spec.kernel, "violations": int(g.violations.size), "missing": g.missing,
-                          "edges": g.edge_count, "rows": json_rows(table)}, ensure_ascii=False, indent=1))
+        print(json.dumps({**src.about(), "report": "edges", "rows": json_rows(table),
+                          "output": args.output}, ensure_ascii=False, indent=1, default=str))
         return 0
-    print(title(trace))
-    print(f"task graph: {g.edge_count:,} edges; what held each task's wait (its gating edge), per stage; "
-          f"slack = how much later the other producers could have ended (µs)\n")
-    print(format_table(table))
-    print(f"\ncausality violations: {g.violations.size} (a wait that ended before a producer was ready: a wrong "
-          f"graph, wrong declared wait or misaligned ranks); producers named but absent: {g.missing}")
+    print(src.head())
+    print("per launch and stage: what held each task's wait (its gating edge); slack = how much later the other "
+          "producers could have ended (µs)\n")
+    print(format_table(table.drop_columns([c for c in ("step", "layer", "capture", "slot") if c in table.column_names])))
     if args.output:
-        print(f"wrote {args.output}: the edges table")
+        print(f"\nwrote {args.output}: every edge of the selection (consumer, producer, kind, slack_ns, gating)")
     return 0
+
+
+def _progress(name: str, args, total):
+    from timeline.cli.textout import Progress
+
+    return Progress(name, total=total, enabled=not getattr(args, "quiet", False))
 
 
 def _write_table(table: pa.Table, out: Path) -> None:
@@ -123,56 +141,47 @@ def _write_table(table: pa.Table, out: Path) -> None:
             w.write_table(table)
 
 
-def print_exact_paths(trace, args, ranks, launches) -> int:
-    """``summary --critical-path`` of a trace with a graph: the exact path of each
-    selected launch (its last end on any rank, or on the selected ranks), its stages'
-    shares, µs from the path's first start."""
-    from timeline.analysis import edges as E
-    from timeline.analysis.critical import critical_path
-
-    g = E.edges(trace)
-    blocks = []
-    for launch in launches or trace.launches:
-        for r in (ranks or [None]):
-            path = critical_path(trace, launch=launch, rank=r, g=g)
-            if path.num_rows:
-                blocks.append((r, launch, path))
-    if args.json:
-        rows = [{"launch": la, **row} for _, la, p in blocks for row in json_rows(path_us(p))]
-        print(json.dumps({"kernel": trace.spec.kernel, "report": "critical_path", "exact": True,
-                          "violations": int(g.violations.size), "rows": rows}, ensure_ascii=False, indent=1))
-        return 0
-    print(title(trace))
-    for r, launch, path in blocks:
-        where = "any rank" if r is None else f"rank {r}"
-        print(f"\nlaunch {launch} (its last end on {where}): exact critical path along the task graph's gating "
-              "edges, µs from the path's first start")
-        print(format_table(path_us(path)))
-        print("\nper stage on the path:")
-        print(format_table(E.path_shares(path)))
-    print(f"\ncausality violations: {g.violations.size}")
-    return 0
-
-
 def cmd_whatif(args) -> int:
+    """``timeline whatif SRC``: each selected launch replayed with the changes: its
+    measured and predicted kernel time, beside the replay's fidelity."""
     from timeline.analysis import whatif as W
+    from timeline.cli.source import open_source
 
     changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
     if not changes:
         raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
-    trace = load_trace(args.trace)
-    p = W.predict(trace, changes)
+    src = open_source(args.trace, args)
+    sel = src.select(args)
+    stages = fid = None
+    if src.kind == "trace":  # one replay of the selection: its stages and fidelity too
+        trace = src.trace(sel)
+        p = W.predict(trace, changes)
+        keys = trace.launch_keys
+        launches = p.launches.set_column(0, "launch", pa.array([str(keys[int(x)]) for x in
+                                                                p.launches.column("launch").to_pylist()], pa.string()))
+        stages = p.stages.set_column(0, "launch", pa.array([str(keys[int(x)]) for x in
+                                                            p.stages.column("launch").to_pylist()], pa.string()))
+        fid = p.fidelity
+    else:
+        with _progress("whatif", args, len(sel.keys)) as bar:
+            launches = pa.concat_tables(src.map(sel, "whatif", {"changes": changes}, progress=bar),
+                                        promote_options="permissive")
+        launches = launches.drop_columns([c for c in ("step", "layer", "capture", "slot") if c in launches.column_names])
     if args.json:
-        print(json.dumps({"kernel": trace.spec.kernel, "changes": [c._asdict() for c in changes],
-                          "fidelity": p.fidelity._asdict(), "launches": p.launches.to_pylist(),
-                          "stages": p.stages.to_pylist()}, ensure_ascii=False, indent=1))
+        print(json.dumps({**src.about(), "changes": [c._asdict() for c in changes],
+                          "fidelity": fid._asdict() if fid else None, "launches": json_rows(launches),
+                          "stages": json_rows(stages) if stages is not None else None},
+                         ensure_ascii=False, indent=1))
         return 0
-    print(title(trace))
+    print(src.head())
     print("what if: " + ", ".join(f"{c.stage}{'.' + c.phase if c.phase else ''} x{c.factor:g}"
                                   + (f" {c.add_ns:+g} ns" if c.add_ns else "") for c in changes))
-    print(f"fidelity of the replay (no change): every task's end within {p.fidelity.task_end_ns:g} ns, every "
-          f"launch's within {p.fidelity.kernel_end_ns:g} ns\n")
-    print(format_table(p.launches))
+    if fid:
+        print(f"fidelity of the replay (no change): every task's end within {fid.task_end_ns:g} ns, every "
+              f"launch's within {fid.kernel_end_ns:g} ns")
     print()
-    print(format_table(p.stages))
+    print(format_table(launches))
+    if stages is not None:
+        print()
+        print(format_table(stages))
     return 0

@@ -17,7 +17,7 @@ import os
 import sys
 
 from timeline._version import __version__
-from timeline.cli.argtypes import int_list, str_list
+from timeline.cli.argtypes import int_list, integer, launch_keys, number, str_list
 from timeline.core.process import tune_process
 from timeline.errors import TimelineError
 
@@ -37,6 +37,14 @@ each command has its own --help with examples.
 
 
 # -- parser ------------------------------------------------------------------------------
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line: what is wrong, where, and
+    where the help is (not the usage block first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` says more)\n")
+
+
 def _sub(subs, name, func, help_, epilog):
     p = subs.add_parser(name, help=help_, description=help_, epilog=epilog,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,17 +57,32 @@ def _json_option(p) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
 
 
-def _selection_options(p, stages: bool = False) -> None:
-    """The options that pick a part of a trace (``commands`` reads them as ``args.rank``,
-    ``args.launch``, ``args.stage``)."""
+LAUNCH_HELP = ("only these launches: STEP:LAYER (from the slot headers), CAPTURE:SLOT (a run's launch without "
+               "one), or N (a trace file's launch number); comma-separated, N-M ranges (`timeline launches` lists them)")
+
+
+def _selection_options(p, stages: bool = False, engine: bool = False) -> None:
+    """The options that pick launches and ranks of a trace file or a run alike
+    (``timeline.cli.source.Source.select`` reads them: ``args.rank``, ``args.launch``,
+    ``args.step``, ``args.layer``, ``args.stage``); ``engine``: the per-launch map's engine."""
     p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
-    p.add_argument("--launch", type=int_list, metavar="L[,L..]", help="only these launches")
+    p.add_argument("--launch", type=launch_keys, metavar="KEY[,KEY..]", help=LAUNCH_HELP)
+    p.add_argument("--step", type=int_list, metavar="S[,S..]", help="only the launches of these steps (slot headers)")
+    p.add_argument("--layer", type=int_list, metavar="L[,L..]", help="only the launches of these layers (slot headers)")
     if stages:
         p.add_argument("--stage", type=str_list, metavar="NAME[,NAME..]", help="only these stages")
+    if engine:
+        p.add_argument("--engine", choices=("local", "dask"), default="local",
+                       help="(a run) per-launch analyses in this process (default) or on Dask")
+        p.add_argument("--scheduler", metavar="ADDRESS", help="(a run, --engine dask) a running scheduler, tcp://host:port")
+        p.add_argument("--workers", type=integer(1, 1024), metavar="N",
+                       help="(a run, --engine dask) LocalCluster workers (default 2)")
+    p.add_argument("--skip-damaged", action="store_true",
+                   help="(a run) leave out damaged parts, named on stderr, instead of stopping")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="timeline",
         description="Kernel timelines of persistent 'mono' kernels: stamp buffers -> Arrow "
                     "trace files -> stage reports and Chrome / Perfetto exports.",
@@ -79,15 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", required=True, metavar="SPEC.json", help="the build's spec (JSON)")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
     p.add_argument("--strict", action="store_true", help="fail on any anomaly instead of reporting it")
-    p.add_argument("--window-gap-ms", type=float, default=100.0, metavar="MS",
+    p.add_argument("--window-gap-ms", type=number(0.0, 1e9, open_low=True), default=100.0, metavar="MS",
                    help="stamps this far from the bulk of their launch are stale, dropped (default 100)")
-    p.add_argument("--rank", type=int, help="override the spec's rank (one spec JSON for all ranks)")
+    p.add_argument("--rank", type=integer(0, 32767), help="override the spec's rank (one spec JSON for all ranks)")
     p.add_argument("--synthetic", action="store_true", help="label the trace synthetic (not from a GPU)")
     p.add_argument("--edges", metavar="EDGES.csv",
                    help="this capture's listed task-graph edges (MoE routing): a CSV with the header "
                         "stage,task,producer_stage,producer_task[,launch] (docs/GRAPH.md)")
 
-    p = _sub(subs, "summary", "cmd_summary", "print the stage report of a trace",
+    p = _sub(subs, "summary", "timeline.cli.summary_commands:cmd_summary", "print the stage report of a trace or run",
              "examples:\n"
              "  timeline summary run.arrow                 # per stage, a typical launch\n"
              "  timeline summary run.arrow --union         # per stage over all ranks and launches as one\n"
@@ -95,7 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
              "  timeline summary run.arrow --idle          # idle time per CTA\n"
              "  timeline summary run.arrow --critical-path --rank 0 --launch 0\n"
              "  timeline summary run.arrow --legacy --rank 0 --launch 1\n"
-             "  timeline summary run.arrow --json > report.json\n\n"
+             "  timeline summary run.arrow --json > report.json\n"
+             "  timeline summary RUN --step 3                 # a run: per stage p50/p90/p99 over its launches\n"
+             "  timeline summary RUN --p99                    # the p99 launch against the p50 one\n"
+             "  timeline summary RUN --critical-path --launch 4:3 --engine dask\n\n"
              "Times are µs from the earliest start of the scope. --legacy prints the mono kernels'\n"
              "own host report (first start, median hint, last end, median hint wait / staging /\n"
              "compute / epilogue) for each rank and launch selected.")
@@ -107,18 +133,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--union", action="store_true", help="all launches as one scope (default: a typical launch)")
     p.add_argument("--idle", action="store_true", help="idle time per CTA, the idlest first")
     p.add_argument("--critical-path", action="store_true", help="each launch's critical path (exact along the task graph's gating edges when the trace has one, else a heuristic)")
+    p.add_argument("--p99", action="store_true",
+                   help="the p99 launch: its critical path and per-stage delta against the p50 launch")
+    p.add_argument("--worst", type=integer(1, 1 << 20), default=None, metavar="N",
+                   help="(a run) the N slowest launches under the stage report (default 5)")
     _json_option(p)
-    _selection_options(p)
+    _selection_options(p, engine=True)
 
-    p = _sub(subs, "compare", "cmd_compare", "per stage, trace B against trace A (B - A)",
+    p = _sub(subs, "compare", "timeline.cli.compare_commands:cmd_compare",
+             "per stage and rank, trace or run B against A (B - A); --fail-over: the CI gate",
              "examples:\n"
              "  timeline compare before.arrow after.arrow             # a typical launch of each\n"
-             "  timeline compare before.arrow after.arrow --scope trace --json\n\n"
-             "Per stage in both traces: A and B span, their difference and ratio, and the\n"
-             "difference of each interval's p50. A typical launch is the median over a trace's\n"
-             "(rank, launch) pairs, so traces of different launch counts compare fairly.")
-    p.add_argument("a", metavar="A", help="the trace before")
-    p.add_argument("b", metavar="B", help="the trace after")
+             "  timeline compare before.arrow after.arrow --scope trace --json\n"
+             "  timeline compare RUN_A RUN_B --fail-over 2%           # the gate: PASS / FAIL / UNDECIDED, exit 0 / 1 / 0\n"
+             "  timeline compare RUN_A step0.arrow --fail-over 5% --stage ug\n\n"
+             "Per stage in both: A and B span of a typical launch (the median over the (rank, launch) pairs),\n"
+             "their difference and ratio, each interval's p50 difference, and the rank whose span moved\n"
+             "most (per (rank, stage), the median over launches). The gate's rule: docs/EXPLAIN.md.")
+    p.add_argument("a", metavar="A", help="the trace file or run before")
+    p.add_argument("b", metavar="B", help="the trace file or run after")
     p.add_argument("--scope", choices=("launch", "trace"), default="launch",
                    help="launch: a typical launch of each (default); trace: each trace whole")
     p.add_argument("--fail-over", metavar="PCT",
@@ -126,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "more than PCT (5%% or 0.05) beyond the launch-to-launch noise, 0 otherwise (timeline.analysis.gate)")
     p.add_argument("--stage", metavar="NAME", help="with --fail-over: gate this stage's span, not the kernel time")
     _json_option(p)
+    _selection_options(p)
 
     p = _sub(subs, "set-graph", "timeline.cli.graph_commands:cmd_set_graph",
              "attach a task graph (which tasks each task waits for) to a trace",
@@ -155,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("-o", "--output", metavar="EDGES.arrow|.parquet", help="write the edges table")
     _json_option(p)
+    _selection_options(p, engine=True)
 
     p = _sub(subs, "whatif", "timeline.cli.graph_commands:cmd_whatif",
              "predict the kernel time if some phases took longer or shorter (needs a task graph)",
@@ -170,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", action="append", metavar="STAGE[.PHASE]=FACTOR", help="multiply those durations")
     p.add_argument("--add", action="append", metavar="STAGE[.PHASE]=NS", help="add NS to those durations")
     _json_option(p)
+    _selection_options(p, engine=True)
 
     p = _sub(subs, "export", "cmd_export", "export a trace to Chrome trace JSON and/or Perfetto protobuf",
              "examples:\n"
@@ -182,10 +218,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perfetto", metavar="OUT.pftrace", help="Perfetto protobuf trace")
     _selection_options(p, stages=True)
 
-    p = _sub(subs, "info", "timeline.cli.info_commands:cmd_info", "show a trace file's spec, sizes, row counts and anomalies",
-             "examples:\n  timeline info run.arrow\n  timeline info run.arrow --json")
+    p = _sub(subs, "info", "timeline.cli.info_commands:cmd_info",
+             "show a trace file's spec, sizes, row counts and anomalies (a run's appends, sizes, damaged parts)",
+             "examples:\n  timeline info run.arrow\n  timeline info run.arrow --json\n  timeline info RUN")
     p.add_argument("trace", metavar="TRACE")
     _json_option(p)
+    p.add_argument("--skip-damaged", action="store_true",
+                   help="(a run) leave out damaged parts, named on stderr, instead of stopping")
 
     p = _sub(subs, "merge", "cmd_merge", "merge traces of several ranks / launches onto one time axis",
              "examples:\n"
@@ -223,38 +262,60 @@ def build_parser() -> argparse.ArgumentParser:
              "--legacy / --profile-csv for the kernel's own reports, timeline-view for the dashboard.")
     p.add_argument("files", nargs="+", metavar="TRACE.pt|.npy")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
-    p.add_argument("--grid", type=int, default=None,
+    p.add_argument("--grid", type=integer(0, 1 << 16), default=None,
                    help="CTAs in the grid (G, a power of two; default the profile's, 256; 0: CTAs unknown)")
     p.add_argument("--profile", metavar="NAME", help="the kernel profile to read it by (default: detected)")
     p.add_argument("--base-order", metavar="S1,S2,..",
                    help="the kernel's base[] stage order (default: the profile's)")
     p.add_argument("--stages", metavar="NAME:COUNT,..", help="the stage list (needed for a bare .npy)")
-    p.add_argument("--arch", default=None, help="gfx950 (MI355X, default) or gfx942 (MI300)")
+    p.add_argument("--arch", default=None, choices=("gfx942", "gfx950"), help="gfx950 (MI355X, default) or gfx942 (MI300)")
     p.add_argument("--strict", action="store_true", help="fail on any anomaly")
 
-    p = _sub(subs, "synth", "cmd_synth", "write a SYNTHETIC trace (a model of a mono kernel, not a GPU run)",
+    p = _sub(subs, "synth", "timeline.cli.synth_commands:cmd_synth", "write a SYNTHETIC trace (a model of a mono kernel, not a GPU run)",
              "examples:\n"
              "  timeline synth -o demo.arrow\n"
-             "  timeline synth -o big.arrow --ranks 8 --waves 8 --grid 256 --launches 2\n\n"
+             "  timeline synth -o big.arrow --ranks 8 --waves 8 --grid 256 --launches 2\n"
+             "  timeline synth -o steps.arrow --profile glm5 --ranks 2 --steps 4 --launches 16   # slot headers: 4 x 16\n"
+             "  timeline synth -o RUN/ --profile glm5 --ranks 8 --steps 12 --launches 128 --grid 256   # a run, step by step\n\n"
              "The GLM-5 layer's stage list run by timeline.ingest.synth's discrete-event model, written in the\n"
-             "device layout and decoded by the real collector. Labelled synthetic in the file.")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="trace file: .arrow or .parquet")
-    p.add_argument("--ranks", type=int, default=1, help="tensor-parallel ranks (default 1)")
-    p.add_argument("--waves", type=int, default=1, help="stamping waves per task (default 1)")
-    p.add_argument("--launches", type=int, default=1, help="launches (layers) per buffer (default 1)")
-    p.add_argument("--grid", type=int, default=64, help="CTAs per rank, a power of two (default 64)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--arch", default="gfx942", help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
+             "device layout and decoded by the real collector. Labelled synthetic in the file. With -o DIR/ every\n"
+             "step is one append of a run (one kernel: its stage means and task factors are the seed's, each\n"
+             "step's jitter its own).")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="trace file (.arrow or .parquet), or a run directory (DIR/) to append each step to")
+    p.add_argument("--ranks", type=integer(1, 1024), default=1, help="tensor-parallel ranks (default 1)")
+    p.add_argument("--waves", type=integer(1, 64), default=1, help="stamping waves per task (default 1)")
+    p.add_argument("--launches", type=integer(1, 1 << 20), default=1,
+                   help="launches (layers) per buffer (default 1; with --steps: layers per step)")
+    p.add_argument("--steps", type=integer(1, 1 << 20), default=None,
+                   help="write the launches of this many steps, each launch's slot header naming its (step, layer): "
+                        "--launches layers a step (default: one buffer of --launches launches without headers)")
+    p.add_argument("--grid", type=integer(1, 1 << 16), default=64, help="CTAs per rank, a power of two (default 64)")
+    p.add_argument("--seed", type=integer(0, (1 << 32) - 1), default=0, help="random seed (default 0)")
+    p.add_argument("--arch", default="gfx942", choices=("gfx942", "gfx950", "sm_90"),
+                   help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
     p.add_argument("--profile", help="run a kernel profile's stages and task graph (glm5, triton-ffn, or a generation of "
                                      "timeline.contract.kernels: glm5-indexed, kimi-k3-attn, glm5-mono, glm5-mono-indexer, dsv4): "
                                      "timeline.ingest.synth_graph's model")
     p.add_argument("--inject", action="append", metavar="RANK:STAGE:TASK:PHASE:+NS[@LAUNCH]",
                    help="add NS to a task's interval (TASK * = the whole stage, ctaN = a CTA's tasks; RANK * = "
                         "every rank); implies --profile glm5; repeatable")
+    p = _sub(subs, "launches", "timeline.cli.summary_commands:cmd_launches",
+             "one row per launch of a trace or run: kernel time, skew across ranks, anomalies; p50/p90/p99",
+             "examples:\n"
+             "  timeline launches RUN --slowest 10                # the slowest launches, the run's p50/p90/p99\n"
+             "  timeline launches run.arrow --json                # the document of docs/EXPLAIN.md, launches\n"
+             "  timeline launches RUN --step 3 --by-rank          # one row per (rank, launch)\n\n"
+             "Kernel time, typical, noise, pNN and slowest are defined once (docs/EXPLAIN.md, definitions).")
+    p.add_argument("trace", metavar="TRACE|RUN")
+    p.add_argument("--slowest", type=integer(1, 1 << 30), metavar="N", help="only the N slowest launches")
+    p.add_argument("--by-rank", action="store_true", help="one row per (rank, launch) instead of per launch")
+    _json_option(p)
+    _selection_options(p)
     from timeline.cli import explain_commands
 
-    explain_commands.add_parser(subs, _sub, _json_option)
-    from timeline.cli import run_commands  # run add, launches; a run where a trace goes
+    explain_commands.add_parser(subs, _sub, _json_option, _selection_options)
+    from timeline.cli import run_commands  # run add, run info
 
     run_commands.register(subs, _sub)
     return ap
@@ -278,9 +339,6 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     from timeline.cli import commands
-    from timeline.cli.run_commands import route
-
-    args = route(args)  # a run directory where a trace file goes: its command in timeline.cli.run_commands
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
     try:

@@ -1,6 +1,5 @@
 """What the ``timeline`` commands of a run directory share (``run_commands``,
-``run_selection``): opening the run as the command line says, its selected launches,
-the per-launch map on the chosen engine, the title lines and JSON output."""
+``source``): opening the run as the command line says, the title lines and JSON output."""
 
 from __future__ import annotations
 
@@ -31,35 +30,6 @@ def progress(name: str, args, total=None):
     return Progress(name, total=total, enabled=not getattr(args, "quiet", False))
 
 
-def selected_launches(run, args):
-    """The run's launches table of the command line's --rank / --step / --layer."""
-    return run.launches(rank=args.rank, step=args.step, layer=args.layer)
-
-
-def launch_keys(run, args) -> list:
-    """The selected launches' keys (``engine.launch_keys``); a ``RunError`` naming the
-    selection when it has none."""
-    from timeline.run import engine as EN
-    from timeline.run.layout import RunError
-
-    keys = EN.launch_keys(selected_launches(run, args))
-    if not keys:
-        raise RunError(f"run {str(run.path)!r} has no launch of --rank {args.rank} --step {args.step} "
-                       f"--layer {args.layer}: `timeline launches {run.path}` lists them")
-    return keys
-
-
-def map_launches(run, args, analysis: str, params=None) -> list:
-    """``engine.run_map`` of ``analysis`` over the selected launches on the engine the
-    command line names, with a progress bar."""
-    from timeline.run import engine as EN
-
-    keys = launch_keys(run, args)
-    with progress(analysis, args, len(keys)) as bar:
-        return EN.run_map(run.path, keys, analysis, params, engine=args.engine, scheduler=args.scheduler,
-                          workers=args.workers, on_damage=run.on_damage, progress=bar)
-
-
 def json_out(doc) -> None:
     """``doc`` as indented JSON on stdout."""
     print(json.dumps(doc, ensure_ascii=False, indent=1, default=str))
@@ -74,5 +44,4 @@ def run_head(run) -> str:
             + ("\nSYNTHETIC data (timeline.ingest.synth model): not measured on a GPU" if synth else ""))
 
 
-__all__ = ["json_out", "launch_keys", "map_launches", "open_selected", "progress", "run_head", "say_damaged",
-           "selected_launches"]
+__all__ = ["json_out", "open_selected", "progress", "run_head", "say_damaged"]

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline.core import launchkey as KY
 from timeline.core import rows as R
 from timeline.core.rows import anomalies_table  # noqa: F401  (its home is rows; collect, legacy use it here)
 from timeline.contract import schema as S
@@ -63,10 +64,12 @@ def intervals_from_tasks(tasks: pa.Table, phases) -> pa.Table:
 class Trace:
     """The tables of a timeline build: ``tasks`` (stored), ``intervals`` (derived),
     ``anomalies`` (the collector's report), one ``Spec`` per rank, and each rank's
-    origin tick (ns columns count from it, after any multi-rank alignment offset)."""
+    origin tick (ns columns count from it, after any multi-rank alignment offset);
+    ``keys``: each launch's ``LaunchKey`` where the trace was read out of a run (its
+    launches renumbered), else ``launch_keys`` derives them from the slot headers."""
 
     def __init__(self, tasks: pa.Table, specs, anomalies: pa.Table | None = None, *,
-                 origins=None, offsets=None, synthetic: bool = False, notes=()):
+                 origins=None, offsets=None, synthetic: bool = False, notes=(), keys=None):
         self.specs = list(specs)
         if not self.specs:
             raise ValueError("a Trace needs at least one Spec")
@@ -83,6 +86,7 @@ class Trace:
         self.offsets = {int(k): int(v) for k, v in (offsets or {}).items()}
         self.synthetic = bool(synthetic)
         self.notes = tuple(notes)  # what load could not check (e.g. a file without a checksum)
+        self._keys = dict(keys) if keys else None
 
     # -- views ------------------------------------------------------------------
     @property
@@ -133,6 +137,22 @@ class Trace:
     def launches(self) -> list:
         return sorted(set(pc.unique(self.tasks.column("launch")).to_pylist()))
 
+    @cached_property
+    def launch_keys(self) -> dict:
+        """``{launch: LaunchKey}``: as given (``keys``: a run's launches), else (step,
+        layer) from the slot headers where one launch alone carries it, else the launch
+        number (``timeline.core.launchkey``)."""
+        if self._keys is not None:
+            return {la: self._keys.get(la, KY.LaunchKey(slot=la)) for la in self.launches}
+        t = self.tasks.select(["launch", "step", "layer"]).group_by("launch").aggregate(
+            [("step", "max"), ("layer", "max")]).to_pylist()
+        named = {la["launch"]: (la["step_max"], la["layer_max"]) for la in t}
+        owners: dict = {}
+        for la, k in named.items():
+            owners.setdefault(k, []).append(la)
+        return {la: KY.of(*k) if None not in k and len(owners[k]) == 1 else KY.LaunchKey(slot=la)
+                for la, k in sorted(named.items())}
+
     def __repr__(self):
         return (f"Trace({self.spec.kernel!r}, ranks={len(self.specs)}, tasks={self.tasks.num_rows}, "
                 f"anomalies={self.anomaly_summary() or 'none'}{', synthetic' if self.synthetic else ''})")
@@ -143,14 +163,20 @@ class Trace:
         sel = R.Selection(ranks, launches, None if stages is None else list(stages))
         tasks = R.select(self.tasks, sel)
         return Trace(tasks, self.specs, self.anomalies, origins=self.origins,
-                     offsets=self.offsets, synthetic=self.synthetic, notes=self.notes)
+                     offsets=self.offsets, synthetic=self.synthetic, notes=self.notes, keys=self._keys)
 
     def with_graph(self, graph) -> "Trace":
         """The same trace with its specs declaring ``graph`` (``timeline.contract.graph``),
         checked against the stages."""
         specs = [sp.replace(graph=graph) for sp in self.specs]
         return Trace(self.tasks, specs, self.anomalies, origins=self.origins, offsets=self.offsets,
-                     synthetic=self.synthetic, notes=self.notes)
+                     synthetic=self.synthetic, notes=self.notes, keys=self._keys)
+
+    def with_keys(self, keys: dict) -> "Trace":
+        """The same trace naming its launches by ``keys`` (``{launch: LaunchKey}``): a
+        run's launches read back and renumbered keep the keys the run knows them by."""
+        return Trace(self.tasks, self.specs, self.anomalies, origins=self.origins, offsets=self.offsets,
+                     synthetic=self.synthetic, notes=self.notes, keys=keys)
 
     # -- files ------------------------------------------------------------------
     def metadata(self) -> dict:

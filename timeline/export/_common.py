@@ -74,8 +74,11 @@ def numbering(trace: Trace) -> Numbering:
     return Numbering(int(launches), int(waves), int(ctas))
 
 
-def process_name(rank: int, launch: int, synthetic: bool) -> str:
-    return f"rank {rank} · launch {launch}" + (" · SYNTHETIC" if synthetic else "")
+def process_name(trace, rank: int, launch: int) -> str:
+    """A (rank, launch) process's name: ``rank R · launch KEY`` (the launch's key,
+    ``Trace.launch_keys``), `` · SYNTHETIC`` for model-made data."""
+    key = trace.launch_keys.get(int(launch), launch)
+    return f"rank {rank} · launch {key}" + (" · SYNTHETIC" if trace.synthetic else "")
 
 
 def thread_name(cta: int, wave: int, lane: int = R.NO_CTA) -> str:

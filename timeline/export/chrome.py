@@ -106,7 +106,7 @@ def _metadata(trace: Trace, num: XC.Numbering) -> list:
     lines = []
     for p in np.unique(pid).tolist():
         r, la = (p - 1) // num.launches, (p - 1) % num.launches
-        name = _json(XC.process_name(r, la, trace.synthetic))
+        name = _json(XC.process_name(trace, r, la))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n'
                      .encode())

@@ -245,7 +245,7 @@ def _tracks(trace: Trace, num: XC.Numbering) -> bytes:
     out = [_descriptor(ROOT_UUID, root, None, None)]
     for p in np.unique(pid).tolist():
         r, la = (p - 1) // num.launches, (p - 1) % num.launches
-        out.append(_descriptor(int(process_uuid(p)), XC.process_name(r, la, trace.synthetic), ROOT_UUID, p))
+        out.append(_descriptor(int(process_uuid(p)), XC.process_name(trace, r, la), ROOT_UUID, p))
     n = len(pid)
     if n:
         td = (Messages(n).varint(TD_UUID, thread_uuid(pid, tid))

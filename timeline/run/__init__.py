@@ -4,8 +4,9 @@ ranks (docs/RUN.md, docs/FORMAT.md). ``append`` adds a ``Trace`` (atomic, append
 safe with concurrent writers); ``open_run`` reads it: ``Run.launches()``,
 ``Run.launch(step, layer)`` -> ``Trace``, ``Run.sql(query)`` (DuckDB, embedded).
 A wing after ``ingest``: it imports contract, core, analysis and ingest, never the
-``timeline`` command (its commands are ``timeline.cli.run_commands`` and
-``run_selection``). The names are imported on first use."""
+``timeline`` command (every command reads a run as it reads a trace file,
+``timeline.cli.source``; ``run add`` / ``run info`` are ``timeline.cli.run_commands``).
+The names are imported on first use."""
 
 _LAZY = {"RunError": "layout", "Run": "read", "open_run": "read", "append": "write", "create": "write"}
 

@@ -39,13 +39,22 @@ def opened(path: str, on_damage: str = "raise"):
 
 
 def key_columns(key) -> dict:
-    """A launch key ``(step, layer, capture, slot)`` as the columns every result carries."""
+    """A launch key ``(step, layer, capture, slot)`` as the columns every result carries:
+    ``launch`` (its printed form, ``timeline.core.launchkey``), then its four fields."""
+    from timeline.core import launchkey as KY
+
     step, layer, capture, slot = key
-    return {"step": pa.scalar(step, pa.int64()), "layer": pa.scalar(layer, pa.int32()),
+    return {"launch": pa.scalar(str(KY.of(step, layer, capture, slot)), pa.string()),
+            "step": pa.scalar(step, pa.int64()), "layer": pa.scalar(layer, pa.int32()),
             "capture": pa.scalar(capture, pa.string()), "slot": pa.scalar(slot, pa.int32())}
 
 
-def _keyed(table: pa.Table, key) -> pa.Table:
+def keyed(table: pa.Table, key) -> pa.Table:
+    """``table`` (one launch's analysis) with the ``key_columns`` of ``key`` first;
+    a ``launch`` column of the analysis itself (its number in the launch's Trace) gives
+    way to the key's."""
+    if "launch" in table.column_names:
+        table = table.drop_columns(["launch"])
     n = table.num_rows
     cols = {k: pa.array([v.as_py()] * n, v.type) for k, v in key_columns(key).items()}
     for i, (k, v) in enumerate(cols.items()):
@@ -54,36 +63,41 @@ def _keyed(table: pa.Table, key) -> pa.Table:
 
 
 def analyze(path: str, key, analysis: str, params: dict | None = None, on_damage: str = "raise") -> pa.Table:
-    """One launch's analysis as an Arrow table, its rows prefixed by the launch key
-    (step, layer, capture, slot). ``critical_path``: ``analysis.critical.critical_path``,
-    the exact cross-rank path along the task graph where the spec declares one, else
-    each rank's heuristic path; ``edges``: per stage what held each wait
-    (``edges.edges_per_stage``); ``whatif``: ``whatif.predict`` of
-    ``params["changes"]`` (its per-launch table); ``stages``: the stage report."""
+    """One launch of the run at ``path`` (``key``: step, layer, capture, slot):
+    ``analyze_trace`` of its Trace, its rows prefixed by the launch key."""
     params = params or {}
     run = opened(path, on_damage)
-    trace = launchset.launch_of(run, key, params.get("ranks"))
+    return keyed(analyze_trace(launchset.launch_of(run, key, params.get("ranks")), analysis, params), key)
+
+
+def analyze_trace(trace, analysis: str, params: dict | None = None) -> pa.Table:
+    """One launch's analysis (``trace`` holds that launch alone) as an Arrow table.
+    ``critical_path``: ``analysis.critical.critical_path``, the exact cross-rank path
+    along the task graph where the spec declares one, else each rank's heuristic path;
+    ``edges``: per stage what held each wait (``edges.edges_per_stage``); ``whatif``:
+    ``whatif.predict`` of ``params["changes"]`` (its per-launch table); ``stages``: the
+    stage report."""
+    params = params or {}
+    launch = trace.launches[0] if trace.launches else 0
     if analysis == "critical_path":
         from timeline.analysis.critical import critical_path
 
         ranks = [None] if trace.spec.graph else trace.ranks  # exact: across ranks; heuristic: per rank
-        table = pa.concat_tables([critical_path(trace, rank=r, launch=0) for r in ranks])
-    elif analysis == "edges":
+        return pa.concat_tables([critical_path(trace, rank=r, launch=launch) for r in ranks])
+    if analysis == "edges":
         from timeline.analysis import edges as E
 
-        table = E.edges_per_stage(trace, E.edges(trace))
-    elif analysis == "whatif":
+        return E.edges_per_stage(trace, E.edges(trace))
+    if analysis == "whatif":
         from timeline.analysis import whatif as W
 
-        table = W.predict(trace, params["changes"]).launches
-    elif analysis == "stages":
+        return W.predict(trace, params["changes"]).launches
+    if analysis == "stages":
         from timeline.analysis import stages as A
         from timeline.run.write import STAGE_QUANTILES
 
-        table = A.stage_report(trace, by_launch=True, quantiles=STAGE_QUANTILES)
-    else:
-        raise EngineError(f"unknown per-launch analysis {analysis!r}: one of {list(ANALYSES)}")
-    return _keyed(table, key)
+        return A.stage_report(trace, by_launch=True, quantiles=STAGE_QUANTILES)
+    raise EngineError(f"unknown per-launch analysis {analysis!r}: one of {list(ANALYSES)}")
 
 
 def launch_keys(launches: pa.Table) -> list:
@@ -154,5 +168,5 @@ class dask_client:
         return False
 
 
-__all__ = ["ANALYSES", "ENGINES", "EngineError", "analyze", "dask_client", "launch_keys", "opened",
+__all__ = ["ANALYSES", "ENGINES", "EngineError", "analyze", "analyze_trace", "dask_client", "keyed", "launch_keys", "opened",
            "run_map"]

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline.core import launchkey as KY
 from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline.run import layout as RL
@@ -119,7 +120,8 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     traces = [tr for a, chosen in by_append.items() if (tr := append_trace(run, run.record(a), chosen)) is not None]
     if not traces:
         raise RL.RunError(f"run {str(run.path)!r}: every part of {what} was left out as damaged ({run.damaged})")
-    return traces[0] if len(traces) == 1 else merge(traces)
+    one = traces[0] if len(traces) == 1 else merge(traces)
+    return one.with_keys({0: KY.of(step, layer, capture, slot)})
 
 
 
@@ -130,6 +132,19 @@ def launch_of(run, key, ranks=None):
     if step is not None and layer is not None:
         return run.launch(step, layer, ranks)
     return run.launch(ranks=ranks, capture=capture, slot=slot)
+
+
+def _numbered(trace, i: int):
+    """A one-launch Trace (launch 0) as launch ``i``: its task and anomaly rows."""
+    from timeline.core.trace import Trace
+
+    def set_launch(t: pa.Table) -> pa.Table:
+        at = t.schema.get_field_index("launch")
+        return t.set_column(at, t.schema.field(at), pa.array(np.full(t.num_rows, i, np.int32), t.schema.field(at).type))
+
+    a = trace.anomalies
+    return Trace(set_launch(trace.tasks), trace.specs, set_launch(a) if a.num_rows else a, origins=trace.origins,
+                 offsets=trace.offsets, synthetic=trace.synthetic, notes=trace.notes)
 
 
 def selection_trace(run, keys, ranks=None):
@@ -143,9 +158,11 @@ def selection_trace(run, keys, ranks=None):
     traces = [launch_of(run, k, ranks) for k in keys]
     if len(traces) == 1:
         return traces[0]
+    traces = [_numbered(t, i) for i, t in enumerate(traces)]  # launch i on every rank: keys[i]
     graph = traces[0].spec.graph
     merged = merge([t.with_graph({}) for t in traces] if graph else traces)
-    return merged.with_graph(graph) if graph else merged
+    merged = merged.with_graph(graph) if graph else merged
+    return merged.with_keys({i: KY.of(*k) for i, k in enumerate(keys)})
 
 
 def memory_bytes(launches: pa.Table, phases, marks) -> int:

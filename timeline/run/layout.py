@@ -265,7 +265,7 @@ def memory_budget() -> int:
 def over_budget(what: str, nbytes: int, budget: int) -> RunError:
     """The one error line of a read that would pull more than the memory budget."""
     return RunError(f"{what} would pull {nbytes / 2**30:.2f} GiB into this process, past its memory budget "
-                      f"of {budget / 2**30:.2f} GiB (TIMELINE_MEMORY_BUDGET): narrow it with --step / --layer / "
+                      f"of {budget / 2**30:.2f} GiB (TIMELINE_MEMORY_BUDGET): narrow it with --launch KEY, --step / --layer / "
                       "--rank, or run it per launch with --engine dask")
 
 

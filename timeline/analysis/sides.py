@@ -1,0 +1,151 @@
+"""What ``explain`` compares a launch against: a **side**, the launches of one trace file
+or run (a selection of them) reduced to a typical launch, and, for ``explain B
+--baseline A``, whether two sides can be compared at all.
+
+A side's typical kernel time and noise are ``timeline.analysis.launches``' (over all its
+launches); its per-task typical durations (``explain.Typical``) are the medians over
+the ``TYPICAL_LAUNCHES`` launches nearest its median kernel time (the explained ones
+left out): a run of thousands of launches is not read whole for a typical one. Two
+sides compare only as builds of one kernel on one kind of clock: ``comparability``
+names every difference that forbids it, and the launches it pairs. ``stable`` counts
+the culprits named over a side's slow launches."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from timeline.analysis import explain as X
+from timeline.analysis import launches as LA
+
+TYPICAL_LAUNCHES = 15  # launches a side's per-task typical durations are the median of
+MIN_LAUNCHES = 3  # fewer launches give no typical one
+
+
+class Side(NamedTuple):
+    """One side: its launches' ``keys`` and ``kernel`` times (ns, NaN untimed), their
+    typical kernel time and noise (ns), the per-task ``typical`` (None with fewer than
+    ``MIN_LAUNCHES`` launches), the keys it was made of (``sample``) and its ``name``."""
+
+    name: str
+    keys: list
+    kernel: np.ndarray
+    typical_ns: float
+    noise_ns: float
+    typical: X.Typical | None
+    sample: list
+
+
+def nearest(kernel: np.ndarray, n: int, leave_out=()) -> list:
+    """The indices of the ``n`` launches whose kernel time is nearest the median (ties
+    in their order), those in ``leave_out`` left out."""
+    k = np.asarray(kernel, dtype=np.float64)
+    med = LA.typical_ns(k)
+    gone = set(leave_out)
+    idx = [int(i) for i in np.argsort(np.abs(k - med), kind="stable") if not np.isnan(k[i]) and int(i) not in gone]
+    return idx[:n]
+
+
+def side(name: str, keys: list, kernel, load, *, leave_out=()) -> Side:
+    """The ``Side`` of launches ``keys`` (``kernel`` their kernel times) whose Traces
+    ``load(key)`` reads; ``leave_out``: indices never part of the typical launch (the
+    ones explained)."""
+    k = np.asarray(kernel, dtype=np.float64)
+    timed = int((~np.isnan(k)).sum())
+    typ_ns, noise = LA.typical_ns(k), LA.noise_ns(k)
+    if timed < MIN_LAUNCHES:
+        return Side(name, list(keys), k, typ_ns, noise, None, [])
+    idx = nearest(k, TYPICAL_LAUNCHES, leave_out) or nearest(k, TYPICAL_LAUNCHES)
+    traces = [load(keys[i]) for i in idx]
+    how = (f"the {len(idx)} launches nearest the median kernel time of {timed} launches of {name}" if timed > len(idx)
+           else f"{len(idx)} launches of {name}")
+    typ = X.typical_of(traces, k[idx], how)
+    return Side(name, list(keys), k, typ_ns, noise, typ, [keys[i] for i in idx])
+
+
+class Comparability(NamedTuple):
+    """Whether sides A and B compare (``reasons``: each difference that forbids it; none:
+    they do) and what matched: launches paired ``by`` key or position, how many
+    (``paired``), and each side's launches, ranks and steps."""
+
+    reasons: list
+    by: str
+    paired: int
+    a: dict
+    b: dict
+
+    @property
+    def comparable(self) -> bool:
+        return not self.reasons
+
+    def says(self) -> str:
+        head = (f"paired {self.paired} launch(es) by {self.by}; A: {self.a['launches']} launches of ranks "
+                f"{self.a['ranks']}, B: {self.b['launches']} of ranks {self.b['ranks']}")
+        return head if not self.reasons else head + "; not comparable: " + "; ".join(self.reasons)
+
+
+def comparability(spec_a, spec_b, about_a: dict, about_b: dict) -> Comparability:
+    """``Comparability`` of two sides from their specs (``Spec``) and ``about_*``
+    (``launches``: count, ``ranks``: list, ``keys``: their launch keys, ``synthetic``)."""
+    reasons = []
+    if spec_a.stages != spec_b.stages:
+        na, nb = dict(spec_a.stages), dict(spec_b.stages)
+        if list(na) != list(nb):
+            reasons.append(f"different stage lists: A {list(na)}, B {list(nb)}")
+        else:
+            diff = [f"{s} {na[s]} vs {nb[s]}" for s in na if na[s] != nb[s]]
+            reasons.append("different task counts: " + ", ".join(diff[:6]))
+    elif _graph(spec_a) != _graph(spec_b):
+        reasons.append("different task graphs (timeline set-graph): the same stages wait for other producers")
+    if spec_a.phases != spec_b.phases:
+        reasons.append(f"different phases: A {list(spec_a.phases)}, B {list(spec_b.phases)}")
+    if spec_a.grid and spec_b.grid and spec_a.grid != spec_b.grid:
+        reasons.append(f"different grids: A {spec_a.grid} CTAs, B {spec_b.grid}")
+    if spec_a.clock.name != spec_b.clock.name:
+        reasons.append(f"clocks of different kinds: A {spec_a.clock.name}, B {spec_b.clock.name}")
+    if bool(about_a.get("synthetic")) != bool(about_b.get("synthetic")):
+        which = "A" if about_a.get("synthetic") else "B"
+        reasons.append(f"side {which} is SYNTHETIC (a model), the other measured")
+    if sorted(about_a["ranks"]) != sorted(about_b["ranks"]):
+        reasons.append(f"different ranks: A {about_a['ranks']}, B {about_b['ranks']}")
+    ka, kb = about_a["keys"], about_b["keys"]
+    headed = [k for k in kb if k.headed]
+    common = set(k for k in ka if k.headed) & set(headed)
+    by, paired = ("(step, layer)", len(common)) if common else ("position", min(len(ka), len(kb)))
+    return Comparability(reasons, by, paired, about_a, about_b)
+
+
+def _graph(spec) -> dict:
+    return {k: [tuple(sorted(r._asdict().items())) if hasattr(r, "_asdict") else r for r in v]
+            for k, v in (spec.graph or {}).items()}
+
+
+def identity(e: X.Explained, c: X.Culprit) -> tuple:
+    """A culprit as it is the same culprit in another launch: scope, rank, stage,
+    task, CTA and phase."""
+    return (c.scope, c.rank, int(c.stage), c.task, c.cta, int(c.phase))
+
+
+def stable(explained: list) -> list:
+    """Over explained slow launches: each culprit named first (significant) in any, as
+    ``(identity, example culprit, explained, launches named, share of their excess)``,
+    the most often named first; ``share``: the excess (kernel - typical) of the launches
+    it was named in over all the launches' excess."""
+    total = sum(max(e.kernel_ns - e.typical_ns, 0.0) for e in explained) or 1.0
+    named: dict = {}
+    for e in explained:
+        sig = X.significant(e)
+        if not sig:
+            continue
+        c = sig[0]
+        k = identity(e, c)
+        hit = named.setdefault(k, [c, e, 0, 0.0])
+        hit[2] += 1
+        hit[3] += max(e.kernel_ns - e.typical_ns, 0.0)
+    out = [(k, c, e, n, ex / total) for k, (c, e, n, ex) in named.items()]
+    return sorted(out, key=lambda x: (-x[3], -x[4]))
+
+
+__all__ = ["Comparability", "MIN_LAUNCHES", "Side", "TYPICAL_LAUNCHES", "comparability", "identity", "nearest",
+           "side", "stable"]

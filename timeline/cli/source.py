@@ -1,0 +1,353 @@
+"""What every command reads: a trace file or a run directory, as one thing (a
+``Source``). Its launches, one row each (``timeline.analysis.launches``: the launch key,
+the kernel time, the skew), the launches a command line selects (``--launch KEY``,
+``--step``, ``--layer``, ``--rank``: every value checked, a missing one answered with
+what there is), one launch's or a selection's ``Trace`` (a run's within its memory
+budget), and the per-(rank, launch, stage) reports. A run's launches and stage reports
+come from its small per-append parts, never a task row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeline.analysis import launches as LA
+from timeline.cli.common import UsageError
+from timeline.core import launchkey as KY
+from timeline.core import rows as R
+
+
+class Selected(NamedTuple):
+    """The launches a command line selected: ``times`` (their ``launch_times`` rows),
+    ``keys`` (their ``LaunchKey``s, in ``times`` order), ``ranks`` and ``stages`` (None:
+    all)."""
+
+    times: pa.Table
+    keys: list
+    ranks: list | None
+    stages: list | None
+
+    @property
+    def everything(self) -> bool:
+        return False
+
+
+def is_run(path) -> bool:
+    """Whether ``path`` names a run directory."""
+    return path is not None and Path(path).is_dir()
+
+
+def open_source(path: str, args=None) -> "Source":
+    """The trace file or run at ``path`` (a run opened as ``args`` says: ``--skip-damaged``)."""
+    return RunSource(path, args) if is_run(path) else TraceSource(path, args)
+
+
+class Source:
+    """A trace file or a run (``TraceSource``, ``RunSource``)."""
+
+    kind = ""
+
+    def __init__(self, path: str, args=None):
+        self.path, self.args = str(path), args
+        self._times: dict = {}
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.path}"
+
+    def head(self) -> str:
+        """The title lines above a report: the kernel, its ranks and launches, SYNTHETIC said."""
+        raise NotImplementedError
+
+    def about(self) -> dict:
+        """What every JSON document says of its source: ``source``, ``kind``, ``kernel``, ``synthetic``."""
+        raise NotImplementedError
+
+    def spec(self):
+        """The first rank's ``Spec`` (every rank shares stages, phases and graph)."""
+        raise NotImplementedError
+
+    # -- launches ------------------------------------------------------------------------
+    def rank_rows(self, ranks=None) -> pa.Table:
+        """One row per (rank, launch) (``launches.rank_rows``' columns)."""
+        raise NotImplementedError
+
+    def times(self, ranks=None) -> pa.Table:
+        """``launches.launch_times`` over ``ranks`` (None: all), launches in key order."""
+        k = tuple(ranks) if ranks else None
+        if k not in self._times:
+            self._times[k] = LA.launch_times(self.rank_rows(ranks))
+        return self._times[k]
+
+    def ranks(self) -> list:
+        return sorted(set(R.numpy(self.rank_rows().column("rank")).tolist()))
+
+    # -- selection -----------------------------------------------------------------------
+    def select(self, args, *, stages: bool = False) -> Selected:
+        """The launches and ranks ``args`` names (``--launch``, ``--step``, ``--layer``,
+        ``--rank``, and ``--stage`` with ``stages``), each value checked against this
+        source: one that names nothing is a ``UsageError`` listing what there is."""
+        ranks = getattr(args, "rank", None)
+        if ranks is not None:
+            have = self.ranks()
+            missing = sorted(set(ranks) - set(have))
+            if missing:
+                raise UsageError(f"--rank {R.brief(missing)}: not in {self.name}; its ranks are {R.brief(have)}")
+        times = self.times(ranks)
+        keys = LA.keys(times)
+        keep = np.ones(len(keys), bool)
+        steps, layers = getattr(args, "step", None), getattr(args, "layer", None)
+        for opt, want, col in (("--step", steps, "step"), ("--layer", layers, "layer")):
+            if want is None:
+                continue
+            have = sorted({v for v in times.column(col).to_pylist() if v is not None})
+            if not have:
+                raise UsageError(f"{opt}: the launches of {self.name} carry no slot headers (no step or layer); "
+                                 f"name them with --launch (its launches: {KY.brief(keys)})")
+            missing = sorted(set(want) - set(have))
+            if missing:
+                raise UsageError(f"{opt} {R.brief(missing)}: not in {self.name}; its {col}s are {R.brief(have)}")
+            keep &= np.isin(R.numpy(R.filled(times.column(col), -1)), np.asarray(want, dtype=np.int64))
+        asked = getattr(args, "launch", None)
+        if asked is not None:
+            hit = np.zeros(len(keys), bool)
+            for want in asked:
+                hit[self.resolve(want, times)] = True
+            keep &= hit
+        if not keep.any():
+            raise UsageError(f"no launch of {self.name} is in this selection ({self._said(args)}); its launches: "
+                             f"{KY.brief(keys)}")
+        idx = np.flatnonzero(keep)
+        stage_list = self._stages(getattr(args, "stage", None)) if stages else None
+        return Selected(times.take(R.arrow(idx)), [keys[i] for i in idx], ranks, stage_list)
+
+    def resolve(self, want: KY.LaunchKey, times: pa.Table) -> list:
+        """The rows of ``times`` (a ``launch_times`` table of this source) that ``want``
+        names: a ``UsageError`` listing them when it names none, or several where it
+        must name one."""
+        keys = LA.keys(times)
+        full = [self._full(k, times, i) for i, k in enumerate(keys)]
+        hit = [i for i, k in enumerate(full) if want.matches(k)]
+        if not hit and want.headed:  # a capture whose name is a number: "12:3" is capture "12", slot 3
+            alt = KY.LaunchKey(capture=str(want.step), slot=want.layer)
+            hit = [i for i, k in enumerate(full) if alt.matches(k)]
+        if not hit:
+            raise UsageError(f"--launch {want}: no such launch in {self.name}; its launches: {KY.brief(keys)} "
+                             f"(`timeline launches {self.path}` lists them)")
+        if not want.headed and want.capture is None and len(hit) > 1:
+            raise UsageError(f"--launch {want}: several launches of {self.name} have slot {want.slot}: "
+                             f"{KY.brief([keys[i] for i in hit])}; name one as CAPTURE:SLOT")
+        return hit
+
+    def _full(self, key: KY.LaunchKey, times: pa.Table, i: int) -> KY.LaunchKey:
+        """``key`` (row ``i`` of ``times``) with every field this source knows of it."""
+        return key
+
+    def _said(self, args) -> str:
+        parts = [f"--{o} {getattr(args, o)}" for o in ("rank", "step", "layer") if getattr(args, o, None) is not None]
+        if getattr(args, "launch", None) is not None:
+            parts.append("--launch " + ",".join(map(str, args.launch)))
+        return " ".join(parts) or "everything"
+
+    def _stages(self, stages):
+        if stages is None:
+            return None
+        names = self.stage_names()
+        missing = [s for s in stages if s not in names]
+        if missing:
+            raise UsageError(f"--stage {','.join(missing)}: not a stage of {self.name}; its stages are {names}")
+        return list(stages)
+
+    def stage_names(self) -> list:
+        raise NotImplementedError
+
+    def one(self, sel: Selected, what: str) -> KY.LaunchKey:
+        """The one launch ``sel`` names, for a command that reads one (``what``)."""
+        if len(sel.keys) != 1:
+            raise UsageError(f"{what} reads one launch; this selection has {len(sel.keys)} ({KY.brief(sel.keys)}): "
+                             "name one with --launch KEY")
+        return sel.keys[0]
+
+    # -- task rows -----------------------------------------------------------------------
+    def trace(self, sel: Selected):
+        """One ``Trace`` of the selected launches and ranks (its launches keyed as here)."""
+        raise NotImplementedError
+
+    def launch(self, key: KY.LaunchKey, ranks=None):
+        """The ``Trace`` of one launch (keyed ``key``)."""
+        raise NotImplementedError
+
+    def stage_rows(self, sel: Selected) -> pa.Table:
+        """One stage report row per (rank, launch, stage) of the selection, keyed by a
+        ``key`` column (``analysis.stage_report(by_launch=True)``'s columns)."""
+        raise NotImplementedError
+
+    def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
+        """``timeline.run.engine.analyze_trace`` of ``analysis`` on each selected launch
+        (of the selected ranks), each table keyed (``engine.keyed``: ``launch`` its key)."""
+        from timeline.run import engine as EN
+
+        params = dict(params or {}, ranks=sel.ranks)
+        out = []
+        for i, key in enumerate(sel.keys):
+            out.append(EN.keyed(EN.analyze_trace(self.launch(key, sel.ranks), analysis, params), tuple(key)))
+            if progress is not None:
+                progress(i + 1, len(sel.keys))
+        return out
+
+
+class TraceSource(Source):
+    """A trace file, loaded once."""
+
+    kind = "trace"
+
+    def __init__(self, path: str, args=None):
+        super().__init__(path, args)
+        from timeline.cli.common import load_trace
+
+        engine = getattr(args, "engine", None)
+        if engine not in (None, "local") or getattr(args, "scheduler", None) or getattr(args, "workers", None):
+            raise UsageError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
+                             "analysed in this process: leave them out")
+        if getattr(args, "skip_damaged", False):
+            raise UsageError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
+        self.loaded = load_trace(path)
+
+    def head(self) -> str:
+        from timeline.cli.common import title
+
+        return title(self.loaded)
+
+    def about(self) -> dict:
+        return {"source": self.path, "kind": self.kind, "kernel": self.loaded.spec.kernel,
+                "synthetic": bool(self.loaded.synthetic)}
+
+    def spec(self):
+        return self.loaded.spec
+
+    def rank_rows(self, ranks=None) -> pa.Table:
+        t = self.loaded if ranks is None else self.loaded.filter(ranks=list(ranks))
+        return LA.rank_rows(t)
+
+    def stage_names(self) -> list:
+        return list(dict.fromkeys(n for sp in self.loaded.specs for n in sp.stage_names))
+
+    def _full(self, key: KY.LaunchKey, times: pa.Table, i: int) -> KY.LaunchKey:
+        """A launch of the file: its header's (step, layer), the file's name as its
+        capture and its launch number as its slot (``N`` and ``FILE:N`` name it too)."""
+        number = int(times.column("trace_launch")[i].as_py())
+        return KY.LaunchKey(key.step, key.layer, Path(self.path).name, number)
+
+    def numbers(self, sel: Selected) -> list:
+        """The trace's launch numbers of the selection."""
+        return [int(x) for x in R.numpy(sel.times.column("trace_launch"))]
+
+    def trace(self, sel: Selected):
+        return self.loaded.filter(ranks=sel.ranks, launches=self.numbers(sel), stages=sel.stages)
+
+    def launch(self, key: KY.LaunchKey, ranks=None):
+        times = self.times()
+        at = self.resolve(key, times)[0]
+        return self.loaded.filter(ranks=ranks, launches=[int(times.column("trace_launch")[at].as_py())])
+
+    def stage_rows(self, sel: Selected) -> pa.Table:
+        from timeline.analysis import stages as A
+
+        t = self.trace(sel)
+        rows = A.stage_report(t, by_launch=True)
+        keys = t.launch_keys
+        return rows.append_column("key", LA.column_of([str(keys[int(la)]) for la in
+                                                       rows.column("launch").to_pylist()], pa.string()))
+
+
+class RunSource(Source):
+    """A run directory (``timeline.run``), opened once."""
+
+    kind = "run"
+
+    def __init__(self, path: str, args=None):
+        super().__init__(path, args)
+        from timeline.cli.run_common import open_selected
+
+        if getattr(args, "workers", None) is not None and getattr(args, "engine", "local") != "dask":
+            raise UsageError("--workers sizes a Dask LocalCluster: give --engine dask too")
+        if getattr(args, "scheduler", None) and getattr(args, "engine", "local") != "dask":
+            raise UsageError("--scheduler names a Dask cluster: give --engine dask too")
+        self.run = open_selected(path, args)
+
+    def head(self) -> str:
+        from timeline.cli.run_common import run_head
+
+        return run_head(self.run)
+
+    def about(self) -> dict:
+        return {"source": self.path, "kind": self.kind,
+                "kernel": self.run.build.get("kernel") if self.run.build else None,
+                "synthetic": any(r.get("synthetic") for r in self.run.records)}
+
+    def spec(self):
+        from timeline.contract import schema as S
+
+        if not self.run.records:
+            raise UsageError(f"{self.name} is empty: `timeline run add` adds traces to it")
+        return S.Spec.from_dict(self.run.records[0]["specs"][0])
+
+    def rank_rows(self, ranks=None) -> pa.Table:
+        return self.run.launches(rank=ranks)
+
+    def stage_names(self) -> list:
+        from timeline.contract import schema as S
+
+        if not self.run.build:
+            return []
+        return list(dict.fromkeys(n for d in self.run.records[0]["specs"] for n in S.Spec.from_dict(d).stage_names)) \
+            if self.run.records else []
+
+    def trace(self, sel: Selected):
+        from timeline.run.launchset import budget_check, selection_trace
+
+        budget_check(self.run, self._rank_rows_of(sel), "this selection")
+        t = selection_trace(self.run, [tuple(k) for k in sel.keys], sel.ranks)
+        return t.filter(stages=sel.stages) if sel.stages else t
+
+    def launch(self, key: KY.LaunchKey, ranks=None):
+        from timeline.run.launchset import launch_of
+
+        return launch_of(self.run, tuple(key), ranks)
+
+    def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
+        from timeline.run import engine as EN
+
+        a = self.args
+        return EN.run_map(self.run.path, [tuple(k) for k in sel.keys], analysis, dict(params or {}, ranks=sel.ranks),
+                          engine=getattr(a, "engine", "local"), scheduler=getattr(a, "scheduler", None),
+                          workers=getattr(a, "workers", None), on_damage=self.run.on_damage, progress=progress)
+
+    def _rank_rows_of(self, sel: Selected) -> pa.Table:
+        rows = self.rank_rows(sel.ranks)
+        return rows.filter(pc.is_in(key_column(rows), value_set=pa.array([str(k) for k in sel.keys], pa.string())))
+
+    def stage_rows(self, sel: Selected) -> pa.Table:
+        rows = self.run.stages(rank=sel.ranks)
+        if rows is None:
+            raise UsageError(f"{self.name} is empty: no stage report to read")
+        keys = key_column(rows)
+        rows = rows.append_column("key", keys)
+        rows = rows.filter(pc.is_in(keys, value_set=pa.array([str(k) for k in sel.keys], pa.string())))
+        if sel.stages:
+            rows = rows.filter(pc.is_in(rows.column("stage"), value_set=pa.array(sel.stages, pa.string())))
+        return rows
+
+
+def key_column(table: pa.Table) -> pa.Array:
+    """Each row's printed launch key from its step, layer, capture and launch columns
+    (a run's ``launches`` or ``stages`` rows)."""
+    cols = [table.column(c).to_pylist() for c in ("step", "layer", "capture", "launch")]
+    return LA.column_of([str(KY.of(*k)) for k in zip(*cols)], pa.string())
+
+
+__all__ = ["RunSource", "Selected", "Source", "TraceSource", "is_run", "key_column", "open_source"]
