@@ -8,7 +8,7 @@ stages and task graph, 8 ranks, grid 256, 8 launches), one single injection each
 (random rank, stage, task, phase among hint / staged / compute / end, launch, and
 0.5 to 20 µs), beside the trace of the same seed without it. The measured effect is
 the injected launch's kernel time minus the clean one's; it "moved the launch" when
-that exceeds the clean run's launch-to-launch noise (``explain.noise_ns`` of the clean
+that exceeds the clean run's launch-to-launch noise (``launches.noise_ns`` of the clean
 trace's other launches: the same estimator explain applies to the injected trace's
 other launches, which are the same launches).
 ``explain`` (the injected launch against the median launch of its trace) should
@@ -36,7 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timeline.analysis import explain as X  # noqa: E402
+from timeline.analysis import explain as X
+from timeline.analysis import launches as LA  # noqa: E402
 from timeline.ingest import synth_graph as SG  # noqa: E402
 
 PHASES = ("hint", "staged", "compute", "end")
@@ -69,7 +70,7 @@ def accuracy(cases: int, seed: int, grid: int, launches: int, per_trace: int) ->
             clean = SG.graph_trace(spec, grid=grid, seed=tseed)
             clean_k = X.kernel_times(clean)[1]
         inj = _case(rng, spec, grid)
-        noise = X.noise_ns(np.delete(clean_k, inj.launch))  # the clean run's other launches
+        noise = LA.noise_ns(np.delete(clean_k, inj.launch))  # the clean run's other launches
         tr = SG.graph_trace(spec, grid=grid, seed=tseed, inject=[inj])
         measured = float(X.kernel_times(tr)[1][inj.launch] - clean_k[inj.launch])
         t0 = time.perf_counter()

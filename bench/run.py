@@ -146,18 +146,21 @@ print(json.dumps({"wall": wall, "cpu": cpu, "intervals": trace.intervals.num_row
 
 WARM = r"""
 import json, sys, time
+from timeline.analysis import launches as LA
 from timeline.run import open_run
 from timeline.run import report as RP
 from timeline.run import engine as EN
 path = sys.argv[1]
 out = {}
-t0 = time.perf_counter(); run = open_run(path); t = RP.launch_times(run.launches()); out["open+launches first"] = time.perf_counter() - t0
-t0 = time.perf_counter(); t = RP.launch_times(run.launches()); RP.quantiles_of(RP.floats(t.column("kernel_ns"))); out["launches warm"] = time.perf_counter() - t0
+t0 = time.perf_counter(); run = open_run(path); t = LA.launch_times(run.launches()); out["open+launches first"] = time.perf_counter() - t0
+t0 = time.perf_counter(); t = LA.launch_times(run.launches()); LA.quantiles(LA.kernel(t)); out["launches warm"] = time.perf_counter() - t0
 t0 = time.perf_counter(); RP.stage_summary(run.stages()); out["summary warm"] = time.perf_counter() - t0
 def p99():
-    median, slow = RP.pick_launches(RP.launch_times(run.launches()))
-    delta = RP.stage_delta(run.stages(), slow, median)
-    path_ = EN.analyze(path, tuple(slow[k] for k in RP.KEY), "critical_path")
+    t = LA.launch_times(run.launches())
+    k, keys = LA.kernel(t), LA.keys(t)
+    slow, median = LA.at_quantile(k, 0.99), LA.at_quantile(k, 0.5)
+    delta = RP.stage_delta(run.stages(), t.slice(slow, 1).to_pylist()[0], t.slice(median, 1).to_pylist()[0])
+    path_ = EN.analyze(path, tuple(keys[slow]), "critical_path")
     return delta, path_
 t0 = time.perf_counter(); p99(); out["p99 first (reads the launch, computes its edges)"] = time.perf_counter() - t0
 t0 = time.perf_counter(); p99(); out["p99 again (same process)"] = time.perf_counter() - t0

@@ -311,7 +311,7 @@ def main(argv=None) -> int:
     lines.append(skew_line)
     cmds = [["launches", str(run)], ["explain", str(run)]]
     if a.dry_run:  # ranks that never waited on each other: the slowed launch is refused (causality), not another
-        cmds.append(["explain", str(run), "--step", "0", "--layer", str((a.slow_layer + 1) % a.layers)])
+        cmds.append(["explain", str(run), "--launch", f"0:{(a.slow_layer + 1) % a.layers}"])
     rcs = []
     for args in cmds:
         dt, rc, out = command(args)

@@ -24,7 +24,7 @@ from timeline.ingest import synth_graph as SG
 from timeline.ingest.collect import collect
 from timeline.ingest.merge import merge
 from timeline.run import append, open_run
-from timeline.run import report as RP
+from timeline.analysis import launches as LA
 
 SLOTS = [(0, 0), (0, 1), (1, 0)]
 SPEC = SG.graph_spec((("a", 4), ("b", 4)), {"b": [G.Rule("a", count=0, allreduce=True)]}, world=2,
@@ -70,7 +70,7 @@ def separate_run(run_dir, cals_of_rank, seed: int = 0) -> dict:
 
 
 def times(run_dir) -> dict:
-    t = RP.launch_times(open_run(run_dir).launches())
+    t = LA.launch_times(open_run(run_dir).launches())
     return {(r["step"], r["layer"]): r for r in t.to_pylist()}
 
 
@@ -130,13 +130,13 @@ def test_a_rank_without_a_calibration_leaves_the_skew_null_and_says_why(tmp_path
     assert launches.column("host_start_ns").null_count == len(SLOTS)  # rank 1's rows
     got = times(tmp_path / "run")
     assert all(r["skew_ns"] is None and r["skew_pm_ns"] is None for r in got.values())
-    assert RP.skew_note(launches) == f"skew left empty for 3 launch(es): {RP.NO_COMMON_AXIS}"
+    assert LA.skew_note(launches) == f"skew left empty for 3 launch(es): {LA.NO_COMMON_AXIS}"
     code = main(["launches", str(tmp_path / "run")])
     out = capsys.readouterr().out
-    assert code == 0 and out.count(RP.NO_COMMON_AXIS) == 1 and not re.search(r"\d ± \d", out)
+    assert code == 0 and out.count(LA.NO_COMMON_AXIS) == 1 and not re.search(r"\d ± \d", out)
     code = main(["launches", str(tmp_path / "run"), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert doc["notes"] == [RP.skew_note(launches)]
+    assert doc["notes"] == [LA.skew_note(launches)]
     assert all(r["skew_us"] is None and r["skew_pm_us"] is None for r in doc["rows"])
 
 
@@ -156,7 +156,7 @@ def test_launches_of_one_append_keep_their_skew_on_its_axis(tmp_path):
         start.setdefault((r["step"], r["layer"]), []).append(r["start_ns"])
     got = times(tmp_path / "bare")
     assert {k: r["skew_ns"] for k, r in got.items()} == {k: max(v) - min(v) for k, v in start.items()}
-    assert {r["skew_pm_ns"] for r in got.values()} == {0.0} and RP.skew_note(launches) is None
+    assert {r["skew_pm_ns"] for r in got.values()} == {0.0} and LA.skew_note(launches) is None
     append(tmp_path / "merged", merge(traces["cal"]))
     truth = separate_run(tmp_path / "separate", cals)
     merged, separate = times(tmp_path / "merged"), times(tmp_path / "separate")
@@ -189,10 +189,10 @@ def test_a_launches_table_without_the_host_columns_still_times_its_launches():
     t = pa.table({"rank": pa.array([0, 1, 0, 1], pa.int16()), "step": [0, 0, 0, 0],
                   "layer": pa.array([0, 0, 1, 1], pa.int32()), "capture": ["a", "b", "c", "c"],
                   "launch": pa.array([0, 0, 1, 1], pa.int32()), "start_ns": [100, 10**9, 200, 260],
-                  "kernel_ns": [1000, 2000, 1000, 1040], "anomalies": [0, 0, 0, 0], "append": ["a", "b", "c", "c"]})
-    got = {(r["step"], r["layer"]): (r["skew_ns"], r["skew_pm_ns"]) for r in RP.launch_times(t).to_pylist()}
-    assert got == {(0, 0): (None, None), (0, 1): (60, 0.0)}
-    assert RP.skew_note(t) == f"skew left empty for 1 launch(es): {RP.NO_COMMON_AXIS}"
+                  "end_ns": [1100, 10**9 + 2000, 1200, 1300], "anomalies": [0, 0, 0, 0], "append": ["a", "b", "c", "c"]})
+    got = {(r["step"], r["layer"]): (r["skew_ns"], r["skew_pm_ns"], r["kernel_ns"]) for r in LA.launch_times(t).to_pylist()}
+    assert got == {(0, 0): (None, None, 2000), (0, 1): (60, 0.0, 1100)}  # apart: the slowest rank's span
+    assert LA.skew_note(t) == f"skew left empty for 1 launch(es): {LA.NO_COMMON_AXIS}"
 
 
 def test_the_dashboard_overview_shows_the_runs_skew_not_two_clocks_apart(tmp_path):

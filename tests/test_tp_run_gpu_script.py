@@ -27,15 +27,15 @@ def test_two_rank_processes_append_to_one_run_and_the_commands_read_it(tmp_path)
         assert re.search(rf"rank {r}: capture: 4 steps, 2 sampled .*: 2 written whole \(64 task rows\), "
                          r"0 ring_overrun, 0 incomplete; waits given up 0", out)
     assert "4 appends · 16 (rank, launch) rows" in out  # each rank's 2 sampled steps, appended concurrently
-    rows = re.findall(r"^\s+(\d)\s+(\d)\s+2\s+0\s+(\d)\s+([\d.]+)$", out, re.M)
+    rows = re.findall(r"^(\d):(\d)\s+2\s+([\d.]+)\s+assumed\s+0\s+(\d)$", out, re.M)
     assert len(rows) == 8
-    slow = {(s, l): (rank, float(k)) for s, l, rank, k in rows}
+    slow = {(s, l): (rank, float(k)) for s, l, k, rank in rows}
     for step in ("0", "2"):  # rank 1's 4 part tasks of layer 1 spun 2 µs each
         assert slow[(step, "1")][0] == "1" and slow[(step, "1")][1] > 8.0
     assert max(k for (s, l), (_, k) in slow.items() if l != "1") < 3.0
     # the p99 launch is the slowed one; the dry run's ranks never waited on each other: refused, one line
     assert "exit 2\ntimeline explain: error: 4 tasks saw their data before it was ready" in out
-    assert "--step 0 --layer 2   #" in out and "at the all-reduce part -> reduce" in out
+    assert "--launch 0:2   #" in out and "at the all-reduce part -> reduce" in out
     assert "raw start skew, rank 1 - rank 0 first start on their own timers (uncalibrated), 8 launches" in out
     # no device clock on the CPU: said, the calibrated skew empty with `timeline launches`'s reason, still exit 0
     assert "clock calibration: none (the CPU interpreter has no %globaltimer" in out
@@ -83,11 +83,12 @@ def test_the_two_gpu_run(tmp_path):
 def test_a_launch_of_ranks_appended_separately_is_timed_by_its_slowest_rank():
     import pyarrow as pa
 
-    from timeline.cli.explain_run import run_kernel_times
+    from timeline.analysis import launches as LA
 
     # (step 0, layer 0): ranks 0 and 1 in separate appends whose axes are 1 s apart; (0, 1): one append, two ranks
     t = pa.table({"step": [0, 0, 0, 0], "layer": [0, 0, 1, 1], "capture": ["a", "b", "c", "c"],
                   "launch": [0, 0, 1, 1], "append": ["a", "b", "c", "c"],
                   "start_ns": [100, 10**9 + 50, 200, 260], "end_ns": [1100, 10**9 + 2050, 1200, 1300]})
-    keys, kernel = run_kernel_times(t)
-    assert dict(zip(keys, kernel.tolist())) == {(0, 0): 2000, (0, 1): 1100}
+    times = LA.launch_times(t.append_column("rank", __import__("pyarrow").array([0, 1, 0, 1], "int16"))
+                            .append_column("anomalies", __import__("pyarrow").array([0, 0, 0, 0])))
+    assert dict(zip(times.column("key").to_pylist(), LA.kernel(times).tolist())) == {"0:0": 2000, "0:1": 1100}

@@ -286,10 +286,11 @@ def nearest_rank(n: int, q: float) -> int:
 
 
 def ranked(kernel_ns) -> np.ndarray:
-    """The launches with a kernel time, fastest first (ties in their order)."""
+    """The launches with a kernel time, fastest first; ties in reverse key order, so that
+    the last is the ``slowest`` (the p100 launch is the slowest launch)."""
     k = np.asarray(kernel_ns, dtype=np.float64)
     idx = np.flatnonzero(~np.isnan(k))
-    return idx[np.argsort(k[idx], kind="stable")]
+    return idx[np.lexsort((-idx, k[idx]))]
 
 
 def at_quantile(kernel_ns, q: float) -> int | None:

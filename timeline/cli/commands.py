@@ -46,10 +46,10 @@ def cmd_export(args) -> int:
     for p in (args.chrome, args.perfetto):
         if p:
             out_dir_exists(Path(p))
-    from timeline.cli.source import open_source
+    from timeline.cli.common import selection_of, source_of
 
-    src = open_source(args.trace, args)
-    sel = src.select(args, stages=True)
+    src = source_of(args.trace, args)
+    sel = src.select(selection_of(args, stages=True))
     if src.kind == "trace":  # the loaded file, the selection's rows chosen as the export reads them
         trace = src.loaded
         sel = {"ranks": sel.ranks, "launches": src.numbers(sel), "stages": sel.stages}

@@ -10,12 +10,12 @@ import json
 import sys
 from pathlib import Path
 
-from timeline.contract import clocks as K
 from timeline.contract import schema as S
 from timeline.core.trace import TRACE_EXTENSIONS, file_format
 from timeline.errors import TimelineError
 
-__all__ = ["SYNTH_MAX_ROWS", "UsageError", "load_spec", "load_trace", "out_dir_exists", "stage_list", "title", "trace_out"]
+__all__ = ["SYNTH_MAX_ROWS", "UsageError", "load_spec", "load_trace", "out_dir_exists", "stage_list", "trace_out"]
+
 
 
 SYNTH_MAX_ROWS = 20_000_000  # synth's model holds every row in memory: bound what one command asks
@@ -92,25 +92,25 @@ def stage_list(text: str):
     return out
 
 
-def title(trace) -> str:
-    sp = trace.spec
-    mhz = sp.clock.hz / 1e6
-    lines = [f"{sp.kernel} · {sp.arch} · clock {sp.clock.name} {mhz:g} MHz · ranks {trace.ranks} · "
-             f"launches {trace.launches}"]
-    if sp.cycles:
-        lines.append(f"hybrid clock: phases on the {sp.cycles} cycle counter, placed on {sp.clock.name} "
-                     "(timeline.ingest.hybrid)")
-    if trace.synthetic:
-        lines.append("SYNTHETIC trace (timeline.ingest.synth model): not measured on a GPU")
-    if len(trace.ranks) > 1:
-        aligned = K.alignment_of(trace)
-        if all(a.measured for a in aligned):
-            worst = max(a.uncertainty_ns for a in aligned)
-            lines.append(f"ranks aligned by their measured clocks, each within ± {worst:,.0f} ns (`timeline info`)")
-        else:
-            lines.append(f"ranks aligned by {aligned[0].by}: ASSUMED, the skew between ranks is not measured "
-                         "(`timeline info`)")
-    n = trace.anomaly_count
-    if n:
-        lines.append(f"anomalies: {trace.anomaly_summary()} (see `timeline info`)")
-    return "\n".join(lines)
+def source_of(path: str, args):
+    """The trace file or run at ``path`` (``timeline.query.source``) read as the command
+    line says (``--skip-damaged``, ``--engine`` ...), what opening it left out or could
+    not check said on stderr."""
+    from timeline.query.source import Options, open_source
+
+    opts = Options(skip_damaged=bool(getattr(args, "skip_damaged", False)), engine=getattr(args, "engine", None) or
+                   "local", scheduler=getattr(args, "scheduler", None), workers=getattr(args, "workers", None))
+    src = open_source(path, opts)
+    for note in src.notes:
+        print(f"{'warning' if src.kind == 'run' else 'note'}: {note}", file=sys.stderr)
+    return src
+
+
+def selection_of(args, *, stages: bool = False, launches: bool = True):
+    """The ``Selection`` the command line's --launch / --step / --layer / --rank (and
+    ``--stage`` with ``stages``) name (``launches=False``: --launch left out)."""
+    from timeline.query.source import Selection
+
+    return Selection(getattr(args, "launch", None) if launches else None, getattr(args, "step", None),
+                     getattr(args, "layer", None), getattr(args, "rank", None),
+                     getattr(args, "stage", None) if stages else None)

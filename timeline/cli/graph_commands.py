@@ -93,15 +93,17 @@ def cmd_edges(args) -> int:
     import pyarrow as pa
 
     from timeline.analysis import edges as E
-    from timeline.cli.source import open_source
+    from timeline.cli.common import selection_of, source_of
 
-    src = open_source(args.trace, args)
-    sel = src.select(args)
+    src = source_of(args.trace, args)
+    sel = src.select(selection_of(args))
+    totals = {}
     if args.output:
         out = Path(args.output)
         out_dir_exists(out)
         trace = src.trace(sel)
         g = E.edges(trace)
+        totals = {"edges": g.edge_count, "violations": int(g.violations.size), "missing": g.missing}
         keys = trace.launch_keys
         table = E.edges_table(trace, g)
         if "launch" in table.column_names and table.num_rows:
@@ -113,8 +115,8 @@ def cmd_edges(args) -> int:
         tables = src.map(sel, "edges", progress=bar)
     table = pa.concat_tables(tables, promote_options="permissive")
     if args.json:
-        print(json.dumps({**src.about(), "report": "edges", "rows": json_rows(table),
-                          "output": args.output}, ensure_ascii=False, indent=1, default=str))
+        print(json.dumps({**src.about(), "report": "edges", "rows": json_rows(table), "output": args.output,
+                          **totals}, ensure_ascii=False, indent=1, default=str))
         return 0
     print(src.head())
     print("per launch and stage: what held each task's wait (its gating edge); slack = how much later the other "
@@ -145,13 +147,13 @@ def cmd_whatif(args) -> int:
     """``timeline whatif SRC``: each selected launch replayed with the changes: its
     measured and predicted kernel time, beside the replay's fidelity."""
     from timeline.analysis import whatif as W
-    from timeline.cli.source import open_source
+    from timeline.cli.common import selection_of, source_of
 
     changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
     if not changes:
         raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
-    src = open_source(args.trace, args)
-    sel = src.select(args)
+    src = source_of(args.trace, args)
+    sel = src.select(selection_of(args))
     stages = fid = None
     if src.kind == "trace":  # one replay of the selection: its stages and fidelity too
         trace = src.trace(sel)

@@ -63,7 +63,7 @@ LAUNCH_HELP = ("only these launches: STEP:LAYER (from the slot headers), CAPTURE
 
 def _selection_options(p, stages: bool = False, engine: bool = False) -> None:
     """The options that pick launches and ranks of a trace file or a run alike
-    (``timeline.cli.source.Source.select`` reads them: ``args.rank``, ``args.launch``,
+    (``timeline.query.source.Source.select`` reads them: ``args.rank``, ``args.launch``,
     ``args.step``, ``args.layer``, ``args.stage``); ``engine``: the per-launch map's engine."""
     p.add_argument("--rank", type=int_list, metavar="R[,R..]", help="only these ranks")
     p.add_argument("--launch", type=launch_keys, metavar="KEY[,KEY..]", help=LAUNCH_HELP)
@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=integer(1, 1 << 20), default=None,
                    help="write the launches of this many steps, each launch's slot header naming its (step, layer): "
                         "--launches layers a step (default: one buffer of --launches launches without headers)")
-    p.add_argument("--grid", type=integer(1, 1 << 16), default=64, help="CTAs per rank, a power of two (default 64)")
+    p.add_argument("--grid", type=integer(1, 1 << 30), default=64, help="CTAs per rank, a power of two (default 64)")
     p.add_argument("--seed", type=integer(0, (1 << 32) - 1), default=0, help="random seed (default 0)")
     p.add_argument("--arch", default="gfx942", choices=("gfx942", "gfx950", "sm_90"),
                    help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")

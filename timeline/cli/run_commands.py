@@ -1,6 +1,6 @@
 """The ``timeline`` commands of a run directory alone: ``run add``, ``run info`` (also
 ``info RUN``) and ``merge ... -o RUN/``. Every other command takes a trace file or a
-run alike (``timeline.cli.source``). ``register`` adds ``run`` to the parser; this
+run alike (``timeline.query.source``). ``register`` adds ``run`` to the parser; this
 module imports neither numpy nor pyarrow until a command runs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from timeline.cli.run_common import json_out, open_selected, progress, run_head
+from timeline.cli.run_common import json_out, open_selected, progress
 
 RUN_EPILOG = """\
 examples:
@@ -130,6 +130,7 @@ def cmd_run_add(args) -> int:
 
 def cmd_run_info(args) -> int:
     """``timeline run info RUN``: its build, appends, sizes, damaged parts and orphans."""
+    from timeline.query.titles import run_head
     from timeline.run import layout as RL
 
     run = open_selected(args.run, args)

@@ -1,5 +1,5 @@
 """What the ``timeline`` commands of a run directory share (``run_commands``,
-``source``): opening the run as the command line says, the title lines and JSON output."""
+``timeline.query.source``): opening the run as the command line says and JSON output."""
 
 from __future__ import annotations
 
@@ -35,13 +35,4 @@ def json_out(doc) -> None:
     print(json.dumps(doc, ensure_ascii=False, indent=1, default=str))
 
 
-def run_head(run) -> str:
-    """The title lines above a run's report: path, kernel, appends, rows; SYNTHETIC said."""
-    n = run.launches().num_rows
-    synth = any(r.get("synthetic") for r in run.records)
-    kernel = run.build.get("kernel") if run.build else "(empty run)"
-    return (f"run {run.path} · {kernel} · {len(run.records)} appends · {n} (rank, launch) rows"
-            + ("\nSYNTHETIC data (timeline.ingest.synth model): not measured on a GPU" if synth else ""))
-
-
-__all__ = ["json_out", "open_selected", "progress", "run_head", "say_damaged"]
+__all__ = ["json_out", "open_selected", "progress", "say_damaged"]

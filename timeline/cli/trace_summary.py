@@ -11,7 +11,8 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from timeline.cli.common import UsageError, title
+from timeline.cli.common import UsageError
+from timeline.query.titles import title
 from timeline.cli.textout import format_table, json_rows
 from timeline.core import rows as R
 

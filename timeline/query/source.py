@@ -1,10 +1,11 @@
-"""What every command reads: a trace file or a run directory, as one thing (a
+"""What every question is asked of: a trace file or a run directory, as one thing (a
 ``Source``). Its launches, one row each (``timeline.analysis.launches``: the launch key,
-the kernel time, the skew), the launches a command line selects (``--launch KEY``,
-``--step``, ``--layer``, ``--rank``: every value checked, a missing one answered with
-what there is), one launch's or a selection's ``Trace`` (a run's within its memory
-budget), and the per-(rank, launch, stage) reports. A run's launches and stage reports
-come from its small per-append parts, never a task row."""
+the kernel time, the skew), the launches a ``Selection`` names (launch keys, steps,
+layers, ranks, stages: every value checked, a missing one answered with what there
+is), one launch's or a selection's ``Trace`` (a run's within its memory budget), the
+per-(rank, launch, stage) reports and a per-launch analysis mapped over a selection (a
+run's on the engine ``Options`` name). A run's launches and stage reports come from its
+small per-append parts, never a task row."""
 
 from __future__ import annotations
 
@@ -16,9 +17,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline.analysis import launches as LA
-from timeline.cli.common import UsageError
 from timeline.core import launchkey as KY
 from timeline.core import rows as R
+from timeline.errors import TimelineError
+
+
+class QueryError(TimelineError):
+    """A question a source cannot answer as asked: a selection naming what it does not
+    have, an option it cannot honour, a launch to read past the memory budget."""
+
+
+class Selection(NamedTuple):
+    """What to read of a source: ``launches`` (``LaunchKey``s), ``steps``, ``layers``,
+    ``ranks`` (ints) and ``stages`` (names); None: all."""
+
+    launches: list | None = None
+    steps: list | None = None
+    layers: list | None = None
+    ranks: list | None = None
+    stages: list | None = None
+
+
+class Options(NamedTuple):
+    """How to read a source: a run's damaged parts skipped (``skip_damaged``) and the
+    engine a per-launch map runs on (``engine`` ``"local"`` or ``"dask"``, its
+    ``scheduler`` address, ``workers``)."""
+
+    skip_damaged: bool = False
+    engine: str = "local"
+    scheduler: str | None = None
+    workers: int | None = None
 
 
 class Selected(NamedTuple):
@@ -41,18 +69,21 @@ def is_run(path) -> bool:
     return path is not None and Path(path).is_dir()
 
 
-def open_source(path: str, args=None) -> "Source":
-    """The trace file or run at ``path`` (a run opened as ``args`` says: ``--skip-damaged``)."""
-    return RunSource(path, args) if is_run(path) else TraceSource(path, args)
+def open_source(path: str, opts: Options = Options()) -> "Source":
+    """The trace file or run at ``path``, read as ``opts`` says."""
+    return RunSource(path, opts) if is_run(path) else TraceSource(path, opts)
 
 
 class Source:
-    """A trace file or a run (``TraceSource``, ``RunSource``)."""
+    """A trace file or a run (``TraceSource``, ``RunSource``): ``notes`` are what
+    opening it could not check or left out (a file without a checksum, a run's damaged
+    parts skipped), for the caller to say."""
 
     kind = ""
 
-    def __init__(self, path: str, args=None):
-        self.path, self.args = str(path), args
+    def __init__(self, path: str, opts: Options = Options()):
+        self.path, self.opts = str(path), opts
+        self.notes: list = []
         self._times: dict = {}
 
     @property
@@ -64,7 +95,7 @@ class Source:
         raise NotImplementedError
 
     def about(self) -> dict:
-        """What every JSON document says of its source: ``source``, ``kind``, ``kernel``, ``synthetic``."""
+        """What every document says of its source: ``source``, ``kind``, ``kernel``, ``synthetic``."""
         raise NotImplementedError
 
     def spec(self):
@@ -87,47 +118,43 @@ class Source:
         return sorted(set(R.numpy(self.rank_rows().column("rank")).tolist()))
 
     # -- selection -----------------------------------------------------------------------
-    def select(self, args, *, stages: bool = False) -> Selected:
-        """The launches and ranks ``args`` names (``--launch``, ``--step``, ``--layer``,
-        ``--rank``, and ``--stage`` with ``stages``), each value checked against this
-        source: one that names nothing is a ``UsageError`` listing what there is."""
-        ranks = getattr(args, "rank", None)
+    def select(self, sel: Selection = Selection()) -> Selected:
+        """The launches and ranks ``sel`` names, each value checked against this source:
+        one that names nothing is a ``QueryError`` listing what there is."""
+        ranks = list(sel.ranks) if sel.ranks is not None else None
         if ranks is not None:
             have = self.ranks()
             missing = sorted(set(ranks) - set(have))
             if missing:
-                raise UsageError(f"--rank {R.brief(missing)}: not in {self.name}; its ranks are {R.brief(have)}")
+                raise QueryError(f"--rank {_listed(missing)}: not in {self.name}; its ranks are {R.brief(have)}")
         times = self.times(ranks)
         keys = LA.keys(times)
         keep = np.ones(len(keys), bool)
-        steps, layers = getattr(args, "step", None), getattr(args, "layer", None)
-        for opt, want, col in (("--step", steps, "step"), ("--layer", layers, "layer")):
+        for opt, want, col in (("--step", sel.steps, "step"), ("--layer", sel.layers, "layer")):
             if want is None:
                 continue
             have = sorted({v for v in times.column(col).to_pylist() if v is not None})
             if not have:
-                raise UsageError(f"{opt}: the launches of {self.name} carry no slot headers (no step or layer); "
+                raise QueryError(f"{opt}: the launches of {self.name} carry no slot headers (no step or layer); "
                                  f"name them with --launch (its launches: {KY.brief(keys)})")
             missing = sorted(set(want) - set(have))
             if missing:
-                raise UsageError(f"{opt} {R.brief(missing)}: not in {self.name}; its {col}s are {R.brief(have)}")
+                raise QueryError(f"{opt} {_listed(missing)}: not in {self.name}; its {col}s are {R.brief(have)}")
             keep &= np.isin(R.numpy(R.filled(times.column(col), -1)), np.asarray(want, dtype=np.int64))
-        asked = getattr(args, "launch", None)
-        if asked is not None:
+        if sel.launches is not None:
             hit = np.zeros(len(keys), bool)
-            for want in asked:
+            for want in sel.launches:
                 hit[self.resolve(want, times)] = True
             keep &= hit
         if not keep.any():
-            raise UsageError(f"no launch of {self.name} is in this selection ({self._said(args)}); its launches: "
+            raise QueryError(f"no launch of {self.name} is in this selection ({said(sel)}); its launches: "
                              f"{KY.brief(keys)}")
         idx = np.flatnonzero(keep)
-        stage_list = self._stages(getattr(args, "stage", None)) if stages else None
-        return Selected(times.take(R.arrow(idx)), [keys[i] for i in idx], ranks, stage_list)
+        return Selected(times.take(R.arrow(idx)), [keys[i] for i in idx], ranks, self._stages(sel.stages))
 
     def resolve(self, want: KY.LaunchKey, times: pa.Table) -> list:
         """The rows of ``times`` (a ``launch_times`` table of this source) that ``want``
-        names: a ``UsageError`` listing them when it names none, or several where it
+        names: a ``QueryError`` listing them when it names none, or several where it
         must name one."""
         keys = LA.keys(times)
         full = [self._full(k, times, i) for i, k in enumerate(keys)]
@@ -136,10 +163,10 @@ class Source:
             alt = KY.LaunchKey(capture=str(want.step), slot=want.layer)
             hit = [i for i, k in enumerate(full) if alt.matches(k)]
         if not hit:
-            raise UsageError(f"--launch {want}: no such launch in {self.name}; its launches: {KY.brief(keys)} "
+            raise QueryError(f"--launch {want}: no such launch in {self.name}; its launches: {KY.brief(keys)} "
                              f"(`timeline launches {self.path}` lists them)")
         if not want.headed and want.capture is None and len(hit) > 1:
-            raise UsageError(f"--launch {want}: several launches of {self.name} have slot {want.slot}: "
+            raise QueryError(f"--launch {want}: several launches of {self.name} have slot {want.slot}: "
                              f"{KY.brief([keys[i] for i in hit])}; name one as CAPTURE:SLOT")
         return hit
 
@@ -147,30 +174,17 @@ class Source:
         """``key`` (row ``i`` of ``times``) with every field this source knows of it."""
         return key
 
-    def _said(self, args) -> str:
-        parts = [f"--{o} {getattr(args, o)}" for o in ("rank", "step", "layer") if getattr(args, o, None) is not None]
-        if getattr(args, "launch", None) is not None:
-            parts.append("--launch " + ",".join(map(str, args.launch)))
-        return " ".join(parts) or "everything"
-
     def _stages(self, stages):
         if stages is None:
             return None
         names = self.stage_names()
         missing = [s for s in stages if s not in names]
         if missing:
-            raise UsageError(f"--stage {','.join(missing)}: not a stage of {self.name}; its stages are {names}")
+            raise QueryError(f"--stage {','.join(missing)}: not a stage of {self.name}; its stages are {names}")
         return list(stages)
 
     def stage_names(self) -> list:
-        raise NotImplementedError
-
-    def one(self, sel: Selected, what: str) -> KY.LaunchKey:
-        """The one launch ``sel`` names, for a command that reads one (``what``)."""
-        if len(sel.keys) != 1:
-            raise UsageError(f"{what} reads one launch; this selection has {len(sel.keys)} ({KY.brief(sel.keys)}): "
-                             "name one with --launch KEY")
-        return sel.keys[0]
+        return list(self.spec().stage_names)
 
     # -- task rows -----------------------------------------------------------------------
     def trace(self, sel: Selected):
@@ -200,25 +214,44 @@ class Source:
         return out
 
 
+def _listed(values) -> str:
+    """Values as an option gives them (``0,2,3``), or ``R.brief``'s form when many."""
+    return ",".join(map(str, values)) if len(values) <= 16 else R.brief(values)
+
+
+def options(sel: Selection, prefix: str = "", launches: bool = True) -> str:
+    """A selection as command-line options (``--rank 0,1 --step 3``; ``prefix``: e.g.
+    ``baseline-``), empty for everything: what ``reproduce`` lines repeat."""
+    parts = [f"--{prefix}{o} {','.join(map(str, v))}" for o, v in (
+        ("rank", sel.ranks), ("step", sel.steps), ("layer", sel.layers), ("stage", sel.stages),
+        ("launch", sel.launches if launches else None)) if v is not None]
+    return " ".join(parts)
+
+
+def said(sel: Selection) -> str:
+    """A selection as the command line gives it, ``everything`` for none."""
+    return options(sel) or "everything"
+
+
 class TraceSource(Source):
-    """A trace file, loaded once."""
+    """A trace file, loaded once (``timeline.load``: checked whole)."""
 
     kind = "trace"
 
-    def __init__(self, path: str, args=None):
-        super().__init__(path, args)
-        from timeline.cli.common import load_trace
+    def __init__(self, path: str, opts: Options = Options()):
+        super().__init__(path, opts)
+        from timeline.core.trace import load
 
-        engine = getattr(args, "engine", None)
-        if engine not in (None, "local") or getattr(args, "scheduler", None) or getattr(args, "workers", None):
-            raise UsageError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
+        if opts.engine != "local" or opts.scheduler or opts.workers:
+            raise QueryError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
                              "analysed in this process: leave them out")
-        if getattr(args, "skip_damaged", False):
-            raise UsageError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
-        self.loaded = load_trace(path)
+        if opts.skip_damaged:
+            raise QueryError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
+        self.loaded = load(path)
+        self.notes = list(self.loaded.notes)
 
     def head(self) -> str:
-        from timeline.cli.common import title
+        from timeline.query.titles import title
 
         return title(self.loaded)
 
@@ -265,22 +298,24 @@ class TraceSource(Source):
 
 
 class RunSource(Source):
-    """A run directory (``timeline.run``), opened once."""
+    """A run directory (``timeline.run``), opened once: a damaged part is a ``RunError``
+    naming it, or with ``Options.skip_damaged`` left out and named in ``notes``."""
 
     kind = "run"
 
-    def __init__(self, path: str, args=None):
-        super().__init__(path, args)
-        from timeline.cli.run_common import open_selected
+    def __init__(self, path: str, opts: Options = Options()):
+        super().__init__(path, opts)
+        from timeline.run.read import open_run
 
-        if getattr(args, "workers", None) is not None and getattr(args, "engine", "local") != "dask":
-            raise UsageError("--workers sizes a Dask LocalCluster: give --engine dask too")
-        if getattr(args, "scheduler", None) and getattr(args, "engine", "local") != "dask":
-            raise UsageError("--scheduler names a Dask cluster: give --engine dask too")
-        self.run = open_selected(path, args)
+        if opts.workers is not None and opts.engine != "dask":
+            raise QueryError("--workers sizes a Dask LocalCluster: give --engine dask too")
+        if opts.scheduler and opts.engine != "dask":
+            raise QueryError("--scheduler names a Dask cluster: give --engine dask too")
+        self.run = open_run(path, on_damage="skip" if opts.skip_damaged else "raise")
+        self.notes = [f"part {p} left out: {why}" for p, why in self.run.damaged]
 
     def head(self) -> str:
-        from timeline.cli.run_common import run_head
+        from timeline.query.titles import run_head
 
         return run_head(self.run)
 
@@ -293,19 +328,14 @@ class RunSource(Source):
         from timeline.contract import schema as S
 
         if not self.run.records:
-            raise UsageError(f"{self.name} is empty: `timeline run add` adds traces to it")
+            raise QueryError(f"{self.name} is empty: `timeline run add` adds traces to it")
         return S.Spec.from_dict(self.run.records[0]["specs"][0])
 
     def rank_rows(self, ranks=None) -> pa.Table:
         return self.run.launches(rank=ranks)
 
     def stage_names(self) -> list:
-        from timeline.contract import schema as S
-
-        if not self.run.build:
-            return []
-        return list(dict.fromkeys(n for d in self.run.records[0]["specs"] for n in S.Spec.from_dict(d).stage_names)) \
-            if self.run.records else []
+        return [] if not self.run.records else super().stage_names()
 
     def trace(self, sel: Selected):
         from timeline.run.launchset import budget_check, selection_trace
@@ -322,10 +352,10 @@ class RunSource(Source):
     def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
         from timeline.run import engine as EN
 
-        a = self.args
+        o = self.opts
         return EN.run_map(self.run.path, [tuple(k) for k in sel.keys], analysis, dict(params or {}, ranks=sel.ranks),
-                          engine=getattr(a, "engine", "local"), scheduler=getattr(a, "scheduler", None),
-                          workers=getattr(a, "workers", None), on_damage=self.run.on_damage, progress=progress)
+                          engine=o.engine, scheduler=o.scheduler, workers=o.workers, on_damage=self.run.on_damage,
+                          progress=progress)
 
     def _rank_rows_of(self, sel: Selected) -> pa.Table:
         rows = self.rank_rows(sel.ranks)
@@ -334,7 +364,7 @@ class RunSource(Source):
     def stage_rows(self, sel: Selected) -> pa.Table:
         rows = self.run.stages(rank=sel.ranks)
         if rows is None:
-            raise UsageError(f"{self.name} is empty: no stage report to read")
+            raise QueryError(f"{self.name} is empty: no stage report to read")
         keys = key_column(rows)
         rows = rows.append_column("key", keys)
         rows = rows.filter(pc.is_in(keys, value_set=pa.array([str(k) for k in sel.keys], pa.string())))
@@ -350,4 +380,5 @@ def key_column(table: pa.Table) -> pa.Array:
     return LA.column_of([str(KY.of(*k)) for k in zip(*cols)], pa.string())
 
 
-__all__ = ["RunSource", "Selected", "Source", "TraceSource", "is_run", "key_column", "open_source"]
+__all__ = ["Options", "QueryError", "RunSource", "Selected", "Selection", "Source", "TraceSource", "is_run",
+           "key_column", "open_source", "options", "said"]
