@@ -271,14 +271,14 @@ def _bases(spec: S.Spec, grid: int, bases) -> list:
 
 
 def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                slots=None):
+                slots=None, bases=None):
     """A SYNTHETIC multi-rank ``Trace`` of ``graph_buffers`` through the real collector and merge."""
     from timeline.ingest.collect import collect
     from timeline.ingest.merge import merge
 
     spec = spec or glm5_spec()
     bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
-                                                                     inject=inject, slots=slots)]
+                                                                     inject=inject, slots=slots, bases=bases)]
     traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
     # merged without the graph, then given it: the model's waits end after their producers by
     # construction, so merge's causality pass over every edge of every launch would find nothing
