@@ -172,7 +172,8 @@ def _zip_kind(path: Path) -> str | None:
             written = any(i.CRC for i in z.infolist())  # torch.serialization.set_crc32_options(False): all 0
             bad = z.testzip() if torch_like and written else None
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
-        return "a damaged zip archive (its directory is missing: truncated, or a copy cut short), not a whole torch file"
+        return ("a damaged zip archive (its directory is missing: truncated, or a copy cut short), "
+                "not a whole torch file")
     if bad is not None:
         return f"a damaged torch file (its member {bad} fails its CRC check)"
     if torch_like:
