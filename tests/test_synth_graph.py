@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from timeline import load
+from timeline.analysis.stages import overlapping_tasks
 from timeline.core import rows as R
 from timeline.ingest import synth_graph as SG
 from timeline.cli import main
@@ -145,3 +146,19 @@ def test_a_runs_steps_replay_one_kernel_and_carry_their_slots():
     same = np.abs(np.log(compute(1, one) / compute(2, one)))
     other = np.abs(np.log(compute(1, SG.Model()) / compute(2, SG.Model())))
     assert np.median(same) < 0.06 < 0.15 < np.median(other)
+
+
+def test_bases_place_each_stage_where_a_kernel_rule_says():
+    """``graph_buffers(bases=...)``: task t of stage s on CTA ``(bases[s] + t) % grid`` (a
+    kernel's own base order, not the row order), with CTAs still running their tasks one
+    after another; the same draws otherwise; bases of another length refused."""
+    bases = [3, 60, 17]  # not the row-order running sum (0, 512 % 64, 576 % 64)
+    t = SG.graph_trace(FFN, grid=64, seed=5, bases=bases).tasks
+    stage = np.array(t.column("stage_index").to_pylist())
+    task, cta = t.column("task").to_numpy(), t.column("cta").to_numpy()
+    assert np.array_equal(cta, (np.array(bases)[stage] + task) % 64)
+    assert overlapping_tasks(SG.graph_trace(FFN, grid=64, seed=5, bases=bases)).num_rows == 0
+    default = SG.graph_trace(FFN, grid=64, seed=5).tasks.column("cta").to_numpy()
+    assert np.array_equal(default, (np.array([0, 0, 0])[stage] + task) % 64)  # 512 and 576 are 0 mod 64
+    with pytest.raises(SG.SynthError, match="give each of the 3 stages its first CTA"):
+        SG.graph_buffers(FFN, bases=[1, 2])

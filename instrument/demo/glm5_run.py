@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from instrument.demo.flydsl_glm5 import (COUNT, FIRST, KERNEL, LAYERS, N_TASKS, NORMAL, PRODUCERS, SPEC, THREADS,
                                          TIMELINE, WAVES, launch)
@@ -120,6 +121,7 @@ def main(argv=None):
             result.save(args.trace)
             print(f"  {result.tasks.num_rows} task rows, {result.anomalies.num_rows} anomaly rows; saved {args.trace}")
         if mode == KERNEL and args.legacy:
+            Path(args.legacy).parent.mkdir(parents=True, exist_ok=True)  # rank0/trace.pt, as benchmark.py lays it out
             torch.save(dict(stages=list(GLM5_STAGES), ticks=result), args.legacy)
             print(f"  saved {args.legacy} (read it with: timeline import-legacy {args.legacy} --grid {args.grid})")
     return status

@@ -9,8 +9,9 @@ row). They write no placement, no wave and no launch. What differs between the
 generations (stage list, placement rule per stage, cells never written, marks,
 waits, report lines) is data: one profile each in ``timeline.contract.kernels``.
 
-``import_legacy`` reads the files the tools save (``dict(stages=..., ticks=...)``
-or ``timeline=...``; ``rank<r>/``, ``<mode>-s<S>/rank<r>/``, ``raw_s{S}_{tag}.pt``),
+``import_legacy`` reads the files the tools save (``timeline.ingest.legacy_file``:
+``dict(stages=..., ticks=...)`` or ``timeline=...``; ``rank<r>/``, ``<mode>-s<S>/rank<r>/``,
+``raw_s{S}_{tag}.pt``),
 picks the profile whose stage list (names and counts) the file carries
 (``choose_profile``: never a guess; ``--profile`` forces one, ``--base-order`` reads
 a kernel nobody profiled) and ``collect_legacy`` lays the tensor out as a stamp
@@ -24,10 +25,6 @@ goes to ``timeline.ingest.points``.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import NamedTuple
-
 import numpy as np
 import pyarrow as pa
 
@@ -36,32 +33,16 @@ from timeline.contract import kernels
 from timeline.analysis.stages import overlapping_tasks
 from timeline.contract import schema as S
 from timeline.core import rows as R
-from timeline.ingest import CollectError
 from timeline.ingest.collect import collect
+from timeline.ingest.legacy_file import LegacyError, LegacyFile, LegacyFileError, read_legacy
 from timeline.contract.kernels import (GLM5_ARCH, GLM5_BASE_ORDER, GLM5_GRID, GLM5_STAGES, GLM5_UNSTAMPED,
                                        GLM5_WAIT, LEGACY_COLS, LEGACY_MARKS, LEGACY_PHASES)
 from timeline.core.trace import Trace, anomalies_table
 
-__all__ = ["LegacyError", "LegacyFile", "legacy_spec", "check_shape", "rotation_ctas", "collect_legacy",
-           "read_legacy", "import_legacy", "choose_profile", "GLM5_ARCH", "GLM5_BASE_ORDER", "GLM5_GRID",
+__all__ = ["LegacyError", "LegacyFileError", "LegacyFile", "legacy_spec", "check_shape", "rotation_ctas",
+           "collect_legacy", "read_legacy", "import_legacy", "choose_profile", "GLM5_ARCH", "GLM5_BASE_ORDER", "GLM5_GRID",
            "GLM5_STAGES", "GLM5_UNSTAMPED", "GLM5_WAIT", "LEGACY_COLS", "LEGACY_MARKS", "LEGACY_PHASES"]
 HARDWARE_COLUMNS = ("xcc", "se", "sh", "cu", "simd", "wave_slot", "sm", "hw_unit")
-
-
-class LegacyError(CollectError):
-    """A legacy tensor or file that does not match what the kernel writes."""
-
-
-class LegacyFile(NamedTuple):
-    """What ``read_legacy`` found: the tick tensor, the stage list (or the program
-    points of a TileRT trace), the rank, the file, and its format."""
-
-    ticks: np.ndarray
-    stages: tuple
-    rank: int | None  # from a ``rank<r>/`` folder (or 0 for ``raw_s{S}_{tag}.pt``), when the path has one
-    path: str
-    points: tuple = ()  # a TileRT program-point trace's point names in slot order; () for a stage tensor
-    samples: int | None = None  # S as the tools' file or folder name gives it (raw_s{S}_..., <mode>-s<S>/, s<S>/)
 
 
 def legacy_spec(stages, *, grid: int = 0, rank: int = 0, world: int = 1, arch: str = GLM5_ARCH,
@@ -259,100 +240,6 @@ def mark_derived(trace: Trace) -> Trace:
         t = t.set_column(i, name, pa.nulls(t.num_rows, t.schema.field(name).type))
     return Trace(t, trace.specs, trace.anomalies, origins=trace.origins, offsets=trace.offsets,
                  synthetic=trace.synthetic, notes=trace.notes)
-
-
-_RANK_DIR = re.compile(r"rank(\d+)$")
-_VLLM_NAME = re.compile(r"raw_s(\d+)_.*\.pt$")
-_S_DIR = re.compile(r"(?:.+-)?s(\d+)$")  # benchmark.py's <moe_mode>-s<S>/, asm_bridge's s<S>/
-TICK_KEYS = ("ticks", "timeline")  # benchmark.py / asm_bridge save "ticks", the vLLM fork's tool "timeline"
-
-
-def _rank_of(path: Path) -> int | None:
-    """The rank the tools' folder layout gives: ``rank<r>/trace.pt`` (also under
-    ``<mode>-s<S>/``), 0 for the vLLM fork's ``raw_s{S}_{tag}.pt`` (rank 0 only)."""
-    m = _RANK_DIR.match(path.parent.name)
-    if m:
-        return int(m.group(1))
-    return 0 if _VLLM_NAME.match(path.name) else None
-
-
-def _samples_of(path: Path) -> int | None:
-    """S as the tools name their output: ``raw_s{S}_{tag}.pt``, ``<mode>-s<S>/rank<r>/``."""
-    m = _VLLM_NAME.match(path.name)
-    if m:
-        return int(m.group(1))
-    m = _S_DIR.match(path.parent.parent.name) if _RANK_DIR.match(path.parent.name) else None
-    return int(m.group(1)) if m else None
-
-
-def read_legacy(path, stages=None) -> LegacyFile:
-    """Read a kernel's saved timeline: ``dict(stages=..., ticks=...)`` (benchmark.py
-    --trace), ``dict(timeline=..., stages=...)`` (the vLLM fork), or the TileRT
-    program-point ``dict(points={pc: name}, ticks=...)`` (needs torch, loaded with
-    ``weights_only=True``), or a ``.npy`` of the tick tensor (then ``stages`` must be
-    given). A clear ``LegacyError`` for anything else, naming a known other format."""
-    path = Path(path)
-    rank = _rank_of(path)
-    if not path.is_file():
-        raise LegacyError(f"legacy trace {str(path)!r} is not a file")
-    if path.suffix == ".npy":
-        if stages is None:
-            raise LegacyError(f"{str(path)!r} is a bare tick tensor: give its stage list (--stages NAME:COUNT,... "
-                              "or the .pt file benchmark.py --trace wrote, which carries it)")
-        try:
-            ticks = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
-            raise LegacyError(f"{str(path)!r} is not a readable .npy tensor ({e})") from None
-        return LegacyFile(ticks, tuple(stages), rank, str(path), samples=_samples_of(path))
-    data = _torch_load(path)
-    if isinstance(data, dict) and "points" in data:
-        return _points_file(data, rank, path)
-    key = next((k for k in TICK_KEYS if isinstance(data, dict) and k in data), None)
-    if key is None or "stages" not in data:
-        raise LegacyError(f"{str(path)!r} {_what(data)}: give dict(stages=..., ticks=...) as benchmark.py "
-                          "--trace saves it (or timeline=... as the vLLM fork's tool does)")
-    ticks = data[key]
-    if not hasattr(ticks, "numpy"):
-        raise LegacyError(f"{str(path)!r}: {key!r} is not a tensor")
-    try:
-        st = tuple((str(n), int(c)) for n, c in (stages or data["stages"]))
-    except (TypeError, ValueError):
-        raise LegacyError(f"{str(path)!r}: 'stages' is not a list of (name, count) pairs") from None
-    return LegacyFile(ticks.detach().cpu().numpy(), st, rank, str(path), samples=_samples_of(path))
-
-
-def _what(data) -> str:
-    """What a loaded object is, for the error: a known other format by name."""
-    if not isinstance(data, dict):
-        return f"holds a {type(data).__name__}, not the kernel's trace dict"
-    keys = sorted(map(str, data))
-    if "traceEvents" in data:
-        return "is a Chrome trace (JSON events), not a kernel's tick tensor"
-    return f"holds a dict with keys {keys}, not the kernel's trace dict"
-
-
-def _torch_load(path: Path):
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is an extra
-        raise LegacyError(f"{str(path)!r}: reading a .pt file needs torch (pip install torch); or save the "
-                          "ticks as .npy and pass --stages") from None
-    try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a bad file
-        raise LegacyError(f"{str(path)!r} is not a torch file of the kernel's trace "
-                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-
-
-def _points_file(data: dict, rank, path: Path) -> LegacyFile:
-    """A TileRT program-point trace (``tools/asm_bridge/trace.py``): its points in
-    slot order (the dict's insertion order) and the ``(CTAs, points)`` tick tensor."""
-    ticks, points = data.get("ticks"), data["points"]
-    if not hasattr(ticks, "numpy") or not isinstance(points, dict):
-        raise LegacyError(f"{str(path)!r} looks like a TileRT program-point trace but does not hold "
-                          "dict(points={pc: name}, ticks=int64 (CTAs, points))")
-    names = tuple(str(v) for v in points.values())
-    return LegacyFile(ticks.detach().cpu().numpy(), (), rank, str(path), points=names)
 
 
 def choose_profile(stages, name: str | None = None, base_order=None):

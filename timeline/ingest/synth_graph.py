@@ -184,11 +184,14 @@ def check_injections(spec: S.Spec, injections, grid: int) -> None:
 
 
 def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                  slots=None) -> list:
+                  slots=None, bases=None) -> list:
     """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
     device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
     ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
-    graph-replaying kernel does (``synth.synth_buffers``'s rule)."""
+    graph-replaying kernel does (``synth.synth_buffers``'s rule); ``bases``: each
+    stage's first CTA, task ``t`` on ``(bases[s] + t) % grid``, as a kernel's own
+    placement rule gives them (``timeline.contract.kernels.ctas``); None: the running
+    sum of the counts in row order."""
     SY._check_grid(grid)
     if not spec.graph:
         raise SynthError(f"spec {spec.kernel!r} has no task graph: the model runs a kernel profile's graph")
@@ -207,10 +210,7 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     means = model.stages or [SY.StageModel(600 * k, 2500 * k, 300 * k)
                              for k in kernel.uniform(0.5, 2.0, size=len(spec.stages))]
     factor = [kernel.lognormal(0.0, model.task_sigma, size=(3, ranks, n)) for _, n in spec.stages]
-    base, acc = [], 0
-    for _, n in spec.stages:
-        base.append(acc & (grid - 1))
-        acc += n
+    base = _bases(spec, grid, bases)
     bufs = np.zeros((ranks, lay.words), dtype=np.int64)
     tick = S.tick_ns(spec.clock)
     epoch = np.floor(rng.integers(10**9, 10**12, size=ranks) * tick)
@@ -257,15 +257,28 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     return out
 
 
+def _bases(spec: S.Spec, grid: int, bases) -> list:
+    """Each stage's first CTA mod ``grid``: the given ``bases`` (one per stage, >= 0), else
+    the running sum of the counts in row order (``synth``'s rotation rule)."""
+    if bases is None:
+        acc = np.cumsum([0] + [n for _, n in spec.stages])[:-1]
+        return [int(a) & (grid - 1) for a in acc]
+    bases = [int(b) for b in bases]
+    if len(bases) != len(spec.stages) or min(bases, default=0) < 0:
+        raise SynthError(f"bases {bases}: give each of the {len(spec.stages)} stages its first CTA (>= 0), "
+                         "as the kernel's placement rule gives it")
+    return [b & (grid - 1) for b in bases]
+
+
 def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                slots=None):
+                slots=None, bases=None):
     """A SYNTHETIC multi-rank ``Trace`` of ``graph_buffers`` through the real collector and merge."""
     from timeline.ingest.collect import collect
     from timeline.ingest.merge import merge
 
     spec = spec or glm5_spec()
     bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
-                                                                     inject=inject, slots=slots)]
+                                                                     inject=inject, slots=slots, bases=bases)]
     traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
     # merged without the graph, then given it: the model's waits end after their producers by
     # construction, so merge's causality pass over every edge of every launch would find nothing
