@@ -211,21 +211,25 @@ def _excess(trace, g: E.Graph, rec: np.ndarray, typ_dur: np.ndarray) -> np.ndarr
 
 def _stage_groups(m: E.Tasks, hot: np.ndarray, wait: int, key: np.ndarray, groups: dict) -> None:
     """Into ``key`` (a group id per cell, -1 none): per interval, the hot cells of a
-    stage where most (two or more, at least half) of its tasks are hot in it, else of
-    a rank's stage where most of its are; one group per (scope, rank, stage) over the
-    intervals besides the wait, one per interval for the wait."""
+    stage where on every rank that runs it most (two or more, at least half) of its
+    tasks are hot in it, else of each rank's stage where most of its are (one slow rank
+    of two is that rank's stage, never the stage); one group per (scope, rank, stage)
+    over the intervals besides the wait, one per interval for the wait."""
     for j in range(hot.shape[1]):
         for s in np.unique(m.stage[hot[:, j]]):
             mine = m.stage == s
-            if hot[mine, j].sum() > 1 and hot[mine, j].mean() >= 0.5:
+            most = {}
+            for r in np.unique(m.rank[mine]):
+                rs = mine & (m.rank == r)
+                most[int(r)] = bool(hot[rs, j].sum() > 1 and hot[rs, j].mean() >= 0.5)
+            if all(most.values()):
                 g = groups.setdefault(("stage", None, int(s), None, None, j == wait), len(groups))
                 key[mine & hot[:, j], j] = g
                 continue
-            for r in np.unique(m.rank[mine & hot[:, j]]):
+            for r in [r for r, ok in most.items() if ok]:
                 rs = mine & (m.rank == r)
-                if hot[rs, j].sum() > 1 and hot[rs, j].mean() >= 0.5:
-                    key[rs & hot[:, j], j] = groups.setdefault(("rank-stage", int(r), int(s), None, None, j == wait),
-                                                               len(groups))
+                key[rs & hot[:, j], j] = groups.setdefault(("rank-stage", r, int(s), None, None, j == wait),
+                                                           len(groups))
 
 
 def _own_groups(m: E.Tasks, hot: np.ndarray, wait: int, key: np.ndarray, groups: dict) -> None:

@@ -30,14 +30,17 @@ class Commands(NamedTuple):
     select: str = ""
     baseline: str = ""
     ranks: str = ""  # the --rank option alone (what a launch's own numbers depend on)
+    asked: str = ""  # the options that picked the launches and asked for more (--top 3, --p99, --across 8)
 
     def _join(self, *parts) -> str:
         return " ".join(p for p in parts if p)
 
     def explain(self, key=None) -> str:
-        pick = f"--launch {key}" if key is not None else self.select
-        rank = self.ranks if key is not None else ""
-        return self._join("timeline explain", self.source, self.baseline.strip(), pick, rank, "--json")
+        """The explain command of the whole document (``key`` None) or of one launch."""
+        if key is None:
+            return self._join("timeline explain", self.source, self.baseline.strip(), self.select, self.asked, "--json")
+        return self._join("timeline explain", self.source, self.baseline.strip(), self.select, f"--launch {key}",
+                          "--json")
 
     def launches(self) -> str:
         return self._join("timeline launches", self.source, self.select, "--json")

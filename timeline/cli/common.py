@@ -114,3 +114,12 @@ def selection_of(args, *, stages: bool = False, launches: bool = True):
     return Selection(getattr(args, "launch", None) if launches else None, getattr(args, "step", None),
                      getattr(args, "layer", None), getattr(args, "rank", None),
                      getattr(args, "stage", None) if stages else None)
+
+
+def reproduce(args) -> str:
+    """The command line that gives this command's document again, as printed (the
+    arguments as given, ``--json`` added where missing)."""
+    import shlex
+
+    argv = list(getattr(args, "argv", []))
+    return "timeline " + shlex.join(argv + ([] if "--json" in argv else ["--json"]))

@@ -331,10 +331,12 @@ def documented(e: BaseException) -> bool:
 def main(argv=None) -> int:
     """Run the ``timeline`` command line; returns the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, --version, usage errors (argparse printed them)
         return e.code if isinstance(e.code, int) else 2
+    args.argv = [str(a) for a in argv]  # the command as given: what a document's ``reproduce`` repeats
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

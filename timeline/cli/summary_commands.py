@@ -11,7 +11,7 @@ import json
 import pyarrow as pa
 
 from timeline.analysis import launches as LA
-from timeline.cli.common import UsageError, selection_of, source_of
+from timeline.cli.common import UsageError, reproduce, selection_of, source_of
 from timeline.cli.textout import Progress, format_table, json_rows
 from timeline.query import launches as QL
 from timeline.query.launches import us as _us
@@ -50,6 +50,7 @@ def cmd_launches(args) -> int:
     src = source_of(args.trace, args)
     doc = QL.launches(src, selection_of(args), slowest=args.slowest, by_rank=args.by_rank,
                       source_text=source_cmd(args))
+    doc["reproduce"] = reproduce(args)
     if args.json:
         dump(doc)
         return 0
@@ -104,7 +105,7 @@ def _run_summary(src, sel, args) -> int:
     worst = QL.rows(times.take(pa.array(top, pa.int64())))
     if args.json:
         dump({**src.about(), "report": "run_stage_summary", "rows": json_rows(table), "worst": worst,
-              "kernel": QL.stats(times), "reproduce": f"timeline summary {source_cmd(args)} --json"})
+              "kernel": QL.stats(times), "reproduce": reproduce(args)})
         return 0
     print(src.head())
     print(f"stage report over {times.num_rows} launches ({stages.num_rows // max(len(set(stages.column('stage').to_pylist())), 1)}"
@@ -126,7 +127,7 @@ def _by_launch(src, sel, args) -> int:
     rows = rows.rename_columns(["launch"] + rows.column_names[1:])
     if args.json:
         dump({**src.about(), "report": "stage", "by_launch": True, "rows": json_rows(rows),
-              "reproduce": f"timeline summary {source_cmd(args)} --by-launch --json"})
+              "reproduce": reproduce(args)})
         return 0
     print(src.head())
     print("stage report per (rank, launch), µs from the earliest start of each rank's launch\n")
@@ -148,7 +149,7 @@ def _critical_paths(src, sel, args) -> int:
             key = p.column("launch")[0].as_py() if p.num_rows else None
             rows += [{"launch": key, **r} for r in json_rows(path_us(p.drop_columns(["launch"])))]
         dump({**src.about(), "report": "critical_path", "exact": bool(src.spec().graph), "rows": rows,
-              "reproduce": f"timeline summary {source_cmd(args)} --critical-path --json"})
+              "reproduce": reproduce(args)})
         return 0
     print(src.head())
     for key, p in zip(sel.keys, paths):
@@ -186,7 +187,7 @@ def _p99(src, sel, args) -> int:
         dump({**src.about(), "report": "p99_launch", "p99_launch": str(keys[at99]), "p50_launch": str(keys[at50]),
               "p99_kernel_us": _us(k[at99]), "p50_kernel_us": _us(k[at50]), "kernel": stats,
               "delta": json_rows(delta), "path_shares": json_rows(shares),
-              "reproduce": f"timeline summary {source_cmd(args)} --p99 --json"})
+              "reproduce": reproduce(args)})
         return 0
     print(src.head())
     print(f"p99 launch {keys[at99]}: {_us(k[at99])} µs; p50 launch {keys[at50]}: {_us(k[at50])} µs "

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from timeline.cli.common import UsageError
+from timeline.cli.common import UsageError, reproduce
 from timeline.query.titles import title
 from timeline.cli.textout import format_table, json_rows
 from timeline.core import rows as R
@@ -46,7 +46,7 @@ def summary_of(trace, args) -> int:
             rows = []
             for r, launch, t, _ in blocks:
                 rows += [{"rank": r, "launch": str(keys[launch]), **row} for row in json_rows(t)]
-            _print_json(trace, "legacy", rows, by_launch=True)
+            _print_json(trace, "legacy", rows, by_launch=True, reproduce=reproduce(args))
             return 0
         print(title(trace))
         for r, launch, t, extra in blocks:
@@ -67,7 +67,8 @@ def summary_of(trace, args) -> int:
         table = A.stage_report(trace)
         scope = "µs from the earliest start"
     if args.json:
-        _print_json(trace, "typical_launch" if typical else "stage", json_rows(table), by_launch=False)
+        _print_json(trace, "typical_launch" if typical else "stage", json_rows(table), by_launch=False,
+                    reproduce=reproduce(args))
         return 0
     print(title(trace))
     print(f"stage report, {scope}; share = stage span / kernel span; interval columns are per-row "
@@ -89,7 +90,8 @@ def _summary_idle(trace, args) -> int:
                   trace)
     unplaced = A.unplaced_rows(t)
     if args.json:
-        _print_json(trace, "idle", json_rows(t), by_launch=True, gaps=json_rows(gaps), unplaced_rows=unplaced)
+        _print_json(trace, "idle", json_rows(t), by_launch=True, gaps=json_rows(gaps), unplaced_rows=unplaced,
+                    reproduce=reproduce(args))
         return 0
     print(title(trace))
     print("idle per CTA, the idlest first: time between a CTA's tasks inside its launch (ns)\n")

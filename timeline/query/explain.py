@@ -57,6 +57,20 @@ def explain(src, sel: Selection = Selection(), ask: Ask = Ask(), *, source_text:
     return _explain(src, pool, sel, ask, cmd_src)
 
 
+def _asked(ask: Ask) -> str:
+    """The options of ``ask`` that pick launches or ask for more, as the command line gives them."""
+    parts = []
+    if ask.launches:
+        parts.append("--launch " + ",".join(map(str, ask.launches)))
+    if ask.top:
+        parts.append(f"--top {ask.top}")
+    if ask.p99:
+        parts.append("--p99")
+    if ask.across:
+        parts.append(f"--across {ask.across}")
+    return " ".join(parts)
+
+
 def _baseline_key(text: str):
     from timeline.core.launchkey import LaunchKeyError, parse_keys
 
@@ -145,7 +159,7 @@ def _explain(src, pool, sel: Selection, ask: Ask, cmd_src: str, base_key=None) -
             f"none: {int((~np.isnan(kernel)).sum())} launch(es), a typical one needs {SD.MIN_LAUNCHES}"
     cmds = XR.Commands(cmd_src, options(sel, launches=False),
                        f"--baseline {shlex.quote(ask.baseline)}" if ask.baseline else "",
-                       options(Selection(ranks=sel.ranks)))
+                       options(Selection(ranks=sel.ranks)), _asked(ask))
     timed = int((~np.isnan(kernel)).sum())
     typical = {"kernel_us": XR._us(side.typical_ns) if side.typical is not None else None,
                "noise_us": XR._us(side.noise_ns), "from": source, "launches": timed}
@@ -192,7 +206,8 @@ def _explain_ab(src, pool, sel: Selection, ask: Ask, cmd_src: str) -> dict:
     noise = max(LA.noise_ns(ka), LA.noise_ns(kb))
     diff = LA.typical_ns(kb) - LA.typical_ns(ka)
     sel_text = " ".join(x for x in (options(sel, launches=False), options(ask.baseline_sel, "baseline-")) if x)
-    cmds = XR.Commands(cmd_src, sel_text, f"--baseline {shlex.quote(ask.baseline)}", options(Selection(ranks=sel.ranks)))
+    cmds = XR.Commands(cmd_src, sel_text, f"--baseline {shlex.quote(ask.baseline)}", options(Selection(ranks=sel.ranks)),
+                       _asked(ask))
     verdict = None
     if not comp.comparable:
         verdict, picked = "cannot compare B with A: " + "; ".join(comp.reasons), []
