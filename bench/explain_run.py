@@ -41,7 +41,7 @@ inject = SG.parse_injection(cfg["inject"])
 ivs, t_model, t_add = 0, 0.0, 0.0
 for step in range(cfg["steps"]):
     t0 = time.perf_counter()
-    inj = [inject] if step == cfg["inject_step"] else []
+    inj = [inject] if step == cfg["inject_step"] or cfg.get("every_step") else []
     trace = SG.graph_trace(spec, seed=step, slots=[(step, l) for l in range(cfg["layers"])], inject=inj,
                            model=SG.Model(kernel_seed=0))  # every step replays one kernel
     t1 = time.perf_counter()
@@ -58,7 +58,7 @@ print(json.dumps({"intervals": ivs, "model_s": t_model, "append_s": t_add}))
 def build(run: Path, a) -> dict:
     """Make the run (a child process: its own peak RSS); returns its counts and times."""
     cfg = {"run": str(run), "ranks": a.ranks, "steps": a.steps, "layers": a.layers, "inject": a.inject,
-           "inject_step": a.inject_step}
+           "inject_step": a.inject_step, "every_step": getattr(a, "every_step", False)}
     r = child([sys.executable, "-c", BUILD, json.dumps(cfg)])
     if r["rc"] != 0:
         raise SystemExit(f"error: building the run failed:\n{r['err']}")

@@ -291,7 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the launches of this many steps, each launch's slot header naming its (step, layer): "
                         "--launches layers a step (default: one buffer of --launches launches without headers)")
     p.add_argument("--grid", type=integer(1, 1 << 30), default=64, help="CTAs per rank, a power of two (default 64)")
-    p.add_argument("--seed", type=integer(0, (1 << 32) - 1), default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=integer(0, (1 << 32) - 1), default=0,
+                   help="random seed: the kernel's stage means and task factors, and its jitter (default 0)")
+    p.add_argument("--jitter-seed", type=integer(0, (1 << 32) - 1), default=None,
+                   help="the launch-to-launch jitter's own seed: the same kernel (--seed), other noise")
     p.add_argument("--arch", default="gfx942", choices=("gfx942", "gfx950", "sm_90"),
                    help="gfx942 / gfx950 (memrealtime) or sm_90 (globaltimer)")
     p.add_argument("--profile", help="run a kernel profile's stages and task graph (glm5, triton-ffn, or a generation of "

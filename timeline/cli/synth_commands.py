@@ -73,16 +73,19 @@ def cmd_synth(args) -> int:
         stage means and task factors drawn from --seed), each step's jitter its own."""
         first_step = first // args.launches
         slots = [(first_step + s, layer) for s, layer in _slots(args)[:per]] if args.steps else None
-        seed = args.seed if first_step == 0 else args.seed * 1_000_003 + first_step
+        one_kernel = run or args.jitter_seed is not None  # the kernel from --seed, the jitter from its own seed
+        jitter = args.seed if args.jitter_seed is None else args.jitter_seed
+        seed = args.seed if not one_kernel or (first_step == 0 and args.jitter_seed is None) \
+            else jitter * 1_000_003 + first_step
         if graph:
             spec = SG.graph_spec(stages, edges, world=args.ranks, launches=per, waves=args.waves, arch=args.arch,
                                  kernel=f"{name}_synthetic_graph")
             return SG.graph_trace(spec, grid=g, seed=seed, inject=_of_step(injections, first, per),
-                                  slots=slots, model=SG.Model(kernel_seed=args.seed) if run else SG.Model())
+                                  slots=slots, model=SG.Model(kernel_seed=args.seed) if one_kernel else SG.Model())
         spec = SY.glm5_spec(waves=args.waves, launches=per, world=args.ranks, arch=args.arch, clock=clock)
         import numpy as np
 
-        models = SY._default_model(spec, np.random.default_rng(args.seed)) if run else None
+        models = SY._default_model(spec, np.random.default_rng(args.seed)) if one_kernel else None
         return SY.synth_trace(spec, grid=g, seed=seed, slots=slots, models=models)
 
     late = [i.label() for i in injections if i.launch is not None and i.launch >= launches]
