@@ -127,11 +127,24 @@ def identity(e: X.Explained, c: X.Culprit) -> tuple:
     return (c.scope, c.rank, int(c.stage), c.task, c.cta, int(c.phase))
 
 
+class Stable(NamedTuple):
+    """A culprit named first over several slow launches: its ``identity``, one of its
+    culprits and launches (``culprit``, ``explained``), how many launches named it, their
+    ``share`` of all the launches' excess, and over those launches the excess (kernel -
+    typical) and the culprit's savings, summed (ns)."""
+
+    identity: tuple
+    culprit: X.Culprit
+    explained: X.Explained
+    launches: int
+    share: float
+    excess_ns: float
+    saving_ns: float
+
+
 def stable(explained: list) -> list:
-    """Over explained slow launches: each culprit named first (significant) in any, as
-    ``(identity, example culprit, explained, launches named, share of their excess)``,
-    the most often named first; ``share``: the excess (kernel - typical) of the launches
-    it was named in over all the launches' excess."""
+    """Over explained slow launches: each culprit named first (significant) in any, the
+    most often named first (``Stable``)."""
     total = sum(max(e.kernel_ns - e.typical_ns, 0.0) for e in explained) or 1.0
     named: dict = {}
     for e in explained:
@@ -139,13 +152,13 @@ def stable(explained: list) -> list:
         if not sig:
             continue
         c = sig[0]
-        k = identity(e, c)
-        hit = named.setdefault(k, [c, e, 0, 0.0])
+        hit = named.setdefault(identity(e, c), [c, e, 0, 0.0, 0.0])
         hit[2] += 1
         hit[3] += max(e.kernel_ns - e.typical_ns, 0.0)
-    out = [(k, c, e, n, ex / total) for k, (c, e, n, ex) in named.items()]
-    return sorted(out, key=lambda x: (-x[3], -x[4]))
+        hit[4] += c.saving_ns
+    out = [Stable(k, c, e, n, ex / total, ex, sv) for k, (c, e, n, ex, sv) in named.items()]
+    return sorted(out, key=lambda x: (-x.launches, -x.share))
 
 
-__all__ = ["Comparability", "MIN_LAUNCHES", "Side", "TYPICAL_LAUNCHES", "comparability", "identity", "nearest",
+__all__ = ["Comparability", "MIN_LAUNCHES", "Side", "Stable", "TYPICAL_LAUNCHES", "comparability", "identity", "nearest",
            "side", "stable"]

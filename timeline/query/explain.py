@@ -128,13 +128,16 @@ def _across(src, pool, kernel, side: SD.Side, noise: float, typical_ns: float, n
     slow = [i for i in LA.slowest(kernel, len(kernel)) if kernel[i] - typical_ns > noise]
     done = [_explain_one(src, pool, i, side, noise, typical_ns) for i in slow[:n]]
     rows = []
-    for _, c, e, count, share in SD.stable([x.explained for x, _ in done]):
-        trace = next(t for x, t in done if x.explained is e)
+    for st in SD.stable([x.explained for x, _ in done]):
+        c = st.culprit
+        trace = next(t for x, t in done if x.explained is st.explained)
         names, phases = trace.spec.stage_names, trace.phases
         who = XR._who(c, names, phases, len(trace.ranks))
-        rows.append({"says": f"{who}: {count} of {len(done)} slow launches, {share:.0%} of their excess",
+        rows.append({"says": (f"{who}: {st.launches} of {len(done)} slow launches, {st.share:.0%} of their excess; "
+                              f"fixed, {XR._us(st.saving_ns):g} of their {XR._us(st.excess_ns):g} µs"),
                      "scope": c.scope, "rank": c.rank, "stage": names[c.stage], "task": c.task, "cta": c.cta,
-                     "phase": phases[c.phase + 1], "launches": count, "share": round(share, 4)})
+                     "phase": phases[c.phase + 1], "launches": st.launches, "share": round(st.share, 4),
+                     "excess_us": XR._us(st.excess_ns), "saving_us": XR._us(st.saving_ns)})
     unnamed = len(done) - sum(r["launches"] for r in rows)
     said = (f"over {len(done)} of the {len(slow)} slow launches (beyond {against} + noise, the slowest first): "
             + (f"{len(rows)} culprit(s) named first" if rows else "no culprit named first in any")
