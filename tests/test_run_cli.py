@@ -128,7 +128,7 @@ def test_export_edges_whatif_compare_and_merge_on_a_run(tmp_path, run_dir, rank_
     assert code == 0, err
     code, out, _ = run_cmd(["edges", g_run, "--json"], capsys)
     rows = json.loads(out)["rows"]
-    assert code == 0 and len({(r["step"], r["layer"]) for r in rows}) == 32
+    assert code == 0 and len({r["launch"] for r in rows}) == 32
     from timeline.analysis import edges as E
     from timeline.analysis.edges import edges_per_stage
     from timeline.core.trace import load

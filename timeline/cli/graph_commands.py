@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from timeline.contract import schema as S
 from timeline.cli.common import UsageError, load_trace, out_dir_exists, trace_out
-from timeline.cli.textout import json_rows, format_table
+from timeline.cli.textout import format_table
 
 
 EDGE_COLUMNS = ("stage", "task", "producer_stage", "producer_task")  # then optionally "launch"
@@ -89,11 +89,11 @@ def cmd_set_graph(args) -> int:
 
 def cmd_edges(args) -> int:
     """``timeline edges SRC``: per selected launch and stage, what held each task's wait
-    (a map over the launches, a run's on its engine); ``-o`` every edge of the selection."""
-    import pyarrow as pa
-
-    from timeline.analysis import edges as E
-    from timeline.cli.common import selection_of, source_of
+    (``timeline.query.reports.edges``, a run's on its engine); ``-o`` every edge of the
+    selection."""
+    from timeline.analysis.launches import rows_table
+    from timeline.cli.common import reproduce, selection_of, source_of
+    from timeline.query import reports as QR
 
     src = source_of(args.trace, args)
     sel = src.select(selection_of(args))
@@ -101,27 +101,17 @@ def cmd_edges(args) -> int:
     if args.output:
         out = Path(args.output)
         out_dir_exists(out)
-        trace = src.trace(sel)
-        g = E.edges(trace)
-        totals = {"edges": g.edge_count, "violations": int(g.violations.size), "missing": g.missing}
-        keys = trace.launch_keys
-        table = E.edges_table(trace, g)
-        if "launch" in table.column_names and table.num_rows:
-            at = table.schema.get_field_index("launch")
-            table = table.add_column(at + 1, "launch_key", pa.array(
-                [str(keys.get(int(x), x)) for x in table.column("launch").to_pylist()], pa.string()))
+        table, totals = QR.edge_list(src, sel)
         _write_table(table, out)
     with _progress("edges", args, len(sel.keys)) as bar:
-        tables = src.map(sel, "edges", progress=bar)
-    table = pa.concat_tables(tables, promote_options="permissive")
+        doc = {**QR.edges(src, sel, progress=bar), "output": args.output, **totals}
     if args.json:
-        print(json.dumps({**src.about(), "report": "edges", "rows": json_rows(table), "output": args.output,
-                          **totals}, ensure_ascii=False, indent=1, default=str))
+        print(json.dumps({**doc, "reproduce": reproduce(args)}, ensure_ascii=False, indent=1, default=str))
         return 0
     print(src.head())
     print("per launch and stage: what held each task's wait (its gating edge); slack = how much later the other "
           "producers could have ended (µs)\n")
-    print(format_table(table.drop_columns([c for c in ("step", "layer", "capture", "slot") if c in table.column_names])))
+    print(format_table(rows_table(doc["rows"])))
     if args.output:
         print(f"\nwrote {args.output}: every edge of the selection (consumer, producer, kind, slack_ns, gating)")
     return 0
@@ -144,46 +134,33 @@ def _write_table(table: pa.Table, out: Path) -> None:
 
 
 def cmd_whatif(args) -> int:
-    """``timeline whatif SRC``: each selected launch replayed with the changes: its
-    measured and predicted kernel time, beside the replay's fidelity."""
+    """``timeline whatif SRC``: each selected launch replayed with the changes
+    (``timeline.query.reports.whatif``), beside the replay's fidelity."""
     from timeline.analysis import whatif as W
-    from timeline.cli.common import selection_of, source_of
+    from timeline.analysis.launches import rows_table
+    from timeline.cli.common import reproduce, selection_of, source_of
+    from timeline.query import reports as QR
 
     changes = [W.parse_change(s) for s in args.scale or []] + [W.parse_change(s, add=True) for s in args.add or []]
     if not changes:
         raise UsageError("nothing to change: give --scale STAGE[.PHASE]=FACTOR and/or --add STAGE[.PHASE]=NS")
     src = source_of(args.trace, args)
     sel = src.select(selection_of(args))
-    stages = fid = None
-    if src.kind == "trace":  # one replay of the selection: its stages and fidelity too
-        trace = src.trace(sel)
-        p = W.predict(trace, changes)
-        keys = trace.launch_keys
-        launches = p.launches.set_column(0, "launch", pa.array([str(keys[int(x)]) for x in
-                                                                p.launches.column("launch").to_pylist()], pa.string()))
-        stages = p.stages.set_column(0, "launch", pa.array([str(keys[int(x)]) for x in
-                                                            p.stages.column("launch").to_pylist()], pa.string()))
-        fid = p.fidelity
-    else:
-        with _progress("whatif", args, len(sel.keys)) as bar:
-            launches = pa.concat_tables(src.map(sel, "whatif", {"changes": changes}, progress=bar),
-                                        promote_options="permissive")
-        launches = launches.drop_columns([c for c in ("step", "layer", "capture", "slot") if c in launches.column_names])
+    with _progress("whatif", args, len(sel.keys)) as bar:
+        doc = QR.whatif(src, sel, changes, progress=bar)
     if args.json:
-        print(json.dumps({**src.about(), "changes": [c._asdict() for c in changes],
-                          "fidelity": fid._asdict() if fid else None, "launches": json_rows(launches),
-                          "stages": json_rows(stages) if stages is not None else None},
-                         ensure_ascii=False, indent=1))
+        print(json.dumps({**doc, "reproduce": reproduce(args)}, ensure_ascii=False, indent=1))
         return 0
     print(src.head())
     print("what if: " + ", ".join(f"{c.stage}{'.' + c.phase if c.phase else ''} x{c.factor:g}"
                                   + (f" {c.add_ns:+g} ns" if c.add_ns else "") for c in changes))
+    fid = doc["fidelity"]
     if fid:
-        print(f"fidelity of the replay (no change): every task's end within {fid.task_end_ns:g} ns, every "
-              f"launch's within {fid.kernel_end_ns:g} ns")
+        print(f"fidelity of the replay (no change): every task's end within {fid['task_end_ns']:g} ns, every "
+              f"launch's within {fid['kernel_end_ns']:g} ns")
     print()
-    print(format_table(launches))
-    if stages is not None:
+    print(format_table(rows_table(doc["launches"])))
+    if doc["stages"] is not None:
         print()
-        print(format_table(stages))
+        print(format_table(rows_table(doc["stages"])))
     return 0

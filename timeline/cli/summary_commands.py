@@ -12,9 +12,8 @@ import pyarrow as pa
 
 from timeline.analysis import launches as LA
 from timeline.cli.common import UsageError, reproduce, selection_of, source_of
-from timeline.cli.textout import Progress, format_table, json_rows
+from timeline.cli.textout import Progress, format_table
 from timeline.query import launches as QL
-from timeline.query.launches import us as _us
 
 
 def dump(doc) -> None:
@@ -94,107 +93,72 @@ def cmd_summary(args) -> int:
 
 
 def _run_summary(src, sel, args) -> int:
-    """A run's stage report: per stage p50 / p90 / p99 over the selected launches of the
-    per-launch stage reports (no task row read), and the worst launches."""
-    from timeline.run import report as RP
+    """A run's stage report (``timeline.query.reports.run_summary``)."""
+    from timeline.query import reports as QR
 
-    stages = src.stage_rows(sel)
-    table = RP.stage_summary(stages.drop_columns(["key"]))
-    times = sel.times
-    top = LA.slowest(LA.kernel(times), args.worst or 5)
-    worst = QL.rows(times.take(pa.array(top, pa.int64())))
+    doc = QR.run_summary(src, sel, args.worst or 5)
     if args.json:
-        dump({**src.about(), "report": "run_stage_summary", "rows": json_rows(table), "worst": worst,
-              "kernel": QL.stats(times), "reproduce": reproduce(args)})
+        dump({**doc, "reproduce": reproduce(args)})
         return 0
     print(src.head())
-    print(f"stage report over {times.num_rows} launches ({stages.num_rows // max(len(set(stages.column('stage').to_pylist())), 1)}"
-          " (rank, launch) rows): per stage, p50 / p90 / p99 over launches of its span and of each launch's median "
-          "interval (µs)\n")
-    print(format_table(table))
-    print(f"\nthe {len(worst)} slowest launches (docs/EXPLAIN.md, definitions)\n")
-    print(format_table(_text_rows(worst)))
+    print(f"stage report over {doc['launches']} launches ({doc['pairs']} (rank, launch) rows): per stage, "
+          "p50 / p90 / p99 over launches of its span and of each launch's median interval (µs)\n")
+    print(format_table(LA.rows_table(doc["rows"])))
+    print(f"\nthe {len(doc['worst'])} slowest launches (docs/EXPLAIN.md, definitions)\n")
+    print(format_table(_text_rows(doc["worst"])))
     return 0
 
 
 def _by_launch(src, sel, args) -> int:
-    """``summary --by-launch``: one stage report row per (rank, launch, stage), the launch
-    by its key (a run's from its stored reports: no task row read)."""
-    rows = src.stage_rows(sel)
-    front = ["key", "rank", "stage"]
-    rows = rows.select(front + [c for c in rows.column_names if c not in front and c not in
-                                ("launch", "step", "layer", "capture", "append")])
-    rows = rows.rename_columns(["launch"] + rows.column_names[1:])
+    """``summary --by-launch`` (``timeline.query.reports.by_launch``)."""
+    from timeline.query import reports as QR
+
+    doc = QR.by_launch(src, sel)
     if args.json:
-        dump({**src.about(), "report": "stage", "by_launch": True, "rows": json_rows(rows),
-              "reproduce": reproduce(args)})
+        dump({**doc, "reproduce": reproduce(args)})
         return 0
     print(src.head())
     print("stage report per (rank, launch), µs from the earliest start of each rank's launch\n")
-    print(format_table(rows))
+    print(format_table(LA.rows_table(doc["rows"])))
     return 0
 
 
 def _critical_paths(src, sel, args) -> int:
-    """``summary --critical-path``: each selected launch's critical path (exact along the
-    task graph when there is one, else each rank's heuristic path), by its key."""
-    from timeline.analysis import edges as E
+    """``summary --critical-path`` (``timeline.query.reports``): each selected launch's
+    critical path, by its key."""
     from timeline.analysis.critical import path_us
+    from timeline.query import reports as QR
 
     with progress("critical path", args, len(sel.keys)) as bar:
-        paths = src.map(sel, "critical_path", progress=bar)
-    if args.json:
-        rows = []
-        for p in paths:
-            key = p.column("launch")[0].as_py() if p.num_rows else None
-            rows += [{"launch": key, **r} for r in json_rows(path_us(p.drop_columns(["launch"])))]
-        dump({**src.about(), "report": "critical_path", "exact": bool(src.spec().graph), "rows": rows,
-              "reproduce": reproduce(args)})
-        return 0
+        if args.json:
+            dump({**QR.critical_paths(src, sel, progress=bar), "reproduce": reproduce(args)})
+            return 0
+        paths = QR.path_tables(src, sel, progress=bar)
     print(src.head())
-    for key, p in zip(sel.keys, paths):
+    for key, p, shares in paths:
         print(f"\nlaunch {key}: critical path, µs from the path's first start")
         print(format_table(path_us(p.drop_columns(["launch"]))))
-        if "via" in p.column_names and p.num_rows:
+        if shares is not None:
             print("\nper stage on the path:")
-            print(format_table(E.path_shares(p)))
+            print(format_table(shares))
     return 0
 
 
 def _p99(src, sel, args) -> int:
-    """``summary --p99``: the p99 launch, its critical path and its per-stage delta
-    against the p50 launch (both by ``launches``' definitions)."""
-    from timeline.analysis import edges as E
-    from timeline.analysis.critical import path_us
-    from timeline.analysis import compare as C
+    """``summary --p99`` (``timeline.query.reports.p99``)."""
+    from timeline.query import reports as QR
 
-    times = sel.times
-    k = LA.kernel(times)
-    at99, at50 = LA.at_quantile(k, 0.99), LA.at_quantile(k, 0.5)
-    if at99 is None:
-        raise UsageError(f"{src.name} has no timed launch in this selection")
-    keys = LA.keys(times)
-    pick = sel._replace(times=times.take(pa.array([at99], pa.int64())), keys=[keys[at99]])
-    path = src.map(pick, "critical_path")[0]
-    rows = src.stage_rows(sel._replace(times=times.take(pa.array([at50, at99], pa.int64())),
-                                       keys=[keys[at50], keys[at99]]))
-    drop = [c for c in ("step", "layer", "capture", "append") if c in rows.column_names]
-    of = lambda key: rows.filter(pa.compute.equal(rows.column("key"), str(key))).drop_columns(drop + ["key"])  # noqa: E731
-    delta = LA.rows_table(C.compare_table(C.median_per_stage(of(keys[at50])), C.median_per_stage(of(keys[at99]))))
-    shares = E.path_shares(path) if path.num_rows and "via" in path.column_names else path_us(path.drop_columns(["launch"]))
-    stats = QL.stats(times)
+    doc = QR.p99(src, sel)
     if args.json:
-        dump({**src.about(), "report": "p99_launch", "p99_launch": str(keys[at99]), "p50_launch": str(keys[at50]),
-              "p99_kernel_us": _us(k[at99]), "p50_kernel_us": _us(k[at50]), "kernel": stats,
-              "delta": json_rows(delta), "path_shares": json_rows(shares),
-              "reproduce": reproduce(args)})
+        dump({**doc, "reproduce": reproduce(args)})
         return 0
     print(src.head())
-    print(f"p99 launch {keys[at99]}: {_us(k[at99])} µs; p50 launch {keys[at50]}: {_us(k[at50])} µs "
-          f"(nearest rank over {times.num_rows} launches)\n\nper stage, the p99 launch (B) against the p50 launch (A), µs")
-    print(format_table(delta))
+    print(f"p99 launch {doc['p99_launch']}: {doc['p99_kernel_us']} µs; p50 launch {doc['p50_launch']}: "
+          f"{doc['p50_kernel_us']} µs (nearest rank over {doc['launches']} launches)\n\n"
+          "per stage, the p99 launch (B) against the p50 launch (A), µs")
+    print(format_table(LA.rows_table(doc["delta"])))
     print("\nits critical path, per stage:")
-    print(format_table(shares))
+    print(format_table(LA.rows_table(doc["path_shares"])))
     return 0
 
 
