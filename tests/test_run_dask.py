@@ -100,7 +100,8 @@ def test_the_cli_engine_dask_starts_a_local_cluster_and_agrees(graph_run, capsys
     local = json.loads(capsys.readouterr().out)
     assert main(argv + ["--engine", "dask", "--workers", "2"]) == 0
     remote = json.loads(capsys.readouterr().out)
-    assert local == remote and {r["layer"] for r in local["rows"]} == {0, 1}
+    assert local.pop("reproduce") != remote.pop("reproduce")  # each the command as given
+    assert local == remote and {r["launch"] for r in local["rows"]} == {"0:0", "0:1"}
 
 
 def test_an_unreachable_scheduler_is_one_line(graph_run, capsys, monkeypatch):
