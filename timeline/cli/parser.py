@@ -254,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import explain_commands
 
     explain_commands.add_parser(subs, _sub, _json_option)
+    from timeline.cli import attach_commands; attach_commands.add_parser(subs, _sub, _json_option)  # noqa: E702
     from timeline.cli import run_commands  # run add, launches; a run where a trace goes
 
     run_commands.register(subs, _sub)
