@@ -107,7 +107,7 @@ def _calibration(trace: Trace, rank: int, fit: AL.Fit, fw: Framework, host_clock
     predicted = -p.offset_ns + int(off)
     diff = fit.offset_ns - predicted
     tol = fit.bound_ns + p.uncertainty_ns + float(u)
-    return CalibrationCheck(rank, p.offset_ns, p.uncertainty_ns, predicted, diff, tol, abs(diff) <= tol)
+    return CalibrationCheck(rank, p.offset_ns, p.uncertainty_ns, predicted, diff, float(tol), bool(abs(diff) <= tol))
 
 
 def attach(trace: Trace, frameworks, *, kernel: str | None = None, device: int | None = None,
