@@ -1,0 +1,83 @@
+"""Property tests of attach's readers and fit: the streaming scanner gives json's
+events for any chunk size and spacing, µs text converts to exact ns, random bytes
+and cut files are one FrameworkTraceError (never another exception), and the fit's
+bound holds the true offset for any launches inside their kernels."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from timeline.attach import FrameworkTraceError, read_framework
+from timeline.attach import align as AL
+from timeline.attach import jsonscan as J
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "i", "M"]), "name": names,
+                               "ts": st.integers(0, 10**13), "args": st.dictionaries(names, st.integers() | names,
+                                                                                      max_size=3)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(event, max_size=30), st.integers(8, 400), st.booleans(), st.booleans())
+def test_scanner_yields_the_events_json_reads(tmp_path_factory, evs, chunk, indent, gz):
+    doc = {"schemaVersion": 1, "traceEvents": evs, "baseTimeNanoseconds": 17}
+    text = json.dumps(doc, indent=1 if indent else None).encode()
+    path = tmp_path_factory.mktemp("p") / "t.json"
+    path.write_bytes(gzip.compress(text) if gz else text)
+    head, tail, got = [], [], []
+    for piece in J.pieces(path, chunk_bytes=chunk, head=head, tail=tail):
+        got += J.events(piece)
+    assert [e["name"] for e in got] == [e["name"] for e in evs] and len(got) == len(evs)
+    assert J.document(head[0], tail[0], "t")["baseTimeNanoseconds"] == 17
+
+
+@given(st.integers(0, 10**17))
+def test_microseconds_text_is_exact_ns(ns):
+    assert J.ns_of(f"{ns // 1000}.{ns % 1000:03d}") == ns
+    assert J.ns_of(ns // 1000) == ns // 1000 * 1000
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_are_one_refusal(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("b") / "x.json"
+    path.write_bytes(data)
+    try:
+        read_framework(path)
+    except FrameworkTraceError as e:
+        assert "\n" not in str(e)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 400))
+def test_cut_kineto_files_are_refused(tmp_path_factory, cut):
+    evs = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": f"{i}.000", "dur": 1,
+            "args": {"device": 0, "stream": 7, "correlation": i, "grid": [1, 1, 1]}} for i in range(8)]
+    text = json.dumps({"traceEvents": evs, "traceName": "x"}).encode()
+    path = tmp_path_factory.mktemp("c") / "x.json"
+    path.write_bytes(text[:max(len(text) - cut, 1)])
+    try:
+        fw = read_framework(path)
+        assert fw.activities.num_rows == 8  # only a cut into the trailing keys can still read all events
+    except FrameworkTraceError:
+        pass
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(-10**18, 10**18), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**5),
+                                                        st.integers(0, 5_000), st.integers(0, 5_000)),
+                                               min_size=1, max_size=40))
+def test_the_true_offset_lies_within_the_bound(offset, launches):
+    t = 1_700_000_000_000_000_000
+    a = np.array([t + 2_000_000 * i + x for i, (x, _, _, _) in enumerate(launches)], np.int64)
+    b = a + np.array([w for _, w, _, _ in launches], np.int64)
+    s = a + offset - np.array([h for _, _, h, _ in launches], np.int64)
+    e = b + offset + np.array([q for _, _, _, q in launches], np.int64)
+    f = AL.fit(a, b, s, e, drift=False)
+    assert f.inlier.all() and abs(f.offset_ns - offset) <= f.bound_ns + 1
+    assert (f.outside_ns <= f.bound_ns + 1).all()
