@@ -195,3 +195,31 @@ def test_cli_prints_the_report_and_writes_both_outputs(base, demo, tmp_path, cap
     rc = main(["attach", str(TRACES / "h200_mono_demo.arrow"), str(tmp_path / "g.json"), "--json"])
     err = capsys.readouterr().err
     assert rc == 2 and "no kernel named 'triton_mono_ffn'" in err and "mono_ffn_kernel x16" in err
+
+
+def test_the_gpu_script_checks_its_goals_on_saved_files(base, demo, graph_run, tmp_path):
+    """bench/attach_gpu.py --from: the attach and the goal checks of the GPU script, on
+    a plain and a graph run's files built here (the GPU run itself needs a device)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path / "src"
+    src.mkdir()
+    demo.filter(launches=[0, 1, 2, 3]).save(src / "plain.arrow")
+    KK.gpu_trace(base, src / "plain.pt.trace.json", demo.filter(launches=[0, 1, 2, 3]), head_ns=300, tail_ns=200)
+    graph_run.save(src / "graph.arrow")
+    KK.gpu_trace(base, src / "graph.pt.trace.json", graph_run, steps=True, head_ns=400, tail_ns=300)
+    (src / "host_clock.json").write_text("[1000, 5.0]")
+    import os
+
+    p = subprocess.run([sys.executable, "bench/attach_gpu.py", "--from", str(src), "--out", str(tmp_path / "o")],
+                       cwd=root, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    got = json.loads((tmp_path / "o" / "attach_gpu.json").read_text())
+    for name, n in (("plain", 4), ("graph", 48)):
+        g = got[name]["goals"]
+        assert (g["launches"], g["matched"], g["unmatched"], g["anomalies"]) == (n, n, 0, 0)
+        assert g["every_stamp_inside"] and g["bound_le_1us"]
+    assert got["graph"]["goals"]["paired_by"].startswith("steps")
+    assert "all goals met: True" in p.stdout
