@@ -31,8 +31,10 @@ def test_scanner_yields_the_events_json_reads(tmp_path_factory, evs, chunk, inde
     path.write_bytes(gzip.compress(text) if gz else text)
     head, tail, got = [], [], []
     for piece in J.pieces(path, chunk_bytes=chunk, head=head, tail=tail):
-        got += J.events(piece)
-    assert [e["name"] for e in got] == [e["name"] for e in evs] and len(got) == len(evs)
+        got += piece.events
+    assert [e.name for e in got] == [e["name"] for e in evs] and len(got) == len(evs)
+    assert [J.ns_of(e.ts) for e in got] == [e["ts"] * 1000 for e in evs]
+    assert [J.args_of(e.args) for e in got] == [e["args"] for e in evs]
     assert J.document(head[0], tail[0], "t")["baseTimeNanoseconds"] == 17
 
 

@@ -23,12 +23,12 @@ KERNEL = "mono_ffn_kernel"
 
 JOIN = """
 with k as (select id, ts, dur, track_id from slice where category = 'kernel' and name = 'mono_ffn_kernel'),
-call as (select f.slice_in as kid, so.ts as call_ts, so.track_id as call_track
+call as (select f.slice_in as kid, so.id as call_id, so.ts as call_ts, so.track_id as call_track
          from flow f join slice so on so.id = f.slice_out where so.name = 'cuLaunchKernel')
 select distinct k.id as kernel, host.name as host_op, grp.name as launch, cta.name as cta, ph.name as phase,
        ph.ts as ts, ph.dur as dur, k.ts as k_ts, k.dur as k_dur
 from k join call on call.kid = k.id
-join slice host on host.track_id = call.call_track and host.depth = 0
+join slice host on host.track_id = call.call_track and host.depth = 0 and host.id != call.call_id
                 and host.ts <= call.call_ts and host.ts + host.dur >= call.call_ts
 join track grp on grp.parent_id = k.track_id
 join track cta on cta.parent_id = grp.id

@@ -66,23 +66,22 @@ def context_rows(att: Attached, rank: int, launch: int, *, margin_ns: int = 200_
 
     if fw.format == "kineto":
         for piece in J.pieces(fw.path):
-            for e in J.events(piece):
-                if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
+            for e in piece.events:
+                if e.ph != "X" or e.ts == J.RAW_NONE or e.cat not in HOST_CATS:
                     continue
-                kind = _kind(str(e.get("cat")), str(e.get("name", "")))
-                if kind is None:
-                    continue
-                a = J.ns_of(e["ts"])
-                b = a + J.ns_of(e.get("dur", 0))
+                a = J.ns_of(e.ts)
+                b = a + (J.ns_of(e.dur) if e.dur != J.RAW_NONE else 0)
                 if b < lo or a > hi:
                     continue
-                args = e.get("args") or {}
+                name = str(e.name)
+                kind = _kind(e.cat, name)
                 gpu = kind in ("kernel", "memcpy", "memset", "collective")
-                if gpu and args.get("device", e.get("pid")) != row["device"]:
+                args = J.args_of(e.args) if gpu else {}
+                if gpu and args.get("device", e.pid) != row["device"]:
                     continue
                 if gpu and args.get("correlation") == row["correlation"] and a == k0:
                     kind = "instrumented"
-                add(kind, str(e.get("name", "")), e.get("pid"), e.get("tid"), args.get("device") if gpu else None,
+                add(kind, name, e.pid, e.tid, args.get("device") if gpu else None,
                     args.get("stream") if gpu else None, a, b)
     else:
         a = fw.activities

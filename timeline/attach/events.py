@@ -51,9 +51,10 @@ class Framework(NamedTuple):
     rank: int | None
     host: str | None
     events: int
+    json_end: int | None = None  # Kineto: where the events' array closes (its "]"), in the decompressed file
 
 
-def activity_table(cols: dict) -> pa.Table:
+def activity_table(cols: dict, sort: bool = True) -> pa.Table:
     """``ACTIVITY_SCHEMA`` from column lists (missing columns null), sorted by start."""
     n = len(cols["start_ns"])
     arrays = []
@@ -67,7 +68,7 @@ def activity_table(cols: dict) -> pa.Table:
             arrays.append(pa.array(v, f.type))
     t = pa.Table.from_arrays(arrays, schema=ACTIVITY_SCHEMA)
     start = np.asarray(t.column("start_ns").to_numpy(zero_copy_only=False), np.int64) if n else np.zeros(0, np.int64)
-    return t.take(pa.array(np.argsort(start, kind="stable"))) if n else t
+    return t.take(pa.array(np.argsort(start, kind="stable"))) if n and sort else t
 
 
 def step_table(step, start, end) -> pa.Table:

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import gzip
 import json
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
+import msgspec
 import numpy as np
 
 from timeline.attach.sniff import FrameworkTraceError
 
-__all__ = ["CHUNK_BYTES", "HEAD_LIMIT", "Piece", "document", "events", "ns_of", "open_bytes", "pieces"]
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "ns_of", "open_bytes", "pieces"]
+
+RAW_NONE = msgspec.Raw(b"null")
 
 CHUNK_BYTES = 8 << 20  # bytes read at a time: bounds memory (a piece and one event)
 HEAD_LIMIT = 64 << 20  # the text before traceEvents' array may be at most this long
@@ -43,14 +46,31 @@ def open_bytes(path):
     return f
 
 
+class Event(msgspec.Struct):
+    """The fields of a Chrome trace event the readers look at; ``ts``, ``dur`` and
+    ``args`` kept as their raw JSON text (``ns_of`` reads a ``ts`` exactly; ``args``
+    is decoded only where a reader needs it), the rest as JSON gives them."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    id: Any = None
+    bp: Any = None
+    s: Any = None
+    ts: msgspec.Raw = RAW_NONE
+    dur: msgspec.Raw = RAW_NONE
+    args: msgspec.Raw = RAW_NONE
+
+
 class Piece(NamedTuple):
-    """A run of complete events: ``text[starts[i]:ends[i]]`` is event i (its braces
-    included); ``offset`` is where ``text`` begins in the (decompressed) file."""
+    """A run of complete events: ``text`` their JSON (``offset`` where it begins in
+    the decompressed file), ``events`` them decoded (``Event``)."""
 
     text: bytes
-    starts: np.ndarray
-    ends: np.ndarray
     offset: int
+    events: list
 
 
 def _real_quotes(a: np.ndarray) -> np.ndarray:
@@ -80,10 +100,6 @@ def _brackets(a: np.ndarray, depth0: int):
     kind = a[b]
     step = np.where((kind == OPEN_OBJ) | (kind == OPEN_ARR), 1, -1)
     return b, kind, depth0 + np.cumsum(step), bool(q.size & 1)
-
-
-def _where(name: str, at: int) -> str:
-    return f"{name!r} at byte {at:,}"
 
 
 class _Head(NamedTuple):
@@ -131,12 +147,60 @@ def _top_keys(buf: bytes) -> list:
         return []
 
 
+_DECODE = msgspec.json.Decoder(list[Event])
+CUT_TRIES = 64  # candidate cuts tried per read before reading more
+
+
+def _decode(region: bytes):
+    """``region`` (events separated by commas) decoded, or None where it is not
+    whole (a cut inside an event or a string: a syntax error)."""
+    try:
+        return _DECODE.decode(b"[" + region + b"]")
+    except msgspec.ValidationError as e:
+        raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
+    except msgspec.DecodeError:
+        return None
+
+
+def _whole(buf: bytes, at: int):
+    """The longest prefix of ``buf`` made of whole events ending at a ``},``
+    before ``at``: ``(cut, events)``, or ``(0, None)``. A prefix that decodes as a JSON
+    array of objects is whole: a cut inside a string or a nested value leaves an
+    unclosed string or bracket, a syntax error."""
+    pos = at
+    for _ in range(CUT_TRIES):
+        pos = buf.rfind(b"}", 0, pos)
+        if pos < 0:
+            return 0, None
+        after = buf[pos + 1:pos + 64].lstrip()
+        if after[:1] == b",":
+            got = _decode(buf[:pos + 1])
+            if got is not None:
+                return pos + 1, got
+    return 0, None
+
+
+def _last(buf: bytes, name: str, offset: int):
+    """At the end of the file: where the events' array closes (its ``]``), and its events."""
+    pos = len(buf)
+    for _ in range(CUT_TRIES):
+        pos = buf.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        region = buf[:pos].rstrip()
+        got = _decode(region) if region.strip() else []
+        if got is not None:
+            return pos, got
+    raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (after byte {offset:,}): the file is "
+                              "truncated or damaged; re-export it")
+
+
 def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, head: list | None = None
            ) -> Iterator[Piece]:
     """The file's events, a ``Piece`` at a time, in file order. ``head`` / ``tail``
     (lists, when given) receive the text before the events' array (its ``[``
-    included) and from its closing ``]`` to the end. A ``FrameworkTraceError`` for
-    a file that is not a Chrome trace or ends inside an event."""
+    included), and the text from its closing ``]`` to the end and that ``]``'s offset. A
+    ``FrameworkTraceError`` for a file that is not a Chrome trace or ends inside an event."""
     name = str(path)
     with open_bytes(path) as f:
         try:
@@ -145,64 +209,30 @@ def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, he
             raise FrameworkTraceError(f"{name!r} cannot be read: {e} (a damaged gzip file?)") from None
         if head is not None:
             head.append(h.head)
-        buf, offset, depth = h.rest, len(h.head), h.depth
-        done = False
-        while not done:
+        buf, offset = h.rest, len(h.head)
+        while True:
             try:
-                more = f.read(chunk_bytes) if len(buf) < chunk_bytes else b""
+                more = f.read(chunk_bytes)
             except (OSError, EOFError) as e:
                 raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf):,}: {e} "
                                           "(a truncated or damaged gzip file?)") from None
             buf += more
-            a = np.frombuffer(buf, np.uint8)
-            pos, kind, d, in_string = _brackets(a, depth)
-            closed = np.flatnonzero((kind == CLOSE_ARR) & (d == depth - 1))
-            if closed.size:  # the array ends here: events before it, the rest is the tail
-                end = int(pos[closed[0]])
-                keep = np.arange(len(pos)) < closed[0]
-                pos, kind, d = pos[keep], kind[keep], d[keep]
-                done = True
-            opens = pos[(kind == OPEN_OBJ) & (d == depth + 1)]
-            shut = pos[(kind == CLOSE_OBJ) & (d == depth)] + 1
-            bad = pos[((d <= depth) & ~((kind == CLOSE_OBJ) & (d == depth))) | ((kind == OPEN_ARR) & (d == depth + 1))]
-            if bad.size:
-                raise FrameworkTraceError(f"{name!r}: traceEvents holds something other than event objects near "
-                                          f"byte {offset + int(bad[0]):,}; a Chrome trace's events are {{...}} objects")
-            n = len(shut)
-            if n:
-                yield Piece(buf, opens[:n], shut, offset)
-            if done:
+            if not more:
+                end, evs = _last(buf, name, offset)
+                if evs:
+                    yield Piece(buf[:end], offset, evs)
                 if tail is not None:
-                    tail.append(buf[end:] + f.read())
+                    tail += [buf[end:], offset + end]  # the tail's text, and where the array's "]" sits
                 return
-            cut = int(shut[-1]) if n else 0
-            if not more and not closed.size:
-                raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (byte {offset + len(buf):,}): "
-                                          "the file is truncated; re-export it")
-            buf, offset = buf[cut:], offset + cut
-            if in_string and not more:
-                raise FrameworkTraceError(f"{name!r} ends inside a string: the file is truncated")
-
-
-def events(piece: Piece, keep=None) -> list:
-    """The piece's events as dicts (``json.loads``, floats as their text), those
-    whose index ``keep`` (a bool mask) selects or all."""
-    if keep is not None:
-        idx = np.flatnonzero(keep)
-        if not idx.size:
-            return []
-        if idx.size < len(piece.starts):
-            text = b",".join(piece.text[s:e] for s, e in zip(piece.starts[idx].tolist(), piece.ends[idx].tolist()))
-            return _loads(b"[" + text + b"]", piece.offset + int(piece.starts[idx[0]]))
-    lo, hi = int(piece.starts[0]), int(piece.ends[-1])
-    return _loads(b"[" + piece.text[lo:hi] + b"]", piece.offset + lo)
-
-
-def _loads(text: bytes, at: int) -> list:
-    try:
-        return json.loads(text, parse_float=str)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise FrameworkTraceError(f"an event near byte {at:,} is not valid JSON ({e}); the trace is damaged") from None
+            cut, evs = _whole(buf, len(buf))
+            if evs is None:
+                continue  # no whole event yet: read more
+            yield Piece(buf[:cut], offset, evs)
+            rest = buf[cut:]
+            lead = len(rest) - len(rest.lstrip())
+            if rest[lead:lead + 1] == b",":
+                lead += 1
+            buf, offset = rest[lead:], offset + cut + lead
 
 
 def document(head: bytes, tail: bytes, name: str) -> dict:
@@ -217,10 +247,39 @@ def document(head: bytes, tail: bytes, name: str) -> dict:
     return d
 
 
+_ARGS = msgspec.json.Decoder()
+
+
+def args_of(raw) -> dict:
+    """An event's ``args`` (raw JSON text) as a dict ({} where absent or not an object)."""
+    try:
+        d = _ARGS.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
 def ns_of(value, what: str = "ts") -> int:
-    """µs as Chrome JSON writes them (an int, or a decimal's text kept by
-    ``parse_float=str``) to integer ns, exactly: ``"12.3456"`` is 12345 ns (digits past
-    the ns dropped, as Kineto's own ns never have them)."""
+    """µs as Chrome JSON writes them (the raw text of a number, an int, or a decimal's
+    text) to integer ns, exactly: ``12.3456`` is 12345 ns (digits past the ns dropped,
+    as Kineto's own ns never have them)."""
+    if isinstance(value, msgspec.Raw):
+        value = bytes(value)
+    if isinstance(value, (bytes, bytearray)):
+        if value.isdigit():
+            return int(value) * 1000
+        whole, dot, frac = value.partition(b".")
+        if dot and frac.isdigit() and (whole.isdigit() or (whole[:1] == b"-" and whole[1:].isdigit())):
+            sign = -1 if whole[:1] == b"-" else 1
+            return int(whole) * 1000 + sign * int((frac + b"000")[:3])
+        if value == b"null":
+            raise FrameworkTraceError(f"{what} is missing")
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            raise FrameworkTraceError(f"{what} {value[:30]!r} is not a number of µs") from None
+        if not value[:1].isdigit() and value[:1] != "-":
+            raise FrameworkTraceError(f"{what} is {value[:30]!r}, not a number of µs")
     if isinstance(value, bool) or value is None:
         raise FrameworkTraceError(f"{what} is {value!r}, not a number of µs")
     if isinstance(value, int):

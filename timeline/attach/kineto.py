@@ -19,8 +19,6 @@ event of a kept category lacking a field it needs is refused with its byte offse
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from timeline.attach import jsonscan as J
@@ -33,19 +31,6 @@ ACTIVITY_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "mems
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 STEP_PREFIX = "ProfilerStep#"
 CATEGORIES = (*ACTIVITY_CATS, *LAUNCH_CATS, "user_annotation")
-_WANTED = re.compile(rb'"cat"\s*:\s*"(?:' + b"|".join(c.encode() for c in CATEGORIES) + rb')"')
-
-
-def wanted(piece: J.Piece) -> np.ndarray:
-    """The events of a piece whose text names a kept category (a superset: each is
-    checked after parsing)."""
-    hits = np.fromiter((m.start() for m in _WANTED.finditer(piece.text)), np.int64)
-    keep = np.zeros(len(piece.starts), bool)
-    if hits.size:
-        i = np.searchsorted(piece.starts, hits, side="right") - 1
-        ok = (i >= 0) & (hits < piece.ends[np.maximum(i, 0)])
-        keep[i[ok]] = True
-    return keep
 
 
 def _int(v, what, at):
@@ -54,48 +39,78 @@ def _int(v, what, at):
     return v
 
 
+class _Columns:
+    """The activity columns of a piece, then an Arrow table: memory per kept row is
+    Arrow's, not a Python object's."""
+
+    NAMES = ("kind", "name", "device", "stream", "start_ns", "end_ns", "correlation", "grid_x", "grid_y", "grid_z")
+
+    def __init__(self):
+        self.tables = []
+        self.fresh()
+
+    def fresh(self):
+        self.cols = {k: [] for k in self.NAMES}
+
+    def flush(self):
+        if self.cols["start_ns"]:
+            self.tables.append(activity_table(self.cols, sort=False))
+        self.fresh()
+
+
 def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
     """Read a Kineto trace (module docstring): device activities in start order, step
     markers, the base time; streamed, memory bounded by a chunk and the rows kept."""
+    import pyarrow as pa
+
     name = str(path)
-    act = {k: [] for k in ("kind", "name", "device", "stream", "start_ns", "end_ns", "correlation",
-                           "grid_x", "grid_y", "grid_z")}
+    act = _Columns()
     launch_corr, launch_ns, steps, head, tail = [], [], ([], [], []), [], []
     events = 0
     for piece in J.pieces(path, chunk_bytes=chunk_bytes, head=head, tail=tail):
-        events += len(piece.starts)
-        for e in J.events(piece, wanted(piece)):
-            if not isinstance(e, dict):
-                continue
-            cat = e.get("cat")
-            at = f"{name!r}: event {e.get('name')!r}"
-            if cat in ACTIVITY_CATS and e.get("ph") == "X":
-                args = e.get("args") or {}
-                start = J.ns_of(e.get("ts"), f"{at}'s ts")
-                act["kind"].append(ACTIVITY_CATS[cat])
-                act["name"].append(str(e.get("name")))
-                act["device"].append(_int(args.get("device", e.get("pid")), "args.device", at))
-                act["stream"].append(_int(args.get("stream", e.get("tid")), "args.stream", at))
-                act["start_ns"].append(start)
-                act["end_ns"].append(start + J.ns_of(e.get("dur", 0), f"{at}'s dur"))
-                act["correlation"].append(args.get("correlation"))
+        events += len(piece.events)
+        c = act.cols
+        for e in piece.events:
+            cat = e.cat
+            if cat in ACTIVITY_CATS:
+                if e.ph != "X":
+                    continue
+                at = f"{name!r}: event {e.name!r}"
+                args = J.args_of(e.args)
+                start = J.ns_of(e.ts, f"{at}'s ts")
+                c["kind"].append(ACTIVITY_CATS[cat])
+                c["name"].append(str(e.name))
+                c["device"].append(_int(args.get("device", e.pid), "args.device", at))
+                c["stream"].append(_int(args.get("stream", e.tid), "args.stream", at))
+                c["start_ns"].append(start)
+                c["end_ns"].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
+                corr = args.get("correlation")
+                c["correlation"].append(corr if isinstance(corr, int) and not isinstance(corr, bool) else None)
                 grid = args.get("grid")
-                g = list(grid) + [None] * 3 if isinstance(grid, list) else [None] * 3
-                act["grid_x"].append(g[0])
-                act["grid_y"].append(g[1])
-                act["grid_z"].append(g[2])
-            elif cat in LAUNCH_CATS and isinstance((e.get("args") or {}).get("correlation"), int):
-                launch_corr.append(e["args"]["correlation"])
-                launch_ns.append(J.ns_of(e.get("ts"), f"{at}'s ts"))
-            elif cat == "user_annotation" and str(e.get("name", "")).startswith(STEP_PREFIX):
-                number = str(e["name"])[len(STEP_PREFIX):]
+                g = list(grid)[:3] + [None] * 3 if isinstance(grid, list) else [None] * 3
+                g = [v if isinstance(v, int) and not isinstance(v, bool) else None for v in g[:3]]
+                c["grid_x"].append(g[0])
+                c["grid_y"].append(g[1])
+                c["grid_z"].append(g[2])
+            elif cat in LAUNCH_CATS:
+                corr = J.args_of(e.args).get("correlation")
+                if isinstance(corr, int) and not isinstance(corr, bool):
+                    launch_corr.append(corr)
+                    launch_ns.append(J.ns_of(e.ts, f"{name!r}: {e.name!r}'s ts"))
+            elif cat == "user_annotation" and isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
+                number = e.name[len(STEP_PREFIX):]
                 if number.isdigit():
-                    start = J.ns_of(e.get("ts"), f"{at}'s ts")
+                    at = f"{name!r}: {e.name!r}"
+                    start = J.ns_of(e.ts, f"{at}'s ts")
                     steps[0].append(int(number))
                     steps[1].append(start)
-                    steps[2].append(start + J.ns_of(e.get("dur", 0), f"{at}'s dur"))
+                    steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
+        act.flush()
     doc = J.document(head[0], tail[0], name) if head and tail else {}
-    table = activity_table(act)
+    table = activity_table({k: [] for k in _Columns.NAMES}) if not act.tables else \
+        pa.concat_tables(act.tables).combine_chunks()
+    table = table.take(pa.array(np.argsort(table.column("start_ns").to_numpy(), kind="stable"))) \
+        if table.num_rows else table
     step_tab = step_table(*steps)
     table = with_launches(table, np.array(launch_corr, np.int64), np.array(launch_ns, np.int64), step_tab)
     base = doc.get("baseTimeNanoseconds")
@@ -103,7 +118,7 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
     rank = dist.get("rank") if isinstance(dist, dict) else None
     return Framework(name, "kineto", table, step_tab, int(base) if isinstance(base, (int, str)) and str(base).isdigit()
                      else None, 1, int(rank) if isinstance(rank, int) else None,
-                     doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events)
+                     doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events, tail[1] if len(tail) > 1 else None)
 
 
 def with_launches(table, corr: np.ndarray, when: np.ndarray, steps):

@@ -19,7 +19,7 @@ from timeline.attach.attach import Attached
 from timeline.attach.match import AttachError
 from timeline.core import rows as R
 from timeline.export import _common as XC
-from timeline.export import perfetto as P
+from timeline.export import perfetto as PF
 from timeline.export.chrome import write_chrome as export_chrome
 from timeline.export.perfetto import write_perfetto as export_perfetto
 
@@ -74,12 +74,28 @@ def _activity_packets(att: Attached, rank: int) -> bytes:
         track = FT.thread_track(rank, d, st)
         if track not in seen:
             out.append(FT._descriptors(rank, d, st, meta, seen, f"rank {rank} · " if len(att.frameworks) > 1 else ""))
-        te = (P.field_varint(P.TE_TRACK_UUID, track) + P.field_bytes(P.TE_NAME, name.encode())
-              + P.field_bytes(FT.TE_CATEGORIES, kinds[i].encode()))
-        out.append(FT._packet(int(s[i]) + shift, P.field_varint(P.TE_TYPE, P.SLICE_BEGIN) + te))
-        out.append(FT._packet(int(e[i]) + shift, P.field_varint(P.TE_TYPE, P.SLICE_END)
-                              + P.field_varint(P.TE_TRACK_UUID, track)))
+        te = (PF.field_varint(PF.TE_TRACK_UUID, track) + PF.field_bytes(PF.TE_NAME, name.encode())
+              + PF.field_bytes(FT.TE_CATEGORIES, kinds[i].encode()))
+        out.append(FT._packet(int(s[i]) + shift, PF.field_varint(PF.TE_TYPE, PF.SLICE_BEGIN) + te))
+        out.append(FT._packet(int(e[i]) + shift, PF.field_varint(PF.TE_TYPE, PF.SLICE_END)
+                              + PF.field_varint(PF.TE_TRACK_UUID, track)))
     return b"".join(out)
+
+
+COPY_PIECE = 1 << 20
+
+
+def _copy(src, dst, n) -> None:
+    """``n`` bytes of ``src`` into ``dst`` (None: to the end), a piece at a time."""
+    while n is None or n > 0:
+        b = src.read(COPY_PIECE if n is None else min(COPY_PIECE, n))
+        if not b:
+            if n:
+                raise AttachError("the framework trace changed while it was written out: re-run attach")
+            return
+        dst.write(b)
+        if n is not None:
+            n -= len(b)
 
 
 def write_perfetto(att: Attached, path) -> Written:
@@ -130,21 +146,18 @@ def write_chrome(att: Attached, path, rank: int | None = None) -> Written:
                           f"{fw.format if fw else 'missing'} (write the Perfetto output instead)")
     path = _out(path)
     tmp = _atomic(path)
-    head, tail, events = [], [], 0
     try:
         raw = open(tmp, "wb")
         f = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3) if path.suffix == ".gz" else raw
         try:
-            for piece in J.pieces(fw.path, head=head, tail=tail):
-                if events == 0:
-                    f.write(head[0])
-                f.write(memoryview(piece.text)[:int(piece.ends[-1])])
-                events += len(piece.starts)
-            if not events:
-                raise AttachError(f"{fw.path!r} has no events to attach to")
-            sub = att.trace.filter(ranks=[rank])
-            k = export_chrome(sub, f, embed=XC.Embed(-att.axes[rank].shift_ns, PID_OFFSET, _names(att)))
-            f.write(b"\n" + tail[0])
+            with J.open_bytes(fw.path) as src:
+                _copy(src, f, fw.json_end)  # every framework byte up to the events' closing "]"
+                sub = att.trace.filter(ranks=[rank])
+                k = 0
+                if fw.events:
+                    k = export_chrome(sub, f, embed=XC.Embed(-att.axes[rank].shift_ns, PID_OFFSET, _names(att)))
+                f.write(b"\n")
+                _copy(src, f, None)  # and the rest
         finally:
             if f is not raw:
                 f.close()
@@ -153,4 +166,5 @@ def write_chrome(att: Attached, path, rank: int | None = None) -> Written:
     finally:
         if tmp.exists():
             tmp.unlink()
+    events = fw.events
     return Written(str(path), events, k, {})
