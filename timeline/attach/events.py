@@ -62,6 +62,8 @@ def activity_table(cols: dict, sort: bool = True) -> pa.Table:
         v = cols.get(f.name)
         if v is None:
             arrays.append(pa.nulls(n, f.type))
+        elif isinstance(v, np.ndarray):
+            arrays.append(pa.array(v, f.type))
         elif f.name == "kind":
             arrays.append(pa.array(v, pa.string()).dictionary_encode().cast(f.type))
         else:

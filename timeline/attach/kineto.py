@@ -19,7 +19,11 @@ event of a kept category lacking a field it needs is refused with its byte offse
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 import numpy as np
+import pyarrow as pa
 
 from timeline.attach import jsonscan as J
 from timeline.attach.events import Framework, activity_table, step_table
@@ -33,71 +37,73 @@ STEP_PREFIX = "ProfilerStep#"
 CATEGORIES = (*ACTIVITY_CATS, *LAUNCH_CATS, "user_annotation")
 
 
-def _int(v, what, at):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise FrameworkTraceError(f"{at}: {what} is {v!r}, not an integer")
-    return v
+class _Args(msgspec.Struct):
+    """The ``args`` fields read of a device activity or a launch call."""
+
+    device: Any = None
+    stream: Any = None
+    correlation: Any = None
+    grid: Any = None
 
 
-class _Columns:
-    """The activity columns of a piece, then an Arrow table: memory per kept row is
-    Arrow's, not a Python object's."""
+_ARGS = msgspec.json.Decoder(list[_Args])
 
-    NAMES = ("kind", "name", "device", "stream", "start_ns", "end_ns", "correlation", "grid_x", "grid_y", "grid_z")
 
-    def __init__(self):
-        self.tables = []
-        self.fresh()
+def _ints(values, what: str, name: str) -> list:
+    """``values`` checked to be integers (one refusal naming the first that is not)."""
+    bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None) \
+        if not all(type(v) is int for v in values) else None
+    if bad is not None or any(isinstance(v, bool) for v in values):
+        raise FrameworkTraceError(f"{name!r}: an event's {what} is {bad!r}, not an integer")
+    return values
 
-    def fresh(self):
-        self.cols = {k: [] for k in self.NAMES}
 
-    def flush(self):
-        if self.cols["start_ns"]:
-            self.tables.append(activity_table(self.cols, sort=False))
-        self.fresh()
+def _maybe_int(v):
+    return v if type(v) is int else None
+
+
+def _args(events) -> list:
+    try:
+        return _ARGS.decode(b"[" + b",".join(bytes(e.args) if e.args != J.RAW_NONE else b"{}" for e in events) + b"]")
+    except msgspec.DecodeError as e:
+        raise FrameworkTraceError(f"an event's args is not a JSON object ({e})") from None
+
+
+def _activities(acts: list, name: str) -> "pa.Table":
+    """The device activity rows of a piece's kept events, column by column."""
+    args = _args(acts)
+    start = J.ns_array([e.ts for e in acts], f"{name!r}: a ts")
+    dur = J.ns_array([e.dur for e in acts], f"{name!r}: a dur", null=0)
+    grids = [a.grid if isinstance(a.grid, list) else [] for a in args]
+    g = [[_maybe_int(x[i]) if len(x) > i else None for x in grids] for i in range(3)]
+    cols = {"kind": [ACTIVITY_CATS[e.cat] for e in acts], "name": [str(e.name) for e in acts],
+            "device": _ints([a.device if a.device is not None else e.pid for a, e in zip(args, acts)], "args.device", name),
+            "stream": _ints([a.stream if a.stream is not None else e.tid for a, e in zip(args, acts)], "args.stream", name),
+            "start_ns": start, "end_ns": start + np.maximum(dur, 0),
+            "correlation": [_maybe_int(a.correlation) for a in args], "grid_x": g[0], "grid_y": g[1], "grid_z": g[2]}
+    return activity_table(cols, sort=False)
 
 
 def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
     """Read a Kineto trace (module docstring): device activities in start order, step
     markers, the base time; streamed, memory bounded by a chunk and the rows kept."""
-    import pyarrow as pa
-
     name = str(path)
-    act = _Columns()
-    launch_corr, launch_ns, steps, head, tail = [], [], ([], [], []), [], []
+    tables, launch_corr, launch_ns, steps, head, tail = [], [], [], ([], [], []), [], []
     events = 0
     for piece in J.pieces(path, chunk_bytes=chunk_bytes, head=head, tail=tail):
-        events += len(piece.events)
-        c = act.cols
-        for e in piece.events:
-            cat = e.cat
-            if cat in ACTIVITY_CATS:
-                if e.ph != "X":
-                    continue
-                at = f"{name!r}: event {e.name!r}"
-                args = J.args_of(e.args)
-                start = J.ns_of(e.ts, f"{at}'s ts")
-                c["kind"].append(ACTIVITY_CATS[cat])
-                c["name"].append(str(e.name))
-                c["device"].append(_int(args.get("device", e.pid), "args.device", at))
-                c["stream"].append(_int(args.get("stream", e.tid), "args.stream", at))
-                c["start_ns"].append(start)
-                c["end_ns"].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
-                corr = args.get("correlation")
-                c["correlation"].append(corr if isinstance(corr, int) and not isinstance(corr, bool) else None)
-                grid = args.get("grid")
-                g = list(grid)[:3] + [None] * 3 if isinstance(grid, list) else [None] * 3
-                g = [v if isinstance(v, int) and not isinstance(v, bool) else None for v in g[:3]]
-                c["grid_x"].append(g[0])
-                c["grid_y"].append(g[1])
-                c["grid_z"].append(g[2])
-            elif cat in LAUNCH_CATS:
-                corr = J.args_of(e.args).get("correlation")
-                if isinstance(corr, int) and not isinstance(corr, bool):
-                    launch_corr.append(corr)
-                    launch_ns.append(J.ns_of(e.ts, f"{name!r}: {e.name!r}'s ts"))
-            elif cat == "user_annotation" and isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
+        evs = piece.events
+        events += len(evs)
+        acts = [e for e in evs if e.cat in ACTIVITY_CATS and e.ph == "X"]
+        if acts:
+            tables.append(_activities(acts, name))
+        calls = [e for e in evs if e.cat in LAUNCH_CATS and e.ts != J.RAW_NONE]
+        if calls:
+            corr = [_maybe_int(a.correlation) for a in _args(calls)]
+            keep = [i for i, c in enumerate(corr) if c is not None]
+            launch_corr += [corr[i] for i in keep]
+            launch_ns.append(J.ns_array([calls[i].ts for i in keep], f"{name!r}: a launch's ts"))
+        for e in evs:
+            if e.cat == "user_annotation" and isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
                 number = e.name[len(STEP_PREFIX):]
                 if number.isdigit():
                     at = f"{name!r}: {e.name!r}"
@@ -105,27 +111,26 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
                     steps[0].append(int(number))
                     steps[1].append(start)
                     steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
-        act.flush()
     doc = J.document(head[0], tail[0], name) if head and tail else {}
-    table = activity_table({k: [] for k in _Columns.NAMES}) if not act.tables else \
-        pa.concat_tables(act.tables).combine_chunks()
-    table = table.take(pa.array(np.argsort(table.column("start_ns").to_numpy(), kind="stable"))) \
-        if table.num_rows else table
+    table = pa.concat_tables(tables).combine_chunks() if tables else \
+        activity_table({k: [] for k in ("kind", "name", "start_ns", "end_ns")})
+    if table.num_rows:
+        table = table.take(pa.array(np.argsort(table.column("start_ns").to_numpy(), kind="stable")))
     step_tab = step_table(*steps)
-    table = with_launches(table, np.array(launch_corr, np.int64), np.array(launch_ns, np.int64), step_tab)
+    when = np.concatenate(launch_ns) if launch_ns else np.zeros(0, np.int64)
+    table = with_launches(table, np.array(launch_corr, np.int64), when, step_tab)
     base = doc.get("baseTimeNanoseconds")
     dist = doc.get("distributedInfo") or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None
     return Framework(name, "kineto", table, step_tab, int(base) if isinstance(base, (int, str)) and str(base).isdigit()
                      else None, 1, int(rank) if isinstance(rank, int) else None,
-                     doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events, tail[1] if len(tail) > 1 else None)
+                     doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events,
+                     tail[1] if len(tail) > 1 else None)
 
 
 def with_launches(table, corr: np.ndarray, when: np.ndarray, steps):
     """``table`` with ``launch_ns`` (the host call of the same correlation id) and
     ``step`` (the step marker holding that call, else holding the activity's start)."""
-    import pyarrow as pa
-
     from timeline.core import rows as R
 
     n = table.num_rows
