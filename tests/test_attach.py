@@ -223,3 +223,29 @@ def test_the_gpu_script_checks_its_goals_on_saved_files(base, demo, graph_run, t
         assert g["every_stamp_inside"] and g["bound_le_1us"]
     assert got["graph"]["goals"]["paired_by"].startswith("steps")
     assert "all goals met: True" in p.stdout
+
+
+def test_several_ranks_share_one_axis_by_their_base_time(base, tmp_path):
+    """Two ranks (the bundled TP traces, one framework trace each, one host): each rank
+    fitted on its own, both on one axis; the Perfetto output holds both ranks' tracks,
+    the Chrome JSON is per rank."""
+    tp = merge([load(TRACES / "h200_tp2_rank0.arrow"), load(TRACES / "h200_tp2_rank1.arrow")])
+    fws, placed = {}, {}
+    for r in (0, 1):
+        placed[r] = KK.gpu_trace(base, tmp_path / f"r{r}.json", tp.filter(ranks=[r]), kernel="tp_kernel",
+                                 device=r, lead_ns=50_000 + 300_000 * r)
+        fws[r] = read_framework(tmp_path / f"r{r}.json")
+    att = attach(tp, fws, kernel="tp_kernel")
+    for r in (0, 1):
+        assert att.axes[r].by == "base time, one host's clock" and att.axes[r].shift_ns == 0
+        assert abs(att.fits[r].offset_ns - placed[r].offset_ns) <= att.fits[r].bound_ns
+    assert "axis: base time, one host's clock" in "\n".join(AR.report_lines(att))
+    w = AW.write_perfetto(att, tmp_path / "tp.pftrace")
+    assert w.timeline_events > 0
+    with pytest.raises(AttachError, match="give rank= one of"):
+        AW.write_chrome(att, tmp_path / "tp.json")
+    AW.write_chrome(att, tmp_path / "tp1.json", rank=1)
+    doc = json.loads((tmp_path / "tp1.json").read_text())
+    assert any(isinstance(e.get("pid"), int) and e["pid"] > AW.PID_OFFSET for e in doc["traceEvents"])
+    with pytest.raises(AttachError, match="no framework trace for ranks"):
+        attach(tp, {0: fws[0]}, kernel="tp_kernel")

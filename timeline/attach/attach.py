@@ -156,7 +156,7 @@ def attach(trace: Trace, frameworks, *, kernel: str | None = None, device: int |
         anomaly = f.outside_ns > f.bound_ns
         parts.append(pa.Table.from_arrays([
             ls.column("rank"), ls.column("launch"), ls.column("step"), ls.column("layer"), pa.array(k, pa.int64()),
-            acts.column("name").take(pa.array(k)), acts.column("device").take(pa.array(k)),
+            pc.cast(acts.column("name").take(pa.array(k)), pa.string()), acts.column("device").take(pa.array(k)),
             acts.column("stream").take(pa.array(k)), acts.column("correlation").take(pa.array(k)),
             acts.column("step").take(pa.array(k)), pa.array(s + shift), pa.array(e + shift), pa.array(first),
             pa.array(last), pa.array(f.outside_ns), pa.array(anomaly)], schema=MATCH_SCHEMA))

@@ -21,7 +21,7 @@ KINDS = ("kernel", "memcpy", "memset")  # the device activity kinds a reader kee
 
 ACTIVITY_SCHEMA = pa.schema([
     ("kind", pa.dictionary(pa.int8(), pa.string())),  # one of KINDS
-    ("name", pa.string()),  # the kernel's name as the profiler wrote it (demangled by Kineto / nsys)
+    ("name", pa.dictionary(pa.int32(), pa.string())),  # the kernel's name as the profiler wrote it (demangled)
     ("device", pa.int32()),  # the GPU (Kineto args.device, nsys deviceId, rocprof Agent_Id)
     ("stream", pa.int64()),  # its stream / queue (Kineto args.stream, nsys streamId, rocprof Queue_Id)
     ("start_ns", pa.int64()),  # on the framework trace's axis
@@ -64,7 +64,7 @@ def activity_table(cols: dict, sort: bool = True) -> pa.Table:
             arrays.append(pa.nulls(n, f.type))
         elif isinstance(v, np.ndarray):
             arrays.append(pa.array(v, f.type))
-        elif f.name == "kind":
+        elif f.name in ("kind", "name"):
             arrays.append(pa.array(v, pa.string()).dictionary_encode().cast(f.type))
         else:
             arrays.append(pa.array(v, f.type))

@@ -100,7 +100,7 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
         if calls:
             corr = [_maybe_int(a.correlation) for a in _args(calls)]
             keep = [i for i, c in enumerate(corr) if c is not None]
-            launch_corr += [corr[i] for i in keep]
+            launch_corr.append(np.array([corr[i] for i in keep], np.int64))
             launch_ns.append(J.ns_array([calls[i].ts for i in keep], f"{name!r}: a launch's ts"))
         for e in evs:
             if e.cat == "user_annotation" and isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
@@ -112,13 +112,14 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
                     steps[1].append(start)
                     steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
     doc = J.document(head[0], tail[0], name) if head and tail else {}
-    table = pa.concat_tables(tables).combine_chunks() if tables else \
+    table = pa.concat_tables(tables).unify_dictionaries() if tables else \
         activity_table({k: [] for k in ("kind", "name", "start_ns", "end_ns")})
     if table.num_rows:
         table = table.take(pa.array(np.argsort(table.column("start_ns").to_numpy(), kind="stable")))
     step_tab = step_table(*steps)
     when = np.concatenate(launch_ns) if launch_ns else np.zeros(0, np.int64)
-    table = with_launches(table, np.array(launch_corr, np.int64), when, step_tab)
+    corr = np.concatenate(launch_corr) if launch_corr else np.zeros(0, np.int64)
+    table = with_launches(table, corr, when, step_tab)
     base = doc.get("baseTimeNanoseconds")
     dist = doc.get("distributedInfo") or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None

@@ -94,15 +94,29 @@ def symbol(name: str) -> str:
     return m.group(1) if m else name.strip()
 
 
+def _codes(table: pa.Table, name: str):
+    """A dictionary column as (its values, each row's code); -1 (the last slot) for null."""
+    col = table.column(name)
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    values = col.dictionary.to_pylist()
+    codes = R.numpy(R.filled(col.indices, len(values))) if len(col) else np.zeros(0, np.int64)
+    return values, np.asarray(codes, np.int64)
+
+
 def candidates(acts: pa.Table, kernel: str, grid: int | None, device: int | None, where: str) -> np.ndarray:
     """Rows of ``acts`` that may be the instrumented kernel: a kernel of that name
     (``symbol``), of that many CTAs where both sides know the grid, on ``device`` if given."""
-    kind = pc.cast(acts.column("kind"), pa.string()).to_pylist()
-    names = acts.column("name").to_pylist()
+    kinds, kcode = _codes(acts, "kind")
+    names, ncode = _codes(acts, "name")
     want = symbol(kernel)
-    ok = np.array([k == "kernel" and symbol(n) == want for k, n in zip(kind, names)], bool)
+    is_kernel = np.array([k == "kernel" for k in kinds] + [False], bool)[kcode]
+    ok = is_kernel & np.array([symbol(n) == want for n in names] + [False], bool)[ncode]
     if not ok.any():
-        seen = Counter(symbol(n) for k, n in zip(kind, names) if k == "kernel")
+        seen = Counter()
+        for code, count in zip(*np.unique(ncode[is_kernel], return_counts=True)):
+            seen[symbol(names[code])] += int(count)
         listed = ", ".join(f"{n} x{c}" for n, c in seen.most_common(6)) or "none"
         raise AttachError(f"{where} has no kernel named {want!r} (its kernels: {listed}); give the instrumented "
                           "kernel's name as the profiler shows it (--kernel NAME)")
