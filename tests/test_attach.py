@@ -166,7 +166,23 @@ def test_nsys_sqlite_and_rocprof_csv(demo, tmp_path):
                     "Grid_Size_Y", "Grid_Size_Z"])
         for r in rows:
             w.writerow(["KERNEL_DISPATCH", 2, 1, 5, "mono_ffn_kernel", r[4], r[0], r[1], 256, 1, 1, 128 * 256, 1, 1])
-    for path, fmt in ((tmp_path / "r.sqlite", "nsys"), (tmp_path / "k.csv", "rocprof-csv")):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "pq").mkdir()
+    names = ["start", "end", "deviceId", "streamId", "correlationId", "gridX", "gridY", "gridZ", "demangledName", "shortName"]
+    pq.write_table(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}),
+                   tmp_path / "pq" / "CUPTI_ACTIVITY_KIND_KERNEL.parquet")
+    pq.write_table(pa.table({"id": [1, 2], "value": ["mono_ffn_kernel", "other"]}), tmp_path / "pq" / "StringIds.parquet")
+    tool = {"rocprofiler-sdk-tool": [{"kernel_symbols": [{"kernel_id": 5, "kernel_name": "mono_ffn_kernel"}],
+                                      "buffer_records": {"kernel_dispatch": [
+        {"start_timestamp": r[0], "end_timestamp": r[1], "correlation_id": {"internal": r[4]},
+         "dispatch_info": {"agent_id": {"handle": 2}, "queue_id": {"handle": 1}, "kernel_id": 5,
+                           "grid_size": {"x": 128 * 256, "y": 1, "z": 1},
+                           "workgroup_size": {"x": 256, "y": 1, "z": 1}}} for r in rows]}}]}
+    (tmp_path / "k.json").write_text(json.dumps(tool))
+    for path, fmt in ((tmp_path / "r.sqlite", "nsys"), (tmp_path / "k.csv", "rocprof-csv"), (tmp_path / "pq", "nsys"),
+                      (tmp_path / "k.json", "rocprof-json")):
         att = attach(demo, read_framework(path), kernel=KERNEL)
         assert att.frameworks[0].format == fmt
         assert abs(att.fits[0].offset_ns - off) <= att.fits[0].bound_ns

@@ -83,3 +83,21 @@ def test_the_true_offset_lies_within_the_bound(offset, launches):
     f = AL.fit(a, b, s, e, drift=False)
     assert f.inlier.all() and abs(f.offset_ns - offset) <= f.bound_ns + 1
     assert (f.outside_ns <= f.bound_ns + 1).all()
+
+
+csv_cell = st.one_of(st.integers(-5, 10**12).map(str), st.text("0123456789abc.-", max_size=6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(csv_cell, csv_cell, csv_cell, csv_cell), min_size=1, max_size=8))
+def test_rocprof_csv_with_bad_cells_is_refused_or_read(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("r") / "k.csv"
+    lines = ["Kind,Agent_Id,Queue_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp"]
+    lines += [f"KERNEL_DISPATCH,{a},1,k,{b},{c},{d}" for a, b, c, d in rows]
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        fw = read_framework(path)
+    except FrameworkTraceError as e:
+        assert "\n" not in str(e) and "line" in str(e)
+        return
+    assert fw.activities.num_rows == len(rows)

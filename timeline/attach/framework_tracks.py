@@ -54,8 +54,38 @@ class Meta(NamedTuple):
     process: dict  # pid -> name
     labels: dict  # pid -> labels
     thread: dict  # (pid, tid) -> name
-    out: dict  # (pid, tid, ts ns) -> [flow id]
-    into: dict  # (pid, tid, ts ns) -> [flow id]
+    out: "Flows"  # flows leaving a slice (ph s)
+    into: "Flows"  # flows entering one (ph f)
+
+
+KEY = np.dtype([("track", "<i8"), ("ts", "<i8")])
+
+
+class Flows(NamedTuple):
+    """Flow ends sorted by (thread track, ts ns), with their flow ids: arrays, not a
+    dict of tuples (a 1 GB trace holds millions)."""
+
+    keys: np.ndarray  # KEY
+    ids: np.ndarray  # uint64
+
+    @classmethod
+    def of(cls, parts: list) -> "Flows":
+        if not parts:
+            return cls(np.zeros(0, KEY), np.zeros(0, np.uint64))
+        keys = np.concatenate([k for k, _ in parts])
+        ids = np.concatenate([i for _, i in parts])
+        order = np.argsort(keys, kind="stable", order=("track", "ts"))
+        return cls(keys[order], ids[order])
+
+    def find(self, track: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """The index of the first flow at each (track, ts), -1 where none."""
+        if not len(self.keys) or not len(track):
+            return np.full(len(track), -1, np.int64)
+        q = np.empty(len(track), KEY)
+        q["track"], q["ts"] = track, ts
+        i = np.searchsorted(self.keys, q)
+        j = np.minimum(i, len(self.keys) - 1)
+        return np.where(self.keys[j] == q, j, -1)
 
 
 def _flow_id(rank: int, cat: str, fid) -> int:
@@ -64,22 +94,31 @@ def _flow_id(rank: int, cat: str, fid) -> int:
 
 def flows_and_names(path, rank: int) -> Meta:
     """First pass: the ``M`` names and the flow events."""
-    m = Meta({}, {}, {}, {}, {})
+    process, labels, thread = {}, {}, {}
+    parts = {"s": [], "f": []}
     for piece in J.pieces(path):
+        rows = {"s": ([], [], []), "f": ([], [], [])}
         for e in piece.events:
             ph = e.ph
             if ph == "M":
                 args = J.args_of(e.args)
                 if e.name == "process_name":
-                    m.process[e.pid] = str(args.get("name", ""))
+                    process[e.pid] = str(args.get("name", ""))
                 elif e.name == "process_labels":
-                    m.labels[e.pid] = str(args.get("labels", ""))
+                    labels[e.pid] = str(args.get("labels", ""))
                 elif e.name == "thread_name":
-                    m.thread[(e.pid, e.tid)] = str(args.get("name", ""))
+                    thread[(e.pid, e.tid)] = str(args.get("name", ""))
             elif (ph == "s" or ph == "f") and e.id is not None and e.ts != J.RAW_NONE:
-                key = (_hashable(e.pid), _hashable(e.tid), J.ns_of(e.ts))
-                (m.out if ph == "s" else m.into).setdefault(key, []).append(_flow_id(rank, str(e.cat), e.id))
-    return m
+                r = rows[ph]
+                r[0].append(thread_track(rank, _hashable(e.pid), _hashable(e.tid)))
+                r[1].append(e.ts)
+                r[2].append(_flow_id(rank, str(e.cat), e.id))
+        for ph, (track, ts, ids) in rows.items():
+            if track:
+                k = np.empty(len(track), KEY)
+                k["track"], k["ts"] = track, J.ns_array(ts, "a flow's ts")
+                parts[ph].append((k, np.array(ids, np.uint64)))
+    return Meta(process, labels, thread, Flows.of(parts["s"]), Flows.of(parts["f"]))
 
 
 def _hashable(v):
@@ -136,68 +175,80 @@ def _slices(rows: list) -> bytes:
     return rec.serialize()
 
 
+KEPT = ("X", "i", "I", "M", "s", "f")  # the phases converted (M, s, f: in the first pass)
+
+
 def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = ""):
     """Second pass: yields the packets' bytes a piece at a time (track descriptors as
     tracks first appear); returns ``Converted`` (the generator's return value)."""
     seen, skipped, n = set(), Counter(), 0
-    used_out, used_in = set(), set()
+    used_out, used_in = np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool)
     tracks, stacks = {}, {}
+
+    def track_of(pid, tid, desc):
+        key = (_hashable(pid), _hashable(tid))
+        t = tracks.get(key)
+        if t is None:
+            t = tracks[key] = thread_track(rank, *key)
+            desc.append(_descriptors(rank, key[0], key[1], meta, seen, prefix))
+        return t
+
     for piece in J.pieces(path):
-        desc, rows, inst = [], [], []
-        for e in piece.events:
-            ph = e.ph
-            if ph == "X" or ph == "i" or ph == "I":
-                if e.ts == J.RAW_NONE:
-                    skipped[str(ph) + " without ts"] += 1
-                    continue
-                pid, tid = _hashable(e.pid), _hashable(e.tid)
-                track = tracks.get((pid, tid))
-                if track is None:
-                    track = tracks[(pid, tid)] = thread_track(rank, pid, tid)
-                    desc.append(_descriptors(rank, pid, tid, meta, seen, prefix))
-                t = J.ns_of(e.ts)
-                args = None if e.args == J.RAW_NONE else bytes(e.args).decode("utf-8", "replace")
-                name = e.name if isinstance(e.name, str) else json.dumps(e.name)
-                cat = e.cat if isinstance(e.cat, str) else None
-                if ph == "X":
-                    key = (pid, tid, t)
-                    fo = fi = None
-                    if key in meta.out:
-                        fo = meta.out[key][0]
-                        used_out.add(key)
-                    if key in meta.into:
-                        fi = meta.into[key][0]
-                        used_in.add(key)
-                    dur = J.ns_of(e.dur) if e.dur != J.RAW_NONE else 0
-                    rows.append((t + shift_ns, t + max(dur, 0) + shift_ns, track, name, cat, args, fo, fi))
-                else:
-                    inst.append((t + shift_ns, track, name, cat))
-                n += 1
-            elif ph != "M" and ph != "s" and ph != "f":
-                skipped[str(ph)] += 1
+        evs = piece.events
+        desc = []
+        for e in evs:
+            if e.ph not in KEPT:
+                skipped[str(e.ph)] += 1
+        xs = [e for e in evs if e.ph == "X" and e.ts != J.RAW_NONE]
+        inst = [e for e in evs if (e.ph == "i" or e.ph == "I") and e.ts != J.RAW_NONE]
+        skipped["X without ts"] += sum(1 for e in evs if e.ph == "X" and e.ts == J.RAW_NONE)
+        n += len(xs) + len(inst)
         out = desc
-        if rows:
-            rows.sort(key=lambda r: (r[0], -r[1]))  # a parent before a child starting with it
+        if xs:
+            track = np.array([track_of(e.pid, e.tid, desc) for e in xs], np.int64)
+            ts = J.ns_array([e.ts for e in xs], "a ts")
+            end = ts + np.maximum(J.ns_array([e.dur for e in xs], "a dur", null=0), 0)
+            fo, fi = np.zeros(len(xs), np.uint64), np.zeros(len(xs), np.uint64)
+            has_o, has_i = np.zeros(len(xs), bool), np.zeros(len(xs), bool)
+            for flows, used, ids, has in ((meta.out, used_out, fo, has_o), (meta.into, used_in, fi, has_i)):
+                at = flows.find(track, ts)
+                for i in np.flatnonzero(at >= 0).tolist():
+                    if not used[at[i]]:  # one flow a slice end: a second on the same slice becomes an instant
+                        used[at[i]] = True
+                        ids[i], has[i] = flows.ids[at[i]], True
+            order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
+            rows = [(int(ts[i]) + shift_ns, int(end[i]) + shift_ns, int(track[i]),
+                     xs[i].name if type(xs[i].name) is str else json.dumps(xs[i].name),
+                     xs[i].cat if type(xs[i].cat) is str else None,
+                     None if xs[i].args == J.RAW_NONE else bytes(xs[i].args).decode("utf-8", "replace"),
+                     int(fo[i]) if has_o[i] else None, int(fi[i]) if has_i[i] else None) for i in order.tolist()]
             rows = _nested(rows, stacks, meta, seen, desc, rank, prefix)
             out.append(_slices(rows))
-        for t, track, name, cat in inst:
-            te = (PF.field_varint(PF.TE_TYPE, PF.INSTANT) + PF.field_varint(PF.TE_TRACK_UUID, track)
-                  + PF.field_bytes(PF.TE_NAME, name.encode()) + (PF.field_bytes(TE_CATEGORIES, cat.encode()) if cat else b""))
-            out.append(_packet(t, te))
+        if inst:
+            t_inst = J.ns_array([e.ts for e in inst], "a ts")
+            for e, t in zip(inst, t_inst.tolist()):
+                cat = e.cat if type(e.cat) is str else None
+                name = e.name if type(e.name) is str else json.dumps(e.name)
+                te = (PF.field_varint(PF.TE_TYPE, PF.INSTANT) + PF.field_varint(PF.TE_TRACK_UUID, track_of(e.pid, e.tid, desc))
+                      + PF.field_bytes(PF.TE_NAME, name.encode()) + (PF.field_bytes(TE_CATEGORIES, cat.encode()) if cat else b""))
+                out.append(_packet(t + shift_ns, te))
         if out:
             yield b"".join(out)
-    rest = []  # flows whose slice was not found (or beyond the first on one slice): an instant carries each
-    for table, used, field in ((meta.out, used_out, PF.TE_FLOW_IDS), (meta.into, used_in, PF.TE_TERMINATING_FLOW_IDS)):
-        for key, ids in table.items():
-            left = ids if key not in used else ids[1:]
-            if left:
-                pid, tid, ts = key
-                track = tracks.get((pid, tid)) or thread_track(rank, pid, tid)
-                if track not in seen:
-                    rest.append(_descriptors(rank, pid, tid, meta, seen, prefix))
-                te = (PF.field_varint(PF.TE_TYPE, PF.INSTANT) + PF.field_varint(PF.TE_TRACK_UUID, track)
-                      + PF.field_bytes(PF.TE_NAME, b"flow") + _flows(field, left))
-                rest.append(_packet(ts + shift_ns, te))
+    skipped = Counter({k: v for k, v in skipped.items() if v})
+    rest = []  # flows whose slice was not found (or a second one on a slice): an instant carries each
+    by_track = {t: k for k, t in tracks.items()}
+    for flows, used, field in ((meta.out, used_out, PF.TE_FLOW_IDS), (meta.into, used_in, PF.TE_TERMINATING_FLOW_IDS)):
+        for i in np.flatnonzero(~used).tolist():
+            track, ts = int(flows.keys["track"][i]), int(flows.keys["ts"][i])
+            if track not in seen:
+                if track in by_track:
+                    rest.append(_descriptors(rank, *by_track[track], meta, seen, prefix))
+                else:  # a thread with flows and no slice
+                    seen.add(track)
+                    rest.append(_descriptor(track, f"{prefix}flows without a slice", None))
+            te = (PF.field_varint(PF.TE_TYPE, PF.INSTANT) + PF.field_varint(PF.TE_TRACK_UUID, track)
+                  + PF.field_bytes(PF.TE_NAME, b"flow") + _flows(field, [int(flows.ids[i])]))
+            rest.append(_packet(ts + shift_ns, te))
     if rest:
         yield b"".join(rest)
     return Converted(n, skipped)

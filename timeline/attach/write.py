@@ -62,7 +62,7 @@ def _activity_packets(att: Attached, rank: int) -> bytes:
     track per (device, stream)."""
     fw, shift = att.frameworks[rank], att.axes[rank].shift_ns
     a = fw.activities
-    meta = FT.Meta({}, {}, {}, {}, {})
+    meta = FT.Meta({}, {}, {}, FT.Flows.of([]), FT.Flows.of([]))
     seen, out = set(), []
     dev, stream = R.column(a, "device", fill=-1), R.column(a, "stream", fill=-1)
     s, e = R.column(a, "start_ns"), R.column(a, "end_ns")
