@@ -54,20 +54,28 @@ class Framework(NamedTuple):
     json_end: int | None = None  # Kineto: where the events' array closes (its "]"), in the decompressed file
 
 
-def activity_table(cols: dict, sort: bool = True) -> pa.Table:
-    """``ACTIVITY_SCHEMA`` from column lists (missing columns null), sorted by start."""
+def activity_table(cols: dict, sort: bool = True, where: str = "the framework trace") -> pa.Table:
+    """``ACTIVITY_SCHEMA`` from column lists (missing columns null), sorted by start; a
+    value its column cannot hold (a device id past int32, a name that is not text) is
+    one ``FrameworkTraceError`` naming the column."""
+    from timeline.attach.sniff import FrameworkTraceError
+
     n = len(cols["start_ns"])
     arrays = []
     for f in ACTIVITY_SCHEMA:
         v = cols.get(f.name)
-        if v is None:
-            arrays.append(pa.nulls(n, f.type))
-        elif isinstance(v, np.ndarray):
-            arrays.append(pa.array(v, f.type))
-        elif f.name in ("kind", "name"):
-            arrays.append(pa.array(v, pa.string()).dictionary_encode().cast(f.type))
-        else:
-            arrays.append(pa.array(v, f.type))
+        try:
+            if v is None:
+                arrays.append(pa.nulls(n, f.type))
+            elif isinstance(v, np.ndarray):
+                arrays.append(pa.array(v, f.type))
+            elif f.name in ("kind", "name"):
+                arrays.append(pa.array(v, pa.string()).dictionary_encode().cast(f.type))
+            else:
+                arrays.append(pa.array(v, f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+            raise FrameworkTraceError(f"{where}: a {f.name} value its column ({f.type}) cannot hold "
+                                      f"({str(e).splitlines()[0]})") from None
     t = pa.Table.from_arrays(arrays, schema=ACTIVITY_SCHEMA)
     start = np.asarray(t.column("start_ns").to_numpy(zero_copy_only=False), np.int64) if n else np.zeros(0, np.int64)
     return t.take(pa.array(np.argsort(start, kind="stable"))) if n and sort else t

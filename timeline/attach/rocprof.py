@@ -41,7 +41,7 @@ def _framework(name, rows, fmt) -> Framework:
     for r in rows:
         for k, v in r.items():
             cols[k].append(v)
-    return Framework(name, fmt, activity_table(cols), step_table([], [], []), None, 1, None, None, len(rows))
+    return Framework(name, fmt, activity_table(cols, where=repr(name)), step_table([], [], []), None, 1, None, None, len(rows))
 
 
 def read_rocprof_csv(path) -> Framework:
