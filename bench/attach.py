@@ -80,8 +80,36 @@ def generate(path: Path, mb: int) -> dict:
     return {"events": events, "offset": offset, "bytes": path.stat().st_size}
 
 
+def naive(name: str, path: Path) -> dict:
+    """The straightforward readers of the same file, for the side-by-side figures:
+    ``json.load`` of the whole document, or ijson's ``items`` (an incremental parser),
+    each keeping the kernel events' fields."""
+    t = time.perf_counter()
+    kept = 0
+    if name == "json.load":
+        with open(path) as f:
+            doc = json.load(f)
+        evs = doc["traceEvents"]
+    else:
+        import ijson
+
+        f = open(path, "rb")
+        evs = ijson.items(f, "traceEvents.item")
+    n = 0
+    for e in evs:
+        n += 1
+        if e.get("cat") == "kernel":
+            a = e.get("args", {})
+            kept += bool((e["ts"], e.get("dur"), a.get("device"), a.get("stream"), a.get("correlation")))
+    return {"framework_events": n, "timeline_events": 0, "wall_s": time.perf_counter() - t,
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
 def stage(name: str, path: Path, out: Path) -> dict:
     from timeline import load
+
+    if name in ("json.load", "ijson"):
+        return naive(name, path)
     from timeline.attach import attach, read_framework
     from timeline.attach import write as AW
 
@@ -106,16 +134,32 @@ def main(argv=None) -> int:
     ap.add_argument("--mb", type=int, default=1024, help="size of the Kineto JSON (MB, default 1024)")
     ap.add_argument("--dir", help="scratch folder (default: a temporary one)")
     ap.add_argument("--stages", default="read,attach,chrome,perfetto")
+    ap.add_argument("--naive-mb", type=int, default=64, help="the side-by-side readers' file (MB, default 64; 0: none)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stage:
         print(json.dumps(stage(a.stage, Path(a.dir) / "kineto.json", Path(a.dir))))
         return 0
+    print(f"# python bench/attach.py --mb {a.mb} --naive-mb {a.naive_mb}")
+    if a.naive_mb:
+        with tempfile.TemporaryDirectory(dir=a.dir) as d:
+            d = Path(d)
+            g = generate(d / "kineto.json", a.naive_mb)
+            print(f"side by side on a {g['bytes'] / 2**20:,.0f} MB file ({g['events']:,} events): the kernel events' fields read")
+            print(f"{'reader':10s} {'fw events':>11s} {'wall s':>7s} {'Mev/s':>6s} {'peak MB':>8s}")
+            for s in ("read", "json.load", "ijson"):
+                r = subprocess.run([sys.executable, __file__, "--stage", s, "--dir", str(d)], capture_output=True,
+                                   text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                if r.returncode:
+                    print(f"{s:10s} failed: {r.stderr.strip().splitlines()[-1][:100]}")
+                    continue
+                res = json.loads(r.stdout.strip().splitlines()[-1])
+                print(f"{s:10s} {res['framework_events']:>11,} {res['wall_s']:>7.2f} "
+                      f"{res['framework_events'] / res['wall_s'] / 1e6:>6.2f} {res['peak_mb']:>8,.0f}", flush=True)
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
         d = Path(d)
         t = time.perf_counter()
         g = generate(d / "kineto.json", a.mb)
-        print(f"# python bench/attach.py --mb {a.mb}")
         print(f"SYNTHETIC Kineto JSON: {g['bytes'] / 2**20:,.0f} MB, {g['events']:,} events "
               f"(written in {time.perf_counter() - t:.1f} s); 16 instrumented launches of traces/h200_mono_demo.arrow")
         print(f"{'stage':10s} {'fw events':>11s} {'tl events':>10s} {'wall s':>7s} {'Mev/s':>6s} {'peak MB':>8s}  check")
@@ -132,7 +176,7 @@ def main(argv=None) -> int:
                 err = abs(res["offset"] - g["offset"])
                 check = f"offset error {err} ns <= bound {res['bound_ns']:.0f} ns: {err <= res['bound_ns']}"
             print(f"{s:10s} {res['framework_events']:>11,} {res['timeline_events']:>10,} {res['wall_s']:>7.2f} "
-                  f"{n / res['wall_s'] / 1e6:>6.2f} {res['peak_mb']:>8,.0f}  {check}")
+                  f"{n / res['wall_s'] / 1e6:>6.2f} {res['peak_mb']:>8,.0f}  {check}", flush=True)
     return 0
 
 

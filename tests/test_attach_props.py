@@ -101,3 +101,27 @@ def test_rocprof_csv_with_bad_cells_is_refused_or_read(tmp_path_factory, rows):
         assert "\n" not in str(e)
         return
     assert fw.activities.num_rows == len(rows)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(-50, 50), st.integers(0, 10**15), st.lists(st.tuples(st.integers(0, 3_000), st.integers(0, 3_000)),
+                                                          min_size=8, max_size=40))
+def test_a_drift_over_a_long_span_is_fitted_and_bounded(ppm, offset, slack):
+    """Launches over 10 s with the device clock drifting ``ppm`` against the framework's:
+    the fitted map puts every launch inside its kernel within the bound, and the true
+    map's stamps lie within the bound of the fitted one's."""
+    n = len(slack)
+    t0 = 1_700_000_000_000_000_000
+    a = t0 + np.linspace(0, 10_000_000_000, n).astype(np.int64)
+    b = a + 100_000
+    ref = int(np.median(a))
+
+    def true(x):
+        return x + offset + np.round((x - ref) * ppm * 1e-6).astype(np.int64)
+
+    s = true(a) - np.array([h for h, _ in slack], np.int64)
+    e = true(b) + np.array([q for _, q in slack], np.int64)
+    f = AL.fit(a, b, s, e)
+    assert f.drift_fitted and f.inlier.all()
+    assert (f.outside_ns <= f.bound_ns + 1).all()
+    assert np.abs(f.map(a) - true(a)).max() <= f.bound_ns + 2

@@ -9,8 +9,9 @@ its middle is the fitted offset and half its width the ``±`` bound (as
 
 Where the launches span long enough for the clocks' drift to matter
 (``DRIFT_SPAN_NS``), the map is ``t -> t + offset + drift * (t - ref)`` and the
-drift is the one that leaves the widest intersection; the bound then adds what the
-drifts still consistent with every launch could move a stamp.
+drift is the one that leaves the widest intersection; the bound is then the largest
+distance over the launches' span between the fitted map and any map (drift and
+offset) every agreeing launch still allows.
 
 A launch whose interval misses the others' common offset is an anomaly: named,
 counted, shown how far outside its kernel its stamps fall, never moved to fit. The
@@ -110,6 +111,26 @@ def _drift(lo0, hi0, x_lo, x_hi):
     return best, edge(best, -r), edge(best, r)
 
 
+SPREAD_GRID = 2001  # drifts the bound is evaluated at
+
+
+def _spread(lo0, hi0, x_lo, x_hi, o, d, d_lo, d_hi, xs) -> float:
+    """The largest distance, over the launches' span ``xs``, between the map (o, d) and
+    any map the launches allow (every drift in [d_lo, d_hi], every offset its
+    intersection leaves), evaluated on ``SPREAD_GRID`` drifts plus what a map can move
+    between two of them."""
+    g = np.linspace(d_lo, d_hi, SPREAD_GRID)
+    low = (lo0[None, :] - g[:, None] * x_lo[None, :]).max(axis=1)
+    high = (hi0[None, :] - g[:, None] * x_hi[None, :]).min(axis=1)
+    ok = high >= low
+    worst = 0.0
+    for x in xs:
+        for edge in (low[ok], high[ok]):
+            worst = max(worst, float(np.abs(edge + g[ok] * x - (o + d * x)).max(initial=0.0)))
+    slope = 2 * max(abs(xs[0]), abs(xs[1]), float(np.abs(x_lo).max()), float(np.abs(x_hi).max()))
+    return worst + slope * (d_hi - d_lo) / (SPREAD_GRID - 1)
+
+
 def fit(dev_lo, dev_hi, fw_lo, fw_hi, *, device_step_ns: int = 1, framework_step_ns: int = 1, drift=None,
         where: str = "") -> Fit:
     """The map of module docstring from each launch's device span ``[dev_lo, dev_hi]``
@@ -128,13 +149,18 @@ def fit(dev_lo, dev_hi, fw_lo, fw_hi, *, device_step_ns: int = 1, framework_step
     x_lo, x_hi = (dev_lo - ref).astype(np.float64), (dev_hi - ref).astype(np.float64)
     span = int(dev_hi.max() - dev_lo.min())
     use_drift = span > DRIFT_SPAN_NS if drift is None else bool(drift)
-    d = 0.0
-    count, regions = _coverage(lo0, hi0)
+    d = d_lo = d_hi = 0.0
     if use_drift:
-        grid = np.linspace(-DRIFT_PPM_RANGE, DRIFT_PPM_RANGE, 401) * 1e-6
-        counts = [_coverage(lo0 - g * x_lo, hi0 - g * x_hi)[0] for g in grid]
-        g0 = grid[int(np.argmax(counts))]
-        count, regions = _coverage(lo0 - g0 * x_lo, hi0 - g0 * x_hi)
+        d, d_lo, d_hi = _drift(lo0, hi0, x_lo, x_hi)  # every launch on one line, if any line holds them all
+        if _width(lo0, hi0, x_lo, x_hi, d)[0] >= 0:
+            count, regions = n, [(0, 0, np.ones(n, bool))]
+        else:  # not all: the drift most launches agree on, then the widest among those
+            grid = np.linspace(-DRIFT_PPM_RANGE, DRIFT_PPM_RANGE, 401) * 1e-6
+            counts = [_coverage(lo0 - g * x_lo, hi0 - g * x_hi)[0] for g in grid]
+            g0 = grid[int(np.argmax(counts))]
+            count, regions = _coverage(lo0 - g0 * x_lo, hi0 - g0 * x_hi)
+    else:
+        count, regions = _coverage(lo0, hi0)
     if count * 2 <= n:
         raise AttachError(f"{where}: the matched launches admit no common clock offset (at most {count} of {n} "
                           "fit inside their kernel events at one offset): the pairing is wrong (another kernel of "
@@ -144,16 +170,21 @@ def fit(dev_lo, dev_hi, fw_lo, fw_hi, *, device_step_ns: int = 1, framework_step
         raise AttachError(f"{where}: {count} of {n} launches fit at each of several clock offsets ({shown}): "
                           "ambiguous; profile fewer launches or check the pairing")
     members = regions[0][2]
-    d_lo = d_hi = 0.0
-    if use_drift:
+    if use_drift and count < n:
+        d, d_lo, d_hi = _drift(lo0[members], hi0[members], x_lo[members], x_hi[members])
+        w, a, b = _width(lo0[members], hi0[members], x_lo[members], x_hi[members], d)
+        members = members | ((lo0 - d * x_lo <= b) & (hi0 - d * x_hi >= a))  # any other launch the line fits
         d, d_lo, d_hi = _drift(lo0[members], hi0[members], x_lo[members], x_hi[members])
     w, a, b = _width(lo0[members], hi0[members], x_lo[members], x_hi[members], d)
     if w < 0:  # the drift search could not keep them together (a member at the edge): offset alone
         d, d_lo, d_hi = 0.0, 0.0, 0.0
         w, a, b = _width(lo0[members], hi0[members], x_lo[members], x_hi[members], 0.0)
-    offset = base + int(round((a + b) / 2))
-    xmax = float(max(np.abs(x_lo).max(), np.abs(x_hi).max()))
-    bound = max(w, 0.0) / 2 + max(d - d_lo, d_hi - d) * xmax
+    mid = (a + b) / 2
+    offset = base + int(round(mid))
+    bound = max(w, 0.0) / 2
+    if use_drift and d_hi > d_lo:
+        bound = max(bound, _spread(lo0[members], hi0[members], x_lo[members], x_hi[members], mid, d, d_lo, d_hi,
+                                   (float(min(x_lo.min(), x_hi.min())), float(max(x_lo.max(), x_hi.max())))))
     f = Fit(offset, d * 1e6, ref, bound, members, np.zeros(n, np.int64), use_drift)
     out = np.maximum(np.maximum(fw_lo - f.map(dev_lo), f.map(dev_hi) - fw_hi), 0)
     return f._replace(outside_ns=out)
