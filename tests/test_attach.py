@@ -208,6 +208,10 @@ def test_cli_prints_the_report_and_writes_both_outputs(base, demo, tmp_path, cap
     out = capsys.readouterr().out
     assert rc == 0 and "16 inside their kernel events, 0 anomalies, 0 unmatched" in out and "± " in out
     assert (tmp_path / "o.pftrace").stat().st_size > 0 and (tmp_path / "o.json.gz").stat().st_size > 0
+    rc = main(["attach", str(TRACES / "h200_mono_demo.arrow"), str(tmp_path / "g.json"), "--kernel", KERNEL, "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["format"] == "timeline.attach/1" and doc["ranks"][0]["matched"] == 16
+    assert doc["ranks"][0]["bound_ns"] > 0 and doc["ranks"][0]["anomalies"] == []
     rc = main(["attach", str(TRACES / "h200_mono_demo.arrow"), str(tmp_path / "g.json"), "--json"])
     err = capsys.readouterr().err
     assert rc == 2 and "no kernel named 'triton_mono_ffn'" in err and "mono_ffn_kernel x16" in err
