@@ -108,15 +108,26 @@ def run_graph(out: Path, layers: int, steps: int, every: int):
     return merge(traces), path, rep.summary()
 
 
-def check(name, trace, path, host, out: Path, lines: list) -> dict:
-    from timeline.attach import attach, read_framework
+def check(name, trace, path, host, out: Path, lines: list, step_offset=None) -> dict:
+    """Attach, write the merged files, check the goals. ``step_offset``: the graph run's
+    steps are paired at offset 0 by construction (the device step counter is 0 at the
+    first profiled replay, ``prof.step()`` follows each replay); what attach infers on
+    its own (the calibration choosing among alike steps) is reported beside."""
+    from timeline.attach import AttachError, attach, read_framework
     from timeline.attach import report as AR
     from timeline.attach import write as AW
 
     fw = read_framework(path)
     if fw.base_ns is None:
         raise SystemExit(f"{name}: the Kineto trace has no baseTimeNanoseconds")
-    att = attach(trace, fw, kernel=KERNEL, host_clock=(host[0] - fw.base_ns, host[1]))
+    host_clock = (host[0] - fw.base_ns, host[1])
+    att = attach(trace, fw, kernel=KERNEL, host_clock=host_clock, step_offset=step_offset)
+    inferred = att.how[0]
+    if step_offset is not None:
+        try:
+            inferred = attach(trace, fw, kernel=KERNEL, host_clock=host_clock).how[0]
+        except AttachError as e:
+            inferred = f"refused: {e}"
     w1 = AW.write_perfetto(att, out / f"{name}_attached.pftrace")
     w2 = AW.write_chrome(att, out / f"{name}_attached.json.gz")
     rep = AR.report_dict(att)
@@ -130,8 +141,8 @@ def check(name, trace, path, host, out: Path, lines: list) -> dict:
              "bound_le_1us": f.bound_ns <= 1000, "offset_ns": f.offset_ns,
              "calibration_predicted_ns": c.get("predicted_ns"), "calibration_difference_ns": c.get("difference_ns"),
              "calibration_tolerance_ns": c.get("tolerance_ns"), "calibration_agrees": c.get("agrees"),
-             "paired_by": att.how[0], "written": [w1._asdict(), w2._asdict()]}
-    lines += [f"== {name}: {path.name}", *AR.report_lines(att),
+             "paired_by": att.how[0], "inferred_pairing": inferred, "written": [w1._asdict(), w2._asdict()]}
+    lines += [f"== {name}: {path.name}", *AR.report_lines(att), f"  without --step-offset: {inferred}",
               f"  goals: unmatched {goals['unmatched']} (want 0), every stamp inside within the bound: {inside}, "
               f"bound {f.bound_ns:,.0f} ns (want <= 1000): {goals['bound_le_1us']}"]
     return {"report": rep, "goals": goals}
@@ -166,7 +177,7 @@ def main(argv=None) -> int:
     gtrace, gpath, summary = run_graph(out, a.layers, a.steps, a.every)
     gtrace.save(out / "graph.arrow")
     lines.append(f"graph capture: {summary}")
-    result["graph"] = check("graph", gtrace, gpath, host, out, lines)
+    result["graph"] = check("graph", gtrace, gpath, host, out, lines, step_offset=0)
     with open(path, "rb") as src, gzip.open(out / "plain.pt.trace.json.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     return finish(result, lines, out)
@@ -181,7 +192,8 @@ def again(src: Path, out: Path) -> int:
              f"CLOCK_REALTIME - CLOCK_MONOTONIC = {host[0]:,} ns ± {host[1]:.0f} (as measured then)"]
     result = {"host_clock": host}
     for name in ("plain", "graph"):
-        result[name] = check(name, load(src / f"{name}.arrow"), src / f"{name}.pt.trace.json", host, out, lines)
+        result[name] = check(name, load(src / f"{name}.arrow"), src / f"{name}.pt.trace.json", host, out, lines,
+                             step_offset=0 if name == "graph" else None)
     return finish(result, lines, out)
 
 

@@ -269,3 +269,31 @@ def test_several_ranks_share_one_axis_by_their_base_time(base, tmp_path):
     assert any(isinstance(e.get("pid"), int) and e["pid"] > AW.PID_OFFSET for e in doc["traceEvents"])
     with pytest.raises(AttachError, match="no framework trace for ranks"):
         attach(tp, {0: fws[0]}, kernel="tp_kernel")
+
+
+def test_steps_that_pair_at_several_offsets_are_chosen_by_the_calibration(base, demo, tmp_path):
+    """Launches 0-7 as steps 0-7, the profiler's steps 0-15 one kernel each: every offset
+    0..8 pairs the counts (ambiguous, refused); a calibration with the host clock's
+    relation picks the one offset whose fit agrees with it."""
+    import pyarrow as pa
+
+    from timeline import Trace
+
+    def with_steps(t):
+        tasks = t.tasks
+        return Trace(tasks.set_column(tasks.schema.get_field_index("step"), "step",
+                                      pa.array(R.numpy(tasks.column("launch")).astype("int64"))),
+                     t.specs, t.anomalies, origins=t.origins, offsets=t.offsets)
+
+    placed = KK.gpu_trace(base, tmp_path / "g.json", with_steps(demo), steps=True)
+    fw = read_framework(tmp_path / "g.json")
+    eight = with_steps(demo.filter(launches=list(range(8))))
+    with pytest.raises(MA.AmbiguousSteps, match="several offsets"):
+        attach(eight, fw, kernel=KERNEL)
+    cal = K.Calibration(0, 500.0, int(MA.launches(eight).column("device_first_ns")[0].as_py()), 200, "cuda:0")
+    calibrated = Trace(eight.tasks, [K.with_calibrations(eight.spec, [cal])], eight.anomalies,
+                       origins=eight.origins, offsets=eight.offsets)
+    att = attach(calibrated, fw, kernel=KERNEL, host_clock=(placed.offset_ns, 0))
+    assert "chosen by the calibration" in att.how[0] and "+0" in att.how[0]
+    check_inside(att, placed)
+    assert att.checks[0].agrees

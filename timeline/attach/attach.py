@@ -141,13 +141,10 @@ def attach(trace: Trace, frameworks, *, kernel: str | None = None, device: int |
         spec = next(sp for sp in trace.specs if sp.rank == r)
         acts = fw.activities
         cand = MA.candidates(acts, kernel or spec.kernel, spec.grid, device, where)
-        p = MA.pair(ls, acts, cand, where, step_offset)
-        ls = ls.take(pa.array(p.launch_rows))
+        fitted = _paired(trace, r, ls, fw, cand, where, step_offset, drift, host_clock)
+        p, ls, f = fitted
         k = p.kernel_rows
         s, e = R.column(acts, "start_ns")[k], R.column(acts, "end_ns")[k]
-        f = AL.fit(R.column(ls, "device_first_ns"), R.column(ls, "device_last_ns"), s, e,
-                   device_step_ns=MA.device_step_ns(trace, r), framework_step_ns=fw.resolution_ns,
-                   drift=drift, where=where)
         fits[r], how[r] = f, p.how
         shift = axes[r].shift_ns
         ns_shift[r] = f, shift
@@ -165,6 +162,43 @@ def attach(trace: Trace, frameworks, *, kernel: str | None = None, device: int |
             checks.append(check)
     mapped = _mapped(trace, ns_shift)
     return Attached(mapped, dict(frameworks), pa.concat_tables(parts), fits, axes, how, checks, trace)
+
+
+def _pair_fit(trace, r, ls, fw, cand, where, step_offset, drift):
+    """Pair (``match.pair``) and fit (``align.fit``): (pairing, the launches in its order, fit)."""
+    p = MA.pair(ls, fw.activities, cand, where, step_offset)
+    ls = ls.take(pa.array(p.launch_rows))
+    k = p.kernel_rows
+    s, e = R.column(fw.activities, "start_ns")[k], R.column(fw.activities, "end_ns")[k]
+    f = AL.fit(R.column(ls, "device_first_ns"), R.column(ls, "device_last_ns"), s, e,
+               device_step_ns=MA.device_step_ns(trace, r), framework_step_ns=fw.resolution_ns, drift=drift, where=where)
+    return p, ls, f
+
+
+def _paired(trace, r, ls, fw, cand, where, step_offset, drift, host_clock):
+    """``_pair_fit``; where the steps pair at several offsets, the calibration chooses:
+    the one offset whose fit agrees with the calibration's prediction (else refused)."""
+    try:
+        return _pair_fit(trace, r, ls, fw, cand, where, step_offset, drift)
+    except MA.AmbiguousSteps as amb:
+        spec = next(sp for sp in trace.specs if sp.rank == r)
+        if host_clock is None or not K.calibrations_of(spec):
+            raise
+        agree = []
+        for k in amb.offsets:
+            try:
+                got = _pair_fit(trace, r, ls, fw, cand, where, k, drift)
+            except MA.AttachError:
+                continue
+            check = _calibration(trace, r, got[2], fw, host_clock)
+            if check.agrees:
+                agree.append((k, got))
+        if len(agree) != 1:
+            raise MA.AttachError(f"{amb} (the calibration agrees with {len(agree)} of them: "
+                                 f"{[k for k, _ in agree][:6]})") from None
+        k, (p, ls2, f) = agree[0]
+        return p._replace(how=f"steps (profiler step = trace step {k:+d}, chosen by the calibration), "
+                              "then time order"), ls2, f
 
 
 def _mapped(trace: Trace, ns_shift: dict) -> Trace:

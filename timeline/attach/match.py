@@ -22,12 +22,22 @@ from timeline.contract import schema as S
 from timeline.core import rows as R
 from timeline.errors import TimelineError
 
-__all__ = ["AttachError", "LAUNCH_SCHEMA", "Pairing", "candidates", "device_step_ns", "launches", "pair", "symbol"]
+__all__ = ["AmbiguousSteps", "AttachError", "LAUNCH_SCHEMA", "Pairing", "candidates", "device_step_ns", "launches", "pair", "symbol"]
 
 
 class AttachError(TimelineError):
     """Launches and a framework trace that cannot be matched or put on one clock as
     asked: no such kernel, a count mismatch, ambiguous steps, no common offset."""
+
+
+class AmbiguousSteps(AttachError):
+    """Several offsets between the trace's and the profiler's step counters pair every
+    step's counts (``offsets``): a sampled capture of a workload whose steps all look
+    alike. A calibration can choose among them (``timeline.attach.attach``)."""
+
+    def __init__(self, message: str, offsets):
+        super().__init__(message)
+        self.offsets = list(offsets)
 
 
 LAUNCH_SCHEMA = pa.schema([
@@ -182,9 +192,9 @@ def _by_steps(ls, acts, cand, lstep, kstep, where, step_offset) -> Pairing:
                           f"{want}; the profiler's steps hold kernels {have}"
                           + (f" (with --step-offset {step_offset})" if step_offset is not None else ""))
     if len(fits) > 1:
-        raise AttachError(f"{where}: the trace's steps {tsteps[:6].tolist()} pair with the profiler's steps at "
-                          f"several offsets {fits[:6]} (every step holds the same launches): give --step-offset K "
-                          "(profiler step = trace step + K)")
+        raise AmbiguousSteps(f"{where}: the trace's steps {tsteps[:6].tolist()} pair with the profiler's steps at "
+                             f"several offsets {fits[:6]} (every step holds the same launches): give --step-offset K "
+                             "(profiler step = trace step + K), or a calibrated trace and --host-clock", fits)
     k = fits[0]
     ldev = R.column(ls, "device_first_ns")
     kst = R.column(acts, "start_ns")
