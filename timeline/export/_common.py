@@ -78,9 +78,10 @@ class Embed(NamedTuple):
     names: dict | None = None
     parents: dict | None = None
 
-    def name(self, rank: int, launch: int, synthetic: bool) -> str:
+    def name(self, trace, rank: int, launch: int) -> str:
+        """The (rank, launch)'s process / track name: ``names``' where it has one, else the export's own."""
         got = (self.names or {}).get((rank, launch))
-        return got if got is not None else process_name(rank, launch, synthetic)
+        return got if got is not None else process_name(rank, launch, trace.synthetic)
 
 
 def numbering(trace: Trace) -> Numbering:

@@ -106,7 +106,7 @@ def _metadata(trace: Trace, num: XC.Numbering, embed: XC.Embed | None = None) ->
     lines = []
     for p in np.unique(pid).tolist():
         r, la = num.of_pid(p)
-        name = _json((embed or XC.Embed()).name(r, la, trace.synthetic))
+        name = _json((embed or XC.Embed()).name(trace, r, la))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n'
                      .encode())

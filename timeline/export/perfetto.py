@@ -248,7 +248,7 @@ def _tracks(trace: Trace, num: XC.Numbering, embed: XC.Embed | None = None) -> b
     out = [_descriptor(ROOT_UUID, root, None, None)]
     for p in np.unique(pid).tolist():
         r, la = num.of_pid(p)
-        out.append(_descriptor(int(process_uuid(p)), embed.name(r, la, trace.synthetic),
+        out.append(_descriptor(int(process_uuid(p)), embed.name(trace, r, la),
                                parents.get((r, la), ROOT_UUID), p))
     n = len(pid)
     if n:
