@@ -11,7 +11,9 @@ Two runs, each its own profiler session:
   ``--layers`` launches a step, replayed ``--steps`` times with ``prof.step()`` after each
   replay, continuous capture on (one step in ``--every``, a ring of 2), calibrated before.
 
-For each: the Kineto JSON (``prof.export_chrome_trace``), the trace, ``attach`` with the
+For each: the Kineto JSON (``prof.export_chrome_trace``), the trace (both kept in
+``$OUT``; where msgspec is missing on the device, the attach is left to
+``--from $OUT`` on any machine), ``attach`` with the
 host clock relation measured here (``CLOCK_REALTIME - CLOCK_MONOTONIC``, read between two
 monotonic reads; Kineto's axis is ``CLOCK_REALTIME - baseTimeNanoseconds``), so that the
 fitted offset is compared with the calibration's. Printed and written to
@@ -173,13 +175,21 @@ def main(argv=None) -> int:
     result = {"host_clock": host}
     trace, path = run_plain(out, a.launches)
     trace.save(out / "plain.arrow")
-    result["plain"] = check("plain", trace, path, host, out, lines)
     gtrace, gpath, summary = run_graph(out, a.layers, a.steps, a.every)
     gtrace.save(out / "graph.arrow")
     lines.append(f"graph capture: {summary}")
-    result["graph"] = check("graph", gtrace, gpath, host, out, lines, step_offset=0)
     with open(path, "rb") as src, gzip.open(out / "plain.pt.trace.json.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
+    try:
+        import msgspec  # noqa: F401  (timeline.attach's reader; a device machine may lack it)
+    except ImportError:
+        lines.append("captured; msgspec is not installed here: attach on any machine with "
+                     "`PYTHONPATH=. python bench/attach_gpu.py --from $OUT --out DIR`")
+        (out / "attach_gpu.txt").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return 0
+    result["plain"] = check("plain", trace, path, host, out, lines)
+    result["graph"] = check("graph", gtrace, gpath, host, out, lines, step_offset=0)
     return finish(result, lines, out)
 
 
