@@ -48,9 +48,15 @@ class Numbering(NamedTuple):
     launches: int  # launch slots per rank (the largest launch number + 1)
     waves: int  # waves per CTA (the largest wave number + 1)
     ctas: int = 0  # CTA ids below this (the largest CTA + 1, or the grid): the unplaced lanes' ids start above
+    pid_offset: int = 0  # added to every pid (an export embedded among another trace's processes: ``Embed``)
 
     def pid(self, rank, launch):
-        return np.asarray(rank, np.int64) * self.launches + np.asarray(launch, np.int64) + 1
+        return np.asarray(rank, np.int64) * self.launches + np.asarray(launch, np.int64) + 1 + self.pid_offset
+
+    def of_pid(self, pid) -> tuple:
+        """The (rank, launch) of a pid."""
+        k = int(pid) - 1 - self.pid_offset
+        return k // self.launches, k % self.launches
 
     def tid(self, cta, wave, lane=None):
         """The thread of (CTA, wave), or of unplaced lane ``lane`` where it is >= 0."""
@@ -59,6 +65,23 @@ class Numbering(NamedTuple):
             return placed
         lane = np.asarray(lane, np.int64)
         return np.where(lane >= 0, self.ctas * self.waves + lane + 1, placed)
+
+
+class Embed(NamedTuple):
+    """An export written into another trace (``timeline.attach``): no header or trailer
+    of its own; times ``ns + base_ns`` (Chrome: ``ts`` µs of that; Perfetto: the
+    timestamp); pids after ``pid_offset``; each (rank, launch)'s process / track named
+    ``names[(rank, launch)]`` and (Perfetto) placed under the track ``parents[(rank, launch)]``."""
+
+    base_ns: int = 0
+    pid_offset: int = 0
+    names: dict | None = None
+    parents: dict | None = None
+
+    def name(self, trace, rank: int, launch: int) -> str:
+        """The (rank, launch)'s process / track name: ``names``' where it has one, else the export's own."""
+        got = (self.names or {}).get((rank, launch))
+        return got if got is not None else process_name(trace, rank, launch)
 
 
 def numbering(trace: Trace) -> Numbering:

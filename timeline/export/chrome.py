@@ -97,7 +97,7 @@ def time_base(trace: Trace) -> int:
     return base_us * 1000 - lo
 
 
-def _metadata(trace: Trace, num: XC.Numbering) -> list:
+def _metadata(trace: Trace, num: XC.Numbering, embed: XC.Embed | None = None) -> list:
     """``ph: M`` text naming and ordering every process and thread that has rows, as
     byte blocks, each line starting with its comma: processes (a few) by string
     formatting, threads (tens of thousands) assembled as fixed-width rows with their
@@ -105,8 +105,8 @@ def _metadata(trace: Trace, num: XC.Numbering) -> list:
     pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
     lines = []
     for p in np.unique(pid).tolist():
-        r, la = (p - 1) // num.launches, (p - 1) % num.launches
-        name = _json(XC.process_name(trace, r, la))
+        r, la = num.of_pid(p)
+        name = _json((embed or XC.Embed()).name(trace, r, la))
         lines.append(f',{{"ph":"M","pid":{p},"tid":0,"name":"process_name","args":{{"name":{name}}}}}\n'
                      f',{{"ph":"M","pid":{p},"tid":0,"name":"process_sort_index","args":{{"sort_index":{p}}}}}\n'
                      .encode())
@@ -320,7 +320,8 @@ def _width_of(pieces) -> int:
 
 
 def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stages=None,
-                 progress=None, complete: bool = False, chunk_rows: int = XC.CHUNK_ROWS) -> int:
+                 progress=None, complete: bool = False, chunk_rows: int = XC.CHUNK_ROWS,
+                 embed: XC.Embed | None = None) -> int:
     """Write ``trace`` as Chrome Trace Event Format JSON to a path or an open file
     (binary or text) and return the number of events written (metadata included).
 
@@ -330,33 +331,39 @@ def write_chrome(trace: Trace, path_or_file, *, ranks=None, launches=None, stage
     (False, the default: exact in every reader tested) or ``"X"`` events (True;
     smaller, mis-nested by float-based readers, see the module docstring). Events go out per track in time order. Memory stays bounded
     by ``chunk_rows`` task rows (plus the trace itself): the text is streamed chunk
-    by chunk."""
+    by chunk. ``embed`` (``_common.Embed``): write only the events, each line starting
+    with a comma, for another trace's ``traceEvents`` (``timeline.attach``)."""
     num = XC.numbering(trace)  # from the whole trace: ids stable under selection
+    if embed is not None:
+        num = num._replace(pid_offset=embed.pid_offset)
     sub = XC.select(trace, ranks=ranks, launches=launches, stages=stages)
-    base_ns = time_base(sub)
+    base_ns = time_base(sub) if embed is None else embed.base_ns
     stage_names = sub.spec.stage_names
     keys = XC.placement_keys(sub)
     f = open_sink(path_or_file, "trace.json")
     try:
-        f.write(_header(sub, base_ns))
+        if embed is None:
+            f.write(_header(sub, base_ns))
         events, done, total = 0, 0, sub.tasks.num_rows
-        for block in _metadata(sub, num):
+        lead = embed is not None  # the caller's events came first: keep every line's comma
+        for block in _metadata(sub, num, embed):
             if block:
-                f.write(block if events else block[1:])  # every event line starts with its comma
+                f.write(block if events or lead else block[1:])  # every event line starts with its comma
                 events += block.count(b"\n")
         for rec in XC.records(sub, chunk_rows):
             if rec.n:
                 text, k = _chunk_text(rec, num, stage_names, sub.phases, keys, complete, base_ns, sub.marks)
                 flat = memoryview(text.reshape(-1))
-                f.write(flat if events else flat[1:])  # every event line starts with its comma
+                f.write(flat if events or lead else flat[1:])  # every event line starts with its comma
                 events += k
             done += rec.rows
             if progress is not None:
                 progress(done, total)
         flow_text, k = _flow_events(sub, num, base_ns)
-        f.write(flow_text if events else flow_text[1:])
+        f.write(flow_text if events or lead else flow_text[1:])
         events += k
-        f.write(b"\n]}\n")
+        if embed is None:
+            f.write(b"\n]}\n")
     finally:
         f.close()
     return events

@@ -237,15 +237,19 @@ def thread_uuid(pid, tid):
     return process_uuid(pid) | np.asarray(tid, np.int64)
 
 
-def _tracks(trace: Trace, num: XC.Numbering) -> bytes:
-    """Descriptor packets: the root, one track per (rank, launch), one per (CTA, wave)
-    and one per lane of rows without a placement word ("unplaced · lane k")."""
+def _tracks(trace: Trace, num: XC.Numbering, embed: XC.Embed | None = None) -> bytes:
+    """Descriptor packets: the root, one track per (rank, launch) (under the track
+    ``embed.parents`` names for it, where it names one), one per (CTA, wave) and one
+    per lane of rows without a placement word ("unplaced · lane k")."""
     pid, tid, rank, launch, cta, wave, lane = XC.threads(trace, num)
     root = trace.spec.kernel + (" · SYNTHETIC" if trace.synthetic else "")
+    embed = embed or XC.Embed()
+    parents = embed.parents or {}
     out = [_descriptor(ROOT_UUID, root, None, None)]
     for p in np.unique(pid).tolist():
-        r, la = (p - 1) // num.launches, (p - 1) % num.launches
-        out.append(_descriptor(int(process_uuid(p)), XC.process_name(trace, r, la), ROOT_UUID, p))
+        r, la = num.of_pid(p)
+        out.append(_descriptor(int(process_uuid(p)), embed.name(trace, r, la),
+                               parents.get((r, la), ROOT_UUID), p))
     n = len(pid)
     if n:
         td = (Messages(n).varint(TD_UUID, thread_uuid(pid, tid))
@@ -374,23 +378,28 @@ def _min_ns(trace: Trace) -> int:
 
 
 def write_perfetto(trace: Trace, path, *, ranks=None, launches=None, stages=None,
-                   progress=None, chunk_rows: int = XC.CHUNK_ROWS) -> int:
+                   progress=None, chunk_rows: int = XC.CHUNK_ROWS, embed: XC.Embed | None = None) -> int:
     """Write ``trace`` as a Perfetto protobuf trace to ``path`` (or an open binary
     file) and return the number of slices written (tasks plus phase intervals).
 
     ``ranks`` / ``launches`` / ``stages`` select rows as in ``write_chrome``;
     ``progress(done, total)`` is called after each chunk with task rows done and
-    total. Memory stays bounded by ``chunk_rows`` task rows."""
+    total. Memory stays bounded by ``chunk_rows`` task rows. ``embed``
+    (``_common.Embed``, ``timeline.attach``): timestamps ``ns + embed.base_ns``, pids
+    after ``embed.pid_offset``, each (rank, launch)'s track named and placed under a
+    parent track of the caller's."""
     num = XC.numbering(trace)
+    if embed is not None:
+        num = num._replace(pid_offset=embed.pid_offset)
     sub = XC.select(trace, ranks=ranks, launches=launches, stages=stages)
     keys = XC.placement_keys(sub)
     stage_names = sub.spec.stage_names
     pairs = S.interval_names(sub.phases)
-    base = min(0, _min_ns(sub))
+    base = min(0, _min_ns(sub)) if embed is None else -embed.base_ns
     f = open_sink(path, "trace.perfetto-trace", text=False)
     try:
         f.write(_interned(stage_names, pairs, arg_names(sub)))
-        f.write(_tracks(sub, num))
+        f.write(_tracks(sub, num, embed))
         breakdown, slices = _breakdown(sub, num, base)
         f.write(breakdown)
         done, total = 0, sub.tasks.num_rows

@@ -1,0 +1,127 @@
+"""Property tests of attach's readers and fit: the streaming scanner gives json's
+events for any chunk size and spacing, µs text converts to exact ns, random bytes
+and cut files are one FrameworkTraceError (never another exception), and the fit's
+bound holds the true offset for any launches inside their kernels."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from timeline.attach import FrameworkTraceError, read_framework
+from timeline.attach import align as AL
+from timeline.attach import jsonscan as J
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "i", "M"]), "name": names,
+                               "ts": st.integers(0, 10**13), "args": st.dictionaries(names, st.integers() | names,
+                                                                                      max_size=3)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(event, max_size=30), st.integers(8, 400), st.booleans(), st.booleans())
+def test_scanner_yields_the_events_json_reads(tmp_path_factory, evs, chunk, indent, gz):
+    doc = {"schemaVersion": 1, "traceEvents": evs, "baseTimeNanoseconds": 17}
+    text = json.dumps(doc, indent=1 if indent else None).encode()
+    path = tmp_path_factory.mktemp("p") / "t.json"
+    path.write_bytes(gzip.compress(text) if gz else text)
+    head, tail, got = [], [], []
+    for piece in J.pieces(path, chunk_bytes=chunk, head=head, tail=tail):
+        got += piece.events
+    assert [e.name for e in got] == [e["name"] for e in evs] and len(got) == len(evs)
+    assert [J.ns_of(e.ts) for e in got] == [e["ts"] * 1000 for e in evs]
+    assert [J.args_of(e.args) for e in got] == [e["args"] for e in evs]
+    assert J.document(head[0], tail[0], "t")["baseTimeNanoseconds"] == 17
+
+
+@given(st.integers(0, 10**17))
+def test_microseconds_text_is_exact_ns(ns):
+    assert J.ns_of(f"{ns // 1000}.{ns % 1000:03d}") == ns
+    assert J.ns_of(ns // 1000) == ns // 1000 * 1000
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_are_one_refusal(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("b") / "x.json"
+    path.write_bytes(data)
+    try:
+        read_framework(path)
+    except FrameworkTraceError as e:
+        assert "\n" not in str(e)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 400))
+def test_cut_kineto_files_are_refused(tmp_path_factory, cut):
+    evs = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": f"{i}.000", "dur": 1,
+            "args": {"device": 0, "stream": 7, "correlation": i, "grid": [1, 1, 1]}} for i in range(8)]
+    text = json.dumps({"traceEvents": evs, "traceName": "x"}).encode()
+    path = tmp_path_factory.mktemp("c") / "x.json"
+    path.write_bytes(text[:max(len(text) - cut, 1)])
+    try:
+        fw = read_framework(path)
+        assert fw.activities.num_rows == 8  # only a cut into the trailing keys can still read all events
+    except FrameworkTraceError:
+        pass
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(-10**18, 10**18), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**5),
+                                                        st.integers(0, 5_000), st.integers(0, 5_000)),
+                                               min_size=1, max_size=40))
+def test_the_true_offset_lies_within_the_bound(offset, launches):
+    t = 1_700_000_000_000_000_000
+    a = np.array([t + 2_000_000 * i + x for i, (x, _, _, _) in enumerate(launches)], np.int64)
+    b = a + np.array([w for _, w, _, _ in launches], np.int64)
+    s = a + offset - np.array([h for _, _, h, _ in launches], np.int64)
+    e = b + offset + np.array([q for _, _, _, q in launches], np.int64)
+    f = AL.fit(a, b, s, e, drift=False)
+    assert f.inlier.all() and abs(f.offset_ns - offset) <= f.bound_ns + 1
+    assert (f.outside_ns <= f.bound_ns + 1).all()
+
+
+csv_cell = st.one_of(st.integers(-5, 10**12).map(str), st.text("0123456789abc.-", max_size=6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(csv_cell, csv_cell, csv_cell, csv_cell), min_size=1, max_size=8))
+def test_rocprof_csv_with_bad_cells_is_refused_or_read(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("r") / "k.csv"
+    lines = ["Kind,Agent_Id,Queue_Id,Kernel_Name,Correlation_Id,Start_Timestamp,End_Timestamp"]
+    lines += [f"KERNEL_DISPATCH,{a},1,k,{b},{c},{d}" for a, b, c, d in rows]
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        fw = read_framework(path)
+    except FrameworkTraceError as e:
+        assert "\n" not in str(e)
+        return
+    assert fw.activities.num_rows == len(rows)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(-50, 50), st.integers(0, 10**15), st.lists(st.tuples(st.integers(0, 3_000), st.integers(0, 3_000)),
+                                                          min_size=8, max_size=40))
+def test_a_drift_over_a_long_span_is_fitted_and_bounded(ppm, offset, slack):
+    """Launches over 10 s with the device clock drifting ``ppm`` against the framework's:
+    the fitted map puts every launch inside its kernel within the bound, and the true
+    map's stamps lie within the bound of the fitted one's."""
+    n = len(slack)
+    t0 = 1_700_000_000_000_000_000
+    a = t0 + np.linspace(0, 10_000_000_000, n).astype(np.int64)
+    b = a + 100_000
+    ref = int(np.median(a))
+
+    def true(x):
+        return x + offset + np.round((x - ref) * ppm * 1e-6).astype(np.int64)
+
+    s = true(a) - np.array([h for h, _ in slack], np.int64)
+    e = true(b) + np.array([q for _, q in slack], np.int64)
+    f = AL.fit(a, b, s, e)
+    assert f.drift_fitted and f.inlier.all()
+    assert (f.outside_ns <= f.bound_ns + 1).all()
+    assert np.abs(f.map(a) - true(a)).max() <= f.bound_ns + 2

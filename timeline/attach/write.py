@@ -1,0 +1,170 @@
+"""The attached trace written out: one Perfetto protobuf trace holding every
+framework track and, under each instrumented launch's kernel on its GPU stream,
+that launch's CTA / wave tracks (``write_perfetto``); and per rank the framework's
+own Chrome JSON, byte for byte, with the CTA tracks' events added to its
+``traceEvents`` (``write_chrome``). The CTA tracks are the timeline export's own
+(``timeline.export``, its ``embed`` parameter): phases, marks, the critical path's
+hand-offs as flows. Each file is written under a temporary name, then renamed."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from timeline.attach import framework_tracks as FT
+from timeline.attach import jsonscan as J
+from timeline.attach.attach import Attached
+from timeline.attach.match import AttachError
+from timeline.core import rows as R
+from timeline.export import _common as XC
+from timeline.export import perfetto as PF
+from timeline.export.chrome import write_chrome as export_chrome
+from timeline.export.perfetto import write_perfetto as export_perfetto
+
+__all__ = ["PID_OFFSET", "Written", "write_chrome", "write_perfetto"]
+
+PID_OFFSET = 1 << 30  # the CTA tracks' pids in the merged JSON: above any OS pid (Linux's pid_max is 2**22)
+
+
+class Written(NamedTuple):
+    path: str
+    framework_events: int  # framework events written
+    timeline_events: int  # slices / events of the instrumented launches
+    skipped: dict  # framework events of phases the protobuf output does not carry (kept in the JSON)
+
+
+def _names(att: Attached) -> dict:
+    """(rank, launch) -> the launch's track name: where it ran and its step / layer."""
+    out = {}
+    for m in att.matches.to_pylist():
+        sl = f" · step {m['step']} layer {m['layer']}" if m["step"] is not None else ""
+        flag = " · ANOMALY" if m["anomaly"] else ""
+        out[(m["rank"], m["launch"])] = f"{att.trace.spec.kernel} · rank {m['rank']} launch {m['launch']}{sl}{flag}"
+    return out
+
+
+def _atomic(path: Path):
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return tmp
+
+
+def _out(path) -> Path:
+    p = Path(path)
+    if p.is_dir() or not p.parent.is_dir():
+        raise AttachError(f"cannot write {str(p)!r}: give a file in an existing folder")
+    return p
+
+
+def _activity_packets(att: Attached, rank: int) -> bytes:
+    """A framework read from tables (nsys, rocprof): its activities as slices on a
+    track per (device, stream)."""
+    fw, shift = att.frameworks[rank], att.axes[rank].shift_ns
+    a = fw.activities
+    meta = FT.Meta({}, {}, {}, FT.Flows.of([]), FT.Flows.of([]))
+    seen, out = set(), []
+    dev, stream = R.column(a, "device", fill=-1), R.column(a, "stream", fill=-1)
+    s, e = R.column(a, "start_ns"), R.column(a, "end_ns")
+    kinds = a.column("kind").to_pylist()
+    for i, name in enumerate(a.column("name").to_pylist()):
+        d, st = int(dev[i]), int(stream[i])
+        meta.process.setdefault(d, f"GPU {d}")
+        meta.thread.setdefault((d, st), f"stream {st}")
+        track = FT.thread_track(rank, d, st)
+        if track not in seen:
+            out.append(FT._descriptors(rank, d, st, meta, seen, f"rank {rank} · " if len(att.frameworks) > 1 else ""))
+        te = (PF.field_varint(PF.TE_TRACK_UUID, track) + PF.field_bytes(PF.TE_NAME, name.encode())
+              + PF.field_bytes(FT.TE_CATEGORIES, kinds[i].encode()))
+        out.append(FT._packet(int(s[i]) + shift, PF.field_varint(PF.TE_TYPE, PF.SLICE_BEGIN) + te))
+        out.append(FT._packet(int(e[i]) + shift, PF.field_varint(PF.TE_TYPE, PF.SLICE_END)
+                              + PF.field_varint(PF.TE_TRACK_UUID, track)))
+    return b"".join(out)
+
+
+COPY_PIECE = 1 << 20
+
+
+def _copy(src, dst, n) -> None:
+    """``n`` bytes of ``src`` into ``dst`` (None: to the end), a piece at a time."""
+    while n is None or n > 0:
+        b = src.read(COPY_PIECE if n is None else min(COPY_PIECE, n))
+        if not b:
+            if n:
+                raise AttachError("the framework trace changed while it was written out: re-run attach")
+            return
+        dst.write(b)
+        if n is not None:
+            n -= len(b)
+
+
+def write_perfetto(att: Attached, path) -> Written:
+    """The merged Perfetto protobuf trace (module docstring)."""
+    path = _out(path)
+    tmp = _atomic(path)
+    n_fw, skipped = 0, {}
+    try:
+        with open(tmp, "wb") as f:
+            for r in sorted(att.frameworks):
+                fw, shift = att.frameworks[r], att.axes[r].shift_ns
+                prefix = f"rank {r} · " if len(att.frameworks) > 1 else ""
+                if fw.format == "kineto":
+                    meta = FT.flows_and_names(fw.path, r)
+                    gen = FT.packets(fw.path, r, shift, meta, prefix)
+                    while True:
+                        try:
+                            f.write(next(gen))
+                        except StopIteration as stop:
+                            n_fw += stop.value.events
+                            for k, v in stop.value.skipped.items():
+                                skipped[k] = skipped.get(k, 0) + v
+                            break
+                else:
+                    f.write(_activity_packets(att, r))
+                    n_fw += fw.activities.num_rows
+            parents = {(m["rank"], m["launch"]): FT.thread_track(m["rank"], m["device"], m["stream"])
+                       for m in att.matches.to_pylist()}
+            k = export_perfetto(att.trace, f, embed=XC.Embed(0, PID_OFFSET, _names(att), parents))
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return Written(str(path), n_fw, k, skipped)
+
+
+def write_chrome(att: Attached, path, rank: int | None = None) -> Written:
+    """Rank ``rank``'s framework JSON (a Kineto trace) with the rank's CTA tracks
+    added to its events, every framework byte kept (``.gz``: gzipped)."""
+    ranks = sorted(att.frameworks)
+    if rank is None:
+        if len(ranks) > 1:
+            raise AttachError(f"a Chrome JSON holds one rank's framework trace: give rank= one of {ranks}")
+        rank = ranks[0]
+    fw = att.frameworks.get(rank)
+    if fw is None or fw.format != "kineto":
+        raise AttachError(f"rank {rank}: a merged Chrome JSON needs a Kineto JSON framework trace; this one is "
+                          f"{fw.format if fw else 'missing'} (write the Perfetto output instead)")
+    path = _out(path)
+    tmp = _atomic(path)
+    try:
+        raw = open(tmp, "wb")
+        f = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3) if path.suffix == ".gz" else raw
+        try:
+            with J.open_bytes(fw.path) as src:
+                _copy(src, f, fw.json_end)  # every framework byte up to the events' closing "]"
+                sub = att.trace.filter(ranks=[rank])
+                k = 0
+                if fw.events:
+                    k = export_chrome(sub, f, embed=XC.Embed(-att.axes[rank].shift_ns, PID_OFFSET, _names(att)))
+                f.write(b"\n")
+                _copy(src, f, None)  # and the rest
+        finally:
+            if f is not raw:
+                f.close()
+            raw.close()
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    events = fw.events
+    return Written(str(path), events, k, {})
