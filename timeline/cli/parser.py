@@ -321,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import run_commands  # run add, run info
 
     run_commands.register(subs, _sub)
+    __import__("timeline.cli.mcp_commands", fromlist=["add_parser"]).add_parser(subs, _sub)  # timeline mcp
     return ap
 
 
