@@ -54,7 +54,7 @@ def t_list_sources(ctx, a):
         row = {"name": e.name, "path": e.path, "kind": e.kind, "info": info_uri(e.name)}
         if i < MAX_DETAILED:
             _, src = ctx.sources.get(name)
-            row.update({k: v for k, v in src.about().items() if k != "source"}, launches=src.times().num_rows,
+            row.update(src.about(), launches=src.times().num_rows,
                        ranks=src.ranks(), reproduce=line(["launches", e.path]))
         rows.append(row)
     doc = {"schema": "timeline.sources/1", "sources": rows, "root": ctx.sources.root}
