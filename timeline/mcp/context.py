@@ -2,7 +2,8 @@
 test): the tool looked up, its arguments checked, its answer made, bounded and
 enveloped. Every outcome is a JSON object: the answer (the document, ``reproduce``,
 ``evidence``, ``cannot_establish``, ``truncated``); an answer the data cannot support
-(an ``AnalysisError``: ``cannot_establish`` with the reason, no document); or one
+(an ``AnalysisError`` naming no option: ``cannot_establish`` with the reason, no
+document); or one
 structured error (``error``: ``tool``, ``argument``, ``message``, ``type``) for bad
 input, never a traceback (an unexpected exception's traceback goes to stderr, the
 server's log, and the caller gets its one line)."""
@@ -81,7 +82,7 @@ class Context:
             except TimelineError as e:
                 from timeline.analysis import AnalysisError
 
-                if isinstance(e, AnalysisError):
+                if isinstance(e, AnalysisError) and argument_of(str(e)) is None:  # the data, not an option
                     return {"tool": name, "cannot_establish": [self.scrub(str(e))], "reproduce": None,
                             "evidence": EV.none("no answer to rest on"), "truncated": None}, False
                 return self.error(name, argument_of(str(e)), str(e), e), True
