@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcpkit import ROOT, session
-from timeline.mcp import tools as MTOOLS
+from timeline.mcp import tools as MTL
 from timeline.mcp.context import ALL, Context
 from timeline.mcp.sources import Sources
 
@@ -96,6 +96,17 @@ def test_sql_escapes_are_refused(mcp, outside, query):
     refused(got, failed, "query", outside)
     assert not (outside / "copied.csv").exists() and not (outside / "x.db").exists() and not (outside / "dump").exists()
     alive(mcp)
+
+
+def test_settings_name_no_path_outside(mcp, root):
+    """The locked configuration names no folder of the machine (secrets, extensions,
+    home, temporary files): only the run's own part files."""
+    got, failed = mcp.call("sql", {"source": "run", "query": "SELECT name, CAST(value AS VARCHAR) FROM duckdb_settings() "
+                                                            "WHERE CAST(value AS VARCHAR) LIKE '%/%'"})
+    assert not failed
+    named = {r[0]: r[1] for r in got["rows"]}
+    assert set(named) - {"duckdb_api", "TimeZone"} == {"allowed_paths"}  # "python/3.11", "Etc/UTC"
+    assert str(root.resolve()) in named["allowed_paths"]
 
 
 def test_views_read_their_parts_and_nothing_else(mcp, root):
@@ -180,7 +191,7 @@ def ctx():
 
 
 def test_a_selection_past_the_per_launch_bound(ctx, monkeypatch):
-    monkeypatch.setattr(MTOOLS, "MAX_MAPPED", 4)
+    monkeypatch.setattr(MTL, "MAX_MAPPED", 4)
     for tool in ("critical_path", "edges"):
         got, failed = ctx.call(tool, {"source": RUN})
         assert failed and got["error"]["argument"] == "launch" and "48 launches" in got["error"]["message"]

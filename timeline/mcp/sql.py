@@ -94,7 +94,8 @@ def connect(src, threads: int | None = None):
         files = []
     con.execute(KEY_MACRO)
     for setting in ("python_enable_replacements = false", "autoinstall_known_extensions = false",
-                    "autoload_known_extensions = false", "temp_directory = ''",
+                    "autoload_known_extensions = false", "temp_directory = ''", "secret_directory = ''",
+                    "extension_directory = ''", "home_directory = ''",
                     f"allowed_paths = {_quoted(files)}", "enable_external_access = false",
                     "lock_configuration = true"):
         con.execute(f"SET {setting}")
