@@ -163,3 +163,20 @@ def test_the_sdk_is_imported_by_the_server_alone():
             if any(n == "mcp" or n.startswith(("mcp.", "mcp_types")) for n in names):
                 bad.append(str(path.relative_to(ROOT)))
     assert sorted(set(bad)) == ["timeline/mcp/server.py"]
+
+
+def test_the_command_line(capsys, tmp_path):
+    """``timeline mcp``'s own bad input: one error line, exit 2; ``--call``'s refused
+    call: its JSON error on stdout, exit 2."""
+    from timeline.cli import parser as CP
+
+    for argv, says in ((["mcp"], "no source"), (["mcp", str(tmp_path / "none")], "does not exist"),
+                       (["mcp", "README.md"], "neither a trace file nor a run"),
+                       (["mcp", "--root", str(tmp_path / "none")], "not a directory"),
+                       (["mcp", RUN, "--call", "launches", "{not json"], "not JSON")):
+        assert CP.main(argv) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert CP.main(["mcp", RUN, "--call", "launches", '{"source": "nosuch"}']) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"]["argument"] == "source"

@@ -96,18 +96,18 @@ class Sources:
             kind = kind_of(p) if p.exists() else None
             if kind is None:
                 why = "does not exist" if not p.exists() else "is neither a trace file nor a run directory"
-                raise ToolError(f"timeline mcp: SOURCE {g!r} {why}: give trace files (.arrow, .parquet) and run "
+                raise ToolError(f"SOURCE {g!r} {why}: give trace files (.arrow, .parquet) and run "
                                 "directories, or --root DIR", "SOURCE")
             self.entries[str(g)] = Entry(str(g), str(g), kind)
             self._allowed.append(p.resolve())
         if root is not None:
             if not Path(root).is_dir():
-                raise ToolError(f"timeline mcp: --root {root!r} is not a directory", "--root")
+                raise ToolError(f"--root {root!r} is not a directory", "--root")
             self._allowed.append(Path(root).resolve())
             for e in discover(root):
                 self.entries.setdefault(e.name, e)
         if not self.entries and root is None:
-            raise ToolError("timeline mcp: no source: give trace files or runs, or --root DIR", "SOURCE")
+            raise ToolError("no source: give trace files or runs, or --root DIR", "SOURCE")
 
     def names(self) -> list:
         return sorted(self.entries)
