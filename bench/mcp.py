@@ -95,7 +95,9 @@ def calls(run: Path) -> tuple:
             for i in range(3):
                 await timed(f"sql per-stage p50 of one phase over the run, call {i + 1}", "sql",
                             {"source": src, "query": P50_ONE_PHASE})
-            await timed("sql per-stage, per-phase p50 of one step", "sql", {"source": src, "query": P50_ONE_STEP})
+            for i in range(2):
+                await timed(f"sql per-stage, per-phase p50 of one step, call {i + 1}", "sql",
+                            {"source": src, "query": P50_ONE_STEP})
             await timed("summary (stages: the run's stored stage reports)", "summary", {"source": src})
             mem.update(memory(server_pid(os.getpid())))
 
@@ -160,16 +162,20 @@ def main(argv=None) -> int:
         elif tool == "sql":
             extra = f"  [{doc['row_count']} rows, DuckDB {doc['elapsed_s']:.2f} s]"
         print(f"  {label:<58} {dt:6.2f} s{extra}")
+        key = "sql_step" if "one step" in label else tool
         if "call 1" not in label:
-            best[tool] = min(best.get(tool, 1e9), dt)
+            best[key] = min(best.get(key, 1e9), dt)
     print(f"server memory: peak RSS (VmHWM) {mem.get('VmHWM', 0) / 1e9:.2f} GB, at the end {mem.get('VmRSS', 0) / 1e9:.2f} GB")
     print("the sandbox's cost, in this process:")
     for label, dt in sandbox_cost(run):
         print(f"  {label:<100} {dt:6.2f} s")
-    ok = {t: best.get(t, 1e9) <= GOALS[t] for t in ("launches", "explain", "sql")}
+    said = {"launches": "launches", "explain": "explain of the p99 launch",
+            "sql": "sql per-stage p50 of one phase over the whole run", "sql_step": "sql per-stage p50 of one step"}
+    ok = {t: best.get(t, 1e9) <= GOALS[t.split("_")[0]] for t in said}
     rss_ok = mem.get("VmHWM", 1e99) <= GOALS["rss"]
-    print("goals (warm calls, the best of calls 2-3): " + "; ".join(
-        f"{t} <= {GOALS[t]:g} s: {best.get(t, float('nan')):.2f} s ({'met' if ok[t] else 'NOT met'})" for t in ok)
+    print("goals (warm: the best of calls 2-3; one step: its one call): " + "; ".join(
+        f"{said[t]} <= {GOALS[t.split('_')[0]]:g} s: {best.get(t, float('nan')):.2f} s "
+        f"({'met' if ok[t] else 'NOT met'})" for t in said)
           + f"; server RSS <= 1.5 GB: {mem.get('VmHWM', 0) / 1e9:.2f} GB ({'met' if rss_ok else 'NOT met'})")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0 if all(ok.values()) and rss_ok else 1
