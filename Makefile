@@ -27,9 +27,9 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-# test extras, FlyDSL + CPU torch (compile-only AMD checks), Triton (sm_90 PTX checks)
+# test extras, FlyDSL + CPU torch (compile-only AMD checks), Triton (sm_90 PTX checks), the MCP SDK
 $(VENV)/.test: pyproject.toml $(VENV)/.core
-	$(BIN)/pip install -q -e '.[test,amd,nvidia-compile]'
+	$(BIN)/pip install -q -e '.[test,amd,nvidia-compile,mcp]'
 	touch $@
 
 # system tools the tests drive: Debian's Chromium + driver (dashboard tests), lld (FlyDSL link

@@ -110,7 +110,7 @@ def accuracy(d: Path, a: argparse.Namespace) -> dict:
     rng = random.Random(a.seed)
     base = d / "A"
     synth(base, "--seed", a.seed)
-    noise = json.loads(cli("launches", base, "--json")[1])["kernel"]["noise_us"] * 1e3
+    noise = json.loads(cli("launches", base, "--json")[1])["kernel_time"]["noise_us"] * 1e3
     out = {"noise_us": noise / 1e3, "regressions": [], "hidden": 0, "quiet": [], "stage": []}
     tries = 0
     while len(out["regressions"]) < a.pairs and tries < 6 * a.pairs:

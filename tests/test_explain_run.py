@@ -62,7 +62,7 @@ def test_one_injected_slow_launch_among_many_is_the_one_explained(tmp_path, caps
     p99 = _doc(capsys, "explain", str(folder), "--p99")["explained"][0]["launch"]
     assert p99 != "1:133"
     assert _doc(capsys, "summary", str(folder), "--p99")["p99_launch"] == p99 == \
-        _doc(capsys, "launches", str(folder))["kernel"]["p99_launch"]
+        _doc(capsys, "launches", str(folder))["kernel_time"]["p99_launch"]
 
 
 def test_top_n_explains_n_launches_of_a_run(tmp_path, capsys):

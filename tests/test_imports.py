@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("timeline", "instrument", "viewer")  # what pyproject.toml installs
 # the order of timeline's wings: a wing imports only the ones before it (and itself)
-WINGS = ("contract", "core", "analysis", "ingest", "run", "query", "export", "attach", "cli")
+WINGS = ("contract", "core", "analysis", "ingest", "run", "query", "export", "attach", "mcp", "cli")
 # the folders whose aliases the table covers (tools/, tests/ and bench/ import the packages too)
 ALIASED = PACKAGES + ("tests", "tools", "bench")
 

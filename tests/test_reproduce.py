@@ -63,7 +63,7 @@ def test_every_reproduce_line_of_explain_runs_and_prints_its_number(sources, nam
     assert _json(doc["reproduce"]) == doc
     # the typical launch and the noise: `timeline launches`
     launches = _json(doc["typical"]["reproduce"])
-    assert (launches["kernel"]["typical_us"], launches["kernel"]["noise_us"]) == \
+    assert (launches["kernel_time"]["typical_us"], launches["kernel_time"]["noise_us"]) == \
         (doc["typical"]["kernel_us"], doc["typical"]["noise_us"])
     rows = {r["launch"]: r["kernel_us"] for r in launches["rows"]}
     assert all(rows[r["launch"]] == r["kernel_us"] for r in doc["launches"])
@@ -107,5 +107,5 @@ def test_an_ab_document_reproduces_both_sides(sources, tmp_path):
     doc = _json(f"timeline explain {shlex.quote(str(sources['file']))} --baseline {shlex.quote(str(a))} --json")
     assert _json(doc["reproduce"]) == doc
     base = _json(doc["baseline"]["reproduce"])
-    assert (base["kernel"]["typical_us"], base["kernel"]["noise_us"]) == \
+    assert (base["kernel_time"]["typical_us"], base["kernel_time"]["noise_us"]) == \
         (doc["baseline"]["typical_us"], doc["baseline"]["noise_us"])

@@ -54,7 +54,7 @@ def test_run_add_then_launches_lists_every_launch_with_run_quantiles(run_dir, ca
     assert code == 0 and doc["launches"] == 4
     kernel = [r["kernel_us"] for r in doc["rows"]]
     assert kernel == sorted(kernel, reverse=True)
-    assert doc["kernel"]["p50_us"] == pytest.approx(LA.quantiles(kernel, (0.5,))[0], abs=1e-3)  # nearest rank
+    assert doc["kernel_time"]["p50_us"] == pytest.approx(LA.quantiles(kernel, (0.5,))[0], abs=1e-3)  # nearest rank
     # kernel time: the ranks were appended separately, without clock calibrations: no common axis, each
     # rank's first stamp its launch's start (ASSUMED, as merge aligns them): the slowest rank's own span
     by_key = {}

@@ -324,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import run_commands  # run add, run info
 
     run_commands.register(subs, _sub)
+    from timeline.cli import mcp_commands
+
+    mcp_commands.add_parser(subs, _sub)
     return ap
 
 

@@ -53,7 +53,7 @@ def cmd_launches(args) -> int:
     if args.json:
         dump(doc)
         return 0
-    st = doc["kernel"]
+    st = doc["kernel_time"]
     print(src.head())
     print(f"kernel time over {doc['launches']} launch(es): p50 {st['p50_us']} µs ({st['p50_launch']}), "
           f"p90 {st['p90_us']} µs ({st['p90_launch']}), p99 {st['p99_us']} µs ({st['p99_launch']}); "

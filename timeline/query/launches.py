@@ -71,7 +71,7 @@ def launches(src, sel: Selection = Selection(), *, slowest: int | None = None, b
         out_rows = out_rows[:slowest] if slowest else out_rows
     note = LA.skew_note(src.rank_rows(s.ranks)) if src.kind == "run" else None
     cmd = " ".join(x for x in ("timeline launches", source_text or shlex.quote(src.path), options(sel), "--json") if x)
-    return {"schema": SCHEMA, **src.about(), "launches": times.num_rows, "kernel": stats(times), "rows": out_rows,
+    return {"schema": SCHEMA, **src.about(), "launches": times.num_rows, "kernel_time": stats(times), "rows": out_rows,
             "by_rank": bool(by_rank), "notes": [note] if note else [], "reproduce": cmd}
 
 

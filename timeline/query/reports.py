@@ -41,7 +41,7 @@ def run_summary(src, sel, worst: int = 5) -> dict:
     return {**src.about(), "report": "run_stage_summary", "launches": times.num_rows,
             "pairs": len(set(zip(stages.column("rank").to_pylist(), stages.column("key").to_pylist()))),
             "rows": json_rows(table), "worst": QL.rows(times.take(pa.array(top, pa.int64()))),
-            "kernel": QL.stats(times)}
+            "kernel_time": QL.stats(times)}
 
 
 def by_launch(src, sel) -> dict:
@@ -105,7 +105,7 @@ def p99(src, sel) -> dict:
         path_us(path.drop_columns(["launch"]))
     return {**src.about(), "report": "p99_launch", "p99_launch": str(keys[at99]), "p50_launch": str(keys[at50]),
             "p99_kernel_us": QL.us(k[at99]), "p50_kernel_us": QL.us(k[at50]), "launches": times.num_rows,
-            "kernel": QL.stats(times), "delta": delta, "path_shares": json_rows(shares)}
+            "kernel_time": QL.stats(times), "delta": delta, "path_shares": json_rows(shares)}
 
 
 def edges(src, sel, progress=None) -> dict:

@@ -1,0 +1,219 @@
+"""Read-only DuckDB over one source, for a caller who is not trusted: the views a run has
+(``timeline.run.views``: ``tasks``, ``intervals``, ``launches``, ``stages``,
+``anomalies``, over the committed parts only) or a trace file's tables registered as
+the same names, in a connection whose external access is off and whose configuration
+is locked before the caller's first query. The run's views read their Parquet parts by
+path, which external access off forbids; DuckDB's ``allowed_paths`` names exactly those
+part files (no other file, no folder), so the views read them and nothing else can be
+opened: no ``read_csv`` / ``read_text`` of another path, no ``COPY``, ``ATTACH``,
+``INSTALL`` / ``LOAD``, no spilling to disk. Only one statement, a SELECT, runs; it
+streams, at most ``max_rows`` rows kept (the rest counted: "truncated: N more rows"),
+stopped at ``time_limit`` seconds, within the run's memory budget
+(``timeline.run.layout.memory_budget``). A DuckDB error comes back as one line, any
+path in it outside the source replaced."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from timeline.mcp.args import ToolError
+
+ROW_LIMIT = 1000  # rows a result keeps by default
+TIME_LIMIT_S = 10.0  # seconds a query may run
+MAX_BYTES = 1 << 20  # JSON bytes of one result's rows
+MAX_CELL = 2000  # characters of one text cell
+VIEWS = ("tasks", "intervals", "launches", "stages", "anomalies")
+KEY_MACRO = ("CREATE MACRO launch_key(step, layer, capture, launch) AS CASE WHEN step IS NOT NULL AND layer IS NOT "
+             "NULL THEN CAST(step AS VARCHAR) || ':' || CAST(layer AS VARCHAR) WHEN capture IS NOT NULL THEN capture "
+             "|| ':' || CAST(launch AS VARCHAR) ELSE CAST(launch AS VARCHAR) END")
+KEY_SQL = {"run": "launch_key(step, layer, capture, launch)", "trace": "key"}  # a row's launch key, in SQL
+
+
+def _keyed(table: pa.Table, keys: dict) -> pa.Table:
+    """A trace table with its launches' printed keys as a ``key`` column."""
+    names = {int(la): str(k) for la, k in keys.items()}
+    return table.append_column("key", pa.array([names.get(la, str(la)) for la in table.column("launch").to_pylist()],
+                                                pa.string()))
+
+
+def _trace_tables(src) -> dict:
+    """A trace file's tables as the views' names, each with its ``key``."""
+    from timeline.query.source import key_column
+
+    t = src.loaded
+    keys = t.launch_keys
+    launches = src.rank_rows()
+    stages = src.stage_rows(src.select())
+    return {"tasks": _keyed(t.tasks, keys), "intervals": _keyed(t.intervals, keys),
+            "anomalies": t.anomalies.append_column("key", pa.array(
+                [None if la is None else str(keys.get(int(la), la)) for la in t.anomalies.column("launch").to_pylist()],
+                pa.string())),
+            "launches": launches.append_column("key", key_column(launches)), "stages": stages}
+
+
+def _run_files(run) -> list:
+    """The part files a run's views read (as the views name them, and resolved)."""
+    out = []
+    for table in ("tasks", "launches", "stages", "anomalies"):
+        for _, e in run.parts(table):
+            p = run.path / e["path"]
+            out += [str(p), str(p.resolve())]
+    return out
+
+
+def _quoted(paths) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def connect(src, threads: int | None = None):
+    """The sandboxed connection of ``src`` (a ``timeline.query.source.Source``): its
+    views, the ``launch_key`` macro, external access off, the configuration locked."""
+    import duckdb
+
+    from timeline.run import layout as RL
+
+    if src.kind == "run":
+        from timeline.run import views as RV
+
+        con = RV.connect(src.run, threads=threads)
+        files = _run_files(src.run)
+    else:
+        con = duckdb.connect()
+        con.execute("SET enable_progress_bar = false")
+        con.execute(f"SET memory_limit = '{max(RL.memory_budget() // (1 << 20), 64)}MB'")
+        for name, table in _trace_tables(src).items():
+            con.register(name, table)
+        files = []
+    con.execute(KEY_MACRO)
+    for setting in ("python_enable_replacements = false", "autoinstall_known_extensions = false",
+                    "autoload_known_extensions = false", "temp_directory = ''", "secret_directory = ''",
+                    "extension_directory = ''", "home_directory = ''",
+                    f"allowed_paths = {_quoted(files)}", "enable_external_access = false",
+                    "lock_configuration = true"):
+        con.execute(f"SET {setting}")
+    return con
+
+
+_PATH = re.compile(r"""(?:(?<=["'`])|(?<![\w.]))(?:~|\.\.|[A-Za-z]:)?[/\\][^\s"'`,;()\]]*""")
+
+
+def scrub(message: str, inside) -> str:
+    """``message`` with every path in it that is not at or below one of ``inside``
+    (resolved paths) replaced: an error line never names what lies outside."""
+    tops = [Path(p) for p in inside]
+
+    def one(m):
+        text = m.group(0)
+        try:
+            p = Path(text).expanduser().resolve()
+        except (OSError, RuntimeError, ValueError):
+            return "<a path outside the source>"
+        return text if any(p == t or t in p.parents for t in tops) else "<a path outside the source>"
+
+    return _PATH.sub(one, message)
+
+
+def statement(con, query: str, inside) -> str:
+    """The one SELECT of ``query``, or a ``ToolError`` naming ``query``."""
+    import duckdb
+
+    if not query.strip():
+        raise ToolError("sql: argument 'query' is empty: give one SELECT", "query")
+    try:
+        stmts = con.extract_statements(query)
+    except duckdb.Error as e:
+        raise ToolError(f"sql: argument 'query': {scrub(str(e).splitlines()[0], inside)}", "query") from None
+    if len(stmts) != 1:
+        raise ToolError(f"sql: argument 'query' holds {len(stmts)} statements: give one SELECT", "query")
+    kind = stmts[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise ToolError(f"sql: argument 'query' is a {kind.name} statement: only one read-only SELECT runs here "
+                        "(WITH ... SELECT, FROM ..., DESCRIBE, SHOW, SUMMARIZE and VALUES are SELECTs)", "query")
+    return query
+
+
+def _cell(v):
+    """One value as JSON can hold it, bounded: bytes by their length, long text cut,
+    NaN / infinity null, times and decimals as text."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return f"<{len(v):,} bytes>"
+    if isinstance(v, str):
+        return v if len(v) <= MAX_CELL else v[:MAX_CELL] + f"... ({len(v):,} characters)"
+    if isinstance(v, float):
+        return None if v != v or v in (float("inf"), float("-inf")) else v
+    if isinstance(v, (datetime.date, datetime.time, datetime.timedelta, decimal.Decimal)):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _cell(x) for k, x in list(v.items())[:100]}
+    if isinstance(v, (list, tuple)):
+        return [_cell(x) for x in v[:100]] + ([f"... {len(v) - 100:,} more"] if len(v) > 100 else [])
+    return v
+
+
+def run(con, query: str, inside, *, max_rows: int = ROW_LIMIT, time_limit: float = TIME_LIMIT_S,
+        max_bytes: int = MAX_BYTES) -> dict:
+    """``query`` (checked: one SELECT) on ``con``: ``columns``, ``rows`` (lists, at most
+    ``max_rows`` and ``max_bytes`` of JSON), ``truncated`` ("truncated: N more rows",
+    or None), ``elapsed_s``; stopped at ``time_limit`` s (a ``ToolError`` when nothing
+    came back by then)."""
+    import duckdb
+
+    q = statement(con, query, inside)
+    timer = threading.Timer(time_limit, con.interrupt)
+    t0 = time.perf_counter()
+    kept, more, size, stopped = [], 0, 0, False
+    timer.start()
+    try:
+        reader = con.sql(q).to_arrow_reader(2048)
+        columns = [{"name": f.name, "type": str(f.type)} for f in reader.schema]
+        for batch in reader:
+            if len(kept) >= max_rows:
+                more += batch.num_rows
+                continue
+            rows = [[_cell(v) for v in r.values()] for r in batch.to_pylist()]
+            for r in rows:
+                n = len(json.dumps(r, default=str))
+                if len(kept) < max_rows and size + n <= max_bytes:
+                    kept.append(r)
+                    size += n
+                else:
+                    more += 1
+    except (duckdb.InterruptException, OSError) as e:
+        if "INTERRUPT" not in str(e).upper() and not isinstance(e, duckdb.InterruptException):
+            raise
+        stopped = True
+        if not kept:
+            raise ToolError(f"sql: argument 'query' ran past the time limit of {time_limit:g} s and was stopped: "
+                            "narrow it (WHERE step = ..., a LIMIT, fewer joins)", "query") from None
+    except duckdb.Error as e:
+        raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(str(e).splitlines()[0], inside)}",
+                        "query") from None
+    finally:
+        timer.cancel()
+    truncated = None
+    if stopped:
+        truncated = f"truncated: at least {more:,} more rows (counting stopped at the {time_limit:g} s time limit)"
+    elif more:
+        truncated = f"truncated: {more:,} more rows"
+    return {"columns": columns, "rows": kept, "row_count": len(kept) + more if not stopped else None,
+            "truncated": truncated, "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def describe(con) -> dict:
+    """``{view: [{name, type}]}`` of the views every source has."""
+    out = {}
+    for v in VIEWS:
+        out[v] = [{"name": r[0], "type": r[1]} for r in con.execute(f"DESCRIBE {v}").fetchall()]
+    return out
+
+
+__all__ = ["KEY_SQL", "MAX_BYTES", "ROW_LIMIT", "TIME_LIMIT_S", "VIEWS", "connect", "describe", "run", "scrub",
+           "statement"]
