@@ -49,10 +49,16 @@ def realtime_minus_monotonic(rounds: int = 200):
     return best[0], best[1] / 2 + 1
 
 
-def profiler():
-    from torch.profiler import ProfilerActivity, profile
+def profiler(steps: int | None = None):
+    """``torch.profiler.profile`` of the CPU and CUDA; with ``steps``, a schedule of that
+    many active steps (without a schedule ``prof.step()`` writes no ``ProfilerStep#N``
+    markers, and the graph run's launches pair with its kernels by those steps)."""
+    from torch.profiler import ProfilerActivity, profile, schedule
 
-    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    if steps is None:
+        return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                   schedule=schedule(wait=0, warmup=0, active=steps, repeat=1))
 
 
 def run_plain(out: Path, launches: int):
@@ -97,7 +103,7 @@ def run_graph(out: Path, layers: int, steps: int, every: int):
     graph = runner.capture_graph()
     runner.cap.calibrate()
     runner.cap.start()
-    with profiler() as prof:
+    with profiler(steps) as prof:
         for _ in range(steps):
             graph.replay()
             prof.step()
