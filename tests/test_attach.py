@@ -297,3 +297,25 @@ def test_steps_that_pair_at_several_offsets_are_chosen_by_the_calibration(base, 
     assert "chosen by the calibration" in att.how[0] and "+0" in att.how[0]
     check_inside(att, placed)
     assert att.checks[0].agrees
+
+
+def test_the_bundled_h200_capture_attaches_from_a_file_and_from_a_run(tmp_path, capsys):
+    """traces/h200_attach/ (bench/attach_gpu.py on an H200, bench/results/attach_h200.txt):
+    the graph demo's 3 sampled steps of 8 layers under torch.profiler. From the file and
+    from a run of it (one step selected), every launch inside its kernel event within a
+    bound under 1 µs, the calibration agreeing with the fit."""
+    from timeline.cli import main
+
+    d = Path(__file__).resolve().parents[1] / "traces" / "h200_attach"
+    host = "%d:%g" % tuple(json.loads((d / "host_clock.json").read_text()))
+    common = ["--kernel", "mono_ffn_kernel", "--host-clock", host, "--json"]
+    assert main(["attach", str(d / "graph.arrow"), str(d / "graph.pt.trace.json.gz"), *common]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["run", "add", "-q", str(tmp_path / "run"), str(d / "graph.arrow")]) == 0
+    capsys.readouterr()
+    assert main(["attach", str(tmp_path / "run"), str(d / "graph.pt.trace.json.gz"), "--step", "4", *common]) == 0
+    one = json.loads(capsys.readouterr().out)
+    for report, n in ((doc, 24), (one, 8)):
+        r = report["ranks"][0]
+        assert r["matched"] == n and r["unmatched"] == 0 and r["anomalies"] == [] and r["bound_ns"] <= 1000, r
+        assert r["calibration"]["agrees"] is True

@@ -14,6 +14,7 @@ EPILOG = """examples:
   timeline attach tp.arrow rank0.json rank1.json -o tp.pftrace            # one framework trace per rank
   timeline attach run.arrow report.sqlite -o run.pftrace                  # nsys export --type sqlite
   timeline attach run.arrow kernel_trace.csv -o run.pftrace               # rocprofv3 --kernel-trace
+  timeline attach RUN --step 40 step40.pt.trace.json -o s40.pftrace       # a run's launches of step 40
 
 Each instrumented launch is matched to its kernel event (the kernel's name and grid, the step
 where both sides carry steps, the order of time); the device clock is fitted onto the framework
@@ -22,10 +23,12 @@ the offsets that allow it for every launch are the measurement (its middle the o
 width the ± bound). A launch that does not fit is an ANOMALY, listed, never moved."""
 
 
-def add_parser(subs, sub, json_option) -> None:
-    """The ``attach`` subcommand on ``subs`` (``sub``, ``json_option``: the CLI's own helpers)."""
+def add_parser(subs, sub, json_option, selection_options) -> None:
+    """The ``attach`` subcommand on ``subs`` (``sub``, ``json_option``, ``selection_options``:
+    the CLI's own helpers)."""
     p = sub(subs, "attach", "timeline.cli.attach_commands:cmd_attach", HELP, EPILOG)
-    p.add_argument("trace", metavar="TRACE", help="a trace file (.arrow / .parquet)")
+    p.add_argument("trace", metavar="TRACE|RUN", help="a trace file (.arrow / .parquet) or a run directory; "
+                                                      "--launch / --step / --layer / --rank select its launches")
     p.add_argument("framework", nargs="+", metavar="FRAMEWORK",
                    help="the framework's trace, one per rank of TRACE in rank order")
     p.add_argument("-o", "--output", metavar="OUT.pftrace", help="the merged Perfetto protobuf trace")
@@ -38,8 +41,11 @@ def add_parser(subs, sub, json_option) -> None:
     drift.add_argument("--drift", dest="drift", action="store_true", default=None, help="fit the clocks' drift")
     drift.add_argument("--no-drift", dest="drift", action="store_false", help="fit the offset only")
     p.add_argument("--host-clock", metavar="NS[:U]",
-                   help="framework ns = CLOCK_MONOTONIC ns + NS (± U): checks a calibration against the fit")
+                   help="the profiling host's CLOCK_REALTIME - CLOCK_MONOTONIC (ns, ± U): with the framework trace's "
+                        "baseTimeNanoseconds it places a clock calibration on the framework's axis, to check the fit "
+                        "(and choose among alike steps)")
     json_option(p)
+    selection_options(p)
 
 
 def _host_clock(text):
@@ -67,15 +73,23 @@ def cmd_attach(args) -> int:
     from timeline.attach import attach, read_framework
     from timeline.attach import report as AR
     from timeline.attach import write as AW
-    from timeline.cli.common import UsageError, load_trace
+    from timeline.cli.common import UsageError, selection_of, source_of
 
-    trace = load_trace(args.trace)
+    src = source_of(args.trace, args)
+    trace = src.trace(src.select(selection_of(args)))  # a run's launches within its memory budget
     if len(args.framework) != len(trace.ranks):
         raise UsageError(f"{args.trace!r} has ranks {trace.ranks}: give one framework trace per rank "
                          f"({len(args.framework)} given)")
     fws = {r: read_framework(p) for r, p in zip(trace.ranks, args.framework)}
+    host = _host_clock(args.host_clock)
+    if host is not None:  # the framework's axis is wall-clock ns minus its baseTimeNanoseconds
+        bases = {fw.base_ns for fw in fws.values()}
+        if None in bases or len(bases) > 1:
+            raise UsageError("--host-clock needs the framework traces' baseTimeNanoseconds (one for all of them); "
+                             f"these have {sorted(map(str, bases))}")
+        host = (host[0] - bases.pop(), host[1])
     att = attach(trace, fws if len(fws) > 1 else next(iter(fws.values())), kernel=args.kernel, device=args.device,
-                 step_offset=args.step_offset, drift=args.drift, host_clock=_host_clock(args.host_clock))
+                 step_offset=args.step_offset, drift=args.drift, host_clock=host)
     written = []
     if args.output:
         written.append(AW.write_perfetto(att, args.output)._asdict())

@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain_commands.add_parser(subs, _sub, _json_option, _selection_options)
     from timeline.cli import attach_commands
 
-    attach_commands.add_parser(subs, _sub, _json_option)
+    attach_commands.add_parser(subs, _sub, _json_option, _selection_options)
     from timeline.cli import run_commands  # run add, run info
 
     run_commands.register(subs, _sub)
