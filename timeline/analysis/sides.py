@@ -19,7 +19,7 @@ import numpy as np
 from timeline.analysis import explain as X
 from timeline.analysis import launches as LA
 
-TYPICAL_LAUNCHES = 15  # launches a side's per-task typical durations are the median of
+TYPICAL_LAUNCHES = 9  # launches a side's per-task typical durations are the median of
 MIN_LAUNCHES = 3  # fewer launches give no typical one
 
 
@@ -47,6 +47,19 @@ def nearest(kernel: np.ndarray, n: int, leave_out=()) -> list:
     return idx[:n]
 
 
+def load_all(load, keys: list) -> list:
+    """``[load(key) for key in keys]``, two at a time on threads where there are cores
+    (reading a launch's Parquet parts and retiming them leave the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(len(keys), os.cpu_count() or 1, 4)
+    if workers < 2:
+        return [load(k) for k in keys]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(load, keys))
+
+
 def side(name: str, keys: list, kernel, load, *, leave_out=()) -> Side:
     """The ``Side`` of launches ``keys`` (``kernel`` their kernel times) whose Traces
     ``load(key)`` reads; ``leave_out``: indices never part of the typical launch (the
@@ -57,7 +70,7 @@ def side(name: str, keys: list, kernel, load, *, leave_out=()) -> Side:
     if timed < MIN_LAUNCHES:
         return Side(name, list(keys), k, typ_ns, noise, None, [])
     idx = nearest(k, TYPICAL_LAUNCHES, leave_out) or nearest(k, TYPICAL_LAUNCHES)
-    traces = [load(keys[i]) for i in idx]
+    traces = load_all(load, [keys[i] for i in idx])
     how = (f"the {len(idx)} launches nearest the median kernel time of {timed} launches of {name}" if timed > len(idx)
            else f"{len(idx)} launches of {name}")
     typ = X.typical_of(traces, k[idx], how)
@@ -160,5 +173,5 @@ def stable(explained: list) -> list:
     return sorted(out, key=lambda x: (-x.launches, -x.share))
 
 
-__all__ = ["Comparability", "MIN_LAUNCHES", "Side", "Stable", "TYPICAL_LAUNCHES", "comparability", "identity", "nearest",
+__all__ = ["Comparability", "MIN_LAUNCHES", "load_all", "Side", "Stable", "TYPICAL_LAUNCHES", "comparability", "identity", "nearest",
            "side", "stable"]

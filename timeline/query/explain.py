@@ -20,7 +20,7 @@ from timeline.analysis import launches as LA
 from timeline.analysis import sides as SD
 from timeline.query.source import QueryError, Selection, open_source, options
 
-AB_ACROSS = 8  # with a baseline and no pick: B's slow launches explained for the stable culprits
+AB_ACROSS = 4  # with a baseline and no pick: B's slow launches explained for the stable culprits
 
 
 class Ask(NamedTuple):
@@ -103,10 +103,11 @@ def _loader(src, ranks):
     return lambda key: src.launch(key, ranks)
 
 
-def _explain_one(src, pool, i: int, side: SD.Side, noise: float, typical_ns: float) -> tuple:
-    """Launch ``i`` of ``pool`` explained against ``side``: ``(XR.Launch, its trace)``."""
+def _explain_one(src, pool, i: int, side: SD.Side, noise: float, typical_ns: float, trace=None) -> tuple:
+    """Launch ``i`` of ``pool`` explained against ``side``: ``(XR.Launch, its trace)``
+    (``trace``: that launch's, where already read)."""
     key = pool.keys[i]
-    trace = src.launch(key, pool.ranks)
+    trace = trace if trace is not None else src.launch(key, pool.ranks)
     e = X.explain_launch(trace, trace.launches[0], side.typical, kernel_ns=float(LA.kernel(pool.times)[i]),
                          typical_ns=typical_ns, noise=noise)
     al = BD.alignment(trace, int(e.graph.cross_rank.size) if e.graph is not None else 0)
@@ -126,7 +127,8 @@ def _across(src, pool, kernel, side: SD.Side, noise: float, typical_ns: float, n
     if side.typical is None:
         return None
     slow = [i for i in LA.slowest(kernel, len(kernel)) if kernel[i] - typical_ns > noise]
-    done = [_explain_one(src, pool, i, side, noise, typical_ns) for i in slow[:n]]
+    traces = SD.load_all(lambda i: src.launch(pool.keys[i], pool.ranks), slow[:n])
+    done = [_explain_one(src, pool, i, side, noise, typical_ns, trace=t) for i, t in zip(slow[:n], traces)]
     rows = []
     for st in SD.stable([x.explained for x, _ in done]):
         c = st.culprit
