@@ -60,19 +60,21 @@ class Drain:
         self.first_error = None
         self.t0 = self.pass_t0 = time.perf_counter()
         self.pass_s, self.passes = 0.0, 0
+        self.inline_cpu = 0.0  # CPU seconds of batches decoded by the drain itself (pool "inline")
 
     def busy(self) -> bool:
         """Whether any step is pending, ready or in a batch in flight."""
         return bool(self.pending or self.ready or self.inflight)
 
     def timed_pass(self, idle: bool) -> int:
-        """``pass_`` with its wall time and the calling thread's CPU time counted."""
-        t, cpu = time.perf_counter(), time.thread_time()
+        """``pass_`` with its wall time and the calling thread's CPU time counted (less
+        the batches decoded inline in it, which count as the "inline" worker's)."""
+        t, cpu, inline = time.perf_counter(), time.thread_time(), self.inline_cpu
         self.pass_t0 = t
         n = self.pass_(idle)
         self.pass_s += time.perf_counter() - t
         self.passes += 1
-        self.report.drain_cpu_s += time.thread_time() - cpu
+        self.report.drain_cpu_s += max(0.0, time.thread_time() - cpu - (self.inline_cpu - inline))
         return n
 
     def row_words(self, k: int) -> tuple:
@@ -225,7 +227,9 @@ class Drain:
             rep.written.extend(d.steps)
             rep.rows += d.rows
             rep.parts.extend(d.parts)
-            rep.worker_cpu_s[d.worker] = max(rep.worker_cpu_s.get(d.worker, 0.0), d.worker_cpu_s)
+            rep.worker_cpu_s[d.worker] = rep.worker_cpu_s.get(d.worker, 0.0) + d.cpu_s
+            if d.worker == "inline":
+                self.inline_cpu += d.cpu_s
             rep.worker_steps[d.worker] = rep.worker_steps.get(d.worker, 0) + len(d.steps)
             rep.worker_busy_s[d.worker] = rep.worker_busy_s.get(d.worker, 0.0) + d.busy_s
             rep.worker_rss_mib[d.worker] = d.rss_kib / 1024

@@ -13,7 +13,8 @@ Pools, one interface (``start(context)``, ``free()``, ``submit(batch)``,
 ``done(timeout)``, ``close()``): ``InlinePool`` decodes in the caller (the drain
 itself: the per-step design before issue 41, and tests' deterministic schedule),
 ``ThreadPool`` in threads of this process, ``ProcessPool`` in worker processes
-(``spawn``; the staging is a POSIX shared-memory segment each maps read-only). Each
+(fresh interpreters fed through pipes; the staging is a POSIX shared-memory segment
+each maps read-only). Each
 worker takes one batch at a time, so batches grow while every worker is busy.
 No torch: a worker process imports numpy, pyarrow and ``timeline`` only."""
 
@@ -21,14 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
-import multiprocessing
 import os
 import pickle
 import queue
 import resource
+import signal
+import subprocess
+import sys
 import threading
 import time
 import traceback
+from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
@@ -36,7 +40,7 @@ from instrument.capture_report import CaptureError
 from timeline.contract import schema as S
 
 __all__ = ["Batch", "Context", "Done", "InlinePool", "POOLS", "ProcessPool", "RunSink", "ThreadPool",
-           "batch_buffer", "run_batch"]
+           "batch_buffer", "peak_rss_kib", "run_batch"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +72,9 @@ class Batch:
 class Done:
     """A batch finished by ``worker``: ``rows`` task rows and the sink's ``parts``,
     or ``error`` (the exception; ``error_text`` its traceback). ``cpu_s``/``busy_s``
-    the CPU and wall seconds it took; ``worker_cpu_s`` the worker's CPU so far (a
-    process's whole, a thread's own) and ``rss_kib`` its process's peak RSS."""
+    the CPU and wall seconds it took (CPU: a worker process's, all its threads; a
+    worker thread's own, not the Parquet writer threads its append starts);
+    ``rss_kib`` the peak RSS of the worker's process."""
 
     number: int
     steps: tuple
@@ -79,7 +84,6 @@ class Done:
     parts: list = dataclasses.field(default_factory=list)
     cpu_s: float = 0.0
     busy_s: float = 0.0
-    worker_cpu_s: float = 0.0
     rss_kib: int = 0
     error: BaseException | None = None
     error_text: str = ""
@@ -155,9 +159,21 @@ def run_batch(staging: np.ndarray, batch: Batch, sink, collect_kw: dict, worker:
     except Exception as e:  # travels to the capture, which re-raises the first at close()
         done.error, done.error_text = _sent(e), traceback.format_exc()
     done.cpu_s, done.busy_s = cpu_clock() - cpu0, time.perf_counter() - t0
-    done.worker_cpu_s = cpu_clock()
-    done.rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    done.rss_kib = peak_rss_kib()
     return done
+
+
+def peak_rss_kib() -> int:
+    """This process's peak RSS (KiB): ``VmHWM`` of its own memory map (``ru_maxrss``
+    would count the parent's pages a worker had before its exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 class InlinePool:
@@ -166,7 +182,7 @@ class InlinePool:
     kind = "inline"
 
     def __init__(self, workers: int = 0):
-        self.workers, self._done, self._cpu = 0, [], 0.0
+        self.workers, self._done = 0, []
 
     def start(self, context: Context) -> None:
         self.context = context
@@ -179,10 +195,7 @@ class InlinePool:
 
     def submit(self, batch: Batch) -> None:
         c = self.context
-        d = run_batch(c.array, batch, c.sink, c.collect_kw, "inline", time.thread_time)
-        self._cpu += d.cpu_s
-        d.worker_cpu_s = self._cpu
-        self._done.append(d)
+        self._done.append(run_batch(c.array, batch, c.sink, c.collect_kw, "inline", time.thread_time))
 
     def done(self, timeout: float = 0.0) -> tuple:
         """``(batch numbers whose slots are free, finished Done records)`` since the last call."""
@@ -206,26 +219,20 @@ class _Workers:
     def submit(self, batch: Batch) -> None:
         w = self._idle.pop()
         self._busy[w] = batch
-        self._queues[w].put(batch)
+        self._send(w, batch)
 
     def done(self, timeout: float = 0.0) -> tuple:
         """``(batch numbers whose slots are free, finished Done records)``: what came
         in, waiting up to ``timeout`` seconds for the first; a worker process found
         dead gives its batch back as a Done with the error."""
         freed, dones = [], []
-        try:
-            msg = self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
-            while True:
-                kind, value = msg
-                if kind == "freed":
-                    freed.append(value)
-                else:
-                    dones.append(value)
-                    self._busy.pop(value.worker, None)
-                    self._idle.add(value.worker)
-                msg = self._results.get_nowait()
-        except queue.Empty:
-            pass
+        for kind, value in self._messages(timeout):
+            if kind == "freed":
+                freed.append(value)
+            else:
+                dones.append(value)
+                self._busy.pop(value.worker, None)
+                self._idle.add(value.worker)
         dones += self._dead()
         return freed, dones
 
@@ -250,6 +257,18 @@ class ThreadPool(_Workers):
         for t in self._threads:
             t.start()
 
+    def _send(self, w: str, batch: Batch) -> None:
+        self._queues[w].put(batch)
+
+    def _messages(self, timeout: float) -> list:
+        out = []
+        try:
+            out.append(self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait())
+            while True:
+                out.append(self._results.get_nowait())
+        except queue.Empty:
+            return out
+
     def close(self) -> None:
         for q in self._queues.values():
             q.put(None)
@@ -264,8 +283,10 @@ def _thread_main(name: str, context: Context, jobs, results) -> None:
 
 
 class ProcessPool(_Workers):
-    """``workers`` processes (``spawn``: nothing of this process's CUDA state or
-    threads goes with them), each mapping the shared staging read-only."""
+    """``workers`` processes, each a fresh interpreter (``python -c``: nothing of this
+    process goes with them, neither its CUDA state nor its threads nor its main
+    module, which a ``spawn`` would run again), fed through a pipe of its own and
+    mapping the shared staging read-only; this process's ``sys.path`` is theirs."""
 
     kind = "process"
     START_TIMEOUT_S = 300.0
@@ -274,50 +295,80 @@ class ProcessPool(_Workers):
         self.workers = workers
 
     def start(self, context: Context) -> None:
-        ctx = multiprocessing.get_context("spawn")
         sent = dataclasses.replace(context, array=None)
-        self._results = ctx.Queue()
-        self._queues = {f"proc{i}": ctx.Queue() for i in range(self.workers)}
-        self._procs = {w: ctx.Process(target=_process_main, args=(w, sent, q, self._results), daemon=True,
-                                      name=f"capture-{w}") for w, q in self._queues.items()}
-        for p in self._procs.values():
-            p.start()
-        ready, t0 = set(), time.monotonic()
-        while len(ready) < self.workers:  # each imported timeline and mapped the staging: no batch waits on that
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p or os.getcwd() for p in sys.path))
+        self._procs, self._queues, self._results = {}, {}, {}
+        for i in range(self.workers):
+            w = f"proc{i}"
+            job_r, job_w = os.pipe()
+            res_r, res_w = os.pipe()
+            code = f"from instrument.capture_pool import _process_main; _process_main({job_r}, {res_w})"
+            self._procs[w] = subprocess.Popen([sys.executable, "-c", code], pass_fds=(job_r, res_w), env=env)
+            os.close(job_r)
+            os.close(res_w)
+            self._queues[w] = Connection(job_w, readable=False)
+            self._results[w] = Connection(res_r, writable=False)
+            self._queues[w].send((w, sent))
+        self._idle, self._busy = set(), {}
+        t0 = time.monotonic()
+        while len(self._idle) < self.workers:  # each imported timeline and mapped the staging: no batch waits on that
             left = self.START_TIMEOUT_S - (time.monotonic() - t0)
-            dead = [w for w, p in self._procs.items() if p.exitcode is not None]
+            dead = [w for w, p in self._procs.items() if p.poll() is not None]
             if dead or left <= 0:
                 self.close()
-                raise CaptureError(f"capture worker processes {dead or sorted(set(self._procs) - ready)} did not start "
-                                   f"({'exited' if dead else f'not ready in {self.START_TIMEOUT_S:.0f} s'}): "
-                                   "pass pool='thread' to decode in this process")
+                raise CaptureError(f"capture worker processes {dead or sorted(set(self._procs) - self._idle)} did "
+                                   f"not start ({'exited' if dead else f'not ready in {self.START_TIMEOUT_S:.0f} s'}; "
+                                   "their error is above): pass pool='thread' to decode in this process")
+            for conn in wait(list(self._results.values()), timeout=min(left, 1.0)):
+                try:
+                    self._idle.add(conn.recv()[1])
+                except EOFError:
+                    pass
+
+    def _send(self, w: str, batch: Batch) -> None:
+        self._queues[w].send(batch)
+
+    def _messages(self, timeout: float) -> list:
+        out = []
+        for conn in wait(list(self._results.values()), timeout=timeout):
             try:
-                kind, value = self._results.get(timeout=min(left, 1.0))
-                ready.add(value)
-            except queue.Empty:
+                while True:
+                    out.append(conn.recv())
+                    if not conn.poll():
+                        break
+            except EOFError:  # the worker is gone: _dead() says so
                 pass
-        self._idle, self._busy = set(self._queues), {}
+        return out
 
     def _dead(self) -> list:
         out = []
-        for w in [w for w, p in self._procs.items() if p.exitcode is not None and w in self._queues]:
+        for w in [w for w, p in self._procs.items() if p.poll() is not None and w in self._queues]:
             del self._queues[w]
+            self._results.pop(w).close()
             self._idle.discard(w)
             batch = self._busy.pop(w, None)
             if batch is not None:
-                err = RuntimeError(f"capture worker process {w} died (exit code {self._procs[w].exitcode}) "
-                                   f"decoding steps {list(batch.steps)}")
+                err = CaptureError(f"capture worker process {w} died (exit code {self._procs[w].returncode}) "
+                                   f"decoding steps {list(batch.steps)}: its error, if any, is above")
                 out.append(Done(batch.number, batch.steps, batch.slots, w, error=err, error_text=str(err)))
         return out
 
     def close(self) -> None:
-        for q in self._queues.values():
-            q.put(None)
+        for w, q in self._queues.items():
+            try:
+                q.send(None)
+            except OSError:
+                pass
+            q.close()
         for p in self._procs.values():
-            p.join(timeout=60)
-            if p.exitcode is None:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
                 p.kill()
-                p.join()
+                p.wait()
+        for conn in self._results.values():
+            conn.close()
+        self._queues, self._results = {}, {}
 
 
 def _attach(context: Context) -> np.ndarray:
@@ -332,15 +383,23 @@ def _attach(context: Context) -> np.ndarray:
     return np.frombuffer(m, np.int64).reshape(context.shape)
 
 
-def _process_main(name: str, context: Context, jobs, results) -> None:
+def _process_main(job_fd: int, result_fd: int) -> None:
+    """A worker process: its name and the context, then batches until None (or the
+    capture's end of the pipe closing); SIGINT is the capture's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    jobs, results = Connection(job_fd, writable=False), Connection(result_fd, readable=False)
+    name, context = jobs.recv()
     import timeline.ingest.collect  # noqa: F401 - imported before "ready": no batch waits on it
     import timeline.run.write  # noqa: F401
 
     staging = _attach(context)
-    results.put(("ready", name))
-    while (batch := jobs.get()) is not None:
-        results.put(("done", run_batch(staging, batch, context.sink, context.collect_kw, name, time.process_time,
-                                       lambda n: results.put(("freed", n)))))
+    results.send(("ready", name))
+    try:
+        while (batch := jobs.recv()) is not None:
+            results.send(("done", run_batch(staging, batch, context.sink, context.collect_kw, name,
+                                            time.process_time, lambda n: results.send(("freed", n)))))
+    except EOFError:  # the capture's process is gone
+        pass
 
 
 POOLS = {"inline": InlinePool, "thread": ThreadPool, "process": ProcessPool}

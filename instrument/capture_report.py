@@ -43,9 +43,12 @@ class CaptureReport:
     the sink returned. The resources: ``ring`` sampled steps on the device
     (``ring_note``: how "auto" chose it), ``staging_steps`` host slots (``pinned``:
     page-locked for the copy), ``workers`` of ``pool``. Host cost: ``drain_cpu_s``
-    (the drain's copy passes), ``worker_cpu_s`` / ``worker_steps`` /
-    ``worker_busy_s`` / ``worker_rss_mib`` per worker, ``wall_s`` from ``start()``
-    (or the first pass) to the end of ``close()``."""
+    (the drain's passes: copies, and with ``pool="inline"`` the decoding too), per
+    worker ``worker_cpu_s`` (CPU seconds its batches took: a worker process's whole,
+    a worker thread's own, without the Parquet writer threads its appends start),
+    ``worker_steps``, ``worker_busy_s`` (wall seconds in batches) and
+    ``worker_rss_mib`` (its process's peak RSS); ``wall_s`` from ``start()`` (or the
+    first pass) to the end of ``close()``."""
 
     ring: int
     every: int

@@ -18,6 +18,7 @@ append them a batch at a time. Against the simulated device of ``capturekit``:
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -252,6 +253,24 @@ def test_a_sink_that_raises_fails_its_steps_and_close_raises_it():
     with pytest.raises(RuntimeError, match="disk full"):
         cap.close()
     assert cap.report.failed == [0, 1, 2] and cap.report.written == [] and cap._host is None
+
+
+def _dying_sink(trace):
+    os._exit(3)
+
+
+def test_a_worker_process_that_dies_fails_its_steps_and_close_says_so():
+    """The only worker process dies in a batch: its steps are ``failed``, the steps
+    ready after it too (no worker is left), and close() raises one CaptureError
+    line naming the worker, its exit code and the steps."""
+    cap = CAP.Capture(_spec(), ring=8, every=1, layers=2, sink=_dying_sink, device="cpu", pool="process", workers=1)
+    dev = CK.RingDevice(cap)
+    dev.run(2)
+    cap.poll()
+    dev.run(2)
+    with pytest.raises(CAP.CaptureError, match=r"worker process proc0 died \(exit code 3\) decoding steps \[0, 1\]"):
+        cap.close()
+    assert cap.report.failed == [0, 1, 2, 3] and cap.report.written == [] and cap._host is None
 
 
 def test_auto_ring_covers_the_slack_within_the_budget():
