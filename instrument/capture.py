@@ -52,11 +52,12 @@ from instrument.capture_report import CaptureBehind, CaptureError, CaptureReport
 from timeline.contract import schema as S
 
 __all__ = ["Capture", "CaptureBehind", "CaptureError", "CaptureReport", "DEFAULT_BATCH", "DEFAULT_RING_BUDGET",
-           "DEFAULT_STAGING", "classify", "default_workers", "ring_spec", "sampled_steps"]
+           "DEFAULT_LINGER_S", "DEFAULT_STAGING", "classify", "default_workers", "ring_spec", "sampled_steps"]
 
 DEFAULT_STAGING = 256 << 20  # host staging bytes: ~0.5 s of a 16-layer demo step (540 kB) at every step
 DEFAULT_RING_BUDGET = 64 << 20  # device bytes ring="auto" may take
 DEFAULT_BATCH = 32  # the most steps a worker decodes in one collect and one append
+DEFAULT_LINGER_S = 0.1  # how long a ready step waits for others to fill a batch
 
 
 def default_workers() -> int:
@@ -88,12 +89,13 @@ class Capture:
     The host: ``poll_s`` between drain passes, ``staging`` bytes of host staging,
     ``workers`` of ``pool`` (``"process"``, ``"thread"``, ``"inline"``: decode on the
     drain thread; or a pool object, ``instrument.capture_pool``), at most ``batch``
-    steps a batch."""
+    steps a batch, a ready step waiting up to ``linger_s`` for others to join it."""
 
     def __init__(self, spec: S.Spec, *, ring="auto", every: int = 1, layers: int, run=None, sink=None,
                  device="cuda", step=None, start: int = 0, name: str = "capture", poll_s: float = 0.002,
                  collect_kw=None, staging: int = DEFAULT_STAGING, workers: int | None = None, pool="process",
-                 batch: int = DEFAULT_BATCH, step_s: float | None = None, ring_budget: int = DEFAULT_RING_BUDGET):
+                 batch: int = DEFAULT_BATCH, linger_s: float = DEFAULT_LINGER_S, step_s: float | None = None,
+                 ring_budget: int = DEFAULT_RING_BUDGET):
         from instrument.buffer import StampBuffer
 
         if not isinstance(every, int) or every < 1:
@@ -103,6 +105,9 @@ class Capture:
         for what, v, low in (("batch", batch, 1), ("staging", staging, 1), ("ring_budget", ring_budget, 1)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise CaptureError(f"Capture({what}={v!r}): a whole number >= {low}")
+        if not isinstance(linger_s, (int, float)) or not 0 <= linger_s <= 60:
+            raise CaptureError(f"Capture(linger_s={linger_s!r}): seconds from 0 to 60")
+        self.linger_s = float(linger_s)
         self.pool = self._pool_of(pool, workers)
         self.sink = sink if sink is not None else capture_pool.RunSink(run, name)
         if self.pool.kind == "process":

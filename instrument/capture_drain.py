@@ -53,7 +53,7 @@ class Drain:
         self.per = cap.step_words - 2 * cap.layers  # record words of a step
         self.pending = []  # sampled steps not yet copied clean nor lost, in order
         self.starved = set()  # pending steps that found the staging full
-        self.ready = []  # (step, slot): copied clean, headers checked, for the workers
+        self.ready = []  # (step, slot, when): copied clean, headers checked, for the workers
         self.inflight = {}  # batch number -> [batch, slots still held]
         self.numbers = 0
         self.seen = {}  # slot -> (lap, cumulative writes) at its last clean copy
@@ -116,7 +116,7 @@ class Drain:
             for k in clean:
                 self.accept(k, slot_of[k])
         self.pending = sorted(waiting + starved + again)
-        self.dispatch()
+        self.dispatch(idle)
         return written + self.finish()
 
     def lose(self, steps, counter: int) -> None:
@@ -166,7 +166,7 @@ class Drain:
             self.report.incomplete.append(k)
             self.host.give(slot)
             return
-        self.ready.append((k, slot))
+        self.ready.append((k, slot, time.perf_counter()))
 
     def writes_this_lap(self, k: int, writes: np.ndarray, mine: np.ndarray) -> np.ndarray:
         """Each slot's header writes in this lap of the ring: the device counts every
@@ -187,21 +187,26 @@ class Drain:
             self.seen[slot] = (lap, int(writes[layer]))
         return out
 
-    def dispatch(self) -> None:
-        """Hand the ready steps to idle workers, up to ``batch`` steps each."""
+    def dispatch(self, idle: bool = False) -> None:
+        """Hand the ready steps to idle workers, up to ``batch`` steps each; fewer only
+        once the oldest has lingered ``linger_s`` (a batch of one step costs twice the
+        CPU a step of a batch of 16 does) or the device is ``idle``."""
         cap = self.cap
+        now = time.perf_counter()
         while self.ready and self.pool.free() > 0:
+            if not idle and len(self.ready) < cap.batch and now - self.ready[0][2] < cap.linger_s:
+                break
             part, self.ready = self.ready[: cap.batch], self.ready[cap.batch:]
-            b = capture_pool.Batch(self.numbers, tuple(k for k, _ in part), tuple(s for _, s in part),
+            b = capture_pool.Batch(self.numbers, tuple(k for k, _, _ in part), tuple(s for _, s, _ in part),
                                    cap.step_spec, cap.layers)
             self.numbers += 1
             self.inflight[b.number] = [b, set(b.slots)]
             self.pool.submit(b)
         if self.ready and self.pool.alive() == 0:
             err = CaptureError(f"capture {cap.name!r}: every decode worker died; steps "
-                               f"{[k for k, _ in self.ready]} cannot be decoded")
+                               f"{[k for k, _, _ in self.ready]} cannot be decoded")
             self.first_error = self.first_error or err
-            for k, slot in self.ready:
+            for k, slot, _ in self.ready:
                 self.report.failed.append(k)
                 self.host.give(slot)
             self.ready = []

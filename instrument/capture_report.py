@@ -14,7 +14,7 @@ from timeline.errors import TimelineError
 __all__ = ["AUTO_MARGIN", "AUTO_RING_MAX", "AUTO_SLACK_S", "CaptureBehind", "CaptureError", "CaptureReport",
            "auto_ring", "host_behind_message", "overrun_message"]
 
-AUTO_SLACK_S = 0.05  # the least time an "auto" ring covers: a host thread descheduled, a GIL held elsewhere
+AUTO_SLACK_S = 0.1  # the least time an "auto" ring covers: a host thread descheduled, a GIL held elsewhere
 AUTO_MARGIN = 4  # an "auto" ring covers this many times a poll interval and two copy passes
 AUTO_RING_MAX = 4096  # sampled steps: past this a ring only spends device memory
 

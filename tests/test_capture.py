@@ -33,11 +33,12 @@ def _spec():
 
 
 def _capture(ring, every, layers, **kw):
-    """A CPU capture decoding on the drain itself (``pool="inline"``): each pass's
-    clean steps are written before it returns, so a test can follow it step by step."""
+    """A CPU capture decoding on the drain itself (``pool="inline"``, no lingering for
+    a batch): each pass's clean steps are written before it returns, so a test can
+    follow it step by step."""
     got = []
     cap = CAP.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu",
-                      **{"pool": "inline", **kw})
+                      **{"pool": "inline", "linger_s": 0, **kw})
     return cap, got
 
 
@@ -209,7 +210,7 @@ def test_capture_refuses_what_it_cannot_do():
     """Bad arguments are one CaptureError line each."""
     for kw, msg in (({"ring": 0}, "ring=0"), ({"ring": "big"}, "or 'auto'"), ({"every": 0}, "every=0"),
                     ({"layers": 1 << 17}, "layers="), ({"staging": 100}, "at least one step"),
-                    ({"batch": 0}, "batch=0"), ({"pool": "gpu"}, "pool='gpu'"), ({"workers": 0}, "workers=0"),
+                    ({"batch": 0}, "batch=0"), ({"linger_s": -1}, "linger_s=-1"), ({"pool": "gpu"}, "pool='gpu'"), ({"workers": 0}, "workers=0"),
                     ({"ring": "auto", "ring_budget": 100}, "a ring needs 2"),
                     ({"ring": "auto", "step_s": -1.0}, "step_s=-1.0")):
         args = {"ring": 2, "every": 1, "layers": 2, "pool": "thread", **kw}
@@ -246,7 +247,7 @@ def test_every_stamped_step_is_in_the_run_whole_or_counted_as_overrun(ring, ever
     staging and workers, is in test_capture_pipeline.py)."""
     got = []
     cap = CAP.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu", start=start,
-                      pool="inline")
+                      pool="inline", linger_s=0)
     dev = CK.RingDevice(cap)
     left, i = steps, 0
     with warnings.catch_warnings():
@@ -416,7 +417,7 @@ def test_a_calibrated_capture_appends_its_calibrations_and_the_run_places_its_st
     from timeline.run import open_run
 
     cap = CAP.Capture(_spec(), ring=2, every=1, layers=2, run=tmp_path / "run", device="cpu", name="cal",
-                      pool="inline")
+                      pool="inline", linger_s=0)
     with pytest.raises(K.ClockError, match="calibrate needs a CUDA device; got cpu"):
         cap.calibrate()
     dev = CK.RingDevice(cap)

@@ -75,7 +75,7 @@ class HeldPool(capture_pool.InlinePool):
 def _held(ring, every, layers, staging_steps, workers=1, **kw):
     got, pool = [], HeldPool(workers)
     cap = CAP.Capture(_spec(), ring=ring, every=every, layers=layers, sink=got.append, device="cpu", pool=pool,
-                      staging=staging_steps * _step_bytes(layers), **kw)
+                      staging=staging_steps * _step_bytes(layers), **{"linger_s": 0, **kw})
     return cap, got, pool
 
 
@@ -125,6 +125,22 @@ def test_ready_steps_go_to_a_worker_as_one_batch():
     assert rep.written == list(range(6)) and rep.batches == 2 and len(got) == 2
     assert [sorted(CK.by_step([t])) for t in got] == [[0, 1, 2, 3], [4, 5]]
     assert [t.spec.launches for t in got] == [8, 4] and rep.rows == 6 * 2 * 5
+    _right(got, 2)
+
+
+def test_a_ready_step_lingers_for_a_batch_until_the_device_is_idle():
+    """With ``linger_s``, one ready step waits for others (a batch of one costs the
+    most CPU a step); a full batch goes at once; close() sends the rest."""
+    cap, got, pool = _held(8, 1, 2, staging_steps=8, batch=3, linger_s=60.0)
+    dev = CK.RingDevice(cap)
+    dev.step()
+    cap.poll()
+    assert pool.sizes == [] and [k for k, _, _ in cap._drain.ready] == [0]
+    dev.run(3)
+    cap.poll()
+    assert pool.sizes == [3]
+    rep = cap.close()
+    assert pool.sizes == [3, 1] and rep.written == [0, 1, 2, 3]
     _right(got, 2)
 
 
@@ -263,7 +279,8 @@ def test_a_worker_process_that_dies_fails_its_steps_and_close_says_so():
     """The only worker process dies in a batch: its steps are ``failed``, the steps
     ready after it too (no worker is left), and close() raises one CaptureError
     line naming the worker, its exit code and the steps."""
-    cap = CAP.Capture(_spec(), ring=8, every=1, layers=2, sink=_dying_sink, device="cpu", pool="process", workers=1)
+    cap = CAP.Capture(_spec(), ring=8, every=1, layers=2, sink=_dying_sink, device="cpu", pool="process", workers=1,
+                      linger_s=0)
     dev = CK.RingDevice(cap)
     dev.run(2)
     cap.poll()
@@ -280,9 +297,9 @@ def test_auto_ring_covers_the_slack_within_the_budget():
     ring, note = capture_report.auto_ring(1000, 1, budget=64_000)
     assert ring == 64 and "largest ring" in note
     ring, note = capture_report.auto_ring(1000, 1, budget=1 << 30, step_s=0.001, poll_s=0.002, copy_s=(1e-4, 1e-5))
-    assert ring == 52 and "cut" not in note  # 50 ms (the floor) of 1 ms steps, + 2
-    ring, note = capture_report.auto_ring(1000, 4, budget=1 << 30, step_s=0.001, poll_s=0.02, copy_s=(0.001, 0.0))
-    assert ring == 24 and "cover 88 ms" in note  # 4 x (20 ms + 2 x 1 ms) over a sampled step every 4 ms, + 2
+    assert ring == 102 and "cut" not in note  # 100 ms (the floor) of 1 ms steps, + 2
+    ring, note = capture_report.auto_ring(1000, 4, budget=1 << 30, step_s=0.001, poll_s=0.05, copy_s=(0.001, 0.0))
+    assert ring == 54 and "cover 208 ms" in note  # 4 x (50 ms + 2 x 1 ms) over a sampled step every 4 ms, + 2
     ring, note = capture_report.auto_ring(1000, 1, budget=10_000, step_s=0.001)
     assert ring == 10 and "cut to 10 by ring_budget" in note
 
@@ -294,7 +311,7 @@ def test_a_ring_auto_capture_takes_its_size_from_the_budget_or_the_step_time():
     cap = CAP.Capture(_spec(), layers=2, sink=list.append, device="cpu", pool="inline", ring_budget=budget)
     assert cap.ring == 40 and cap.layout.launches == 80 and "largest ring" in cap.report.ring_note
     cap = CAP.Capture(_spec(), layers=2, sink=list.append, device="cpu", pool="inline", step_s=0.01)
-    assert cap.ring == 7 and "auto: 7 sampled steps cover 50 ms" in cap.report.ring_note
+    assert cap.ring == 12 and "auto: 12 sampled steps cover 100 ms" in cap.report.ring_note
 
 
 def test_the_flydsl_probe_ring_is_the_capture_ring():
