@@ -41,12 +41,17 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 MODES = {"per-step": {"pool": "inline", "batch": 1}, "thread x2": {"pool": "thread", "workers": 2},
          "process x1": {"pool": "process", "workers": 1}, "process x2": {"pool": "process", "workers": 2}}
+CAPACITY = {"per-step": {"pool": "inline", "batch": 1}, "inline": {"pool": "inline"},
+            "thread x1": {"pool": "thread", "workers": 1}, "thread x2": {"pool": "thread", "workers": 2},
+            "process x1": {"pool": "process", "workers": 1}, "process x2": {"pool": "process", "workers": 2}}
 LAYERS = 16
 
 
@@ -90,17 +95,79 @@ def one(mode: str, pace: float, steps: int, staging_mib: int) -> dict:
         shutil.rmtree(run, ignore_errors=True)
 
 
+def capacity(mode: str, steps: int) -> dict:
+    """The pipeline's capacity in this process: ``steps`` steps already in a ring that
+    holds them all, the workers started, then ``close()`` timed (copies, decodes,
+    appends at full speed, no device in the way)."""
+    import capturekit as CK
+    from instrument import capture as CAP
+    from instrument.capture_pool import peak_rss_kib
+    from instrument.demo import triton_mono as tm
+
+    run = tempfile.mkdtemp(prefix="capture_cpu_")
+    try:
+        cap = CAP.Capture(tm.spec(tm.Shape()), ring=steps, every=1, layers=LAYERS, run=run, device="cpu",
+                          name="bench", **CAPACITY[mode])
+        CK.RingDevice(cap).run(steps)
+        with cap._lock:
+            cap._ensure_host()  # the workers ready, as start() leaves them
+        usage0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        rep = cap.close()
+        wall = time.perf_counter() - t0
+        usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        own = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+        cpu = own + (sum(rep.worker_cpu_s.values()) if rep.pool == "process" else 0.0)
+        assert len(rep.written) == steps, rep.summary()
+        return {"mode": mode, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
+                "cpu_ms_per_step": 1e3 * cpu / steps, "batches": rep.batches, "rss_mib": peak_rss_kib() / 1024,
+                "worker_rss_mib": max(rep.worker_rss_mib.values(), default=0.0) if rep.pool == "process" else 0.0}
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def _child(args: list) -> dict:
+    cmd = [sys.executable, __file__, *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise SystemExit(f"error: {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_capacity(a) -> list:
+    """Every capacity mode ``--repeats`` times, interleaved, each in a fresh process."""
+    out = []
+    for _ in range(a.repeats):
+        for mode in CAPACITY:
+            out.append(_child(["--capacity", mode, "--capacity-steps", str(a.capacity_steps)]))
+    return out
+
+
+def capacity_table(rows: list) -> list:
+    """Per mode: the median steps/s and CPU ms a step over the repeats, and the ratio
+    to its single-worker (or single-thread) mode."""
+    med = {}
+    for mode in CAPACITY:
+        mine = [r for r in rows if r["mode"] == mode]
+        med[mode] = (float(np.median([r["steps_per_s"] for r in mine])),
+                     float(np.median([r["cpu_ms_per_step"] for r in mine])),
+                     float(np.median([r["batches"] for r in mine])), max(r["rss_mib"] for r in mine),
+                     max(r["worker_rss_mib"] for r in mine), [round(r["steps_per_s"], 1) for r in mine])
+    base = {"thread x2": "thread x1", "process x2": "process x1", "inline": "per-step"}
+    lines = [f"{'mode':<11} {'steps/s':>8} {'x':>6} {'CPU ms/st':>9} {'batches':>7} {'RSS MiB':>7} {'wkr MiB':>7}  "
+             "each repeat (steps/s)"]
+    for mode, (rate, cpu, batches, rss, wrss, each) in med.items():
+        x = f"{rate / med[base[mode]][0]:.2f}" if mode in base else "1"
+        lines.append(f"{mode:<11} {rate:>8.1f} {x:>6} {cpu:>9.2f} {batches:>7.0f} {rss:>7.0f} {wrss:>7.0f}  {each}")
+    return lines
+
+
 def run_all(a) -> list:
     """Every (mode, pace), each in a fresh process (``--one``)."""
     out = []
     for mode in a.modes:
         for pace in a.paces:
-            cmd = [sys.executable, __file__, "--one", mode, str(pace), "--steps", str(a.steps),
-                   "--staging-mib", str(a.staging_mib)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-            if proc.returncode:
-                raise SystemExit(f"error: {mode} at {pace} steps/s failed:\n{proc.stderr[-3000:]}")
-            out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            out.append(_child(["--one", mode, str(pace), "--steps", str(a.steps),
+                               "--staging-mib", str(a.staging_mib)]))
             print(line(out[-1]), flush=True)
     return out
 
@@ -144,12 +211,18 @@ def main(argv=None) -> int:
                     help="device steps per second")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--staging-mib", type=int, default=32, help="host staging (MiB): small, so a short run fills it")
+    ap.add_argument("--capacity-steps", type=int, default=480, help="steps of the capacity runs")
+    ap.add_argument("--repeats", type=int, default=3, help="capacity runs of each mode, interleaved")
     ap.add_argument("--one", nargs=2, metavar=("MODE", "PACE"), help=argparse.SUPPRESS)
+    ap.add_argument("--capacity", choices=list(CAPACITY), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.steps < 1 or a.staging_mib < 1 or any(p <= 0 for p in a.paces):
         ap.error("--steps, --staging-mib and every --paces value must be > 0")
     if a.one:
         print(json.dumps(one(a.one[0], float(a.one[1]), a.steps, a.staging_mib)))
+        return 0
+    if a.capacity:
+        print(json.dumps(capacity(a.capacity, a.capacity_steps)))
         return 0
     cmd = "flock /tmp/mono-heavy.lock env PYTHONPATH=. python bench/capture_cpu.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
@@ -161,11 +234,19 @@ def main(argv=None) -> int:
             HEADER]
     print("\n".join(head), flush=True)
     rows = run_all(a)
-    text = "\n".join(head + [line(r) for r in rows] + ["", kept(rows),
-                                                       f"load average at end {os.getloadavg()[0]:.1f}"])
+    cap_head = ["", f"capacity: {a.capacity_steps} steps already in the ring, close() timed (no device), median of "
+                f"{a.repeats} interleaved repeats; x: against the one-worker (one-thread) mode",
+                "  per-step: one collect and one append a step on the drain thread; inline: batches of up to 32 on "
+                "the drain thread"]
+    print("\n".join(cap_head), flush=True)
+    cap_rows = run_capacity(a)
+    table = capacity_table(cap_rows)
+    print("\n".join(table), flush=True)
+    text = "\n".join(head + [line(r) for r in rows] + ["", kept(rows)] + cap_head + table
+                     + [f"load average at end {os.getloadavg()[0]:.1f}"])
     if a.out:
         Path(a.out).write_text(text + "\n")
-        Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+        Path(a.out).with_suffix(".json").write_text(json.dumps({"paced": rows, "capacity": cap_rows}, indent=1))
     print("", kept(rows), sep="\n")
     return 0
 
