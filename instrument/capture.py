@@ -165,8 +165,7 @@ class Capture:
 
         copy = (0.0, 0.0)
         if step_s is not None:
-            dev = torch.device(device)
-            copy = capture_staging.copy_seconds(torch.empty(0, device=dev), step_bytes // 8, dev)
+            copy = capture_staging.copy_seconds(step_bytes // 8, torch.device(device))
         return auto_ring(step_bytes, every, budget=budget, step_s=step_s, poll_s=poll_s, copy_s=copy)
 
     # -- the kernel's side -------------------------------------------------------------
@@ -319,8 +318,18 @@ class Capture:
         if exc_type is None:
             self.close()
         else:
-            self._stop.set()
+            self.abort()
         return False
+
+    def abort(self) -> None:
+        """Stop the drain and release the staging and the workers without draining
+        the rest (an exception in the replay): what was written stays written."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            self._release()
 
     # -- one drain pass ------------------------------------------------------------------
     def poll(self, idle: bool = False) -> int:

@@ -166,13 +166,13 @@ class HostStaging:
             self._shm = None
 
 
-def copy_seconds(tensor, step_words: int, device, reps: int = 3) -> tuple:
+def copy_seconds(step_words: int, device, reps: int = 3) -> tuple:
     """``(fixed, per_step)`` seconds of a drain pass's copy: the best of ``reps``
-    copies of 1 and of 4 steps' rows from device scratch memory into pinned memory
-    on a side stream, each waited for, fitted as fixed + steps · per_step."""
+    copies of 1 and of 4 steps' rows from scratch memory on ``device`` into pinned
+    memory on a side stream, each waited for, fitted as fixed + steps · per_step."""
     import torch
 
-    src = torch.zeros(4 * step_words, dtype=torch.int64, device=tensor.device)
+    src = torch.zeros(4 * step_words, dtype=torch.int64, device=device)
     dst = torch.empty(4 * step_words, dtype=torch.int64, pin_memory=device.type == "cuda")
     reader = DeviceReader(src, src[:1], device)
 

@@ -254,6 +254,26 @@ def test_worker_processes_append_to_a_run_while_the_device_runs(tmp_path):
         assert (t.column("start_tick").to_numpy() == CK.tick(k, 1, row, 0)).all() and t.num_rows == 5
 
 
+def test_an_exception_in_the_replay_releases_the_workers_and_the_staging():
+    """``with cap:`` left by an exception: the drain stops, the worker processes and
+    the shared staging are released (no drain of the rest), the error goes on."""
+    cap = CAP.Capture(_spec(), ring=8, every=1, layers=2, run=None, sink=_noop_sink, device="cpu", pool="process",
+                      workers=1)
+    dev = CK.RingDevice(cap)
+    with pytest.raises(KeyError):
+        with cap:
+            dev.run(3)
+            procs = list(cap.pool._procs.values())
+            shm = cap._host.name
+            raise KeyError("replay failed")
+    assert cap._host is None and cap._thread is None and all(p.poll() is not None for p in procs)
+    assert not os.path.exists(f"/dev/shm/{shm}")
+
+
+def _noop_sink(trace):
+    return None
+
+
 def _failing_sink(trace):
     raise RuntimeError("disk full")
 
