@@ -294,8 +294,8 @@ def report(res: dict) -> str:
         lines.append(f"{name}: {c['summary']}" + (f"; {c['behind']}" if c.get("behind") else ""))
     workers = [v for c in [*res["captures"].values(), *(k["report"] for k in res["keeps"].values())]
                for v in c["worker_rss_mib"].values()]
-    lines.append(f"peak RSS: this process {res['peak_rss_mib']:.0f} MiB (the staging is page-locked here), "
-                 f"a worker process up to {max(workers, default=0):.0f} MiB")
+    lines.append(f"peak RSS: this process {res['peak_rss_mib']:.0f} MiB (the staging it touched included; "
+                 f"page-locked on a GPU), a worker process up to {max(workers, default=0):.0f} MiB")
     return "\n".join(lines)
 
 
