@@ -24,7 +24,7 @@ def _run(out: Path, *args) -> str:
 
 def test_the_interp_run_is_captured_and_every_command_reads_it(tmp_path):
     text = _run(tmp_path, "--interp")
-    assert "2 written whole" in text and "0 ring_overrun, 0 incomplete" in text  # steps 0 and 4, whole
+    assert "2 written whole" in text and "0 ring_overrun, 0 host_behind, 0 incomplete" in text  # steps 0 and 4
     assert "6 (rank, launch) rows" in text  # summary read all 3 layers x 2 steps
     assert "typical launch" in text and "verdict:" in text  # explain ran on the run
     assert (tmp_path / "run_cpu-interp.txt").read_text().strip() == text.strip()

@@ -5,6 +5,9 @@ in device memory, continuous capture (``instrument.Capture``) recording one step
 
     PYTHONPATH=. python -m instrument.demo.triton_graph --graph --layers 16 --steps 200 --every 4 --run RUN
 
+(The capture's defaults: a ring the device-memory budget holds, the staging and the
+worker processes of ``instrument.capture``; ``--ring``, ``--workers`` set them.)
+
 (Without ``--graph`` the same launches go one by one; ``--device cpu`` runs them in
 Triton's interpreter, ``TRITON_INTERPRET=1`` set, a tiny shape and one CTA.)
 
@@ -42,9 +45,11 @@ def launch_layer(ffn: tm.MonoFFN, x, y, layer: int, step, layers: int, cap=None)
 class Runner:
     """The demo's buffers for ``layers`` launches a step on ``device``: weights,
     input and output, the step counter (``cap.step`` when capturing), and the
-    capture (``every`` 0: none; ``poll_s`` its drain's period)."""
+    capture (``every`` 0: none; ``poll_s`` its drain's period; ``capture_kw`` the
+    rest of ``Capture``'s options: ``workers``, ``pool``, ``staging``, ...)."""
 
-    def __init__(self, shape, layers: int, *, device="cuda", every=4, ring=2, run=None, sink=None, poll_s=0.002):
+    def __init__(self, shape, layers: int, *, device="cuda", every=4, ring="auto", run=None, sink=None,
+                 poll_s=0.002, **capture_kw):
         import torch
 
         from instrument.capture import Capture
@@ -57,7 +62,7 @@ class Runner:
         self.cap = None
         if every:
             self.cap = Capture(tm.spec(shape), ring=ring, every=every, layers=layers, run=run, sink=sink,
-                               device=device, name="triton_graph", poll_s=poll_s)
+                               device=device, name="triton_graph", poll_s=poll_s, **capture_kw)
             self.step = self.cap.step
         else:
             self.step = torch.zeros(1, dtype=torch.int64, device=device)
@@ -114,13 +119,20 @@ def run_steps(runner: Runner, steps: int, *, graph: bool):
     return runner.cap.close()
 
 
+def _ring(text: str):
+    """``--ring``: ``auto`` or a whole number."""
+    return text if text == "auto" else int(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m instrument.demo.triton_graph", description=__doc__.split("\n\n")[0])
     ap.add_argument("--graph", action="store_true", help="capture one step as a CUDA graph and replay it")
     ap.add_argument("--layers", type=int, default=16, help="launches a step (16)")
     ap.add_argument("--steps", type=int, default=200, help="steps replayed (200)")
     ap.add_argument("--every", type=int, default=4, help="stamp one step in N (4; 0: no capture)")
-    ap.add_argument("--ring", type=int, default=2, help="sampled steps the ring holds (2)")
+    ap.add_argument("--ring", type=_ring, default="auto", help="sampled steps the ring holds (auto: what the "
+                    "capture's device-memory budget holds)")
+    ap.add_argument("--workers", type=int, default=None, help="decode worker processes (half the cores, at most 8)")
     ap.add_argument("--run", help="the run dataset to append to (timeline.run)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for Triton's interpreter (TRITON_INTERPRET=1)")
     a = ap.parse_args(argv)
@@ -130,7 +142,7 @@ def main(argv=None) -> int:
     if a.every and not a.run:
         ap.error("--run RUN_DIR is needed with --every (or --every 0: no capture)")
     runner = Runner(INTERP_SHAPE if cpu else tm.Shape(), a.layers, device=a.device, every=a.every, ring=a.ring,
-                    run=a.run)
+                    run=a.run, workers=a.workers)
     rep = run_steps(runner, a.steps, graph=a.graph)
     if runner.ffn.hangs():
         print(f"error: {runner.ffn.hangs()} mailbox waits gave up", file=sys.stderr)
