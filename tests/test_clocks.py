@@ -281,3 +281,21 @@ def test_cross_rank_causality_is_checked_against_the_alignment_uncertainty():
     assert [a.uncertainty_ns for a in K.alignment_of(late)] == [50.0, 50.0]
     first = merge(_two_ranks(clock, events, None, graph))  # each rank's 0 is its first stamp
     assert cross(first) >= 1 and not any(a.measured for a in K.alignment_of(first))
+
+
+@settings(max_examples=200, deadline=None)
+@given(offset=st.integers(-10**18, 10**18), drift_ns=st.integers(-5_000, 5_000), u=st.floats(0, 1e4),
+       base=st.integers(10**15, 10**18), reads=st.lists(st.integers(-10**12, 10**12), min_size=1, max_size=20),
+       two=st.booleans())
+def test_on_host_many_is_on_host_value_for_value(offset, drift_ns, u, base, reads, two):
+    """A run places thousands of launch starts at once (``on_host_many``): each exactly
+    where ``on_host`` places it alone, one calibration or two (a drift between them)."""
+    cals = [K.Calibration(offset, u, base, 10, "gpu")]
+    if two:
+        cals.append(K.Calibration(offset + drift_ns, u / 2, base + 10**10, 10, "gpu"))
+    dev = [base + offset + r for r in reads]
+    host, pm = K.on_host_many(cals, np.array(dev, dtype=np.int64))
+    for i, x in enumerate(dev):
+        one = K.on_host(cals, x)
+        assert int(host[i]) == one.host_ns
+        assert float(pm[i]) == pytest.approx(one.uncertainty_ns, rel=1e-9, abs=1e-9)

@@ -188,9 +188,25 @@ def on_host(cals, device_ns: int) -> OnHost:
     the reading less the clock's offset ``placement_at`` the reading's host time (the
     first calibration's offset takes it there; the drift between calibrations moves
     it by ppm, nothing at that step). The one home of placing a reading: ``merge``
-    places each rank's origin with it, a run each launch's start."""
+    places each rank's origin with it, a run each launch's start (``on_host_many``)."""
     p = placement_at(cals, int(device_ns) - cals[0].offset_ns)
     return OnHost(int(device_ns) - p.offset_ns, p.uncertainty_ns)
+
+
+def on_host_many(cals, device_ns) -> tuple:
+    """``on_host`` of many readings of one clock at once: ``(host ns int64, ± ns float64)``
+    arrays, value for value ``on_host``'s (int64 holds these ns exactly; the drift's
+    correction rounds as ``placement_at``'s does)."""
+    dev = np.asarray(device_ns, dtype=np.int64)
+    a = cals[0]
+    if len(cals) == 1:
+        return dev - np.int64(a.offset_ns), np.full(dev.shape, float(a.uncertainty_ns))
+    b = cals[-1]
+    d = drift(a, b)
+    host0 = dev - np.int64(a.offset_ns)
+    offset = np.int64(a.offset_ns) + np.rint(d.ppm * 1e-6 * (host0 - np.int64(a.host_ns)).astype(np.float64)).astype(np.int64)
+    near = np.minimum(np.abs(host0 - np.int64(a.host_ns)), np.abs(host0 - np.int64(b.host_ns))).astype(np.float64)
+    return dev - offset, max(a.uncertainty_ns, b.uncertainty_ns) + d.uncertainty_ppm * 1e-6 * near
 
 
 def spread_uncertainty(uncertainties) -> float:

@@ -54,13 +54,20 @@ def with_host_starts(launches: pa.Table, records) -> pa.Table:
     axes = _axes(records)
     n = launches.num_rows
     host, pm, axis_pm = np.zeros(n, np.int64), np.full(n, np.nan), np.zeros(n)
-    keys = zip(launches.column("append").to_pylist(), launches.column("rank").to_pylist(),
-               launches.column("start_ns").to_pylist())
-    for i, (append, rank, start) in enumerate(keys):
-        cals, zero, u = axes.get((append, rank), ([], 0, 0.0))
-        axis_pm[i] = u
-        if cals and start is not None:
-            host[i], pm[i] = K.on_host(cals, zero + start)
+    appends = launches.column("append").to_pylist()
+    ranks = R.numpy(launches.column("rank")).astype(np.int64)
+    start = R.numpy(R.filled(launches.column("start_ns"), 0)).astype(np.int64)
+    has = R.numpy(launches.column("start_ns").is_valid()) if n else np.zeros(0, bool)
+    rows: dict = {}
+    for i, key in enumerate(zip(appends, ranks.tolist())):  # the rows of each (append, rank): one clock
+        rows.setdefault(key, []).append(i)
+    for key, idx in rows.items():
+        cals, zero, u = axes.get(key, ([], 0, 0.0))
+        idx = np.asarray(idx, dtype=np.int64)
+        axis_pm[idx] = u
+        idx = idx[has[idx]]
+        if cals and idx.size:
+            host[idx], pm[idx] = K.on_host_many(cals, np.int64(zero) + start[idx])
     missing = np.isnan(pm)
     return (launches.append_column("host_start_ns", R.arrow(host, mask=missing))
             .append_column("host_pm_ns", R.arrow(np.where(missing, 0.0, pm), mask=missing))
