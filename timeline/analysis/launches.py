@@ -203,7 +203,8 @@ def _on_axis(rows: pa.Table, gid: np.ndarray, n: int) -> tuple:
     by_host = cross & placed[gid]
     s = np.where(by_host, host, np.where(cross, 0, start))
     e = np.where(by_host, host + (end - start), np.where(cross, end - start, end))
-    assumed_row = np.isnan(_column_or(rows, "axis_pm_ns", 0.0, np.float64)) & ~cross
+    axis = rows.column("axis_pm_ns") if "axis_pm_ns" in rows.column_names else None
+    assumed_row = (~R.numpy(axis.is_valid()) if axis is not None else np.zeros(rows.num_rows, bool)) & ~cross
     return s, e, one_axis, placed, assumed_row, host_pm
 
 
