@@ -85,11 +85,29 @@ def cmd_summary(args) -> int:
         return _p99(src, sel, args)
     if args.by_launch:
         return _by_launch(src, sel, args)
-    if src.kind == "run" and not (args.legacy or args.profile_csv or args.idle or args.union):
-        return _run_summary(src, sel, args)
+    if not (args.legacy or args.profile_csv or args.idle):
+        return _run_summary(src, sel, args) if src.kind == "run" and not args.union else _stage_report(src, sel, args)
     from timeline.cli import trace_summary
 
     return trace_summary.summary_of(src.trace(sel), args)
+
+
+def _stage_report(src, sel, args) -> int:
+    """A trace file's (or with ``--union`` a run selection's) stage report
+    (``timeline.query.reports.stage_report``): a typical launch, or the whole scope."""
+    from timeline.query import reports as QR
+
+    doc = QR.stage_report(src, sel, union=args.union)
+    if args.json:
+        dump({**doc, "reproduce": reproduce(args)})
+        return 0
+    scope = (f"a typical launch: the median over {doc['pairs']} (rank, launch) pairs, µs from each launch's first "
+             "start; worst span = the slowest launch's (--union: all launches as one)"
+             if doc["report"] == "typical_launch" else "µs from the earliest start")
+    print(src.head())
+    print(f"stage report, {scope}; share = stage span / kernel span; interval columns are per-row p50 / p90 (µs)\n")
+    print(format_table(LA.rows_table(doc["rows"])))
+    return 0
 
 
 def _run_summary(src, sel, args) -> int:

@@ -1,7 +1,6 @@
-"""``timeline summary``'s reports that read task rows, on the ``Trace`` of a selection
-(a trace file's, or a run's launches read back: ``timeline.cli.summary_commands``
-chooses): the typical launch, ``--union``, ``--idle``, and the mono kernels' own
-``--legacy`` / ``--profile-csv`` reports. A launch is named by its key
+"""``timeline summary``'s reports printed from the ``Trace`` of a selection (a trace
+file's, or a run's launches read back: ``timeline.cli.summary_commands`` chooses):
+``--idle``, and the mono kernels' own ``--legacy`` / ``--profile-csv`` reports. A launch is named by its key
 (``Trace.launch_keys``)."""
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ IDLE_GAPS = 20  # the largest gaps ``summary --idle`` lists
 
 def summary_of(trace, args) -> int:
     """The report ``args`` asks for, of ``trace`` (already the selection)."""
-    from timeline.analysis import stages as A
-    from timeline.analysis import compare as C
     from timeline.analysis import legacy_reports as LR
 
     keys = trace.launch_keys
@@ -57,24 +54,7 @@ def summary_of(trace, args) -> int:
         return 0
     if args.idle:
         return _summary_idle(trace, args)
-    pairs = C.launch_pairs(trace)
-    typical = pairs > 1 and not args.union
-    if typical:
-        table = C.typical_launch(trace)
-        scope = (f"a typical launch: the median over {pairs} (rank, launch) pairs, µs from each launch's "
-                 "first start; worst span = the slowest launch's (--union: all launches as one)")
-    else:
-        table = A.stage_report(trace)
-        scope = "µs from the earliest start"
-    if args.json:
-        _print_json(trace, "typical_launch" if typical else "stage", json_rows(table), by_launch=False,
-                    reproduce=reproduce(args))
-        return 0
-    print(title(trace))
-    print(f"stage report, {scope}; share = stage span / kernel span; interval columns are per-row "
-          "p50 / p90 (µs)\n")
-    print(format_table(table))
-    return 0
+    raise UsageError("the stage report of a selection is timeline.query.reports.stage_report's (summary_commands)")
 
 
 def _summary_idle(trace, args) -> int:

@@ -188,10 +188,12 @@ def t_summary(ctx, a):
     e, src = ctx.sources.get(a["source"])
     sel = src.select(selection(a))
     mode = a["mode"] or "stages"
-    if mode == "stages" and src.kind != "run":
-        raise ToolError("summary: argument 'mode': 'stages' of a trace file is `timeline summary TRACE`, whose "
-                        "document the timeline command builds itself; ask mode 'by_launch' or 'p99' of it", "mode")
-    if mode == "stages":
+    if mode == "stages" and src.kind != "run":  # a trace file's stage report: its typical launch
+        from timeline.query import launches as QL
+
+        doc, flags = QR.stage_report(src, sel), []
+        key = QL.stats(sel.times).get("slowest_launch")
+    elif mode == "stages":
         doc, flags, key = QR.run_summary(src, sel, a["worst"] or 5), [], None
         key = doc["kernel_time"].get("slowest_launch")
     elif mode == "by_launch":
@@ -202,7 +204,8 @@ def t_summary(ctx, a):
     else:
         doc, flags = QR.p99(src, sel), ["--p99"]
         key = doc["p99_launch"]
-    argv = ["summary", e.path, *flags] + (["--worst", a["worst"]] if a["worst"] and mode == "stages" else []) + \
+    argv = ["summary", e.path, *flags] + (["--worst", a["worst"]] if a["worst"] and mode == "stages" and
+                                          src.kind == "run" else []) + \
         sel_argv(a)
     ev = ctx.evidence(e, src, EV.extent_sql(src.kind, src.spec().phases, [key] if key else []),
                       "the first and last stamp of the launch the report singles out (the slowest; with p99 the p99 "

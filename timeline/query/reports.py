@@ -44,6 +44,23 @@ def run_summary(src, sel, worst: int = 5) -> dict:
             "kernel_time": QL.stats(times)}
 
 
+def stage_report(src, sel, union: bool = False) -> dict:
+    """A trace file's stage report of the selection: a typical launch (the median of
+    every column over its (rank, launch) pairs, times from each launch's own first start;
+    ``worst span_us`` and ``launches``) where it holds several, else (or with ``union``)
+    the report of the whole scope."""
+    from timeline.analysis import compare as C
+    from timeline.analysis import stages as A
+
+    trace = src.trace(sel)
+    pairs = C.launch_pairs(trace)
+    typical = pairs > 1 and not union
+    table = C.typical_launch(trace) if typical else A.stage_report(trace)
+    return {**src.about(), "report": "typical_launch" if typical else "stage", "by_launch": False, "pairs": pairs,
+            "units": {"*_us": "µs from the earliest start of the scope", "share": "fraction"},
+            "anomalies": trace.anomaly_summary(), "rows": json_rows(table)}
+
+
 def by_launch(src, sel) -> dict:
     """One stage report row per (rank, launch, stage) of the selection, the launch by its
     key (a run's from its stored reports)."""
@@ -160,5 +177,5 @@ def whatif(src, sel, changes, progress=None) -> dict:
             "stages": json_rows(stages) if stages is not None else None}
 
 
-__all__ = ["by_launch", "critical_paths", "edge_list", "edges", "json_rows", "p99", "path_tables", "run_summary",
+__all__ = ["by_launch", "critical_paths", "stage_report", "edge_list", "edges", "json_rows", "p99", "path_tables", "run_summary",
            "whatif"]
