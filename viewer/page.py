@@ -226,8 +226,8 @@ def _tabs():
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
         dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[  # viewer.panels.abcompare
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
-                html.Div([html.Label("A (the baseline: before)"), dcc.Dropdown(id="cmp-a", placeholder="a trace or run")],
-                         style={"width": "320px"}),
+                html.Div([html.Label("A (the baseline: before)"),
+                          dcc.Dropdown(id="cmp-a", placeholder="a trace or run")], style={"width": "320px"}),
                 html.Div([html.Label("B (after: the one open)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
             html.Div(id="cmp-verdict", className="ab"),
             html.Div(id="cmp-gantt-b-title", className="status"),

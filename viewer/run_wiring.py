@@ -111,7 +111,8 @@ def section(app, search: str | None):
                 id="ov-graph", figure=figure, style={"height": f"{figure['layout'].get('height', 200)}px"},
                 config={"displaylogo": False, "displayModeBar": False})),
             html.Div(className="ov-explain", children=[
-                html.Div(id="ov-explain", children=[html.B("Explain verdict"), html.Div(EXPLAIN_SLOT, className="status")]),
+                html.Div(id="ov-explain", children=[html.B("Explain verdict"),
+                                                    html.Div(EXPLAIN_SLOT, className="status")]),
                 html.Div(id="ov-across", children=[html.Div(ACROSS_SLOT, className="status")])]),
         ]),
         html.Div(className="ov-scale", children=[html.Span(scale, id="ov-scale"), " · ", VO.MARKS]),
