@@ -36,7 +36,7 @@ from viewer import run_wiring as VRW
 from viewer import wiring as VW
 from viewer.launch_cache import LaunchCache, footprint
 from viewer import explained as XD
-from viewer import model as VM
+from viewer import model as M
 from viewer.panels import overview as VO
 from viewer.panels import trace as VTR
 from viewer.sources import Loaded, SourceError
@@ -264,7 +264,7 @@ def test_with_overview_the_picker_and_the_overview_name_a_launch_alike(run_dir):
         "%{y}", fig["data"][0]["y"][row])
     assert hover.startswith("launch 1:2 (step 1 · layer 2)")
     item = st.store.get(name)
-    assert VM.group_label(item.data, st.view(item, "rank", None, None, None, None), 0) == "r0 1:2"
+    assert M.group_label(item.data, st.view(item, "rank", None, None, None, None), 0) == "r0 1:2"
     assert out.launch_options == [{"label": "launch 1:2", "value": item.trace.launches[0]}]
 
 
@@ -447,7 +447,7 @@ def test_a_trace_without_headers_and_a_run_of_it_open_on_their_launches(tmp_path
     verdict = VRW.on_verdict(st, first, [VRS.launch_name(first, other), None, None])
     assert verdict[1].children.startswith(f"launch {other} took ")
     item = st.store.get(VRS.launch_name(first, other))
-    assert VM.group_label(item.data, st.view(item, "rank", None, None, None, None), 0) == f"r0 {other}"
+    assert M.group_label(item.data, st.view(item, "rank", None, None, None, None), 0) == f"r0 {other}"
 
 
 def test_the_side_verdict_is_on_the_launch_shown_as_explain_has_it(state, run_dir):
