@@ -356,3 +356,29 @@ def test_a_capture_named_oddly_is_addressed_safely(tmp_path):
     assert out.key == {"name": None} and "is not one launch of 'odd_run'" in component_text(out.banners)
     out = VTR.select(state, "?run=" + urllib.parse.quote("../odd_run") + "&launch=0", None, False)
     assert out.key == {"name": None} and "outside the trace directory" in component_text(out.banners)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=st.sampled_from(["small_run", "small_run.arrow", "../outside_run", "link_run", "/etc", "small_run/launch=0:0"])
+       | JSONISH, b=st.sampled_from(["small_run", "small_run.arrow", "../outside_run/x.arrow"]) | JSONISH,
+       which=JSONISH, panels=JSONISH)
+def test_any_explain_or_compare_request_is_an_answer_or_a_message(served_run, a, b, which, panels):
+    """Whatever a client names as A and B in the Compare tab, or as the Explain tab's
+    launch choice and source to explain against: an answer or a message, never an
+    exception, never a server path, never a source outside the trace directory."""
+    import dash
+
+    from viewer.panels import abcompare as VAB
+    from viewer.panels import explain as XP
+
+    state, d, _ = served_run
+    outs = []
+    for call in (lambda: VAB.on_ab(state, a, b, "compare", None),
+                 lambda: XP.on_explain(state, {"name": "small_run/launch=0:1"}, "explain", panels, which, a)):
+        try:
+            outs.append(call())
+        except dash.exceptions.PreventUpdate:
+            pass
+    text = json.dumps(outs, default=str)
+    assert str(d) not in text and str(d.parent) not in text and "Traceback" not in text
+    assert "SECRET" not in text
