@@ -10,6 +10,7 @@ its own gets this page's own sentence, not the command line's hint."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from viewer import run_source as VRS
 from viewer.sources import SourceError
 from viewer.state import lru_get
 
+CLI_HINT = re.compile(r" ?\(`timeline [^`]*`[^)]*\)")  # "(`timeline launches RUN` lists them)": a terminal's hint
 ACROSS = 8  # slow launches the run overview's stable culprits explain (timeline explain --across 8)
 DOCS = 32  # answers kept
 
@@ -96,7 +98,7 @@ def document(app, name: str, ask: QX.Ask, hint: str = "explain it against anothe
             doc = QX.explain(src, QS.Selection(), ask._replace(baseline=None if base is None else str(base)),
                              source_text=name)
         except (TimelineError, ValueError) as e:
-            raise SourceError(scrub(str(e), paths)) from None
+            raise SourceError(CLI_HINT.sub("", scrub(str(e), paths))) from None
         return scrub(doc, paths)
 
     return lru_get(app.docs, app.docs_lock, key, make, DOCS)

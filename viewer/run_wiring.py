@@ -22,10 +22,10 @@ from dash import Input, Output, Patch, State, dcc, html
 
 from timeline.query import explain as QX
 from viewer import explained as XD
+from viewer import run_grid as VRG
 from viewer import run_source as VRS
 from viewer.client import ViewState
 from viewer.page import TABS, msg
-from viewer import run_grid as VRG
 from viewer.panels import overview as VO
 from viewer.state import ERROR, NO, guarded
 
