@@ -11,7 +11,9 @@ same launches:
 - run page: first paint (p90 of ``--colds`` cold loads, each in a fresh browser:
   from asking for the page to the frame painted after the overview and the
   typical launch's Gantt are drawn, timed in the page; the WebDriver's polled
-  time beside it), drill-down (a click on an
+  time beside it), the explain answers beside the overview (the verdict on the
+  launch shown, the p99 verdict with the stable culprits: asked after the first
+  paint; timed in the server, a fresh one and after the pages), drill-down (a click on an
   overview cell of a launch not loaded yet -> its Gantt painted; median), zoom
   round trip (median), server peak RSS (this process: the server runs in it, the
   browser does not);
@@ -139,6 +141,22 @@ def make_run(run_dir: Path, intervals: int) -> dict:
     return out
 
 
+def make_slow_run(run_dir: Path) -> Path:
+    """A SYNTHETIC run whose slow launches have one culprit: the GLM-5 task graph on
+    ``WORLD`` ranks, 3 steps x ``LAYERS`` layers (``GRID`` CTAs), rank 2's ``ug``
+    compute 5 µs longer a task in launches 5, 17 and 29: what the overview's stable
+    culprits explain (the bench's own run has no launch past its noise)."""
+    from timeline.ingest import synth_graph as SG
+    from timeline.run import append
+
+    if not run_dir.exists():
+        slots = [(s, la) for s in range(3) for la in range(LAYERS)]
+        inject = [SG.parse_injection(f"2:ug:*:compute:+5000@{i}") for i in (5, 17, 29)]
+        append(run_dir, SG.graph_trace(SG.glm5_spec(world=WORLD, launches=len(slots)), grid=GRID, seed=0, slots=slots,
+                                       inject=inject))
+    return run_dir
+
+
 # -- the pages ------------------------------------------------------------------------------------------
 def dashboard_bundle():
     from tools.plotly_bundle import CHECKOUT_BUNDLE
@@ -192,6 +210,38 @@ def zooms(driver, n: int) -> list:
     return out
 
 
+def explain_costs(state, name: str, others: int = 3) -> dict:
+    """What the run page's explain answers cost in the server (``viewer.explained``,
+    each the first time it is asked): the verdict on the launch shown (its typical
+    launch: the run's typical launches read), on ``others`` more launches (the typical
+    ones cached by then), and the p99 verdict with the stable culprits over up to
+    ``XD.ACROSS`` slow launches."""
+    from timeline.query import explain as QX
+    from viewer import explained as XD
+
+    ov = state.runs.overview(name)
+    out = {}
+    t = time.perf_counter()
+    XD.document(state, name, QX.Ask(launches=[ov.typical]))
+    out["verdict_cold_s"] = time.perf_counter() - t
+    rng = np.random.default_rng(1)
+    keys = [k for k in ov.keys() if k != ov.typical]
+    nxt = []
+    for i in rng.choice(len(keys), size=min(others, len(keys)), replace=False):
+        t = time.perf_counter()
+        XD.document(state, name, QX.Ask(launches=[keys[i]]))
+        nxt.append(time.perf_counter() - t)
+    out["verdict_next_s"] = nxt
+    t = time.perf_counter()
+    doc = XD.document(state, name, QX.Ask(p99=True, across=XD.ACROSS))
+    out["across_s"] = time.perf_counter() - t
+    across = doc.get("across") or {}
+    out["across_says"] = across.get("says", doc["verdict"])
+    out["across_culprits"] = [c["says"] for c in across.get("culprits", [])[:3]]
+    out["rss_mb"] = _rss_mb()
+    return out
+
+
 def child_run(run_dir: Path, colds: int, drills: int, budget: str) -> dict:
     from viewer import app as V
     from viewer import run_source as VRS
@@ -214,14 +264,27 @@ def child_run(run_dir: Path, colds: int, drills: int, budget: str) -> dict:
         B.wait_for(driver, RUN_READY, 120, "the first paint")
         driver.set_script_timeout(120)
         for k in picks:
-            r = driver.execute_async_script(CLICK, int(k.step), int(k.layer), VRS.launch_name(name, k))
+            r = driver.execute_async_script(CLICK, str(k.step), str(k.layer), VRS.label(VRS.launch_name(name, k)))
             out["drill"].append(r["total_ms"] / 1e3)
             out["mode"] = f"{r['mode']}, {r['intervals']:,} intervals in view"
             out["zoom"] += zooms(driver, 2)
     out["held_mb"] = state.store.launches.held() / 2**20
     out["cached"] = len(state.store.launches.names())
+    state.docs.clear()  # the explain answers the pages asked, asked again here, timed (their launches cached)
+    out["explain_warm"] = explain_costs(state, name)
     out["rss_peak_mb"] = _rss_mb()
     out["rss_before_mb"] = rss0
+    return out
+
+
+def child_explain(run_dir: Path, budget: str) -> dict:
+    """``explain_costs`` on a fresh server (nothing cached): startup, then the answers."""
+    from viewer import app as V
+
+    t = time.perf_counter()
+    state, _, name = V.prepare([str(run_dir), "--trace-dir", str(run_dir.parent), "--memory-budget", budget])
+    out = {"startup_s": time.perf_counter() - t, "launches": state.runs.overview(name).n}
+    out.update(explain_costs(state, name))
     return out
 
 
@@ -298,6 +361,15 @@ def report(run: dict, r: dict, f: dict, load: tuple, cmd: str):
     print(f"  drill-down (click -> Gantt painted): {stats(r['drill'])}  [median {verdict(round(dm, 3), GOAL_DRILL_S)}]")
     print(f"    last drawn: {r['mode']}")
     print(f"  zoom round trip: {zoom_line(r['zoom'])}\n    [median {verdict(round(zm, 3), GOAL_ZOOM_S)}]")
+    e, w = r["explain"], r["explain_warm"]
+    print(f"  explain beside the overview (asked after the first paint; a fresh server: {e['launches']:,} launches, "
+          f"startup {e['startup_s']:.2f} s):")
+    print(f"    verdict on the launch shown, first: {e['verdict_cold_s']:.2f} s; on other launches "
+          f"{', '.join(f'{x:.2f}' for x in e['verdict_next_s'])} s; p99 verdict + stable culprits "
+          f"(up to 8 slow launches explained): {e['across_s']:.2f} s; peak RSS {e['rss_mb']:.0f} MiB")
+    print(f"    the same asked again after the pages (launches cached): {w['verdict_cold_s']:.2f} s, "
+          f"{', '.join(f'{x:.2f}' for x in w['verdict_next_s'])} s, {w['across_s']:.2f} s")
+    print(f"    {e['across_says']}")
     print(f"  server peak RSS {r['rss_peak_mb']:.0f} MiB (before start {r['rss_before_mb']:.0f}, after startup "
           f"{r['rss_start_mb']:.0f}); launch cache at the end {r['cached']} launches, {r['held_mb']:.0f} MiB  "
           f"[{verdict(round(r['rss_peak_mb']), GOAL_RSS_MB)} MiB]")
@@ -328,8 +400,17 @@ def main(argv=None) -> int:
     p.add_argument("--budget", default="1G", help="timeline-view --memory-budget (default 1G)")
     p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "timeline-bench-run",
                    help="where the run is made (and reused)")
-    p.add_argument("--child", choices=("run", "file"), help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=("run", "file", "explain"), help=argparse.SUPPRESS)
+    p.add_argument("--explain-only", type=Path, metavar="RUN",
+                   help="only time the run page's explain answers on RUN (a fresh server), e.g. traces/h100_graph_run; "
+                        "'slow': a SYNTHETIC run with 3 slow launches of one culprit, made in --dir")
     args = p.parse_args(argv)
+    if args.explain_only:
+        run = make_slow_run(args.dir / "slow_run") if str(args.explain_only) == "slow" else args.explain_only
+        e = child_explain(run, args.budget)
+        print(f"command: python bench/viewer_run.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+        print(json.dumps(e, indent=1))
+        return 0
     target = parse_count(args.intervals)
     run_dir = args.dir / f"run_{args.intervals}"
     if args.child == "run":
@@ -338,11 +419,14 @@ def main(argv=None) -> int:
     if args.child == "file":
         print(json.dumps(child_file(run_dir.parent / f"{run_dir.name}_step0.arrow", args.colds, args.drills)))
         return 0
+    if args.child == "explain":
+        print(json.dumps(child_explain(run_dir, args.budget)))
+        return 0
     args.dir.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
     run = make_run(run_dir, target)
     res = {}
-    for child in ("run", "file"):
+    for child in ("explain", "run", "file"):
         cmd = [sys.executable, __file__, "--child", child, "--intervals", args.intervals, "--colds", str(args.colds),
                "--drills", str(args.drills), "--budget", args.budget, "--dir", str(args.dir)]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -351,6 +435,7 @@ def main(argv=None) -> int:
             print(proc.stderr[-3000:], file=sys.stderr)
             return proc.returncode
         res[child] = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["run"]["explain"] = res["explain"]
     report(run, res["run"], res["file"], (load0, os.getloadavg()[0]),
            "python bench/viewer_run.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0

@@ -199,14 +199,16 @@ def test_the_dashboard_overview_shows_the_runs_skew_not_two_clocks_apart(tmp_pat
     """The run page's overview takes a launch's skew from ``launch_times`` (the
     calibrated placement; null without calibrations), never ``max - min`` of starts on
     two GPUs' own clocks (the epochs apart)."""
+    from viewer import run_grid as VRG
     from viewer import run_source as VRS
+    from viewer.panels import overview as VO
 
     eps = {r: e for r, (_, _, e) in enumerate(ranks())}
     exact = {r: [K.Calibration(eps[r], 40.0, 0, 100, f"gpu{r}")] for r in (0, 1)}
     for name, cals in (("cal", exact), ("bare", {0: None, 1: None})):
         truth = separate_run(tmp_path / name, cals)
-        src = VRS.RunSource(name, tmp_path / name)
-        ov = VRS.build_overview(src.sql, src.axis, src.times())
+        ov = VRG.overview_of(name, VRS.RunView(name, tmp_path / name).overview())
+        z = VO.metric_grid(ov, "skew", None)[0] * 1e3  # µs on the map
         for (step, layer), skew in truth.items():
-            got = ov.skew[list(ov.layers).index(layer), list(ov.steps).index(step)]
-            assert (got == skew) if name == "cal" else np.isnan(got), (name, step, layer, got, skew)
+            got = z[ov.grid.ys.index(str(layer)), ov.grid.xs.index(str(step))]
+            assert (got == pytest.approx(skew)) if name == "cal" else np.isnan(got), (name, step, layer, got, skew)

@@ -68,6 +68,21 @@ def test_cli_defaults(trace_dir, tmp_path, monkeypatch):
     assert V.prepare(["--trace-dir", str(tmp_path), "--gl-limit", "0"])[0].gl_limit == 0
 
 
+def test_no_argument_where_there_is_no_traces_directory_says_what_to_give(tmp_path, monkeypatch, capsys):
+    """``timeline-view`` alone, from an installed wheel started where there is no
+    ``./traces``: one line saying what to give, not a complaint about a flag the user
+    never gave; ``--trace-dir`` given and missing still names the flag."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ex:
+        V.prepare([])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ex.value.code == 2 and "--trace-dir 'traces'" not in err
+    assert "no trace named and no ./traces directory here" in err and "timeline-view TRACE.arrow | RUN" in err
+    with pytest.raises(SystemExit):
+        V.prepare(["--trace-dir", "traces"])
+    assert "--trace-dir 'traces' is not a directory" in capsys.readouterr().err
+
+
 def test_main_serves_on_localhost_without_debug(trace_dir, monkeypatch, capsys):
     d, _ = trace_dir
     seen = {}

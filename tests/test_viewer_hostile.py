@@ -260,18 +260,17 @@ def test_overview_clicks_and_buttons_over_http_open_launches_of_the_run_only(ser
         body = {"output": OPEN_OUT, "outputs": [{"id": "url", "property": "search"},
                                                 {"id": "ov-progress", "property": "children"}],
                 "inputs": _props(OPEN_INPUTS, [click, 1, 1, 1, 1, 1]),
-                "state": _props(OPEN_STATE, [run, {"name": f"small_run/step={shown.step}/layer={shown.layer}"}, "", "kernel", 0]),
+                "state": _props(OPEN_STATE, [run, {"name": f"small_run/launch={shown}"}, "", "kernel", 0]),
                 "changedPropIds": [changed]}
         return client.post("/_dash-update-component", json=body)
 
     r = open_("ov-graph.clickData", click={"points": [{"x": 1, "y": 2}]})
     assert r.status_code == 204  # an unbinned overview's click is opened by the browser (run_wiring.CLICK_SCRIPT)
     r = open_("ov-next.n_clicks")
-    assert "loading step" in r.get_json()["response"]["ov-progress"]["children"]  # the note while it loads
-    assert r.get_json()["response"]["url"]["search"].startswith(
-        f"?run=small_run&step={ov.neighbour(shown, 1).step}&layer={ov.neighbour(shown, 1).layer}")
+    assert "loading launch" in r.get_json()["response"]["ov-progress"]["children"]  # the note while it loads
+    assert r.get_json()["response"]["url"]["search"].startswith(f"?run=small_run&launch={ov.neighbour(shown, 1)}")
     r = open_("ov-slowest.n_clicks")
-    assert f"step={ov.slowest.step}&layer={ov.slowest.layer}" in r.get_json()["response"]["url"]["search"]
+    assert f"launch={ov.slowest}" in r.get_json()["response"]["url"]["search"]
     for run in ("../outside_run", "link_run", "/etc"):
         r = open_("ov-next.n_clicks", run=run)
         text = r.get_data(as_text=True)
@@ -285,35 +284,101 @@ def test_many_launch_requests_stay_within_the_memory_budget(served_run):
     state, _, _ = served_run
     from viewer.launch_cache import footprint
 
-    one = footprint(state.store.get("small_run/step=0/layer=0"))
-    from viewer import run_source as VRS
+    one = footprint(state.store.get("small_run/launch=0:0"))
     from viewer.run_source import BYTES_PER_TASK
 
-    tasks = state.runs.overview("small_run").tasks_of(VRS.Key(0, 0))
+    tasks = state.runs.overview("small_run").tasks_of("0:0")
     state.store.launches.budget = max(int(one * 1.5), tasks * BYTES_PER_TASK)  # one fits, two do not
     assert 2 * one > state.store.launches.budget
     for s in range(2):
         for la in range(3):
-            out = VTR.select(state, f"?run=small_run&step={s}&layer={la}", None, False)
-            assert out.key == {"name": f"small_run/step={s}/layer={la}"}
+            out = VTR.select(state, f"?run=small_run&launch={s}:{la}", None, False)
+            assert out.key == {"name": f"small_run/launch={s}:{la}"}
             assert state.store.launches.held() <= state.store.launches.budget
     assert len(state.store.launches.names()) == 1
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(run=st.sampled_from(["small_run", "../outside_run", "link_run", "", "small_run/step=1/layer=1"]) | st.text(max_size=20),
-       step=st.text(max_size=24) | st.integers().map(str), layer=st.text(max_size=12) | st.integers().map(str))
-def test_any_run_address_is_a_launch_or_a_message(served_run, run, step, layer):
-    """Any ``?run=&step=&layer=`` address: that launch of the run inside the trace
-    directory, or a message naming no server path; never an exception."""
+KEYISH = st.sampled_from(["0:1", "1:2", "7:0", "0-1:1", "1:2,0:1", "x:1", "s5i.arrow:40", ":", "", "0", "%2F:3",
+                          "a\x00b:1", "1:" + "9" * 30]) | st.text(max_size=24)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run=st.sampled_from(["small_run", "../outside_run", "link_run", "", "small_run/launch=1:1"]) | st.text(max_size=20),
+       step=st.none() | st.text(max_size=24) | st.integers().map(str),
+       layer=st.none() | st.text(max_size=12) | st.integers().map(str), launch=st.none() | KEYISH)
+def test_any_run_address_is_a_launch_or_a_message(served_run, run, step, layer, launch):
+    """Any ``?run=&launch=`` address (or an older ``&step=&layer=`` one): that launch
+    of the run inside the trace directory, or a message naming no server path; never
+    an exception."""
+    from timeline.core import launchkey as KY
+    from viewer import run_source as VRS
+
     state, d, _ = served_run
-    search = "?" + urllib.parse.urlencode({"run": run, "step": step, "layer": layer})
+    search = "?" + urllib.parse.urlencode({k: v for k, v in (("run", run), ("step", step), ("layer", layer),
+                                                            ("launch", launch)) if v is not None})
     out = VTR.select(state, search, None, False)
     text = json.dumps(out, default=str)
     assert str(d) not in text and str(d.parent) not in text
     name = out.key["name"]
-    if name is not None:  # the launch the address names (no step nor layer: the typical; no run: the default)
+    if name is not None:  # the launch the address names (none: the typical; no run: the default)
         q = urllib.parse.parse_qs(search[1:])
-        want = state.runs.typical("small_run") if not q.get("step") and not q.get("layer") else \
-            (int(q.get("step", ["0"])[0]), int(q.get("layer", ["0"])[0]))
-        assert q.get("run", ["small_run"]) == ["small_run"] and name == f"small_run/step={want[0]}/layer={want[1]}"
+        if q.get("launch"):
+            want = VRS.parse_launch(q["launch"][0])
+        elif q.get("step") or q.get("layer"):
+            want = KY.LaunchKey(int(q.get("step", ["0"])[0]), int(q.get("layer", ["0"])[0]))
+        else:
+            want = state.runs.typical("small_run")
+        assert q.get("run", ["small_run"]) == ["small_run"] and name == VRS.launch_name("small_run", want)
+
+
+def test_a_capture_named_oddly_is_addressed_safely(tmp_path):
+    """A run without slot headers whose capture's name holds ``&``, ``=``, ``#``, ``%``,
+    ``/``, ``,``, ``:`` and spaces: every launch opens by its address (the key
+    percent-encoded), the page shows it by its key, and a name that would lead out of
+    the trace directory is still refused."""
+    from timeline.run import append
+    from viewer import run_source as VRS
+    from viewer.panels import overview as VO
+    from viewer_runkit import headerless, small_trace
+
+    d = tmp_path / "traces"
+    d.mkdir()
+    odd = "cap &x=1#frag%41/../b,c:d e"
+    append(d / "odd_run", headerless(small_trace().filter(ranks=[0])), capture=odd)
+    state, _, first = V.prepare([str(d / "odd_run"), "--trace-dir", str(d)])
+    ov = state.runs.overview(first)
+    assert {k.capture for k in ov.keys()} == {odd} and ov.grid.ys == [odd]
+    for key in ov.keys():
+        search = VO.search_for(first, key, "")
+        out = VTR.select(state, search, None, False)
+        assert out.key == {"name": VRS.launch_name(first, key)} and f"launch {key}" in out.info
+    out = VTR.select(state, "?run=odd_run&launch=" + urllib.parse.quote(f"{odd}:99"), None, False)
+    assert out.key == {"name": None} and "is not one launch of 'odd_run'" in component_text(out.banners)
+    out = VTR.select(state, "?run=" + urllib.parse.quote("../odd_run") + "&launch=0", None, False)
+    assert out.key == {"name": None} and "outside the trace directory" in component_text(out.banners)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=st.sampled_from(["small_run", "small_run.arrow", "../outside_run", "link_run", "/etc", "small_run/launch=0:0"])
+       | JSONISH, b=st.sampled_from(["small_run", "small_run.arrow", "../outside_run/x.arrow"]) | JSONISH,
+       which=JSONISH, panels=JSONISH)
+def test_any_explain_or_compare_request_is_an_answer_or_a_message(served_run, a, b, which, panels):
+    """Whatever a client names as A and B in the Compare tab, or as the Explain tab's
+    launch choice and source to explain against: an answer or a message, never an
+    exception, never a server path, never a source outside the trace directory."""
+    import dash
+
+    from viewer.panels import abcompare as VAB
+    from viewer.panels import explain as XP
+
+    state, d, _ = served_run
+    outs = []
+    for call in (lambda: VAB.on_ab(state, a, b, "compare", None),
+                 lambda: XP.on_explain(state, {"name": "small_run/launch=0:1"}, "explain", panels, which, a)):
+        try:
+            outs.append(call())
+        except dash.exceptions.PreventUpdate:
+            pass
+    text = json.dumps(outs, default=str)
+    assert str(d) not in text and str(d.parent) not in text and "Traceback" not in text
+    assert "SECRET" not in text

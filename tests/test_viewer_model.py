@@ -302,3 +302,21 @@ def test_concurrency_is_stacked_and_pruned(tiny):
     assert untyped(b["y"]).tolist() == [2, 3, 1, 0]  # a + b: stacked on the server
     assert untyped(b["customdata"]).tolist() == [0, 1, 1, 0] and b["fill"] == "tonexty"
     assert F.concurrency_traces(t, tiny, [1])[0]["meta"]["stage"] == "b"
+
+
+def test_rows_and_hovers_name_a_launch_by_its_key():
+    """A trace whose launches carry slot headers: each Gantt row names its launch by
+    its key (``r0 1:2``, as every command prints it), each hover point too; a trace
+    known by launch numbers alone keeps ``r0 L1``."""
+    from viewer_runkit import SLOTS, small_trace
+
+    d = M.TraceData(small_trace())
+    v = M.build_view(d, "rank")
+    heads = {M.group_label(d, v, r) for r in range(v.n_rows)}
+    assert heads == {f"r{rk} {s}:{la}" for rk in (0, 1) for s, la in SLOTS}
+    traces = F.bar_traces(d, v, np.arange(v.order.size), 4.0)
+    hovers = [t["hovertemplate"] for t in traces if t["meta"]["kind"] == "hover"]
+    assert {h.split(" · launch ")[1].split(" · ")[0] for h in hovers} == {f"{s}:{la}" for s, la in SLOTS}
+    plain = M.TraceData(synth.synth_trace(synth.glm5_spec(world=1, launches=2), grid=4))
+    pv = M.build_view(plain, "rank")
+    assert {M.group_label(plain, pv, r) for r in range(pv.n_rows)} == {"r0 L0", "r0 L1"}

@@ -93,9 +93,11 @@ def test_query_string_preselects_the_view(state):
     assert VTR.initial("?grouping=sideways", [0], [0]) == (None, None, "rank")
     out = VTR.select(state, "?trace=small.arrow&ranks=1&grouping=stage&compare=anomalies.arrow&tab=compare",
                        None, False)
-    assert out.ranks == [1] and (out.grouping, out.compare_b, out.tab) == ("stage", "anomalies.arrow", "compare")
+    # &compare= names A, the baseline; B is the trace open
+    assert out.ranks == [1] and (out.grouping, out.compare_a, out.compare_b, out.tab) == (
+        "stage", "anomalies.arrow", "small.arrow", "compare")
     out = VTR.select(state, "?trace=small.arrow&compare=../outside/secret.arrow&tab=nope", None, False)
-    assert out.compare_b is None and out.tab is VS.NO  # only catalog names, only known tabs
+    assert out.compare_a is None and out.tab is VS.NO  # only catalog names, only known tabs
 
 
 def test_first_view_is_what_the_callbacks_would_draw(state, monkeypatch):

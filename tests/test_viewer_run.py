@@ -1,9 +1,13 @@
-"""The dashboard over a run (``timeline-view RUN``): the overview's aggregates against
-the run's launches table, a trace file read as a run giving the same overview and
-launches, the launch cache within its memory budget, what a click, a button or a
-key opens, the addresses; then in headless Chromium: the overview paints, a click
-and the buttons drill down to a launch's Gantt with the panels following, the keys
-step through launches, an address opens the launch, selection and window it names."""
+"""The dashboard over a run (``timeline-view RUN``): the overview against the run's
+launches table (one kernel time, one pick rule: ``timeline.analysis.launches``'), a
+trace file read as a run giving the same overview and launches, launches named by
+their key in names and addresses (any capture name), a run without slot headers on
+its capture x slot grid, the launch cache within its memory budget, what a click, a
+button or a key opens, the verdict beside the overview on the launch shown and the
+stable culprits (``timeline.query.explain``'s); then in headless Chromium: the
+overview paints, a click and the buttons drill down to a launch's Gantt with the
+panels following, the keys step through launches, an address opens the launch,
+selection and window it names."""
 
 from __future__ import annotations
 
@@ -13,24 +17,33 @@ import subprocess
 import urllib.parse
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
+from timeline.analysis import launches as LA
+from timeline.core import launchkey as KY
+from timeline.query import explain as QX
+from timeline.query import launches as QL
+from timeline.query import overview as QO
+from timeline.query import source as QS
 from timeline.run import open_run
 from viewer import app as V
+from viewer import run_grid as VRG
 from viewer import run_source as VRS
 from viewer import run_wiring as VRW
 from viewer import wiring as VW
 from viewer.launch_cache import LaunchCache, footprint
+from viewer import explained as XD
+from viewer import model as M
 from viewer.panels import overview as VO
+from viewer.panels import trace as VTR
 from viewer.sources import Loaded, SourceError
 from tools import browser as B
 
 from viewer_runkit import LAYERS, SLOTS, STEPS, make_run
-from viewerkit import dashboard_bundle
+from viewerkit import component_text, dashboard_bundle
 
 
 @pytest.fixture(scope="module")
@@ -49,47 +62,73 @@ def state(run_dir):
 
 
 def by_hand(run) -> dict:
-    """Per (step, layer) from the run's launches table, in Python: the slowest rank's
-    kernel time, the start skew, anomalies, tasks."""
+    """Per launch key from the run's launches table, in Python: the kernel time (first
+    start to last end over its ranks: one append, one time axis), each rank's own span,
+    the start skew, anomalies, tasks."""
     out = {}
     for r in open_run(run).launches().to_pylist():
-        k = (r["step"], r["layer"])
-        o = out.setdefault(k, {"kernel": 0, "starts": [], "anomalies": 0, "tasks": 0})
-        o["kernel"] = max(o["kernel"], r["kernel_ns"])
+        o = out.setdefault(f"{r['step']}:{r['layer']}", {"starts": [], "ends": [], "own": {}, "anomalies": 0,
+                                                           "tasks": 0})
         o["starts"].append(r["start_ns"])
+        o["ends"].append(r["end_ns"])
+        o["own"][r["rank"]] = r["kernel_ns"]
         o["anomalies"] += r["anomalies"]
         o["tasks"] += r["tasks"]
+    for o in out.values():
+        o["kernel"] = max(o["ends"]) - min(o["starts"])
     return out
 
 
-def test_the_overview_is_the_runs_launches_aggregated(state, run_dir):
+def nearest_rank(kernel: list, q: float) -> int:
+    """The q-quantile launch by nearest rank, ties the later key first (so the top is
+    the slowest launch, the first in key order)."""
+    order = sorted(range(len(kernel)), key=lambda i: (kernel[i], -i))
+    return order[max(int(np.ceil(q * len(kernel))) - 1, 0)]
+
+
+def test_the_overview_is_the_runs_launches_by_key(state, run_dir):
+    """Each cell is a launch named by its key, coloured by the one kernel time
+    (``timeline.analysis.launches``: first start to last end over its ranks, not the
+    slowest rank's own span), the picks by its nearest-rank rule."""
     _, run, _ = run_dir
     ov = state.runs.overview(run.name)
     want = by_hand(run)
-    assert ov.steps.tolist() == list(range(STEPS)) and ov.layers.tolist() == list(range(LAYERS))
-    assert ov.n == len(SLOTS) and ov.ranks == [0, 1] and ov.unkeyed == 0
-    for (s, la), w in want.items():
-        assert ov.kernel[la, s] == w["kernel"]
-        assert ov.skew[la, s] == max(w["starts"]) - min(w["starts"])
-        assert ov.anomalies[la, s] == w["anomalies"]
-        assert ov.tasks_of(VRS.Key(s, la)) == w["tasks"]
-    order = sorted(want, key=lambda k: want[k]["kernel"])  # nearest-rank percentiles of the slowest rank
-    assert ov.typical == VRS.Key(*order[2]) and ov.p99 == VRS.Key(*order[5]) and ov.slowest == VRS.Key(*order[5])
-    per = {(r["rank"], r["step"], r["layer"]): r["kernel_ns"] for r in open_run(run).launches().to_pylist()}
-    assert all(ov.per_rank[rk, la, s] == per[(rk, s, la)] for rk in (0, 1) for s, la in SLOTS)
+    keys = [f"{s}:{la}" for s, la in SLOTS]
+    assert [str(k) for k in ov.keys()] == keys and ov.ranks == [0, 1] and ov.grid.off == 0
+    assert ov.grid.form == VRG.HEADED and ov.grid.xs == [str(s) for s in range(STEPS)]
+    assert ov.grid.ys == [str(la) for la in range(LAYERS)]
+    z, _, _ = VO.metric_grid(ov, "kernel", None)
+    skew, _, _ = VO.metric_grid(ov, "skew", None)
+    skews = {r["key"]: r["skew_ns"] for r in LA.launch_times(open_run(run).launches()).to_pylist()}
+    for (s, la), key in zip(SLOTS, keys):
+        w = want[key]
+        assert z[la, s] * 1e3 == pytest.approx(w["kernel"]) and ov.kernel_of(key) == w["kernel"]
+        # the skew as launch_times has it (none where the ranks' common axis is an assumption)
+        assert np.isnan(skew[la, s]) if skews[key] is None else skew[la, s] * 1e3 == pytest.approx(skews[key])
+        assert ov.tasks_of(key) == w["tasks"]
+        for rk in (0, 1):
+            assert ov.q.per_rank[rk, ov.index(key)] == w["own"][rk]
+    assert any(want[k]["kernel"] != max(want[k]["own"].values()) for k in keys)  # not the slowest rank's span
+    kernel = [want[k]["kernel"] for k in keys]
+    assert str(ov.typical) == keys[nearest_rank(kernel, 0.5)] and str(ov.p99) == keys[nearest_rank(kernel, 0.99)]
+    assert str(ov.slowest) == keys[int(np.argmax(kernel))]
+    said = QL.stats(QS.open_source(str(run)).times())  # what `timeline launches RUN` says: the same picks
+    assert (said["p50_launch"], said["p99_launch"], said["slowest_launch"]) == (
+        str(ov.typical), str(ov.p99), str(ov.slowest))
 
 
 def test_a_trace_file_read_as_a_run_gives_the_same_overview_and_launches(state, run_dir):
     _, run, trace_file = run_dir
     ov = state.runs.overview(run.name)
-    src = VRS.TraceSource(trace_file.name, trace_file)
-    ov2 = VRS.build_overview(src.sql, src.axis)
-    assert np.array_equal(ov.kernel, ov2.kernel) and np.array_equal(ov.skew, ov2.skew)
+    view = VRS.RunView(trace_file.name, trace_file)
+    ov2 = VRG.overview_of(trace_file.name, view.overview())
+    assert [str(k) for k in ov2.keys()] == [str(k) for k in ov.keys()]
+    assert np.array_equal(ov.q.kernel, ov2.q.kernel) and ov.grid.xs == ov2.grid.xs and ov.grid.ys == ov2.grid.ys
     assert (ov.typical, ov.p99, ov.slowest) == (ov2.typical, ov2.p99, ov2.slowest)
-    key = VRS.Key(1, 2)
-    a, b = state.store.get(VRS.launch_name(run.name, key)), VRS.one_launch(src.launch(key))
+    key = KY.LaunchKey(1, 2)
+    a, b = state.store.get(VRS.launch_name(run.name, key)), view.launch(key)
     assert a.trace.tasks.num_rows == b.tasks.num_rows == ov.tasks_of(key)
-    assert a.data.n == b.intervals.num_rows and a.trace.launches == b.launches == [0]
+    assert [str(k) for k in a.trace.launch_keys.values()] == [str(k) for k in b.launch_keys.values()] == ["1:2"]
     cols = ["rank", "stage_index", "task", "cta", "wave", "start_ns", "end_ns"]
     sort = [(c, "ascending") for c in cols]
     assert a.trace.tasks.select(cols).sort_by(sort).equals(b.tasks.select(cols).sort_by(sort))
@@ -97,7 +136,7 @@ def test_a_trace_file_read_as_a_run_gives_the_same_overview_and_launches(state, 
 
 def test_the_launch_cache_stays_within_its_budget(state, run_dir):
     _, run, _ = run_dir
-    one = footprint(state.store.get(VRS.launch_name(run.name, VRS.Key(0, 0))))
+    one = footprint(state.store.get(VRS.launch_name(run.name, KY.LaunchKey(0, 0))))
     cache = LaunchCache(budget=int(one * 2.5))
     src = state.runs.source(run.name)
     loads = []
@@ -106,11 +145,12 @@ def test_the_launch_cache_stays_within_its_budget(state, run_dir):
         loads.append(key)
         return Loaded(VRS.launch_name(run.name, key), src.path, src.launch(key))
 
-    for key in [VRS.Key(*s) for s in SLOTS] + [VRS.Key(1, 2), VRS.Key(1, 1)]:
+    for key in [KY.LaunchKey(*s) for s in SLOTS] + [KY.LaunchKey(1, 2), KY.LaunchKey(1, 1)]:
         item = cache.get(VRS.launch_name(run.name, key), lambda k=key: make(k))
         assert item.name in cache.names() and cache.held() <= cache.budget  # the one asked for stays
-    assert len(cache.names()) == 2 and loads.count(VRS.Key(1, 2)) == 1  # the last two stayed: no reload
-    assert cache.names() == [VRS.launch_name(run.name, VRS.Key(1, 2)), VRS.launch_name(run.name, VRS.Key(1, 1))]
+    assert len(cache.names()) == 2 and loads.count(KY.LaunchKey(1, 2)) == 1  # the last two stayed: no reload
+    assert cache.names() == [VRS.launch_name(run.name, KY.LaunchKey(1, 2)),
+                             VRS.launch_name(run.name, KY.LaunchKey(1, 1))]
 
 
 def test_a_launch_past_the_budget_or_absent_is_refused_in_one_line(run_dir):
@@ -118,70 +158,135 @@ def test_a_launch_past_the_budget_or_absent_is_refused_in_one_line(run_dir):
     st, _, _ = V.prepare([str(run), "--trace-dir", str(root), "--memory-budget", "16M"])
     st.store.launches.budget = 1 << 20  # one launch needs more than 1 MiB
     with pytest.raises(SourceError, match="larger --memory-budget"):
-        st.store.get(VRS.launch_name(run.name, VRS.Key(0, 1)))
-    with pytest.raises(SourceError, match="no launch at step 7, layer 0"):
-        st.store.get(VRS.launch_name(run.name, VRS.Key(7, 0)))
+        st.store.get(VRS.launch_name(run.name, KY.LaunchKey(0, 1)))
+    with pytest.raises(SourceError, match=r"launch 7:0 is not one launch of 'small_run'; its launches: 0:0, 0:1"):
+        st.store.get(VRS.launch_name(run.name, KY.LaunchKey(7, 0)))
     with pytest.raises(SourceError, match="step='x' is not an integer"):
         st.store.get(st.requested(f"?run={run.name}&step=x&layer=1"))
+    with pytest.raises(SourceError, match="is not one launch key"):
+        st.store.get(st.requested(f"?run={run.name}&launch=0-1:1"))
+
+
+def test_launch_names_read_back_whatever_the_capture_is_called():
+    """A launch's name in the page and its address carry its key percent-encoded: any
+    run or capture name reads back; a trace file's name is never read as a launch."""
+    for run, key in [("r", KY.LaunchKey(4, 3)), ("sub/run", KY.LaunchKey(capture="s5i.arrow", slot=40)),
+                     ("r", KY.LaunchKey(capture="a b/c&d=e#f%g,h:i", slot=7)), ("big.arrow", KY.LaunchKey(slot=12))]:
+        name = VRS.launch_name(run, key)
+        assert VRS.parse_name(name) == (run, key)
+        search = VO.search_for(run, key, "")
+        q = urllib.parse.parse_qs(search[1:])
+        assert q["run"] == [run] and VRS.parse_launch(q["launch"][0]) == key
+    assert VRS.parse_name("x/launch=3.arrow") is None and VRS.parse_name("small.arrow") is None
+    assert VRS.label(VRS.launch_name("r", KY.LaunchKey(4, 3))) == "r · launch 4:3"
 
 
 def test_clicks_buttons_and_keys_name_the_right_launch(state, run_dir):
     _, run, _ = run_dir
     ov = state.runs.overview(run.name)
-    assert VO.clicked(ov, {"points": [{"x": 1, "y": 2}]}, "kernel", None) == VRS.Key(1, 2)
-    assert VO.clicked(ov, {"points": [{"x": 1, "y": 7}]}, "kernel", None) is None  # no such layer
+    assert VO.clicked(ov, {"points": [{"x": "1", "y": "2"}]}, "kernel", None) == KY.LaunchKey(1, 2)
+    assert VO.clicked(ov, {"points": [{"x": 1, "y": 2.0}]}, "kernel", None) == KY.LaunchKey(1, 2)
+    assert VO.clicked(ov, {"points": [{"x": "1", "y": "7"}]}, "kernel", None) is None  # no such layer
     assert VO.clicked(ov, {"points": "junk"}, "kernel", None) is None
-    assert VO.target(ov, "next", VRS.Key(0, 2)) == VRS.Key(1, 0)  # launch order: step, then layer
-    assert VO.target(ov, "prev", VRS.Key(1, 0)) == VRS.Key(0, 2)
-    assert VO.target(ov, "prev", VRS.Key(0, 0)) == VRS.Key(0, 0)  # clamped at the first
+    assert VO.target(ov, "next", KY.LaunchKey(0, 2)) == KY.LaunchKey(1, 0)  # key order: step, then layer
+    assert VO.target(ov, "prev", KY.LaunchKey(1, 0)) == KY.LaunchKey(0, 2)
+    assert VO.target(ov, "prev", KY.LaunchKey(0, 0)) == KY.LaunchKey(0, 0)  # clamped at the first
     assert VO.target(ov, "next", None) == ov.typical and VO.target(ov, "p99", None) == ov.p99
-    s = VO.search_for(run.name, VRS.Key(1, 2), "?run=x&step=0&layer=0&grouping=cta&ranks=1&t0=5&t1=9")
+    s = VO.search_for(run.name, KY.LaunchKey(1, 2), "?run=x&launch=0:0&grouping=cta&ranks=1&t0=5&t1=9")
     q = urllib.parse.parse_qs(s[1:])
-    assert q == {"run": [run.name], "step": ["1"], "layer": ["2"], "ranks": ["1"], "grouping": ["cta"]}
+    assert q == {"run": [run.name], "launch": ["1:2"], "ranks": ["1"], "grouping": ["cta"]}
+
+
+class _Rows:
+    """A source of per-(rank, launch) rows alone (what the overview reads)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def rank_rows(self, ranks=None):
+        return self.rows
+
+    def times(self, ranks=None):
+        return LA.launch_times(self.rows)
 
 
 def test_a_binned_overview_cell_opens_its_slowest_launch():
     """Past ``MAX_CELLS`` steps, a column holds several steps; its colour and its
     click are those of its slowest launch."""
-    n = VRS.MAX_CELLS * 2 + 7
+    n = VRG.MAX_CELLS * 2 + 7
     rng = np.random.default_rng(0)
     kernel = rng.integers(1000, 2000, size=(n, 2))
-    table = pa.table({"rank": np.zeros(2 * n, np.int16), "step": np.repeat(np.arange(n), 2),
-                      "layer": np.tile([0, 1], n).astype(np.int32), "start_ns": np.zeros(2 * n, np.int64),
-                      "kernel_ns": kernel.reshape(-1), "tasks": np.ones(2 * n, np.int64),
-                      "anomalies": np.zeros(2 * n, np.int64)})
-
-    def sql(q):
-        con = duckdb.connect()
-        con.register("launches", table)
-        return con.sql(q).to_arrow_table()
-
-    ov = VRS.build_overview(sql)
-    f, xs = VO.columns(ov)
-    assert f == 3 and xs.size <= VRS.MAX_CELLS
-    z = VO.binned(ov.kernel, f)
-    assert z[1, 5] == kernel[15:18, 1].max()
-    key = VO.clicked(ov, {"points": [{"x": float(xs[5]), "y": 1}]}, "kernel", None)
-    assert key == VRS.Key(15 + int(np.argmax(kernel[15:18, 1])), 1)
+    m = 2 * n
+    rows = pa.table({"rank": np.zeros(m, np.int16), "step": np.repeat(np.arange(n), 2),
+                     "layer": np.tile([0, 1], n).astype(np.int32), "capture": pa.nulls(m, pa.string()),
+                     "launch": np.zeros(m, np.int32), "start_ns": np.zeros(m, np.int64),
+                     "end_ns": kernel.reshape(-1), "kernel_ns": kernel.reshape(-1), "tasks": np.ones(m, np.int64),
+                     "anomalies": np.zeros(m, np.int64)})
+    ov = VRG.overview_of("r", QO.overview(_Rows(rows)))
+    f = VRG.columns(ov)
+    labels = VRG.column_labels(ov, f)
+    assert f == 3 and len(labels) <= VRG.MAX_CELLS and labels[5] == "15–17"
+    z = VRG.binned(VO.metric_grid(ov, "kernel", None)[0], f)
+    assert z[1, 5] * 1e3 == pytest.approx(kernel[15:18, 1].max())
+    key = VO.clicked(ov, {"points": [{"x": labels[5], "y": "1"}]}, "kernel", None)
+    assert key == KY.LaunchKey(15 + int(np.argmax(kernel[15:18, 1])), 1)
     fig = VO.figure(ov, "kernel", None, key)
-    assert fig["layout"]["shapes"][0]["x0"] < xs[5] < fig["layout"]["shapes"][0]["x1"]
+    assert fig["layout"]["shapes"][0]["x0"] < 5 < fig["layout"]["shapes"][0]["x1"]
+    assert fig["layout"]["meta"]["binned"] and "steps %{x}" in fig["data"][0]["hovertemplate"]
+
+
+def test_the_heat_maps_axes_carry_the_steps_themselves(tmp_path):
+    """A run sampled every 4th step has three columns named 0, 4 and 8 (categories,
+    not a numeric axis that ticks -2 ... 10), a row per layer named by it."""
+    from viewer_runkit import GRAPH_SLOTS, graph_pair
+
+    _, b = graph_pair(tmp_path)
+    st, _, first = V.prepare([str(b), "--trace-dir", str(tmp_path)])
+    ov = st.runs.overview(first)
+    fig = VO.figure(ov, "kernel", None, ov.typical, first)
+    x, y = fig["layout"]["xaxis"], fig["layout"]["yaxis"]
+    assert x["type"] == y["type"] == "category"
+    assert x["categoryarray"] == fig["data"][0]["x"] == ["0", "4", "8"] and y["categoryarray"] == ["0", "1"]
+    assert len(GRAPH_SLOTS) == ov.n == 6
+
+
+def test_with_overview_the_picker_and_the_overview_name_a_launch_alike(run_dir):
+    """``timeline-view --overview FILE`` of a file whose launches carry slot headers:
+    the picker names a launch ``FILE · launch 1:2``, the overview's cell of it hovers
+    ``launch 1:2``, its Gantt rows ``r0 1:2``: the one key."""
+    root, _, trace_file = run_dir
+    st, _, first = V.prepare(["--overview", str(trace_file), "--trace-dir", str(root)])
+    ov = st.runs.overview(first)
+    name = st.requested(f"?run={first}&launch=1:2")
+    out = VTR.select(st, f"?run={first}&launch=1:2", None, False)
+    assert out.key == {"name": name} and {"label": f"{first} · launch 1:2", "value": name} in out.trace_options
+    fig = VO.figure(ov, "kernel", None, ov.typical, first)
+    col, row = ov.cell(KY.LaunchKey(1, 2))
+    hover = fig["data"][0]["hovertemplate"].replace("%{x}", fig["data"][0]["x"][col]).replace(
+        "%{y}", fig["data"][0]["y"][row])
+    assert hover.startswith("launch 1:2 (step 1 · layer 2)")
+    item = st.store.get(name)
+    assert M.group_label(item.data, st.view(item, "rank", None, None, None, None), 0) == "r0 1:2"
+    assert out.launch_options == [{"label": "launch 1:2", "value": item.trace.launches[0]}]
 
 
 def test_addresses_name_run_launch_selection_and_window(state, run_dir):
     _, run, _ = run_dir
     ov = state.runs.overview(run.name)
     assert state.requested("") == VRS.launch_name(run.name, ov.typical)  # the default run's typical launch
-    assert state.requested(f"?run={run.name}&step=1&layer=2") == f"{run.name}/step=1/layer=2"
+    assert state.requested(f"?run={run.name}&launch=1:2") == f"{run.name}/launch=1:2"
+    assert state.requested(f"?run={run.name}&step=1&layer=2") == f"{run.name}/launch=1:2"  # an older address
     picks = [VRS.launch_name(run.name, k) for k in (ov.typical, ov.p99, ov.slowest)]
-    assert set(picks) <= set(state.catalog.names())  # the picker's and Compare's lists hold them
-    first = VW.first_view(state, f"?run={run.name}&step=1&layer=2&ranks=1&grouping=cta&t0=100&t1=300")
+    assert set(picks) <= set(state.catalog.names())  # the picker lists them
+    first = VW.first_view(state, f"?run={run.name}&launch=1:2&ranks=1&grouping=cta&t0=100&t1=300")
     props = first["props"]
-    assert props[("trace-key", "data")] == {"name": f"{run.name}/step=1/layer=2"}
+    assert props[("trace-key", "data")] == {"name": f"{run.name}/launch=1:2"}
     assert props[("ranks", "value")] == [1] and props[("grouping", "value")] == "cta"
     assert (props[("t0", "value")], props[("t1", "value")]) == (100.0, 300.0)
+    assert props[("explain-which", "value")] == "shown" and props[("cmp-b", "value")] == run.name
     st = props[("view-state", "data")]
-    link = VRW.view_link(st, {"name": f"{run.name}/step=1/layer=2"}, "idle", "")
-    assert urllib.parse.parse_qs(link[1:]) == {"run": [run.name], "step": ["1"], "layer": ["2"], "ranks": ["1"],
+    link = VRW.view_link(st, {"name": f"{run.name}/launch=1:2"}, "idle", "")
+    assert urllib.parse.parse_qs(link[1:]) == {"run": [run.name], "launch": ["1:2"], "ranks": ["1"],
                                                "grouping": ["cta"], "t0": ["100.000"], "t1": ["300.000"],
                                                "tab": ["idle"]}
 
@@ -212,14 +317,21 @@ def shown(driver):
 
 
 def wait_launch(driver, name, previous=None):
-    """Wait until the Gantt shows launch ``name``; return the Gantt's meta."""
+    """Wait until the Gantt shows launch ``name`` (the picker shows its label,
+    ``RUN · launch KEY``); return the Gantt's meta."""
     B.wait_for(driver, "var p=document.getElementById('trace-select'); return p && p.innerText.indexOf("
-               f"{json.dumps(name)}) >= 0 || null", 60, f"launch {name}")
+               f"{json.dumps(VRS.label(name))}) >= 0 || null", 60, f"launch {name}")
     return B.gantt_ready(driver, previous=previous)
 
 
 def outline(driver):
     return driver.execute_script(OVERVIEW + "return g && JSON.stringify(g.layout.shapes.map(s=>[s.x0,s.x1,s.y0,s.y1]))")
+
+
+def click_cell(driver, x, y):
+    """A click on the overview's cell of column ``x`` and row ``y`` (their names)."""
+    driver.execute_script(OVERVIEW + f"g.emit('plotly_click', {{points: [{{x: {json.dumps(str(x))}, "
+                                     f"y: {json.dumps(str(y))}}}]}});")
 
 
 @pytest.mark.browser
@@ -232,22 +344,30 @@ def test_the_overview_paints_and_a_click_opens_a_launch(page):
     first = wait_launch(driver, VRS.launch_name(run, ov.typical))
     n = driver.execute_script(OVERVIEW + "return g && g.data[0].type=='heatmap' && g._fullData[0].z.length")
     assert n == LAYERS  # one heat-map row per layer, drawn
-    assert "kernel time on its slowest rank" in driver.find_element("id", "run-overview").text
+    ticks = driver.execute_script("return [...document.querySelectorAll('#ov-graph .xtick text')].map(t=>t.textContent)")
+    assert ticks == [str(s) for s in range(STEPS)]  # the steps themselves
+    assert "first CTA start to its last CTA end over its ranks" in driver.find_element("id", "run-overview").text
     assert "6 launches × 2 ranks" in driver.find_element("id", "ov-summary").text
     assert json.loads(outline(driver)) == [[ov.typical.step - .5, ov.typical.step + .5,
                                             ov.typical.layer - .5, ov.typical.layer + .5]]
     # a click on the cell of step 1, layer 2: its Gantt, the outline, the address, the panels
-    target = VRS.Key(1, 2) if ov.typical != VRS.Key(1, 2) else VRS.Key(0, 1)
-    driver.execute_script(OVERVIEW + f"g.emit('plotly_click', {{points: [{{x: {target.step}, y: {target.layer}}}]}});")
+    target = KY.LaunchKey(1, 2) if ov.typical != KY.LaunchKey(1, 2) else KY.LaunchKey(0, 1)
+    click_cell(driver, target.step, target.layer)
     meta = json.loads(wait_launch(driver, VRS.launch_name(run, target), first).split("|")[0])
     item = state.store.get(VRS.launch_name(run, target))
     assert meta["intervals"] == item.data.n and meta["n_rows"] == 2 * 8  # two ranks x 8 CTAs
-    B.wait_for(driver, "return location.search.indexOf('step=%d&layer=%d') > 0 || null" % target, 30, "the address")
+    B.wait_for(driver, "return location.search.indexOf('launch=%d:%d') > 0 || null" % target[:2], 30, "the address")
     assert json.loads(outline(driver)) == [[target.step - .5, target.step + .5, target.layer - .5, target.layer + .5]]
+    ticks = driver.execute_script("return document.querySelector('#gantt .js-plotly-plot').layout.yaxis.ticktext")
+    assert ticks[0].startswith(f"r0 {target.step}:{target.layer}")  # the Gantt's rows name the launch's key
     B.wait_for(driver, "return document.querySelector('#stage-report table') ? 1 : null", 60, "the stage report")
-    verdict = B.wait_for(driver, "var v=document.getElementById('ov-verdict'); return v && v.innerText", 60,
-                         "the explain verdict")  # beside the overview: the p99 launch explained
-    assert verdict.startswith(f"step {ov.p99.step} layer {ov.p99.layer} took ")
+    verdict = B.wait_for(driver, "var v=document.getElementById('ov-verdict'); return v && v.innerText.indexOf("
+                                 f"'launch {target} ') == 0 ? v.innerText : null", 60,
+                         "the explain verdict on the launch shown")  # beside the overview: the launch shown
+    assert verdict.startswith(f"launch {target} took ")
+    across = B.wait_for(driver, "var v=document.getElementById('ov-across-says'); return v && v.innerText", 60,
+                        "the stable culprits")
+    assert across.startswith("over ") and "slow launches" in across
     assert driver.find_element("id", "ov-progress").text == ""  # the loading note is gone once drawn
 
 
@@ -259,18 +379,18 @@ def test_buttons_and_keys_step_through_launches(page):
     driver, state = page["driver"], page["state"]
     run = state.default_run
     ov = state.runs.overview(run)
-    driver.get(page["url"] + f"?run={run}&step=0&layer=1")
-    m = wait_launch(driver, f"{run}/step=0/layer=1")
+    driver.get(page["url"] + f"?run={run}&launch=0:1")
+    m = wait_launch(driver, f"{run}/launch=0:1")
     driver.find_element("tag name", "body").send_keys("n")
-    m = wait_launch(driver, f"{run}/step=0/layer=2", m)
+    m = wait_launch(driver, f"{run}/launch=0:2", m)
     driver.find_element("tag name", "body").send_keys(Keys.ARROW_RIGHT)
-    m = wait_launch(driver, f"{run}/step=1/layer=0", m)
+    m = wait_launch(driver, f"{run}/launch=1:0", m)
     driver.find_element("tag name", "body").send_keys("p")
-    m = wait_launch(driver, f"{run}/step=0/layer=2", m)
+    m = wait_launch(driver, f"{run}/launch=0:2", m)
     driver.find_element("id", "ov-slowest").click()
     m = wait_launch(driver, VRS.launch_name(run, ov.slowest), m)
     driver.back()  # the launch before, by the browser's history
-    wait_launch(driver, f"{run}/step=0/layer=2")
+    wait_launch(driver, f"{run}/launch=0:2")
 
 
 @pytest.mark.browser
@@ -278,8 +398,8 @@ def test_buttons_and_keys_step_through_launches(page):
 def test_an_address_opens_the_launch_selection_and_window_it_names(page):
     driver, state = page["driver"], page["state"]
     run = state.default_run
-    driver.get(page["url"] + f"?run={run}&step=1&layer=1&ranks=1&grouping=cta&t0=4300&t1=4500&tab=idle")
-    meta = json.loads(wait_launch(driver, f"{run}/step=1/layer=1").split("|")[0])
+    driver.get(page["url"] + f"?run={run}&launch=1:1&ranks=1&grouping=cta&t0=4300&t1=4500&tab=idle")
+    meta = json.loads(wait_launch(driver, f"{run}/launch=1:1").split("|")[0])
     assert meta["window_ns"] == [4_300_000, 4_500_000] and meta["n_rows"] == 8  # rank 1's 8 CTAs
     assert meta["mode"] == "bars" and meta["intervals"] > 0
     assert driver.find_element("id", "t0").get_attribute("value") == "4300"
@@ -290,10 +410,12 @@ def test_an_address_opens_the_launch_selection_and_window_it_names(page):
     B.wait_for(driver, "return location.search.indexOf('t0=4112.') > 0 || null", 30, "the address")
 
 
-def test_a_real_trace_reads_as_a_run_and_a_run_without_headers_says_why(tmp_path, capsys):
+def test_a_trace_without_headers_and_a_run_of_it_open_on_their_launches(tmp_path):
     """The bundled real trace (16 launches, no launch-slot headers): with --overview its
-    launches are the cells (x = launch index), each the span of its rows; appended to a
-    run it cannot be drawn by step x layer, and the command line says why in one line."""
+    launches are the cells of one row (x: launch numbers, named as the picker names
+    them), each coloured by its span; appended twice to a run, the run opens on a
+    capture x slot grid, its typical launch's Gantt with every panel as for a headed
+    run (the side verdict on the launch shown)."""
     from timeline.run import append
     from timeline.core.trace import load
 
@@ -301,30 +423,54 @@ def test_a_real_trace_reads_as_a_run_and_a_run_without_headers_says_why(tmp_path
     st, _, first = V.prepare(["--overview", str(demo), "--trace-dir", str(demo.parent)])
     ov = st.runs.overview(first)
     tr = load(demo)
-    assert ov.axis == "launch" and ov.steps.tolist() == tr.launches and ov.layers.tolist() == [0]
+    assert ov.grid.form == VRG.NUMBERED and ov.grid.xs == [str(la) for la in tr.launches] and ov.grid.ys == [first]
+    z = VO.metric_grid(ov, "kernel", None)[0]
     t = tr.tasks
     for la in tr.launches:
         rows = t.filter(pa.compute.equal(t.column("launch"), la))
         span = pa.compute.max(rows.column("end_ns")).as_py() - pa.compute.min(rows.column("start_ns")).as_py()
-        assert ov.kernel[0, tr.launches.index(la)] == span
+        assert z[0, tr.launches.index(la)] * 1e3 == pytest.approx(span)
     assert st.requested("") == VRS.launch_name(first, ov.typical)
-    append(tmp_path / "demo_run", tr)
-    with pytest.raises(SystemExit) as e:
-        V.prepare([str(tmp_path / "demo_run"), "--trace-dir", str(tmp_path)])
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert e.value.code == 2 and "16 rank launches without one" in err and str(tmp_path) not in err
+    run = tmp_path / "demo_run"
+    append(run, tr)
+    append(run, tr)
+    st, _, first = V.prepare([str(run), "--trace-dir", str(tmp_path)])
+    ov = st.runs.overview(first)
+    caps = sorted({k.capture for k in ov.keys()})
+    assert ov.grid.form == VRG.CAPTURED and ov.grid.ys == caps and len(caps) == 2 and ov.grid.off == 0
+    assert ov.grid.xs == [str(la) for la in range(16)] and ov.n == 32
+    out = VTR.select(st, "", None, False)
+    assert out.key == {"name": VRS.launch_name(first, ov.typical)} and ov.typical.capture in caps
+    assert f"launch {ov.typical}" in out.info and out.launch_options[0]["label"] == f"launch {ov.typical}"
+    fig = VO.figure(ov, "kernel", None, ov.typical, first)
+    assert fig["layout"]["yaxis"]["categoryarray"] == caps and fig["data"][0]["hovertemplate"].startswith(
+        "launch %{y}:%{x}")
+    other = ov.neighbour(ov.typical, 1)
+    verdict = VRW.on_verdict(st, first, [VRS.launch_name(first, other), None, None])
+    assert verdict[1].children.startswith(f"launch {other} took ")
+    item = st.store.get(VRS.launch_name(first, other))
+    assert M.group_label(item.data, st.view(item, "rank", None, None, None, None), 0) == f"r0 {other}"
 
 
-def test_the_explain_verdict_names_the_p99_launch(state, run_dir):
-    """The verdict beside the overview is ``timeline explain``'s on the p99 launch,
-    against the launches nearest the median (of the slowest rank's kernel time)."""
+def test_the_side_verdict_is_on_the_launch_shown_as_explain_has_it(state, run_dir):
+    """The verdict beside the overview is ``timeline.query.explain``'s on the launch
+    shown (each launch opened its own), against the run's typical launch; the stable
+    culprits beside it are its ``across`` over the run's slow launches, with the p99
+    verdict: the same words as ``timeline explain RUN --launch K``."""
     _, run, _ = run_dir
     ov = state.runs.overview(run.name)
-    doc = state.runs.verdict(run.name)
-    kernel = ov.launches.column("kernel_ns")[ov.index(ov.p99)].as_py()
-    assert doc["verdict"].startswith(f"step {ov.p99.step} layer {ov.p99.layer} took {kernel / 1e3:.2f} µs")
-    assert "5 launches nearest the run's median" in doc["typical"]["from"]
-    assert state.runs.verdict(run.name) is doc  # made once per run
+    src = QS.open_source(str(run))
+    for key in (ov.typical, ov.slowest, KY.LaunchKey(1, 1)):
+        out = VRW.on_verdict(state, run.name, [VRS.launch_name(run.name, key), None, None])
+        want = QX.explain(src, QS.Selection(), QX.Ask(launches=[key]))["verdict"]
+        assert out[1].children == want and want.startswith(f"launch {key} took ")
+    assert VRW.on_verdict(state, run.name, [VRS.launch_name(run.name, ov.typical), None, None])[1].children != \
+        VRW.on_verdict(state, run.name, [VRS.launch_name(run.name, ov.slowest), None, None])[1].children
+    across = VRW.on_across(state, run.name, [VRS.launch_name(run.name, ov.typical), None, None])
+    doc = QX.explain(src, QS.Selection(), QX.Ask(p99=True, across=XD.ACROSS))
+    text = component_text(across)
+    assert doc["verdict"] in text and doc["across"]["says"] in text
+    assert "--baseline" not in text and str(run.parent) not in text
 
 
 @pytest.mark.browser
@@ -346,8 +492,8 @@ def test_another_run_in_the_page_refreshes_the_rank_dropdown(page, run_dir):
     rank_text = "var r=document.getElementById('ov-rank'); return r && r.innerText;"
     assert driver.execute_script(rank_text).strip() == "rank 0"
     driver.execute_script("window.dash_clientside.set_props('url', {search: arguments[0]});",
-                          "?run=rank1_run&step=0&layer=1")
-    wait_launch(driver, "rank1_run/step=0/layer=1", m)
+                          "?run=rank1_run&launch=0:1")
+    wait_launch(driver, "rank1_run/launch=0:1", m)
     B.wait_for(driver, "var r=document.getElementById('ov-rank'); return r && r.innerText.trim() == 'rank 1' || null",
                30, "the rank dropdown of the new run")
     driver.find_element("css selector", "#ov-rank").click()  # open it: its options are the new run's ranks
@@ -383,7 +529,7 @@ def test_make_demo_run_opens_the_bundled_h100_run():
     assert args[0] == "traces/h100_graph_run"
     st, _, first = V.prepare([str(REPO / args[0]), "--trace-dir", str(REPO / "traces")])
     ov = st.runs.overview(first)
-    assert first == "h100_graph_run" and ov.n == 48 and len(ov.layers) == 16 and ov.ranks == [0]
+    assert first == "h100_graph_run" and ov.n == 48 and len(ov.grid.ys) == 16 and ov.ranks == [0]
     target = next(k for k in reversed(ov.keys()) if k != ov.typical)
     with B.serve(VW.build(st, plotly=dashboard_bundle())) as url, B.chromium(1400, 1100) as driver:
         driver.get(url)
@@ -391,7 +537,7 @@ def test_make_demo_run_opens_the_bundled_h100_run():
         n = driver.execute_script(OVERVIEW + "return g && g.data[0].type=='heatmap' && g._fullData[0].z.length")
         assert n == 16  # a heat-map row per layer
         assert "48 launches" in driver.find_element("id", "ov-summary").text
-        driver.execute_script(OVERVIEW + f"g.emit('plotly_click', {{points: [{{x: {target.step}, y: {target.layer}}}]}});")
+        click_cell(driver, target.step, target.layer)
         meta = json.loads(wait_launch(driver, VRS.launch_name(first, target), m).split("|")[0])
         item = st.store.get(VRS.launch_name(first, target))
         assert meta["intervals"] == item.data.n > 0 and meta["mode"] == "bars"
@@ -412,7 +558,7 @@ def test_a_launch_opened_is_drawn_ahead_and_the_same(state, run_dir):
     from viewer.panels import gantt as VG
 
     _, run, _ = run_dir
-    q = VG.GanttQuery(f"{run.name}/step=1/layer=2", "rank", None, None, None, None, None, px=[900, 560])
+    q = VG.GanttQuery(f"{run.name}/launch=1:2", "rank", None, None, None, None, None, px=[900, 560])
     VG.draw_ahead(state, q)
     key = VG.opening_key(q)
     drawn = state.ahead[key].result(timeout=60)

@@ -5,7 +5,8 @@
 
 It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
 With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (``./traces`` by
-default: the bundled real traces of a checkout), or the first trace file there. The
+default: the bundled real traces of a checkout), or the first trace file there;
+with neither (an installed wheel started elsewhere) it says in one line what to give. The
 page can open any trace file inside ``--trace-dir`` or named on the command line
 (``?trace=NAME`` or the picker), never a file outside them (``viewer.sources``).
 Dash debug mode (the in-page traceback) is off unless ``--debug``; a failing
@@ -13,7 +14,8 @@ callback shows a one-line message in the page and logs its traceback on the serv
 
 A run directory (the run dataset, ``timeline.run``; or a trace file with
 ``--overview``) opens on the run's overview (``viewer.run_wiring``): every launch as
-a cell of a step x layer heat map, from DuckDB aggregates; a click opens that
+a cell of a step x layer heat map (capture x slot without slot headers), from its
+per-(rank, launch) rows (``timeline.query``); a click opens that
 launch's Gantt, loaded on demand and kept in an LRU within ``--memory-budget``
 (``viewer.run_state``, ``viewer.launch_cache``).
 
@@ -111,13 +113,16 @@ def parse_args(argv=None):
                         "without a GPU draws WebGL in software, seconds for 30 k bars. With a GPU: --gl-limit 40000")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8050, help="port, 1-65535 (default 8050)")
-    p.add_argument("--trace-dir", type=Path, default=DEFAULT_TRACE_DIR,
-                   help=f"directory whose trace files the page may open (default {DEFAULT_TRACE_DIR})")
+    p.add_argument("--trace-dir", type=Path, default=None,
+                   help=f"directory whose trace files and runs the page may open (default ./{DEFAULT_TRACE_DIR})")
     p.add_argument("--plotly-js", type=Path, metavar="FILE",
                    help="serve this plotly.js bundle (built by `make plotly-bundle`: only the trace types the "
                         "dashboard draws, a faster first paint) instead of the plotly package's")
     p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader); never in production")
-    return p, p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.trace_dir_given = args.trace_dir is not None
+    args.trace_dir = args.trace_dir if args.trace_dir is not None else DEFAULT_TRACE_DIR
+    return p, args
 
 
 def prepare(argv=None) -> tuple:
@@ -132,8 +137,12 @@ def prepare(argv=None) -> tuple:
         parser.error(str(e))
     trace_dir = args.trace_dir
     if not trace_dir.is_dir():
-        if args.trace_dir != DEFAULT_TRACE_DIR or not args.traces:
+        if args.trace_dir_given:
             parser.error(f"--trace-dir {str(trace_dir)!r} is not a directory")
+        if not args.traces:  # no argument, and no ./traces here (e.g. an installed wheel, run elsewhere)
+            parser.error(f"nothing to show: no trace named and no ./{DEFAULT_TRACE_DIR} directory here; give a "
+                         "trace file or run (timeline-view TRACE.arrow | RUN) or a directory of them "
+                         "(--trace-dir DIR)")
         trace_dir = None
     for t in args.traces:
         if not Path(t).exists():
@@ -162,7 +171,7 @@ def prepare(argv=None) -> tuple:
 
 
 def warm_runs(state, parser):
-    """Open every run named on the command line (its overview: one DuckDB aggregate)
+    """Open every run named on the command line (its overview: its per-(rank, launch) rows)
     and the first run's typical launch with its default row layout, so that bad input
     is a command-line error and the first paint only draws."""
     for name in state.runs.given:

@@ -97,11 +97,13 @@ def _hover_data(data: M.TraceData, idx: np.ndarray) -> np.ndarray:
     return cd
 
 
-def _hovertemplate(data: M.TraceData, stage: str, unplaced: bool = False) -> str:
-    """The hover text of a stage's points; ``unplaced``: of tasks without a placement word."""
+def _hovertemplate(data: M.TraceData, stage: str, unplaced: bool = False, launch: str | None = None) -> str:
+    """The hover text of a stage's points; ``unplaced``: of tasks without a placement
+    word; ``launch``: the points' launch key (None: the launch number of each point)."""
     where = ("SM %{customdata[5]}" if data.vendor == "nvidia"
              else "XCC %{customdata[5]} SE %{customdata[6]} CU %{customdata[7]}")
-    lines = [f"<b>{stage}</b> task %{{customdata[0]}}", "rank %{customdata[3]} · launch %{customdata[4]} · "
+    said = "%{customdata[4]}" if launch is None else launch.replace("%{", "% {")  # never a template field
+    lines = [f"<b>{stage}</b> task %{{customdata[0]}}", f"rank %{{customdata[3]}} · launch {said} · "
              + (f"{rows.UNPLACED}: no placement word" if unplaced else "CTA %{customdata[1]} · wave %{customdata[2]}")]
     lines += [] if unplaced else [where]
     lines += [f"{name}: %{{customdata[{8 + j}]:.3f}} µs" for j, name in enumerate(data.interval_names)]
@@ -167,17 +169,21 @@ def _hover_traces(data: M.TraceData, idx: np.ndarray, y: np.ndarray, span_us, xd
     else:
         h_idx, h_y, h_x = idx, y, (s_us + e_us) / 2
     key = data.stage[h_idx].astype(np.int64) * 2 + (data.lane[h_idx] >= 0)  # stage, then unplaced
+    if data.keyed:  # a trace per launch too: its hover names the launch by its key
+        key = key + np.searchsorted(data.launches, data.launch[h_idx]).astype(np.int64) * (2 * len(data.stage_names))
     by = np.argsort(key, kind="stable")
     cuts = np.flatnonzero(np.diff(key[by])) + 1
     traces = []
     for part in np.split(by, cuts) if by.size else []:
-        s, unplaced = divmod(int(key[part[0]]), 2)
+        _, rest = divmod(int(key[part[0]]), 2 * len(data.stage_names))
+        s, unplaced = divmod(rest, 2)
+        launch = data.launch_text(data.launch[h_idx[part[0]]]) if data.keyed else None
         traces.append({
             "type": "scattergl", "mode": "markers", "x": typed(h_x[part].astype(xdt)),
             "y": typed(h_y[part].astype(np.float32)),
             "marker": {"size": max(4.0, width), "color": "rgba(0,0,0,0)"},
             "customdata": typed(_hover_data(data, h_idx[part])),
-            "hovertemplate": _hovertemplate(data, data.stage_names[s], bool(unplaced)),
+            "hovertemplate": _hovertemplate(data, data.stage_names[s], bool(unplaced), launch),
             "hoverlabel": {"bgcolor": stage_colour(s)},
             "name": data.stage_names[s], "legendgroup": data.stage_names[s], "showlegend": False,
             "xaxis": "x", "yaxis": "y",

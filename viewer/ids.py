@@ -35,6 +35,8 @@ class TraceOut(NamedTuple):
     grouping: Any
     compare_b: Any
     tab: Any
+    explain_pick: Any  # what the Explain tab explains: the launch shown (a run's page) or the slowest
+    explain_options: Any  # the sources the Explain tab may explain against
 
 
 TRACE_PROPS = TraceOut(
@@ -43,7 +45,7 @@ TRACE_PROPS = TraceOut(
     ("launches", "value"), ("stages", "options"), ("stages", "value"), ("phases", "options"),
     ("phases", "value"), ("ctas", "max"), ("ctas", "value"), ("ctas", "marks"), ("anomalies", "children"),
     ("cmp-a", "options"), ("cmp-b", "options"), ("cmp-a", "value"), ("grouping", "value"), ("cmp-b", "value"),
-    ("tabs", "value"))
+    ("tabs", "value"), ("explain-which", "value"), ("explain-against", "options"))
 
 
 class GanttOut(NamedTuple):

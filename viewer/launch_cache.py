@@ -4,7 +4,8 @@ the numpy columns of its ``TraceData``, its cached row layouts and analysis
 tables), so that a run of any size is served from a bounded server.
 
 A loaded launch is a ``viewer.sources.Loaded``, as a trace file is: every panel
-works on it unchanged."""
+works on it unchanged; a ``Raw`` one is a launch read for an analysis only
+(``timeline.query.explain`` reads a run's typical launches through the cache)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,21 @@ def _nbytes(value) -> int:
     return 0
 
 
+class Raw:
+    """A launch's bare ``Trace`` (read for an analysis, not drawn: no ``TraceData``)."""
+
+    def __init__(self, trace):
+        self.trace = trace
+
+
 def footprint(item) -> int:
     """Bytes a loaded launch holds now: its tables, its ``TraceData`` columns, its
     row layouts and cached analyses (they grow as the page asks for more). The
     tables and columns, fixed once loaded, are counted once (Arrow's ``nbytes``
-    walks every buffer)."""
+    walks every buffer). A ``Raw`` trace: its tables, its intervals once made."""
+    if isinstance(item, Raw):
+        tr = item.trace
+        return _nbytes(tr.tasks) + _nbytes(tr.anomalies) + _nbytes(vars(tr).get("intervals"))
     fixed = vars(item).get("_fixed_bytes")
     if fixed is None:
         tr = item.trace
@@ -98,6 +109,19 @@ class LaunchCache:
         self.trim(keep=name)
         return item
 
+    def peek(self, name: str):
+        """The launch ``name`` when it is in the cache (made as most recently used), else None."""
+        with self._lock:
+            item = self._items.get(name)
+            if item is not None:
+                self._items.move_to_end(name)
+            return item
+
+    def pop(self, name: str):
+        """Take the launch ``name`` out of the cache (None when it is not there)."""
+        with self._lock:
+            return self._items.pop(name, None)
+
     def trim(self, keep: str | None = None):
         """Drop least recently used launches (never ``keep``) while over the budget."""
         with self._lock:
@@ -112,3 +136,4 @@ class LaunchCache:
                     continue
                 self._items.pop(k, None)
                 total -= sizes.get(k, 0)
+__all__ = ["DEFAULT_BUDGET", "LaunchCache", "Raw", "footprint"]

@@ -83,6 +83,7 @@ class TraceData:
         self.multi_wave = bool(self.n and self.wave.max() > 0)  # rows say "w1" only if waves differ
         self.ranks = np.unique(self.rank).tolist()
         self.launches = np.unique(self.launch).tolist()
+        self.launch_keys = trace.launch_keys  # {launch: LaunchKey}: how every command names a launch
         self.t_min = int(self.start.min()) if self.n else 0
         self.t_max = int(self.end.max()) if self.n else 0
         if self.t_max - self.t_min >= KEY_SPAN:
@@ -92,6 +93,18 @@ class TraceData:
         self._index_tasks()
         self._unplaced_lanes()
         self._task_marks(trace)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether some launch is named by more than its number (a slot header's
+        ``STEP:LAYER``, a run's ``CAPTURE:SLOT``)."""
+        return any(k.headed or k.capture is not None for k in self.launch_keys.values())
+
+    def launch_text(self, launch: int) -> str:
+        """Launch ``launch`` as a row label names it: its key (``4:3``, ``s5i.arrow:40``),
+        ``L3`` for a trace file's launch known by its number alone."""
+        k = self.launch_keys.get(int(launch))
+        return f"L{launch}" if k is None or not (k.headed or k.capture is not None) else str(k)
 
     def _unplaced_lanes(self):
         """``lane`` per interval: ``rows.NO_CTA`` for a placed one; else the lane of
@@ -349,10 +362,11 @@ def placement_text(vendor: str, xcc, se, cu, sm) -> str:
 
 
 def group_label(data: TraceData, view: View, r: int) -> str:
-    """The label of row ``r``'s group: ``r0 L1`` (rank, launch) plus the hardware
-    unit or stage of the grouping; ``r0`` alone when launches share rows."""
+    """The label of row ``r``'s group: ``r0 4:3`` (rank, launch key; ``r0 L1`` for a
+    launch known by its number alone) plus the hardware unit or stage of the grouping;
+    ``r0`` alone when launches share rows."""
     rk, la, g = (int(view.rows[k][r]) for k in ("rank", "launch", "group"))
-    head = f"r{rk}" if view.grouping == "cta" else f"r{rk} L{la}"
+    head = f"r{rk}" if view.grouping == "cta" else f"r{rk} {data.launch_text(la)}"
     if view.grouping == "stage":
         return f"{head} · {data.stage_names[g] if 0 <= g < len(data.stage_names) else g}"
     if view.grouping == "placement":

@@ -19,7 +19,7 @@ from timeline.errors import TimelineError
 from viewer import figures as F
 from viewer.client import GANTT_PX
 
-TABS = ("report", "idle", "critical", "whatif", "anomalies", "compare")
+TABS = ("report", "idle", "critical", "whatif", "explain", "anomalies", "compare")
 
 
 def msg(text: str, kind: str = "error") -> html.Div:
@@ -53,6 +53,8 @@ body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 0; color: #222;
 .grid td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .grid button.sort { background: none; border: 0; padding: 0; font: inherit; font-weight: 700; cursor: pointer; }
 .win input { width: 84px; padding: 3px 4px; border: 1px solid #bbb; border-radius: 3px; }
+.ask { display: flex; gap: 10px; align-items: center; margin: 8px 0; font-size: 13px; }
+.ab { margin: 8px 0; }
 """
 
 
@@ -209,14 +211,30 @@ def _tabs():
             dcc.Graph(id="whatif-graph", config={"displaylogo": False}),
             html.Div(id="whatif-table"), dcc.Store(id="whatif-table-data")]),
         dcc.Tab(label="Explain", value="explain", id="tab-explain", children=[  # viewer.panels.explain
+            html.Div(className="ask", children=[
+                html.Span("explain"),
+                dcc.RadioItems(id="explain-which", value="slowest", inline=True, options=[
+                    {"label": " the launch shown ", "value": "shown"},
+                    {"label": " the slowest launch ", "value": "slowest"},
+                    {"label": " the p99 launch ", "value": "p99"}]),
+                html.Span("against"),
+                dcc.Dropdown(id="explain-against", placeholder="its own typical launch (or pick a trace or run: A/B)",
+                             style={"width": "380px"})]),
             html.Div(id="explain-verdict", style={"margin": "8px 0"}), html.Div(id="explain-culprits"),
             dcc.Store(id="explain-pins"), dcc.Store(id="explain-pin"),
             dcc.Store(id="explain-chain")]),
         dcc.Tab(label="Anomalies", value="anomalies", id="tab-anomalies", children=[html.Div(id="anomalies")]),
-        dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[
+        dcc.Tab(label="Compare", value="compare", id="tab-compare", children=[  # viewer.panels.abcompare
             html.Div(style={"display": "flex", "gap": "12px", "margin": "8px 0"}, children=[
-                html.Div([html.Label("A (before)"), dcc.Dropdown(id="cmp-a")], style={"width": "320px"}),
-                html.Div([html.Label("B (after)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
+                html.Div([html.Label("A (the baseline: before)"),
+                          dcc.Dropdown(id="cmp-a", placeholder="a trace or run")], style={"width": "320px"}),
+                html.Div([html.Label("B (after: the one open)"), dcc.Dropdown(id="cmp-b")], style={"width": "320px"})]),
+            html.Div(id="cmp-verdict", className="ab"),
+            html.Div(id="cmp-gantt-b-title", className="status"),
+            dcc.Graph(id="cmp-gantt-b", config={"displaylogo": False}),
+            html.Div(id="cmp-gantt-a-title", className="status"),
+            dcc.Graph(id="cmp-gantt-a", config={"displaylogo": False}),
+            html.B("Stage spans, A and B"),
             dcc.RadioItems(id="cmp-scope", value="launch", inline=True, options=[
                 {"label": " a typical launch (median over launches) ", "value": "launch"},
                 {"label": " each trace whole", "value": "trace"}]),

@@ -1,31 +1,33 @@
 """The server state of a page over runs (``RunApp``): the runs it may open (named on
-the command line, or directories / trace files inside the trace directory, never
-anything outside it), each run's overview (made once, from DuckDB aggregates) and
-its launches, loaded when asked and kept in a ``LaunchCache`` within the memory
-budget. A launch is served to the panels under its name ``RUN/step=S/layer=L``
-like a trace file, so every panel works on it unchanged."""
+the command line, or run directories / trace files inside the trace directory, never
+anything outside it), each run's overview (made once, from its per-(rank, launch)
+rows through ``timeline.query``) and its launches, loaded when asked and kept in a
+``LaunchCache`` within the memory budget. A launch is served to the panels under its
+name ``RUN/launch=KEY`` (``viewer.run_source.launch_name``) like a trace file, so
+every panel works on it unchanged."""
 
 from __future__ import annotations
 
 import threading
 import urllib.parse
-
-import numpy as np
 from pathlib import Path
 
+from timeline.core import launchkey as KY
+from timeline.run import layout as RL
+from viewer import run_grid as VRG
 from viewer import run_source as VRS
-from viewer.launch_cache import DEFAULT_BUDGET, LaunchCache
+from viewer.launch_cache import DEFAULT_BUDGET, LaunchCache, Raw
 from viewer.sources import Catalog, Loaded, SourceError, Store
 from viewer.state import App
 
 REFUSED = "\x00refused\x00"  # a requested name that stands for the refusal after it (no file has a NUL)
-MAX_RUNS = 4
-EXPLAIN_NEAREST = 5  # the typical launch of the explain verdict: this many nearest the median (timeline explain RUN)  # run sources kept open (their overviews and DuckDB connections)
+MAX_RUNS = 4  # run sources kept open (their overviews)
+RAW = "\x00trace\x00"  # the launch cache's name of a launch's bare Trace (read for explain), before its name
 
 
 class Runs:
-    """The runs a page may open, by name, each opened (``run_source.open_source``)
-    once and its overview made once."""
+    """The runs a page may open, by name, each opened (``RunView``) once and its
+    overview made once; ``store`` (set by ``RunApp``) reads their launches."""
 
     def __init__(self, catalog, given=()):
         self.catalog = catalog
@@ -33,9 +35,9 @@ class Runs:
         for p in given:
             p = Path(p).resolve()
             self.given.setdefault(p.name, p)
+        self.store = None
         self._open: dict = {}
         self._overviews: dict = {}
-        self._verdicts: dict = {}
         self._lock = threading.Lock()
 
     def resolve(self, name) -> Path:
@@ -46,7 +48,7 @@ class Runs:
             raise SourceError("no run name given")
         name = name.strip()
         if VRS.parse_name(name) is not None:
-            raise SourceError(f"{name!r} names a launch, not a run: address it as ?run=RUN&step=S&layer=L")
+            raise SourceError(f"{name!r} names a launch, not a run: address it as ?run=RUN&launch=KEY")
         if name in self.given:
             return self.given[name]
         if name in self.catalog.given:
@@ -58,21 +60,33 @@ class Runs:
             return path
         return self.catalog.resolve(name)  # a trace file read as a run: the catalog's checks
 
-    def source(self, name: str):
-        """The opened run ``name`` (``RunSource`` or ``TraceSource``)."""
+    def source(self, name: str) -> VRS.RunView:
+        """The opened run ``name`` (a ``RunView``: a run directory or a trace file)."""
         path = self.resolve(name)
         with self._lock:
-            src = self._open.get(name)
-            if src is not None and src.path == path:
-                return src
-        src = VRS.open_source(name.strip(), path)
+            view = self._open.get(name)
+            if view is not None and view.path == path:
+                return view
+        view = VRS.RunView(name.strip(), path)
         with self._lock:
-            self._open[name] = src
+            self._open[name] = view
+            self._overviews.pop(name, None)
             while len(self._open) > MAX_RUNS:
                 gone = next(iter(self._open))
                 self._open.pop(gone)
                 self._overviews.pop(gone, None)
-        return src
+        return view
+
+    def overview(self, name: str) -> VRG.RunOverview:
+        """The run's ``RunOverview``, made once per opened run."""
+        view = self.source(name)
+        with self._lock:
+            ov = self._overviews.get(name)
+        if ov is None:
+            ov = VRG.overview_of(name.strip(), view.overview())
+            with self._lock:
+                self._overviews[name] = ov
+        return ov
 
     def pick_names(self) -> list:
         """The typical, p99 and slowest launch of every run whose overview is made."""
@@ -81,6 +95,18 @@ class Runs:
         out = []
         for run, ov in made:
             out += [VRS.launch_name(run, k) for k in dict.fromkeys((ov.typical, ov.p99, ov.slowest)) if k is not None]
+        return out
+
+    def names(self) -> list:
+        """The runs a page may compare: the command line's, then the run directories
+        directly inside the trace directory (none leading out of it)."""
+        out = list(self.given)
+        root = self.catalog.trace_dir
+        if root is not None and root.is_dir():
+            for p in sorted(root.iterdir()):
+                if p.is_dir() and (p / RL.MANIFEST_DIR).is_dir() and p.resolve().is_relative_to(root) \
+                        and p.name not in out:
+                    out.append(p.name)
         return out
 
     def is_run(self, name) -> bool:
@@ -95,62 +121,29 @@ class Runs:
         except SourceError:
             return False
 
-    def typical(self, name: str) -> VRS.Key:
+    def typical(self, name: str) -> KY.LaunchKey:
         """The run's typical launch (p50 of the kernel time); ``SourceError`` for a run
-        without one."""
+        without a timed launch."""
         ov = self.overview(name)
         if ov.typical is None:
-            raise SourceError(f"run {name!r} has no launch with a step and layer header to show"
-                              + (f" ({ov.unkeyed:,} rank launches without one: the overview needs the launch-slot "
-                                 "headers; open a capture's trace file instead)" if ov.unkeyed else ""))
-        key = ov.typical
-        return key
+            raise SourceError(f"run {name!r} holds no launch to show")
+        return ov.typical
 
-    def verdict(self, name: str) -> dict:
-        """``timeline explain``'s document on the run's p99 launch against the
-        ``EXPLAIN_NEAREST`` launches nearest its median kernel time (the slowest
-        rank's), made once per run: it reads those launches, so the page asks for it
-        after its first paint."""
-        with self._lock:
-            doc = self._verdicts.get(name)
-        if doc is not None:
-            return doc
-        from timeline.analysis import explain as X
-        from timeline.analysis import explain_report as XR
+    def find(self, name: str, want: KY.LaunchKey) -> KY.LaunchKey:
+        """The key of the one launch of run ``name`` that ``want`` names."""
+        return self.source(name).find(want)
 
-        src, ov = self.source(name), self.overview(name)
-        keys = ov.keys()
-        kernel = np.asarray(ov.launches.column("kernel_ns").to_pylist(), dtype=np.int64)
-        if ov.p99 is None or len(keys) < 2:
-            raise SourceError("the run holds too few launches to explain one against a typical one")
-        at = ov.index(ov.p99)
-        near = [int(k) for k in np.argsort(np.abs(kernel - np.median(kernel)), kind="stable") if int(k) != at]
-        base = [VRS.one_launch(src.launch(keys[k])) for k in near[:EXPLAIN_NEAREST]]
-        typ = X.typical_of(base, np.delete(kernel, at), f"the {len(base)} launches nearest the run's median "
-                                                        f"kernel time (noise over its other {kernel.size - 1})")
-        trace = VRS.one_launch(src.launch(ov.p99))
-        label = f"{ov.axis} {ov.p99.step} layer {ov.p99.layer}"
-        doc = XR.document(trace, name, f"timeline explain {name} --step {ov.p99.step} --layer {ov.p99.layer}",
-                          X.kernel_times(trace), [X.explain_launch(trace, 0, typ)], [], typ, pick="", label=label)
-        with self._lock:
-            self._verdicts[name] = doc
-        return doc
-
-    def overview(self, name: str) -> VRS.Overview:
-        """The run's ``Overview``, made once per opened run."""
-        src = self.source(name)
-        with self._lock:
-            ov = self._overviews.get(name)
-        if ov is None:
-            ov = VRS.build_overview(src.sql, src.axis, src.times())
-            with self._lock:
-                self._overviews[name] = ov
-        return ov
+    def cached(self, name: str) -> VRS.Cached:
+        """Run ``name``'s ``timeline.query`` source reading its launches through the
+        page's launch cache (what explain asks)."""
+        view = self.source(name)
+        return VRS.Cached(view.src, lambda key: self.store.trace_of(name, view, key))
 
 
 class RunCatalog(Catalog):
-    """``Catalog`` whose names (the picker's and the compare tab's lists) add each
-    opened run's typical, p99 and slowest launches."""
+    """``Catalog`` whose names (the picker's list) add each opened run's typical, p99
+    and slowest launches, and whose ``sources`` (the Compare tab's and the Explain
+    tab's lists) are the trace files and the runs."""
 
     def __init__(self, catalog: Catalog, runs: "Runs"):
         self.trace_dir, self.given, self.runs = catalog.trace_dir, catalog.given, runs
@@ -158,10 +151,13 @@ class RunCatalog(Catalog):
     def names(self) -> list:
         return super().names() + self.runs.pick_names()
 
+    def sources(self) -> list:
+        return list(dict.fromkeys(self.runs.names() + super().names()))
+
 
 class RunStore(Store):
-    """``Store`` that also serves launch names (``RUN/step=S/layer=L``) from the
-    runs, through the launch cache; any other name is a trace file as before."""
+    """``Store`` that also serves launch names (``RUN/launch=KEY``) from the runs,
+    through the launch cache; any other name is a trace file as before."""
 
     def __init__(self, catalog, runs: Runs, launches: LaunchCache):
         super().__init__(catalog)
@@ -174,26 +170,39 @@ class RunStore(Store):
         parsed = VRS.parse_name(name)
         if parsed is None and self.runs.is_run(name):
             parsed = name, self.runs.typical(name)
-            name = VRS.launch_name(*parsed)
         if parsed is None:
             return super().get(name)
-        run, key = parsed
-        src = self.runs.source(run)
-        ov = self.runs.overview(run)
-        tasks = ov.tasks_of(key)
-        if tasks == 0:
-            raise SourceError(f"run {run!r} has no launch at step {key.step}, layer {key.layer}")
+        run, want = parsed
+        view = self.runs.source(run)
+        key = view.find(want)
+        name = VRS.launch_name(run, key)
+        tasks = self.runs.overview(run).tasks_of(key)
         if tasks * VRS.BYTES_PER_TASK > self.launches.budget:
-            raise SourceError(f"the launch at step {key.step}, layer {key.layer} of {run!r} holds {tasks:,} "
-                              f"tasks, more than the server's --memory-budget of {self.launches.budget / 2**20:,.0f} "
-                              "MiB allows; start timeline-view with a larger --memory-budget")
-        return self.launches.get(name, lambda: Loaded(name, src.path, VRS.one_launch(src.launch(key))))
+            raise SourceError(f"launch {key} of {run!r} holds {tasks:,} tasks, more than the server's --memory-budget "
+                              f"of {self.launches.budget / 2**20:,.0f} MiB allows; start timeline-view with a larger "
+                              "--memory-budget")
+
+        def load():
+            raw = self.launches.pop(RAW + name)  # read for explain already: kept once, as this launch
+            return Loaded(name, view.path, raw.trace if raw is not None else view.launch(key))
+
+        return self.launches.get(name, load)
+
+    def trace_of(self, run: str, view: VRS.RunView, key: KY.LaunchKey):
+        """The ``Trace`` of launch ``key`` of ``run`` (``view``): the loaded launch's,
+        else read and kept in the launch cache, within its budget, as a bare trace."""
+        name = VRS.launch_name(run, key)
+        item = self.launches.peek(name)
+        if item is not None:
+            return item.trace
+        return self.launches.get(RAW + name, lambda: Raw(view.launch(key))).trace
 
 
 class RunApp(App):
-    """``App`` over trace files and runs. ``?run=NAME&step=S&layer=L`` (step and layer
-    left out: the run's typical launch) shows that launch; with neither ``run`` nor
-    ``trace`` in the address, the default run (the first named on the command line)."""
+    """``App`` over trace files and runs. ``?run=NAME&launch=KEY`` (``launch`` left
+    out: the run's typical launch; ``step=S&layer=L`` as well) shows that launch; with
+    neither ``run`` nor ``trace`` in the address, the default run (the first named on
+    the command line)."""
 
     def __init__(self, catalog, default, runs=(), *, budget: int = DEFAULT_BUDGET, **kw):
         super().__init__(catalog, default, **kw)
@@ -201,6 +210,7 @@ class RunApp(App):
         self.catalog = RunCatalog(catalog, self.runs)
         self.default_run = next(iter(self.runs.given), None)
         self.store = RunStore(self.catalog, self.runs, LaunchCache(budget))
+        self.runs.store = self.store
 
     def run_of(self, search: str | None) -> str | None:
         """The run an address shows: ``?run=NAME``, else the default run unless the
@@ -215,16 +225,21 @@ class RunApp(App):
         if run is None:
             return super().requested(search)
         q = urllib.parse.parse_qs((search or "").lstrip("?"))
-        if q.get("step") or q.get("layer"):
-            try:
-                return VRS.launch_name(run, VRS.Key(_int(q, "step"), _int(q, "layer")))
-            except SourceError as e:
-                return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
         try:
-            typical = self.runs.typical(run)
+            if q.get("launch"):
+                want = VRS.parse_launch(q["launch"][0])
+            elif q.get("step") or q.get("layer"):  # an address of before the launch key
+                want = KY.LaunchKey(_int(q, "step"), _int(q, "layer"))
+            else:
+                return VRS.launch_name(run, self.runs.typical(run))
+            return VRS.launch_name(run, self.runs.find(run, want))
         except SourceError as e:
             return REFUSED + str(e)  # the store raises it, in the page (``RunStore.get``)
-        return VRS.launch_name(run, typical)
+
+    def info(self, item) -> str:
+        parsed = VRS.parse_name(item.name)
+        head = f"run {parsed[0]} · launch {parsed[1]} · " if parsed else ""
+        return head + super().info(item)
 
 
 def _int(q: dict, key: str) -> int:
@@ -239,3 +254,6 @@ def _int(q: dict, key: str) -> int:
     if abs(v) >= 1 << 62:
         raise SourceError(f"the address's {key}={v} is out of range")
     return v
+
+
+__all__ = ["MAX_RUNS", "RAW", "REFUSED", "RunApp", "RunCatalog", "RunStore", "Runs"]

@@ -4,9 +4,12 @@ a button opening a launch, the address that names the view); the keys that step
 through launches. The logic is ``viewer.panels.overview``; this module reads Dash's
 context and hands the inputs on, as ``viewer.wiring`` does.
 
-A launch opens by a new address (``?run=R&step=S&layer=L``, pushed to the browser's
+A launch opens by a new address (``?run=R&launch=KEY``, pushed to the browser's
 history, so Back returns to the launch before): the trace callback then loads it
-and the Gantt and every panel below follow, as for any trace."""
+and the Gantt and every panel below follow, as for any trace. Beside the overview:
+``timeline explain``'s verdict on the launch shown (against the run's typical launch)
+and, over the run's slow launches, its stable culprits beside the p99 verdict
+(``viewer.explained``: ``timeline.query.explain``, asked after the first paint)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,9 @@ import dash
 import flask
 from dash import Input, Output, Patch, State, dcc, html
 
+from timeline.query import explain as QX
+from viewer import explained as XD
+from viewer import run_grid as VRG
 from viewer import run_source as VRS
 from viewer.client import ViewState
 from viewer.page import TABS, msg
@@ -34,7 +40,8 @@ CSS = """
 .ov-scale { font-size: 12px; color: #444; }
 .ov-progress { font-size: 12px; color: #1f4e79; font-weight: 600; min-height: 16px; }
 """
-EXPLAIN_SLOT = "timeline explain on the p99 launch: working it out (it reads six launches) …"
+EXPLAIN_SLOT = "timeline explain on the launch shown: working it out (it reads the run's typical launches) …"
+ACROSS_SLOT = f"the stable culprits over the run's slow launches: working them out (up to {XD.ACROSS} launches) …"
 BUTTONS = (("ov-slowest", "slowest"), ("ov-typical", "typical"), ("ov-p99", "p99"), ("ov-prev", "◀ previous (p)"),
            ("ov-next", "next (n) ▶"))
 KEYS_SCRIPT = """function(_) { if (!window._ovKeys) { window._ovKeys = true;
@@ -52,16 +59,20 @@ ADDRESS_SCRIPT = """function(href) { if (href && href.indexOf('?run=') === 0 && 
     window.history.replaceState(window.history.state, '', window.location.pathname + href);
     return window.dash_clientside.no_update; }"""
 # a click on an unbinned overview opens its cell's launch from the browser (one server round trip
-# fewer); a binned overview's click goes to the server (``on_open``: the cell's slowest launch)
+# fewer): the cell's column and row name its launch key (step:layer, capture:slot or a number); a
+# binned overview's click goes to the server (``on_open``: the cell's slowest launch)
 CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside.no_update;
     var m = fig && fig.layout && fig.layout.meta, p = click && click.points && click.points[0];
-    if (!m || m.binned || !m.run || !p || typeof p.x !== 'number' || typeof p.y !== 'number') return [nu, nu];
+    if (!m || m.binned || !m.run || !p || p.x === undefined || p.y === undefined || p.x === null) return [nu, nu];
+    if (typeof p.z === 'number' && !isFinite(p.z)) return [nu, nu];
+    var x = String(p.x), y = String(p.y);
+    var key = m.form === 'step:layer' ? x + ':' + y : m.form === 'capture:slot' ? y + ':' + x : x;
     var q = new URLSearchParams(search || ''), out = new URLSearchParams();
-    out.set('run', m.run); out.set('step', String(Math.round(p.x))); out.set('layer', String(Math.round(p.y)));
+    out.set('run', m.run); out.set('launch', key);
     %s.forEach(function(k) { if (q.get(k)) out.set(k, q.get(k)); });
-    var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/');
-    if (q.get('run') === m.run && q.get('step') === out.get('step') && q.get('layer') === out.get('layer')) return [nu, nu];
-    return [s, 'loading ' + m.axis + ' ' + out.get('step') + ' · layer ' + out.get('layer') + ' …']; }""" % (
+    var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/').replace(/%%3A/g, ':');
+    if (q.get('run') === m.run && q.get('launch') === key) return [nu, nu];
+    return [s, 'loading launch ' + key + ' …']; }""" % (
     "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
 CLEAR_SCRIPT = "function(_s, _b) { return ''; }"
 
@@ -86,7 +97,7 @@ def section(app, search: str | None):
         html.Div(className="ov-row", children=[
             html.Div(className="ov-controls", children=[
                 dcc.RadioItems(id="ov-metric", value="kernel", options=[
-                    {"label": " kernel time, slowest rank", "value": "kernel"},
+                    {"label": " kernel time", "value": "kernel"},
                     {"label": " kernel time of one rank", "value": "rank"},
                     {"label": " start skew across ranks", "value": "skew"},
                     {"label": " anomalies", "value": "anomalies"}]),
@@ -99,8 +110,10 @@ def section(app, search: str | None):
             html.Div(className="ov-main", children=dcc.Graph(
                 id="ov-graph", figure=figure, style={"height": f"{figure['layout'].get('height', 200)}px"},
                 config={"displaylogo": False, "displayModeBar": False})),
-            html.Div(className="ov-explain", id="ov-explain", children=[
-                html.B("Explain verdict"), html.Div(EXPLAIN_SLOT, className="status")]),
+            html.Div(className="ov-explain", children=[
+                html.Div(id="ov-explain", children=[html.B("Explain verdict"),
+                                                    html.Div(EXPLAIN_SLOT, className="status")]),
+                html.Div(id="ov-across", children=[html.Div(ACROSS_SLOT, className="status")])]),
         ]),
         html.Div(className="ov-scale", children=[html.Span(scale, id="ov-scale"), " · ", VO.MARKS]),
     ])
@@ -152,31 +165,50 @@ def on_open(app, click, *rest):
     trig = dash.ctx.triggered_id
     shown = shown_key(key, run)
     if trig == "ov-graph":
-        if VO.columns(ov)[0] == 1:
+        if not (isinstance(click, dict) and VRG.columns(ov) > 1):
             raise dash.exceptions.PreventUpdate  # the browser opened it (``CLICK_SCRIPT``)
         target = VO.clicked(ov, click, metric, rank)
     else:
         target = VO.target(ov, str(trig or "").removeprefix("ov-"), shown)
     if target is None or target == shown:
         raise dash.exceptions.PreventUpdate
-    tasks = ov.tasks_of(target)
     return (VO.search_for(run, target, search),
-            f"loading {ov.axis} {target.step} · layer {target.layer} ({tasks:,} tasks across ranks) …")
+            f"loading launch {target} ({ov.tasks_of(target):,} tasks across ranks) …")
+
+
+def _shown(run, panels):
+    """The launch of ``run`` the panels follow (``panel-key``), None when another."""
+    name = panels[0] if isinstance(panels, (list, tuple)) and panels and isinstance(panels[0], str) else None
+    parsed = VRS.parse_name(name)
+    return parsed[1] if parsed and parsed[0] == run else None
 
 
 @guarded(ERROR)
-def on_verdict(app, run, _panels=None):
-    """The explain verdict beside the overview (``Runs.verdict``): what made the run's
-    p99 launch slow, against the launches nearest its median; asked once the Gantt is
-    painted (the panels' key) or the run changes."""
-    if run is None:
+def on_verdict(app, run, panels=None):
+    """The explain verdict beside the overview: the launch shown against the run's
+    typical launch (``timeline.query.explain``); asked once the Gantt is painted (the
+    panels' key), again for each launch opened."""
+    key = _shown(run, panels)
+    if run is None or key is None:
         raise dash.exceptions.PreventUpdate
-    doc = app.runs.verdict(run)
-    out = [html.B("Explain verdict (p99 launch)"), html.Div(doc["verdict"], id="ov-verdict")]
-    typ = doc.get("typical") or {}
-    if typ:
-        out.append(html.Div(f"{doc['method']}; typical {typ.get('kernel_us', 0):g} µs ({typ.get('from', '')}), "
-                            f"noise {typ.get('noise_us', 0):g} µs", className="status"))
+    doc = XD.document(app, run, QX.Ask(launches=[key]), "compare it with another run in the Compare tab")
+    return [html.B(f"Explain verdict: launch {key} (shown)"), html.Div(doc["verdict"], id="ov-verdict"),
+            html.Div(XD.typical_line(doc), className="status")]
+
+
+@guarded(ERROR)
+def on_across(app, run, panels=None):
+    """The p99 launch's verdict and the stable culprits over the run's slow launches
+    (``Ask(p99=True, across=ACROSS)``: it explains up to ``ACROSS`` launches), made
+    once per run, after the first paint."""
+    if run is None or _shown(run, panels) is None:
+        raise dash.exceptions.PreventUpdate
+    doc = XD.document(app, run, QX.Ask(p99=True, across=XD.ACROSS), "compare it with another run in the Compare tab")
+    out = [html.B("p99 launch"), html.Div(doc["verdict"], id="ov-p99-verdict", className="status")]
+    across = doc.get("across")
+    if across:
+        out += [html.B("Stable culprits over the slow launches"), html.Div(across["says"], id="ov-across-says")]
+        out += [html.Div(f"• {c['says']}", className="ov-culprit") for c in across["culprits"][:5]]
     return out
 
 
@@ -252,6 +284,8 @@ def install(dash_app, app, page_search):
                prevent_initial_call=True)(partial(on_open, app))
     d.callback(Output("ov-explain", "children"), Input("ov-run", "data"), Input("panel-key", "data"),
                prevent_initial_call=True)(partial(on_verdict, app))  # after the first paint: panel-key
+    d.callback(Output("ov-across", "children"), Input("ov-run", "data"), Input("panel-key", "data"),
+               prevent_initial_call=True)(partial(on_across, app))
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
                Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
     return d

@@ -85,6 +85,8 @@ class App:
         self.first_lock = threading.Lock()
         self.ahead = OrderedDict()  # opening Gantt query -> Future of its figure (panels.gantt.draw_ahead)
         self.px = None  # the Gantt plot's size the browser last sent: draw_ahead draws for it
+        self.docs = OrderedDict()  # explain's answers by question (viewer.explained), small LRU
+        self.docs_lock = threading.Lock()
 
     def requested(self, search: str | None) -> str | None:
         """The trace named by the page's query string (``?trace=NAME``), else the default."""

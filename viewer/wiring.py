@@ -305,9 +305,11 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
                    Output(f"{table_id}-data", "data", allow_duplicate=True),
                    Input({"type": "sort", "table": table_id, "col": ALL}, "n_clicks"),
                    State(f"{table_id}-data", "data"), prevent_initial_call=True)(partial(on_sort, table_id))
+    from viewer.panels import abcompare as VAB
     from viewer.panels import explain as XP
 
     XP.wire(d, app)
+    VAB.wire(d, app)
     d.callback(Output("download", "data"), Output("export-msg", "children"), Input("export-chrome", "n_clicks"),
                State("trace-key", "data"), State("ranks", "value"), State("launches", "value"),
                State("stages", "value"), prevent_initial_call=True)(partial(on_export, app))

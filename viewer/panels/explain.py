@@ -1,7 +1,9 @@
-"""The Explain tab: ``timeline explain``'s verdict on the trace's slowest launch
-(against the median launch), its culprits as buttons; a click on one pins the
-culprit's task in the pinned-task panel and draws its chain, from it to the
-launch's last end along the gating edges, over the Gantt."""
+"""The Explain tab: ``timeline.query.explain``'s answer (``viewer.explained``) on the
+launch shown, the slowest or the p99 launch of the trace or run, against its own
+typical launch or against another trace or run (A/B); its culprits as buttons: a
+click pins the culprit's task in the pinned-task panel and draws its chain, from it
+to the launch's last end along the gating edges, over the Gantt (first opening its
+launch when the Gantt does not show it)."""
 
 from __future__ import annotations
 
@@ -9,88 +11,119 @@ import dash
 import numpy as np
 from dash import ALL, Input, Output, State, html
 
+from timeline.query import explain as QX
+from viewer import explained as XD
 from viewer import figures as F
+from viewer import run_source as VRS
 from viewer.client import ViewState
 from viewer.page import msg
 from viewer.panels import gantt as VG
+from viewer.panels import overview as VO
 from viewer.state import ERROR, NO, guarded
 
-MIN_LAUNCHES = 3  # fewer give no typical launch (explain_commands says the same)
 CHAIN_COLOR = "rgba(214,39,40,0.85)"
+WHICH = ("shown", "slowest", "p99")  # what the tab explains: the launch shown, the slowest, the p99 launch
+CULPRIT_BUTTONS = 8
 
 
-def analysed(app, item):
-    """``(document, explained)`` of the trace's slowest launch, cached per trace."""
-    from timeline.analysis import explain as X
-    from timeline.analysis import explain_report as XR
+def shown_key(app, name: str, launches):
+    """``(source, key of the launch shown or None)``: a run's launch, or a trace file's
+    one selected launch (or its only one)."""
+    parsed = VRS.parse_name(name)
+    if parsed is not None:
+        return parsed[0], parsed[1]
+    tr = app.store.get(name).trace
+    shown = list(launches) if launches else tr.launches
+    return name, (tr.launch_keys[int(shown[0])] if len(shown) == 1 and int(shown[0]) in tr.launch_keys else None)
 
-    def make():
-        tr = item.trace
-        launches, kernel = X.kernel_times(tr)
-        typ = X.typical(tr, source=f"median of {len(tr.launches)} launches") \
-            if len(tr.launches) >= MIN_LAUNCHES else None
-        explained = [X.explain_launch(tr, int(launches[int(np.argmax(kernel))]), typ, own=True)] \
-            if typ is not None else []
-        skews = X.allreduce_skew(tr) if tr.spec.graph else []
-        return XR.document(tr, item.name, f"timeline explain {item.name}", (launches, kernel), explained, skews,
-                           typ), explained
 
-    return app.analysis(item, ("explain",), make)
+def ask_for(which: str, key, against) -> tuple:
+    """``(Ask, note)``: what to ask ``explain`` for the tab's choice; ``note`` says when
+    the launch shown is not one launch (the slowest is explained instead)."""
+    base = against if isinstance(against, str) and against else None
+    if which == "p99":
+        return QX.Ask(p99=True, baseline=base), None
+    if which == "shown" and key is not None:
+        return QX.Ask(launches=[key], baseline=base), None
+    note = "the Gantt shows several launches: the slowest is explained (select one launch to explain it)" \
+        if which == "shown" else None
+    return QX.Ask(top=1 if base else None, baseline=base), note
+
+
+def analysed(app, name: str, launches, which: str, against) -> tuple:
+    """``(document, note)`` of the tab's question on the trace or run shown."""
+    source, key = shown_key(app, name, launches)
+    ask, note = ask_for(which if which in WHICH else "slowest", key, against)
+    hint = "pick a trace or run to explain it against (against, above)"
+    return XD.document(app, source, ask, hint), note
 
 
 @guarded(ERROR, None, None)
-def on_explain(app, key, tab, _panels=None):
+def on_explain(app, key, tab, panels, which, against):
     """The tab's verdict, culprit buttons and their identities (``explain-pins``); on
     the page's first view, once the panels' key arrives (after the first paint)."""
     if tab != "explain":
         raise dash.exceptions.PreventUpdate
     if not key or not key.get("name"):
         return "No trace.", None, None
-    item = app.store.get(key["name"])
+    name = key["name"]
+    item = app.store.get(name)
     if item.data.n == 0:
         return msg("no intervals: nothing to explain", "info"), None, None
-    doc, _ = analysed(app, item)
+    launches = panels[2] if isinstance(panels, (list, tuple)) and len(panels) == 3 and panels[0] == name else None
+    doc, note = analysed(app, name, launches, which, against)
     head = [html.B("verdict: "), html.Span(doc["verdict"], id="explain-verdict-text"),
-            html.Div(f"{doc['method']}; typical {doc['typical']['kernel_us']:g} µs ({doc['typical']['from']}), "
-                     f"noise {doc['typical']['noise_us']:g} µs", style={"fontSize": "12px", "color": "#555"})]
-    head += [html.Div(s["says"]) for s in doc["allreduce"]]
+            html.Div(XD.typical_line(doc), style={"fontSize": "12px", "color": "#555"})]
+    if doc.get("baseline"):
+        b = doc["baseline"]
+        head.append(html.Div(f"against A = {b['source']}: typical {XD.us(b.get('typical_us'))}, noise "
+                             f"{XD.us(b.get('noise_us'))}; {b.get('matched', '')}", className="status"))
+    if note:
+        head.append(msg(note, "info"))
+    head += [html.Div(s["says"]) for s in doc.get("allreduce") or []]
     buttons, pins = [], []
     for e in doc["explained"]:
-        for k, c in enumerate(e["culprits"][:8]):
+        for c in e["culprits"][:CULPRIT_BUTTONS]:
             save = "" if c["saving_us"] is None else f" · saves {c['saving_us']:g} µs"
             label = f"{'★ ' if c['significant'] else ''}{c['says']}: {c['excess_us']:+g} µs{save}"
             buttons.append(html.Button(label, id={"type": "culprit", "i": len(pins)}, n_clicks=0,
                                        className="culprit", style={"display": "block", "margin": "3px 0"}))
-            pins.append({**c["evidence"]["rows"][0], "chain_launch": e["launch"], "culprit": len(pins)})
+            row = c["evidence"]["rows"][0]
+            pins.append({"rank": row["rank"], "stage": row["stage"], "task": row["task"], "key": e["launch"],
+                         "culprit": len(pins)})
     if not buttons:
         buttons = [html.Div("no culprit to show")]
     return head, buttons, pins
 
 
-def _task_index(m, pin) -> int:
-    """The merged task (``edges.Tasks``) of a pinned culprit's first row, -1 if absent."""
-    hit = np.flatnonzero((m.rank == pin["rank"]) & (m.launch == pin["launch"]) & (m.task == pin["task"])
-                         & (m.stage == pin["stage_index"]))
+def _task_index(m, rank: int, launch: int, stage: int, task: int) -> int:
+    """The merged task (``edges.Tasks``) of one task, -1 if absent."""
+    hit = np.flatnonzero((m.rank == rank) & (m.launch == launch) & (m.task == task) & (m.stage == stage))
     return int(hit[0]) if hit.size else -1
 
 
-def _chain_trace(app, item, pin, vs):
+def chain_trace(app, item, pin, vs, color: str = CHAIN_COLOR):
     """The culprit's chain (from its task to its launch's last end along the gating
-    edges) as a Gantt line trace over the row layout ``vs`` shows, or None."""
+    edges) in ``item`` as a Gantt line trace over the row layout ``vs`` shows, or None
+    (no task graph, rows that are not by rank, the task or launch not there)."""
     from timeline.analysis import edges as E
 
     tr = item.trace
-    if not tr.spec.graph or vs is None or vs.grouping not in ("rank", "cta"):
+    launch = XD.launch_number(tr, pin["key"])
+    if not tr.spec.graph or vs is None or vs.grouping not in ("rank", "cta") or launch is None \
+            or pin["stage"] not in tr.spec.stage_names:
         return None
     g = app.analysis(item, ("edges",), lambda: E.edges(tr))
-    t = _task_index(g.tasks, {**pin, "stage_index": tr.spec.stage_names.index(pin["stage"])})
-    steps = E.path_steps(g, pin["chain_launch"])
+    t = _task_index(g.tasks, pin["rank"], launch, tr.spec.stage_names.index(pin["stage"]), pin["task"])
+    if t < 0:
+        return None
+    steps = E.path_steps(g, launch)
     at = [k for k, step in enumerate(steps) if step.task == t]
     part = [E.Step(t, -1, None)] + (steps[at[0] + 1:] if at else [])  # from the culprit on; its own hand-off not drawn
     view = app.view(item, vs.grouping, vs.ranks, vs.launches, vs.ctas, vs.stages)
     trace, = F.path_trace(VG.chain_segments(g, view, vs.grouping, [part])) or [None]
     if trace is not None:
-        trace.update(name="culprit's chain", line={"color": CHAIN_COLOR, "width": 6},
+        trace.update(name="culprit's chain", line={"color": color, "width": 6},
                      meta={"kind": "culprit-chain", "segments": trace["meta"]["segments"], "tasks": len(part),
                            "culprit": pin.get("culprit")})
     return trace
@@ -111,50 +144,70 @@ REPLACE_CHAIN = """function(chain, fig) {
 }"""
 
 
-@guarded(ERROR, NO, NO, NO)
-def on_culprit(app, clicks, key, pins, state):
+def pinned_table(item, pin):
+    """The pinned-task panel of a culprit's task in ``item``, or a message."""
+    d, tr = item.data, item.trace
+    launch = XD.launch_number(tr, pin["key"])
+    stage = tr.spec.stage_names.index(pin["stage"]) if pin["stage"] in tr.spec.stage_names else -1
+    idx = np.flatnonzero((d.rank == pin["rank"]) & (d.launch == (-1 if launch is None else launch))
+                         & (d.stage == stage) & (d.task == pin["task"]))
+    if not idx.size:
+        return msg("the culprit's task is not in the loaded intervals")
+    return VG.task_table(d, d.task_intervals(int(d.tid[idx[0]])))
+
+
+@guarded(ERROR, NO, NO, NO, NO)
+def on_culprit(app, clicks, key, pins, state, search):
     """A culprit clicked: its task pinned (the task table); its chain drawn on the
-    Gantt, or, when the Gantt does not show its launch, that launch selected and the
-    chain left to ``on_view`` (``explain-pin``) once it is drawn."""
+    Gantt; when the Gantt does not show its launch, that launch opened first (a run's
+    by its address, a trace file's by the Launches filter) and the chain left to
+    ``on_view`` (``explain-pin``) once it is drawn."""
     trig = dash.ctx.triggered_id
     if not isinstance(trig, dict) or not pins or not any(clicks) or not key:
         raise dash.exceptions.PreventUpdate
     pin = pins[int(trig["i"])]
-    item = app.store.get(key["name"])
-    d, tr = item.data, item.trace
-    idx = np.flatnonzero((d.rank == pin["rank"]) & (d.launch == pin["launch"])
-                         & (d.stage == tr.spec.stage_names.index(pin["stage"])) & (d.task == pin["task"]))
-    if not idx.size:
-        return msg("the culprit's task is not in the loaded intervals"), NO, NO, NO
-    table = VG.task_table(d, d.task_intervals(int(d.tid[idx[0]])))
+    name = key["name"]
+    parsed = VRS.parse_name(name)
+    if parsed is not None and str(parsed[1]) != pin["key"]:  # another launch of the run: open it
+        run = parsed[0]
+        other = VRS.launch_name(run, VRS.parse_launch(pin["key"]))
+        return NO, NO, NO, {**pin, "name": other}, VO.search_for(run, pin["key"], search)
+    item = app.store.get(name)
+    table = pinned_table(item, pin)
     vs = ViewState.from_client(state)
-    if vs is not None and vs.launches is not None and pin["chain_launch"] not in vs.launches:
-        return table, NO, [pin["chain_launch"]], {**pin, "name": key["name"]}
-    return table, _drawn(_chain_trace(app, item, pin, vs)), NO, None
+    launch = XD.launch_number(item.trace, pin["key"])
+    if parsed is None and vs is not None and vs.launches is not None and launch not in vs.launches:
+        return table, NO, [launch], {**pin, "name": name}, NO
+    return table, _drawn(chain_trace(app, item, pin, vs)), NO, None, NO
 
 
-@guarded(NO, None)
+@guarded(NO, None, NO)
 def on_view(app, state, pin):
-    """The Gantt redrawn with a culprit's launch selected: its chain drawn once."""
+    """The Gantt redrawn with a culprit's launch shown: its chain drawn once, its
+    task pinned."""
     vs = ViewState.from_client(state)
     if not pin or vs is None or vs.name != pin.get("name"):
         raise dash.exceptions.PreventUpdate
-    return _drawn(_chain_trace(app, app.store.get(pin["name"]), pin, vs)), None
+    item = app.store.get(pin["name"])
+    return _drawn(chain_trace(app, item, pin, vs)), None, pinned_table(item, pin)
 
 
 def wire(d, app) -> None:
-    """The tab's two callbacks on the Dash app ``d``."""
+    """The tab's callbacks on the Dash app ``d``."""
     from functools import partial
 
     d.callback(Output("explain-verdict", "children"), Output("explain-culprits", "children"),
                Output("explain-pins", "data"), Input("trace-key", "data"), Input("tabs", "value"),
-               Input("panel-key", "data"), prevent_initial_call=True)(partial(on_explain, app))
+               Input("panel-key", "data"), Input("explain-which", "value"), Input("explain-against", "value"),
+               prevent_initial_call=True)(partial(on_explain, app))
     d.callback(Output("details", "children", allow_duplicate=True), Output("explain-chain", "data", allow_duplicate=True),
                Output("launches", "value", allow_duplicate=True), Output("explain-pin", "data"),
+               Output("url", "search", allow_duplicate=True),
                Input({"type": "culprit", "i": ALL}, "n_clicks"), State("trace-key", "data"),
-               State("explain-pins", "data"), State("view-state", "data"),
+               State("explain-pins", "data"), State("view-state", "data"), State("url", "search"),
                prevent_initial_call=True)(partial(on_culprit, app))
     d.callback(Output("explain-chain", "data", allow_duplicate=True), Output("explain-pin", "data", allow_duplicate=True),
+               Output("details", "children", allow_duplicate=True),
                Input("view-state", "data"), State("explain-pin", "data"),
                prevent_initial_call=True)(partial(on_view, app))
     d.clientside_callback(REPLACE_CHAIN, Output("gantt", "figure", allow_duplicate=True),

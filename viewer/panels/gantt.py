@@ -340,7 +340,7 @@ def task_table(d: M.TraceData, ivs) -> html.Table:
     i = int(ivs[0])
     place = M.placement_text(d.vendor, int(d.xcc[i]), int(d.se[i]), int(d.cu[i]), int(d.sm[i]))
     head = [("stage", d.stage_names[d.stage[i]]), ("task", int(d.task[i])), ("rank", int(d.rank[i])),
-            ("launch", int(d.launch[i])), ("CTA", int(d.cta[i]) if d.cta[i] >= 0 else rows.UNPLACED),
+            ("launch", str(d.launch_keys.get(int(d.launch[i]), int(d.launch[i])))), ("CTA", int(d.cta[i]) if d.cta[i] >= 0 else rows.UNPLACED),
             ("wave", int(d.wave[i]) if d.wave[i] >= 0 else rows.UNPLACED),
             ("placement", place), ("start", f"{d.start[ivs[0]] / 1e3:,.3f} µs"),
             ("end", f"{d.end[ivs[-1]] / 1e3:,.3f} µs"),

@@ -73,15 +73,16 @@ def critical(app, name, ranks, launches):
     rank = sorted_ints(ranks)[0] if ranks else tr.ranks[0]
     launch = sorted_ints(launches)[0] if launches else tr.launches[0]
     path = app.analysis(item, ("critical", rank, launch), lambda: critical_path(tr, rank=rank, launch=launch))
+    key = tr.launch_keys.get(launch, launch)  # the launch as every command names it
     cols, rows = table_records(path_us(path))
     if path_method(path) == EXACT:
         from timeline.analysis import edges as E
 
         shares = ", ".join(f"{r['stage']} {r['share']:.0%}" for r in E.path_shares(path).to_pylist()) \
             if path.num_rows else "-"
-        return cols, rows, msg(f"rank {rank} · launch {launch}: the exact critical path along the task graph's "
+        return cols, rows, msg(f"rank {rank} · launch {key}: the exact critical path along the task graph's "
                                f"gating edges, from the launch's last end; per stage: {shares}", "info")
-    note = msg(f"rank {rank} · launch {launch} (the first of the selection): the chain of work, waits and idle "
+    note = msg(f"rank {rank} · launch {key} (the first of the selection): the chain of work, waits and idle "
                "time behind the launch's last end, walked back from it; a heuristic (the stamps say when a "
                "wait ended, not which producer released it; declare the task graph for the exact one)", "info")
     return cols, rows, note
