@@ -78,10 +78,7 @@ def label(name: str) -> str:
 def trace_source(path, trace) -> QS.TraceSource:
     """A trace file the page has loaded already as a ``timeline.query`` source,
     without reading it again."""
-    src = QS.TraceSource.__new__(QS.TraceSource)
-    QS.Source.__init__(src, str(path))
-    src.loaded, src.notes = trace, list(trace.notes)
-    return src
+    return QS.TraceSource.of(str(path), trace)
 
 
 class RunView:

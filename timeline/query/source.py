@@ -234,11 +234,12 @@ def said(sel: Selection) -> str:
 
 
 class TraceSource(Source):
-    """A trace file, loaded once (``timeline.load``: checked whole)."""
+    """A trace file, loaded once (``timeline.load``: checked whole), or with ``trace``
+    one loaded already (``of``)."""
 
     kind = "trace"
 
-    def __init__(self, path: str, opts: Options = Options()):
+    def __init__(self, path: str, opts: Options = Options(), trace=None):
         super().__init__(path, opts)
         from timeline.core.trace import load
 
@@ -247,8 +248,14 @@ class TraceSource(Source):
                              "analysed in this process: leave them out")
         if opts.skip_damaged:
             raise QueryError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
-        self.loaded = load(path)
+        self.loaded = load(path) if trace is None else trace
         self.notes = list(self.loaded.notes)
+
+    @classmethod
+    def of(cls, path: str, trace) -> "TraceSource":
+        """The source of a trace file ``path`` whose ``Trace`` the caller holds already
+        (the dashboard's loaded file): not read again."""
+        return cls(path, Options(), trace)
 
     def head(self) -> str:
         from timeline.query.titles import title
