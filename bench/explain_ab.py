@@ -266,6 +266,17 @@ def main(argv=None) -> int:
           f"[{'met' if m['certain_wrong_rank'] == 0 else 'NOT met'}]; a wrong rank named but not certain "
           f"{m['named_another_rank_uncertain']}; all-reduce arrivals called certain {m['arrivals_certain']}, "
           f"of them wrong {m['arrivals_certain_wrong']} (goal 0) [{'met' if m['arrivals_certain_wrong'] == 0 else 'NOT met'}]")
+    for spin in ("task32+4000", "task32+16000"):
+        rc, out = cli("explain", ROOT / f"traces/h100_explain_{spin}.arrow", "--baseline",
+                      ROOT / "traces/h100_explain_base.arrow", "--json")
+        doc = json.loads(out)
+        c = (doc.get("across") or {}).get("culprits") or [{}]
+        c = c[0]
+        err = (c["saving_us"] - c["excess_us"]) / c["excess_us"] if c.get("excess_us") else None
+        ok = c.get("stage") == "norm" and c.get("task") == 32 and c.get("phase") == "compute"
+        print(f"H100 (real) base as A, {spin} as B: {doc['verdict'][:60]}...; over B's slow launches: "
+              f"{c.get('says', 'none')}; saving {'-' if err is None else f'{err:+.1%}'} of their excess "
+              f"(goal: task 32's compute named, within 10 %) [{'met' if ok and err is not None and abs(err) <= 0.10 else 'NOT met'}]")
     if not a.no_speed:
         s = speed(a.dir, a)
         warm = min(s["walls"][1:])

@@ -59,10 +59,6 @@ class Selected(NamedTuple):
     ranks: list | None
     stages: list | None
 
-    @property
-    def everything(self) -> bool:
-        return False
-
 
 def is_run(path) -> bool:
     """Whether ``path`` names a run directory."""
