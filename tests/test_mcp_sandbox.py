@@ -167,7 +167,7 @@ BAD = [
     ("whatif", {"source": "run", "scale": ["down=x"]}, "scale"),
     ("whatif", {"source": "run"}, "scale"),
     ("summary", {"source": "run", "mode": "everything"}, "mode"),
-    ("summary", {"source": "b.arrow"}, "mode"),
+    ("summary", {"source": "run", "worst": 0}, "worst"),
     ("gate", {"a": "run", "b": "run", "fail_over": "lots"}, "fail_over"),
     ("compare", {"a": "run", "b": "b.arrow", "scope": "trace"}, "scope"),
     ("sql", {"source": "run", "query": ""}, "query"),
