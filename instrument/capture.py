@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import threading
 import time
 
@@ -54,6 +55,7 @@ from timeline.contract import schema as S
 __all__ = ["Capture", "CaptureBehind", "CaptureError", "CaptureReport", "DEFAULT_BATCH", "DEFAULT_RING_BUDGET",
            "DEFAULT_LINGER_S", "DEFAULT_STAGING", "classify", "default_workers", "ring_spec", "sampled_steps"]
 
+SWITCH_S = 0.0002  # the interpreter's switch interval while a capture drains (restored at close): 5 ms by default
 DEFAULT_STAGING = 256 << 20  # host staging bytes: ~0.5 s of a 16-layer demo step (540 kB) at every step
 DEFAULT_RING_BUDGET = 64 << 20  # device bytes ring="auto" may take
 DEFAULT_BATCH = 32  # the most steps a worker decodes in one collect and one append
@@ -258,6 +260,8 @@ class Capture:
                 self._ensure_host()
             self._drain.t0 = self._drain.pass_t0 = time.perf_counter()  # the device's pace is timed from here
             self._stop.clear()
+            self._switch = sys.getswitchinterval()  # a busy launch thread hands the drain the GIL this soon
+            sys.setswitchinterval(min(self._switch, SWITCH_S))
             self._thread = threading.Thread(target=self._drain_loop, name=f"{self.name}-drain", daemon=True)
             self._thread.start()
         return self
@@ -279,6 +283,7 @@ class Capture:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            sys.setswitchinterval(self._switch)
         if self._error is not None:
             self._release()
             raise self._error
@@ -328,6 +333,7 @@ class Capture:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            sys.setswitchinterval(self._switch)
         with self._lock:
             self._release()
 

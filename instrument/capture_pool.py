@@ -387,6 +387,10 @@ def _process_main(job_fd: int, result_fd: int) -> None:
     """A worker process: its name and the context, then batches until None (or the
     capture's end of the pipe closing); SIGINT is the capture's to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:  # the serving process (its launch thread, the drain) first: a worker takes the cores it leaves
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
     jobs, results = Connection(job_fd, writable=False), Connection(result_fd, readable=False)
     name, context = jobs.recv()
     import timeline.ingest.collect  # noqa: F401 - imported before "ready": no batch waits on it
@@ -402,4 +406,5 @@ def _process_main(job_fd: int, result_fd: int) -> None:
         pass
 
 
+WORKER_NICE = 10  # a worker process's niceness above the capture's: it never starves the process it serves
 POOLS = {"inline": InlinePool, "thread": ThreadPool, "process": ProcessPool}
