@@ -59,8 +59,7 @@ def column_of(values, type: pa.DataType | None = None) -> pa.Array:
             pa.bool_() if kinds == {bool} else pa.int64()
     null = np.array([v is None for v in values], dtype=bool)
     if type == pa.string():
-        strings = R.strings(["" if v is None else str(v) for v in values])
-        return pc.if_else(R.arrow(null), pa.scalar(None, pa.string()), strings) if null.any() else strings
+        return R.strings(["" if v is None else str(v) for v in values], mask=null)
     if type == pa.bool_():
         return R.arrow(np.array([bool(v) for v in values], dtype=bool), mask=null if null.any() else None)
     fill = [0 if v is None else v for v in values]

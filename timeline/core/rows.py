@@ -272,12 +272,26 @@ def empty(schema: pa.Schema) -> pa.Table:
     return pa.Table.from_batches([], schema=schema)
 
 
-def strings(items) -> pa.Array:
-    """Python strings as an Arrow ``string`` array (no nulls), without ``pa.array``."""
+def strings(items, mask=None) -> pa.Array:
+    """Python strings as an Arrow ``string`` array, null where ``mask`` is true, without
+    ``pa.array`` (nor ``pa.scalar``, which imports pandas too: see ``arrow``)."""
     enc = [str(s).encode() for s in items]
     offsets = np.zeros(len(enc) + 1, dtype=np.int32)
     np.cumsum([len(e) for e in enc], out=offsets[1:])
-    return pa.Array.from_buffers(pa.string(), len(enc), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))])
+    nulls = None if mask is None else np.asarray(mask, dtype=bool)
+    validity = None if nulls is None or not nulls.any() else pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    count = 0 if validity is None else int(nulls.sum())
+    return pa.Array.from_buffers(pa.string(), len(enc), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(enc))],
+                                 null_count=count)
+
+
+def scalar(value, type: pa.DataType) -> pa.Scalar:
+    """``value`` as an Arrow scalar of ``type`` (a plain type or string), for compute
+    kernels: ``pa.scalar`` and the kernels' own conversion of a Python value import
+    pandas (see ``arrow``)."""
+    if type == pa.string() or type == pa.large_string():
+        return strings([value]).cast(type)[0]
+    return arrow(np.array([value], dtype=np_dtype(type)))[0]
 
 
 _NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,

@@ -32,8 +32,8 @@ def part_rows(run, entry: dict, rank: int, step, where=None) -> pa.Table | None:
         return None
     t = RL.read_parquet(run.path / entry["path"], where=where)
     n = t.num_rows
-    return (t.append_column("rank", pa.array(np.full(n, rank, np.int16)))
-            .append_column("step", pa.nulls(n, pa.int64()) if step is None else pa.array(np.full(n, step, np.int64))))
+    return (t.append_column("rank", R.arrow(np.full(n, rank, np.int16)))
+            .append_column("step", pa.nulls(n, pa.int64()) if step is None else R.arrow(np.full(n, step, np.int64))))
 
 
 def with_ns(rows: pa.Table, rec: dict, phases, marks) -> pa.Table:
@@ -82,7 +82,7 @@ def append_trace(run, rec: dict, chosen: dict):
     if not parts:
         return None
     rows = pa.concat_tables(parts)
-    rows = rows.set_column(rows.schema.get_field_index("launch"), "launch", pa.array(np.zeros(rows.num_rows, np.int32)))
+    rows = rows.set_column(rows.schema.get_field_index("launch"), "launch", R.arrow(np.zeros(rows.num_rows, np.int32)))
     tasks = with_ns(rows, rec, run.phases, run.marks)
     specs = _specs(rec, set(chosen))
     return Trace(tasks, [specs[r] for r in sorted(specs)], _anomalies(run, rec, chosen),
@@ -99,11 +99,11 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     if step is None and layer is None and capture is None:
         raise RL.RunError("name a launch: give step and layer (from its slot header), or capture and slot "
                          "(`timeline launches RUN` lists them)")
+    keep = np.ones(t.num_rows, dtype=bool)
     for col, want in (("step", step), ("layer", layer), ("capture", capture), ("launch", slot)):
-        if want is not None:
-            t = t.filter(pc.equal(t.column(col), want))
-        elif col in ("step", "layer") and capture is not None:
-            t = t.filter(pc.is_null(t.column(col)))
+        if want is not None or (col in ("step", "layer") and capture is not None):
+            keep &= np.array([v == want for v in t.column(col).to_pylist()], dtype=bool)
+    t = t.filter(R.arrow(keep))  # not pc.equal of a Python value: its scalar conversion imports pandas
     what = (f"step {step} layer {layer}" if capture is None else f"capture {capture!r} slot {slot}") + \
         (f" of ranks {list(ranks)}" if ranks is not None else "")
     if t.num_rows == 0:
@@ -140,7 +140,7 @@ def _numbered(trace, i: int):
 
     def set_launch(t: pa.Table) -> pa.Table:
         at = t.schema.get_field_index("launch")
-        return t.set_column(at, t.schema.field(at), pa.array(np.full(t.num_rows, i, np.int32), t.schema.field(at).type))
+        return t.set_column(at, t.schema.field(at), R.arrow(np.full(t.num_rows, i, np.int32)).cast(t.schema.field(at).type))
 
     a = trace.anomalies
     return Trace(set_launch(trace.tasks), trace.specs, set_launch(a) if a.num_rows else a, origins=trace.origins,

@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from timeline.errors import TimelineError
+from timeline.core import rows as R
 
 RUN_FORMAT = "mono-timeline-run"
 RUN_FORMAT_VERSION = 1
@@ -197,8 +198,8 @@ def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
         st = f.metadata.row_group(g).column(at).statistics
         if st is None or not st.has_min_max or st.min <= value <= st.max:
             groups.append(g)
-    table = f.read_row_groups(groups) if groups else f.schema_arrow.empty_table()
-    return nullable(table.filter(pc.equal(table.column(column), value)))
+    table = f.read_row_groups(groups) if groups else R.empty(f.schema_arrow)
+    return nullable(table.filter(pc.equal(table.column(column), R.scalar(value, table.column(column).type))))
 
 
 def manifest_path(run_dir: Path, append: str) -> Path:
