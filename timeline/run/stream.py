@@ -1,0 +1,422 @@
+"""Appending a trace file to a run block by block (``append_stream``), in memory
+bounded by a few blocks of the file whatever its size: the dataset ``append`` writes
+of the whole file loaded, value for value (tests/test_run_stream.py).
+
+- The file's key columns are scanned first (``TraceStream.scan``): which blocks each
+  (rank, launch) and each (rank, step) spans. A launch's rows wait (``pending``) until
+  its last block has passed, then its aggregates (``aggregate.aggregates``) are taken
+  over all of them, so the ``launches`` and ``stages`` rows are a whole-file append's.
+  Trace files hold a launch's rows together (rank by rank, launch by launch), so few
+  rows wait; a file whose launches are scattered over more than ``pending_rows``
+  would make too many wait: its aggregates are then taken in further passes
+  (``waves``) over the blocks that hold each group of launches, each block checked
+  to be the one the first pass read.
+- Each (rank, step)'s rows go to its task part as they come (``_Part``: row groups of
+  ``write.ROW_GROUP_ROWS``, encoded on a pool of threads), under temporary names.
+- The file's checksum is digested as the blocks pass; only when it matched at the
+  end are the parts given their names and the manifest record written (the commit).
+  A bad file (a checksum, a row, a read error) leaves the run as it was: its
+  temporary files are removed, nothing was published."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from timeline.contract import schema as S
+from timeline.core import filemeta as TF
+from timeline.core import rows as R
+from timeline.run import aggregate as RA
+from timeline.run import layout as RL
+from timeline.run import write as RW
+
+PENDING_ROWS = 1 << 20  # rows of unfinished launches held between blocks, or aggregated in one wave
+BUFFER_ROWS = 1 << 20  # task rows held for their parts' next row groups, over all parts
+SMALL_TABLES = ("launches", "stages", "anomalies")
+
+
+class Added(NamedTuple):
+    """What an append wrote: the parts' relative paths, task rows and intervals."""
+    paths: list
+    rows: int
+    intervals: int
+
+
+def pair_keys(rank, launch) -> np.ndarray:
+    """(rank, launch) packed in one int64 each (rank int16, launch int32)."""
+    return np.asarray(rank, dtype=np.int64) * (1 << 32) + (np.asarray(launch, dtype=np.int64) & 0xFFFFFFFF)
+
+
+class Plan(NamedTuple):
+    """From the scan: ``done[b]`` the pair keys whose last rows are in block b,
+    ``closed[b]`` the (rank, step) partitions whose last rows are, ``peak`` the most
+    rows of unfinished pairs held after a block, and ``waves`` (when ``peak`` is past
+    the limit) ``[(pair keys, blocks holding them)]`` to aggregate in passes of their own."""
+    done: list
+    closed: list
+    peak: int
+    waves: list
+
+
+def plan(keys: list, pending_rows: int) -> Plan:
+    """The ``Plan`` of a file's ``BlockKeys``."""
+    nb = len(keys)
+    if not nb or not sum(k.rows for k in keys):
+        return Plan([np.zeros(0, np.int64)] * nb, [set() for _ in range(nb)], 0, [])
+    blk = np.concatenate([np.full(k.rank.size, b, np.int64) for b, k in enumerate(keys)])
+    pair = np.concatenate([pair_keys(k.rank, k.launch) for k in keys])
+    count = np.concatenate([k.count for k in keys])
+    rank, step = np.concatenate([k.rank for k in keys]), np.concatenate([k.step for k in keys])
+    pairs, inv = np.unique(pair, return_inverse=True)
+    last, first = np.zeros(pairs.size, np.int64), np.full(pairs.size, nb, np.int64)
+    np.maximum.at(last, inv, blk)
+    np.minimum.at(first, inv, blk)
+    done = [pairs[last == b] for b in range(nb)]
+    held = np.zeros(nb + 1, np.int64)  # rows of pairs not finished after each block
+    np.add.at(held, blk, count)
+    np.add.at(held, last[inv], -count)
+    peak = int(np.cumsum(held)[:nb].max())
+    closed: list = [set() for _ in range(nb)]
+    ends: dict = {}
+    for b, r, s in zip(blk.tolist(), rank.tolist(), step.tolist()):  # one entry a (block, rank, launch, step)
+        ends[(r, None if s < 0 else s)] = b  # a negative step is no header's: write.partition_groups' null
+    for key, b in ends.items():
+        closed[b].add(key)
+    waves = [] if peak <= pending_rows else _waves(pairs, inv, first, blk, count, pending_rows)
+    return Plan(done, closed, peak, waves)
+
+
+def _waves(pairs, inv, first, blk, count, pending_rows: int) -> list:
+    """Pairs in order of their first block, cut into groups of at most ``pending_rows``
+    rows (a larger pair alone), each with the blocks that hold its rows."""
+    rows = np.bincount(inv, weights=count, minlength=pairs.size).astype(np.int64)
+    order = np.lexsort((pairs, first))
+    out, cur, n = [], [], 0
+    for p in order:
+        if cur and n + rows[p] > pending_rows:
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(p)
+        n += rows[p]
+    if cur:
+        out.append(cur)
+    waves = []
+    for group in out:
+        member = np.zeros(pairs.size, bool)
+        member[group] = True
+        waves.append((np.sort(pairs[group]), sorted(set(blk[member[inv]].tolist()))))
+    return waves
+
+
+class _Part:
+    """One (rank, step)'s task rows of a streamed append, written as they come under a
+    temporary name: row groups of ``ROW_GROUP_ROWS`` rows (the rest held until more
+    come or the partition ends), columns without a null in its first row group stored
+    REQUIRED (``layout.declare_required``); a null later in such a column starts the
+    partition's next part. ``jobs``/``write`` split the work: the caller takes the due
+    rows, a pool thread encodes them."""
+
+    def __init__(self, run_dir: Path, rank: int, step, aid: str, options: dict, made: list):
+        self.run_dir, self.rank, self.step, self.aid, self.made = run_dir, rank, step, aid, made
+        self.options = {k: v for k, v in options.items() if k != "row_group_size"}
+        self.held: list = []
+        self.held_rows = 0
+        self.writer = self.schema = self.tmp = None
+        self.rows = 0
+        self.piece = 0
+        self.staged: list = []
+
+    def add(self, rows: pa.Table) -> None:
+        self.held.append(rows)
+        self.held_rows += rows.num_rows
+
+    def due(self, final: bool) -> pa.Table | None:
+        """The held rows to write now: whole row groups, or with ``final`` all of them."""
+        n = self.held_rows if final else self.held_rows // RW.ROW_GROUP_ROWS * RW.ROW_GROUP_ROWS
+        if not n:
+            return None
+        held = pa.concat_tables(self.held)
+        rest = held.slice(n)
+        self.held = [rest.take(R.arrow(np.arange(rest.num_rows)))] if rest.num_rows else []  # a copy: no block pinned
+        self.held_rows = rest.num_rows
+        return held.slice(0, n)
+
+    def write(self, rows: pa.Table | None, final: bool) -> None:
+        if rows is not None and rows.num_rows:
+            if self.writer is not None and any(not f.nullable and rows.column(i).null_count
+                                               for i, f in enumerate(self.schema)):
+                self._finish()
+            if self.writer is None:
+                self._open(rows)
+            self.writer.write_table(pa.Table.from_arrays(rows.columns, schema=self.schema),
+                                    row_group_size=RW.ROW_GROUP_ROWS)
+            self.rows += rows.num_rows
+        if final and self.writer is not None:
+            self._finish()
+
+    def _open(self, rows: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        self.rel = RL.tasks_part_path(self.rank, self.step, self.aid, self.piece)
+        final = self.run_dir / self.rel
+        _mkdirs(final.parent, self.made)
+        self.tmp = RL.temp_name(final)
+        self.schema = RL.declare_required(rows).schema
+        self.writer = pq.ParquetWriter(str(self.tmp), self.schema, **self.options)
+        self.rows = 0
+
+    def _finish(self) -> None:
+        self.writer.close()
+        st = RL.finish_staged(self.run_dir, self.rel, self.tmp, self.rows)
+        self.staged.append(st._replace(entry={"table": "tasks", "rank": self.rank, "step": self.step, **st.entry}))
+        self.writer, self.tmp, self.piece = None, None, self.piece + 1
+
+    def abandon(self) -> list:
+        """Close an unfinished part; every temporary file it wrote."""
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:  # noqa: BLE001 (a half-written temp file is removed either way)
+                pass
+        return [self.tmp] * (self.tmp is not None) + [st.tmp for st in self.staged]
+
+
+def _mkdirs(path: Path, made: list) -> None:
+    """``path`` and its parents, each one created here listed in ``made`` (to remove
+    again, if empty, when the append fails)."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for p in reversed(missing):
+        try:
+            p.mkdir()
+            made.append(p)
+        except FileExistsError:
+            pass
+
+
+class _Pending:
+    """Rows of pairs whose last block has not passed yet, in file order."""
+
+    def __init__(self):
+        self.tables: list = []
+        self.keys: list = []
+
+    @property
+    def rows(self) -> int:
+        return sum(t.num_rows for t in self.tables)
+
+    def take_done(self, block: pa.Table, keys: np.ndarray, done: np.ndarray) -> pa.Table:
+        """Add ``block`` (its pair ``keys``); return the held rows of the pairs ``done``
+        (every row of them: their last block is this one), in file order."""
+        if not self.tables:
+            if np.isin(keys, done).all():
+                return block
+        tables, allkeys = self.tables + [block], np.concatenate(self.keys + [keys])
+        rows = pa.concat_tables(tables)
+        mine = np.isin(allkeys, done)
+        n = int(mine.sum())
+        if mine[:n].all():  # the finished pairs first (rows launch by launch): slices, no copy of them
+            out, rest, rest_keys = rows.slice(0, n), rows.slice(n), allkeys[n:]
+        else:
+            out, rest, rest_keys = rows.filter(R.arrow(mine)), rows.filter(R.arrow(~mine)), allkeys[~mine]
+        self.tables = [rest.take(R.arrow(np.arange(rest.num_rows)))] if rest.num_rows else []  # a copy: no block pinned
+        self.keys = [rest_keys] if rest.num_rows else []
+        return out
+
+
+def _row_pairs(tasks: pa.Table) -> np.ndarray:
+    return pair_keys(R.column(tasks, "rank", dtype=np.int64), R.column(tasks, "launch", dtype=np.int64))
+
+
+class _Aggregates:
+    """The ``launches`` and ``stages`` rows of an append, launch group by launch group,
+    put back in a whole-file append's order (pairs by (rank, launch), stages within)."""
+
+    def __init__(self, stream, capture: str, aid: str):
+        self.stream, self.capture, self.aid = stream, capture, aid
+        self.launches: list = []
+        self.stages: list = []
+
+    def add(self, tasks: pa.Table) -> None:
+        if tasks.num_rows:
+            launches, stages = RA.aggregates(self.stream.trace(tasks), self.capture, self.aid, RW.STAGE_QUANTILES)
+            self.launches.append(launches)
+            self.stages.append(stages)
+
+    def tables(self) -> tuple:
+        if not self.launches:
+            sp = self.stream.spec
+            empty = self.stream.trace(S.tasks_schema(sp.phases, sp.marks).empty_table())
+            return RW.aggregate_tables(empty, self.capture, self.aid)
+        launches, stages = pa.concat_tables(self.launches), pa.concat_tables(self.stages)
+        keys = pair_keys(R.column(launches, "rank", fill=0), R.column(launches, "launch", fill=0))
+        order = np.argsort(keys, kind="stable")
+        if (np.diff(keys[order]) == 0).any():
+            raise AssertionError("a launch was aggregated twice")  # a bug: every pair is finished once
+        if (order != np.arange(order.size)).any():
+            nst = len(self.stream.spec.stages)
+            launches = launches.take(R.arrow(order))
+            stages = stages.take(R.arrow((order[:, None] * nst + np.arange(nst)).reshape(-1)))
+        return launches.combine_chunks(), stages.combine_chunks()
+
+
+def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS) -> Added:
+    """Append the trace file ``stream`` (``timeline.core.tracestream.open_stream``) to
+    the run at ``run_dir``, block by block (module docstring): the dataset of
+    ``append(run_dir, load(path))``, committed only when every block passed its checks
+    and the file's checksum matched; a ``TraceFileError`` (or ``RunError``) leaves the
+    run as it was. ``progress(done, total)`` after each block."""
+    run_dir = Path(run_dir)
+    RW.ensure_build(run_dir, stream.spec, create=False)  # another build: refused before any reading
+    aid = RL.new_append_id()
+    capture = str(capture) if capture is not None else aid
+    keys = stream.scan()
+    p = plan(keys, pending_rows)
+    made: list = []
+    _mkdirs(run_dir, made)
+    parts: dict = {}
+    small: list = []  # futures of the small parts' staging
+    try:
+        with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as pool:
+            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, made, aid, capture, progress)
+            for pairs, blocks in p.waves:
+                agg.add(_wave_rows(stream, pairs, blocks, prints))
+            launches, stages = agg.tables()
+            anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
+            small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, **RW.PARQUET_OPTIONS)
+                     for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
+            small = [f.result() for f in small]
+        RW.ensure_build(run_dir, stream.spec)  # created now if the run is new: the file is good
+    except BaseException:
+        stream.close()
+        _discard(parts, small, made)
+        raise
+    staged = [st for key in sorted(parts, key=_part_order) for st in parts[key].staged]
+    entries = [RL.publish_staged(st) for st in staged] + \
+        [{"table": t, **RL.publish_staged(st)} for t, st in zip(SMALL_TABLES, small)]
+    m = stream.meta
+    origins, note = dict(m.origins or {}), None
+    missing = sorted(r for r in firsts if r not in origins)
+    if missing:
+        origins.update({r: firsts[r] or 0 for r in missing})
+        note = RW.origin_note(missing)
+    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, list(stream.notes) + ([note] if note else []),
+                    entries)
+    RL.write_json(RL.manifest_path(run_dir, aid), rec)
+    intervals = int(np.asarray(R.column(launches, "intervals", fill=0)).sum())
+    return Added([e["path"] for e in entries], rows, intervals)
+
+
+def _part_order(key) -> tuple:
+    return key[0], -1 if key[1] is None else key[1]
+
+
+def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, made: list, aid: str, capture: str, progress):
+    """Every block once: checked, its rows to their parts, its finished launches
+    aggregated (unless the plan has waves); ``(rows, {rank: first tick}, {block:
+    fingerprint} (with waves), aggregates)``.
+    Raises after the last block when the file's checksum does not match."""
+    sp = stream.spec
+    keep = RW.stored_task_columns(sp.phases, sp.marks)
+    options = RW.task_part_options(sp.phases, sp.marks)
+    agg, pending = _Aggregates(stream, capture, aid), _Pending()
+    firsts, prints = {}, {}
+    rows, jobs = 0, []
+    nblocks = stream.block_count
+    for b, tasks, fp in stream.blocks(fingerprint=bool(p.waves)):
+        rows += tasks.num_rows
+        prints[b] = fp
+        for f in jobs:  # the previous block's writes: a part's row groups in order
+            f.result()
+        jobs = _write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, made, aid)
+        if not p.waves:
+            agg.add(pending.take_done(tasks, _row_pairs(tasks), p.done[b]))
+        _first_ticks(tasks, stream, firsts)
+        if progress is not None:
+            progress(b + 1, nblocks + 1)
+    for f in jobs:
+        f.result()
+    for pt in parts.values():  # every partition closed by the plan; a part left open would be a bug
+        if pt.held_rows or pt.writer is not None:
+            raise AssertionError(f"part {(pt.rank, pt.step)} left open after the last block")
+    if pending.rows:
+        raise AssertionError("rows of unfinished launches left after the last block")  # a bug: the plan covers all
+    return rows, firsts, prints, agg
+
+
+def _first_ticks(tasks: pa.Table, stream, firsts: dict) -> None:
+    """Each rank's earliest written tick so far, for the ranks the file has no origin of."""
+    origins = stream.meta.origins or {}
+    ranks = np.unique(R.numpy(tasks.column("rank"))).tolist() if tasks.num_rows else []
+    want = [r for r in ranks if r not in origins]
+    if not want:
+        return
+    for r, t in RW.first_ticks(tasks, stream.spec.phases, stream.spec.marks, want).items():
+        old = firsts.get(r)
+        firsts[r] = t if old is None else (old if t is None else min(old, t))
+
+
+def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed: set, pool, made, aid) -> list:
+    """A block's rows to their (rank, step) parts; the writes now due, on the pool."""
+    stored = tasks.select(keep)
+    for rank, step, idx in RW.partition_groups(tasks):
+        key = (rank, step)
+        part = parts.get(key)
+        if part is None:
+            part = parts[key] = _Part(run_dir, rank, step, aid, options, made)
+        rows = stored if idx is None else (stored.slice(idx.start, idx.stop - idx.start)
+                                           if isinstance(idx, slice) else stored.take(R.arrow(idx)))
+        part.add(rows)
+    early, over = set(), sum(pt.held_rows for pt in parts.values()) - BUFFER_ROWS
+    for key, pt in sorted(parts.items(), key=lambda kv: -kv[1].held_rows):  # past the buffer: the largest now
+        if over <= 0:
+            break
+        early.add(key)
+        over -= pt.held_rows
+    jobs = []
+    for key, pt in parts.items():
+        rows = pt.due(key in closed or key in early)
+        if rows is not None or key in closed:
+            jobs.append(pool.submit(pt.write, rows, key in closed))
+    return jobs
+
+
+def _wave_rows(stream, pairs: np.ndarray, blocks: list, prints: dict) -> pa.Table:
+    """The rows of ``pairs`` in file order, read again from the ``blocks`` holding them,
+    each block checked (``TraceStream.blocks``) and its fingerprint compared with the
+    first pass's: the file must not change between passes."""
+    out = []
+    for b, tasks, fp in stream.blocks(wanted=blocks, fingerprint=True):
+        if fp != prints[b]:
+            raise TF.refuse(stream.where, f"its rows changed while it was read (block {b} differs from its first "
+                            "reading)", "add it again once nothing writes to it")
+        out.append(tasks.filter(R.arrow(np.isin(_row_pairs(tasks), pairs))))
+    return pa.concat_tables(out)
+
+
+def _discard(parts: dict, small: list, made: list) -> None:
+    """Remove what a failed append wrote: its temporary files, then the directories it
+    created (where empty). Nothing was published, so nothing else is touched."""
+    small = [s.result() if hasattr(s, "result") else s for s in small
+             if not hasattr(s, "result") or (s.done() and s.exception() is None)]
+    tmps = [t for pt in parts.values() for t in pt.abandon()] + [st.tmp for st in small]
+    for t in tmps:
+        try:
+            Path(t).unlink()
+        except OSError:
+            pass
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+__all__ = ["Added", "BUFFER_ROWS", "PENDING_ROWS", "Plan", "append_stream", "pair_keys", "plan"]
