@@ -302,13 +302,13 @@ def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     return tasks
 
 
-def _first_bad(mask: np.ndarray) -> str:
-    return f"{int(mask.sum())} rows, the first at row {int(np.argmax(mask))}"
-
-
-def _check_rows(tasks: pa.Table, meta: Meta, where: str) -> None:
+def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> None:
     """Every row names a (rank, launch, stage, task) its spec has, the stage's name
-    is its index's, and every ns value is ``retime``'s from the raw ticks, exactly."""
+    is its index's, and every ns value is ``retime``'s from the raw ticks, exactly.
+    ``first_row``: the file's row number of the table's first (a block of it)."""
+    def _first_bad(mask: np.ndarray) -> str:
+        return f"{int(mask.sum())} rows, the first at row {first_row + int(np.argmax(mask))}"
+
     spec_of = {sp.rank: sp for sp in meta.specs}
     col = {n: R.numpy(tasks.column(n)) for n in ("rank", "launch", "stage_index", "task")}
     ranks = np.array(sorted(spec_of))

@@ -20,7 +20,8 @@ import pyarrow as pa
 from timeline.contract import schema as S
 from timeline.core import grouped as GR
 from timeline.core import rows as R
-from timeline.core import trace as T
+from timeline.core.trace import (READ_ERRORS, Trace, _check_rows, _conform, checksum_mismatch, damaged, file_format,
+                                  file_notes, not_a_trace, trace_path)
 from timeline.core.checksum import Checksum, checksum_digest
 from timeline.core.filemeta import read_meta
 from timeline.core.filemeta import refuse as _refuse
@@ -112,6 +113,10 @@ class _Ipc:
             reader = pa.ipc.open_file(src)
             self.schema, self.count = reader.schema, reader.num_record_batches
 
+    def single(self, block_rows: int) -> bool:
+        """Whether the file is one block: one record batch (or none)."""
+        return self.count <= 1
+
     def units(self, columns=None, wanted=None):
         """``(unit, RecordBatch)`` of the ``wanted`` units (all: None) in order, of
         ``columns`` (field indices; all: None)."""
@@ -133,6 +138,10 @@ class _Parquet:
         self.schema = self.file.schema_arrow
         self.groups = self.file.metadata.num_row_groups
         self.group_units = None  # each row group's pieces, once read through
+
+    def single(self, block_rows: int) -> bool:
+        """Whether the file is one block: ``block_rows`` rows at most."""
+        return self.file.metadata.num_rows <= block_rows
 
     def units(self, columns=None, wanted=None):
         names = None if columns is None else [self.schema.field(i).name for i in columns]
@@ -164,7 +173,7 @@ class TraceStream:
     def __init__(self, path, where: str, source, meta, raw: dict, block_rows: int):
         self.path, self.where, self._src, self.meta, self._raw = path, where, source, meta, raw
         self.block_rows = block_rows
-        self.notes = T.file_notes(meta, where)
+        self.notes = file_notes(meta, where)
         self._units = self._keys = None  # each block's units and BlockKeys, once scanned
         self._ahead = None
 
@@ -180,7 +189,7 @@ class TraceStream:
         """A ``Trace`` of some of the file's checked rows (a block, a launch) with the
         file's specs, anomaly report, origins and notes."""
         m = self.meta
-        return T.Trace(tasks, m.specs, m.anomalies, origins=m.origins, offsets=m.offsets, synthetic=m.synthetic,
+        return Trace(tasks, m.specs, m.anomalies, origins=m.origins, offsets=m.offsets, synthetic=m.synthetic,
                        notes=self.notes)
 
     def _key_fields(self) -> list:
@@ -190,8 +199,13 @@ class TraceStream:
     def scan(self) -> list:
         """``[BlockKeys]`` of every block, from the key columns alone (what each block
         holds of which launch); fixes the blocks. A file whose keys cannot be read is
-        the ``TraceFileError`` a full read would give. Scanned once."""
+        the ``TraceFileError`` a full read would give. Scanned once. A file of one
+        block (one record batch; a Parquet file of ``block_rows`` rows at most) is not
+        scanned: ``[None]`` (every launch ends in its one block)."""
         if self._keys is not None:
+            return self._keys
+        if self._src.single(self.block_rows):
+            self._units, self._keys, self._first_row = [None], [None], [0]
             return self._keys
         fields = self._key_fields()
         cols = [i for i in fields if i is not None]
@@ -217,6 +231,7 @@ class TraceStream:
             keys.append(self._keys_of(batch, fields))
         close_block()
         self._units, self._keys = units, out
+        self._first_row = np.r_[0, np.cumsum([k.rows for k in out])].tolist()
         return out
 
     def _keys_of(self, batch: pa.RecordBatch, fields) -> tuple:
@@ -241,8 +256,8 @@ class TraceStream:
             for u, batch in units:
                 batch.validate(full=True)
                 yield u, batch
-        except T.READ_ERRORS as e:
-            raise T.damaged(self.where, e) from None
+        except READ_ERRORS as e:
+            raise damaged(self.where, e) from None
 
     def blocks(self, wanted=None, *, fingerprint: bool = False):
         """``(block, tasks table, fingerprint)`` of each block in file order (only the
@@ -265,11 +280,11 @@ class TraceStream:
         check = Checksum(self._raw, checksum_digest(m.checksum, self.where)) if whole and m.checksum else None
         if check is not None:
             check.update(self._src.schema.empty_table())  # its columns, for a file of no rows too
-        want_units = None if whole else {u for b in wanted for u in self._units[b]}
-        block_of = {u: b for b, us in enumerate(self._units) for u in us}
+        want_units = None if whole or self._units == [None] else {u for b in wanted for u in self._units[b]}
+        block_of = {u: b for b, us in enumerate(self._units) for u in us or ()}
         batches, current = [], None
         for u, batch in self._read(self._src.units(wanted=want_units)):
-            b = block_of[u]
+            b = block_of.get(u, 0)  # not listed: the one block of a file not scanned
             if current is not None and b != current:
                 yield self._checked(current, batches, check, fingerprint)
                 batches = []
@@ -278,16 +293,16 @@ class TraceStream:
         if current is not None:
             yield self._checked(current, batches, check, fingerprint)
         if check is not None and check.hexdigest() != m.checksum:
-            raise T.checksum_mismatch(self.where)
+            raise checksum_mismatch(self.where)
 
     def _checked(self, b: int, batches: list, check, fingerprint: bool) -> tuple:
         table = pa.Table.from_batches(batches, self._src.schema)
         if check is not None:
             check.update(table)
         fp = Checksum({}).update(table).hexdigest() if fingerprint else None
-        tasks = T._conform(table, self.spec.phases, self.spec.marks, self.where)
-        T._check_rows(tasks, self.meta, self.where)
-        if not same_keys(table_keys(tasks), self._keys[b]):
+        tasks = _conform(table, self.spec.phases, self.spec.marks, self.where)
+        _check_rows(tasks, self.meta, self.where, first_row=self._first_row[b])
+        if self._keys[b] is not None and not same_keys(table_keys(tasks), self._keys[b]):
             raise _refuse(self.where, f"its rows changed while it was read (block {b} holds other launches than "
                           "its first reading found)", "add it again once nothing writes to it")
         return b, tasks, fp
@@ -319,17 +334,17 @@ def open_stream(path, *, block_rows: int = BLOCK_ROWS) -> TraceStream:
     """Open a trace file for reading block by block: its format (by magic bytes) and
     metadata checked now, its columns against its specs' (as ``load`` checks them),
     its rows as they are read. One ``TraceFileError`` line for anything wrong."""
-    path, where = T.trace_path(path)
-    fmt = T.file_format(path)
+    path, where = trace_path(path)
+    fmt = file_format(path)
     if fmt is None:
-        raise T.not_a_trace(path, where)
+        raise not_a_trace(path, where)
     try:
         source = _Ipc(path) if fmt == "arrow" else _Parquet(path)
-    except T.READ_ERRORS as e:
-        raise T.damaged(where, e) from None
+    except READ_ERRORS as e:
+        raise damaged(where, e) from None
     raw = source.schema.metadata or {}
     meta = read_meta(raw, where)
-    T._conform(source.schema.empty_table(), meta.specs[0].phases, meta.specs[0].marks, where)  # columns, types
+    _conform(source.schema.empty_table(), meta.specs[0].phases, meta.specs[0].marks, where)  # columns, types
     return TraceStream(path, where, source, meta, raw, block_rows)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.contract import schema as S
-from timeline.core import filemeta as TF
+from timeline.core.filemeta import refuse
 from timeline.core import rows as R
 from timeline.run import aggregate as RA
 from timeline.run import layout as RL
@@ -63,8 +63,11 @@ class Plan(NamedTuple):
 
 
 def plan(keys: list, pending_rows: int) -> Plan:
-    """The ``Plan`` of a file's ``BlockKeys``."""
+    """The ``Plan`` of a file's ``BlockKeys`` (``[None]`` for a file of one block: every
+    launch and partition ends in it, ``done`` and ``closed`` ``[None]``)."""
     nb = len(keys)
+    if keys == [None]:
+        return Plan([None], [None], 0, [])
     if not nb or not sum(k.rows for k in keys):
         return Plan([np.zeros(0, np.int64)] * nb, [set() for _ in range(nb)], 0, [])
     blk = np.concatenate([np.full(k.rank.size, b, np.int64) for b, k in enumerate(keys)])
@@ -212,12 +215,16 @@ class _Pending:
     def rows(self) -> int:
         return sum(t.num_rows for t in self.tables)
 
-    def take_done(self, block: pa.Table, keys: np.ndarray, done: np.ndarray) -> pa.Table:
-        """Add ``block`` (its pair ``keys``); return the held rows of the pairs ``done``
-        (every row of them: their last block is this one), in file order."""
-        if not self.tables:
-            if np.isin(keys, done).all():
-                return block
+    def take_done(self, block: pa.Table, done: np.ndarray | None) -> pa.Table:
+        """Add ``block``; return the held rows of the pairs ``done`` (None: all; every
+        row of them: their last block is this one), in file order."""
+        if done is None:
+            out = pa.concat_tables(self.tables + [block]) if self.tables else block
+            self.tables, self.keys = [], []
+            return out
+        keys = _row_pairs(block)
+        if not self.tables and np.isin(keys, done).all():
+            return block
         tables, allkeys = self.tables + [block], np.concatenate(self.keys + [keys])
         rows = pa.concat_tables(tables)
         mine = np.isin(allkeys, done)
@@ -314,6 +321,14 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     return Added([e["path"] for e in entries], rows, intervals)
 
 
+def append_file(run_dir, path, *, capture=None, progress=None) -> Added:
+    """Append the trace file at ``path`` to the run, streamed (``append_stream``): the
+    run of ``append(run_dir, timeline.load(path))`` in bounded memory."""
+    from timeline.core.tracestream import open_stream
+
+    return append_stream(run_dir, open_stream(path), capture=capture, progress=progress)
+
+
 def _part_order(key) -> tuple:
     return key[0], -1 if key[1] is None else key[1]
 
@@ -337,7 +352,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, made: list, aid: str
             f.result()
         jobs = _write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, made, aid)
         if not p.waves:
-            agg.add(pending.take_done(tasks, _row_pairs(tasks), p.done[b]))
+            agg.add(pending.take_done(tasks, p.done[b]))
         _first_ticks(tasks, stream, firsts)
         if progress is not None:
             progress(b + 1, nblocks + 1)
@@ -354,7 +369,9 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, made: list, aid: str
 def _first_ticks(tasks: pa.Table, stream, firsts: dict) -> None:
     """Each rank's earliest written tick so far, for the ranks the file has no origin of."""
     origins = stream.meta.origins or {}
-    ranks = np.unique(R.numpy(tasks.column("rank"))).tolist() if tasks.num_rows else []
+    if all(sp.rank in origins for sp in stream.specs) or not tasks.num_rows:
+        return
+    ranks = np.unique(R.numpy(tasks.column("rank"))).tolist()
     want = [r for r in ranks if r not in origins]
     if not want:
         return
@@ -363,8 +380,9 @@ def _first_ticks(tasks: pa.Table, stream, firsts: dict) -> None:
         firsts[r] = t if old is None else (old if t is None else min(old, t))
 
 
-def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed: set, pool, made, aid) -> list:
-    """A block's rows to their (rank, step) parts; the writes now due, on the pool."""
+def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, made, aid) -> list:
+    """A block's rows to their (rank, step) parts; the writes now due (and those of the
+    partitions ``closed`` here: None, all), on the pool."""
     stored = tasks.select(keep)
     for rank, step, idx in RW.partition_groups(tasks):
         key = (rank, step)
@@ -382,9 +400,10 @@ def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed: s
         over -= pt.held_rows
     jobs = []
     for key, pt in parts.items():
-        rows = pt.due(key in closed or key in early)
-        if rows is not None or key in closed:
-            jobs.append(pool.submit(pt.write, rows, key in closed))
+        final = closed is None or key in closed
+        rows = pt.due(final or key in early)
+        if rows is not None or final:
+            jobs.append(pool.submit(pt.write, rows, final))
     return jobs
 
 
@@ -395,7 +414,7 @@ def _wave_rows(stream, pairs: np.ndarray, blocks: list, prints: dict) -> pa.Tabl
     out = []
     for b, tasks, fp in stream.blocks(wanted=blocks, fingerprint=True):
         if fp != prints[b]:
-            raise TF.refuse(stream.where, f"its rows changed while it was read (block {b} differs from its first "
+            raise refuse(stream.where, f"its rows changed while it was read (block {b} differs from its first "
                             "reading)", "add it again once nothing writes to it")
         out.append(tasks.filter(R.arrow(np.isin(_row_pairs(tasks), pairs))))
     return pa.concat_tables(out)
@@ -419,4 +438,4 @@ def _discard(parts: dict, small: list, made: list) -> None:
             pass
 
 
-__all__ = ["Added", "BUFFER_ROWS", "PENDING_ROWS", "Plan", "append_stream", "pair_keys", "plan"]
+__all__ = ["Added", "BUFFER_ROWS", "PENDING_ROWS", "Plan", "append_file", "append_stream", "pair_keys", "plan"]
