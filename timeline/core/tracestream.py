@@ -28,6 +28,7 @@ from timeline.core.filemeta import refuse as _refuse
 
 BLOCK_ROWS = 1 << 20  # rows a block gathers from whole batches or pieces (Trace.save writes batches of this many)
 PARQUET_PIECE_ROWS = 1 << 17  # pq.read_table's chunks within a row group: what an older (blake2b) checksum digested
+CHECK_ROWS = 1 << 18  # rows the row checks take at once (their numpy arrays: ~100 bytes a row)
 KEY_COLUMNS = (("rank", pa.int16()), ("launch", pa.int32()), ("step", pa.int64()))
 NO_STEP = -1  # a null step in BlockKeys (no slot header), as timeline.run.write partitions it
 
@@ -109,7 +110,7 @@ class _Ipc:
 
     def __init__(self, path):
         self.path = str(path)
-        with pa.memory_map(self.path, "r") as src:
+        with pa.OSFile(self.path, "rb") as src:  # read, not mapped: a mapped file's pages would count as held
             reader = pa.ipc.open_file(src)
             self.schema, self.count = reader.schema, reader.num_record_batches
 
@@ -121,7 +122,7 @@ class _Ipc:
         """``(unit, RecordBatch)`` of the ``wanted`` units (all: None) in order, of
         ``columns`` (field indices; all: None)."""
         opts = pa.ipc.IpcReadOptions(included_fields=list(columns)) if columns is not None else None
-        with pa.memory_map(self.path, "r") as src:
+        with pa.OSFile(self.path, "rb") as src:
             reader = pa.ipc.open_file(src, options=opts) if opts else pa.ipc.open_file(src)
             for u in range(self.count) if wanted is None else sorted(wanted):
                 yield u, reader.get_batch(u)
@@ -301,7 +302,8 @@ class TraceStream:
             check.update(table)
         fp = Checksum({}).update(table).hexdigest() if fingerprint else None
         tasks = _conform(table, self.spec.phases, self.spec.marks, self.where)
-        _check_rows(tasks, self.meta, self.where, first_row=self._first_row[b])
+        for at in range(0, tasks.num_rows, CHECK_ROWS):  # in slices: the check's arrays stay small
+            _check_rows(tasks.slice(at, CHECK_ROWS), self.meta, self.where, first_row=self._first_row[b] + at)
         if self._keys[b] is not None and not same_keys(table_keys(tasks), self._keys[b]):
             raise _refuse(self.where, f"its rows changed while it was read (block {b} holds other launches than "
                           "its first reading found)", "add it again once nothing writes to it")
@@ -348,5 +350,5 @@ def open_stream(path, *, block_rows: int = BLOCK_ROWS) -> TraceStream:
     return TraceStream(path, where, source, meta, raw, block_rows)
 
 
-__all__ = ["BLOCK_ROWS", "BlockKeys", "NO_STEP", "PARQUET_PIECE_ROWS", "TraceStream", "distinct_keys", "open_stream",
+__all__ = ["BLOCK_ROWS", "BlockKeys", "CHECK_ROWS", "NO_STEP", "PARQUET_PIECE_ROWS", "TraceStream", "distinct_keys", "open_stream",
            "same_keys", "table_keys"]

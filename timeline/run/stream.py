@@ -36,6 +36,7 @@ from timeline.run import write as RW
 
 PENDING_ROWS = 1 << 20  # rows of unfinished launches held between blocks, or aggregated in one wave
 BUFFER_ROWS = 1 << 20  # task rows held for their parts' next row groups, over all parts
+AGGREGATE_ROWS = 1 << 18  # rows whose aggregates are taken at once (their arrays: a few hundred bytes a row)
 SMALL_TABLES = ("launches", "stages", "anomalies")
 
 
@@ -215,31 +216,58 @@ class _Pending:
     def rows(self) -> int:
         return sum(t.num_rows for t in self.tables)
 
-    def take_done(self, block: pa.Table, done: np.ndarray | None) -> pa.Table:
+    def take_done(self, block: pa.Table, done: np.ndarray | None) -> tuple:
         """Add ``block``; return the held rows of the pairs ``done`` (None: all; every
-        row of them: their last block is this one), in file order."""
+        row of them: their last block is this one), in file order, and their pair keys
+        (None where not computed)."""
         if done is None:
             out = pa.concat_tables(self.tables + [block]) if self.tables else block
             self.tables, self.keys = [], []
-            return out
+            return out, None
         keys = _row_pairs(block)
-        if not self.tables and np.isin(keys, done).all():
-            return block
-        tables, allkeys = self.tables + [block], np.concatenate(self.keys + [keys])
-        rows = pa.concat_tables(tables)
-        mine = np.isin(allkeys, done)
+        allkeys = np.concatenate(self.keys + [keys]) if self.keys else keys
+        mine = _member(allkeys, done)
+        if not self.tables and mine.all():
+            return block, keys
+        rows = pa.concat_tables(self.tables + [block])
         n = int(mine.sum())
         if mine[:n].all():  # the finished pairs first (rows launch by launch): slices, no copy of them
-            out, rest, rest_keys = rows.slice(0, n), rows.slice(n), allkeys[n:]
+            out, rest, out_keys, rest_keys = rows.slice(0, n), rows.slice(n), allkeys[:n], allkeys[n:]
         else:
-            out, rest, rest_keys = rows.filter(R.arrow(mine)), rows.filter(R.arrow(~mine)), allkeys[~mine]
+            out, rest = rows.filter(R.arrow(mine)), rows.filter(R.arrow(~mine))
+            out_keys, rest_keys = allkeys[mine], allkeys[~mine]
         self.tables = [rest.take(R.arrow(np.arange(rest.num_rows)))] if rest.num_rows else []  # a copy: no block pinned
         self.keys = [rest_keys] if rest.num_rows else []
-        return out
+        return out, out_keys
+
+
+def _member(keys: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """``np.isin(keys, among)`` over the runs of equal keys (rows come launch by launch:
+    a few runs a block), each run's first key looked up once."""
+    start = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if keys.size else np.zeros(0, np.int64)
+    return np.repeat(np.isin(keys[start], among), np.diff(np.r_[start, keys.size]))
 
 
 def _row_pairs(tasks: pa.Table) -> np.ndarray:
     return pair_keys(R.column(tasks, "rank", dtype=np.int64), R.column(tasks, "launch", dtype=np.int64))
+
+
+def _launch_pieces(tasks: pa.Table, keys: np.ndarray | None = None) -> list:
+    """``tasks`` cut between launches into pieces of about ``AGGREGATE_ROWS`` rows (a
+    launch is never cut; rows of launches that do not lie together stay one piece);
+    ``keys``: the rows' pair keys, if known."""
+    if tasks.num_rows <= AGGREGATE_ROWS:
+        return [tasks] if tasks.num_rows else []
+    keys = _row_pairs(tasks) if keys is None else keys
+    start = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    if np.unique(keys[start]).size != start.size:
+        return [tasks]
+    cuts = [0]
+    for at in start[1:].tolist():  # a launch's rows a run each: cut at the first run past the size
+        if at - cuts[-1] >= AGGREGATE_ROWS:
+            cuts.append(at)
+    cuts.append(tasks.num_rows)
+    return [tasks.slice(a, b - a) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
 class _Aggregates:
@@ -251,9 +279,12 @@ class _Aggregates:
         self.launches: list = []
         self.stages: list = []
 
-    def add(self, tasks: pa.Table) -> None:
-        if tasks.num_rows:
-            launches, stages = RA.aggregates(self.stream.trace(tasks), self.capture, self.aid, RW.STAGE_QUANTILES)
+    def add(self, tasks: pa.Table, keys: np.ndarray | None = None) -> None:
+        """The aggregates of every launch of ``tasks`` (all the rows of each; ``keys``
+        their pair keys, if known), taken ``AGGREGATE_ROWS`` rows at a time where the
+        launches' rows lie together."""
+        for piece in _launch_pieces(tasks, keys):
+            launches, stages = RA.aggregates(self.stream.trace(piece), self.capture, self.aid, RW.STAGE_QUANTILES)
             self.launches.append(launches)
             self.stages.append(stages)
 
@@ -352,7 +383,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, made: list, aid: str
             f.result()
         jobs = _write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, made, aid)
         if not p.waves:
-            agg.add(pending.take_done(tasks, p.done[b]))
+            agg.add(*pending.take_done(tasks, p.done[b]))
         _first_ticks(tasks, stream, firsts)
         if progress is not None:
             progress(b + 1, nblocks + 1)
@@ -416,7 +447,7 @@ def _wave_rows(stream, pairs: np.ndarray, blocks: list, prints: dict) -> pa.Tabl
         if fp != prints[b]:
             raise refuse(stream.where, f"its rows changed while it was read (block {b} differs from its first "
                             "reading)", "add it again once nothing writes to it")
-        out.append(tasks.filter(R.arrow(np.isin(_row_pairs(tasks), pairs))))
+        out.append(tasks.filter(R.arrow(_member(_row_pairs(tasks), pairs))))
     return pa.concat_tables(out)
 
 
