@@ -321,3 +321,25 @@ def test_a_prefetched_stream_nobody_reads_stops(tmp_path):
         if t is not threading.current_thread() and t.daemon:
             t.join(timeout=10)
     assert threading.active_count() <= n
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_file_of_no_rows_adds_as_loaded(tmp_path, fmt):
+    trace = runkit.run_trace([(0, 0)], world=2).filter(launches=[])
+    path = save(trace, tmp_path / f"t.{fmt}", 10)
+    append(tmp_path / "whole", load(path), capture="c")
+    added = RS.append_stream(tmp_path / "streamed", open_stream(path), capture="c")
+    assert added.rows == 0 and added.intervals == 0
+    assert_same_run(tmp_path / "whole", tmp_path / "streamed")
+
+
+def test_streaming_imports_no_pandas(tmp_path):
+    """A command's start is its imports: reading and appending a file must not pull in
+    pandas (a fifth of a second), as ``pa.array`` of a list or ``Schema.empty_table`` do."""
+    path = save(runkit.run_trace([(0, 0), (0, 1)], world=2), tmp_path / "t.arrow", 9)
+    code = ("import sys; from timeline.core.tracestream import open_stream; from timeline.run.stream import append_stream;"
+            f"append_stream({str(tmp_path / 'run')!r}, open_stream({str(path)!r}, block_rows=20).prefetch());"
+            "assert 'pandas' not in sys.modules, 'pandas imported'")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

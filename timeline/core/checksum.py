@@ -58,8 +58,8 @@ class _Column:
     def _unified(self, chunk: pa.DictionaryArray) -> pa.Array:
         """The chunk's indices into the dictionary unified over every chunk so far
         (``Table.unify_dictionaries``: the earlier chunks' values first, in order)."""
-        head = [] if self.dictionary is None else [
-            pa.DictionaryArray.from_arrays(pa.array([], chunk.type.index_type), self.dictionary)]
+        none = R.arrow(np.zeros(0, R.np_dtype(chunk.type.index_type)))  # not pa.array([]): it imports pandas
+        head = [] if self.dictionary is None else [pa.DictionaryArray.from_arrays(none, self.dictionary)]
         col = pa.table({"c": pa.chunked_array(head + [chunk], chunk.type)}).unify_dictionaries().column(0)
         last = col.chunk(col.num_chunks - 1)
         self.dictionary = last.dictionary

@@ -280,7 +280,7 @@ class TraceStream:
         whole = wanted is None
         check = Checksum(self._raw, checksum_digest(m.checksum, self.where)) if whole and m.checksum else None
         if check is not None:
-            check.update(self._src.schema.empty_table())  # its columns, for a file of no rows too
+            check.update(R.empty(self._src.schema))  # its columns, for a file of no rows too
         want_units = None if whole or self._units == [None] else {u for b in wanted for u in self._units[b]}
         block_of = {u: b for b, us in enumerate(self._units) for u in us or ()}
         batches, current = [], None
@@ -346,7 +346,7 @@ def open_stream(path, *, block_rows: int = BLOCK_ROWS) -> TraceStream:
         raise damaged(where, e) from None
     raw = source.schema.metadata or {}
     meta = read_meta(raw, where)
-    _conform(source.schema.empty_table(), meta.specs[0].phases, meta.specs[0].marks, where)  # columns, types
+    _conform(R.empty(source.schema), meta.specs[0].phases, meta.specs[0].marks, where)  # columns, types
     return TraceStream(path, where, source, meta, raw, block_rows)
 
 

@@ -291,7 +291,7 @@ class _Aggregates:
     def tables(self) -> tuple:
         if not self.launches:
             sp = self.stream.spec
-            empty = self.stream.trace(S.tasks_schema(sp.phases, sp.marks).empty_table())
+            empty = self.stream.trace(R.empty(S.tasks_schema(sp.phases, sp.marks)))
             return RW.aggregate_tables(empty, self.capture, self.aid)
         launches, stages = pa.concat_tables(self.launches), pa.concat_tables(self.stages)
         keys = pair_keys(R.column(launches, "rank", fill=0), R.column(launches, "launch", fill=0))
@@ -321,8 +321,9 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     _mkdirs(run_dir, made)
     parts: dict = {}
     small: list = []  # futures of the small parts' staging
+    pool = ThreadPoolExecutor(max_workers=RW.WRITER_THREADS)
     try:
-        with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as pool:
+        try:
             rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, made, aid, capture, progress)
             for pairs, blocks in p.waves:
                 agg.add(_wave_rows(stream, pairs, blocks, prints))
@@ -331,14 +332,17 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
             small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, **RW.PARQUET_OPTIONS)
                      for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
             small = [f.result() for f in small]
-        RW.ensure_build(run_dir, stream.spec)  # created now if the run is new: the file is good
-    except BaseException:
-        stream.close()
-        _discard(parts, small, made)
-        raise
-    staged = [st for key in sorted(parts, key=_part_order) for st in parts[key].staged]
-    entries = [RL.publish_staged(st) for st in staged] + \
-        [{"table": t, **RL.publish_staged(st)} for t, st in zip(SMALL_TABLES, small)]
+            RW.ensure_build(run_dir, stream.spec)  # created now if the run is new: the file is good
+        except BaseException:
+            pool.shutdown(wait=True)  # no write still running into a file about to be removed
+            stream.close()
+            _discard(parts, small, made)
+            raise
+        staged = [st for key in sorted(parts, key=_part_order) for st in parts[key].staged]
+        entries = list(pool.map(RL.publish_staged, staged)) + [  # the renames and directory fsyncs at once
+            {"table": t, **e} for t, e in zip(SMALL_TABLES, pool.map(RL.publish_staged, small))]
+    finally:
+        pool.shutdown(wait=True)
     m = stream.meta
     origins, note = dict(m.origins or {}), None
     missing = sorted(r for r in firsts if r not in origins)
