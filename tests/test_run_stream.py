@@ -343,3 +343,27 @@ def test_streaming_imports_no_pandas(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_null_after_a_part_s_first_row_group_starts_its_next_part(tmp_path, monkeypatch):
+    """A streamed part declares REQUIRED the columns its first row group holds no null
+    in; a later row group with a null there starts the partition's next part
+    (part-<append>-1): every row is kept, and the run is the whole-file run."""
+    from timeline.run import write as RW
+
+    monkeypatch.setattr(RW, "ROW_GROUP_ROWS", 16)
+    trace = runkit.run_trace([(0, 0), (0, 1), (0, 2)], world=1)
+    t = trace.tasks
+    late = np.arange(t.num_rows) >= t.num_rows - 5
+    t = t.set_column(t.schema.get_field_index("cta"), "cta",
+                     pc.if_else(R.arrow(late), pa.nulls(t.num_rows, pa.int32()), t.column("cta")))
+    trace = Trace(t, trace.specs, trace.anomalies, origins=trace.origins, synthetic=True)
+    path = save(trace, tmp_path / "t.arrow", 20)
+    added = RS.append_stream(tmp_path / "streamed", open_stream(path, block_rows=20), capture="c")
+    tasks = [p for p in added.paths if p.startswith("tasks/")]
+    assert len(tasks) == 2 and tasks[1].endswith("-1.parquet")
+    first = pq.ParquetFile(str(tmp_path / "streamed" / tasks[0])).schema_arrow
+    assert not first.field("cta").nullable
+    append(tmp_path / "whole", load(path), capture="c")
+    assert_same_run(tmp_path / "whole", tmp_path / "streamed")
+    assert open_run(tmp_path / "streamed").sql("SELECT count(*) AS n FROM tasks WHERE cta IS NULL").column("n")[0].as_py() == 5
