@@ -291,7 +291,7 @@ RS.append_stream(sys.argv[1], open_stream(sys.argv[2], block_rows=30))
     done = subprocess.run([sys.executable, "-c", code, str(run_dir), str(path)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == -signal.SIGKILL, done.stderr
-    assert [p for p in run_dir.rglob(".*.tmp")]  # it had written
+    assert list(run_dir.glob(".staging-*/*.tmp"))  # it had written, under temporary names only
     run = open_run(run_dir)
     assert len(run.records) == 1 and set(run.launches().column("capture").to_pylist()) == {"before"}
     assert run.sql("SELECT DISTINCT step FROM tasks").column("step").to_pylist() == [7]

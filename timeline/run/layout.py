@@ -85,6 +85,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def staging_dir(run_dir: Path, append: str) -> Path:
+    """Where a streamed append keeps its parts until it commits: a directory of its own
+    (a leading dot: globs skip it), removed whole if the append fails."""
+    return Path(run_dir) / f"{TMP_PREFIX}staging-{append}"
+
+
 def temp_name(final: Path) -> Path:
     """The temporary name a file is written under before its rename."""
     return final.with_name(f"{TMP_PREFIX}{final.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -189,20 +195,30 @@ def finish_staged(run_dir: Path, rel: str, tmp: Path, rows: int) -> Staged:
     return Staged(tmp, run_dir / rel, {"path": rel, "rows": rows, "bytes": size, HASH: digest})
 
 
-def stage_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, **options) -> Staged:
-    """Write ``table`` for ``run_dir/rel`` under a temporary name (``required``: columns
-    without a null stored REQUIRED, ``declare_required``), fsynced, not yet published."""
+def staged_name(staging: Path, rel: str) -> Path:
+    """The temporary name of part ``rel`` in a ``staging_dir``."""
+    return staging / f"{TMP_PREFIX}{rel.replace('/', '~')}.{uuid.uuid4().hex[:8]}.tmp"
+
+
+def stage_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, staging: Path | None = None,
+                  **options) -> Staged:
+    """Write ``table`` for ``run_dir/rel`` under a temporary name (beside it, or in
+    ``staging``; ``required``: columns without a null stored REQUIRED,
+    ``declare_required``), fsynced, not yet published."""
     import pyarrow.parquet as pq
 
     final = run_dir / rel
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(final)
+    if staging is None:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final) if staging is None else staged_name(staging, rel)
     pq.write_table(declare_required(table) if required else table, str(tmp), **options)
     return finish_staged(run_dir, rel, tmp, table.num_rows)
 
 
 def publish_staged(staged: Staged) -> dict:
-    """Give a staged part its name (``publish``); its manifest entry."""
+    """Give a staged part its name (``publish``: a rename, within the run's filesystem);
+    its manifest entry."""
+    staged.final.parent.mkdir(parents=True, exist_ok=True)
     publish(staged.tmp, staged.final, synced=True)
     return staged.entry
 
@@ -312,4 +328,4 @@ def empty_launches() -> pa.Table:
 
 __all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
            "Staged", "TABLES", "check_part", "committed_records", "declare_required", "empty_launches", "file_digest", "finish_staged", "fsync_file", "manifest_path", "memory_budget", "new_append_id", "nullable", "over_budget", "publish", "publish_staged", "read_json", "read_parquet",
-           "small_part_path", "stage_parquet", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]
+           "small_part_path", "stage_parquet", "staged_name", "staging_dir", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]

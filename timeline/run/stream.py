@@ -124,8 +124,8 @@ class _Part:
     partition's next part. ``jobs``/``write`` split the work: the caller takes the due
     rows, a pool thread encodes them."""
 
-    def __init__(self, run_dir: Path, rank: int, step, aid: str, options: dict, made: list):
-        self.run_dir, self.rank, self.step, self.aid, self.made = run_dir, rank, step, aid, made
+    def __init__(self, run_dir: Path, rank: int, step, aid: str, options: dict):
+        self.run_dir, self.rank, self.step, self.aid = run_dir, rank, step, aid
         self.options = {k: v for k, v in options.items() if k != "row_group_size"}
         self.held: list = []
         self.held_rows = 0
@@ -166,9 +166,7 @@ class _Part:
         import pyarrow.parquet as pq
 
         self.rel = RL.tasks_part_path(self.rank, self.step, self.aid, self.piece)
-        final = self.run_dir / self.rel
-        _mkdirs(final.parent, self.made)
-        self.tmp = RL.temp_name(final)
+        self.tmp = RL.staged_name(RL.staging_dir(self.run_dir, self.aid), self.rel)
         self.schema = RL.declare_required(rows).schema
         self.writer = pq.ParquetWriter(str(self.tmp), self.schema, **self.options)
         self.rows = 0
@@ -179,30 +177,13 @@ class _Part:
         self.staged.append(st._replace(entry={"table": "tasks", "rank": self.rank, "step": self.step, **st.entry}))
         self.writer, self.tmp, self.piece = None, None, self.piece + 1
 
-    def abandon(self) -> list:
-        """Close an unfinished part; every temporary file it wrote."""
+    def abandon(self) -> None:
+        """Close an unfinished part (its file is removed with the staging directory)."""
         if self.writer is not None:
             try:
                 self.writer.close()
             except Exception:  # noqa: BLE001 (a half-written temp file is removed either way)
                 pass
-        return [self.tmp] * (self.tmp is not None) + [st.tmp for st in self.staged]
-
-
-def _mkdirs(path: Path, made: list) -> None:
-    """``path`` and its parents, each one created here listed in ``made`` (to remove
-    again, if empty, when the append fails)."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for p in reversed(missing):
-        try:
-            p.mkdir()
-            made.append(p)
-        except FileExistsError:
-            pass
 
 
 class _Pending:
@@ -317,32 +298,34 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     capture = str(capture) if capture is not None else aid
     keys = stream.scan()
     p = plan(keys, pending_rows)
-    made: list = []
-    _mkdirs(run_dir, made)
+    created = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # removed again if the file is bad
+    staging = RL.staging_dir(run_dir, aid)
+    staging.mkdir(parents=True)
     parts: dict = {}
     small: list = []  # futures of the small parts' staging
     pool = ThreadPoolExecutor(max_workers=RW.WRITER_THREADS)
     try:
         try:
-            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, made, aid, capture, progress)
+            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, aid, capture, progress)
             for pairs, blocks in p.waves:
                 agg.add(_wave_rows(stream, pairs, blocks, prints))
             launches, stages = agg.tables()
             anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
-            small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, **RW.PARQUET_OPTIONS)
-                     for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
+            small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, staging=staging,
+                                 **RW.PARQUET_OPTIONS) for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
             small = [f.result() for f in small]
             RW.ensure_build(run_dir, stream.spec)  # created now if the run is new: the file is good
         except BaseException:
             pool.shutdown(wait=True)  # no write still running into a file about to be removed
             stream.close()
-            _discard(parts, small, made)
+            _discard(parts, staging, created)
             raise
         staged = [st for key in sorted(parts, key=_part_order) for st in parts[key].staged]
         entries = list(pool.map(RL.publish_staged, staged)) + [  # the renames and directory fsyncs at once
             {"table": t, **e} for t, e in zip(SMALL_TABLES, pool.map(RL.publish_staged, small))]
     finally:
         pool.shutdown(wait=True)
+    staging.rmdir()  # empty now: every part renamed out of it
     m = stream.meta
     origins, note = dict(m.origins or {}), None
     missing = sorted(r for r in firsts if r not in origins)
@@ -368,7 +351,7 @@ def _part_order(key) -> tuple:
     return key[0], -1 if key[1] is None else key[1]
 
 
-def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, made: list, aid: str, capture: str, progress):
+def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: str, progress):
     """Every block once: checked, its rows to their parts, its finished launches
     aggregated (unless the plan has waves); ``(rows, {rank: first tick}, {block:
     fingerprint} (with waves), aggregates)``.
@@ -385,7 +368,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, made: list, aid: str
         prints[b] = fp
         for f in jobs:  # the previous block's writes: a part's row groups in order
             f.result()
-        jobs = _write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, made, aid)
+        jobs = _write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
         _first_ticks(tasks, stream, firsts)
@@ -415,7 +398,7 @@ def _first_ticks(tasks: pa.Table, stream, firsts: dict) -> None:
         firsts[r] = t if old is None else (old if t is None else min(old, t))
 
 
-def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, made, aid) -> list:
+def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, aid) -> list:
     """A block's rows to their (rank, step) parts; the writes now due (and those of the
     partitions ``closed`` here: None, all), on the pool."""
     stored = tasks.select(keep)
@@ -423,7 +406,7 @@ def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, p
         key = (rank, step)
         part = parts.get(key)
         if part is None:
-            part = parts[key] = _Part(run_dir, rank, step, aid, options, made)
+            part = parts[key] = _Part(run_dir, rank, step, aid, options)
         rows = stored if idx is None else (stored.slice(idx.start, idx.stop - idx.start)
                                            if isinstance(idx, slice) else stored.take(R.arrow(idx)))
         part.add(rows)
@@ -455,22 +438,20 @@ def _wave_rows(stream, pairs: np.ndarray, blocks: list, prints: dict) -> pa.Tabl
     return pa.concat_tables(out)
 
 
-def _discard(parts: dict, small: list, made: list) -> None:
-    """Remove what a failed append wrote: its temporary files, then the directories it
-    created (where empty). Nothing was published, so nothing else is touched."""
-    small = [s.result() if hasattr(s, "result") else s for s in small
-             if not hasattr(s, "result") or (s.done() and s.exception() is None)]
-    tmps = [t for pt in parts.values() for t in pt.abandon()] + [st.tmp for st in small]
-    for t in tmps:
-        try:
-            Path(t).unlink()
-        except OSError:
-            pass
-    for d in reversed(made):
+def _discard(parts: dict, staging: Path, created: list) -> None:
+    """Remove what a failed append wrote: its staging directory, whole (its own: no other
+    writer's file is in it), and the directories it created for a new run where nothing
+    else is in them. Nothing was published, so nothing else is touched."""
+    import shutil
+
+    for pt in parts.values():
+        pt.abandon()
+    shutil.rmtree(staging, ignore_errors=True)
+    for d in created:  # the run's directory first, then the parents made for it
         try:
             d.rmdir()
         except OSError:
-            pass
+            break
 
 
 __all__ = ["Added", "BUFFER_ROWS", "PENDING_ROWS", "Plan", "append_file", "append_stream", "pair_keys", "plan"]
