@@ -278,13 +278,13 @@ def test_a_writer_killed_mid_stream_leaves_the_run_as_it_was(tmp_path):
     code = """
 import os, signal, sys
 from timeline.core.tracestream import open_stream
-from timeline.run import stream as RS
-real = RS._Part.write
+from timeline.run import parts, stream as RS
+real = parts.PartWriter.write
 def die(self, rows, final):
     real(self, rows, final)
     if final:
         os.kill(os.getpid(), signal.SIGKILL)
-RS._Part.write = die
+parts.PartWriter.write = die
 RS.append_stream(sys.argv[1], open_stream(sys.argv[2], block_rows=30))
 """
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}

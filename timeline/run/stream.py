@@ -11,8 +11,9 @@ of the whole file loaded, value for value (tests/test_run_stream.py).
   would make too many wait: its aggregates are then taken in further passes
   (``waves``) over the blocks that hold each group of launches, each block checked
   to be the one the first pass read.
-- Each (rank, step)'s rows go to its task part as they come (``_Part``: row groups of
-  ``write.ROW_GROUP_ROWS``, encoded on a pool of threads), under temporary names.
+- Each (rank, step)'s rows go to its task part as they come (``parts.PartWriter``: row
+  groups of ``write.ROW_GROUP_ROWS``, encoded on a pool of threads), under temporary
+  names in the append's own staging directory.
 - The file's checksum is digested as the blocks pass; only when it matched at the
   end are the parts given their names and the manifest record written (the commit).
   A bad file (a checksum, a row, a read error) leaves the run as it was: its
@@ -33,9 +34,9 @@ from timeline.core import rows as R
 from timeline.run import aggregate as RA
 from timeline.run import layout as RL
 from timeline.run import write as RW
+from timeline.run.parts import write_block
 
 PENDING_ROWS = 1 << 20  # rows of unfinished launches held between blocks, or aggregated in one wave
-BUFFER_ROWS = 1 << 20  # task rows held for their parts' next row groups, over all parts
 AGGREGATE_ROWS = 1 << 18  # rows whose aggregates are taken at once (their arrays: a few hundred bytes a row)
 SMALL_TABLES = ("launches", "stages", "anomalies")
 
@@ -114,76 +115,6 @@ def _waves(pairs, inv, first, blk, count, pending_rows: int) -> list:
         member[group] = True
         waves.append((np.sort(pairs[group]), sorted(set(blk[member[inv]].tolist()))))
     return waves
-
-
-class _Part:
-    """One (rank, step)'s task rows of a streamed append, written as they come under a
-    temporary name: row groups of ``ROW_GROUP_ROWS`` rows (the rest held until more
-    come or the partition ends), columns without a null in its first row group stored
-    REQUIRED (``layout.declare_required``); a null later in such a column starts the
-    partition's next part. ``jobs``/``write`` split the work: the caller takes the due
-    rows, a pool thread encodes them."""
-
-    def __init__(self, run_dir: Path, rank: int, step, aid: str, options: dict):
-        self.run_dir, self.rank, self.step, self.aid = run_dir, rank, step, aid
-        self.options = {k: v for k, v in options.items() if k != "row_group_size"}
-        self.held: list = []
-        self.held_rows = 0
-        self.writer = self.schema = self.tmp = None
-        self.rows = 0
-        self.piece = 0
-        self.staged: list = []
-
-    def add(self, rows: pa.Table) -> None:
-        self.held.append(rows)
-        self.held_rows += rows.num_rows
-
-    def due(self, final: bool) -> pa.Table | None:
-        """The held rows to write now: whole row groups, or with ``final`` all of them."""
-        n = self.held_rows if final else self.held_rows // RW.ROW_GROUP_ROWS * RW.ROW_GROUP_ROWS
-        if not n:
-            return None
-        held = pa.concat_tables(self.held)
-        rest = held.slice(n)
-        self.held = [rest.take(R.arrow(np.arange(rest.num_rows)))] if rest.num_rows else []  # a copy: no block pinned
-        self.held_rows = rest.num_rows
-        return held.slice(0, n)
-
-    def write(self, rows: pa.Table | None, final: bool) -> None:
-        if rows is not None and rows.num_rows:
-            if self.writer is not None and any(not f.nullable and rows.column(i).null_count
-                                               for i, f in enumerate(self.schema)):
-                self._finish()
-            if self.writer is None:
-                self._open(rows)
-            self.writer.write_table(pa.Table.from_arrays(rows.columns, schema=self.schema),
-                                    row_group_size=RW.ROW_GROUP_ROWS)
-            self.rows += rows.num_rows
-        if final and self.writer is not None:
-            self._finish()
-
-    def _open(self, rows: pa.Table) -> None:
-        import pyarrow.parquet as pq
-
-        self.rel = RL.tasks_part_path(self.rank, self.step, self.aid, self.piece)
-        self.tmp = RL.staged_name(RL.staging_dir(self.run_dir, self.aid), self.rel)
-        self.schema = RL.declare_required(rows).schema
-        self.writer = pq.ParquetWriter(str(self.tmp), self.schema, **self.options)
-        self.rows = 0
-
-    def _finish(self) -> None:
-        self.writer.close()
-        st = RL.finish_staged(self.run_dir, self.rel, self.tmp, self.rows)
-        self.staged.append(st._replace(entry={"table": "tasks", "rank": self.rank, "step": self.step, **st.entry}))
-        self.writer, self.tmp, self.piece = None, None, self.piece + 1
-
-    def abandon(self) -> None:
-        """Close an unfinished part (its file is removed with the staging directory)."""
-        if self.writer is not None:
-            try:
-                self.writer.close()
-            except Exception:  # noqa: BLE001 (a half-written temp file is removed either way)
-                pass
 
 
 class _Pending:
@@ -368,7 +299,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: s
         prints[b] = fp
         for f in jobs:  # the previous block's writes: a part's row groups in order
             f.result()
-        jobs = _write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)
+        jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
         _first_ticks(tasks, stream, firsts)
@@ -396,33 +327,6 @@ def _first_ticks(tasks: pa.Table, stream, firsts: dict) -> None:
     for r, t in RW.first_ticks(tasks, stream.spec.phases, stream.spec.marks, want).items():
         old = firsts.get(r)
         firsts[r] = t if old is None else (old if t is None else min(old, t))
-
-
-def _write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, aid) -> list:
-    """A block's rows to their (rank, step) parts; the writes now due (and those of the
-    partitions ``closed`` here: None, all), on the pool."""
-    stored = tasks.select(keep)
-    for rank, step, idx in RW.partition_groups(tasks):
-        key = (rank, step)
-        part = parts.get(key)
-        if part is None:
-            part = parts[key] = _Part(run_dir, rank, step, aid, options)
-        rows = stored if idx is None else (stored.slice(idx.start, idx.stop - idx.start)
-                                           if isinstance(idx, slice) else stored.take(R.arrow(idx)))
-        part.add(rows)
-    early, over = set(), sum(pt.held_rows for pt in parts.values()) - BUFFER_ROWS
-    for key, pt in sorted(parts.items(), key=lambda kv: -kv[1].held_rows):  # past the buffer: the largest now
-        if over <= 0:
-            break
-        early.add(key)
-        over -= pt.held_rows
-    jobs = []
-    for key, pt in parts.items():
-        final = closed is None or key in closed
-        rows = pt.due(final or key in early)
-        if rows is not None or final:
-            jobs.append(pool.submit(pt.write, rows, final))
-    return jobs
 
 
 def _wave_rows(stream, pairs: np.ndarray, blocks: list, prints: dict) -> pa.Table:
@@ -454,4 +358,4 @@ def _discard(parts: dict, staging: Path, created: list) -> None:
             break
 
 
-__all__ = ["Added", "BUFFER_ROWS", "PENDING_ROWS", "Plan", "append_file", "append_stream", "pair_keys", "plan"]
+__all__ = ["Added", "PENDING_ROWS", "Plan", "append_file", "append_stream", "pair_keys", "plan"]
