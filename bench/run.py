@@ -216,6 +216,13 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
     in-memory append of ``--ab-steps`` steps (a process per step and tree, the trees
     taking turns) and ``timeline run add`` of step 0's files (``--ab-repeats`` each,
     alternating); the lines to print."""
+    return append_mem_ab(args, base) + run_add_ab(args, base, files, add_ivs)
+
+
+def append_mem_ab(args, base: Path) -> list:
+    """The in-memory append (``timeline.run.append`` of a decoded step, what a capture
+    loop calls) of ``--ab-steps`` steps by ``--before``'s tree and this checkout, a
+    process per step and tree, the trees taking turns; the lines to print."""
     trees = {"before": str(Path(args.before).resolve()), "after": str(ROOT)}
     mem = {k: [] for k in trees}
     for step in range(min(args.ab_steps, args.steps)):
@@ -238,7 +245,7 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
                    + ", ".join(f"{r['wall']:.2f}" for r in rs))
     out.append(f"  in-memory append, after/before: {sums['after'][0] / sums['before'][0]:.2f}x wall, "
                f"{sums['after'][1] / sums['before'][1]:.2f}x CPU")
-    return out + run_add_ab(args, base, files, add_ivs)
+    return out
 
 
 def run_add_ab(args, base: Path, files: list, add_ivs: float) -> list:
@@ -413,7 +420,7 @@ def add_stream_bench(args, base: Path) -> int:
     add = child(timeline("run", "add", base / "step0_run", *files, "-q"))
     assert add["rc"] == 0, add["err"]
     add_ivs = int(re.search(r"([\d,]+) intervals", add["out"]).group(1).replace(",", ""))
-    print("\n".join(run_add_ab(args, base, files, add_ivs)))
+    print("\n".join((append_mem_ab(args, base) if args.before else []) + run_add_ab(args, base, files, add_ivs)))
     print(f"  (bench/results/run_cpu.txt, 2026-12-05: 8.0-8.5 M intervals/s for these 8 files with CRC-32 checksums)\n")
 
     print("`timeline run add` of one trace file of S steps x all ranks (Arrow IPC, zstd, batches of 1 M rows, CRC-32 "
