@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -56,14 +57,18 @@ def distinct_keys(rank: np.ndarray, launch: np.ndarray, step: np.ndarray) -> Blo
     return BlockKeys(n, r.astype(np.int64), l.astype(np.int64), s.astype(np.int64), count)
 
 
-def same_keys(a: BlockKeys, b: BlockKeys) -> bool:
-    return a.rows == b.rows and all(np.array_equal(x, y) for x, y in zip(a[1:], b[1:]))
+def key_digest(rank: np.ndarray, launch: np.ndarray, step: np.ndarray, crc: int = 0) -> int:
+    """CRC-32 of rows' (rank, launch, step) int64 arrays (nulls: 0, ``NO_STEP``), continuing
+    ``crc``: what a block's reading must give again for its scan to hold."""
+    for a in (rank, launch, step):
+        crc = zlib.crc32(memoryview(np.ascontiguousarray(a, dtype=np.int64)).cast("B"), crc)
+    return crc
 
 
-def table_keys(tasks: pa.Table) -> BlockKeys:
-    """``BlockKeys`` of a (conformed) tasks table."""
-    return distinct_keys(R.column(tasks, "rank", dtype=np.int64), R.column(tasks, "launch", dtype=np.int64),
-                         R.column(tasks, "step", fill=NO_STEP, dtype=np.int64))
+def table_key_digest(tasks: pa.Table) -> int:
+    """``key_digest`` of a (conformed) tasks table."""
+    return key_digest(R.column(tasks, "rank", dtype=np.int64), R.column(tasks, "launch", dtype=np.int64),
+                      R.column(tasks, "step", fill=NO_STEP, dtype=np.int64))
 
 
 class _Ahead:
@@ -175,7 +180,7 @@ class TraceStream:
         self.path, self.where, self._src, self.meta, self._raw = path, where, source, meta, raw
         self.block_rows = block_rows
         self.notes = file_notes(meta, where)
-        self._units = self._keys = None  # each block's units and BlockKeys, once scanned
+        self._units = self._keys = self._digests = None  # each block's units, BlockKeys and key digest, once scanned
         self._ahead = None
 
     @property
@@ -191,7 +196,7 @@ class TraceStream:
         file's specs, anomaly report, origins and notes."""
         m = self.meta
         return Trace(tasks, m.specs, m.anomalies, origins=m.origins, offsets=m.offsets, synthetic=m.synthetic,
-                       notes=self.notes)
+                     notes=self.notes)
 
     def _key_fields(self) -> list:
         names = self._src.schema.names
@@ -206,19 +211,19 @@ class TraceStream:
         if self._keys is not None:
             return self._keys
         if self._src.single(self.block_rows):
-            self._units, self._keys, self._first_row = [None], [None], [0]
+            self._units, self._keys, self._digests, self._first_row = [None], [None], [None], [0]
             return self._keys
         fields = self._key_fields()
         cols = [i for i in fields if i is not None]
-        out, units, cur, rows = [], [], [], 0
+        out, units, digests, cur, rows = [], [], [], [], 0
         keys: list = []
 
         def close_block():
             if cur:
                 units.append(list(cur))
-                parts = [np.concatenate(k) if k else np.zeros(0, np.int64) for k in zip(*keys)] if keys else \
-                    [np.zeros(0, np.int64)] * 3
+                parts = [np.concatenate(k) for k in zip(*keys)] if keys else [np.zeros(0, np.int64)] * 3
                 out.append(distinct_keys(*parts))
+                digests.append(key_digest(*parts))
                 cur.clear()
                 keys.clear()
 
@@ -231,7 +236,7 @@ class TraceStream:
             rows += n
             keys.append(self._keys_of(batch, fields))
         close_block()
-        self._units, self._keys = units, out
+        self._units, self._keys, self._digests = units, out, digests
         self._first_row = np.r_[0, np.cumsum([k.rows for k in out])].tolist()
         return out
 
@@ -282,17 +287,15 @@ class TraceStream:
         if check is not None:
             check.update(R.empty(self._src.schema))  # its columns, for a file of no rows too
         want_units = None if whole or self._units == [None] else {u for b in wanted for u in self._units[b]}
-        block_of = {u: b for b, us in enumerate(self._units) for u in us or ()}
-        batches, current = [], None
+        last_of = {us[-1]: b for b, us in enumerate(self._units) if us}  # a block ends with its last unit
+        batches = []
         for u, batch in self._read(self._src.units(wanted=want_units)):
-            b = block_of.get(u, 0)  # not listed: the one block of a file not scanned
-            if current is not None and b != current:
-                yield self._checked(current, batches, check, fingerprint)
-                batches = []
-            current = b
             batches.append(batch)
-        if current is not None:
-            yield self._checked(current, batches, check, fingerprint)
+            if u in last_of:  # yielded at once: the next block's first batch is not read ahead of it
+                yield self._checked(last_of[u], batches, check, fingerprint)
+                batches = []
+        if self._units == [None]:  # one block, not scanned: its units all read
+            yield self._checked(0, batches, check, fingerprint)
         if check is not None and check.hexdigest() != m.checksum:
             raise checksum_mismatch(self.where)
 
@@ -304,7 +307,8 @@ class TraceStream:
         tasks = _conform(table, self.spec.phases, self.spec.marks, self.where)
         for at in range(0, tasks.num_rows, CHECK_ROWS):  # in slices: the check's arrays stay small
             _check_rows(tasks.slice(at, CHECK_ROWS), self.meta, self.where, first_row=self._first_row[b] + at)
-        if self._keys[b] is not None and not same_keys(table_keys(tasks), self._keys[b]):
+        if self._keys[b] is not None and (tasks.num_rows != self._keys[b].rows or
+                                          table_key_digest(tasks) != self._digests[b]):
             raise _refuse(self.where, f"its rows changed while it was read (block {b} holds other launches than "
                           "its first reading found)", "add it again once nothing writes to it")
         return b, tasks, fp
@@ -351,4 +355,4 @@ def open_stream(path, *, block_rows: int = BLOCK_ROWS) -> TraceStream:
 
 
 __all__ = ["BLOCK_ROWS", "BlockKeys", "CHECK_ROWS", "NO_STEP", "PARQUET_PIECE_ROWS", "TraceStream", "distinct_keys", "open_stream",
-           "same_keys", "table_keys"]
+           "key_digest", "table_key_digest"]

@@ -29,24 +29,30 @@ class PartWriter:
         self.options = {k: v for k, v in options.items() if k != "row_group_size"}
         self.held: list = []
         self.held_rows = 0
+        self.views = False  # whether a held table is a slice of a block
         self.writer = self.schema = self.tmp = None
         self.rows = 0
         self.piece = 0
         self.staged: list = []
 
-    def add(self, rows: pa.Table) -> None:
+    def add(self, rows: pa.Table, view: bool) -> None:
+        """Hold ``rows``; ``view``: a slice of a block (its buffers stay alive while held)."""
         self.held.append(rows)
+        self.views = self.views or view
         self.held_rows += rows.num_rows
 
     def due(self, final: bool) -> pa.Table | None:
-        """The held rows to write now: whole row groups, or with ``final`` all of them."""
+        """The held rows to write now: whole row groups, or with ``final`` all of them.
+        The rest stays held: copied where it is a slice of a block (which it would keep
+        whole), else as it is."""
         n = self.held_rows if final else self.held_rows // RW.ROW_GROUP_ROWS * RW.ROW_GROUP_ROWS
         if not n:
             return None
         held = pa.concat_tables(self.held)
         rest = held.slice(n)
-        self.held = [rest.take(R.arrow(np.arange(rest.num_rows)))] if rest.num_rows else []  # a copy: no block pinned
-        self.held_rows = rest.num_rows
+        if rest.num_rows and self.views:
+            rest = rest.take(R.arrow(np.arange(rest.num_rows)))
+        self.held, self.views, self.held_rows = ([rest] if rest.num_rows else []), False, rest.num_rows
         return held.slice(0, n)
 
     def write(self, rows: pa.Table | None, final: bool) -> None:
@@ -98,7 +104,7 @@ def write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, po
             part = parts[key] = PartWriter(run_dir, rank, step, aid, options)
         rows = stored if idx is None else (stored.slice(idx.start, idx.stop - idx.start)
                                            if isinstance(idx, slice) else stored.take(R.arrow(idx)))
-        part.add(rows)
+        part.add(rows, view=not isinstance(idx, np.ndarray))  # a take is a copy; the rest view the block
     early, over = set(), sum(pt.held_rows for pt in parts.values()) - BUFFER_ROWS
     for key, pt in sorted(parts.items(), key=lambda kv: -kv[1].held_rows):  # past the buffer: the largest now
         if over <= 0:

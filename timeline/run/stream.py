@@ -292,21 +292,20 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: s
     options = RW.task_part_options(sp.phases, sp.marks)
     agg, pending = _Aggregates(stream, capture, aid), _Pending()
     firsts, prints = {}, {}
-    rows, jobs = 0, []
+    rows = 0
     nblocks = stream.block_count
     for b, tasks, fp in stream.blocks(fingerprint=bool(p.waves)):
         rows += tasks.num_rows
         prints[b] = fp
-        for f in jobs:  # the previous block's writes: a part's row groups in order
-            f.result()
-        jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)
+        jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)  # encoded meanwhile
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
         _first_ticks(tasks, stream, firsts)
+        for f in jobs:  # this block's writes done (a part's row groups in order), its rows let go
+            f.result()
+        del tasks, jobs
         if progress is not None:
             progress(b + 1, nblocks + 1)
-    for f in jobs:
-        f.result()
     for pt in parts.values():  # every partition closed by the plan; a part left open would be a bug
         if pt.held_rows or pt.writer is not None:
             raise AssertionError(f"part {(pt.rank, pt.step)} left open after the last block")
@@ -339,7 +338,10 @@ def _wave_rows(stream, pairs: np.ndarray, blocks: list, prints: dict) -> pa.Tabl
             raise refuse(stream.where, f"its rows changed while it was read (block {b} differs from its first "
                             "reading)", "add it again once nothing writes to it")
         out.append(tasks.filter(R.arrow(_member(_row_pairs(tasks), pairs))))
-    return pa.concat_tables(out)
+    rows = pa.concat_tables(out)
+    keys = _row_pairs(rows)
+    order = np.argsort(keys, kind="stable")  # each launch's rows together (in file order): aggregated in pieces
+    return rows.take(R.arrow(order)) if (order != np.arange(order.size)).any() else rows
 
 
 def _discard(parts: dict, staging: Path, created: list) -> None:
