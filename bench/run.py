@@ -353,6 +353,19 @@ with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema, options=IPC) a
 print(json.dumps({"rows": rows, "intervals": ivs, "bytes": os.path.getsize(path)}))
 """
 
+SHUFFLE = r"""
+# The rows of a trace file in a random order (the worst a file can hold them: every launch's rows spread over every
+# block), saved as Trace.save saves: loaded whole (it is the smallest file of the bench).
+import sys
+import numpy as np
+from timeline.core import rows as R
+from timeline.core.trace import Trace, load
+t = load(sys.argv[1])
+order = np.random.default_rng(0).permutation(t.tasks.num_rows)
+Trace(t.tasks.take(R.arrow(order)), t.specs, t.anomalies, origins=t.origins, offsets=t.offsets,
+      synthetic=t.synthetic).save(sys.argv[2])
+"""
+
 WHOLE_ADD = ("import sys; from timeline.core.trace import load; from timeline.run import append; "
              "t = load(sys.argv[2]); append(sys.argv[1], t, capture='whole'); "
              "print(f'{t.tasks.num_rows:,} task rows, {t.interval_count:,} intervals')")
@@ -453,6 +466,19 @@ def add_stream_bench(args, base: Path) -> int:
             shutil.rmtree(base / f"big_{n}_whole", ignore_errors=True)
         print(f"{n:5d}  {info['intervals']:13,d}  {info['rows']:11,d}  {info['bytes'] / 1e6:6.0f} MB  "
               f"{st['wall_s']:6.1f} s, {_rate(info['intervals'], st['wall_s'])}, {gib(st['rss']):11s}  {whole}")
+    n = min(args.big_steps)
+    shuffled = base / f"big_{n}steps_shuffled.arrow"
+    if not shuffled.exists():
+        r = child([sys.executable, "-c", SHUFFLE, str(base / f"big_{n}steps.arrow"), str(shuffled)], timeout=7200)
+        assert r["rc"] == 0, r["err"]
+    info = json.loads((base / f"big_{n}steps.json").read_text())
+    shutil.rmtree(base / "shuffled_run", ignore_errors=True)
+    sh = child(timeline("run", "add", base / "shuffled_run", shuffled, "-q"), timeout=7200)
+    assert sh["rc"] == 0, sh["err"]
+    shutil.rmtree(base / "shuffled_run", ignore_errors=True)
+    print(f"the {n}-step file's rows shuffled (every launch spread over every block: aggregated in passes of 1 M rows "
+          f"over the blocks holding them), {shuffled.stat().st_size / 1e6:.0f} MB: streamed {sh['wall_s']:.1f} s, "
+          f"{_rate(info['intervals'], sh['wall_s'])}, {gib(sh['rss'])}")
     print()
 
     imports, statements = documented_readers()
