@@ -434,7 +434,7 @@ def add_stream_bench(args, base: Path) -> int:
     assert add["rc"] == 0, add["err"]
     add_ivs = int(re.search(r"([\d,]+) intervals", add["out"]).group(1).replace(",", ""))
     print("\n".join((append_mem_ab(args, base) if args.before else []) + run_add_ab(args, base, files, add_ivs)))
-    print(f"  (bench/results/run_cpu.txt, 2026-12-05: 8.0-8.5 M intervals/s for these 8 files with CRC-32 checksums)\n")
+    print("  (bench/results/run_cpu.txt, 2026-12-05: 8.0-8.5 M intervals/s for these 8 files with CRC-32 checksums)\n")
 
     print("`timeline run add` of one trace file of S steps x all ranks (Arrow IPC, zstd, batches of 1 M rows, CRC-32 "
           "checksum): streamed (this checkout) beside the whole-file path (timeline.load + timeline.run.append, "

@@ -337,7 +337,8 @@ def test_streaming_imports_no_pandas(tmp_path):
     """A command's start is its imports: reading and appending a file must not pull in
     pandas (a fifth of a second), as ``pa.array`` of a list or ``Schema.empty_table`` do."""
     path = save(runkit.run_trace([(0, 0), (0, 1)], world=2), tmp_path / "t.arrow", 9)
-    code = ("import sys; from timeline.core.tracestream import open_stream; from timeline.run.stream import append_stream;"
+    code = ("import sys; from timeline.core.tracestream import open_stream; "
+            "from timeline.run.stream import append_stream;"
             f"append_stream({str(tmp_path / 'run')!r}, open_stream({str(path)!r}, block_rows=20).prefetch());"
             "assert 'pandas' not in sys.modules, 'pandas imported'")
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
@@ -366,4 +367,5 @@ def test_a_null_after_a_part_s_first_row_group_starts_its_next_part(tmp_path, mo
     assert not first.field("cta").nullable
     append(tmp_path / "whole", load(path), capture="c")
     assert_same_run(tmp_path / "whole", tmp_path / "streamed")
-    assert open_run(tmp_path / "streamed").sql("SELECT count(*) AS n FROM tasks WHERE cta IS NULL").column("n")[0].as_py() == 5
+    holes = open_run(tmp_path / "streamed").sql("SELECT count(*) AS n FROM tasks WHERE cta IS NULL")
+    assert holes.column("n")[0].as_py() == 5

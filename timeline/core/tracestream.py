@@ -18,7 +18,6 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from timeline.contract import schema as S
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.core.trace import (READ_ERRORS, Trace, _check_rows, _conform, checksum_mismatch, damaged, file_format,
@@ -354,5 +353,6 @@ def open_stream(path, *, block_rows: int = BLOCK_ROWS) -> TraceStream:
     return TraceStream(path, where, source, meta, raw, block_rows)
 
 
-__all__ = ["BLOCK_ROWS", "BlockKeys", "CHECK_ROWS", "NO_STEP", "PARQUET_PIECE_ROWS", "TraceStream", "distinct_keys", "open_stream",
+__all__ = ["BLOCK_ROWS", "BlockKeys", "CHECK_ROWS", "NO_STEP", "PARQUET_PIECE_ROWS", "TraceStream", "distinct_keys",
+           "open_stream",
            "key_digest", "table_key_digest"]

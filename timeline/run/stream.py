@@ -243,7 +243,8 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
             launches, stages = agg.tables()
             anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
             small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, staging=staging,
-                                 **RW.PARQUET_OPTIONS) for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
+                                 **RW.PARQUET_OPTIONS)
+                     for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
             small = [f.result() for f in small]
             RW.ensure_build(run_dir, stream.spec)  # created now if the run is new: the file is good
         except BaseException:
@@ -263,8 +264,8 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     if missing:
         origins.update({r: firsts[r] or 0 for r in missing})
         note = RW.origin_note(missing)
-    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, list(stream.notes) + ([note] if note else []),
-                    entries)
+    notes = list(stream.notes) + ([note] if note else [])
+    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, notes, entries)
     RL.write_json(RL.manifest_path(run_dir, aid), rec)
     intervals = int(np.asarray(R.column(launches, "intervals", fill=0)).sum())
     return Added([e["path"] for e in entries], rows, intervals)
