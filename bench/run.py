@@ -219,6 +219,13 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
     in-memory append of ``--ab-steps`` steps (a process per step and tree, the trees
     taking turns) and ``timeline run add`` of step 0's files (``--ab-repeats`` each,
     alternating); the lines to print."""
+    return append_mem_ab(args, base) + run_add_ab(args, base, files, add_ivs)
+
+
+def append_mem_ab(args, base: Path) -> list:
+    """The in-memory append (``timeline.run.append`` of a decoded step, what a capture
+    loop calls) of ``--ab-steps`` steps by ``--before``'s tree and this checkout, a
+    process per step and tree, the trees taking turns; the lines to print."""
     trees = {"before": str(Path(args.before).resolve()), "after": str(ROOT)}
     mem = {k: [] for k in trees}
     for step in range(min(args.ab_steps, args.steps)):
@@ -229,18 +236,9 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
             assert r["rc"] == 0, f"{k}: {r['err']}"
             mem[k].append(json.loads(r["out"].strip().splitlines()[-1]))
     load_mem = os.getloadavg()[0]
-    cli = {k: [] for k in trees}
-    for i in range(args.ab_repeats):
-        for k in (("before", "after") if i % 2 == 0 else ("after", "before")):
-            shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
-            r = child(timeline("run", "add", base / f"ab_cli_{k}", *files, "-q"), env={**ENV, "PYTHONPATH": trees[k]},
-                      cwd=trees[k])  # `python -m` puts its directory first on the path
-            assert r["rc"] == 0, f"{k}: {r['err']}"
-            cli[k].append(r)
-            shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
     out = [f"append before/after in one run: before = {args.before} (its own timeline), after = this checkout; "
            f"{min(args.ab_steps, args.steps)} steps in memory, trees taking turns, a process each; load average after "
-           f"them {load_mem:.1f}, after the `run add` runs {os.getloadavg()[0]:.1f}"]
+           f"them {load_mem:.1f}"]
     sums = {}
     for k, rs in mem.items():
         iv, wall, cpu = (sum(r[f] for r in rs) for f in ("intervals", "wall", "cpu"))
@@ -250,16 +248,268 @@ def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
                    + ", ".join(f"{r['wall']:.2f}" for r in rs))
     out.append(f"  in-memory append, after/before: {sums['after'][0] / sums['before'][0]:.2f}x wall, "
                f"{sums['after'][1] / sums['before'][1]:.2f}x CPU")
+    return out
+
+
+def run_add_ab(args, base: Path, files: list, add_ivs: float) -> list:
+    """``timeline run add`` of ``files`` by this checkout and, with ``--before``, by that
+    tree, alternating ``--ab-repeats`` times (a fresh process and run each): median wall
+    and CPU of each, their ratios and each one's peak RSS; the lines to print."""
+    trees = {"after": str(ROOT)} if not args.before else {"before": str(Path(args.before).resolve()),
+                                                          "after": str(ROOT)}
+    cli = {k: [] for k in trees}
+    for i in range(args.ab_repeats):
+        for k in (list(trees) if i % 2 == 0 else list(trees)[::-1]):
+            shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
+            r = child(timeline("run", "add", base / f"ab_cli_{k}", *files, "-q"), env={**ENV, "PYTHONPATH": trees[k]},
+                      cwd=trees[k])  # `python -m` puts its directory first on the path
+            assert r["rc"] == 0, f"{k}: {r['err']}"
+            cli[k].append(r)
+            shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
+    out = [f"  `timeline run add` runs: load average after them {os.getloadavg()[0]:.1f}"]
     med = {}
     for k, rs in cli.items():
         walls, cpus = sorted(r["wall_s"] for r in rs), sorted(r["cpu_s"] for r in rs)
         med[k] = (walls[len(walls) // 2], cpus[len(cpus) // 2])
         out.append(f"  `timeline run add` of step 0's {len(files)} trace files ({add_ivs:,.0f} intervals), {k:6s}: "
                    f"median {med[k][0]:.2f} s wall ({_rate(add_ivs, med[k][0])}), {med[k][1]:.2f} s CPU "
-                   f"({_rate(add_ivs, med[k][1])} per CPU-s); runs (s): " + ", ".join(f"{r['wall_s']:.2f}" for r in rs))
-    out.append(f"  `timeline run add`, after/before: {med['before'][0] / med['after'][0]:.2f}x wall, "
-               f"{med['before'][1] / med['after'][1]:.2f}x CPU")
+                   f"({_rate(add_ivs, med[k][1])} per CPU-s), peak RSS {gib(max(r['rss'] for r in rs))}; runs (s): "
+                   + ", ".join(f"{r['wall_s']:.2f}" for r in rs))
+    if "before" in med:
+        out.append(f"  `timeline run add`, after/before: {med['before'][0] / med['after'][0]:.2f}x wall, "
+                   f"{med['before'][1] / med['after'][1]:.2f}x CPU")
     return out
+
+STEP_FILES = r"""
+import json, sys
+from timeline.ingest import synth
+from timeline.ingest.collect import collect
+cfg = json.loads(sys.argv[1])
+spec = synth.glm5_spec(launches=cfg["layers"], world=cfg["ranks"])
+graph = synth.model_graph(spec)
+for r, (sp, buf) in enumerate(synth.synth_buffers(spec, grid=64, seed=0, slots=[(0, l) for l in range(cfg["layers"])])):
+    collect(buf, sp, synthetic=True).with_graph(graph).save(f"{cfg['dir']}/step0_rank{r}.arrow")
+"""
+
+BIG_FILE = r"""
+# One trace file of `steps` steps x every rank x `layers` launches (Trace.save's format: Arrow IPC, zstd, batches of
+# 1 M rows, CRC-32 checksum), rows step by step, rank by rank, launch by launch, as merge leaves them; each step's
+# ticks shifted to start GAP after the previous step's (one clock per rank). Written through a temporary file per
+# step: the checksum lives in the schema, which an IPC file writes first, so it is digested before the file is written.
+import json, sys, os
+import numpy as np, pyarrow as pa
+from timeline.core import rows as R
+from timeline.core.checksum import Checksum
+from timeline.core.trace import Trace, retime, anomalies_table
+from timeline.contract import schema as S
+from timeline.ingest import synth
+from timeline.ingest.collect import collect
+cfg = json.loads(sys.argv[1])
+L, W, N, path = cfg["layers"], cfg["ranks"], cfg["steps"], cfg["path"]
+spec = synth.glm5_spec(launches=L, world=W)
+GAP = 5_000_000  # ticks between steps' starts: 50 ms at the synthetic 100 MHz clock
+IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+origins, specs, anomalies, rows, ivs, tmps = {}, {}, [], 0, 0, []
+for s in range(N):
+    parts = []
+    for sp, buf in synth.synth_buffers(spec, grid=64, seed=s, slots=[(s, l) for l in range(L)]):
+        t = collect(buf, sp, synthetic=True)
+        r = t.spec.rank
+        origins.setdefault(r, t.origins[r])
+        specs[r] = t.spec.replace(launches=L * N)
+        shift = origins[r] + s * GAP - t.origins[r]
+        tasks = t.tasks
+        for c in [f"{p}_tick" for p in (*t.phases, *t.marks)]:
+            v = R.numpy(tasks.column(c))
+            tasks = tasks.set_column(tasks.schema.get_field_index(c), c, pa.array(np.where(v != 0, v + shift, 0)))
+        tasks = tasks.set_column(tasks.schema.get_field_index("launch"), "launch",
+                                 pa.array((R.numpy(tasks.column("launch")) + s * L).astype(np.int32)))
+        parts.append(tasks)
+        anomalies += [(a["rank"], a["kind"], a["launch"] + s * L if a["launch"] >= 0 else -1, a["stage"], a["phase"],
+                       a["count"], a["stamps"]) for a in t.anomalies.to_pylist()]
+    tasks = retime(pa.concat_tables(parts), specs, origins, {})
+    rows += tasks.num_rows
+    ivs += int(R.phase_intervals(R.phase_matrix(tasks, spec.phases)).valid.sum())
+    tmps.append(f"{path}.step{s}.tmp")
+    with pa.OSFile(tmps[-1], "wb") as sink, pa.ipc.new_file(sink, tasks.schema, options=IPC) as w:
+        w.write_table(tasks, max_chunksize=1 << 20)
+    del tasks, parts
+    print(f"step {s}", file=sys.stderr, flush=True)
+head = Trace(S.tasks_schema(spec.phases, spec.marks).empty_table(), [specs[r] for r in sorted(specs)],
+             anomalies_table(anomalies), origins=origins, offsets={}, synthetic=True)
+meta = head.metadata()
+check = Checksum(meta)
+for p in tmps:
+    with pa.memory_map(p) as src:
+        f = pa.ipc.open_file(src)
+        for i in range(f.num_record_batches):
+            check.update(pa.Table.from_batches([f.get_batch(i)]))
+meta[S.META_CHECKSUM] = check.hexdigest().encode()
+schema = S.tasks_schema(spec.phases, spec.marks).with_metadata(meta)
+with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema, options=IPC) as w:
+    for p in tmps:
+        with pa.memory_map(p) as src:
+            f = pa.ipc.open_file(src)
+            for i in range(f.num_record_batches):
+                w.write_batch(f.get_batch(i))
+        os.remove(p)
+print(json.dumps({"rows": rows, "intervals": ivs, "bytes": os.path.getsize(path)}))
+"""
+
+SHUFFLE = r"""
+# The rows of a trace file in a random order (the worst a file can hold them: every launch's rows spread over every
+# block), saved as Trace.save saves: loaded whole (it is the smallest file of the bench).
+import sys
+import numpy as np
+from timeline.core import rows as R
+from timeline.core.trace import Trace, load
+t = load(sys.argv[1])
+order = np.random.default_rng(0).permutation(t.tasks.num_rows)
+Trace(t.tasks.take(R.arrow(order)), t.specs, t.anomalies, origins=t.origins, offsets=t.offsets,
+      synthetic=t.synthetic).save(sys.argv[2])
+"""
+
+WHOLE_ADD = ("import sys; from timeline.core.trace import load; from timeline.run import append; "
+             "t = load(sys.argv[2]); append(sys.argv[1], t, capture='whole'); "
+             "print(f'{t.tasks.num_rows:,} task rows, {t.interval_count:,} intervals')")
+OLD_PANDAS = ("import pandas, pyarrow, pyarrow.dataset\n"  # docs/RUN.md's pandas line before 2026-12-06, its import added
+              "pandas.read_parquet(\"RUN/tasks\", partitioning=pyarrow.dataset.partitioning(\n"
+              "    pyarrow.schema([(\"rank\", pyarrow.int16()), (\"step\", pyarrow.int64())]), flavor=\"hive\"))")
+WHOLE_BYTES_PER_ROW = 400  # the whole-file path's peak per task row (1.32 GiB for 4.06 M rows, 2026-12-06), with room
+
+
+def available_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def documented_readers() -> tuple:
+    """docs/RUN.md's "Other tools read it directly" block: its import lines and each
+    reader statement, as written (tests/test_run_readers.py runs the same text)."""
+    import ast
+
+    text = (ROOT / "docs" / "RUN.md").read_text()
+    section = text[text.index("### Other tools read it directly"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    block = block[:block.index("```")]
+    body = ast.parse(block).body
+    lines = block.splitlines()
+    src = ["\n".join(lines[st.lineno - 1:st.end_lineno]) for st in body]
+    imports = [t for st, t in zip(body, src) if isinstance(st, (ast.Import, ast.ImportFrom))]
+    return "\n".join(imports), [t for st, t in zip(body, src) if not isinstance(st, (ast.Import, ast.ImportFrom))]
+
+
+def reader_rows(cwd: Path, label: str, statements: list, imports: str) -> list:
+    """Each reader statement run as written in a fresh process, in ``cwd`` (which holds
+    the run as ``RUN``), its result printed (a DuckDB relation runs when printed): wall
+    and peak RSS; the rows to print."""
+    rows = []
+    base = child([sys.executable, "-c", imports], cwd=cwd)
+    rows.append((f"{label}: the imports alone", f"{base['wall_s']:.2f} s", gib(base["rss"])))
+    for text in statements:
+        code = f"{imports}\nresult = (\n{text}\n)\nprint(result)"
+        r = child([sys.executable, "-c", code], cwd=cwd)
+        name = text.split("(")[0].split(".")[0]
+        rows.append((f"{label}: {name}" if r["rc"] == 0 else f"{label}: {name} FAILED {r['err'][-200:]}",
+                     f"{r['wall_s']:.2f} s", gib(r["rss"])))
+    return rows
+
+
+def add_stream_bench(args, base: Path) -> int:
+    """``--add-stream``: ``timeline run add`` of trace files streamed, in bounded memory
+    (issue 39): step 0's 8 files side by side with ``--before``'s tree; trace files of
+    ``--big-steps`` steps of all ranks (the largest >= 64 M intervals) added streamed,
+    with the whole-file path (load + append, what ``run add`` did before) where it fits;
+    docs/RUN.md's readers on the runs made. Every command a fresh process."""
+    print(f"bench/run.py: {' '.join(sys.argv[1:])}; {os.cpu_count()} cores, load average at start "
+          f"{os.getloadavg()[0]:.1f}, {gib(available_bytes())} available (the cores are shared with other work)")
+    print(f"SYNTHETIC trace files (timeline.ingest.synth, not measured on a GPU) of the GLM-5 layer, {args.ranks} ranks "
+          f"x {args.layers} layers a step, grid 64\n")
+    cfg = {"ranks": args.ranks, "layers": args.layers, "dir": str(base)}
+    files = [base / f"step0_rank{r}.arrow" for r in range(args.ranks)]
+    if not all(f.exists() for f in files):
+        r = child([sys.executable, "-c", STEP_FILES, json.dumps(cfg)])
+        assert r["rc"] == 0, r["err"]
+    shutil.rmtree(base / "step0_run", ignore_errors=True)
+    add = child(timeline("run", "add", base / "step0_run", *files, "-q"))
+    assert add["rc"] == 0, add["err"]
+    add_ivs = int(re.search(r"([\d,]+) intervals", add["out"]).group(1).replace(",", ""))
+    print("\n".join((append_mem_ab(args, base) if args.before else []) + run_add_ab(args, base, files, add_ivs)))
+    print("  (bench/results/run_cpu.txt, 2026-12-05: 8.0-8.5 M intervals/s for these 8 files with CRC-32 checksums)\n")
+
+    print("`timeline run add` of one trace file of S steps x all ranks (Arrow IPC, zstd, batches of 1 M rows, CRC-32 "
+          "checksum): streamed (this checkout) beside the whole-file path (timeline.load + timeline.run.append, "
+          "what `run add` did before), each a fresh process")
+    head = f"{'steps':>5s}  {'intervals':>13s}  {'task rows':>11s}  {'file':>8s}  {'streamed: s, rate, peak RSS':34s}  " \
+           "whole file: s, rate, peak RSS"
+    print(head)
+    runs = {}
+    for n in args.big_steps:
+        path = base / f"big_{n}steps.arrow"
+        meta = base / f"big_{n}steps.json"
+        if not (path.exists() and meta.exists()):
+            b = child([sys.executable, "-c", BIG_FILE, json.dumps({**cfg, "steps": n, "path": str(path)})], timeout=7200)
+            assert b["rc"] == 0, b["err"]
+            meta.write_text(b["out"].strip().splitlines()[-1])
+        info = json.loads(meta.read_text())
+        shutil.rmtree(base / f"big_{n}_run", ignore_errors=True)
+        st = child(timeline("run", "add", base / f"big_{n}_run", path, "-q"), timeout=7200)
+        assert st["rc"] == 0, st["err"]
+        runs[n] = (base / f"big_{n}_run", info["rows"])
+        need = info["rows"] * WHOLE_BYTES_PER_ROW
+        if need > min(args.whole_max_gib * 2**30, 0.6 * available_bytes()):
+            whole = f"not run: needs ~{gib(need)} (> --whole-max-gib {args.whole_max_gib} or 60 % of available)"
+        else:
+            shutil.rmtree(base / f"big_{n}_whole", ignore_errors=True)
+            w = child([sys.executable, "-c", WHOLE_ADD, str(base / f"big_{n}_whole"), str(path)], timeout=7200)
+            whole = (f"{w['wall_s']:6.1f} s, {_rate(info['intervals'], w['wall_s'])}, {gib(w['rss'])}" if w["rc"] == 0
+                     else f"failed (rc {w['rc']}): {w['err'][-120:]}")
+            shutil.rmtree(base / f"big_{n}_whole", ignore_errors=True)
+        print(f"{n:5d}  {info['intervals']:13,d}  {info['rows']:11,d}  {info['bytes'] / 1e6:6.0f} MB  "
+              f"{st['wall_s']:6.1f} s, {_rate(info['intervals'], st['wall_s'])}, {gib(st['rss']):11s}  {whole}")
+    n = min(args.big_steps)
+    shuffled = base / f"big_{n}steps_shuffled.arrow"
+    if not shuffled.exists():
+        r = child([sys.executable, "-c", SHUFFLE, str(base / f"big_{n}steps.arrow"), str(shuffled)], timeout=7200)
+        assert r["rc"] == 0, r["err"]
+    info = json.loads((base / f"big_{n}steps.json").read_text())
+    shutil.rmtree(base / "shuffled_run", ignore_errors=True)
+    sh = child(timeline("run", "add", base / "shuffled_run", shuffled, "-q"), timeout=7200)
+    assert sh["rc"] == 0, sh["err"]
+    shutil.rmtree(base / "shuffled_run", ignore_errors=True)
+    print(f"the {n}-step file's rows shuffled (every launch spread over every block: aggregated in passes of 1 M rows "
+          f"over the blocks holding them), {shuffled.stat().st_size / 1e6:.0f} MB: streamed {sh['wall_s']:.1f} s, "
+          f"{_rate(info['intervals'], sh['wall_s'])}, {gib(sh['rss'])}")
+    print()
+
+    imports, statements = documented_readers()
+    print("docs/RUN.md's readers (\"Other tools read it directly\"), each statement as written in a fresh process, "
+          "its result printed; and the pandas line as it was before (all columns read)")
+    rows = []
+    targets = [(base / "step0_run", add_ivs // 4, "step 0's run")] + \
+        [(d, r, f"{n} steps' run") for n, (d, r) in sorted(runs.items())]
+    for run_dir, nrows, label in targets:
+        where = base / f"readers_{run_dir.name}"
+        where.mkdir(exist_ok=True)
+        link = where / "RUN"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(run_dir)
+        label = f"{label} ({nrows:,} task rows)"
+        rows += reader_rows(where, label, statements, imports)
+        if nrows * WHOLE_BYTES_PER_ROW <= min(args.whole_max_gib * 2**30, 0.6 * available_bytes()):
+            r = child([sys.executable, "-c", OLD_PANDAS.replace("pandas.read_parquet", "print(pandas.read_parquet", 1)
+                       + ")"], cwd=where)
+            rows.append((f"{label}: pandas as before (every column)", f"{r['wall_s']:.2f} s" if r["rc"] == 0 else
+                         f"failed rc {r['rc']}", gib(r["rss"])))
+    width = max(len(r[0]) for r in rows)
+    for r in rows:
+        print(f"  {r[0]:{width}s}  {r[1]:>8s}  {r[2]}")
+    print(f"\nload average at end {os.getloadavg()[0]:.1f}")
+    return 0
+
 
 
 def main() -> int:
@@ -277,9 +527,22 @@ def main() -> int:
     ap.add_argument("--before", help="a checkout's timeline tree: time its append beside this one's")
     ap.add_argument("--ab-steps", type=int, default=4, help="with --before: steps appended in memory by each tree")
     ap.add_argument("--ab-repeats", type=int, default=3, help="with --before: `run add` runs by each tree")
+    ap.add_argument("--add-stream", action="store_true",
+                    help="only `timeline run add` of trace files streamed: step 0's files, one file of each --big-steps, "
+                    "the readers of docs/RUN.md (issue 39)")
+    ap.add_argument("--big-steps", type=lambda v: [int(x) for x in v.split(",")], default=[2, 8],
+                    help="with --add-stream: steps of each large trace file (8: 65 M intervals)")
+    ap.add_argument("--whole-max-gib", type=float, default=8.0,
+                    help="with --add-stream: the whole-file path (and the old pandas line) only where it needs less")
     args = ap.parse_args()
     base = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="run_bench_"))
     base.mkdir(parents=True, exist_ok=True)
+    if args.add_stream:
+        try:
+            return add_stream_bench(args, base)
+        finally:
+            if not args.dir:
+                shutil.rmtree(base, ignore_errors=True)
     run_dir, single = base / "run", base / "single.arrow"
     print(f"bench/run.py: {' '.join(sys.argv[1:]) or '(defaults)'}; {os.cpu_count()} cores, load average at start "
           f"{os.getloadavg()[0]:.1f} (the cores are shared with other work: times are one run each)")

@@ -68,7 +68,7 @@ def main() -> int:
 
     keep = RW.stored_task_columns(trace.phases, trace.marks)
     opts = RW.task_part_options(trace.phases, trace.marks)
-    groups = piece("(rank, step) partitions of the rows", lambda: RW._partition_groups(trace.tasks))
+    groups = piece("(rank, step) partitions of the rows", lambda: RW.partition_groups(trace.tasks))
     parts = [(trace.tasks if i is None else trace.tasks.slice(i.start, i.stop - i.start)).select(keep) for _, _, i in groups]
     required = [RL._required(p) for p in parts]
     piece("Parquet encode of the task parts, null-free columns REQUIRED (now)",

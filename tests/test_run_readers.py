@@ -4,6 +4,8 @@ unchanged."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,6 +16,7 @@ from timeline.analysis.critical import critical_path
 from timeline.run import append, open_run
 
 SLOTS = [(2, 0), (2, 1), (3, 0)]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -36,32 +39,48 @@ def _want(run_dir) -> dict:
     return {(r["rank"], r["step"]): r["n"] for r in got.to_pylist()}
 
 
-def test_duckdb_reads_the_tasks_directly(run_dir):
-    import duckdb
-
-    rows = duckdb.sql(f"SELECT rank, step, count(*) FROM read_parquet('{run_dir}/tasks/**/*.parquet', "
-                      "hive_partitioning=true) GROUP BY ALL").fetchall()
-    assert {(r, s): n for r, s, n in rows} == _want(run_dir)
-    assert (0, None) in _want(run_dir)  # the capture without headers: a null step partition
-
-
-def test_polars_reads_the_tasks_directly(run_dir):
-    import polars
-
-    df = polars.scan_parquet(f"{run_dir}/tasks/**/*.parquet", hive_partitioning=True) \
-        .group_by("rank", "step").agg(polars.len().alias("n")).collect()
-    assert {(r, s): n for r, s, n in df.iter_rows()} == _want(run_dir)
+def documented_readers() -> list:
+    """The statements of docs/RUN.md's "Other tools read it directly" block, as written."""
+    text = (ROOT / "docs" / "RUN.md").read_text()
+    section = text[text.index("### Other tools read it directly"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    return ast.parse(block[:block.index("```")]).body
 
 
-def test_pandas_reads_the_tasks_directly(run_dir):
+def _counts(result) -> dict:
+    """``{(rank, step): rows}`` of one reader's answer (a DuckDB relation, a polars
+    frame, a pandas series)."""
     import pandas as pd
-    import pyarrow.dataset as ds
 
-    part = ds.partitioning(pa.schema([("rank", pa.int16()), ("step", pa.int64())]), flavor="hive")
-    df = pd.read_parquet(run_dir / "tasks", partitioning=part)
-    counts = df.groupby(["rank", "step"], dropna=False).size()
-    got = {(int(r), None if pd.isna(s) else int(s)): int(n) for (r, s), n in counts.items()}
-    assert got == _want(run_dir)
+    if hasattr(result, "fetchall"):
+        rows = result.fetchall()
+    elif hasattr(result, "iter_rows"):
+        rows = list(result.iter_rows())
+    else:
+        rows = [(*k, n) for k, n in result.items()]
+    return {(int(r), None if s is None or pd.isna(s) else int(s)): int(n) for r, s, n in rows}
+
+
+def test_the_documented_readers_run_as_written_and_count_every_row(run_dir, monkeypatch):
+    """docs/RUN.md's block, exactly as written (its imports included), run where the run
+    is named RUN: DuckDB, polars and pandas each count the task rows per (rank, step) as
+    the run's own reader does, the null step of a capture without headers too."""
+    import shutil
+
+    shutil.move(str(run_dir), str(run_dir.parent / "RUN"))
+    monkeypatch.chdir(run_dir.parent)
+    want = _want(run_dir.parent / "RUN")
+    assert (0, None) in want  # the capture without headers: a null step partition
+    scope: dict = {}
+    answers = []
+    for stmt in documented_readers():
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            exec(compile(ast.Module([stmt], []), "RUN.md", "exec"), scope)
+        else:
+            answers.append(eval(compile(ast.Expression(stmt.value), "RUN.md", "eval"), scope))
+    assert len(answers) == 3
+    for answer in answers:
+        assert _counts(answer) == want
 
 
 def test_a_launch_feeds_the_analyses_and_exports(run_dir, tmp_path):

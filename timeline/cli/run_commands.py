@@ -65,9 +65,10 @@ def cmd_run_group(args) -> int:
 
 # -- run add / info --------------------------------------------------------------------------
 def _read_input(path: str, args):
-    """A Trace of one input: a trace file (by its magic), a raw stamp buffer (--spec) or
-    the GLM-5 kernel's tensors (--legacy)."""
-    from timeline.cli.common import UsageError, load_spec, load_trace
+    """One input: a trace file (by its magic) opened to stream, its first block read
+    ahead (``TraceStream.prefetch``; notes printed); or the Trace of a raw stamp buffer
+    (--spec) or of the GLM-5 kernel's tensors (--legacy)."""
+    from timeline.cli.common import UsageError, load_spec
     from timeline.core.trace import file_format
 
     p = Path(path)
@@ -79,7 +80,14 @@ def _read_input(path: str, args):
 
         return import_legacy([path], grid=args.grid, stages=stage_list(args.stages) if args.stages else None)
     if file_format(p) is not None:
-        return load_trace(path)
+        import sys
+
+        from timeline.core.tracestream import open_stream
+
+        stream = open_stream(path)
+        for note in stream.notes:
+            print(f"note: {note}", file=sys.stderr)
+        return stream.prefetch()
     if not args.spec:
         raise UsageError(f"input {path!r} is not a trace file (.arrow / .parquet): a raw stamp buffer needs "
                          "--spec SPEC.json, the kernel's own tensors --legacy")
@@ -107,7 +115,10 @@ def _inputs_read_ahead(args):
 
 
 def cmd_run_add(args) -> int:
-    """``timeline run add RUN INPUT...``: each input appended as one capture."""
+    """``timeline run add RUN INPUT...``: each input appended as one capture; a trace
+    file streamed block by block (``run.stream.append_stream``: bounded memory)."""
+    from timeline.core.tracestream import TraceStream
+    from timeline.run.stream import append_stream
     from timeline.run.write import append
 
     t0 = time.perf_counter()
@@ -117,9 +128,13 @@ def cmd_run_add(args) -> int:
         for path, trace in _inputs_read_ahead(args):
             capture = args.capture if args.capture and len(args.inputs) == 1 else (
                 f"{args.capture}:{Path(path).name}" if args.capture else Path(path).name)
-            written += append(args.run, trace, capture=capture)
-            rows += trace.tasks.num_rows
-            intervals += trace.interval_count
+            if isinstance(trace, TraceStream):
+                added = append_stream(args.run, trace, capture=capture)
+                written, rows, intervals = written + added.paths, rows + added.rows, intervals + added.intervals
+            else:
+                written += append(args.run, trace, capture=capture)
+                rows += trace.tasks.num_rows
+                intervals += trace.interval_count
             bar.update()
     dt = time.perf_counter() - t0
     size = sum((Path(args.run) / p).stat().st_size for p in written)

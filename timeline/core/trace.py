@@ -8,9 +8,7 @@ disagree.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import zlib
 from functools import cached_property
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from timeline.contract import schema as S
 from timeline._version import __version__
 from timeline.core.filemeta import Meta, TraceFileError, read_meta
 from timeline.core.filemeta import refuse as _refuse
+from timeline.core.checksum import CHECKSUM_DIGESTS, checksum_digest, table_checksum  # noqa: F401  (home: checksum)
 
 ARROW_EXTENSIONS = (".arrow", ".feather", ".ipc")  # Arrow IPC file, zstd
 TRACE_EXTENSIONS = ARROW_EXTENSIONS + (".parquet",)  # what save writes and viewers list
@@ -240,85 +239,6 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
     return tasks
 
 
-CHECKSUM_DIGESTS = ("crc32", "blake2b")  # what save writes first; blake2b: files written before crc32 was
-
-
-def table_checksum(tasks: pa.Table, metadata: dict, digest: str = "crc32") -> str:
-    """The checksum of the tasks table's values, column by column (name, type,
-    validity, values; dictionary columns by their unified dictionary and indices),
-    and of every metadata entry but the checksum: a flipped bit anywhere in what load
-    reads changes it. ``digest`` names how a column's bytes are digested: ``"crc32"``
-    (what ``save`` writes, ``"crc32:<hex>"``): CRC-32, which catches every flipped bit
-    and every burst up to 32 bits, at about 4x blake2b's speed on the ~37 bytes per
-    interval a file decodes to; the validity of every chunk of a column that holds a
-    null, so that how the rows are chunked does not matter. ``"blake2b"`` (bare hex,
-    files written before): blake2b-128, the validity of the chunks holding a null (as
-    those files were written). Column digests and metadata are combined by
-    blake2b-128 either way."""
-    if digest not in CHECKSUM_DIGESTS:
-        raise ValueError(f"digest {digest!r} is not one of {CHECKSUM_DIGESTS}")
-    h = hashlib.blake2b(digest_size=16)
-    for key in sorted(k for k in metadata if k != S.META_CHECKSUM):
-        for part in (key, metadata[key]):
-            h.update(len(part).to_bytes(8, "little") + part)
-    for i, name in enumerate(tasks.column_names):  # by position: a damaged file may repeat a name
-        col = tasks.column(i)
-        h.update(f"{name}:{col.type}\0".encode())
-        if pa.types.is_dictionary(col.type):
-            col = pa.table({name: col}).unify_dictionaries().column(0)
-            if len(col):  # no rows, no decoded values: a file of none may keep the dictionary or not
-                h.update(json.dumps(col.chunk(0).dictionary.to_pylist(), default=repr).encode())  # repr: bytes of a damaged file
-            chunks = [c.indices for c in col.chunks]
-        else:
-            chunks = col.chunks
-        valid, values = _ColumnDigest(digest), _ColumnDigest(digest)
-        holed = digest != "blake2b" and col.null_count > 0
-        for c in chunks:
-            if not R.is_plain(c.type):  # no trace column has such a type: a damaged file's, hashed as it reads
-                values.update(json.dumps(c.to_pylist(), default=repr).encode())
-                continue
-            if holed or c.null_count:
-                valid.update(R.numpy(c.is_valid()).tobytes())
-                c = R.filled(c, 0)
-            values.update(np.ascontiguousarray(R.numpy(c)))
-        h.update(valid.digest() + values.digest())
-    return h.hexdigest() if digest == "blake2b" else f"{digest}:{h.hexdigest()}"
-
-
-class _ColumnDigest:
-    """One column part's running digest: blake2b-128, or CRC-32 with the byte count
-    (so two parts of one stream give what the stream gives, as blake2b does)."""
-
-    def __init__(self, digest: str):
-        self._h = hashlib.blake2b(digest_size=16) if digest == "blake2b" else None
-        self._crc = self._n = 0
-
-    def update(self, data) -> None:
-        if self._h is not None:
-            self._h.update(data)
-        else:
-            view = memoryview(data).cast("B")
-            self._crc, self._n = zlib.crc32(view, self._crc), self._n + view.nbytes
-
-    def digest(self) -> bytes:
-        if self._h is not None:
-            return self._h.digest()
-        return self._crc.to_bytes(4, "little") + self._n.to_bytes(8, "little")
-
-
-def checksum_digest(value: str, where: str) -> str:
-    """The digest a file's checksum entry names (``CHECKSUM_DIGESTS``): ``"<digest>:<hex>"``,
-    or bare hex for blake2b (older files); anything else refused (``TraceFileError``)."""
-    digest, sep, _ = value.partition(":")
-    if not sep:
-        return "blake2b"
-    if digest not in CHECKSUM_DIGESTS or digest == "blake2b":
-        raise _refuse(where, f"its checksum names the digest {digest[:40]!r}: this release writes "
-                      f"'{CHECKSUM_DIGESTS[0]}:<hex>' (and reads blake2b as bare hex)",
-                      "read it with the release that wrote it, or upgrade")
-    return digest
-
-
 FILE_MAGIC = {b"ARROW1": "arrow", b"PAR1": "parquet"}
 
 
@@ -328,6 +248,39 @@ def file_format(path) -> str | None:
     with open(path, "rb") as f:
         head = f.read(8)
     return next((fmt for magic, fmt in FILE_MAGIC.items() if head.startswith(magic)), None)
+
+
+READ_ERRORS = (pa.ArrowException, OSError, ValueError, IndexError, KeyError, TypeError, OverflowError)
+
+
+def damaged(where: str, e: Exception) -> TraceFileError:
+    """The one line for a file Arrow or Parquet cannot decode (``READ_ERRORS``)."""
+    return _refuse(f"{where} could not be read as a trace", f"it is damaged ({type(e).__name__}: "
+                   f"{str(e).splitlines()[0] if str(e) else 'no detail'})",
+                   "re-copy it, or re-export it from its stamp buffer")
+
+
+def not_a_trace(path: Path, where: str) -> TraceFileError:
+    """The one line for a file that is neither format (``file_format`` None)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return TraceFileError(
+        f"{where} is neither an Arrow IPC file nor a Parquet file (first bytes "
+        f"{head[:8]!r}); a trace file is what Trace.save or `timeline convert` writes")
+
+
+def trace_path(path) -> tuple:
+    """``(Path, quoted name)`` of a trace file to read; a ``TraceFileError`` where it
+    is missing, a directory or not a regular file."""
+    path = Path(path)
+    where = repr(str(path))
+    if not path.exists():
+        raise TraceFileError(f"trace file {where} does not exist")
+    if path.is_dir():
+        raise TraceFileError(f"{where} is a directory, not a trace file")
+    if not path.is_file():
+        raise TraceFileError(f"{where} is not a regular file (a FIFO or a device?); give a trace file")
+    return path, where
 
 
 def _read_table(path: Path, where: str) -> pa.Table:
@@ -341,18 +294,12 @@ def _read_table(path: Path, where: str) -> pa.Table:
 
             table = pq.read_table(str(path))
         else:
-            with open(path, "rb") as f:
-                head = f.read(8)
-            raise TraceFileError(
-                f"{where} is neither an Arrow IPC file nor a Parquet file (first bytes "
-                f"{head[:8]!r}); a trace file is what Trace.save or `timeline convert` writes")
+            raise not_a_trace(path, where)
         table.validate(full=True)  # offsets and lengths of a crafted file, before any use
     except TraceFileError:
         raise
-    except (pa.ArrowException, OSError, ValueError, IndexError, KeyError, TypeError, OverflowError) as e:
-        raise _refuse(f"{where} could not be read as a trace", f"it is damaged ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else 'no detail'})",
-                      "re-copy it, or re-export it from its stamp buffer") from None
+    except READ_ERRORS as e:
+        raise damaged(where, e) from None
     return table
 
 
@@ -381,13 +328,13 @@ def _conform(table: pa.Table, phases, marks, where: str) -> pa.Table:
     return tasks
 
 
-def _first_bad(mask: np.ndarray) -> str:
-    return f"{int(mask.sum())} rows, the first at row {int(np.argmax(mask))}"
-
-
-def _check_rows(tasks: pa.Table, meta: Meta, where: str) -> None:
+def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> None:
     """Every row names a (rank, launch, stage, task) its spec has, the stage's name
-    is its index's, and every ns value is ``retime``'s from the raw ticks, exactly."""
+    is its index's, and every ns value is ``retime``'s from the raw ticks, exactly.
+    ``first_row``: the file's row number of the table's first (a block of it)."""
+    def _first_bad(mask: np.ndarray) -> str:
+        return f"{int(mask.sum())} rows, the first at row {first_row + int(np.argmax(mask))}"
+
     spec_of = {sp.rank: sp for sp in meta.specs}
     col = {n: R.numpy(tasks.column(n)) for n in ("rank", "launch", "stage_index", "task")}
     ranks = np.array(sorted(spec_of))
@@ -425,31 +372,35 @@ def _check_rows(tasks: pa.Table, meta: Meta, where: str) -> None:
                           "(ns = (tick - origin) at the spec's clock + offset)")
 
 
+def file_notes(meta: Meta, where: str) -> list:
+    """What a file's metadata leaves unchecked (``Trace.notes``): no checksum, no origins."""
+    notes = []
+    if meta.checksum is None:
+        notes.append(f"{where} has no checksum (written before checksums): damage to it cannot be detected")
+    if meta.origins is None:
+        notes.append(f"{where} has no origins: its ns columns could not be checked against its ticks")
+    return notes
+
+
+def checksum_mismatch(where: str) -> TraceFileError:
+    return _refuse(where, "its checksum does not match its contents: the file was changed or damaged "
+                   "after it was written", "re-copy it, or re-export it from its stamp buffer")
+
+
 def load(path) -> Trace:
     """Read a trace file (Arrow IPC or Parquet, told apart by their magic bytes) and
     check it: checksum, metadata, columns and every row against its specs. Anything
     damaged or inconsistent is one ``TraceFileError`` line; a file without a
-    checksum (older releases) loads with a note in ``Trace.notes``."""
-    path = Path(path)
-    where = repr(str(path))
-    if not path.exists():
-        raise TraceFileError(f"trace file {where} does not exist")
-    if path.is_dir():
-        raise TraceFileError(f"{where} is a directory, not a trace file")
-    if not path.is_file():
-        raise TraceFileError(f"{where} is not a regular file (a FIFO or a device?); give a trace file")
+    checksum (older releases) loads with a note in ``Trace.notes``. Whole: a file
+    too large for memory streams with ``timeline.core.tracestream``."""
+    path, where = trace_path(path)
     table = _read_table(path, where)
     raw = table.schema.metadata or {}
     meta = read_meta(raw, where)
-    notes = []
-    if meta.checksum is None:
-        notes.append(f"{where} has no checksum (written before checksums): damage to it cannot be detected")
-    elif table_checksum(table.replace_schema_metadata(None), raw, checksum_digest(meta.checksum, where)) != meta.checksum:
-        raise _refuse(where, "its checksum does not match its contents: the file was changed or damaged "
-                      "after it was written", "re-copy it, or re-export it from its stamp buffer")
-    if meta.origins is None:
-        notes.append(f"{where} has no origins: its ns columns could not be checked against its ticks")
+    if meta.checksum is not None and \
+            table_checksum(table.replace_schema_metadata(None), raw, checksum_digest(meta.checksum, where)) != meta.checksum:
+        raise checksum_mismatch(where)
     tasks = _conform(table, meta.specs[0].phases, meta.specs[0].marks, where)
     _check_rows(tasks, meta, where)
     return Trace(tasks, meta.specs, meta.anomalies, origins=meta.origins, offsets=meta.offsets,
-                 synthetic=meta.synthetic, notes=notes)
+                 synthetic=meta.synthetic, notes=file_notes(meta, where))

@@ -1,16 +1,18 @@
 """A whole run, not one capture: a directory of Hive-partitioned Parquet holding the
 task rows, per-launch aggregates, stage reports and anomalies of many captures of many
 ranks (docs/RUN.md, docs/FORMAT.md). ``append`` adds a ``Trace`` (atomic, append-only,
-safe with concurrent writers); ``open_run`` reads it: ``Run.launches()``,
+safe with concurrent writers), ``append_file`` a trace file streamed block by block
+(bounded memory); ``open_run`` reads it: ``Run.launches()``,
 ``Run.launch(step, layer)`` -> ``Trace``, ``Run.sql(query)`` (DuckDB, embedded).
 A wing after ``ingest``: it imports contract, core, analysis and ingest, never the
 ``timeline`` command (every command reads a run as it reads a trace file,
 ``timeline.cli.source``; ``run add`` / ``run info`` are ``timeline.cli.run_commands``).
 The names are imported on first use."""
 
-_LAZY = {"RunError": "layout", "Run": "read", "open_run": "read", "append": "write", "create": "write"}
+_LAZY = {"RunError": "layout", "Run": "read", "open_run": "read", "append": "write", "create": "write",
+         "append_file": "stream"}
 
-__all__ = ["Run", "RunError", "append", "create", "open_run"]
+__all__ = ["Run", "RunError", "append", "append_file", "create", "open_run"]
 
 
 def __getattr__(name):

@@ -22,6 +22,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -56,9 +57,11 @@ def step_dir(step) -> str:
     return NULL_PARTITION if step is None else str(int(step))
 
 
-def tasks_part_path(rank: int, step, append: str) -> str:
-    """Relative path of one (rank, step)'s task part of an append."""
-    return f"tasks/rank={int(rank)}/step={step_dir(step)}/part-{append}.parquet"
+def tasks_part_path(rank: int, step, append: str, piece: int = 0) -> str:
+    """Relative path of one (rank, step)'s task part of an append (``piece`` k > 0: its
+    k-th further part, where a streamed append wrote more than one)."""
+    tail = f"-{piece}" if piece else ""
+    return f"tasks/rank={int(rank)}/step={step_dir(step)}/part-{append}{tail}.parquet"
 
 
 def small_part_path(table: str, append: str) -> str:
@@ -83,21 +86,33 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def staging_dir(run_dir: Path, append: str) -> Path:
+    """Where a streamed append keeps its parts until it commits: a directory of its own
+    (a leading dot: globs skip it), removed whole if the append fails."""
+    return Path(run_dir) / f"{TMP_PREFIX}staging-{append}"
+
+
 def temp_name(final: Path) -> Path:
     """The temporary name a file is written under before its rename."""
     return final.with_name(f"{TMP_PREFIX}{final.name}.{uuid.uuid4().hex[:8]}.tmp")
 
 
-def publish(tmp: Path, final: Path, *, exclusive: bool = False) -> bool:
-    """fsync ``tmp``, then give it its final name (``exclusive``: only if ``final`` does
-    not exist yet, by a hard link; returns False and removes ``tmp`` when it did) and
-    fsync the directory: after a crash the file is either whole under its name or
-    absent. Never replaces a file already published unless asked."""
-    fd = os.open(str(tmp), os.O_RDONLY)
+def fsync_file(path: Path) -> None:
+    fd = os.open(str(path), os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def publish(tmp: Path, final: Path, *, exclusive: bool = False, synced: bool = False) -> bool:
+    """fsync ``tmp`` (unless ``synced``: done already), then give it its final name
+    (``exclusive``: only if ``final`` does not exist yet, by a hard link; returns False
+    and removes ``tmp`` when it did) and fsync the directory: after a crash the file is
+    either whole under its name or absent. Never replaces a file already published
+    unless asked."""
+    if not synced:
+        fsync_file(tmp)
     if exclusive:
         try:
             os.link(tmp, final)
@@ -147,7 +162,7 @@ def read_json(path: Path, what: str, *, required=()) -> dict:
     return obj
 
 
-def _required(table: pa.Table) -> pa.Table:
+def declare_required(table: pa.Table) -> pa.Table:
     """``table`` with every column that holds no null declared not nullable: Parquet
     then stores it REQUIRED, without a definition level per value (half the encode
     time of a task part). Which columns those are depends on the part's rows; a reader
@@ -166,19 +181,54 @@ def nullable(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(table.columns, schema=schema)
 
 
-def write_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, **options) -> dict:
-    """Write ``table`` to ``run_dir/rel`` (temporary name, fsync, rename) and return its
-    manifest entry: path, rows, bytes and checksum. ``required``: columns without a
-    null stored REQUIRED (``_required``)."""
+class Staged(NamedTuple):
+    """A part written and fsynced under its temporary name, not yet under its own
+    (``publish_staged``): its manifest entry says what it will be."""
+    tmp: Path
+    final: Path
+    entry: dict
+
+
+def finish_staged(run_dir: Path, rel: str, tmp: Path, rows: int) -> Staged:
+    """A written temporary file as a ``Staged`` part: its checksum and size, fsynced."""
+    digest, size = file_digest(tmp), tmp.stat().st_size
+    fsync_file(tmp)
+    return Staged(tmp, run_dir / rel, {"path": rel, "rows": rows, "bytes": size, HASH: digest})
+
+
+def staged_name(staging: Path, rel: str) -> Path:
+    """The temporary name of part ``rel`` in a ``staging_dir``."""
+    return staging / f"{TMP_PREFIX}{rel.replace('/', '~')}.{uuid.uuid4().hex[:8]}.tmp"
+
+
+def stage_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, staging: Path | None = None,
+                  **options) -> Staged:
+    """Write ``table`` for ``run_dir/rel`` under a temporary name (beside it, or in
+    ``staging``; ``required``: columns without a null stored REQUIRED,
+    ``declare_required``), fsynced, not yet published."""
     import pyarrow.parquet as pq
 
     final = run_dir / rel
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(final)
-    pq.write_table(_required(table) if required else table, str(tmp), **options)
-    digest, size = file_digest(tmp), tmp.stat().st_size
-    publish(tmp, final)
-    return {"path": rel, "rows": table.num_rows, "bytes": size, HASH: digest}
+    if staging is None:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_name(final) if staging is None else staged_name(staging, rel)
+    pq.write_table(declare_required(table) if required else table, str(tmp), **options)
+    return finish_staged(run_dir, rel, tmp, table.num_rows)
+
+
+def publish_staged(staged: Staged) -> dict:
+    """Give a staged part its name (``publish``: a rename, within the run's filesystem);
+    its manifest entry."""
+    staged.final.parent.mkdir(parents=True, exist_ok=True)
+    publish(staged.tmp, staged.final, synced=True)
+    return staged.entry
+
+
+def write_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, **options) -> dict:
+    """Write ``table`` to ``run_dir/rel`` (temporary name, fsync, rename) and return its
+    manifest entry: path, rows, bytes and checksum. ``required``: columns without a
+    null stored REQUIRED (``declare_required``)."""
+    return publish_staged(stage_parquet(run_dir, rel, table, required=required, **options))
 
 
 def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
@@ -278,5 +328,5 @@ def empty_launches() -> pa.Table:
 
 
 __all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
-           "TABLES", "check_part", "committed_records", "empty_launches", "file_digest", "manifest_path", "memory_budget", "new_append_id", "nullable", "over_budget", "publish", "read_json", "read_parquet",
-           "small_part_path", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]
+           "Staged", "TABLES", "check_part", "committed_records", "declare_required", "empty_launches", "file_digest", "finish_staged", "fsync_file", "manifest_path", "memory_budget", "new_append_id", "nullable", "over_budget", "publish", "publish_staged", "read_json", "read_parquet",
+           "small_part_path", "stage_parquet", "staged_name", "staging_dir", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]

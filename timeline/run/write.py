@@ -59,12 +59,15 @@ def _same_build(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in ("stages", "phases", "marks"))
 
 
-def ensure_build(run_dir: Path, spec: S.Spec) -> None:
-    """Create the run (its directory and ``run.json``) if absent, else check that
-    ``spec`` is of the run's build: a ``RunError`` naming both otherwise."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def ensure_build(run_dir: Path, spec: S.Spec, *, create: bool = True) -> None:
+    """Create the run (its directory and ``run.json``) if absent (unless not
+    ``create``), else check that ``spec`` is of the run's build: a ``RunError`` naming
+    both otherwise."""
     want = build_of(spec)
     path = run_dir / RL.BUILD_FILE
+    if not create and not path.exists():
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
     if not path.exists():
         RL.write_json(path, want, exclusive=True)  # two first writers: one wins, the other checks against it
     have = read_build(run_dir)
@@ -80,7 +83,7 @@ def read_build(run_dir: Path) -> dict:
     return RL.read_json(Path(run_dir) / RL.BUILD_FILE, "build file", required=("stages", "phases", "kernel"))
 
 
-def _partition_groups(tasks: pa.Table):
+def partition_groups(tasks: pa.Table):
     """``[(rank, step or None, rows)]``: the task rows of each (rank, step) in (rank, step)
     order, ``rows`` None (all), a slice (a group's rows contiguous: found from the runs of
     equal neighbours, as a merge of per-rank captures leaves them) or row indices."""
@@ -124,7 +127,7 @@ def launch_rows(trace, capture: str, append: str) -> pa.Table:
                            start, end, tasks, rows, intervals, RA.anomaly_counts(trace, gr, gl), capture, append)
 
 
-def _keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa.Table:
+def keyed(table: pa.Table, launches: pa.Table, capture: str, append: str) -> pa.Table:
     """``table`` (rows keyed by rank and launch) with each row's step, layer, capture and append."""
     idx = RA.launch_index(R.column(launches, "rank", fill=0), R.column(launches, "launch", fill=0), table)
     take = R.arrow(idx, mask=idx < 0)
@@ -143,7 +146,23 @@ def stage_rows(trace, launches: pa.Table, capture: str, append: str) -> pa.Table
         report = A.stage_report(trace, by_launch=True, quantiles=STAGE_QUANTILES).slice(0, 0)
     else:
         report = A.stage_report(trace, by_launch=True, quantiles=STAGE_QUANTILES)
-    return _keyed(report, launches, capture, append)
+    return keyed(report, launches, capture, append)
+
+
+def first_ticks(tasks: pa.Table, phases, marks, ranks) -> dict:
+    """``{rank: its earliest written tick in tasks}`` for ``ranks`` (None for a rank
+    with none): the origin of a rank whose file recorded none."""
+    rank, out = R.numpy(tasks.column("rank")), {}
+    for r in ranks:
+        ticks = np.concatenate([R.numpy(tasks.column(c))[rank == r] for c in tick_columns(phases, marks)])
+        ticks = ticks[ticks != 0]
+        out[r] = int(ticks.min()) if ticks.size else None
+    return out
+
+
+def origin_note(missing) -> str:
+    return (f"ranks {sorted(missing)} had no origin (a trace file from before origins): their ns count from their "
+            "first stamp here")
 
 
 def _origins(trace) -> tuple:
@@ -152,17 +171,22 @@ def _origins(trace) -> tuple:
     origins, note = dict(trace.origins), None
     missing = [r for r in trace.ranks if r not in origins]
     if missing:
-        tasks, rank = trace.tasks, R.numpy(trace.tasks.column("rank"))
-        for r in missing:
-            ticks = np.concatenate([R.numpy(tasks.column(c))[rank == r] for c in tick_columns(trace.phases, trace.marks)])
-            ticks = ticks[ticks != 0]
-            origins[r] = int(ticks.min()) if ticks.size else 0
-        note = (f"ranks {missing} had no origin (a trace file from before origins): their ns count from their "
-                "first stamp here")
+        first = first_ticks(trace.tasks, trace.phases, trace.marks, missing)
+        origins.update({r: t or 0 for r, t in first.items()})
+        note = origin_note(missing)
     return origins, dict(trace.offsets), note
 
 
-def _aggregates(trace, capture: str, append: str, baseline: bool) -> tuple:
+def record(aid: str, capture: str, specs, origins: dict, offsets: dict, synthetic: bool, notes, parts) -> dict:
+    """The manifest record that commits an append (docs/FORMAT.md §7)."""
+    return {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
+            "written_by": __version__, "specs": [sp.to_dict() for sp in specs],
+            "origins": {str(r): int(v) for r, v in origins.items()},
+            "offsets": {str(r): int(v) for r, v in offsets.items()}, "synthetic": bool(synthetic),
+            "notes": list(notes), "parts": parts}
+
+
+def aggregate_tables(trace, capture: str, append: str, baseline: bool = False) -> tuple:
     """``(launches, stages)`` tables of an append: in one pass (``aggregate.aggregates``),
     or with ``baseline`` as ``launch_rows`` and ``stage_rows`` compute them apart (the
     same tables; bench/run_append_profile.py times both)."""
@@ -189,7 +213,7 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
     phases, marks = trace.phases, trace.marks
     keep = stored_task_columns(phases, marks)
     opts = task_part_options(phases, marks)
-    groups = _partition_groups(trace.tasks)
+    groups = partition_groups(trace.tasks)
     done = [0]
 
     def write_part(group) -> dict:
@@ -208,18 +232,15 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
 
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:  # Parquet encodes without the GIL
         written = pool.map(write_part, groups)
-        launches, stages = _aggregates(trace, capture, aid, baseline)  # meanwhile, here
+        launches, stages = aggregate_tables(trace, capture, aid, baseline)  # meanwhile, here
         small = [pool.submit(write_small, name, table) for name, table in
-                 (("launches", launches), ("stages", stages), ("anomalies", _keyed(trace.anomalies, launches, capture,
+                 (("launches", launches), ("stages", stages), ("anomalies", keyed(trace.anomalies, launches, capture,
                                                                                    aid)))]
         parts = list(written) + [f.result() for f in small]
     origins, offsets, note = _origins(trace)
-    record = {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
-              "written_by": __version__, "specs": [sp.to_dict() for sp in trace.specs],
-              "origins": {str(r): int(v) for r, v in origins.items()},
-              "offsets": {str(r): int(v) for r, v in offsets.items()}, "synthetic": trace.synthetic,
-              "notes": list(trace.notes) + ([note] if note else []), "parts": parts}
-    RL.write_json(RL.manifest_path(run_dir, aid), record)
+    rec = record(aid, capture, trace.specs, origins, offsets, trace.synthetic,
+                 list(trace.notes) + ([note] if note else []), parts)
+    RL.write_json(RL.manifest_path(run_dir, aid), rec)
     if progress is not None:
         progress(len(groups) + 1, len(groups) + 1)
     return [p["path"] for p in parts]
@@ -234,5 +255,6 @@ def create(run_dir) -> Path:
     return run_dir
 
 
-__all__ = ["STAGE_QUANTILES", "append", "build_of", "create", "ensure_build", "launch_rows", "read_build",
-           "stage_rows", "stored_task_columns", "task_part_options", "tick_columns"]
+__all__ = ["STAGE_QUANTILES", "aggregate_tables", "append", "build_of", "create", "ensure_build", "first_ticks", "keyed",
+           "launch_rows", "origin_note", "partition_groups", "read_build", "record", "stage_rows", "stored_task_columns",
+           "task_part_options", "tick_columns"]
