@@ -89,6 +89,25 @@ def test_4_a_run_without_slot_headers_is_named_capture_slot_everywhere(runs, tmp
     assert rc == 2 and "carry no slot headers" in err and "--launch" in err
 
 
+def test_4_run_add_step_keys_a_file_captured_without_headers(runs, tmp_path):
+    """`run add --step S --layers-per-step L`: RA.arrow's 8 launch slots become steps
+    S, S+1 x layers 0..3, each the same launch as before (its kernel time), and every
+    command selects them by STEP:LAYER; a file with headers, or L without S, is refused."""
+    keyed = tmp_path / "keyed"
+    assert cli("run", "add", "-q", keyed, runs / "RA.arrow", "--step", "6", "--layers-per-step", "4")[0] == 0
+    rows = {r["launch"]: r["kernel_us"] for r in doc("launches", keyed)["rows"]}
+    bare = {r["launch"]: r["kernel_us"] for r in doc("launches", runs / "bare")["rows"]}
+    assert rows == {f"{6 + n // 4}:{n % 4}": bare[f"RA.arrow:{n}"] for n in range(8)}
+    assert doc("summary", keyed, "--step", "7", "--layer", "1", "--by-launch")
+    assert doc("explain", keyed, "--launch", "7:1")["explained"][0]["launch"] == "7:1"
+    assert cli("synth", "-o", tmp_path / "h.arrow", "--steps", "2", *SYNTH)[0] == 0
+    rc, out, err = cli("run", "add", tmp_path / "again", tmp_path / "h.arrow", "--step", "1")
+    assert rc == 2 and "already carry slot headers" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "again").exists()
+    rc, _, err = cli("run", "add", tmp_path / "h", runs / "RA.arrow", "--layers-per-step", "2")
+    assert rc == 2 and "--layers-per-step needs --step" in err and not (tmp_path / "h").exists()
+
+
 def test_5_explain_names_its_launch_by_key_and_top_n_works_on_a_run(runs):
     d = doc("explain", runs / "RA", "--top", "2")
     keys = [e["launch"] for e in d["explained"]]

@@ -369,3 +369,41 @@ def test_a_null_after_a_part_s_first_row_group_starts_its_next_part(tmp_path, mo
     assert_same_run(tmp_path / "whole", tmp_path / "streamed")
     holes = open_run(tmp_path / "streamed").sql("SELECT count(*) AS n FROM tasks WHERE cta IS NULL")
     assert holes.column("n")[0].as_py() == 5
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_headers_given_streamed_are_the_whole_file_s(tmp_path_factory, data):
+    """``run add --step S [--layers-per-step L]`` of a file without slot headers: the
+    streamed run (any chunking, any row order) is the whole-file run of
+    ``Trace.with_headers``, and launch slot n is keyed ``S + n // L : n % L``."""
+    from timeline.core import launchkey as KY
+
+    d = data.draw
+    tmp = tmp_path_factory.mktemp("headers")
+    slots = d(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=4, unique=True), "slots")
+    trace = reorder(shaped(d(st.integers(1, 2), "world"), slots, headers=False, holes=0, anomalies=False, seed=0),
+                    d(st.sampled_from(ORDERS), "order"), seed=2)
+    headers = KY.Headers(d(st.integers(0, 1 << 40), "first step"), d(st.one_of(st.none(), st.integers(1, 5)), "L"))
+    path = save(trace, tmp / f"t.{d(st.sampled_from(['arrow', 'parquet']), 'format')}", d(st.integers(5, 90), "batch"))
+    append(tmp / "whole", load(path).with_headers(headers, "t"), capture="c")
+    stream = open_stream(path, block_rows=d(st.integers(1, 300), "block rows")).with_headers(headers)
+    RS.append_stream(tmp / "streamed", stream, capture="c", pending_rows=d(st.integers(1, 400), "pending"))
+    assert_same_run(tmp / "whole", tmp / "streamed")
+    got = {(r["launch"], r["step"], r["layer"]) for r in open_run(tmp / "streamed").launches().to_pylist()}
+    want = {(n, *headers.step_layer(n)) for n in trace.launches}
+    assert {(s, la) for _, s, la in got} == {(s, la) for _, s, la in want}
+
+
+def test_headers_refused_for_a_file_that_carries_its_own(tmp_path):
+    """``--step`` never overwrites a capture's own slot headers: streamed or whole, the
+    file's one refusal line, and no run is created."""
+    from timeline.core import launchkey as KY
+
+    path = save(shaped(2, [(0, 0), (1, 0), (2, 1)], headers=True, holes=0, anomalies=False, seed=0),
+                tmp_path / "h.arrow", 7)
+    with pytest.raises(TraceFileError, match="already carry slot headers.*add it without --step"):
+        RS.append_stream(tmp_path / "run", open_stream(path, block_rows=10).with_headers(KY.Headers(3)), capture="c")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(TraceFileError, match="already carry slot headers"):
+        load(path).with_headers(KY.Headers(3), "h")

@@ -45,6 +45,10 @@ def register(subs, sub) -> None:
     a.add_argument("--stages", metavar="NAME:COUNT,..", help="--legacy: the stage list (needed for a bare .npy)")
     a.add_argument("--capture", metavar="NAME", help="the capture's name (default: each file's name)")
     a.add_argument("--synthetic", action="store_true", help="raw buffers: label them synthetic")
+    a.add_argument("--step", type=integer(0), metavar="S",
+                   help="inputs captured without slot headers: launch slot 0 was step S (each input alike)")
+    a.add_argument("--layers-per-step", type=integer(1, 1 << 20), metavar="L",
+                   help="with --step: slot n was step S + n // L, layer n %% L (default: all layers of step S)")
     i = sub(runs, "info", "timeline.cli.run_commands:cmd_run_info", "a run's appends, sizes and damaged parts", RUN_EPILOG)
     i.add_argument("run", metavar="RUN")
     i.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
@@ -64,10 +68,32 @@ def cmd_run_group(args) -> int:
 
 
 # -- run add / info --------------------------------------------------------------------------
+def _headers(args):
+    """``--step S [--layers-per-step L]`` as ``KY.Headers``, else None."""
+    from timeline.cli.common import UsageError
+    from timeline.core import launchkey as KY
+
+    if args.step is None:
+        if args.layers_per_step is not None:
+            raise UsageError("--layers-per-step needs --step (the step of the file's launch slot 0)")
+        return None
+    return KY.Headers(args.step, args.layers_per_step)
+
+
 def _read_input(path: str, args):
     """One input: a trace file (by its magic) opened to stream, its first block read
     ahead (``TraceStream.prefetch``; notes printed); or the Trace of a raw stamp buffer
-    (--spec) or of the GLM-5 kernel's tensors (--legacy)."""
+    (--spec) or of the GLM-5 kernel's tensors (--legacy); with ``--step``, its launches
+    given those slot headers (``_headers``)."""
+    from timeline.core.tracestream import TraceStream
+
+    trace, headers = _read_trace(path, args), _headers(args)
+    if isinstance(trace, TraceStream):
+        return (trace if headers is None else trace.with_headers(headers)).prefetch()
+    return trace if headers is None else trace.with_headers(headers, f"input {path!r}")
+
+
+def _read_trace(path: str, args):
     from timeline.cli.common import UsageError, load_spec
     from timeline.core.trace import file_format
 
@@ -87,7 +113,7 @@ def _read_input(path: str, args):
         stream = open_stream(path)
         for note in stream.notes:
             print(f"note: {note}", file=sys.stderr)
-        return stream.prefetch()
+        return stream
     if not args.spec:
         raise UsageError(f"input {path!r} is not a trace file (.arrow / .parquet): a raw stamp buffer needs "
                          "--spec SPEC.json, the kernel's own tensors --legacy")

@@ -56,6 +56,21 @@ class LaunchKey(NamedTuple):
         return other.slot == self.slot
 
 
+class Headers(NamedTuple):
+    """Slot headers given to launches captured without them (``timeline run add
+    --step``): launch slot ``n`` was step ``first_step + n // layers_per_step``, layer
+    ``n % layers_per_step``; without ``layers_per_step`` every launch is a layer of
+    ``first_step`` (layer ``n``). ``step_layer`` takes ints or integer numpy arrays."""
+
+    first_step: int
+    layers_per_step: int | None = None
+
+    def step_layer(self, launch):
+        if self.layers_per_step is None:
+            return launch * 0 + self.first_step, launch
+        return self.first_step + launch // self.layers_per_step, launch % self.layers_per_step
+
+
 def of(step=None, layer=None, capture=None, slot=None) -> LaunchKey:
     """The key of a launch whose columns hold these values: (step, layer) when both are
     there, else (capture, slot)."""

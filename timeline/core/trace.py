@@ -177,6 +177,12 @@ class Trace:
         return Trace(self.tasks, self.specs, self.anomalies, origins=self.origins, offsets=self.offsets,
                      synthetic=self.synthetic, notes=self.notes, keys=keys)
 
+    def with_headers(self, headers: KY.Headers, where: str) -> "Trace":
+        """The same trace with the slot headers ``headers`` says its launches had
+        (``headed_tasks``); ``where`` names it in a refusal."""
+        return Trace(headed_tasks(self.tasks, headers, where), self.specs, self.anomalies, origins=self.origins,
+                     offsets=self.offsets, synthetic=self.synthetic, notes=self.notes)
+
     # -- files ------------------------------------------------------------------
     def metadata(self) -> dict:
         """The file metadata ``save`` writes, its checksum (``table_checksum``) included."""
@@ -240,6 +246,27 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
 
 
 FILE_MAGIC = {b"ARROW1": "arrow", b"PAR1": "parquet"}
+
+
+def headers_held(where: str) -> TraceFileError:
+    """The refusal of ``--step`` for a file whose launches carry slot headers."""
+    return _refuse(where, "its launches already carry slot headers, which --step would overwrite",
+                   "add it without --step: its launches are keyed STEP:LAYER already (`timeline launches FILE`)")
+
+
+def headed_tasks(tasks: pa.Table, headers: KY.Headers, where: str) -> pa.Table:
+    """``tasks`` with the step and layer columns ``headers`` gives each launch slot
+    (``KY.Headers``). Refused (``TraceFileError``) when a row already carries a header:
+    the capture's own headers are never overwritten."""
+    for name in ("step", "layer"):
+        if tasks.column(name).null_count < tasks.num_rows:
+            raise headers_held(where)
+    launch = R.numpy(tasks.column("launch")).astype(np.int64)
+    step, layer = headers.step_layer(launch)
+    out = tasks.set_column(tasks.schema.get_field_index("step"), tasks.schema.field("step"),
+                           R.arrow(np.asarray(step, dtype=np.int64)))
+    return out.set_column(out.schema.get_field_index("layer"), out.schema.field("layer"),
+                          R.arrow(np.asarray(layer, dtype=np.int32)))
 
 
 def file_format(path) -> str | None:

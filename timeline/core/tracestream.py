@@ -21,7 +21,7 @@ import pyarrow as pa
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.core.trace import (READ_ERRORS, Trace, _check_rows, _conform, checksum_mismatch, damaged, file_format,
-                                  file_notes, not_a_trace, trace_path)
+                                  file_notes, headed_tasks, headers_held, not_a_trace, trace_path)
 from timeline.core.checksum import Checksum, checksum_digest
 from timeline.core.filemeta import read_meta
 from timeline.core.filemeta import refuse as _refuse
@@ -181,6 +181,16 @@ class TraceStream:
         self.notes = file_notes(meta, where)
         self._units = self._keys = self._digests = None  # each block's units, BlockKeys and key digest, once scanned
         self._ahead = None
+        self.headers = None  # KY.Headers to give its launches (``with_headers``), else None
+
+    def with_headers(self, headers) -> "TraceStream":
+        """Give the file's launches the slot headers ``headers`` says they had
+        (``timeline.core.trace.headed_tasks``: refused for a file that carries its own),
+        in the keys ``scan`` reads and in every block; before the first scan."""
+        if self._units is not None:
+            raise AssertionError("with_headers after the file was scanned")  # a bug: the blocks' keys are fixed
+        self.headers = headers
+        return self
 
     @property
     def specs(self) -> list:
@@ -244,13 +254,19 @@ class TraceStream:
         out = []
         for (name, typ), i in zip(KEY_COLUMNS, fields):
             if i is None:  # a file from before slot headers: no step
-                out.append(np.full(batch.num_rows, NO_STEP, np.int64))
+                out.append(np.full(batch.num_rows, NO_STEP, np.int64) if self.headers is None else
+                           np.asarray(self.headers.step_layer(out[1])[0], dtype=np.int64))
                 continue
             try:
                 col = batch.column(batch.schema.get_field_index(name)).cast(typ)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
                 raise _refuse(self.where, f"a column does not hold the type the format says "
                               f"({str(e).splitlines()[0]})") from None
+            if name == "step" and self.headers is not None:
+                if col.null_count < len(col):
+                    raise headers_held(self.where)
+                out.append(np.asarray(self.headers.step_layer(out[1])[0], dtype=np.int64))
+                continue
             out.append(R.numpy(R.filled(col, NO_STEP if name == "step" else 0)).astype(np.int64))
         return tuple(out)
 
@@ -306,6 +322,8 @@ class TraceStream:
         tasks = _conform(table, self.spec.phases, self.spec.marks, self.where)
         for at in range(0, tasks.num_rows, CHECK_ROWS):  # in slices: the check's arrays stay small
             _check_rows(tasks.slice(at, CHECK_ROWS), self.meta, self.where, first_row=self._first_row[b] + at)
+        if self.headers is not None:
+            tasks = headed_tasks(tasks, self.headers, self.where)
         if self._keys[b] is not None and (tasks.num_rows != self._keys[b].rows or
                                           table_key_digest(tasks) != self._digests[b]):
             raise _refuse(self.where, f"its rows changed while it was read (block {b} holds other launches than "
