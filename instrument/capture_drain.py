@@ -105,8 +105,8 @@ class Drain:
             moves = []
             for k, slot in taken:
                 rec, head = self.row_words(k)
-                moves += [(host.tensor[slot, : self.per], rec, rec + self.per),
-                          (host.tensor[slot, self.per:], head, head + 2 * cap.layers)]
+                moves += [(host.view(slot, 0, self.per), rec, rec + self.per),
+                          (host.view(slot, self.per, host.words), head, head + 2 * cap.layers)]
             c1 = self.reader.copy(moves)
             slot_of = dict(taken)
             lost1, again, clean = classify([k for k, _ in taken], c1, lap, idle)

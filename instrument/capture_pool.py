@@ -290,6 +290,7 @@ class ProcessPool(_Workers):
 
     kind = "process"
     START_TIMEOUT_S = 300.0
+    SWEEP_S = 1.0  # every worker's process polled this often besides those whose pipe closed
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -309,7 +310,7 @@ class ProcessPool(_Workers):
             self._queues[w] = Connection(job_w, readable=False)
             self._results[w] = Connection(res_r, writable=False)
             self._queues[w].send((w, sent))
-        self._idle, self._busy = set(), {}
+        self._idle, self._busy, self._eof, self._swept = set(), {}, set(), time.monotonic()
         t0 = time.monotonic()
         while len(self._idle) < self.workers:  # each imported timeline and mapped the staging: no batch waits on that
             left = self.START_TIMEOUT_S - (time.monotonic() - t0)
@@ -330,6 +331,7 @@ class ProcessPool(_Workers):
 
     def _messages(self, timeout: float) -> list:
         out = []
+        by_conn = {id(c): w for w, c in self._results.items()}
         for conn in wait(list(self._results.values()), timeout=timeout):
             try:
                 while True:
@@ -337,12 +339,21 @@ class ProcessPool(_Workers):
                     if not conn.poll():
                         break
             except EOFError:  # the worker is gone: _dead() says so
-                pass
+                self._eof.add(by_conn[id(conn)])
         return out
 
     def _dead(self) -> list:
+        """Workers found dead: those whose result pipe closed, and every one once a
+        ``SWEEP_S`` (not each call: each ``poll`` of a process is a ``waitpid`` that
+        hands the GIL to the serving thread, see ``capture_staging.DeviceReader.copy``)."""
+        now = time.monotonic()
+        if now - self._swept >= self.SWEEP_S:
+            self._swept, look = now, list(self._procs)
+        else:
+            look = sorted(self._eof)
+        self._eof.clear()
         out = []
-        for w in [w for w, p in self._procs.items() if p.poll() is not None and w in self._queues]:
+        for w in [w for w in look if w in self._queues and self._procs[w].poll() is not None]:
             del self._queues[w]
             self._results.pop(w).close()
             self._idle.discard(w)
