@@ -72,8 +72,11 @@ class Drain:
         t, cpu, inline = time.perf_counter(), time.thread_time(), self.inline_cpu
         self.pass_t0 = t
         n = self.pass_(idle)
-        self.pass_s += time.perf_counter() - t
+        took = time.perf_counter() - t
+        self.pass_s += took
         self.passes += 1
+        rep = self.report
+        rep.drain_passes, rep.drain_pass_s, rep.drain_pass_max_s = self.passes, self.pass_s, max(rep.drain_pass_max_s, took)
         self.report.drain_cpu_s += max(0.0, time.thread_time() - cpu - (self.inline_cpu - inline))
         return n
 

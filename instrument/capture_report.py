@@ -43,7 +43,8 @@ class CaptureReport:
     the sink returned. The resources: ``ring`` sampled steps on the device
     (``ring_note``: how "auto" chose it), ``staging_steps`` host slots (``pinned``:
     page-locked for the copy), ``workers`` of ``pool``. Host cost: ``drain_cpu_s``
-    (the drain's passes: copies, and with ``pool="inline"`` the decoding too), per
+    (the drain's passes: copies, and with ``pool="inline"`` the decoding too; ``drain_passes``,
+    their wall seconds ``drain_pass_s`` and the longest ``drain_pass_max_s``), per
     worker ``worker_cpu_s`` (CPU seconds its batches took: a worker process's whole,
     a worker thread's own, without the Parquet writer threads its appends start),
     ``worker_steps``, ``worker_busy_s`` (wall seconds in batches) and
@@ -70,6 +71,9 @@ class CaptureReport:
     parts: list = dataclasses.field(default_factory=list)
     batches: int = 0
     drain_cpu_s: float = 0.0
+    drain_passes: int = 0
+    drain_pass_s: float = 0.0  # wall seconds of all passes
+    drain_pass_max_s: float = 0.0  # the longest pass
     worker_cpu_s: dict = dataclasses.field(default_factory=dict)
     worker_steps: dict = dataclasses.field(default_factory=dict)
     worker_busy_s: dict = dataclasses.field(default_factory=dict)
