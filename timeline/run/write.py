@@ -22,7 +22,7 @@ from timeline.run import layout as RL
 
 STAGE_QUANTILES = (0.5, 0.9, 0.99)  # the per-launch stage report's interval quantiles a run keeps
 PARTITION_COLUMNS = ("rank", "step")  # in the path (Hive), not in the task part
-ROW_GROUP_ROWS = 1 << 17
+ROW_GROUP_ROWS = 1 << 15  # a launch read: 0.45x the time of 1 << 17, +1.0 % bytes (bench/results/row_groups_cpu.txt)
 PARQUET_OPTIONS = {"compression": "zstd"}
 WRITER_THREADS = max(1, min(4, os.cpu_count() or 1))  # task parts encoded at once
 
