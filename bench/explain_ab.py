@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from run import child, timeline  # noqa: E402  (bench/run.py: one home for the child-process timing)
+from run import child, compiled, timeline  # noqa: E402  (bench/run.py: one home for the child-process timing)
 
 RANKS, STEPS, LAYERS, GRID = 4, 4, 8, 64
 STAGES = ["qkv_a", "q_b", "uk", "split", "uv", "o", "router", "ug", "down"]
@@ -211,7 +211,7 @@ def speed(d: Path, a: argparse.Namespace) -> dict:
             part_.write_text(json.dumps(info))
             part_.replace(meta)
         runs[name] = (run, json.loads(meta.read_text()))
-    rows = []
+    rows, note = [], compiled()
     for i in range(3):
         r = child(timeline("explain", runs["B"][0], "--baseline", runs["A"][0], "--json"))
         if r["rc"] != 0:
@@ -220,7 +220,7 @@ def speed(d: Path, a: argparse.Namespace) -> dict:
     doc = json.loads(rows[-1]["out"])
     return {"intervals": [runs[k][1]["intervals"] for k in "AB"], "walls": [r["wall_s"] for r in rows],
             "rss": max(r["rss"] for r in rows), "verdict": doc["verdict"],
-            "across": (doc.get("across") or {}).get("says")}
+            "across": (doc.get("across") or {}).get("says"), "note": note}
 
 
 def main(argv=None) -> int:
@@ -282,7 +282,8 @@ def main(argv=None) -> int:
         warm = min(s["walls"][1:])
         print(f"speed: A {s['intervals'][0]:,} and B {s['intervals'][1]:,} intervals; explain B --baseline A "
               f"{', '.join(f'{w:.2f}' for w in s['walls'])} s (first, warm, warm), peak RSS {s['rss'] / 2**20:.0f} MiB "
-              f"(goal <= {GOAL_WARM_S:g} s warm, <= 2 GiB) [{'met' if warm <= GOAL_WARM_S and s['rss'] <= GOAL_RSS else 'NOT met'}]")
+              f"(goal <= {GOAL_WARM_S:g} s warm, <= 2 GiB) [{'met' if warm <= GOAL_WARM_S and s['rss'] <= GOAL_RSS else 'NOT met'}]"
+              f"; {s['note']}")
         print(f"    verdict: {s['verdict']}")
         print(f"    {s['across']}")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
