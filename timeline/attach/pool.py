@@ -1,0 +1,185 @@
+"""A Chrome JSON's pieces handled on every core: the pieces are independent once cut,
+so where the file is large and the machine has more than one core, this process
+only cuts them (``jsonscan.pieces`` with a decoder that checks each piece is whole
+events and builds nothing: ``Whole``) and worker processes decode each piece into a
+reader's struct and reduce it (``fn``); the results come back in file order.
+Elsewhere (one core, a small file, ``TIMELINE_ATTACH_WORKERS=1``) the same ``fn``
+runs here on the pieces as ``jsonscan.pieces`` decodes them.
+
+Memory stays bounded: at most ``2 x workers`` pieces are in flight. Workers are
+forked (a spawned one would import the caller's main script again; numpy, msgspec
+and Arrow keep working in a forked child). A gzipped file is read here (its
+pieces cannot be read at an offset)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from typing import Iterator, NamedTuple
+
+import msgspec
+
+from timeline.attach import jsonscan as J
+from timeline.attach.sniff import FrameworkTraceError
+
+__all__ = ["PARALLEL_MIN_BYTES", "WORKERS_ENV", "map_pieces", "workers_for"]
+
+WORKERS_ENV = "TIMELINE_ATTACH_WORKERS"  # worker processes (default: the cores this process may use; 1: none)
+PARALLEL_MIN_BYTES = 4 * J.CHUNK_BYTES  # a smaller file is read here: starting workers costs more
+
+
+def workers_for(path) -> int:
+    """How many worker processes read ``path`` (0: none)."""
+    try:
+        n = int(os.environ.get(WORKERS_ENV, "") or len(os.sched_getaffinity(0)))
+    except ValueError:
+        raise FrameworkTraceError(f"{WORKERS_ENV}={os.environ[WORKERS_ENV]!r} is not a number of processes") from None
+    try:
+        big = os.path.getsize(path) >= PARALLEL_MIN_BYTES
+    except OSError:
+        big = False
+    return n if n > 1 and big else 0
+
+
+def map_pieces(path, kind, fn, args=(), *, chunk_bytes: int = J.CHUNK_BYTES, head: list | None = None,
+               tail: list | None = None, workers: int | None = None) -> Iterator:
+    """``fn(events, *args)`` for each piece of ``path`` in file order, the events
+    decoded as ``list[kind]`` (``kind`` a module-level ``msgspec.Struct``, ``fn`` a
+    module-level function: workers import them); yields the results. ``head`` /
+    ``tail`` as ``jsonscan.pieces``; the pieces are ``jsonscan.pieces``' own."""
+    n = workers_for(path) if workers is None else workers
+    if n > 1 and not _gzipped(path) and "fork" in multiprocessing.get_all_start_methods():
+        yield from _parallel(path, kind, fn, args, chunk_bytes, head, tail, n)
+        return
+    decoder = msgspec.json.Decoder(list[kind])
+    for piece in J.pieces(path, chunk_bytes=chunk_bytes, head=head, tail=tail, decoder=decoder):
+        yield fn(piece.events, *args)
+
+
+def _gzipped(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+class _Job(NamedTuple):
+    start: int  # where the piece begins in the file
+    cut: int  # where it ends (the speculated cut)
+    read_end: int  # the bytes jsonscan.pieces would have read by then
+    result: object  # the worker's AsyncResult
+
+
+def _parallel(path, kind, fn, args, chunk_bytes: int, head, tail, n: int) -> Iterator:
+    """The pieces cut here without decoding them: each cut is the one
+    ``jsonscan.pieces`` takes when its first candidate (the last ``}`` followed by a
+    comma in the bytes read) closes whole events, which the worker checks as it
+    decodes; where it does not, the piece is cut here as ``jsonscan.pieces`` cuts it
+    and the speculation goes on from there."""
+    name = str(path)
+    size = os.path.getsize(path)
+    decoder = msgspec.json.Decoder(list[kind])
+    with open(path, "rb") as f, multiprocessing.get_context("fork").Pool(n) as pool:
+        h = J._find_array(f, name)
+        if head is not None:
+            head.append(h.head)
+        fd = f.fileno()
+        start, read_end = len(h.head), len(h.head) + len(h.rest)
+        pending = deque()
+        while True:
+            if read_end >= size and not pending:
+                yield from _final(fd, start, size, decoder, fn, args, name, tail)
+                return
+            if read_end < size and len(pending) < 2 * n:
+                read_end = min(read_end + chunk_bytes, size)
+                cut = _candidate(fd, start, read_end)
+                if cut is not None:
+                    pending.append(_Job(start, cut, read_end, pool.apply_async(_run, (path, kind, fn, start, cut, args))))
+                    start = _after(fd, cut, read_end)
+                continue
+            job = pending.popleft()
+            got = job.result.get()
+            if type(got) is not NotWhole:
+                yield got
+                continue
+            pending.clear()  # cut from a wrong start: planned again below
+            cut, events, read_end = _one(fd, job.start, job.read_end, size, chunk_bytes, decoder, name)
+            if events is None:  # the file ends first: jsonscan.pieces reads to its end, then closes the array
+                start, read_end = job.start, size
+                continue
+            yield fn(events, *args)
+            start = _after(fd, cut, read_end)
+
+
+class NotWhole(NamedTuple):
+    """A worker's answer for a piece that does not end after a whole event."""
+
+    start: int
+
+
+def _candidate(fd: int, start: int, read_end: int):
+    """``jsonscan._whole``'s first candidate cut in the file's bytes [start, read_end):
+    after the last ``}`` that a comma follows (within 64 bytes), among the last
+    ``CUT_TRIES`` ``}``; None where there is none."""
+    buf = os.pread(fd, read_end - start, start)
+    pos = len(buf)
+    for _ in range(J.CUT_TRIES):
+        pos = buf.rfind(b"}", 0, pos)
+        if pos < 0:
+            return None
+        if buf[pos + 1:pos + 64].lstrip()[:1] == b",":
+            return start + pos + 1
+    return None
+
+
+def _after(fd: int, cut: int, read_end: int) -> int:
+    """Where the next piece starts: past the whitespace and the comma after ``cut``,
+    within the bytes read (as ``jsonscan.pieces`` steps over them)."""
+    rest = os.pread(fd, read_end - cut, cut)
+    lead = len(rest) - len(rest.lstrip())
+    if rest[lead:lead + 1] == b",":
+        lead += 1
+    return cut + lead
+
+
+def _one(fd: int, start: int, read_end: int, size: int, chunk_bytes: int, decoder, name: str) -> tuple:
+    """One piece cut here exactly as ``jsonscan.pieces`` cuts it from ``start`` with
+    [start, read_end) read: (cut, its events, the bytes read), or (None, None, size)
+    where no piece ends before the file does."""
+    while True:
+        buf = os.pread(fd, read_end - start, start)
+        cut, events = J._whole(buf, len(buf), decoder)
+        if events is not None:
+            return start + cut, events, read_end
+        if read_end >= size:
+            return None, None, size
+        read_end = min(read_end + chunk_bytes, size)
+
+
+def _final(fd: int, start: int, size: int, decoder, fn, args, name: str, tail) -> Iterator:
+    """The last piece: up to where the events' array closes (``jsonscan._last``)."""
+    buf = os.pread(fd, size - start, start)
+    end, events = J._last(buf, name, start, decoder)
+    if events:
+        yield fn(events, *args)
+    if tail is not None:
+        tail += [buf[end:], start + end]
+
+
+_DECODERS: dict = {}
+
+
+def _run(path, kind, fn, start: int, cut: int, args):
+    """In a worker: the file's bytes [start, cut) decoded as ``list[kind]``, then
+    ``fn``; ``NotWhole`` where they are not whole events (a wrong speculated cut)."""
+    decoder = _DECODERS.get(kind)
+    if decoder is None:
+        decoder = _DECODERS[kind] = msgspec.json.Decoder(list[kind])
+    with open(path, "rb") as f:
+        text = os.pread(f.fileno(), cut - start, start)
+    try:
+        events = decoder.decode(b"[" + text + b"]")
+    except msgspec.ValidationError as e:
+        raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
+    except msgspec.DecodeError:
+        return NotWhole(start)
+    return fn(events, *args)
