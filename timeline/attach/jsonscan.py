@@ -121,9 +121,10 @@ def _find_array(f, name: str) -> _Head:
         if stripped and stripped[:1] != b"{":
             raise FrameworkTraceError(f"{name!r} is not JSON (it starts with {stripped[:16]!r}): a PyTorch "
                                       "profiler trace is the JSON prof.export_chrome_trace writes")
-        a = np.frombuffer(buf, np.uint8)
-        pos, kind, depth, _ = _brackets(a, 0)
         key = buf.find(b'"traceEvents"')
+        if key >= 0:  # the brackets before the last "traceEvents" only (not the whole first read)
+            a = np.frombuffer(buf, np.uint8)[:buf.rfind(b'"traceEvents"')]
+            pos, kind, depth, _ = _brackets(a, 0)
         while key >= 0:
             before = np.searchsorted(pos, key)
             d = int(depth[before - 1]) if before else 0

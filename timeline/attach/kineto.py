@@ -170,7 +170,7 @@ def _steps(marks: list, name: str, steps: tuple) -> None:
                 steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
 
 
-def _piece(evs: list, name: str) -> tuple:
+def _piece(evs: list, _shared, name: str) -> tuple:
     """What a piece holds for the reader (its events decoded as ``_Event``): its
     activity table (None: none), its launch calls' (correlation, ns), its step
     markers, its event count. Per piece the events are sorted by ``cat`` with numpy;

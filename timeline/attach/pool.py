@@ -43,18 +43,20 @@ def workers_for(path) -> int:
 
 
 def map_pieces(path, kind, fn, args=(), *, chunk_bytes: int = J.CHUNK_BYTES, head: list | None = None,
-               tail: list | None = None, workers: int | None = None) -> Iterator:
-    """``fn(events, *args)`` for each piece of ``path`` in file order, the events
-    decoded as ``list[kind]`` (``kind`` a module-level ``msgspec.Struct``, ``fn`` a
-    module-level function: workers import them); yields the results. ``head`` /
-    ``tail`` as ``jsonscan.pieces``; the pieces are ``jsonscan.pieces``' own."""
+               tail: list | None = None, workers: int | None = None, shared=None) -> Iterator:
+    """``fn(events, shared, *args)`` for each piece of ``path`` in file order, the
+    events decoded as ``list[kind]`` (``kind`` a module-level ``msgspec.Struct``,
+    ``fn`` a module-level function, ``args`` small: they go to the workers with each
+    piece; ``shared``, however large, is handed to the workers once, as they are
+    forked); yields the results. ``head`` / ``tail`` as ``jsonscan.pieces``; the
+    pieces are ``jsonscan.pieces``' own."""
     n = workers_for(path) if workers is None else workers
     if n > 1 and not _gzipped(path) and "fork" in multiprocessing.get_all_start_methods():
-        yield from _parallel(path, kind, fn, args, chunk_bytes, head, tail, n)
+        yield from _parallel(path, kind, fn, args, shared, chunk_bytes, head, tail, n)
         return
     decoder = msgspec.json.Decoder(list[kind])
     for piece in J.pieces(path, chunk_bytes=chunk_bytes, head=head, tail=tail, decoder=decoder):
-        yield fn(piece.events, *args)
+        yield fn(piece.events, shared, *args)
 
 
 def _gzipped(path) -> bool:
@@ -69,7 +71,7 @@ class _Job(NamedTuple):
     result: object  # the worker's AsyncResult
 
 
-def _parallel(path, kind, fn, args, chunk_bytes: int, head, tail, n: int) -> Iterator:
+def _parallel(path, kind, fn, args, shared, chunk_bytes: int, head, tail, n: int) -> Iterator:
     """The pieces cut here without decoding them: each cut is the one
     ``jsonscan.pieces`` takes when its first candidate (the last ``}`` followed by a
     comma in the bytes read) closes whole events, which the worker checks as it
@@ -78,7 +80,7 @@ def _parallel(path, kind, fn, args, chunk_bytes: int, head, tail, n: int) -> Ite
     name = str(path)
     size = os.path.getsize(path)
     decoder = msgspec.json.Decoder(list[kind])
-    with open(path, "rb") as f, multiprocessing.get_context("fork").Pool(n) as pool:
+    with open(path, "rb") as f, multiprocessing.get_context("fork").Pool(n, _share, (shared,)) as pool:
         h = J._find_array(f, name)
         if head is not None:
             head.append(h.head)
@@ -87,7 +89,7 @@ def _parallel(path, kind, fn, args, chunk_bytes: int, head, tail, n: int) -> Ite
         pending = deque()
         while True:
             if read_end >= size and not pending:
-                yield from _final(fd, start, size, decoder, fn, args, name, tail)
+                yield from _final(fd, start, size, decoder, fn, (shared, *args), name, tail)
                 return
             if read_end < size and len(pending) < 2 * n:
                 read_end = min(read_end + chunk_bytes, size)
@@ -106,7 +108,7 @@ def _parallel(path, kind, fn, args, chunk_bytes: int, head, tail, n: int) -> Ite
             if events is None:  # the file ends first: jsonscan.pieces reads to its end, then closes the array
                 start, read_end = job.start, size
                 continue
-            yield fn(events, *args)
+            yield fn(events, shared, *args)
             start = _after(fd, cut, read_end)
 
 
@@ -166,6 +168,11 @@ def _final(fd: int, start: int, size: int, decoder, fn, args, name: str, tail) -
 
 
 _DECODERS: dict = {}
+_SHARED = [None]  # map_pieces' shared value, in a worker
+
+
+def _share(value) -> None:
+    _SHARED[0] = value
 
 
 def _run(path, kind, fn, start: int, cut: int, args):
@@ -182,4 +189,4 @@ def _run(path, kind, fn, start: int, cut: int, args):
         raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
     except msgspec.DecodeError:
         return NotWhole(start)
-    return fn(events, *args)
+    return fn(events, _SHARED[0], *args)
