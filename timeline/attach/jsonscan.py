@@ -108,11 +108,12 @@ class _Head(NamedTuple):
     depth: int  # the array's depth (events are objects at depth + 1)
 
 
-def _find_array(f, name: str) -> _Head:
-    """Read until the ``traceEvents`` array opens (or the document is an array)."""
+def _find_array(f, name: str, chunk_bytes: int = CHUNK_BYTES) -> _Head:
+    """Read until the ``traceEvents`` array opens (or the document is an array),
+    ``chunk_bytes`` at a time."""
     buf = b""
     while True:
-        more = f.read(CHUNK_BYTES)
+        more = f.read(chunk_bytes)
         buf += more
         stripped = buf.lstrip()
         if stripped[:1] == b"[":
@@ -209,7 +210,7 @@ def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, he
     name = str(path)
     with open_bytes(path) as f:
         try:
-            h = _find_array(f, name)
+            h = _find_array(f, name, chunk_bytes)
         except (OSError, EOFError) as e:
             raise FrameworkTraceError(f"{name!r} cannot be read: {e} (a damaged gzip file?)") from None
         if head is not None:

@@ -72,10 +72,12 @@ NO_GRID = (None, None, None)
 
 def _ints(values, what: str, name: str) -> list:
     """``values`` checked to be integers (one refusal naming the first that is not)."""
-    if set(map(type, values)) <= {int}:
+    if set(map(type, values)) <= {int, type(None)}:  # None: a null in the column
         return values
-    bad = next(v for v in values if type(v) is not int)
-    raise FrameworkTraceError(f"{name!r}: an event's {what} is {bad!r}, not an integer")
+    bad = next(v for v in values if isinstance(v, bool) or not isinstance(v, int))
+    if bad is not None or any(isinstance(v, bool) for v in values):
+        raise FrameworkTraceError(f"{name!r}: an event's {what} is {bad!r}, not an integer")
+    return values
 
 
 def _maybe_int(v):

@@ -81,7 +81,7 @@ def _parallel(path, kind, fn, args, shared, chunk_bytes: int, head, tail, n: int
     size = os.path.getsize(path)
     decoder = msgspec.json.Decoder(list[kind])
     with open(path, "rb") as f, multiprocessing.get_context("fork").Pool(n, _share, (shared,)) as pool:
-        h = J._find_array(f, name)
+        h = J._find_array(f, name, chunk_bytes)
         if head is not None:
             head.append(h.head)
         fd = f.fileno()
