@@ -130,7 +130,10 @@ def test_random_events_convert_as_they_did(tmp_path_factory, evs, chunk, indent)
     path = tmp_path_factory.mktemp("r") / "t.json"
     path.write_text(json.dumps({"traceEvents": evs, "baseTimeNanoseconds": 5}, indent=1 if indent else None))
     with old_chunks(chunk):
-        old, old_conv = attach_baseline.perfetto_framework_bytes(path, 0, 7, "")
+        try:
+            old, old_conv = attach_baseline.perfetto_framework_bytes(path, 0, 7, "")
+        except TypeError:  # the code before failed on a list as the pid / tid of an M event: now named as JSON
+            old = None
     meta = FT.flows_and_names(path, 0, chunk_bytes=chunk, workers=0)
     gen, out = FT.packets(path, 0, 7, meta, "", chunk_bytes=chunk, workers=0), []
     while True:
@@ -139,7 +142,7 @@ def test_random_events_convert_as_they_did(tmp_path_factory, evs, chunk, indent)
         except StopIteration as stop:
             conv = stop.value
             break
-    assert b"".join(out) == old and conv == old_conv
+    assert old is None or (b"".join(out) == old and conv == old_conv)
 
 
 value = st.one_of(st.integers(-2, 9), st.none(), st.booleans(), st.text(max_size=2), st.lists(st.integers(0, 9),

@@ -53,13 +53,13 @@ def flows_and_names(path, rank: int, *, chunk_bytes: int = J.CHUNK_BYTES, worker
     parts = {"s": [], "f": []}
     for names, flows in AP.map_pieces(path, FS.Event, FS.names_and_flows, (rank,), chunk_bytes=chunk_bytes,
                                       workers=workers):
-        for name, pid, tid, value in names:
+        for name, pid, tid, value in names:  # keyed as the tracks are (a list or object as its JSON)
             if name == "process_name":
-                process[pid] = value
+                process[FS.hashable(pid)] = value
             elif name == "process_labels":
-                labels[pid] = value
+                labels[FS.hashable(pid)] = value
             else:
-                thread[(pid, tid)] = value
+                thread[(FS.hashable(pid), FS.hashable(tid))] = value
         for ph, part in zip(("s", "f"), flows):
             if part is not None:
                 parts[ph].append(part)

@@ -26,7 +26,8 @@ import numpy as np
 
 from timeline.attach.sniff import FrameworkTraceError
 
-__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "ns_of", "open_bytes", "pieces"]
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
+           "open_bytes", "pieces", "skip_comma"]
 
 RAW_NONE = msgspec.Raw(b"null")
 
@@ -65,10 +66,11 @@ class Event(msgspec.Struct):
 
 
 class Piece(NamedTuple):
-    """A run of complete events: ``text`` their JSON (``offset`` where it begins in
-    the decompressed file), ``events`` them decoded (``Event``)."""
+    """A run of complete events: ``text`` their JSON (a view of the bytes read;
+    ``offset`` where it begins in the decompressed file), ``events`` them decoded
+    (``Event``)."""
 
-    text: bytes
+    text: memoryview
     offset: int
     events: list
 
@@ -153,47 +155,61 @@ _DECODE = msgspec.json.Decoder(list[Event])
 CUT_TRIES = 64  # candidate cuts tried per read before reading more
 
 
-def _decode(region: bytes, decoder=_DECODE):
-    """``region`` (events separated by commas) decoded by ``decoder`` (a list of
-    structs), or None where it is not whole (a cut inside an event or a string: a
-    syntax error)."""
+def framed(text) -> bytearray:
+    """``text`` (events separated by commas) after a ``[``: a buffer whose prefixes,
+    closed by one byte set to ``]``, decode without being copied."""
+    buf = bytearray(len(text) + 1)
+    buf[0] = OPEN_ARR
+    buf[1:] = text
+    return buf
+
+
+def _decode(view, decoder=_DECODE):
+    """``view`` (a JSON array of events) decoded by ``decoder`` (a list of structs),
+    or None where it is not whole (a cut inside an event or a string: a syntax
+    error)."""
     try:
-        return decoder.decode(b"[" + region + b"]")
+        return decoder.decode(view)
     except msgspec.ValidationError as e:
         raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
     except msgspec.DecodeError:
         return None
 
 
-def _whole(buf: bytes, at: int, decoder=_DECODE):
-    """The longest prefix of ``buf`` made of whole events ending at a ``},``
-    before ``at``: ``(cut, events)``, or ``(0, None)``. A prefix that decodes as a JSON
-    array of objects is whole: a cut inside a string or a nested value leaves an
-    unclosed string or bracket, a syntax error."""
-    pos = at
+def _whole(buf: bytearray, decoder=_DECODE):
+    """The longest prefix of the events in ``buf`` (``framed``) made of whole events
+    ending at a ``},``: ``(cut, events)`` (``cut`` counted in the text, after the
+    ``[``), or ``(0, None)``. A prefix that decodes as a JSON array of objects is
+    whole: a cut inside a string or a nested value leaves an unclosed string or
+    bracket, a syntax error. The byte after the ``}`` (a comma or a space) is set to
+    ``]`` for the decode and put back."""
+    pos = len(buf)
     for _ in range(CUT_TRIES):
-        pos = buf.rfind(b"}", 0, pos)
+        pos = buf.rfind(b"}", 1, pos)
         if pos < 0:
             return 0, None
-        after = buf[pos + 1:pos + 64].lstrip()
-        if after[:1] == b",":
-            got = _decode(buf[:pos + 1], decoder)
+        if bytes(buf[pos + 1:pos + 64]).lstrip()[:1] == b",":
+            saved, buf[pos + 1] = buf[pos + 1], CLOSE_ARR
+            try:
+                got = _decode(memoryview(buf)[:pos + 2], decoder)
+            finally:
+                buf[pos + 1] = saved
             if got is not None:
-                return pos + 1, got
+                return pos, got
     return 0, None
 
 
-def _last(buf: bytes, name: str, offset: int, decoder=_DECODE):
-    """At the end of the file: where the events' array closes (its ``]``), and its events."""
+def _last(buf: bytearray, name: str, offset: int, decoder=_DECODE):
+    """At the end of the file: where the events' array closes (its ``]``, counted
+    in the text of ``buf``, ``framed``), and its events."""
     pos = len(buf)
     for _ in range(CUT_TRIES):
-        pos = buf.rfind(b"]", 0, pos)
+        pos = buf.rfind(b"]", 1, pos)
         if pos < 0:
             break
-        region = buf[:pos].rstrip()
-        got = _decode(region, decoder) if region.strip() else []
+        got = _decode(memoryview(buf)[:pos + 1], decoder)
         if got is not None:
-            return pos, got
+            return pos - 1, got
     raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (after byte {offset:,}): the file is "
                               "truncated or damaged; re-export it")
 
@@ -203,10 +219,11 @@ def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, he
     """The file's events, a ``Piece`` at a time, in file order, decoded by ``decoder``
     (``list[Event]``; a reader that needs fewer fields gives a ``msgspec`` decoder of
     a list of a smaller struct: fields it lacks are skipped in C, the cuts are the
-    same). ``head`` / ``tail``
-    (lists, when given) receive the text before the events' array (its ``[``
-    included), and the text from its closing ``]`` to the end and that ``]``'s offset. A
-    ``FrameworkTraceError`` for a file that is not a Chrome trace or ends inside an event."""
+    same). ``head`` / ``tail`` (lists, when given) receive the text before the events'
+    array (its ``[`` included), and the text from its closing ``]`` to the end and
+    that ``]``'s offset. A ``FrameworkTraceError`` for a file that is not a Chrome
+    trace or ends inside an event. Each piece's text is a view of the bytes read
+    (nothing is copied but what is left after a piece's last event)."""
     name = str(path)
     with open_bytes(path) as f:
         try:
@@ -215,30 +232,40 @@ def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, he
             raise FrameworkTraceError(f"{name!r} cannot be read: {e} (a damaged gzip file?)") from None
         if head is not None:
             head.append(h.head)
-        buf, offset = h.rest, len(h.head)
+        buf, offset = framed(h.rest), len(h.head)
         while True:
             try:
                 more = f.read(chunk_bytes)
             except (OSError, EOFError) as e:
-                raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf):,}: {e} "
+                raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf) - 1:,}: {e} "
                                           "(a truncated or damaged gzip file?)") from None
-            buf += more
             if not more:
                 end, evs = _last(buf, name, offset, decoder)
                 if evs:
-                    yield Piece(buf[:end], offset, evs)
+                    yield Piece(memoryview(buf)[1:end + 1], offset, evs)
                 if tail is not None:
-                    tail += [buf[end:], offset + end]  # the tail's text, and where the array's "]" sits
+                    tail += [bytes(buf[end + 1:]), offset + end]  # the tail's text, and where the array's "]" sits
                 return
-            cut, evs = _whole(buf, len(buf), decoder)
+            buf += more
+            cut, evs = _whole(buf, decoder)
             if evs is None:
                 continue  # no whole event yet: read more
-            yield Piece(buf[:cut], offset, evs)
-            rest = buf[cut:]
-            lead = len(rest) - len(rest.lstrip())
-            if rest[lead:lead + 1] == b",":
-                lead += 1
-            buf, offset = rest[lead:], offset + cut + lead
+            yield Piece(memoryview(buf)[1:cut + 1], offset, evs)
+            lead = skip_comma(buf, cut + 1)
+            buf, offset = framed(memoryview(buf)[cut + 1 + lead:]), offset + cut + lead
+
+
+def skip_comma(buf, at: int) -> int:
+    """How many bytes from ``at`` are whitespace and then one comma (what separates
+    a piece's last event from the next piece)."""
+    rest = bytes(buf[at:at + 4096])
+    lead = len(rest) - len(rest.lstrip())
+    while lead == len(rest) and at + lead < len(buf):  # a long run of whitespace
+        rest = bytes(buf[at + lead:at + lead + 4096])
+        lead += len(rest) - len(rest.lstrip())
+    if bytes(buf[at + lead:at + lead + 1]) == b",":
+        lead += 1
+    return lead
 
 
 def document(head: bytes, tail: bytes, name: str) -> dict:

@@ -22,11 +22,16 @@ import msgspec
 
 from timeline.attach import jsonscan as J
 from timeline.attach.sniff import FrameworkTraceError
+from timeline.errors import TimelineError
 
-__all__ = ["PARALLEL_MIN_BYTES", "WORKERS_ENV", "map_pieces", "workers_for"]
+__all__ = ["PARALLEL_MIN_BYTES", "WORKERS_ENV", "WorkersError", "map_pieces", "workers_for"]
 
 WORKERS_ENV = "TIMELINE_ATTACH_WORKERS"  # worker processes (default: the cores this process may use; 1: none)
 PARALLEL_MIN_BYTES = 4 * J.CHUNK_BYTES  # a smaller file is read here: starting workers costs more
+
+
+class WorkersError(TimelineError):
+    """``TIMELINE_ATTACH_WORKERS`` set to something that is not a number of processes."""
 
 
 def workers_for(path) -> int:
@@ -34,7 +39,8 @@ def workers_for(path) -> int:
     try:
         n = int(os.environ.get(WORKERS_ENV, "") or len(os.sched_getaffinity(0)))
     except ValueError:
-        raise FrameworkTraceError(f"{WORKERS_ENV}={os.environ[WORKERS_ENV]!r} is not a number of processes") from None
+        raise WorkersError(f"{WORKERS_ENV}={os.environ[WORKERS_ENV]!r} is not a number of processes: set it to "
+                           "1 (read in this process) or more (worker processes), or unset it (the cores)") from None
     try:
         big = os.path.getsize(path) >= PARALLEL_MIN_BYTES
     except OSError:
@@ -118,29 +124,36 @@ class NotWhole(NamedTuple):
     start: int
 
 
+TAIL_READ = 1 << 16  # bytes read at a time, backwards from a read's end, to find its cut
+
+
 def _candidate(fd: int, start: int, read_end: int):
     """``jsonscan._whole``'s first candidate cut in the file's bytes [start, read_end):
     after the last ``}`` that a comma follows (within 64 bytes), among the last
-    ``CUT_TRIES`` ``}``; None where there is none."""
-    buf = os.pread(fd, read_end - start, start)
-    pos = len(buf)
-    for _ in range(J.CUT_TRIES):
-        pos = buf.rfind(b"}", 0, pos)
-        if pos < 0:
-            return None
-        if buf[pos + 1:pos + 64].lstrip()[:1] == b",":
-            return start + pos + 1
+    ``CUT_TRIES`` ``}``; None where there is none. Read backwards from the end, a
+    block at a time (not the whole piece)."""
+    tries, hi, after = J.CUT_TRIES, read_end, b""
+    while hi > start:
+        lo = max(start, hi - TAIL_READ)
+        block = os.pread(fd, hi - lo, lo)
+        buf, pos = block + after, len(block)
+        while True:
+            pos = buf.rfind(b"}", 0, pos)
+            if pos < 0:
+                break
+            if buf[pos + 1:pos + 64].lstrip()[:1] == b",":
+                return lo + pos + 1
+            tries -= 1
+            if not tries:
+                return None
+        hi, after = lo, block[:64]
     return None
 
 
 def _after(fd: int, cut: int, read_end: int) -> int:
     """Where the next piece starts: past the whitespace and the comma after ``cut``,
     within the bytes read (as ``jsonscan.pieces`` steps over them)."""
-    rest = os.pread(fd, read_end - cut, cut)
-    lead = len(rest) - len(rest.lstrip())
-    if rest[lead:lead + 1] == b",":
-        lead += 1
-    return cut + lead
+    return cut + J.skip_comma(os.pread(fd, read_end - cut, cut), 0)
 
 
 def _one(fd: int, start: int, read_end: int, size: int, chunk_bytes: int, decoder, name: str) -> tuple:
@@ -149,7 +162,7 @@ def _one(fd: int, start: int, read_end: int, size: int, chunk_bytes: int, decode
     where no piece ends before the file does."""
     while True:
         buf = os.pread(fd, read_end - start, start)
-        cut, events = J._whole(buf, len(buf), decoder)
+        cut, events = J._whole(J.framed(buf), decoder)
         if events is not None:
             return start + cut, events, read_end
         if read_end >= size:
@@ -160,7 +173,7 @@ def _one(fd: int, start: int, read_end: int, size: int, chunk_bytes: int, decode
 def _final(fd: int, start: int, size: int, decoder, fn, args, name: str, tail) -> Iterator:
     """The last piece: up to where the events' array closes (``jsonscan._last``)."""
     buf = os.pread(fd, size - start, start)
-    end, events = J._last(buf, name, start, decoder)
+    end, events = J._last(J.framed(buf), name, start, decoder)
     if events:
         yield fn(events, *args)
     if tail is not None:
@@ -181,10 +194,13 @@ def _run(path, kind, fn, start: int, cut: int, args):
     decoder = _DECODERS.get(kind)
     if decoder is None:
         decoder = _DECODERS[kind] = msgspec.json.Decoder(list[kind])
+    buf = bytearray(cut - start + 2)  # the events between [ and ], read in place
+    buf[0], buf[-1] = ord("["), ord("]")
     with open(path, "rb") as f:
-        text = os.pread(f.fileno(), cut - start, start)
+        if os.preadv(f.fileno(), [memoryview(buf)[1:-1]], start) != cut - start:
+            raise FrameworkTraceError(f"{str(path)!r} changed while it was read (at byte {start:,}): read it again")
     try:
-        events = decoder.decode(b"[" + text + b"]")
+        events = decoder.decode(buf)
     except msgspec.ValidationError as e:
         raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
     except msgspec.DecodeError:
