@@ -135,16 +135,16 @@ def current(name: str, path: Path, out: Path) -> dict:
 
 def before(name: str, path: Path, out: Path) -> dict:
     """The code before issue 42's speed work (tests/attach_baseline), for the side by side."""
-    import attach_baseline as B
+    import attach_baseline
     from timeline import load
     from timeline.attach import attach
 
     t = time.perf_counter()
-    fw = B.kineto.read_kineto(path)
+    fw = attach_baseline.kineto.read_kineto(path)
     res = {"framework_events": fw.events, "timeline_events": 0}
     if name == "perfetto-before":
         att = attach(load(ROOT / "traces" / "h200_mono_demo.arrow"), fw, kernel=KERNEL)
-        res["timeline_events"] = B.write_perfetto(att, out / "m.pftrace")
+        res["timeline_events"] = attach_baseline.write_perfetto(att, out / "m.pftrace")
     res["wall_s"] = time.perf_counter() - t
     return res
 

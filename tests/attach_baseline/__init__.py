@@ -22,8 +22,9 @@ def perfetto_framework_bytes(path, rank: int = 0, shift_ns: int = 0, prefix: str
             return b"".join(out), stop.value
 
 
-def write_perfetto(att, path) -> None:
-    """The merged ``.pftrace`` as the old ``write.write_perfetto`` wrote it."""
+def write_perfetto(att, path) -> int:
+    """The merged ``.pftrace`` as the old ``write.write_perfetto`` wrote it; the
+    timeline slices written."""
     from timeline.attach import write as AW
     from timeline.export import _common as XC
     from timeline.export.perfetto import write_perfetto as export_perfetto
@@ -36,7 +37,7 @@ def write_perfetto(att, path) -> None:
                     else AW._activity_packets(att, r))
         parents = {(m["rank"], m["launch"]): framework_tracks.thread_track(m["rank"], m["device"], m["stream"])
                    for m in att.matches.to_pylist()}
-        export_perfetto(att.trace, f, embed=XC.Embed(0, AW.PID_OFFSET, AW._names(att), parents))
+        return export_perfetto(att.trace, f, embed=XC.Embed(0, AW.PID_OFFSET, AW._names(att), parents))
 
 
 def write_chrome(att, path) -> None:

@@ -78,10 +78,16 @@ KEY = np.dtype([("track", "<i8"), ("ts", "<i8")])
 
 class Flows(NamedTuple):
     """Flow ends sorted by (thread track, ts ns), with their flow ids: arrays, not a
-    dict of tuples (a 1 GB trace holds millions)."""
+    dict of tuples (a 1 GB trace holds millions). ``tracks`` / ``lo`` / ``span`` /
+    ``order_key``: the search key ``find`` uses, made once (None where it would not
+    fit int64)."""
 
     keys: np.ndarray  # KEY
     ids: np.ndarray  # uint64
+    tracks: np.ndarray | None = None  # the distinct tracks, sorted
+    lo: int = 0  # the smallest ts
+    span: int = 1  # the ts range + 1
+    order_key: np.ndarray | None = None  # per flow: its track's rank * span + ts - lo (sorted like keys)
 
     @classmethod
     def of(cls, parts: list) -> "Flows":
@@ -90,23 +96,26 @@ class Flows(NamedTuple):
         keys = np.concatenate([k for k, _ in parts])
         ids = np.concatenate([i for _, i in parts])
         order = np.lexsort((keys["ts"], keys["track"]))  # stable: equal keys keep file order
-        return cls(keys[order], ids[order])
+        keys, ids = keys[order], ids[order]
+        tracks = np.unique(keys["track"])
+        lo, hi = int(keys["ts"].min()), int(keys["ts"].max())
+        span = hi - lo + 1
+        if len(tracks) * span >= 1 << 62:
+            return cls(keys, ids)
+        return cls(keys, ids, tracks, lo, span, np.searchsorted(tracks, keys["track"]) * span + (keys["ts"] - lo))
 
     def find(self, track: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """The index of the first flow at each (track, ts), -1 where none: one
-        ``searchsorted`` on a key that orders as (track, ts) does (the track's rank
-        among the flows' tracks times the span of ts, plus ts), where that fits int64;
-        else on the structured keys."""
+        ``searchsorted`` on a key that orders as (track, ts) does (``order_key``),
+        where that fits int64; else on the structured keys."""
         if not len(self.keys) or not len(track):
             return np.full(len(track), -1, np.int64)
-        tracks = np.unique(self.keys["track"])
-        lo, hi = int(self.keys["ts"].min()), int(self.keys["ts"].max())
-        span = hi - lo + 1
-        if len(tracks) * span < 1 << 62:
+        if self.order_key is not None:
+            tracks, mine = self.tracks, self.order_key
             t = np.searchsorted(tracks, track)
-            known = (t < len(tracks)) & (tracks[np.minimum(t, len(tracks) - 1)] == track) & (ts >= lo) & (ts <= hi)
-            mine = np.searchsorted(tracks, self.keys["track"]) * span + (self.keys["ts"] - lo)
-            q = np.where(known, t * span + (ts - lo), -1)
+            known = ((t < len(tracks)) & (tracks[np.minimum(t, len(tracks) - 1)] == track) & (ts >= self.lo)
+                     & (ts < self.lo + self.span))
+            q = np.where(known, t * self.span + (ts - self.lo), -1)
             i = np.searchsorted(mine, q)
             j = np.minimum(i, len(mine) - 1)
             return np.where(known & (mine[j] == q), j, -1)
