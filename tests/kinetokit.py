@@ -187,3 +187,73 @@ def gpu_trace(base: Path, out: Path, trace, *, kernel="mono_ffn_kernel", device=
         data = gzip.compress(data)
     Path(out).write_bytes(data)
     return Placed(offset, start, end)
+
+
+ODD_EVENTS = [  # the shapes a converter must keep exactly, in Chrome JSON that Kineto itself does not write
+    '{{"ph": "X", "cat": "cpu_op", "name": "overlaps \\"the op\\" \\u00e9", "pid": {pid}, "tid": {tid}, '
+    '"ts": {t5}, "dur": 9.5}}',  # ends after the op it starts in: the "overlapping" track; escapes
+    '{{"ph": "X", "cat": "python_function", "name": ["a", 1], "pid": {pid}, "tid": "py thread", "ts": {t1}, '
+    '"dur": 0, "args": {{"nested": {{"a": [1, {{"b": null}}]}}, "text": "\\u03bb,}}]"}}}}',  # a list as name, zero dur
+    '{{"ph": "X", "cat": 7, "name": "no args, odd cat", "pid": {pid}, "tid": {tid}, "ts": {t6}, "dur": 1.25}}',
+    '{{"ph": "X", "cat": "cpu_op", "name": "same start", "pid": {pid}, "tid": {tid}, "ts": {t0}, "dur": 9.000, '
+    '"args": {{}}}}',  # the same start and length as the op: nests (equal)
+    '{{"ph": "i", "cat": "instant", "name": "mark", "pid": {pid}, "tid": {tid}, "ts": {t2}, "s": "t"}}',
+    '{{"ph": "C", "name": "counter", "pid": {pid}, "ts": {t2}, "args": {{"v": 3}}}}',
+    '{{"ph": "B", "name": "begin", "pid": {pid}, "tid": {tid}, "ts": {t3}}}',
+    '{{"ph": "X", "cat": "cpu_op", "name": "no ts", "pid": {pid}, "tid": {tid}, "dur": 1}}',
+    '{{"ph": "s", "id": "str-{k}", "pid": {pid}, "tid": {tid}, "ts": {t0}, "cat": "fwdbwd", "name": "fwdbwd"}}',
+    '{{"ph": "f", "id": "str-{k}", "pid": {pid}, "tid": {tid}, "ts": {t7}, "cat": "fwdbwd", "name": "fwdbwd", '
+    '"bp": "e"}}',  # binds to nothing: an instant carries it
+    '{{"ph": "X", "cat": "cpu_op", "name": "earlier than the last", "pid": {pid}, "tid": 99, "ts": {tm}, '
+    '"dur": 0.001}}',  # out of order on its track (tid 99's previous slice starts later)
+]
+
+
+def bulk_trace(path: Path, mb: int, trace, kernel: str = "mono_ffn_kernel", *, odd: bool = False) -> dict:
+    """A SYNTHETIC Kineto JSON of about ``mb`` MB: the GPU events of ``trace``'s launches
+    (rank 0) at a known offset, then blocks of a cpu_op, its cudaLaunchKernel and ac2g
+    flow, a kernel and a memcpy, repeated (``bench/attach.py``'s file). ``odd``: each
+    block also holds ``ODD_EVENTS`` (overlaps, escapes, a list as name, instants,
+    counters, flows without a slice, out-of-order slices). Returns its event count,
+    the offset (framework ns = device ns + offset) and its size."""
+    ls = MA.launches(trace)
+    first, last = R.column(ls, "device_first_ns"), R.column(ls, "device_last_ns")
+    t0 = 5_000_000_000_000
+    offset = t0 - int(first.min())
+    host = Host(4242, 4242, t0, t0)
+    head = ('{\n  "schemaVersion": 1,\n  "deviceProperties": [],\n  "displayTimeUnit": "ms",\n'
+            '  "baseTimeNanoseconds": 1790000000000000000,\n  "traceEvents": [\n  ')
+    events, corr = 0, 1
+    with open(path, "w") as f:
+        f.write(head)
+        lines = gpu_metadata(0, [7])
+        for i in range(len(first)):
+            s, e = int(first[i]) + offset - 900, int(last[i]) + offset + 700
+            lines.append(kernel_event(kernel, 0, 7, s, e, corr, (trace.spec.grid, 1, 1)))
+            lines += launch_events(host, s - 10_000, s, 0, 7, corr)
+            corr += 1
+        f.write(",\n  ".join(lines))
+        events += len(lines)
+        t = int(last.max()) + offset + 1_000_000
+        block, target = [], mb << 20
+        while f.tell() < target:
+            block.clear()
+            for _ in range(2000):
+                block.append(f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242, '
+                             f'"ts": {us(t)}, "dur": {us(9000)}, "args": {{"External id": {corr}, '
+                             f'"Record function id": 0, "Ev Idx": {corr}}}}}')
+                block += launch_events(host, t + 1000, t + 20_000, 0, 7, corr, "cudaLaunchKernel", "cuda_runtime", 211)
+                block.append(kernel_event("void at::native::vectorized_elementwise_kernel<4>", 0, 7, t + 20_000,
+                                          t + 25_000, corr, (66, 1, 1), (128, 1, 1)))
+                block.append(copy_event("memcpy", 0, 7, t + 26_000, t + 27_000, corr + 1))
+                if odd and corr % 14 == 1:
+                    block += [o.format(pid=4242, tid=4242, k=corr, t0=us(t), t1=us(t + 500), t2=us(t + 700),
+                                       t3=us(t + 800), t5=us(t + 5000), t6=us(t + 29_000), t7=us(t + 29_500),
+                                       tm=us(t - 1_000_000)) for o in ODD_EVENTS]
+                    block.append(f'{{"ph": "X", "cat": "cpu_op", "name": "late", "pid": 4242, "tid": 99, '
+                                 f'"ts": {us(t + 100)}, "dur": 1}}')
+                corr, t = corr + 2, t + 30_000
+            f.write(",\n  " + ",\n  ".join(block))
+            events += len(block)
+        f.write('\n  ],\n  "traceName": "bench"\n}\n')
+    return {"events": events, "offset": offset, "bytes": Path(path).stat().st_size}

@@ -26,7 +26,8 @@ import numpy as np
 
 from timeline.attach.sniff import FrameworkTraceError
 
-__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "ns_of", "open_bytes", "pieces"]
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
+           "open_bytes", "pieces", "skip_comma"]
 
 RAW_NONE = msgspec.Raw(b"null")
 
@@ -65,10 +66,11 @@ class Event(msgspec.Struct):
 
 
 class Piece(NamedTuple):
-    """A run of complete events: ``text`` their JSON (``offset`` where it begins in
-    the decompressed file), ``events`` them decoded (``Event``)."""
+    """A run of complete events: ``text`` their JSON (a view of the bytes read;
+    ``offset`` where it begins in the decompressed file), ``events`` them decoded
+    (``Event``)."""
 
-    text: bytes
+    text: memoryview
     offset: int
     events: list
 
@@ -108,11 +110,12 @@ class _Head(NamedTuple):
     depth: int  # the array's depth (events are objects at depth + 1)
 
 
-def _find_array(f, name: str) -> _Head:
-    """Read until the ``traceEvents`` array opens (or the document is an array)."""
+def _find_array(f, name: str, chunk_bytes: int = CHUNK_BYTES) -> _Head:
+    """Read until the ``traceEvents`` array opens (or the document is an array),
+    ``chunk_bytes`` at a time."""
     buf = b""
     while True:
-        more = f.read(CHUNK_BYTES)
+        more = f.read(chunk_bytes)
         buf += more
         stripped = buf.lstrip()
         if stripped[:1] == b"[":
@@ -121,9 +124,10 @@ def _find_array(f, name: str) -> _Head:
         if stripped and stripped[:1] != b"{":
             raise FrameworkTraceError(f"{name!r} is not JSON (it starts with {stripped[:16]!r}): a PyTorch "
                                       "profiler trace is the JSON prof.export_chrome_trace writes")
-        a = np.frombuffer(buf, np.uint8)
-        pos, kind, depth, _ = _brackets(a, 0)
         key = buf.find(b'"traceEvents"')
+        if key >= 0:  # the brackets before the last "traceEvents" only (not the whole first read)
+            a = np.frombuffer(buf, np.uint8)[:buf.rfind(b'"traceEvents"')]
+            pos, kind, depth, _ = _brackets(a, 0)
         while key >= 0:
             before = np.searchsorted(pos, key)
             d = int(depth[before - 1]) if before else 0
@@ -151,88 +155,117 @@ _DECODE = msgspec.json.Decoder(list[Event])
 CUT_TRIES = 64  # candidate cuts tried per read before reading more
 
 
-def _decode(region: bytes):
-    """``region`` (events separated by commas) decoded, or None where it is not
-    whole (a cut inside an event or a string: a syntax error)."""
+def framed(text) -> bytearray:
+    """``text`` (events separated by commas) after a ``[``: a buffer whose prefixes,
+    closed by one byte set to ``]``, decode without being copied."""
+    buf = bytearray(len(text) + 1)
+    buf[0] = OPEN_ARR
+    buf[1:] = text
+    return buf
+
+
+def _decode(view, decoder=_DECODE):
+    """``view`` (a JSON array of events) decoded by ``decoder`` (a list of structs),
+    or None where it is not whole (a cut inside an event or a string: a syntax
+    error)."""
     try:
-        return _DECODE.decode(b"[" + region + b"]")
+        return decoder.decode(view)
     except msgspec.ValidationError as e:
         raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
     except msgspec.DecodeError:
         return None
 
 
-def _whole(buf: bytes, at: int):
-    """The longest prefix of ``buf`` made of whole events ending at a ``},``
-    before ``at``: ``(cut, events)``, or ``(0, None)``. A prefix that decodes as a JSON
-    array of objects is whole: a cut inside a string or a nested value leaves an
-    unclosed string or bracket, a syntax error."""
-    pos = at
+def _whole(buf: bytearray, decoder=_DECODE):
+    """The longest prefix of the events in ``buf`` (``framed``) made of whole events
+    ending at a ``},``: ``(cut, events)`` (``cut`` counted in the text, after the
+    ``[``), or ``(0, None)``. A prefix that decodes as a JSON array of objects is
+    whole: a cut inside a string or a nested value leaves an unclosed string or
+    bracket, a syntax error. The byte after the ``}`` (a comma or a space) is set to
+    ``]`` for the decode and put back."""
+    pos = len(buf)
     for _ in range(CUT_TRIES):
-        pos = buf.rfind(b"}", 0, pos)
+        pos = buf.rfind(b"}", 1, pos)
         if pos < 0:
             return 0, None
-        after = buf[pos + 1:pos + 64].lstrip()
-        if after[:1] == b",":
-            got = _decode(buf[:pos + 1])
+        if bytes(buf[pos + 1:pos + 64]).lstrip()[:1] == b",":
+            saved, buf[pos + 1] = buf[pos + 1], CLOSE_ARR
+            try:
+                got = _decode(memoryview(buf)[:pos + 2], decoder)
+            finally:
+                buf[pos + 1] = saved
             if got is not None:
-                return pos + 1, got
+                return pos, got
     return 0, None
 
 
-def _last(buf: bytes, name: str, offset: int):
-    """At the end of the file: where the events' array closes (its ``]``), and its events."""
+def _last(buf: bytearray, name: str, offset: int, decoder=_DECODE):
+    """At the end of the file: where the events' array closes (its ``]``, counted
+    in the text of ``buf``, ``framed``), and its events."""
     pos = len(buf)
     for _ in range(CUT_TRIES):
-        pos = buf.rfind(b"]", 0, pos)
+        pos = buf.rfind(b"]", 1, pos)
         if pos < 0:
             break
-        region = buf[:pos].rstrip()
-        got = _decode(region) if region.strip() else []
+        got = _decode(memoryview(buf)[:pos + 1], decoder)
         if got is not None:
-            return pos, got
+            return pos - 1, got
     raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (after byte {offset:,}): the file is "
                               "truncated or damaged; re-export it")
 
 
-def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, head: list | None = None
-           ) -> Iterator[Piece]:
-    """The file's events, a ``Piece`` at a time, in file order. ``head`` / ``tail``
-    (lists, when given) receive the text before the events' array (its ``[``
-    included), and the text from its closing ``]`` to the end and that ``]``'s offset. A
-    ``FrameworkTraceError`` for a file that is not a Chrome trace or ends inside an event."""
+def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, head: list | None = None,
+           decoder=_DECODE) -> Iterator[Piece]:
+    """The file's events, a ``Piece`` at a time, in file order, decoded by ``decoder``
+    (``list[Event]``; a reader that needs fewer fields gives a ``msgspec`` decoder of
+    a list of a smaller struct: fields it lacks are skipped in C, the cuts are the
+    same). ``head`` / ``tail`` (lists, when given) receive the text before the events'
+    array (its ``[`` included), and the text from its closing ``]`` to the end and
+    that ``]``'s offset. A ``FrameworkTraceError`` for a file that is not a Chrome
+    trace or ends inside an event. Each piece's text is a view of the bytes read
+    (nothing is copied but what is left after a piece's last event)."""
     name = str(path)
     with open_bytes(path) as f:
         try:
-            h = _find_array(f, name)
+            h = _find_array(f, name, chunk_bytes)
         except (OSError, EOFError) as e:
             raise FrameworkTraceError(f"{name!r} cannot be read: {e} (a damaged gzip file?)") from None
         if head is not None:
             head.append(h.head)
-        buf, offset = h.rest, len(h.head)
+        buf, offset = framed(h.rest), len(h.head)
         while True:
             try:
                 more = f.read(chunk_bytes)
             except (OSError, EOFError) as e:
-                raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf):,}: {e} "
+                raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf) - 1:,}: {e} "
                                           "(a truncated or damaged gzip file?)") from None
-            buf += more
             if not more:
-                end, evs = _last(buf, name, offset)
+                end, evs = _last(buf, name, offset, decoder)
                 if evs:
-                    yield Piece(buf[:end], offset, evs)
+                    yield Piece(memoryview(buf)[1:end + 1], offset, evs)
                 if tail is not None:
-                    tail += [buf[end:], offset + end]  # the tail's text, and where the array's "]" sits
+                    tail += [bytes(buf[end + 1:]), offset + end]  # the tail's text, and where the array's "]" sits
                 return
-            cut, evs = _whole(buf, len(buf))
+            buf += more
+            cut, evs = _whole(buf, decoder)
             if evs is None:
                 continue  # no whole event yet: read more
-            yield Piece(buf[:cut], offset, evs)
-            rest = buf[cut:]
-            lead = len(rest) - len(rest.lstrip())
-            if rest[lead:lead + 1] == b",":
-                lead += 1
-            buf, offset = rest[lead:], offset + cut + lead
+            yield Piece(memoryview(buf)[1:cut + 1], offset, evs)
+            lead = skip_comma(buf, cut + 1)
+            buf, offset = framed(memoryview(buf)[cut + 1 + lead:]), offset + cut + lead
+
+
+def skip_comma(buf, at: int) -> int:
+    """How many bytes from ``at`` are whitespace and then one comma (what separates
+    a piece's last event from the next piece)."""
+    rest = bytes(buf[at:at + 4096])
+    lead = len(rest) - len(rest.lstrip())
+    while lead == len(rest) and at + lead < len(buf):  # a long run of whitespace
+        rest = bytes(buf[at + lead:at + lead + 4096])
+        lead += len(rest) - len(rest.lstrip())
+    if bytes(buf[at + lead:at + lead + 1]) == b",":
+        lead += 1
+    return lead
 
 
 def document(head: bytes, tail: bytes, name: str) -> dict:
@@ -250,39 +283,44 @@ def document(head: bytes, tail: bytes, name: str) -> dict:
 _ARGS = msgspec.json.Decoder()
 
 
+POW10 = 10 ** np.arange(19, dtype=np.int64)  # 10**0 .. 10**18: the weight of a digit in ns
+INT_DIGITS = 15  # digits before the dot read at once (µs < 10**15: ns < 10**18 fit int64)
+
+
 def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
-    """``ns_of`` of many raw numbers at once (int64): the digits laid out as a byte
-    matrix and summed column by column, for the forms ``123`` and ``123.456``; any
-    other form (a sign, an exponent) through ``ns_of`` one by one. ``null``: the value
-    of a missing number (None: refused)."""
+    """``ns_of`` of many raw numbers at once (int64), with no per-number Python step
+    for the forms ``123`` and ``123.456``: the texts joined into one byte array, each
+    digit weighted by its place relative to its number's dot (digits past the ns
+    dropped) and summed per number (``np.add.reduceat``); any other form (a sign, an
+    exponent, more than ``INT_DIGITS`` whole digits) through ``ns_of`` one by one.
+    ``null``: the value of a missing number (None: refused)."""
     n = len(raws)
     if not n:
         return np.zeros(0, np.int64)
-    b = [bytes(r) for r in raws]
-    w = max(len(x) for x in b)
-    m = np.frombuffer(b"".join(x.ljust(w, b"\0") for x in b), np.uint8).reshape(n, w)
-    used = m != 0
-    dot = m == 46
-    digit = (m >= 48) & (m <= 57)
-    ndot = dot.sum(axis=1)
-    plain = ((digit | dot | ~used).all(axis=1) & (ndot <= 1) & used.any(axis=1) & (w <= 40)
-             & (np.cumsum(~used, axis=1)[:, -1] == w - used.sum(axis=1)))
-    length = used.sum(axis=1)
-    at = np.where(ndot == 1, dot.argmax(axis=1), length)
-    whole = np.zeros(n, np.int64)
-    d = m.astype(np.int64) - 48
-    for j in range(w):
-        take = plain & (j < at)
-        whole = np.where(take, whole * 10 + d[:, j], whole)
-    frac = np.zeros(n, np.int64)
-    for k in range(3):
-        col = at + 1 + k
-        ok = plain & (col < length)
-        digit_k = np.where(ok, d[np.arange(n), np.minimum(col, w - 1)], 0)
-        frac = frac * 10 + digit_k
-    out = whole * 1000 + frac
+    lens = np.fromiter(map(len, raws), np.int64, n)
+    if not lens.all():
+        return np.array([ns_of(r, what) for r in raws], np.int64)
+    buf = np.frombuffer(b"".join(raws), np.uint8)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    digit = (buf >= 48) & (buf <= 57)
+    dot = buf == 46
+    pos = np.arange(len(buf), dtype=np.int64)
+    ndot = np.add.reduceat(dot, starts, dtype=np.int64)
+    nother = lens - np.add.reduceat(digit, starts, dtype=np.int64) - ndot
+    first_dot = np.minimum.reduceat(np.where(dot, pos, len(buf)), starts)
+    at = np.where(ndot > 0, first_dot, ends)  # each number's dot (its end where none)
+    plain = (nother == 0) & (ndot <= 1) & (at - starts <= INT_DIGITS)
+    at_b = np.repeat(at, lens)
+    place = at_b - pos + 2 + (pos > at_b)  # the power of ten of each digit in ns
+    weight = POW10[np.clip(place, 0, 18)]
+    out = np.add.reduceat(np.where(digit & (place >= 0), (buf.astype(np.int64) - 48) * weight, 0), starts)
     for i in np.flatnonzero(~plain).tolist():
-        out[i] = null if (null is not None and b[i] == b"null") else ns_of(b[i], what)
+        r = bytes(raws[i])
+        v = null if (null is not None and r == b"null") else ns_of(r, what)
+        if not -2**63 <= v < 2**63:
+            raise FrameworkTraceError(f"{what} {r[:30]!r} is past the ns a trace can hold (2**63)")
+        out[i] = v
     return out
 
 

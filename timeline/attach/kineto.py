@@ -19,6 +19,8 @@ event of a kept category lacking a field it needs is refused with its byte offse
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
 
 import msgspec
@@ -26,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.attach import jsonscan as J
+from timeline.attach import pool as AP
 from timeline.attach.events import Framework, activity_table, step_table
 from timeline.attach.sniff import FrameworkTraceError
 
@@ -37,7 +40,7 @@ STEP_PREFIX = "ProfilerStep#"
 CATEGORIES = (*ACTIVITY_CATS, *LAUNCH_CATS, "user_annotation")
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     """The ``args`` fields read of a device activity or a launch call."""
 
     device: Any = None
@@ -46,13 +49,32 @@ class _Args(msgspec.Struct):
     grid: Any = None
 
 
+class _Event(msgspec.Struct, gc=False):
+    """The event fields this reader looks at (the others are skipped in C while the
+    piece is decoded); ``ts`` / ``dur`` / ``args`` raw as in ``jsonscan.Event``."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = J.RAW_NONE
+    dur: msgspec.Raw = J.RAW_NONE
+    args: msgspec.Raw = J.RAW_NONE
+
+
 _ARGS = msgspec.json.Decoder(list[_Args])
+ACTIVITY, LAUNCH, STEP = 1, 2, 3  # what an event's cat makes it for this reader
+CAT_KIND = {**{c: ACTIVITY for c in ACTIVITY_CATS}, **{c: LAUNCH for c in LAUNCH_CATS}, "user_annotation": STEP}
+EMPTY = b"{}"
+NO_GRID = (None, None, None)
 
 
 def _ints(values, what: str, name: str) -> list:
     """``values`` checked to be integers (one refusal naming the first that is not)."""
-    bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None) \
-        if not all(type(v) is int for v in values) else None
+    if set(map(type, values)) <= {int, type(None)}:  # None: a null in the column
+        return values
+    bad = next(v for v in values if isinstance(v, bool) or not isinstance(v, int))
     if bad is not None or any(isinstance(v, bool) for v in values):
         raise FrameworkTraceError(f"{name!r}: an event's {what} is {bad!r}, not an integer")
     return values
@@ -63,10 +85,44 @@ def _maybe_int(v):
 
 
 def _args(events) -> list:
+    """The events' ``args`` decoded at once (``_Args``; ``{}`` where absent)."""
+    raws = [e.args for e in events]
+    if J.RAW_NONE in raws:
+        raws = [EMPTY if r == J.RAW_NONE else r for r in raws]
     try:
-        return _ARGS.decode(b"[" + b",".join(bytes(e.args) if e.args != J.RAW_NONE else b"{}" for e in events) + b"]")
+        return _ARGS.decode(b"[" + b",".join(raws) + b"]")
     except msgspec.DecodeError as e:
         raise FrameworkTraceError(f"an event's args is not a JSON object ({e})") from None
+
+
+def _kinds(evs: list) -> np.ndarray:
+    """``CAT_KIND`` of each event's ``cat`` (0: another category), without a Python
+    step per event where every ``cat`` is hashable (text: Kineto's always is)."""
+    cats = [e.cat for e in evs]
+    try:
+        return np.fromiter(map(CAT_KIND.get, cats, itertools.repeat(0)), np.int8, len(cats))
+    except TypeError:  # a list or object as cat: not a category this reader keeps
+        return np.array([CAT_KIND.get(c, 0) if isinstance(c, str) else 0 for c in cats], np.int8)
+
+
+def _take(items: list, mask: np.ndarray) -> list:
+    """The items where ``mask`` holds, picked in C (``operator.itemgetter``)."""
+    idx = np.flatnonzero(mask).tolist()
+    if len(idx) < 2:
+        return [items[i] for i in idx]
+    return list(operator.itemgetter(*idx)(items))
+
+
+def _grid(args: list) -> list:
+    """``grid_x`` / ``grid_y`` / ``grid_z``: each a list, None where the grid lacks it or
+    it is not an integer."""
+    grids = [a.grid for a in args]
+    if None in grids:
+        grids = [NO_GRID if g is None else g for g in grids]
+    if set(map(type, grids)) <= {list, tuple} and set(map(len, grids)) == {3}:
+        return [list(c) if set(map(type, c)) <= {int, type(None)} else [_maybe_int(v) for v in c] for c in zip(*grids)]
+    grids = [g if isinstance(g, list) else [] for g in grids]
+    return [[_maybe_int(x[i]) if len(x) > i else None for x in grids] for i in range(3)]
 
 
 def _activities(acts: list, name: str) -> "pa.Table":
@@ -74,43 +130,84 @@ def _activities(acts: list, name: str) -> "pa.Table":
     args = _args(acts)
     start = J.ns_array([e.ts for e in acts], f"{name!r}: a ts")
     dur = J.ns_array([e.dur for e in acts], f"{name!r}: a dur", null=0)
-    grids = [a.grid if isinstance(a.grid, list) else [] for a in args]
-    g = [[_maybe_int(x[i]) if len(x) > i else None for x in grids] for i in range(3)]
-    cols = {"kind": [ACTIVITY_CATS[e.cat] for e in acts], "name": [str(e.name) for e in acts],
-            "device": _ints([a.device if a.device is not None else e.pid for a, e in zip(args, acts)], "args.device", name),
-            "stream": _ints([a.stream if a.stream is not None else e.tid for a, e in zip(args, acts)], "args.stream", name),
+    g = _grid(args)
+    names = [e.name for e in acts]
+    if not set(map(type, names)) <= {str}:
+        names = [str(v) for v in names]
+    device = [a.device for a in args]
+    if None in device:
+        device = [a.device if a.device is not None else e.pid for a, e in zip(args, acts)]
+    stream = [a.stream for a in args]
+    if None in stream:
+        stream = [a.stream if a.stream is not None else e.tid for a, e in zip(args, acts)]
+    corr = [a.correlation for a in args]
+    if not set(map(type, corr)) <= {int}:
+        corr = [_maybe_int(c) for c in corr]
+    cols = {"kind": [ACTIVITY_CATS[e.cat] for e in acts], "name": names,
+            "device": _ints(device, "args.device", name), "stream": _ints(stream, "args.stream", name),
             "start_ns": start, "end_ns": start + np.maximum(dur, 0),
-            "correlation": [_maybe_int(a.correlation) for a in args], "grid_x": g[0], "grid_y": g[1], "grid_z": g[2]}
+            "correlation": corr, "grid_x": g[0], "grid_y": g[1], "grid_z": g[2]}
     return activity_table(cols, sort=False)
 
 
-def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES) -> Framework:
+def _launches(calls: list, name: str) -> tuple:
+    """(correlation ids, host ns) of the launch calls that carry a correlation."""
+    corr = [a.correlation for a in _args(calls)]
+    keep = [i for i, c in enumerate(corr) if type(c) is int]
+    if len(keep) < len(corr):
+        calls, corr = [calls[i] for i in keep], [corr[i] for i in keep]
+    return np.array(corr, np.int64), J.ns_array([e.ts for e in calls], f"{name!r}: a launch's ts")
+
+
+def _steps(marks: list, name: str, steps: tuple) -> None:
+    """``ProfilerStep#N`` markers appended to ``steps`` (numbers, starts, ends)."""
+    for e in marks:
+        if isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
+            number = e.name[len(STEP_PREFIX):]
+            if number.isdigit():
+                at = f"{name!r}: {e.name!r}"
+                start = J.ns_of(e.ts, f"{at}'s ts")
+                steps[0].append(int(number))
+                steps[1].append(start)
+                steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
+
+
+def _piece(evs: list, _shared, name: str) -> tuple:
+    """What a piece holds for the reader (its events decoded as ``_Event``): its
+    activity table (None: none), its launch calls' (correlation, ns), its step
+    markers, its event count. Per piece the events are sorted by ``cat`` with numpy;
+    only the kept ones are looked at field by field."""
+    kind = _kinds(evs)
+    table, launches, steps = None, None, ([], [], [])
+    if kind.any():
+        acts = [e for e in _take(evs, kind == ACTIVITY) if e.ph == "X"]
+        if acts:
+            table = _activities(acts, name)
+        calls = [e for e in _take(evs, kind == LAUNCH) if e.ts != J.RAW_NONE]
+        if calls:
+            launches = _launches(calls, name)
+        _steps(_take(evs, kind == STEP), name, steps)
+    return table, launches, steps, len(evs)
+
+
+def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None) -> Framework:
     """Read a Kineto trace (module docstring): device activities in start order, step
-    markers, the base time; streamed, memory bounded by a chunk and the rows kept."""
+    markers, the base time; streamed, memory bounded by a chunk and the rows kept;
+    the pieces reduced on every core (``pool.map_pieces``; ``workers``: how many
+    processes, None: the machine's cores for a large file)."""
     name = str(path)
     tables, launch_corr, launch_ns, steps, head, tail = [], [], [], ([], [], []), [], []
     events = 0
-    for piece in J.pieces(path, chunk_bytes=chunk_bytes, head=head, tail=tail):
-        evs = piece.events
-        events += len(evs)
-        acts = [e for e in evs if e.cat in ACTIVITY_CATS and e.ph == "X"]
-        if acts:
-            tables.append(_activities(acts, name))
-        calls = [e for e in evs if e.cat in LAUNCH_CATS and e.ts != J.RAW_NONE]
-        if calls:
-            corr = [_maybe_int(a.correlation) for a in _args(calls)]
-            keep = [i for i, c in enumerate(corr) if c is not None]
-            launch_corr.append(np.array([corr[i] for i in keep], np.int64))
-            launch_ns.append(J.ns_array([calls[i].ts for i in keep], f"{name!r}: a launch's ts"))
-        for e in evs:
-            if e.cat == "user_annotation" and isinstance(e.name, str) and e.name.startswith(STEP_PREFIX):
-                number = e.name[len(STEP_PREFIX):]
-                if number.isdigit():
-                    at = f"{name!r}: {e.name!r}"
-                    start = J.ns_of(e.ts, f"{at}'s ts")
-                    steps[0].append(int(number))
-                    steps[1].append(start)
-                    steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
+    for table, launches, st, n in AP.map_pieces(path, _Event, _piece, (name,), chunk_bytes=chunk_bytes, head=head,
+                                              tail=tail, workers=workers):
+        events += n
+        if table is not None:
+            tables.append(table)
+        if launches is not None:
+            launch_corr.append(launches[0])
+            launch_ns.append(launches[1])
+        for mine, got in zip(steps, st):
+            mine += got
     doc = J.document(head[0], tail[0], name) if head and tail else {}
     table = pa.concat_tables(tables).unify_dictionaries() if tables else \
         activity_table({k: [] for k in ("kind", "name", "start_ns", "end_ns")})

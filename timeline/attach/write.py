@@ -82,20 +82,22 @@ def _activity_packets(att: Attached, rank: int) -> bytes:
     return b"".join(out)
 
 
-COPY_PIECE = 1 << 20
+COPY_PIECE = 8 << 20
 
 
 def _copy(src, dst, n) -> None:
-    """``n`` bytes of ``src`` into ``dst`` (None: to the end), a piece at a time."""
+    """``n`` bytes of ``src`` into ``dst`` (None: to the end), a piece at a time
+    through one buffer (no allocation per piece)."""
+    buf = memoryview(bytearray(COPY_PIECE))
     while n is None or n > 0:
-        b = src.read(COPY_PIECE if n is None else min(COPY_PIECE, n))
-        if not b:
+        k = src.readinto(buf if n is None or n >= COPY_PIECE else buf[:n])
+        if not k:
             if n:
                 raise AttachError("the framework trace changed while it was written out: re-run attach")
             return
-        dst.write(b)
+        dst.write(buf[:k])
         if n is not None:
-            n -= len(b)
+            n -= k
 
 
 def write_perfetto(att: Attached, path) -> Written:

@@ -139,9 +139,17 @@ class Messages:
     def strings(self, field: int, texts, present=None) -> "Messages":
         """A string field, a text per row (a list of ``str``)."""
         enc = [t.encode() for t in texts]
-        lens = np.array([len(e) for e in enc], dtype=np.int64)
-        w = int(lens.max()) if enc else 0
-        b = np.frombuffer(b"".join(e.ljust(w, b"\0") for e in enc), np.uint8).reshape(self.n, w)
+        return self.blob(field, b"".join(enc), np.fromiter(map(len, enc), np.int64, len(enc)), present)
+
+    def blob(self, field: int, data: bytes, lens, present=None) -> "Messages":
+        """A string / bytes field from ``data``, the rows' values back to back
+        (``lens``: their byte lengths): the rows of a ``(n, longest)`` matrix filled
+        through one mask (its set bytes in row-major order are ``data``'s order), no
+        Python step per row."""
+        lens = np.asarray(lens, np.int64)
+        w = int(lens.max()) if len(lens) else 0
+        b = np.zeros((self.n, w), np.uint8)
+        b[np.arange(w)[None, :] < lens[:, None]] = np.frombuffer(data, np.uint8)
         return self._payload(field, [(b, lens)], present)
 
     def message(self, field: int, sub: "Messages", present=None) -> "Messages":

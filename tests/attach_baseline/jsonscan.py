@@ -1,0 +1,336 @@
+"""A Chrome trace JSON file (Kineto's ``.pt.trace.json``, plain or gzipped) read as a
+stream of its events, never whole: a 1 GB trace is read in ``CHUNK_BYTES`` pieces.
+
+How the events are found without parsing the document: per piece, numpy finds the
+quotes (a quote after an odd run of backslashes is escaped), the brackets outside
+strings (a bracket between an odd and an even quote is inside a string) and their
+depth (a running sum of +1 / -1); an event is an object one level inside the
+``traceEvents`` array (or inside a top-level array: the JSON Array Format). A piece
+is cut after its last complete event, so the next one starts outside any string at
+the array's depth: the state carried between pieces is only the bytes after that
+cut. Only the events a caller asks for are handed to ``json.loads`` (a piece's
+events at once, ``parse_float=str`` so that a ``ts`` keeps every digit).
+
+What is not an event is kept whole: the text before the array (``head``, up to
+``HEAD_LIMIT`` bytes) and after it (``tail``); ``document`` parses the two into the
+top-level keys (``baseTimeNanoseconds``, ``distributedInfo``, ...)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any, Iterator, NamedTuple
+
+import msgspec
+import numpy as np
+
+from timeline.attach.sniff import FrameworkTraceError
+
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "ns_of", "open_bytes", "pieces"]
+
+RAW_NONE = msgspec.Raw(b"null")
+
+CHUNK_BYTES = 8 << 20  # bytes read at a time: bounds memory (a piece and one event)
+HEAD_LIMIT = 64 << 20  # the text before traceEvents' array may be at most this long
+QUOTE, BACKSLASH = 34, 92
+OPEN_OBJ, CLOSE_OBJ, OPEN_ARR, CLOSE_ARR = 123, 125, 91, 93
+
+
+def open_bytes(path):
+    """The file's bytes as a stream: gunzipped when it starts with gzip's magic."""
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.close()
+        return gzip.open(path, "rb")
+    f.seek(0)
+    return f
+
+
+class Event(msgspec.Struct):
+    """The fields of a Chrome trace event the readers look at; ``ts``, ``dur`` and
+    ``args`` kept as their raw JSON text (``ns_of`` reads a ``ts`` exactly; ``args``
+    is decoded only where a reader needs it), the rest as JSON gives them."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    id: Any = None
+    bp: Any = None
+    s: Any = None
+    ts: msgspec.Raw = RAW_NONE
+    dur: msgspec.Raw = RAW_NONE
+    args: msgspec.Raw = RAW_NONE
+
+
+class Piece(NamedTuple):
+    """A run of complete events: ``text`` their JSON (``offset`` where it begins in
+    the decompressed file), ``events`` them decoded (``Event``)."""
+
+    text: bytes
+    offset: int
+    events: list
+
+
+def _real_quotes(a: np.ndarray) -> np.ndarray:
+    """Positions of the quotes of ``a`` that open or close strings (not ``\\"``)."""
+    q = np.flatnonzero(a == QUOTE)
+    if not q.size:
+        return q
+    maybe = q[(q > 0) & (a[np.maximum(q - 1, 0)] == BACKSLASH)]
+    if not maybe.size:
+        return q
+    escaped = []
+    for p in maybe.tolist():  # rare: count the run of backslashes before the quote
+        k = p - 1
+        while k >= 0 and a[k] == BACKSLASH:
+            k -= 1
+        if (p - 1 - k) % 2:
+            escaped.append(p)
+    return np.setdiff1d(q, np.array(escaped, np.int64), assume_unique=True) if escaped else q
+
+
+def _brackets(a: np.ndarray, depth0: int):
+    """(positions, byte, depth after) of the brackets of ``a`` outside strings, ``a``
+    starting outside a string at ``depth0``; and whether ``a`` ends inside a string."""
+    q = _real_quotes(a)
+    b = np.flatnonzero((a == OPEN_OBJ) | (a == CLOSE_OBJ) | (a == OPEN_ARR) | (a == CLOSE_ARR))
+    b = b[(np.searchsorted(q, b) & 1) == 0]
+    kind = a[b]
+    step = np.where((kind == OPEN_OBJ) | (kind == OPEN_ARR), 1, -1)
+    return b, kind, depth0 + np.cumsum(step), bool(q.size & 1)
+
+
+class _Head(NamedTuple):
+    head: bytes  # up to and including the array's '['
+    rest: bytes  # what was read after it
+    depth: int  # the array's depth (events are objects at depth + 1)
+
+
+def _find_array(f, name: str) -> _Head:
+    """Read until the ``traceEvents`` array opens (or the document is an array)."""
+    buf = b""
+    while True:
+        more = f.read(CHUNK_BYTES)
+        buf += more
+        stripped = buf.lstrip()
+        if stripped[:1] == b"[":
+            at = len(buf) - len(stripped)
+            return _Head(buf[:at + 1], buf[at + 1:], 1)
+        if stripped and stripped[:1] != b"{":
+            raise FrameworkTraceError(f"{name!r} is not JSON (it starts with {stripped[:16]!r}): a PyTorch "
+                                      "profiler trace is the JSON prof.export_chrome_trace writes")
+        a = np.frombuffer(buf, np.uint8)
+        pos, kind, depth, _ = _brackets(a, 0)
+        key = buf.find(b'"traceEvents"')
+        while key >= 0:
+            before = np.searchsorted(pos, key)
+            d = int(depth[before - 1]) if before else 0
+            after = buf[key + len(b'"traceEvents"'):].lstrip()
+            if d == 1 and after[:1] == b":" and after[1:].lstrip()[:1] == b"[":
+                at = buf.index(b"[", key)
+                return _Head(buf[:at + 1], buf[at + 1:], 2)
+            key = buf.find(b'"traceEvents"', key + 1)
+        if not more or len(buf) > HEAD_LIMIT:
+            keys = _top_keys(buf)
+            raise FrameworkTraceError(f"{name!r} is a JSON document without a traceEvents array"
+                                      f"{' (its keys: ' + ', '.join(keys[:8]) + ')' if keys else ''}: not a "
+                                      "Chrome / PyTorch profiler trace; give the file prof.export_chrome_trace wrote")
+
+
+def _top_keys(buf: bytes) -> list:
+    try:
+        d = json.loads(buf)
+        return list(d) if isinstance(d, dict) else []
+    except (ValueError, UnicodeDecodeError):
+        return []
+
+
+_DECODE = msgspec.json.Decoder(list[Event])
+CUT_TRIES = 64  # candidate cuts tried per read before reading more
+
+
+def _decode(region: bytes):
+    """``region`` (events separated by commas) decoded, or None where it is not
+    whole (a cut inside an event or a string: a syntax error)."""
+    try:
+        return _DECODE.decode(b"[" + region + b"]")
+    except msgspec.ValidationError as e:
+        raise FrameworkTraceError(f"traceEvents holds an element that is not an event object ({e})") from None
+    except msgspec.DecodeError:
+        return None
+
+
+def _whole(buf: bytes, at: int):
+    """The longest prefix of ``buf`` made of whole events ending at a ``},``
+    before ``at``: ``(cut, events)``, or ``(0, None)``. A prefix that decodes as a JSON
+    array of objects is whole: a cut inside a string or a nested value leaves an
+    unclosed string or bracket, a syntax error."""
+    pos = at
+    for _ in range(CUT_TRIES):
+        pos = buf.rfind(b"}", 0, pos)
+        if pos < 0:
+            return 0, None
+        after = buf[pos + 1:pos + 64].lstrip()
+        if after[:1] == b",":
+            got = _decode(buf[:pos + 1])
+            if got is not None:
+                return pos + 1, got
+    return 0, None
+
+
+def _last(buf: bytes, name: str, offset: int):
+    """At the end of the file: where the events' array closes (its ``]``), and its events."""
+    pos = len(buf)
+    for _ in range(CUT_TRIES):
+        pos = buf.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        region = buf[:pos].rstrip()
+        got = _decode(region) if region.strip() else []
+        if got is not None:
+            return pos, got
+    raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (after byte {offset:,}): the file is "
+                              "truncated or damaged; re-export it")
+
+
+def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, head: list | None = None
+           ) -> Iterator[Piece]:
+    """The file's events, a ``Piece`` at a time, in file order. ``head`` / ``tail``
+    (lists, when given) receive the text before the events' array (its ``[``
+    included), and the text from its closing ``]`` to the end and that ``]``'s offset. A
+    ``FrameworkTraceError`` for a file that is not a Chrome trace or ends inside an event."""
+    name = str(path)
+    with open_bytes(path) as f:
+        try:
+            h = _find_array(f, name)
+        except (OSError, EOFError) as e:
+            raise FrameworkTraceError(f"{name!r} cannot be read: {e} (a damaged gzip file?)") from None
+        if head is not None:
+            head.append(h.head)
+        buf, offset = h.rest, len(h.head)
+        while True:
+            try:
+                more = f.read(chunk_bytes)
+            except (OSError, EOFError) as e:
+                raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf):,}: {e} "
+                                          "(a truncated or damaged gzip file?)") from None
+            buf += more
+            if not more:
+                end, evs = _last(buf, name, offset)
+                if evs:
+                    yield Piece(buf[:end], offset, evs)
+                if tail is not None:
+                    tail += [buf[end:], offset + end]  # the tail's text, and where the array's "]" sits
+                return
+            cut, evs = _whole(buf, len(buf))
+            if evs is None:
+                continue  # no whole event yet: read more
+            yield Piece(buf[:cut], offset, evs)
+            rest = buf[cut:]
+            lead = len(rest) - len(rest.lstrip())
+            if rest[lead:lead + 1] == b",":
+                lead += 1
+            buf, offset = rest[lead:], offset + cut + lead
+
+
+def document(head: bytes, tail: bytes, name: str) -> dict:
+    """The top-level keys of the document but its events (``{}`` for an array)."""
+    try:
+        d = json.loads(head + tail, parse_float=str)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FrameworkTraceError(f"{name!r}: the text around traceEvents is not valid JSON ({e})") from None
+    if isinstance(d, list):
+        return {}
+    d.pop("traceEvents", None)
+    return d
+
+
+_ARGS = msgspec.json.Decoder()
+
+
+def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
+    """``ns_of`` of many raw numbers at once (int64): the digits laid out as a byte
+    matrix and summed column by column, for the forms ``123`` and ``123.456``; any
+    other form (a sign, an exponent) through ``ns_of`` one by one. ``null``: the value
+    of a missing number (None: refused)."""
+    n = len(raws)
+    if not n:
+        return np.zeros(0, np.int64)
+    b = [bytes(r) for r in raws]
+    w = max(len(x) for x in b)
+    m = np.frombuffer(b"".join(x.ljust(w, b"\0") for x in b), np.uint8).reshape(n, w)
+    used = m != 0
+    dot = m == 46
+    digit = (m >= 48) & (m <= 57)
+    ndot = dot.sum(axis=1)
+    plain = ((digit | dot | ~used).all(axis=1) & (ndot <= 1) & used.any(axis=1) & (w <= 40)
+             & (np.cumsum(~used, axis=1)[:, -1] == w - used.sum(axis=1)))
+    length = used.sum(axis=1)
+    at = np.where(ndot == 1, dot.argmax(axis=1), length)
+    whole = np.zeros(n, np.int64)
+    d = m.astype(np.int64) - 48
+    for j in range(w):
+        take = plain & (j < at)
+        whole = np.where(take, whole * 10 + d[:, j], whole)
+    frac = np.zeros(n, np.int64)
+    for k in range(3):
+        col = at + 1 + k
+        ok = plain & (col < length)
+        digit_k = np.where(ok, d[np.arange(n), np.minimum(col, w - 1)], 0)
+        frac = frac * 10 + digit_k
+    out = whole * 1000 + frac
+    for i in np.flatnonzero(~plain).tolist():
+        out[i] = null if (null is not None and b[i] == b"null") else ns_of(b[i], what)
+    return out
+
+
+def args_of(raw) -> dict:
+    """An event's ``args`` (raw JSON text) as a dict ({} where absent or not an object)."""
+    try:
+        d = _ARGS.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def ns_of(value, what: str = "ts") -> int:
+    """µs as Chrome JSON writes them (the raw text of a number, an int, or a decimal's
+    text) to integer ns, exactly: ``12.3456`` is 12345 ns (digits past the ns dropped,
+    as Kineto's own ns never have them)."""
+    if isinstance(value, msgspec.Raw):
+        value = bytes(value)
+    if isinstance(value, (bytes, bytearray)):
+        if value.isdigit():
+            return int(value) * 1000
+        whole, dot, frac = value.partition(b".")
+        if dot and frac.isdigit() and (whole.isdigit() or (whole[:1] == b"-" and whole[1:].isdigit())):
+            sign = -1 if whole[:1] == b"-" else 1
+            return int(whole) * 1000 + sign * int((frac + b"000")[:3])
+        if value == b"null":
+            raise FrameworkTraceError(f"{what} is missing")
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            raise FrameworkTraceError(f"{what} {value[:30]!r} is not a number of µs") from None
+        if not value[:1].isdigit() and value[:1] != "-":
+            raise FrameworkTraceError(f"{what} is {value[:30]!r}, not a number of µs")
+    if isinstance(value, bool) or value is None:
+        raise FrameworkTraceError(f"{what} is {value!r}, not a number of µs")
+    if isinstance(value, int):
+        return value * 1000
+    text = str(value)
+    if "e" in text or "E" in text:
+        from decimal import Decimal, InvalidOperation
+
+        try:
+            return int(Decimal(text) * 1000)
+        except InvalidOperation:
+            raise FrameworkTraceError(f"{what} {text!r} is not a number of µs") from None
+    whole, _, frac = text.partition(".")
+    try:
+        sign = -1 if whole.startswith("-") else 1
+        return int(whole) * 1000 + sign * int((frac + "000")[:3])
+    except ValueError:
+        raise FrameworkTraceError(f"{what} {text!r} is not a number of µs") from None

@@ -1,0 +1,128 @@
+"""Which slices nest on their track: Perfetto's begin / end events close the
+innermost open slice of a track, so a slice that starts inside another but ends
+after it (a partial overlap), or starts before the track's last slice (out of
+order), must go elsewhere (``framework_tracks`` moves it to a child track).
+
+The rule is a stack per track (``Carried``: each track's open slices' ends and its
+last start, carried from piece to piece): at a slice's start, the open slices that
+ended by then are popped; the slice nests when the innermost one still open ends
+no earlier than it does. ``nest`` answers it without a Python step per slice for the
+tracks whose slices of a piece are laminar (checked with numpy: each slice's begin
+and end, in time order, matched level by level like parentheses), and steps through
+the slices of the other tracks one by one."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Carried", "nest"]
+
+
+class Carried(NamedTuple):
+    """The state carried between pieces: track -> its open slices' ends (innermost
+    last), track -> its last nested slice's start."""
+
+    ends: dict
+    last: dict
+
+    @classmethod
+    def new(cls) -> "Carried":
+        return cls({}, {})
+
+
+def nest(ts: np.ndarray, end: np.ndarray, track: np.ndarray, carried: Carried) -> np.ndarray:
+    """The rows (slices sorted by start, then longest first) that do not nest on
+    their track, in row order; ``carried`` updated with the rows that do."""
+    n = len(ts)
+    if not n:
+        return np.zeros(0, np.int64)
+    uniq, code = np.unique(track, return_inverse=True)
+    order = np.argsort(code, kind="stable")
+    bounds = np.searchsorted(code[order], np.arange(len(uniq) + 1))
+    fast = np.zeros(len(uniq), bool)
+    for c, k in enumerate(uniq.tolist()):
+        rows = order[bounds[c]:bounds[c + 1]]
+        t0 = int(ts[rows[0]])
+        st = carried.ends.get(k, [])
+        while st and st[-1] <= t0:
+            st.pop()
+        if t0 < carried.last.get(k, t0):
+            continue
+        if not st:
+            fast[c] = True
+        elif int(end[rows].max()) < st[-1]:  # all inside the innermost carried slice: it stays open
+            fast[c] = True
+    if fast.any():
+        fast &= _laminar(ts, end, code, order, bounds, fast)
+    bad = []
+    for c, k in enumerate(uniq.tolist()):
+        rows = order[bounds[c]:bounds[c + 1]]
+        if fast[c]:
+            _carry(ts, end, rows, k, carried)
+        else:
+            bad += _step(ts, end, rows, k, carried)
+    return np.array(sorted(bad), np.int64)
+
+
+def _laminar(ts, end, code, order, bounds, fast) -> np.ndarray:
+    """Per track (``code``), whether its rows nest (no partial overlap in the
+    stack's sense): each row's begin and end as events in time order (ends before
+    begins at one time; at one time, ends innermost first; a zero-length row's end
+    right after its begin), depth their running sum, and at every depth the events
+    must alternate begin, end of one row."""
+    rows = np.concatenate([order[bounds[c]:bounds[c + 1]] for c in np.flatnonzero(fast).tolist()])
+    m = len(rows)
+    zero = end[rows] == ts[rows]
+    pos = np.arange(m, dtype=np.int64)  # rows are in slice order within each track
+    trk = np.concatenate([code[rows], code[rows]])
+    time = np.concatenate([ts[rows], np.where(zero, ts[rows], end[rows])])
+    group = np.concatenate([np.ones(m, np.int64), np.where(zero, 1, 0)])
+    tie = np.concatenate([2 * pos, np.where(zero, 2 * pos + 1, -pos)])
+    begin = np.concatenate([np.ones(m, bool), np.zeros(m, bool)])
+    ids = np.concatenate([pos, pos])
+    ev = np.lexsort((tie, group, time, trk))
+    depth = np.cumsum(np.where(begin[ev], 1, -1))
+    level = np.where(begin[ev], depth, depth + 1)
+    by = np.lexsort((np.arange(2 * m), level, trk[ev]))
+    k, lv, b, i = trk[ev][by], level[by], begin[ev][by], ids[ev][by]
+    new = np.ones(2 * m, bool)
+    new[1:] = (k[1:] != k[:-1]) | (lv[1:] != lv[:-1])
+    rel = np.arange(2 * m) - np.maximum.accumulate(np.where(new, np.arange(2 * m), 0))
+    wrong = b != (rel % 2 == 0)
+    wrong[1:] |= ~b[1:] & (i[1:] != i[:-1])
+    last = np.ones(2 * m, bool)
+    last[:-1] = new[1:]
+    wrong |= last & b  # a group ending on a begin: unmatched
+    ok = fast.copy()
+    ok[np.unique(k[wrong])] = False
+    return ok
+
+
+def _carry(ts, end, rows, k, carried: Carried) -> None:
+    """The stack a laminar track leaves: the carried slices still open, then its
+    rows still open at its last start, the last row itself on top."""
+    t_last = int(ts[rows[-1]])
+    st = carried.ends.get(k, [])
+    while st and st[-1] <= int(ts[rows[0]]):
+        st.pop()
+    e = end[rows[:-1]]
+    carried.ends[k] = st + e[e > t_last].tolist() + [int(end[rows[-1]])]
+    carried.last[k] = t_last
+
+
+def _step(ts, end, rows, k, carried: Carried) -> list:
+    """The stack rule one slice at a time: the rows that do not nest."""
+    st = carried.ends.setdefault(k, [])
+    last = carried.last
+    bad = []
+    for i, t, e in zip(rows.tolist(), ts[rows].tolist(), end[rows].tolist()):
+        while st and st[-1] <= t:
+            st.pop()
+        if (st and e > st[-1]) or t < last.get(k, t):
+            bad.append(i)
+            continue
+        st.append(e)
+        last[k] = t
+    return bad
