@@ -14,21 +14,21 @@ from timeline.ingest.merge import merge
 SMALL_STAGES = (("load", 8), ("mix", 4), ("store", 8))
 
 
-def small_spec(launches: int = 2, world: int = 2) -> S.Spec:
-    return S.Spec("run_test_kernel", SMALL_STAGES, launches=launches, world=world)
+def small_spec(launches: int = 2, world: int = 2, clock: S.Clock = S.CLOCKS["memrealtime"]) -> S.Spec:
+    return S.Spec("run_test_kernel", SMALL_STAGES, launches=launches, world=world, clock=clock)
 
 
-def rank_traces(slots, *, world: int = 2, seed: int = 0, grid: int = 4) -> list:
+def rank_traces(slots, *, world: int = 2, seed: int = 0, grid: int = 4, clock: S.Clock = S.CLOCKS["memrealtime"]) -> list:
     """One collected Trace per rank of a small SYNTHETIC build whose launch slots carry
     the headers ``slots`` ([(step, layer)] per slot)."""
-    spec = small_spec(len(slots), world)
+    spec = small_spec(len(slots), world, clock)
     return [collect(buf, sp, synthetic=True)
             for sp, buf in synth.synth_buffers(spec, grid=grid, seed=seed, slots=slots, barriers=(), allreduce=())]
 
 
-def run_trace(slots, *, world: int = 2, seed: int = 0):
+def run_trace(slots, *, world: int = 2, seed: int = 0, clock: S.Clock = S.CLOCKS["memrealtime"]):
     """The ranks of ``rank_traces`` merged into one Trace."""
-    traces = rank_traces(slots, world=world, seed=seed)
+    traces = rank_traces(slots, world=world, seed=seed, clock=clock)
     return traces[0] if len(traces) == 1 else merge(traces)
 
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import runkit
 from timeline.run import RunError, append, create, open_run
 from timeline.run import layout as RL
+from timeline.contract import schema as S
 from timeline.core.trace import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +54,12 @@ def test_a_launch_reads_back_as_the_trace_it_was(tmp_path):
     assert run.launch(3, 1, ranks=[1]).ranks == [1]
 
 
-def test_sql_views_agree_with_the_trace(tmp_path):
-    trace = runkit.run_trace([(0, 0), (0, 1)])
+@pytest.mark.parametrize("clock", [S.CLOCKS["memrealtime"], S.CLOCKS["globaltimer"], S.Clock("odd", 33_333_331)],
+                         ids=["100MHz", "1GHz", "odd-rate"])
+def test_sql_views_agree_with_the_trace(tmp_path, clock):
+    """The views' ns equal the trace's, for whole-ns clocks (one multiply) and any other rate (the floor)."""
+    trace = runkit.run_trace([(0, 0), (0, 1)], clock=clock)
+    assert {sp.clock for sp in trace.specs} == {clock}
     append(tmp_path / "run", trace)
     run = open_run(tmp_path / "run")
     got = run.sql("SELECT phase, count(*) AS n, sum(duration_ns) AS d, sum(CAST(inherited AS INT)) AS i "

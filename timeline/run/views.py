@@ -16,16 +16,21 @@ from timeline.run import write as RW
 NS_PER_S = 1_000_000_000
 
 
-def _ns(tick: str) -> str:
+def _ns(tick: str, whole: bool) -> str:
     """SQL of a tick column's ns: ``floor((tick - origin) * 1e9 / hz) + offset``, exact in
-    int64 like ``schema.ticks_to_ns``; NULL where the tick is 0 (unwritten)."""
-    d = f"(t.{tick} - c.origin)"
-    return (f"CASE WHEN t.{tick} = 0 THEN NULL ELSE ({d} // c.hz) * {NS_PER_S} + (({d} % c.hz) * {NS_PER_S}) // c.hz "
-            f"+ c.offset END")
+    int64 like ``schema.ticks_to_ns``; NULL where the tick is 0 (unwritten). ``whole``:
+    every clock of the run ticks a whole number of ns (1 GHz, 100 MHz), where that
+    floor is ``(tick - origin) * ns_per_tick``: one multiply a value, not two
+    divisions (the whole-run scans of ``bench/mcp.py`` took 2x as long)."""
+    d = f"(nullif(t.{tick}, 0) - c.origin)"
+    if whole:
+        return f"{d} * c.ns_per_tick + c.offset"
+    return f"({d} // c.hz) * {NS_PER_S} + (({d} % c.hz) * {NS_PER_S}) // c.hz + c.offset"
 
 
 def _clocks(run) -> pa.Table:
-    """One row per (append, rank): the origin tick, offset ns and tick rate of its axis."""
+    """One row per (append, rank): the origin tick, offset ns and tick rate of its axis, and
+    its ns a tick where that is whole (else 0)."""
     rows = {"append": [], "rank": [], "origin": [], "offset": [], "hz": []}
     for rec in run.records:
         for d in rec["specs"]:
@@ -35,8 +40,9 @@ def _clocks(run) -> pa.Table:
             rows["origin"].append(int(rec["origins"].get(str(sp.rank), 0)))
             rows["offset"].append(int(rec["offsets"].get(str(sp.rank), 0)))
             rows["hz"].append(S.table_clock(sp).hz)
+    rows["ns_per_tick"] = [NS_PER_S // hz if NS_PER_S % hz == 0 else 0 for hz in rows["hz"]]
     return pa.table({"append": pa.array(rows["append"], pa.string()), "rank": pa.array(rows["rank"], pa.int16()),
-                     **{k: pa.array(rows[k], pa.int64()) for k in ("origin", "offset", "hz")}})
+                     **{k: pa.array(rows[k], pa.int64()) for k in ("origin", "offset", "hz", "ns_per_tick")}})
 
 
 def _files(run, table: str) -> tuple:
@@ -57,7 +63,6 @@ def _list(paths) -> str:
 def _tasks_view(con, run) -> None:
     phases, marks = run.phases, run.marks
     paths, owner = _files(run, "tasks")
-    ns = ", ".join(f"{_ns(f'{p}_tick')} AS \"{p}_ns\"" for p in (*phases, *marks))
     if not paths:
         empty = S.tasks_schema(phases, marks).append(pa.field("capture", pa.string())).append(pa.field("append", pa.string()))
         con.register("_empty_tasks", pa.table({f.name: pa.array([], f.type) for f in empty}))
@@ -66,7 +71,10 @@ def _tasks_view(con, run) -> None:
     files = pa.table({"filename": paths, "append": [owner[p]["append"] for p in paths],
                       "capture": [owner[p]["capture"] for p in paths]})
     con.register("_files", files)
-    con.register("_clocks", _clocks(run))
+    clocks = _clocks(run)
+    con.register("_clocks", clocks)
+    whole = 0 not in clocks.column("ns_per_tick").to_pylist()
+    ns = ", ".join(f"{_ns(f'{p}_tick', whole)} AS \"{p}_ns\"" for p in (*phases, *marks))
     keep = ", ".join(f't."{c}"' for c in RW.stored_task_columns(phases, marks))
     con.execute(
         f"CREATE VIEW tasks AS SELECT CAST(t.rank AS SMALLINT) AS rank, t.step, {keep}, {ns}, f.capture, f.append "
