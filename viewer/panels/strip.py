@@ -72,7 +72,7 @@ def _shown(rows: pa.Table) -> tuple:
         return rows, 0
     dur = R.column(rows, "end_ns") - R.column(rows, "start_ns")
     mine = np.asarray(rows.column("kind").to_pylist()) == "instrumented"
-    keep = np.sort(np.argsort(np.where(mine, np.iinfo(np.int64).max, -dur), kind="stable")[:STRIP_LIMIT])
+    keep = np.sort(np.argsort(np.where(mine, np.iinfo(np.int64).min, -dur), kind="stable")[:STRIP_LIMIT])
     return rows.take(pa.array(keep)), rows.num_rows - STRIP_LIMIT
 
 
