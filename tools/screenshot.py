@@ -5,8 +5,8 @@ Chromium, saved as a PNG. The README's ``docs/dashboard.png`` is made with
         --query "launches=3" --pin 0.3 --hover 0.62 --colors 128
 
 ``--query`` preselects the view (``ranks=``, ``launches=``, ``grouping=``,
-``compare=``, ``tab=``; for a run ``launch=KEY`` (``4:3``, ``CAPTURE:SLOT``), ``t0=``, ``t1=``; as in the page's address); ``--pin F`` clicks the bar at
-fraction F of the hover points (its task goes to the side panel), ``--hover F``
+``compare=``, ``tab=``; for a run ``launch=KEY`` (``4:3``, ``CAPTURE:SLOT``), ``t0=``,
+``t1=``; as in the page's address); ``--pin F`` clicks the bar at fraction F of the hover points (its task goes to the side panel), ``--hover F``
 leaves the mouse on one (its hover label shows); ``--colors N`` stores the PNG
 with an N-colour palette (needs Pillow), a fraction of the size. Options after ``--`` go
 to ``timeline-view`` itself; docs/ATTACH.md's strip is made with

@@ -135,8 +135,8 @@ def parse_args(argv=None):
     c.add_argument("--context-kernel", metavar="NAME",
                    help="the instrumented kernel's name in the framework trace (default: the spec's kernel)")
     c.add_argument("--context-host-clock", metavar="NS[:U]",
-                   help="the profiling host's CLOCK_REALTIME - CLOCK_MONOTONIC (ns, ± U): checks a calibration against "
-                        "the fit and chooses among steps that pair alike (timeline attach --host-clock)")
+                   help="the profiling host's CLOCK_REALTIME - CLOCK_MONOTONIC (ns, ± U): checks a calibration "
+                        "against the fit and chooses among steps that pair alike (timeline attach --host-clock)")
     c.add_argument("--context-step-offset", type=int, metavar="K",
                    help="profiler step = trace step + K (default: inferred)")
     c.add_argument("--context-device", type=int, metavar="D", help="only the framework's kernels on this device")
@@ -222,7 +222,8 @@ def attach_context(state, args, parser):
             item = state.store.get(next(iter(state.catalog.given)))
             trace = item.trace
         return Context.load(run or item.name, run is not None, trace, args.context, host_clock=host,
-                            kernel=args.context_kernel, device=args.context_device, step_offset=args.context_step_offset)
+                            kernel=args.context_kernel, device=args.context_device,
+                            step_offset=args.context_step_offset)
     except TimelineError as e:  # the attach wing names timeline attach's options: here they are --context-*
         parser.error(re.sub(r"(?<![\w-])--(kernel|step-offset|host-clock|device)\b", r"--context-\1", str(e)))
 

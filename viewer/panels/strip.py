@@ -193,8 +193,8 @@ def on_strip(app, state, drawn):
         patch["layout"]["xaxis"]["range"] = [st.t0 / 1e3, st.t1 / 1e3]
         return StripOut(patch, NO, NO, NO, NO)
     fig = strip_figure(strip, st.t0, st.t1)
-    return StripOut(fig, {"height": f"{fig['layout']['height']}px"}, SHOW, title(strip, fig["layout"]["meta"]["left_out"]),
-                    key)
+    said = title(strip, fig["layout"]["meta"]["left_out"])
+    return StripOut(fig, {"height": f"{fig['layout']['height']}px"}, SHOW, said, key)
 
 
 def box():
