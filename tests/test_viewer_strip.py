@@ -3,8 +3,9 @@ FRAMEWORK``, ``viewer.attached``, ``viewer.panels.strip``) on the bundled real H
 capture under torch.profiler (traces/h200_attach/: the graph demo's steps 0, 4, 8 x 8
 layers): each launch's strip holds its own step, the instrumented kernel's event
 holds the launch's stamps within the fit's bound on the Gantt's time axis, a zoom on
-either moves the other, bad --context input is one line and exit status 2, and a page
-without --context has no strip."""
+either moves the other, two ranks' framework traces each give their own rank's strip,
+bad --context input is one line and exit status 2, and a page without --context has no
+strip."""
 
 from __future__ import annotations
 
@@ -197,6 +198,42 @@ def test_a_run_of_the_capture_draws_the_same_strip(tmp_path):
     assert a.equals(b)
 
 
+def test_several_ranks_each_get_their_own_frameworks_strip(tmp_path):
+    """Two ranks (the bundled TP traces merged into one file), one framework trace each
+    (``--context`` in rank order; kernel events in Kineto's schema, rank r's on device r
+    at its own offset): the strip of the rank shown is cut from that rank's file, its
+    instrumented kernel on that rank's device around that rank's stamps within its fit's
+    bound; a page showing both ranks draws the first."""
+    import kinetokit as KK
+    from timeline import load, merge
+
+    traces = D.parent
+    tp = merge([load(traces / "h200_tp2_rank0.arrow"), load(traces / "h200_tp2_rank1.arrow")])
+    tp.save(tmp_path / "tp.arrow")
+    base = KK.torch_trace(tmp_path / "cpu.json", marks=False)
+    for r in (0, 1):
+        KK.gpu_trace(base, tmp_path / f"r{r}.json", tp.filter(ranks=[r]), kernel="tp_kernel", device=r,
+                     lead_ns=50_000 + 300_000 * r)
+    state, _, _ = V.prepare([str(tmp_path / "tp.arrow"), "--context", str(tmp_path / "r0.json"),
+                             "--context", str(tmp_path / "r1.json"), "--context-kernel", "tp_kernel"])
+    item = state.store.get("tp.arrow")
+    key, drawn = str(item.trace.launch_keys[0]), {}
+    for r in (0, 1):
+        out = VST.on_strip(state, first_state(state, f"?trace=tp.arrow&ranks={r}&launches=0"), None)
+        assert out.drawn == ["tp.arrow", r, key] and out.figure["layout"]["meta"]["rank"] == r
+        rows = state.context.strip(item, r, 0).rows.to_pylist()
+        mine = [x for x in rows if x["kind"] == "instrumented"]
+        assert len(mine) == 1 and {x["device"] for x in rows if x["kind"] in CX.GPU_KINDS} <= {r}
+        m = (item.data.rank == r) & (item.data.launch == 0)
+        first, last = int(item.data.start[m].min()), int(item.data.end[m].max())
+        bound = state.context.att.fits[r].bound_ns
+        assert mine[0]["device"] == r and mine[0]["start_ns"] - bound <= first and last <= mine[0]["end_ns"] + bound
+        drawn[r] = out.figure["layout"]["meta"]["instrumented"]
+    assert drawn[0] != drawn[1]
+    both = VST.on_strip(state, first_state(state, "?trace=tp.arrow&launches=0"), None)
+    assert both.drawn == ["tp.arrow", 0, key]
+
+
 @pytest.mark.parametrize("args, message", [
     (["{d}/graph.arrow", "--context", "{tmp}/missing.json"], "framework trace '{tmp}/missing.json' does not exist"),
     (["{d}/graph.arrow", "--context", "{tmp}/notes.txt"], "is none of the framework traces attach reads"),
@@ -292,3 +329,36 @@ def test_more_events_than_the_limit_keep_the_longest_and_the_instrumented(page, 
     dur = R.column(others, "end_ns") - R.column(others, "start_ns")
     assert sorted(drawn) == sorted(dur.tolist())[-9:]  # the 9 longest others beside it
     assert "of the shortest events left out" in str(VST.title(s, meta["left_out"]))
+
+
+def test_an_anomaly_and_a_launch_without_step_are_said_above_the_strip(page):
+    """The line above the strip: a launch whose stamps fall outside its kernel event says
+    so with the distance (never moved: the rows are the same), one without a step
+    marker says what window it shows."""
+    s = page.context.strip(page.store.get("graph.arrow"), 0, 8)
+    said = str(VST.title(s._replace(anomaly=True, outside_ns=49_216)))
+    assert "ANOMALY" in said and "49,216 ns outside its kernel event" in said
+    assert "ANOMALY" not in str(VST.title(s))
+    assert "no step marker: its kernel ± 0.2 ms" in str(VST.title(s._replace(step=None)))
+    assert f"clock fit ± {s.bound_ns:,.0f} ns" in str(VST.title(s))
+
+
+@pytest.mark.parametrize("cat, name, kind", [
+    ("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "collective"),
+    ("kernel", "rcclGenericKernel", "collective"),
+    ("kernel", "mono_ffn_kernel", "kernel"),
+    ("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", "memcpy"),
+    ("gpu_memset", "Memset (Device)", "memset"),
+    ("cuda_runtime", "cudaGraphLaunch", "launch"),
+    ("cuda_driver", "cuLaunchKernel", "launch"),
+    ("cpu_op", "aten::mm", "host_op"),
+    ("user_annotation", "ProfilerStep#4", "host_op"),
+    ("python_function", "model.py(12): forward", "host_op"),
+    ("ac2g", "flow", None),
+])
+def test_each_kineto_category_goes_to_its_lane(cat, name, kind):
+    """A Kineto event's kind (its strip lane) from its ``cat``; NCCL / RCCL kernels are
+    collectives; categories the strip does not draw are none."""
+    assert CX._kind(cat, name) == kind
+    if kind is not None:
+        assert any(kind in ks for _, ks in VST.LANES)
