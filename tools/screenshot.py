@@ -5,14 +5,16 @@ Chromium, saved as a PNG. The README's ``docs/dashboard.png`` is made with
         --query "launches=3" --pin 0.3 --hover 0.62 --colors 128
 
 ``--query`` preselects the view (``ranks=``, ``launches=``, ``grouping=``,
-``compare=``, ``tab=``; for a run ``launch=KEY`` (``4:3``, ``CAPTURE:SLOT``), ``t0=``,
-``t1=``; as in the page's address); ``--pin F`` clicks the bar at fraction F of the hover points (its task goes to the side panel), ``--hover F``
+``compare=``, ``tab=``, a time window ``t0=`` / ``t1=`` in µs; for a run ``launch=KEY``
+(``4:3``, ``CAPTURE:SLOT``); as in the page's address); ``--pin F`` clicks the bar at
+fraction F of the hover points (its task goes to the side panel), ``--hover F``
 leaves the mouse on one (its hover label shows); ``--colors N`` stores the PNG
 with an N-colour palette (needs Pillow), a fraction of the size. Options after ``--`` go
 to ``timeline-view`` itself; docs/ATTACH.md's strip is made with
 
-    python -m tools.screenshot traces/h200_attach/graph.arrow docs/attach_strip.png \
-        --size 1600x900 --colors 96 -- --context traces/h200_attach/graph.pt.trace.json.gz \
+    python -m tools.screenshot traces/h200_attach/graph.arrow docs/attach_strip.png \\
+        --size 1600x860 --colors 96 --query "launches=8&t0=2570&t1=3390" \\
+        -- --context traces/h200_attach/graph.pt.trace.json.gz \\
         --context-kernel mono_ffn_kernel --context-host-clock 1796529606590439630:138
 """
 
