@@ -387,3 +387,58 @@ def test_a_trace_with_a_task_graph_shows_its_critical_path_and_what_if(tmp_path)
         assert bars == ["measured", "predicted (norm.compute=0.5)"]
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+
+def test_the_framework_context_strip_is_above_the_gantt_and_zoom_linked(tmp_path):
+    """In Chromium, the bundled H200 capture with its torch.profiler trace attached
+    (``--context``, docs/ATTACH.md): the strip of the opened launch's step is drawn above
+    the Gantt, its plot area's left and right edges on the Gantt's (one time axis), the
+    instrumented kernel in its own red; a zoom on the Gantt moves the strip's range, a
+    zoom on the strip moves the Gantt's window; the console stays free of errors."""
+    from PIL import Image
+
+    d = "traces/h200_attach"
+    host = "%d:%g" % tuple(json.loads(open(f"{d}/host_clock.json").read()))
+    state, _, _ = V.prepare([f"{d}/graph.arrow", "--context", f"{d}/graph.pt.trace.json.gz",
+                             "--context-kernel", "mono_ffn_kernel", "--context-host-clock", host])
+    strip_meta = ("var g=document.querySelector('#context .js-plotly-plot');"
+                  "return g && g.layout && g.layout.meta && g.layout.meta.kind=='context' ? g.layout.meta : null;")
+    strip_range = "return document.querySelector('#context .js-plotly-plot')._fullLayout.xaxis.range;"
+    with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 1100) as driver:
+        driver.get(url + "?trace=graph.arrow&launches=8")
+        m = meta(driver)
+        s = B.wait_for(driver, strip_meta, 30, "the context strip")
+        assert s["launch"] == "4:0" and s["lanes"] == ["host ops", "kernels", "copies"] and s["events"] > 50
+        assert "ProfilerStep#4" in text_of(driver, "context-title")
+        edges = ("var out={}; ['context','gantt'].forEach(function(id){ var g=document.querySelector('#'+id+' "
+                 ".js-plotly-plot'), r=g.getBoundingClientRect(), L=g._fullLayout;"
+                 "out[id]={top:r.top, bottom:r.bottom, left:r.left+L._size.l, right:r.left+L._size.l+L._size.w}; });"
+                 "return out;")
+        box = driver.execute_script(edges)
+        assert box["context"]["bottom"] <= box["gantt"]["top"]  # above the Gantt
+        assert box["context"]["left"] == box["gantt"]["left"] and box["context"]["right"] == box["gantt"]["right"]
+        lo, hi = (v / 1e3 for v in m["window_ns"])
+        assert driver.execute_script(strip_range) == [pytest.approx(lo), pytest.approx(hi)]
+        # the instrumented kernel drawn in its own red inside the strip (it spans the launch's window)
+        shot = np.asarray(Image.open(B.screenshot(driver, tmp_path / "strip.png")).convert("RGB"), dtype=np.int64)
+        r = box["context"]
+        crop = shot[int(r["top"]):int(r["bottom"]), int(r["left"]):int(r["right"])]
+        red = np.all(np.abs(crop - [0xe1, 0x57, 0x59]) <= 4, axis=-1)
+        assert red.sum() > 0.3 * (r["right"] - r["left"]) * 5
+        # zoom out on the Gantt: the strip follows
+        driver.execute_script("Plotly.relayout(document.querySelector('#gantt .js-plotly-plot'),"
+                              "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});", lo - 700, hi + 30)
+        B.wait_for(driver, f"var r={strip_range[7:-1]}; return Math.abs(r[0]-({lo - 700}))<1e-3"
+                           f" && Math.abs(r[1]-({hi + 30}))<1e-3;", 30, "the strip to follow the Gantt")
+        # zoom on the strip: the Gantt follows (its window, its time boxes), the strip keeps the range
+        before = meta(driver)
+        driver.execute_script("Plotly.relayout(document.querySelector('#context .js-plotly-plot'),"
+                              "{'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});", lo - 500, lo + 20)
+        z = _wait_changed(driver, before)
+        assert z["window_ns"][0] == pytest.approx((lo - 500) * 1e3, abs=2)
+        assert z["window_ns"][1] == pytest.approx((lo + 20) * 1e3, abs=2)
+        assert float(driver.find_element("id", "t0").get_attribute("value")) == pytest.approx(lo - 500, abs=1e-3)
+        B.next_frames(driver)
+        assert driver.execute_script(strip_range) == [pytest.approx(lo - 500, abs=1e-3), pytest.approx(lo + 20, abs=1e-3)]
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors

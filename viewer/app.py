@@ -2,6 +2,7 @@
 
     timeline-view [TRACE|RUN ...] [--host 127.0.0.1] [--port 8050] [--trace-dir DIR] [--plotly-js FILE]
                   [--memory-budget 1G] [--overview] [--gl-limit 4000] [--debug]
+                  [--context FRAMEWORK [--context-kernel NAME] [--context-host-clock NS[:U]] ...]
 
 It reads trace files (Arrow IPC / Parquet, ``timeline.load``) and nothing else.
 With no TRACE it opens ``DEFAULT_TRACE`` from the trace directory (``./traces`` by
@@ -19,6 +20,12 @@ per-(rank, launch) rows (``timeline.query``); a click opens that
 launch's Gantt, loaded on demand and kept in an LRU within ``--memory-budget``
 (``viewer.run_state``, ``viewer.launch_cache``).
 
+``--context FRAMEWORK`` (one per rank) attaches the framework's own trace (PyTorch
+profiler / Kineto JSON, nsys export, rocprofv3 kernel trace) to the one TRACE or RUN
+named, as ``timeline attach`` does (``viewer.attached``): above the Gantt of an opened
+launch, a strip of its step's host ops, kernels, copies and collectives on its GPU,
+zoom-linked to the Gantt (``viewer.panels.strip``).
+
 The page (``viewer.page``): a Gantt of rows = CTA x wave, grouped by rank and
 launch, hardware placement or stage (``viewer.model``), drawn as WebGL bars
 (up to ``--gl-limit``; beyond, the same bars as one server-drawn image) or, with
@@ -35,6 +42,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -119,6 +127,19 @@ def parse_args(argv=None):
                    help="serve this plotly.js bundle (built by `make plotly-bundle`: only the trace types the "
                         "dashboard draws, a faster first paint) instead of the plotly package's")
     p.add_argument("--debug", action="store_true", help="Dash debug mode (dev tools, reloader); never in production")
+    c = p.add_argument_group("framework context (timeline attach; docs/ATTACH.md)")
+    c.add_argument("--context", action="append", metavar="FRAMEWORK",
+                   help="the framework's trace of the one TRACE or RUN named (PyTorch profiler / Kineto JSON, .gz too; "
+                        "nsys export; rocprofv3 kernel trace); repeat it for each rank, in rank order: a strip of the "
+                        "opened launch's step above the Gantt")
+    c.add_argument("--context-kernel", metavar="NAME",
+                   help="the instrumented kernel's name in the framework trace (default: the spec's kernel)")
+    c.add_argument("--context-host-clock", metavar="NS[:U]",
+                   help="the profiling host's CLOCK_REALTIME - CLOCK_MONOTONIC (ns, ± U): checks a calibration "
+                        "against the fit and chooses among steps that pair alike (timeline attach --host-clock)")
+    c.add_argument("--context-step-offset", type=int, metavar="K",
+                   help="profiler step = trace step + K (default: inferred)")
+    c.add_argument("--context-device", type=int, metavar="D", help="only the framework's kernels on this device")
     args = p.parse_args(argv)
     args.trace_dir_given = args.trace_dir is not None
     args.trace_dir = args.trace_dir if args.trace_dir is not None else DEFAULT_TRACE_DIR
@@ -166,8 +187,45 @@ def prepare(argv=None) -> tuple:
         if name == first:  # warm the default row layout and concurrency: the first paint only draws
             state.view(st_item, "rank", None, None, None, None)
             concurrency_table(state, st_item, None, None, st_item.data.t_min, st_item.data.t_max + 1, GANTT_PX[0])
+    if args.context:
+        state.context = attach_context(state, args, parser)
+    elif any(v is not None for v in (args.context_kernel, args.context_host_clock, args.context_step_offset,
+                                     args.context_device)):
+        parser.error("--context-kernel, --context-host-clock, --context-step-offset and --context-device qualify "
+                     "--context: give the framework's trace with --context FRAMEWORK")
     first_view(state, "")  # the page's first view, ready before the first visit
     return state, args, first
+
+
+def attach_context(state, args, parser):
+    """The framework trace(s) of ``--context`` attached to the one trace or run named
+    (``viewer.attached.Context``); any bad input is a command-line error (exit status 2).
+    The attach wing is imported here only: a page without ``--context`` never loads it."""
+    from timeline.attach.attach import parse_host_clock
+    from timeline.errors import TimelineError
+    from timeline.query.source import Selection
+    from viewer.attached import Context
+
+    if len(args.traces) != 1:
+        parser.error("--context attaches the framework's trace to one trace or run: name exactly one TRACE or RUN "
+                     f"({len(args.traces)} named)")
+    name = args.traces[0]
+    try:
+        host = None if args.context_host_clock is None else parse_host_clock(args.context_host_clock,
+                                                                             "--context-host-clock")
+        if Path(name).is_dir() or args.overview:  # a run's page: its launches are named RUN/launch=KEY
+            run = Path(name).resolve().name
+            src = state.runs.source(run).src
+            trace = src.trace(src.select(Selection()))  # every launch, within the run's memory budget
+        else:
+            run = None
+            item = state.store.get(next(iter(state.catalog.given)))
+            trace = item.trace
+        return Context.load(run or item.name, run is not None, trace, args.context, host_clock=host,
+                            kernel=args.context_kernel, device=args.context_device,
+                            step_offset=args.context_step_offset)
+    except TimelineError as e:  # the attach wing names timeline attach's options: here they are --context-*
+        parser.error(re.sub(r"(?<![\w-])--(kernel|step-offset|host-clock|device)\b", r"--context-\1", str(e)))
 
 
 def warm_runs(state, parser):

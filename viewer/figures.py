@@ -43,6 +43,8 @@ MAX_ROW_TICKS = 48
 MAX_SEPARATORS = 96
 GANTT_DOMAIN = (0.30, 1.0)
 CONC_DOMAIN = (0.0, 0.22)
+MARGIN_L, MARGIN_R = 150, 20  # the Gantt's left and right margins (px): the strip above it takes them too,
+# so that the two time axes line up to the pixel
 
 
 def figure_height(gantt_px: int) -> int:
@@ -407,7 +409,7 @@ def gantt_figure(data: M.TraceData, view: M.View, *, r0: int, r1: int, t0_ns: in
         "template": {"layout": {"font": {"family": "Inter, Helvetica, Arial, sans-serif", "size": 12}}},
         "title": {"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
         "height": figure_height(height_px),
-        "margin": {"l": 150, "r": 20, "t": 40 if title else 20, "b": 40},
+        "margin": {"l": MARGIN_L, "r": MARGIN_R, "t": 40 if title else 20, "b": 40},
         "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
         "hovermode": "closest", "hoverdistance": 30, "dragmode": "zoom",
         "showlegend": True, "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0,

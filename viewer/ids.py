@@ -68,3 +68,17 @@ def outputs(props) -> list:
     from dash import Output
 
     return [Output(cid, prop) for cid, prop in props]
+
+
+class StripOut(NamedTuple):
+    """The framework context strip's outputs (``panels.strip.on_strip``)."""
+
+    figure: Any  # the strip's figure, or a Patch of its time range
+    style: Any  # the strip graph's style (its height; hidden without a strip)
+    box: Any  # the strip's box (hidden on a page the framework trace is not attached to)
+    title: Any  # the line above the strip: what it shows, or why there is none
+    drawn: Any  # [trace, rank, launch] of the figure the browser holds (a Patch moves only its range)
+
+
+STRIP_PROPS = StripOut(("context", "figure"), ("context", "style"), ("context-box", "style"),
+                       ("context-title", "children"), ("context-drawn", "data"))

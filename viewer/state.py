@@ -87,6 +87,7 @@ class App:
         self.px = None  # the Gantt plot's size the browser last sent: draw_ahead draws for it
         self.docs = OrderedDict()  # explain's answers by question (viewer.explained), small LRU
         self.docs_lock = threading.Lock()
+        self.context = None  # viewer.attached.Context: the framework trace attached (--context), or None
 
     def requested(self, search: str | None) -> str | None:
         """The trace named by the page's query string (``?trace=NAME``), else the default."""

@@ -20,6 +20,7 @@ from viewer.page import (CSS, PLOTLY_EARLY, TABLES, PlotlyBundle, layout, msg, p
                          serve_plotly)
 from viewer.panels import export as VX
 from viewer.panels import gantt as VG
+from viewer.panels import strip as VST
 from viewer.panels import tables as VT
 from viewer.panels import trace as VTR
 from viewer.run_wiring import install as install_overview, linked_window
@@ -315,4 +316,6 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
                State("stages", "value"), prevent_initial_call=True)(partial(on_export, app))
     if hasattr(app, "runs"):  # a run's overview above the Gantt (viewer.run_wiring)
         install_overview(d, app, page_search)
+    if getattr(app, "context", None) is not None:  # the framework's context strip (--context), above the Gantt
+        VST.install(d, app, ZOOM_SCRIPT)
     return d

@@ -23,7 +23,8 @@ from timeline.contract import clocks as K
 from timeline.core import rows as R
 from timeline.core.trace import Trace
 
-__all__ = ["Attached", "CalibrationCheck", "MATCH_SCHEMA", "RankAxis", "attach"]
+__all__ = ["Attached", "CalibrationCheck", "MATCH_SCHEMA", "RankAxis", "attach", "attach_files", "host_clock_on_axis",
+           "parse_host_clock"]
 
 MATCH_SCHEMA = pa.schema([
     ("rank", pa.int16()), ("launch", pa.int32()), ("step", pa.int64()), ("layer", pa.int32()),
@@ -162,6 +163,45 @@ def attach(trace: Trace, frameworks, *, kernel: str | None = None, device: int |
             checks.append(check)
     mapped = _mapped(trace, ns_shift)
     return Attached(mapped, dict(frameworks), pa.concat_tables(parts), fits, axes, how, checks, trace)
+
+
+def parse_host_clock(text: str, option: str = "--host-clock") -> tuple:
+    """``NS[:U]`` (the profiling host's CLOCK_REALTIME - CLOCK_MONOTONIC in ns, +- U ns)
+    as ``(ns, u)``; an ``AttachError`` naming ``option`` for anything else."""
+    v, _, u = str(text).partition(":")
+    try:
+        return int(v), float(u or 0)
+    except ValueError:
+        raise MA.AttachError(f"{option} {str(text)[:64]!r}: give NS or NS:U (integers of ns)") from None
+
+
+def host_clock_on_axis(host: tuple, frameworks: dict, option: str = "--host-clock") -> tuple:
+    """``host`` (CLOCK_REALTIME - CLOCK_MONOTONIC ns, +- u) as ``attach``'s
+    ``host_clock`` (framework ns = CLOCK_MONOTONIC ns + offset): a Kineto axis is
+    wall-clock ns minus its ``baseTimeNanoseconds``, so the traces' one base is
+    subtracted; an ``AttachError`` where they state none or several."""
+    bases = {fw.base_ns for fw in frameworks.values()}
+    if None in bases or len(bases) > 1:
+        raise MA.AttachError(f"{option} needs the framework traces' baseTimeNanoseconds (one for all of them); "
+                             f"these have {sorted(map(str, bases))}")
+    return host[0] - bases.pop(), host[1]
+
+
+def attach_files(trace: Trace, paths, *, host_clock: tuple | None = None, option: str = "--host-clock",
+                 **kw) -> Attached:
+    """``attach`` of ``trace`` to the framework trace files ``paths``, one per rank of
+    the trace in rank order (``read_framework``); ``host_clock``: the profiling host's
+    CLOCK_REALTIME - CLOCK_MONOTONIC ``(ns, u)`` (``host_clock_on_axis``); ``kw``:
+    ``attach``'s ``kernel``, ``device``, ``step_offset``, ``drift``."""
+    from timeline.attach.read import read_framework
+
+    paths = list(paths)
+    if len(paths) != len(trace.ranks):
+        raise MA.AttachError(f"the trace has ranks {trace.ranks}: give one framework trace per rank "
+                             f"({len(paths)} given)")
+    fws = {r: read_framework(p) for r, p in zip(trace.ranks, paths)}
+    host = None if host_clock is None else host_clock_on_axis(host_clock, fws, option)
+    return attach(trace, fws if len(fws) > 1 else next(iter(fws.values())), host_clock=host, **kw)
 
 
 def _pair_fit(trace, r, ls, fw, cand, where, step_offset, drift):
