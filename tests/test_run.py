@@ -20,7 +20,7 @@ import runkit
 from timeline.run import RunError, append, create, open_run
 from timeline.run import layout as RL
 from timeline.contract import schema as S
-from timeline.core.trace import load
+from timeline.core.trace import Trace, load, retime
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT_TYPES = {"rank": pa.int16(), "step": pa.int64(), "layer": pa.int32(), "capture": pa.string(),
@@ -60,6 +60,9 @@ def test_sql_views_agree_with_the_trace(tmp_path, clock):
     """The views' ns equal the trace's, for whole-ns clocks (one multiply) and any other rate (the floor)."""
     trace = runkit.run_trace([(0, 0), (0, 1)], clock=clock)
     assert {sp.clock for sp in trace.specs} == {clock}
+    offsets = {sp.rank: 1_234_567 * (sp.rank + 1) for sp in trace.specs}  # each rank's own axis shift
+    trace = Trace(retime(trace.tasks, {sp.rank: sp for sp in trace.specs}, trace.origins, offsets), trace.specs,
+                  trace.anomalies, origins=trace.origins, offsets=offsets, synthetic=True)
     append(tmp_path / "run", trace)
     run = open_run(tmp_path / "run")
     got = run.sql("SELECT phase, count(*) AS n, sum(duration_ns) AS d, sum(CAST(inherited AS INT)) AS i "

@@ -16,16 +16,21 @@ from timeline.run import write as RW
 NS_PER_S = 1_000_000_000
 
 
-def _ns(tick: str, whole: bool) -> str:
-    """SQL of a tick column's ns: ``floor((tick - origin) * 1e9 / hz) + offset``, exact in
-    int64 like ``schema.ticks_to_ns``; NULL where the tick is 0 (unwritten). ``whole``:
-    every clock of the run ticks a whole number of ns (1 GHz, 100 MHz), where that
-    floor is ``(tick - origin) * ns_per_tick``: one multiply a value, not two
-    divisions (the whole-run scans of ``bench/mcp.py`` took 2x as long)."""
-    d = f"(nullif(t.{tick}, 0) - c.origin)"
+def _ns(ticks: str, whole: bool) -> str:
+    """SQL of the ns of ``ticks`` (an expression over ``_task_rows``, NULL where no stamp):
+    ``floor((tick - origin) * 1e9 / hz) + offset``, exact in int64 like
+    ``schema.ticks_to_ns``. ``whole``: every clock of the run ticks a whole number of ns
+    (1 GHz, 100 MHz), where that floor is ``(tick - origin) * ns_per_tick``: one multiply
+    a value, not two divisions (the whole-run scans of ``bench/mcp.py`` took 2x as long)."""
+    d = f"(({ticks}) - _origin)"
     if whole:
-        return f"{d} * c.ns_per_tick + c.offset"
-    return f"({d} // c.hz) * {NS_PER_S} + (({d} % c.hz) * {NS_PER_S}) // c.hz + c.offset"
+        return f"({d} * _ns_per_tick + _offset)"
+    return f"(({d} // _hz) * {NS_PER_S} + (({d} % _hz) * {NS_PER_S}) // _hz + _offset)"
+
+
+def _stamped(col: str) -> str:
+    """A tick column with 0 (unwritten) as NULL."""
+    return f'nullif("{col}", 0)'
 
 
 def _clocks(run) -> pa.Table:
@@ -60,47 +65,67 @@ def _list(paths) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _tasks_view(con, run) -> None:
+def _task_rows_view(con, run) -> bool:
+    """View ``_task_rows``: the committed parts' stored task columns, the partition
+    columns, ``capture`` / ``append`` and each row's clock (``_origin``, ``_offset``,
+    ``_hz``, ``_ns_per_tick``); ``tasks`` and ``intervals`` derive their ns from it.
+    True where every clock ticks whole ns (``_ns``)."""
     phases, marks = run.phases, run.marks
     paths, owner = _files(run, "tasks")
+    clocks = _clocks(run)
+    whole = 0 not in clocks.column("ns_per_tick").to_pylist()
+    clock_cols = "c.origin AS _origin, c.offset AS _offset, c.hz AS _hz, c.ns_per_tick AS _ns_per_tick"
     if not paths:
         empty = S.tasks_schema(phases, marks).append(pa.field("capture", pa.string())).append(pa.field("append", pa.string()))
+        for name in ("_origin", "_offset", "_hz", "_ns_per_tick"):
+            empty = empty.append(pa.field(name, pa.int64()))
         con.register("_empty_tasks", pa.table({f.name: pa.array([], f.type) for f in empty}))
-        con.execute("CREATE VIEW tasks AS SELECT * FROM _empty_tasks")
-        return
+        con.execute("CREATE VIEW _task_rows AS SELECT * FROM _empty_tasks")
+        return whole
     files = pa.table({"filename": paths, "append": [owner[p]["append"] for p in paths],
                       "capture": [owner[p]["capture"] for p in paths]})
     con.register("_files", files)
-    clocks = _clocks(run)
     con.register("_clocks", clocks)
-    whole = 0 not in clocks.column("ns_per_tick").to_pylist()
-    ns = ", ".join(f"{_ns(f'{p}_tick', whole)} AS \"{p}_ns\"" for p in (*phases, *marks))
     keep = ", ".join(f't."{c}"' for c in RW.stored_task_columns(phases, marks))
     con.execute(
-        f"CREATE VIEW tasks AS SELECT CAST(t.rank AS SMALLINT) AS rank, t.step, {keep}, {ns}, f.capture, f.append "
-        f"FROM read_parquet({_list(paths)}, hive_partitioning=true, filename=true, "
+        f"CREATE VIEW _task_rows AS SELECT CAST(t.rank AS SMALLINT) AS rank, t.step, {keep}, f.capture, f.append, "
+        f"{clock_cols} FROM read_parquet({_list(paths)}, hive_partitioning=true, filename=true, "
         "hive_types={'rank': SMALLINT, 'step': BIGINT}) t "
         "JOIN _files f ON t.filename = f.filename JOIN _clocks c ON c.append = f.append AND c.rank = t.rank")
+    return whole
 
 
-def _intervals_view(con, phases) -> None:
+def _tasks_view(con, run, whole: bool) -> None:
+    """View ``tasks``: ``_task_rows`` with every ``<phase>_ns`` / ``<mark>_ns`` derived."""
+    phases, marks = run.phases, run.marks
+    keep = ", ".join(f'"{c}"' for c in RW.stored_task_columns(phases, marks))
+    ns = ", ".join(f"{_ns(_stamped(f'{p}_tick'), whole)} AS \"{p}_ns\"" for p in (*phases, *marks))
+    con.execute(f"CREATE VIEW tasks AS SELECT rank, step, {keep}, {ns}, capture, append FROM _task_rows")
+
+
+def _intervals_view(con, phases, whole: bool) -> None:
     """One SELECT per consecutive phase pair, UNION ALL: start and end with a missing
-    phase inheriting the previous one's time (``rows.phase_intervals``)."""
+    phase inheriting the previous one's time (``rows.phase_intervals``). The inheriting
+    is done on ticks and converted once (ns of the first stamp = the first stamp's ns);
+    with whole-ns clocks the ``end >= start`` filter compares ticks too (ns rise with
+    ticks there), so it runs before the rows meet their clocks."""
     names = S.interval_names(phases)
     if not names:
         con.execute("CREATE VIEW intervals AS SELECT NULL LIMIT 0")
         return
-    quoted = ['"' + p + '_ns"' for p in phases]
-    ff = ["coalesce(" + ", ".join(reversed(quoted[:k + 1])) + ")" for k in range(len(phases))]
+    stamped = [_stamped(f"{p}_tick") for p in phases]
+    ff = ["coalesce(" + ", ".join(reversed(stamped[:k + 1])) + ")" for k in range(len(phases))]
     base = "rank, step, layer, capture, append, launch, stage, stage_index, task, cta, wave, hw_unit, xcc, se, cu, sm"
     selects = []
     for j, name in enumerate(names):
         a, b = phases[j], phases[j + 1]
+        s, e = _ns(ff[j], whole), _ns(ff[j + 1], whole)
+        rising = f"{ff[j + 1]} >= {ff[j]}" if whole else f"{e} >= {s}"
         selects.append(
-            f"SELECT {base}, '{name}' AS phase, CAST({j} AS SMALLINT) AS phase_index, {ff[j]} AS start_ns, "
-            f"{ff[j + 1]} AS end_ns, {ff[j + 1]} - {ff[j]} AS duration_ns, "
-            f"NOT (\"{a}_ns\" IS NOT NULL AND \"{b}_ns\" IS NOT NULL) AS inherited "
-            f"FROM tasks WHERE {ff[j]} IS NOT NULL AND {ff[j + 1]} >= {ff[j]}")
+            f"SELECT {base}, '{name}' AS phase, CAST({j} AS SMALLINT) AS phase_index, {s} AS start_ns, "
+            f"{e} AS end_ns, {e} - {s} AS duration_ns, "
+            f"NOT (\"{a}_tick\" <> 0 AND \"{b}_tick\" <> 0) AS inherited "
+            f"FROM _task_rows WHERE {ff[j]} IS NOT NULL AND {rising}")
     con.execute("CREATE VIEW intervals AS " + " UNION ALL ".join(selects))
 
 
@@ -128,8 +153,9 @@ def connect(run, *, threads: int | None = None):
     con.execute(f"SET memory_limit = '{max(RL.memory_budget() // (1 << 20), 64)}MB'")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    _tasks_view(con, run)
-    _intervals_view(con, run.phases)
+    whole = _task_rows_view(con, run)
+    _tasks_view(con, run, whole)
+    _intervals_view(con, run.phases, whole)
     for table in ("launches", "stages", "anomalies"):
         _small_view(con, run, table)
     return con
