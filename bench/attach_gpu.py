@@ -99,7 +99,7 @@ def run_graph(out: Path, layers: int, steps: int, every: int):
     from timeline import merge
 
     traces = []
-    runner = tg.Runner(tm.Shape(), layers, every=every, ring=2, sink=traces.append)
+    runner = tg.Runner(tm.Shape(), layers, every=every, ring=2, sink=traces.append, pool="thread")  # a list of this process
     graph = runner.capture_graph()
     runner.cap.calibrate()
     runner.cap.start()

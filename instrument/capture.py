@@ -46,6 +46,7 @@ import pickle
 import sys
 import threading
 import time
+import types
 
 from instrument import capture_pool, capture_staging
 from instrument.capture_drain import Drain, classify, sampled_steps
@@ -76,6 +77,18 @@ def ring_spec(spec: S.Spec, ring: int, layers: int) -> S.Spec:
             raise CaptureError(f"Capture({name}={v!r}): a whole number from 1 to {top}"
                                + (" or 'auto'" if name == "ring" else ""))
     return spec.replace(launches=ring * layers)
+
+
+def _refuse_bound_sink(sink) -> None:
+    """A sink bound to an object of this process (``traces.append``, ``obj.method``)
+    pickles, but worker processes call it on their own copies: every trace it kept
+    would be lost without a word. Refused, naming the fix."""
+    owner = getattr(sink, "__self__", None)
+    if owner is not None and not isinstance(owner, (type, types.ModuleType)):
+        raise CaptureError(f"Capture(sink={sink!r}) is bound to a {type(owner).__name__} of this process: worker "
+                           "processes would call it on their own copies and what it keeps would be lost; pass "
+                           "pool='thread' (or 'inline'), run=RUN_DIR, or a module-level function that writes "
+                           "where this process reads")
 
 
 class Capture:
@@ -113,6 +126,7 @@ class Capture:
         self.pool = self._pool_of(pool, workers)
         self.sink = sink if sink is not None else capture_pool.RunSink(run, name)
         if self.pool.kind == "process":
+            _refuse_bound_sink(self.sink)
             try:
                 pickle.dumps(self.sink)
             except Exception as e:

@@ -222,6 +222,9 @@ def test_capture_refuses_what_it_cannot_do():
         CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=list.append, pool="inline", step=torch.zeros(1))
     with pytest.raises(CAP.CaptureError, match="cannot be sent to worker processes"):
         CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=lambda t: None, pool="process")
+    kept = []  # a list of this process: worker processes would append to their own copies of it
+    with pytest.raises(CAP.CaptureError, match="bound to a list of this process.*pool='thread'"):
+        CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=kept.append, pool="process")
 
 
 def test_a_threaded_drain_flushes_on_close():
