@@ -41,12 +41,13 @@ ranks were appended by separate processes places each on the host clock.
 
 from __future__ import annotations
 
+import collections
+import functools
 import os
 import pickle
 import sys
 import threading
 import time
-import types
 
 from instrument import capture_pool, capture_staging
 from instrument.capture_drain import Drain, classify, sampled_steps
@@ -79,16 +80,25 @@ def ring_spec(spec: S.Spec, ring: int, layers: int) -> S.Spec:
     return spec.replace(launches=ring * layers)
 
 
-def _refuse_bound_sink(sink) -> None:
-    """A sink bound to an object of this process (``traces.append``, ``obj.method``)
-    pickles, but worker processes call it on their own copies: every trace it kept
-    would be lost without a word. Refused, naming the fix."""
-    owner = getattr(sink, "__self__", None)
-    if owner is not None and not isinstance(owner, (type, types.ModuleType)):
-        raise CaptureError(f"Capture(sink={sink!r}) is bound to a {type(owner).__name__} of this process: worker "
-                           "processes would call it on their own copies and what it keeps would be lost; pass "
-                           "pool='thread' (or 'inline'), run=RUN_DIR, or a module-level function that writes "
-                           "where this process reads")
+_MEMORY = (list, dict, set, collections.deque)  # where a sink keeps what it gets in this process
+
+
+def _refuse_memory_sink(sink) -> None:
+    """A sink that keeps what it gets in a container of this process (``kept.append``,
+    ``functools.partial(list.append, kept)``, ``seen.add``) pickles, but worker
+    processes call it on their own copies: every trace would be lost without a word.
+    Refused, naming the fix. (A callable object of one's own that keeps traces in
+    memory cannot be told from one that writes them; the docs say it.)"""
+    f, held = sink, []
+    while isinstance(f, functools.partial):
+        held += [*f.args, *f.keywords.values()]
+        f = f.func
+    owner = getattr(f, "__self__", None)
+    kept = owner if isinstance(owner, _MEMORY) else next((h for h in held if isinstance(h, _MEMORY)), None)
+    if kept is not None:
+        raise CaptureError(f"Capture(sink={sink!r}) keeps what it gets in a {type(kept).__name__} of this process: "
+                           "worker processes would keep it in their own copies and it would be lost; pass "
+                           "pool='thread' (or 'inline'), run=RUN_DIR, or a sink that writes where this process reads")
 
 
 class Capture:
@@ -126,7 +136,7 @@ class Capture:
         self.pool = self._pool_of(pool, workers)
         self.sink = sink if sink is not None else capture_pool.RunSink(run, name)
         if self.pool.kind == "process":
-            _refuse_bound_sink(self.sink)
+            _refuse_memory_sink(self.sink)
             try:
                 pickle.dumps(self.sink)
             except Exception as e:

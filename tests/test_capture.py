@@ -9,6 +9,7 @@ is the same as with a fixed slot. The interpreter runs are in test_capture_inter
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 import capturekit as CK
 from instrument import capture as CAP
+from instrument import capture_pool
 from timeline.contract import schema as S
 
 torch = pytest.importorskip("torch")
@@ -223,8 +225,11 @@ def test_capture_refuses_what_it_cannot_do():
     with pytest.raises(CAP.CaptureError, match="cannot be sent to worker processes"):
         CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=lambda t: None, pool="process")
     kept = []  # a list of this process: worker processes would append to their own copies of it
-    with pytest.raises(CAP.CaptureError, match="bound to a list of this process.*pool='thread'"):
-        CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=kept.append, pool="process")
+    for sink in (kept.append, functools.partial(list.append, kept), set().add):
+        with pytest.raises(CAP.CaptureError, match="keeps what it gets in a (list|set) of this process.*pool='thread'"):
+            CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=sink, pool="process")
+    for sink in (capture_pool.RunSink("run", "capture"), capture_pool.RunSink("run", "capture").__call__):  # they write a run: kept
+        CAP.Capture(_spec(), ring=2, layers=2, device="cpu", sink=sink, pool="process").abort()
 
 
 def test_a_threaded_drain_flushes_on_close():
