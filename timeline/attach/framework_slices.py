@@ -142,14 +142,6 @@ def bind(flows: Flows, used: np.ndarray, track: np.ndarray, ts: np.ndarray) -> t
     return ids, has
 
 
-def take(items: list, mask: np.ndarray) -> list:
-    """The items where ``mask`` holds, picked in C (``operator.itemgetter``)."""
-    idx = np.flatnonzero(mask).tolist()
-    if len(idx) < 2:
-        return [items[i] for i in idx]
-    return list(operator.itemgetter(*idx)(items))
-
-
 def _phases(evs: list) -> tuple:
     """Each event's ``PH_CODE`` (0: a phase not converted) and the list of its ``ph``."""
     phs = [e.ph for e in evs]
@@ -190,11 +182,11 @@ def names_and_flows(evs: list, _shared, rank: int) -> tuple:
     ends per phase (``s`` / ``f``: (``KEY`` array, flow ids) or None)."""
     code, _ = _phases(evs)
     names = []
-    for e in take(evs, code == PH_CODE["M"]):
+    for e in J.take(evs, code == PH_CODE["M"]):
         if e.name in ("process_name", "process_labels", "thread_name"):
             args = J.args_of(e.args)
             names.append((e.name, e.pid, e.tid, str(args.get("labels" if e.name == "process_labels" else "name", ""))))
-    fl = take(evs, (code == PH_CODE["s"]) | (code == PH_CODE["f"]))
+    fl = J.take(evs, (code == PH_CODE["s"]) | (code == PH_CODE["f"]))
     fl = [e for e in fl if e.id is not None and e.ts != J.RAW_NONE]
     if not fl:
         return names, [None, None]
@@ -318,9 +310,9 @@ def prepare(evs: list, meta, rank: int, shift_ns: int) -> Prepared:
     code, phs = _phases(evs)
     skipped = {}
     if not code.all():
-        for ph in map(str, take(phs, code == 0)):
+        for ph in map(str, J.take(phs, code == 0)):
             skipped[ph] = skipped.get(ph, 0) + 1
-    xs, inst = take(evs, code == PH_CODE["X"]), take(evs, code == PH_CODE["i"])
+    xs, inst = J.take(evs, code == PH_CODE["X"]), J.take(evs, code == PH_CODE["i"])
     ts_x = [e.ts for e in xs]
     no_ts = 0
     if J.RAW_NONE in ts_x:

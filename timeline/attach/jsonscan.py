@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import operator
 from typing import Any, Iterator, NamedTuple
 
 import msgspec
@@ -27,7 +28,7 @@ import numpy as np
 from timeline.attach.sniff import FrameworkTraceError
 
 __all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
-           "open_bytes", "pieces", "skip_comma"]
+           "open_bytes", "pieces", "skip_comma", "take"]
 
 RAW_NONE = msgspec.Raw(b"null")
 
@@ -372,3 +373,11 @@ def ns_of(value, what: str = "ts") -> int:
         return int(whole) * 1000 + sign * int((frac + "000")[:3])
     except ValueError:
         raise FrameworkTraceError(f"{what} {text!r} is not a number of µs") from None
+
+
+def take(items: list, mask: np.ndarray) -> list:
+    """The items where ``mask`` holds, picked in C (``operator.itemgetter``)."""
+    idx = np.flatnonzero(mask).tolist()
+    if len(idx) < 2:
+        return [items[i] for i in idx]
+    return list(operator.itemgetter(*idx)(items))

@@ -20,7 +20,6 @@ event of a kept category lacking a field it needs is refused with its byte offse
 from __future__ import annotations
 
 import itertools
-import operator
 from typing import Any
 
 import msgspec
@@ -105,14 +104,6 @@ def _kinds(evs: list) -> np.ndarray:
         return np.array([CAT_KIND.get(c, 0) if isinstance(c, str) else 0 for c in cats], np.int8)
 
 
-def _take(items: list, mask: np.ndarray) -> list:
-    """The items where ``mask`` holds, picked in C (``operator.itemgetter``)."""
-    idx = np.flatnonzero(mask).tolist()
-    if len(idx) < 2:
-        return [items[i] for i in idx]
-    return list(operator.itemgetter(*idx)(items))
-
-
 def _grid(args: list) -> list:
     """``grid_x`` / ``grid_y`` / ``grid_z``: each a list, None where the grid lacks it or
     it is not an integer."""
@@ -180,13 +171,13 @@ def _piece(evs: list, _shared, name: str) -> tuple:
     kind = _kinds(evs)
     table, launches, steps = None, None, ([], [], [])
     if kind.any():
-        acts = [e for e in _take(evs, kind == ACTIVITY) if e.ph == "X"]
+        acts = [e for e in J.take(evs, kind == ACTIVITY) if e.ph == "X"]
         if acts:
             table = _activities(acts, name)
-        calls = [e for e in _take(evs, kind == LAUNCH) if e.ts != J.RAW_NONE]
+        calls = [e for e in J.take(evs, kind == LAUNCH) if e.ts != J.RAW_NONE]
         if calls:
             launches = _launches(calls, name)
-        _steps(_take(evs, kind == STEP), name, steps)
+        _steps(J.take(evs, kind == STEP), name, steps)
     return table, launches, steps, len(evs)
 
 
