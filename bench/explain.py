@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timeline.analysis import bounds as BD  # noqa: E402
 from timeline.analysis import explain as X
 from timeline.analysis import launches as LA  # noqa: E402
 from timeline.ingest import synth_graph as SG  # noqa: E402
@@ -155,7 +156,7 @@ def speed(grid: int) -> bool:
                 e = X.explain_launch(t, la, typ, own=True)
                 t3 = time.perf_counter()
                 XR.document(t, str(path), "timeline explain big.arrow", (launches_, kernel), [e],
-                            X.allreduce_skew(t), typ)
+                            BD.allreduce_skew(t), typ)
                 times.append(time.perf_counter() - t0)
                 parts.append((t1 - t0, t2 - t1, t3 - t2))
         from timeline.analysis import edges as E

@@ -140,7 +140,7 @@ def test_a_straggling_rank_at_an_all_reduce():
     assert names(trace, first) == (1, "x", 0, 0, "compute") and first.saving_ns == 300
     p, q, kind = e.gating[0]
     assert (int(e.tasks.rank[p]), kind) == (1, "all-reduce")
-    (consumer, producer, launches, _, last, skew), = X.allreduce_skew(trace)
+    (consumer, producer, launches, _, last, skew), = BD.allreduce_skew(trace)
     assert (consumer, producer) == ("y", "x") and last[SLOW] == 1 and skew[SLOW] == 300
     assert skew[:SLOW].tolist() == [0, 0, 0]  # the typical launches: both ranks at once
 

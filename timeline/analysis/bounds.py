@@ -141,6 +141,37 @@ def arrivals(trace, al: Alignment) -> list:
     return out
 
 
+def allreduce_skew(trace) -> list:
+    """Per all-reduce rule of the graph (consumer, producer stage): per launch, the
+    rank whose producer tasks ended last and by how much after the first rank's, as
+    ``(consumer, producer, launches, ranks, last ranks, skew ns)`` arrays."""
+    out = []
+    spec = trace.spec
+    t = trace.tasks
+    if t.num_rows == 0:
+        return out
+    _, end = R.extent(R.phase_matrix(t, trace.phases))
+    rank, launch, stage = (R.column(t, c).astype(np.int64) for c in ("rank", "launch", "stage_index"))
+    for consumer, rules in spec.graph.items():
+        for rule in rules:
+            if not rule.allreduce:
+                continue
+            sel = stage == spec.stage_index(rule.stage)
+            gid, ng, (la, rk) = GR.group_ids(launch[sel], rank[sel])
+            _, last = GR.group_min_max(gid, ng, end[sel], end[sel])
+            lid, nl, (launches,) = GR.group_ids(la)
+            worst = np.full(nl, -1, dtype=np.int64)
+            hi = np.full(nl, np.iinfo(np.int64).min)
+            lo = np.full(nl, np.iinfo(np.int64).max)
+            np.maximum.at(hi, lid, last)
+            np.minimum.at(lo, lid, last)
+            for k in range(ng):
+                if last[k] == hi[lid[k]] and worst[lid[k]] < 0:
+                    worst[lid[k]] = rk[k]
+            out.append((consumer, rule.stage, launches, np.unique(rk), worst, hi - lo))
+    return out
+
+
 def culprits_certain(savings: list, noise: float, al: Alignment) -> bool:
     """Whether a culprit ranking (``savings``, the first the named one) holds for any
     placement of the ranks within their bounds: its lead over the next and its margin
@@ -155,5 +186,5 @@ def culprits_certain(savings: list, noise: float, al: Alignment) -> bool:
     return first - runner > 2 * spread and first - noise > 2 * spread
 
 
-__all__ = ["ASSUMED", "Alignment", "Arrival", "CONTRADICTED", "MEASURED", "ONE_CLOCK", "alignment", "arrival", "arrivals",
-           "culprits_certain", "rule_ends"]
+__all__ = ["ASSUMED", "Alignment", "Arrival", "CONTRADICTED", "MEASURED", "ONE_CLOCK", "alignment", "allreduce_skew",
+           "arrival", "arrivals", "culprits_certain", "rule_ends"]
