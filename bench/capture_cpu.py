@@ -1,7 +1,7 @@
 """Continuous capture's host pipeline against a simulated device, on the CPU: how many
 sampled steps a second the drain and its workers keep, and what beyond it.
 
-    flock /tmp/mono-heavy.lock env PYTHONPATH=. python bench/capture_cpu.py --out bench/results/capture_cpu.txt
+    PYTHONPATH=. python bench/capture_cpu.py --out bench/results/capture_cpu.txt
 
 The device is a thread (``tests/capturekit.RingDevice.run_paced``) writing the ring
 exactly as the Triton demo's 16-layer step does (its spec: 11,264 task rows, 540 kB
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     if a.capacity:
         print(json.dumps(capacity(a.capacity, a.capacity_steps)))
         return 0
-    cmd = "flock /tmp/mono-heavy.lock env PYTHONPATH=. python bench/capture_cpu.py " + " ".join(
+    cmd = "PYTHONPATH=. python bench/capture_cpu.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
     head = [f"$ {cmd}   # {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores, "
             f"load average {os.getloadavg()[0]:.1f} at start",
