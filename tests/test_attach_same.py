@@ -24,6 +24,7 @@ import kinetokit as KK
 from timeline import load
 from timeline.attach import attach, read_framework
 from timeline.attach import framework_tracks as FT
+from timeline.attach import jsonscan as J
 from timeline.attach import kineto, nesting
 from timeline.attach import pool as AP
 from timeline.attach import write as AW
@@ -99,8 +100,8 @@ def test_pieces_cut_in_workers_are_the_ones_cut_here(tmp_path, monkeypatch):
     wrong = []
     one = AP._one
     monkeypatch.setattr(AP, "_one", lambda *a: wrong.append(a[1]) or one(*a))
-    here = list(AP.map_pieces(path, kineto._Event, _extent, chunk_bytes=20_000, workers=0))
-    there = list(AP.map_pieces(path, kineto._Event, _extent, chunk_bytes=20_000, workers=2))
+    here = list(AP.map_pieces(path, J.Lean, _extent, chunk_bytes=20_000, workers=0))
+    there = list(AP.map_pieces(path, J.Lean, _extent, chunk_bytes=20_000, workers=2))
     assert len(here) > 100 and here == there and len(wrong) > 10
     assert sum(n for n, _, _ in there) == len(evs)
 

@@ -17,15 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import msgspec
 import numpy as np
 
 from timeline.attach import jsonscan as J
 from timeline.export import perfetto as PF
 
-__all__ = ["Event", "FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare",
+__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare",
            "process_track", "serialize", "thread_track"]
 
 FRAMEWORK_SEQUENCE = 2
@@ -34,20 +33,6 @@ UUID_TOP = 1 << 62  # framework track uuids: above every uuid the timeline expor
 TE_CATEGORIES, DA_NAME, DA_STRING = 22, 10, 6
 PH_CODE = {"X": 1, "i": 2, "I": 2, "M": 3, "s": 4, "f": 5}  # the phases converted (M, s, f: in the first pass)
 MEMO_TYPES = {int, str, type(None)}  # values whose type and value give their repr (not bool / float)
-
-
-class Event(msgspec.Struct, gc=False):
-    """The event fields the conversion reads (the others skipped in C)."""
-
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    id: Any = None
-    ts: msgspec.Raw = J.RAW_NONE
-    dur: msgspec.Raw = J.RAW_NONE
-    args: msgspec.Raw = J.RAW_NONE
 
 
 def uuid_of(*parts) -> int:

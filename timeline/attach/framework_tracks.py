@@ -51,7 +51,7 @@ def flows_and_names(path, rank: int, *, chunk_bytes: int = J.CHUNK_BYTES, worker
     """First pass: the ``M`` names and the flow events."""
     process, labels, thread = {}, {}, {}
     parts = {"s": [], "f": []}
-    for names, flows in AP.map_pieces(path, FS.Event, FS.names_and_flows, (rank,), chunk_bytes=chunk_bytes,
+    for names, flows in AP.map_pieces(path, J.Lean, FS.names_and_flows, (rank,), chunk_bytes=chunk_bytes,
                                       workers=workers):
         for name, pid, tid, value in names:  # keyed as the tracks are (a list or object as its JSON)
             if name == "process_name":
@@ -108,7 +108,7 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
     st = _State(rank, meta, prefix, set(), {}, np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool),
                 Carried.new())
     skipped, n = Counter(), 0
-    for p in AP.map_pieces(path, FS.Event, FS.prepare, (rank, shift_ns), chunk_bytes=chunk_bytes, workers=workers,
+    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns), chunk_bytes=chunk_bytes, workers=workers,
                            shared=meta):
         skipped.update(p.skipped)
         skipped["X without ts"] += p.no_ts

@@ -27,7 +27,7 @@ import numpy as np
 
 from timeline.attach.sniff import FrameworkTraceError
 
-__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Lean", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
            "open_bytes", "pieces", "skip_comma", "take"]
 
 RAW_NONE = msgspec.Raw(b"null")
@@ -61,6 +61,22 @@ class Event(msgspec.Struct):
     id: Any = None
     bp: Any = None
     s: Any = None
+    ts: msgspec.Raw = RAW_NONE
+    dur: msgspec.Raw = RAW_NONE
+    args: msgspec.Raw = RAW_NONE
+
+
+class Lean(msgspec.Struct, gc=False):
+    """``Event`` less the fields only the scanner's callers read (``bp``, ``s``), out of
+    the garbage collector's sight: what the Kineto reader and the Perfetto conversion
+    decode each piece into (the other fields skipped in C)."""
+
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    id: Any = None
     ts: msgspec.Raw = RAW_NONE
     dur: msgspec.Raw = RAW_NONE
     args: msgspec.Raw = RAW_NONE

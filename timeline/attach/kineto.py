@@ -48,20 +48,6 @@ class _Args(msgspec.Struct, gc=False):
     grid: Any = None
 
 
-class _Event(msgspec.Struct, gc=False):
-    """The event fields this reader looks at (the others are skipped in C while the
-    piece is decoded); ``ts`` / ``dur`` / ``args`` raw as in ``jsonscan.Event``."""
-
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: msgspec.Raw = J.RAW_NONE
-    dur: msgspec.Raw = J.RAW_NONE
-    args: msgspec.Raw = J.RAW_NONE
-
-
 _ARGS = msgspec.json.Decoder(list[_Args])
 ACTIVITY, LAUNCH, STEP = 1, 2, 3  # what an event's cat makes it for this reader
 CAT_KIND = {**{c: ACTIVITY for c in ACTIVITY_CATS}, **{c: LAUNCH for c in LAUNCH_CATS}, "user_annotation": STEP}
@@ -164,7 +150,7 @@ def _steps(marks: list, name: str, steps: tuple) -> None:
 
 
 def _piece(evs: list, _shared, name: str) -> tuple:
-    """What a piece holds for the reader (its events decoded as ``_Event``): its
+    """What a piece holds for the reader (its events decoded as ``jsonscan.Lean``): its
     activity table (None: none), its launch calls' (correlation, ns), its step
     markers, its event count. Per piece the events are sorted by ``cat`` with numpy;
     only the kept ones are looked at field by field."""
@@ -189,7 +175,7 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None =
     name = str(path)
     tables, launch_corr, launch_ns, steps, head, tail = [], [], [], ([], [], []), [], []
     events = 0
-    for table, launches, st, n in AP.map_pieces(path, _Event, _piece, (name,), chunk_bytes=chunk_bytes, head=head,
+    for table, launches, st, n in AP.map_pieces(path, J.Lean, _piece, (name,), chunk_bytes=chunk_bytes, head=head,
                                               tail=tail, workers=workers):
         events += n
         if table is not None:
