@@ -26,7 +26,8 @@ from viewer.ids import STRIP_PROPS
 from viewer.panels import gantt as VG
 from viewer.panels import strip as VST
 
-D = Path(__file__).resolve().parents[1] / "traces" / "h200_attach"
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+D = TRACES / "h200_attach"
 HOST = "%d:%g" % tuple(json.loads((D / "host_clock.json").read_text()))
 CONTEXT = ["--context", str(D / "graph.pt.trace.json.gz"), "--context-kernel", "mono_ffn_kernel",
            "--context-host-clock", HOST]
@@ -196,6 +197,26 @@ def test_a_run_of_the_capture_draws_the_same_strip(tmp_path):
     a = state.context.strip(state.store.get("run/launch=4:3"), 0, 0).rows
     b = file_state.context.strip(file_state.store.get("graph.arrow"), 0, 11).rows
     assert a.equals(b)
+
+
+def test_a_run_without_slot_headers_draws_the_files_strip(tmp_path):
+    """A headerless capture appended to a run (its launches keyed CAPTURE:SLOT) and a
+    framework trace of it: the run's launch demo:5 gets the rows the file's launch 5 gets."""
+    import kinetokit as KK
+    from timeline import load
+    from timeline.cli import main
+
+    demo = TRACES / "h200_mono_demo.arrow"
+    KK.gpu_trace(KK.torch_trace(tmp_path / "cpu.json", marks=False), tmp_path / "fw.json", load(demo))
+    assert main(["run", "add", "-q", str(tmp_path / "run"), str(demo), "--capture", "demo"]) == 0
+    ctx = ["--context", str(tmp_path / "fw.json"), "--context-kernel", "mono_ffn_kernel"]
+    state, _, _ = V.prepare([str(tmp_path / "run"), *ctx])
+    st_ = first_state(state, "?run=run&launch=demo:5")
+    assert VST.on_strip(state, st_, None).drawn == ["run/launch=demo:5", 0, "demo:5"]
+    file_state, _, _ = V.prepare([str(demo), *ctx])
+    a = state.context.strip(state.store.get("run/launch=demo:5"), 0, 0).rows
+    b = file_state.context.strip(file_state.store.get("h200_mono_demo.arrow"), 0, 5).rows
+    assert a.num_rows > 0 and a.equals(b)
 
 
 def test_several_ranks_each_get_their_own_frameworks_strip(tmp_path):
