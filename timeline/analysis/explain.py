@@ -39,7 +39,7 @@ from timeline.core import rows as R
 from timeline.analysis import whatif as W
 from timeline.analysis import AnalysisError
 
-SCHEMA = "timeline.explain/2"
+SCHEMA = "timeline.explain/3"
 CANDIDATES = 6  # candidate culprits checked by a replay each
 SCOPES = ("task", "cta", "rank-stage", "stage")
 
@@ -60,6 +60,7 @@ class Typical(NamedTuple):
     kernel_ns: np.ndarray
     source: str
     kernel_launches: np.ndarray | None = None  # the launch of each kernel time (None: not launches of one trace)
+    parts: tuple = ()  # per launch it was made of: (rank, stage, task, durations) of its merged tasks
 
 
 def kernel_times(trace) -> tuple:
@@ -97,7 +98,7 @@ def typical_of(traces, kernel_ns, source: str) -> Typical:
         parts.append((m.rank, m.stage, m.task, _durations(tr, m)))
     rank, stage, task, dur = (np.concatenate([p[k] for p in parts]) for k in range(4))
     gid, ng, (rank, stage, task) = GR.group_ids(rank, stage, task)
-    return Typical(rank, stage, task, group_median(gid, ng, dur), np.asarray(kernel_ns), source)
+    return Typical(rank, stage, task, group_median(gid, ng, dur), np.asarray(kernel_ns), source, parts=tuple(parts))
 
 
 def group_median(gid: np.ndarray, ng: int, values: np.ndarray) -> np.ndarray:
@@ -184,6 +185,7 @@ class Explained(NamedTuple):
     exact: bool
     graph: E.Graph | None = None  # the launch's gating edges (None without a task graph)
     chain: list = ()  # its critical path (``edges.chain``)
+    tests: tuple | None = None  # A/B: per culprit, its cells tested across both sides' launches (``sides.CellTest``)
 
     @property
     def slow(self) -> bool:
@@ -369,7 +371,11 @@ def _ranked(culprits: list, noise: float, together: float) -> list:
 def significant(e: Explained) -> list:
     """The culprits whose saving exceeds the noise: alone, or else together, those
     with an excess over half the noise (parallel culprits, each hiding the other);
-    none where the launch itself is within the noise of typical (``Explained.slow``)."""
+    none where the launch itself is within the noise of typical (``Explained.slow``).
+    B against A (``e.tests`` set): those whose test across the launches of both sides
+    holds (``sides.CellTest``), in order."""
+    if e.tests is not None:
+        return [c for c, t in zip(e.culprits, e.tests) if t.significant]
     if not e.slow:
         return []
     if e.culprits and e.culprits[0].saving_ns > e.noise_ns:

@@ -14,6 +14,7 @@ import numpy as np
 
 from timeline.analysis import bounds as BD
 from timeline.analysis import explain as X
+from timeline.analysis import stats as ST
 
 EVIDENCE_ROWS = 8  # task rows cited per culprit (the rest counted)
 
@@ -87,7 +88,12 @@ def culprit_record(e: X.Explained, c: X.Culprit, gate, names, phases, cmds: Comm
            "on_path_us": _us(c.on_path_ns), "saving_us": _us(c.saving_ns) if e.exact else None,
            "significant": bool(e.exact and c in X.significant(e)), "certain": bool(certain),
            "evidence": {"table": "tasks", "rows": rows, "more_rows": max(int(c.tasks.size) - EVIDENCE_ROWS, 0)},
-           "gating_edge": None, "says": _who(c, names, phases, ranks), "reproduce": cmds.explain(key)}
+           "gating_edge": None, "says": _who(c, names, phases, ranks), "reproduce": cmds.explain(key),
+           "test": None}
+    if e.tests is not None:
+        t = e.tests[e.culprits.index(c)]
+        rec["test"] = {**t.shift.record(), "q_value": round(t.q, 6), "multiple": ST.MULTIPLE,
+                       "family": len(e.culprits), "metric": "the culprit's cells per task, per launch"}
     if gate is not None:
         p, q, kind = gate
         rec["gating_edge"] = {"kind": kind,
@@ -102,6 +108,8 @@ def launch_verdict(e: X.Explained, names, phases, key: str, ranks: int, al: BD.A
     """One sentence on one launch (``key``: how to name it)."""
     delta = e.kernel_ns - e.typical_ns
     head = f"launch {key} took {_us(e.kernel_ns):g} µs, {_us(delta):+g} µs against {against} {_us(e.typical_ns):g} µs"
+    if e.tests is not None:
+        return head + "; " + _ab_launch(e, names, phases, ranks)
     if not e.slow:
         return f"{head}: within the launch-to-launch noise {_us(e.noise_ns):g} µs, nothing to explain"
     if not e.exact:
@@ -125,6 +133,48 @@ def launch_verdict(e: X.Explained, names, phases, key: str, ranks: int, al: BD.A
                   f"{e.fidelity.kernel_end_ns:g} ns){caveat}")
     return (f"{head}; culprit: {_who(c, names, phases, ranks)}, {_size(c)}; at its typical time the launch would end "
             f"{_us(c.saving_ns):g} µs earlier (replay fidelity {e.fidelity.kernel_end_ns:g} ns){caveat}")
+
+
+def _ab_launch(e: X.Explained, names, phases, ranks: int) -> str:
+    """Where a launch of B spent its time against A's typical launch, each culprit's
+    significance from its test across both sides' launches (``sides.CellTest``)."""
+    fam = f"{ST.MULTIPLE} over {len(e.culprits)} candidate(s)"
+    sig = X.significant(e)
+    if sig:
+        c = sig[0]
+        t = e.tests[e.culprits.index(c)]
+        return (f"culprit: {_who(c, names, phases, ranks)}, {_size(c)}; at A's typical time the launch would end "
+                f"{_us(c.saving_ns):g} µs earlier (replay fidelity {e.fidelity.kernel_end_ns:g} ns); its cells "
+                f"B - A = {t.shift.says()} a task, q = {t.q:.2g} ({fam})")
+    gains = [cell for cell in e.path_cells if cell[4] < 0]
+    if e.kernel_ns < e.typical_ns and gains:
+        r, s_, cta, j, v = min(gains, key=lambda cell: cell[4])
+        return (f"faster: the largest gain on its critical path is rank {r} {names[s_]} CTA {cta} {phases[j + 1]}, "
+                f"{_us(v):+g} µs")
+    parts = [(c, t) for c, t in zip(e.culprits, e.tests) if c.saving_ns > 0]
+    if not parts:
+        return "no part of it ran beyond A's typical time by more than the floor"
+    c, t = parts[0]
+    why = "significance not established" if t.shift.reason else f"q = {t.q:.2g} ({fam})"
+    return (f"largest part, NOT significant ({why}): {_who(c, names, phases, ranks)}, {_size(c)}, "
+            f"saving {_us(c.saving_ns):g} µs")
+
+
+def ab_verdict(shift: ST.Shift, x: "Launch | None", trace) -> str:
+    """The A/B verdict: B's kernel time against A's (``shift``: slower, faster, no
+    significant difference, or significance not established), then where B's typical
+    launch ``x`` spent its time (``launch_verdict``)."""
+    said = f"B - A = {shift.says()}"
+    if shift.reason:
+        head = f"{said}; {shift.reason}"
+    elif shift.significant:
+        head = f"B is {shift.direction} than A: {said}"
+    else:
+        head = f"no significant difference: {said}: cannot tell it from chance"
+    if x is None:
+        return head
+    return head + "; its typical " + launch_verdict(x.explained, trace.spec.stage_names, trace.phases, x.key,
+                                                    len(trace.ranks), x.alignment, "A's typical")
 
 
 def arrival_records(trace, al: BD.Alignment, explained_launches: dict, cmd: str = "") -> list:
@@ -265,7 +315,11 @@ def text(doc: dict) -> str:
         lines.append(f"typical launch: none ({t['from']})")
     if doc.get("baseline"):
         b = doc["baseline"]
-        lines.append(f"baseline A {b['source']}: typical {b['typical_us']} µs, noise {b['noise_us']} µs; {b['matched']}")
+        if b.get("comparable"):
+            lines.append(f"baseline A {b['source']}: typical {b['typical_us']} µs, noise {b['noise_us']} µs; "
+                         f"{b['matched']}")
+        else:
+            lines.append(f"baseline A {b['source']}: {b['matched']}")
     lines += ["", "verdict: " + doc["verdict"]]
     for e in doc["explained"]:
         lines += ["", f"launch {e['launch']}: {e['kernel_us']:g} µs ({e['delta_us']:+g} µs)"]
@@ -303,4 +357,4 @@ def text(doc: dict) -> str:
 
 
 __all__ = ["CANNOT_WITHOUT_GRAPH", "Commands", "EVIDENCE_ROWS", "Launch", "arrival_records", "culprit_record",
-           "document", "explained_record", "launch_verdict", "text"]
+           "ab_verdict", "document", "explained_record", "launch_verdict", "text"]

@@ -18,6 +18,7 @@ import numpy as np
 
 from timeline.analysis import explain as X
 from timeline.analysis import launches as LA
+from timeline.analysis import stats as ST
 
 TYPICAL_LAUNCHES = 9  # launches a side's per-task typical durations are the median of
 MIN_LAUNCHES = 3  # fewer launches give no typical one
@@ -60,14 +61,15 @@ def load_all(load, keys: list) -> list:
         return list(pool.map(load, keys))
 
 
-def side(name: str, keys: list, kernel, load, *, leave_out=()) -> Side:
+def side(name: str, keys: list, kernel, load, *, leave_out=(), least: int = MIN_LAUNCHES) -> Side:
     """The ``Side`` of launches ``keys`` (``kernel`` their kernel times) whose Traces
     ``load(key)`` reads; ``leave_out``: indices never part of the typical launch (the
-    ones explained)."""
+    ones explained); ``least``: the fewest timed launches that make a typical one (a
+    baseline of 1 launch is its own typical: B against A decomposes at any n)."""
     k = np.asarray(kernel, dtype=np.float64)
     timed = int((~np.isnan(k)).sum())
     typ_ns, noise = LA.typical_ns(k), LA.noise_ns(k)
-    if timed < MIN_LAUNCHES:
+    if timed < max(least, 1):
         return Side(name, list(keys), k, typ_ns, noise, None, [])
     idx = nearest(k, TYPICAL_LAUNCHES, leave_out) or nearest(k, TYPICAL_LAUNCHES)
     traces = load_all(load, [keys[i] for i in idx])
@@ -143,35 +145,88 @@ def identity(e: X.Explained, c: X.Culprit) -> tuple:
 class Stable(NamedTuple):
     """A culprit named first over several slow launches: its ``identity``, one of its
     culprits and launches (``culprit``, ``explained``), how many launches named it, their
-    ``share`` of all the launches' excess, and over those launches the excess (kernel -
-    typical) and the culprit's savings, summed (ns)."""
+    ``share`` of all the launches' excess (``stats.Share``: with its bootstrap interval
+    over the launches), and over those launches the excess (kernel - typical) and the
+    culprit's savings, summed (ns)."""
 
     identity: tuple
     culprit: X.Culprit
     explained: X.Explained
     launches: int
-    share: float
+    share: ST.Share
     excess_ns: float
     saving_ns: float
 
 
-def stable(explained: list) -> list:
+def stable(explained: list, level: float = ST.LEVEL) -> list:
     """Over explained slow launches: each culprit named first (significant) in any, the
     most often named first (``Stable``)."""
-    total = sum(max(e.kernel_ns - e.typical_ns, 0.0) for e in explained) or 1.0
+    excess = np.array([max(e.kernel_ns - e.typical_ns, 0.0) for e in explained])
+    first = [identity(e, sig[0]) if (sig := X.significant(e)) else None for e in explained]
     named: dict = {}
-    for e in explained:
-        sig = X.significant(e)
-        if not sig:
+    for i, (e, who) in enumerate(zip(explained, first)):
+        if who is None:
             continue
-        c = sig[0]
-        hit = named.setdefault(identity(e, c), [c, e, 0, 0.0, 0.0])
+        c = X.significant(e)[0]
+        hit = named.setdefault(who, [c, e, 0, 0.0])
         hit[2] += 1
-        hit[3] += max(e.kernel_ns - e.typical_ns, 0.0)
-        hit[4] += c.saving_ns
-    out = [Stable(k, c, e, n, ex / total, ex, sv) for k, (c, e, n, ex, sv) in named.items()]
-    return sorted(out, key=lambda x: (-x.launches, -x.share))
+        hit[3] += c.saving_ns
+    out = []
+    for k, (c, e, n, sv) in named.items():
+        part = np.where(np.array([w == k for w in first]), excess, 0.0)
+        out.append(Stable(k, c, e, n, ST.share(part, excess, level=level), float(part.sum()), sv))
+    return sorted(out, key=lambda x: (-x.launches, -x.share.share))
 
 
-__all__ = ["Comparability", "MIN_LAUNCHES", "load_all", "Side", "Stable", "TYPICAL_LAUNCHES", "comparability", "identity", "nearest",
-           "side", "stable"]
+class CellTest(NamedTuple):
+    """A culprit of B's launch tested across both sides' launches: ``shift`` (B - A of
+    its cells' durations per launch and task, ns: ``cell_sums``), ``q`` (its Benjamini–Hochberg
+    adjusted p over the launch's culprits) and ``significant``: B's kernel time is
+    significantly slower, this q is below 1 - level, and fixing it saves time."""
+
+    shift: ST.Shift
+    q: float
+    significant: bool
+
+
+def cell_sums(parts, m, cells) -> np.ndarray:
+    """Per launch of ``parts`` (``Typical.parts``): over ``cells`` ((interval, indices
+    into the merged tasks ``m``)) that launch's durations of the same (rank, stage,
+    task) and interval, summed and divided by the culprit's task count (per task, as
+    its ``excess_us``); NaN where a launch lacks one of them."""
+    out = np.full(len(parts), np.nan)
+    for k, (rank, stage, task, dur) in enumerate(parts):
+        span = int(max(task.max(initial=0), m.task.max(initial=0))) + 1
+        stages = int(max(stage.max(initial=0), m.stage.max(initial=0))) + 1
+        key = (rank.astype(np.int64) * stages + stage) * span + task
+        order = np.argsort(key, kind="stable")
+        total = 0.0
+        for j, idx in cells:
+            want = (m.rank[idx].astype(np.int64) * stages + m.stage[idx]) * span + m.task[idx]
+            at = np.searchsorted(key[order], want)
+            ok = (at < key.size) & (key[order][np.minimum(at, key.size - 1)] == want)
+            if not ok.all():
+                total = np.nan
+                break
+            total += float(dur[order[at], j].sum())
+        out[k] = total
+    tasks = np.unique(np.concatenate([idx for _, idx in cells])).size if cells else 1
+    return out / max(tasks, 1)
+
+
+def tested(e: X.Explained, a: X.Typical, b: X.Typical, kernel: ST.Shift, level: float) -> X.Explained:
+    """``e`` (a launch of B against A's typical) with each culprit's ``CellTest``: its
+    cells' per-launch sums over B's launches (``b.parts``) against A's (``a.parts``),
+    Benjamini–Hochberg over the culprits."""
+    shifts = [ST.shift(cell_sums(a.parts, e.tasks, c.cells), cell_sums(b.parts, e.tasks, c.cells), level=level)
+              for c in e.culprits]
+    q = ST.adjust([s.p for s in shifts])
+    slower = kernel.significant and kernel.lo > 0
+    tests = tuple(CellTest(s, float(qi), bool(slower and not s.reason and qi < 1 - level and s.estimate > 0
+                                              and c.saving_ns > 0))
+                  for s, qi, c in zip(shifts, q, e.culprits))
+    return e._replace(tests=tests)
+
+
+__all__ = ["CellTest", "Comparability", "MIN_LAUNCHES", "Side", "Stable", "TYPICAL_LAUNCHES", "cell_sums",
+           "comparability", "identity", "load_all", "nearest", "side", "stable", "tested"]

@@ -116,6 +116,16 @@ def selection_of(args, *, stages: bool = False, launches: bool = True):
                      getattr(args, "stage", None) if stages else None)
 
 
+def confidence_of(args) -> float:
+    """The level ``--confidence`` gives (``gate.parse_confidence``'s grammar; default
+    ``stats.LEVEL``)."""
+    from timeline.analysis import gate as GT
+    from timeline.analysis import stats as ST
+
+    text = getattr(args, "confidence", None)
+    return ST.LEVEL if text is None else GT.parse_confidence(text)
+
+
 def reproduce(args) -> str:
     """The command line that gives this command's document again, as printed (the
     arguments as given, ``--json`` added where missing)."""

@@ -18,16 +18,23 @@ def cmd_compare(args) -> int:
     from timeline.cli.textout import format_table
     from timeline.query import compare as QC
 
+    from timeline.analysis import stats as ST
+    from timeline.cli.common import confidence_of
+
     if args.fail_over is not None or args.stage is not None:
         return cmd_gate(args)
-    doc = QC.compare(source_of(args.a, args), source_of(args.b, args), selection_of(args), args.scope)
+    level = confidence_of(args)
+    ST.prewarm()
+    doc = QC.compare(source_of(args.a, args), source_of(args.b, args), selection_of(args), args.scope, level)
     if args.json:
         print(json.dumps(doc, ensure_ascii=False, indent=1))
         return 0
     typical = ("a typical launch of each (the median over its (rank, launch) pairs); rank: the rank whose span moved "
                "most (per rank, the median over launches)") if args.scope == "launch" else "each trace whole"
-    print(f"A {args.a} ({doc['launches_a']} launches)\nB {args.b} ({doc['launches_b']} launches)\n{typical}; "
-          "Δ = B - A, µs\n")
+    k = doc["kernel_time"]
+    kernel = k["says"] if k else "kernel time: the sides do not compare: " + "; ".join(doc["reasons"])
+    print(f"A {args.a} ({doc['launches_a']} launches)\nB {args.b} ({doc['launches_b']} launches)\n{kernel}\n{typical}; "
+          f"Δ = B - A, µs, [Δ low, Δ high] its {level:.0%} interval\n")
     print(format_table(rows_table(doc["rows"])) if doc["rows"] else "no stage in both")
     return 0
 
@@ -39,11 +46,16 @@ def cmd_gate(args) -> int:
     from timeline.cli.common import selection_of, source_of
     from timeline.query import compare as QC
 
+    from timeline.analysis import stats as ST
+    from timeline.cli.common import confidence_of
+
     if args.fail_over is None:
         raise UsageError("--stage gates one stage: give --fail-over PCT too (e.g. --fail-over 5%)")
     threshold = GT.parse_threshold(args.fail_over)
+    level = confidence_of(args)
+    ST.prewarm()
     doc = QC.gate(source_of(args.a, args), source_of(args.b, args), threshold, sel=selection_of(args),
-                  stage=args.stage)
+                  stage=args.stage, level=level)
     print(json.dumps(doc, ensure_ascii=False, default=str) if args.json else doc["verdict"])
     return 1 if doc["failed"] else UNDECIDED_EXIT if not doc["decided"] else 0
 

@@ -23,9 +23,12 @@ EPILOG = """examples:
 Every task's phases are compared with the same task's typical ones; candidate culprits (a task, a
 CTA's tasks, a rank's stage, a whole stage) are checked by the what-if replay over the task graph:
 the saving is how much earlier the launch would end with the culprit at its typical time, beside the
-replay's fidelity. A culprit is significant when the launch and its saving both exceed the
-launch-to-launch noise. Statements across ranks carry the ranks' clock alignment bound. Without a
-task graph the answer is a labelled heuristic and says what it cannot establish."""
+replay's fidelity. One launch: a culprit is significant when the launch and its saving both exceed
+the launch-to-launch noise. B against A: B - A of the kernel time with its confidence interval
+(--confidence), and each culprit's cells tested across both sides' launches (Benjamini-Hochberg);
+any number of launches a side gets an answer. Statements across ranks carry the ranks' clock
+alignment bound. Without a task graph the answer is a labelled heuristic and says what it cannot
+establish (docs/EXPLAIN.md, "Statistics")."""
 
 ACROSS = 32  # --across without N: slow launches explained, the slowest first
 
@@ -45,6 +48,9 @@ def add_parser(subs, sub, json_option, selection_options) -> None:
     p.add_argument("--p99", action="store_true", help="explain the p99 launch (nearest rank), not the slowest")
     p.add_argument("--across", nargs="?", const=ACROSS, type=integer(1, 1 << 16), metavar="N",
                    help=f"also explain up to N of the slow launches (default {ACROSS}) and count the culprits named")
+    from timeline.cli.parser import confidence_option
+
+    confidence_option(p)
     json_option(p)
     selection_options(p)
 
@@ -55,9 +61,15 @@ def cmd_explain(args) -> int:
     from timeline.query import explain as QX
     from timeline.query.source import Selection
 
+    from timeline.analysis import stats as ST
+    from timeline.cli.common import confidence_of
+
+    level = confidence_of(args)
+    if args.baseline is not None:
+        ST.prewarm()
     src = source_of(args.trace, args)
     ask = QX.Ask(args.launch, args.top, args.p99, args.across, args.baseline,
-                 Selection(args.baseline_launch, args.baseline_step, args.baseline_layer))
+                 Selection(args.baseline_launch, args.baseline_step, args.baseline_layer), level)
     doc = QX.explain(src, selection_of(args, launches=False), ask, source_text=shlex.quote(args.trace))
     print(json.dumps(doc, ensure_ascii=False, indent=1, default=str) if args.json else XR.text(doc))
     return 0

@@ -145,19 +145,22 @@ def build_parser() -> argparse.ArgumentParser:
              "examples:\n"
              "  timeline compare before.arrow after.arrow             # a typical launch of each\n"
              "  timeline compare before.arrow after.arrow --scope trace --json\n"
-             "  timeline compare RUN_A RUN_B --fail-over 2%           # the gate: PASS / FAIL / UNDECIDED, exit 0 / 1 / 0\n"
-             "  timeline compare RUN_A step0.arrow --fail-over 5% --stage ug\n\n"
+             "  timeline compare RUN_A RUN_B --fail-over 2%           # the gate: PASS / FAIL / UNDECIDED, exit 0 / 1 / 3\n"
+             "  timeline compare RUN_A step0.arrow --fail-over 5% --stage ug --confidence 99%\n\n"
              "Per stage in both: A and B span of a typical launch (the median over the (rank, launch) pairs),\n"
-             "their difference and ratio, each interval's p50 difference, and the rank whose span moved\n"
-             "most (per (rank, stage), the median over launches). The gate's rule: docs/EXPLAIN.md.")
+             "B - A of each stage's span with its confidence interval, each interval's p50 difference, and\n"
+             "the rank whose span moved most (per (rank, stage), the median over launches); the kernel time's\n"
+             "B - A with its interval. The statistics and the gate's rule: docs/EXPLAIN.md.")
     p.add_argument("a", metavar="A", help="the trace file or run before")
     p.add_argument("b", metavar="B", help="the trace file or run after")
     p.add_argument("--scope", choices=("launch", "trace"), default="launch",
                    help="launch: a typical launch of each (default); trace: each trace whole")
     p.add_argument("--fail-over", metavar="PCT",
-                   help="regression gate: exit 1 when B's median kernel time (or --stage's span) is over A's by "
-                        "more than PCT (5%% or 0.05) beyond the launch-to-launch noise, 0 otherwise (timeline.analysis.gate)")
+                   help="regression gate (timeline.analysis.gate): FAIL, exit 1, when B - A of the kernel time (or "
+                        "--stage's span on a rank) is significant and its estimate over PCT of A's (5%% or 0.05; a bare "
+                        "5 is refused); PASS, 0, when its interval's upper end is within PCT; else UNDECIDED, 3")
     p.add_argument("--stage", metavar="NAME", help="with --fail-over: gate this stage's span, not the kernel time")
+    confidence_option(p)
     _json_option(p)
     _selection_options(p)
 
@@ -330,6 +333,32 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def confidence_option(p) -> None:
+    """``--confidence PCT``: the level of every interval and test a command prints."""
+    p.add_argument("--confidence", metavar="PCT", default=None,
+                   help="the confidence level of every interval and test (default 95%%; 95%% or 0.95)")
+
+
+VALUE_OPTIONS = ("--fail-over", "--confidence")  # take a value that may start with '-' (refused, but in one line)
+
+
+def _negative_values(argv: list) -> list:
+    """``--fail-over -5%`` as ``--fail-over=-5%``: argparse reads a value starting with
+    '-' as an option and says "expected one argument"; joined, the grammar refuses it
+    in its own line."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1][:2] not in ("--",) and \
+                argv[i + 1].startswith("-") and len(argv[i + 1]) > 1 and (argv[i + 1][1].isdigit() or argv[i + 1][1] == "."):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def documented(e: BaseException) -> bool:
     """Is ``e`` one of the library's documented errors (a ``TimelineError``: its
     message says what is wrong and how to fix it)? Anything else is a bug and keeps
@@ -342,7 +371,7 @@ def main(argv=None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(_negative_values(argv))
     except SystemExit as e:  # --help, --version, usage errors (argparse printed them)
         return e.code if isinstance(e.code, int) else 2
     args.argv = [str(a) for a in argv]  # the command as given: what a document's ``reproduce`` repeats

@@ -114,25 +114,27 @@ class Source:
         return sorted(set(R.numpy(self.rank_rows().column("rank")).tolist()))
 
     # -- selection -----------------------------------------------------------------------
-    def select(self, sel: Selection = Selection()) -> Selected:
+    def select(self, sel: Selection = Selection(), option_prefix: str = "") -> Selected:
         """The launches and ranks ``sel`` names, each value checked against this source:
-        one that names nothing is a ``QueryError`` listing what there is."""
+        one that names nothing is a ``QueryError`` listing what there is, naming the
+        option as given (``option_prefix``: ``baseline-`` for a baseline's)."""
+        o = f"--{option_prefix}"
         ranks = list(sel.ranks) if sel.ranks is not None else None
         if ranks is not None:
             have = self.ranks()
             missing = sorted(set(ranks) - set(have))
             if missing:
-                raise QueryError(f"--rank {_listed(missing)}: not in {self.name}; its ranks are {R.brief(have)}")
+                raise QueryError(f"{o}rank {_listed(missing)}: not in {self.name}; its ranks are {R.brief(have)}")
         times = self.times(ranks)
         keys = LA.keys(times)
         keep = np.ones(len(keys), bool)
-        for opt, want, col in (("--step", sel.steps, "step"), ("--layer", sel.layers, "layer")):
+        for opt, want, col in ((f"{o}step", sel.steps, "step"), (f"{o}layer", sel.layers, "layer")):
             if want is None:
                 continue
             have = sorted({v for v in times.column(col).to_pylist() if v is not None})
             if not have:
                 raise QueryError(f"{opt}: the launches of {self.name} carry no slot headers (no step or layer); "
-                                 f"name them with --launch (its launches: {KY.brief(keys)})")
+                                 f"name them with {o}launch (its launches: {KY.brief(keys)})")
             missing = sorted(set(want) - set(have))
             if missing:
                 raise QueryError(f"{opt} {_listed(missing)}: not in {self.name}; its {col}s are {R.brief(have)}")
@@ -140,7 +142,7 @@ class Source:
         if sel.launches is not None:
             hit = np.zeros(len(keys), bool)
             for want in sel.launches:
-                hit[self.resolve(want, times)] = True
+                hit[self.resolve(want, times, f"{o}launch")] = True
             keep &= hit
         if not keep.any():
             raise QueryError(f"no launch of {self.name} is in this selection ({said(sel)}); its launches: "
@@ -148,10 +150,10 @@ class Source:
         idx = np.flatnonzero(keep)
         return Selected(times.take(R.arrow(idx)), [keys[i] for i in idx], ranks, self._stages(sel.stages))
 
-    def resolve(self, want: KY.LaunchKey, times: pa.Table) -> list:
+    def resolve(self, want: KY.LaunchKey, times: pa.Table, option: str = "--launch") -> list:
         """The rows of ``times`` (a ``launch_times`` table of this source) that ``want``
-        names: a ``QueryError`` listing them when it names none, or several where it
-        must name one."""
+        names: a ``QueryError`` (naming ``option``, as the command line gave the key)
+        listing them when it names none, or several where it must name one."""
         keys = LA.keys(times)
         full = [self._full(k, times, i) for i, k in enumerate(keys)]
         hit = [i for i, k in enumerate(full) if want.matches(k)]
@@ -159,10 +161,10 @@ class Source:
             alt = KY.LaunchKey(capture=str(want.step), slot=want.layer)
             hit = [i for i, k in enumerate(full) if alt.matches(k)]
         if not hit:
-            raise QueryError(f"--launch {want}: no such launch in {self.name}; its launches: {KY.brief(keys)} "
+            raise QueryError(f"{option} {want}: no such launch in {self.name}; its launches: {KY.brief(keys)} "
                              f"(`timeline launches {self.path}` lists them)")
         if not want.headed and want.capture is None and len(hit) > 1:
-            raise QueryError(f"--launch {want}: several launches of {self.name} have slot {want.slot}: "
+            raise QueryError(f"{option} {want}: several launches of {self.name} have slot {want.slot}: "
                              f"{KY.brief([keys[i] for i in hit])}; name one as CAPTURE:SLOT")
         return hit
 
