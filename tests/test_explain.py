@@ -158,13 +158,15 @@ def test_without_a_graph_a_labelled_heuristic():
 # the JSON document's fields (docs/EXPLAIN.md): a change here is a new schema version
 # /2 is /1's fields and more: alignment, baseline, across; per launch slow and alignment; per culprit its
 # size per task (measured_us, typical_us, excess_us), excess_total_us, on_path_us and certain; per edge cross_rank
+# /3: per culprit its A/B test; the baseline's shift with its interval (difference_us and significant changed
+# meaning: the Hodges-Lehmann estimate, the interval excluding 0), noise_us_ab gone; across shares' intervals
 TOP = {"schema", "source", "kind", "kernel", "synthetic", "method", "verdict", "typical", "launches", "explained",
        "allreduce", "alignment", "baseline", "across", "cannot_establish", "reproduce"}
 EXPLAINED = {"launch", "kernel_us", "typical_us", "delta_us", "noise_us", "slow", "verdict", "exact", "fidelity",
              "saving_together_us", "culprits", "path", "alignment", "reproduce"}
 CULPRIT = {"scope", "rank", "stage", "task", "cta", "phase", "tasks", "measured_us", "typical_us", "excess_us",
            "excess_total_us", "on_path_us", "saving_us", "significant", "certain", "evidence", "gating_edge", "says",
-           "reproduce"}
+           "reproduce", "test"}
 EDGE = {"kind", "producer", "consumer", "cross_rank", "reproduce"}
 SKEW = {"consumer", "producer", "launches", "last_rank_counts", "most_often_last", "skew_us_p50", "skew_us_max",
         "certain_launches", "alignment", "explained", "reproduce", "says"}
@@ -175,7 +177,7 @@ def test_the_json_schema_is_pinned(tmp_path, capsys):
     build(SPEC, on_path).save(path)
     assert main(["explain", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema"] == X.SCHEMA == "timeline.explain/2" and set(doc) == TOP
+    assert doc["schema"] == X.SCHEMA == "timeline.explain/3" and set(doc) == TOP
     e = doc["explained"][0]
     assert set(e) == EXPLAINED and e["launch"] == str(SLOW)  # the launch's key
     c = e["culprits"][0]
@@ -184,7 +186,7 @@ def test_the_json_schema_is_pinned(tmp_path, capsys):
     assert (c["measured_us"], c["typical_us"], c["saving_us"], c["on_path_us"]) == (0.68, 0.18, 0.5, 0.5)
     assert c["reproduce"] == f"timeline explain {path} --launch {SLOW} --json"
     assert set(doc["typical"]) == {"kernel_us", "noise_us", "from", "launches", "reproduce"}
-    assert set(e["path"]) == {"cells", "cells_total_us", "other_us", "cross_rank_handoffs", "reproduce"}
+    assert set(e["path"]) == {"cells", "cells_total_us", "other_us", "cross_rank_handoffs", "reproduce", "path_command"}
     assert e["noise_us"] == doc["typical"]["noise_us"]  # one noise figure
 
 
@@ -340,7 +342,8 @@ def test_the_bundled_h100_spin_traces_against_base_name_task_32s_compute(capsys,
     assert main(["explain", f"traces/h100_explain_{spin}.arrow", "--baseline", "traces/h100_explain_base.arrow",
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["baseline"]["comparable"] and doc["verdict"].startswith("no significant difference")
+    assert doc["baseline"]["comparable"] and doc["verdict"].startswith("no significant difference: B - A = +")
+    assert not doc["baseline"]["significant"] and doc["baseline"]["shift"]["low_us"] < 0  # 4 of 32 launches spun
     first = doc["across"]["culprits"][0]
     assert (first["stage"], first["task"], first["phase"], first["launches"]) == ("norm", 32, "compute", 4)
     assert doc["across"]["slow_launches"] == 4

@@ -82,7 +82,10 @@ def test_every_reproduce_line_of_explain_runs_and_prints_its_number(sources, nam
                        and (r["rank"], r["stage"], r["task"]) ==
                        (ge["consumer"]["rank"], ge["consumer"]["stage"], ge["consumer"]["task"])]
                 assert hit, ge
-        path_doc = _json(e["path"]["reproduce"])
+        again_path = _json(e["path"]["reproduce"])["explained"][0]["path"]
+        assert (again_path["cells_total_us"], again_path["other_us"]) == (e["path"]["cells_total_us"],
+                                                                          e["path"]["other_us"])
+        path_doc = _json(e["path"]["path_command"])  # the path itself, as `summary --critical-path` prints it
         on_path = {(r["rank"], r["stage"], r["cta"]) for r in path_doc["rows"]}
         assert {(c["rank"], c["stage"], c["cta"]) for c in e["path"]["cells"]} <= on_path
         assert {r["launch"] for r in path_doc["rows"]} == {e["launch"]}
@@ -106,6 +109,8 @@ def test_an_ab_document_reproduces_both_sides(sources, tmp_path):
     SG.graph_trace(SG.graph_spec(*GLM5, world=2, launches=8), grid=64, seed=3).save(a)
     doc = _json(f"timeline explain {shlex.quote(str(sources['file']))} --baseline {shlex.quote(str(a))} --json")
     assert _json(doc["reproduce"]) == doc
-    base = _json(doc["baseline"]["reproduce"])
-    assert (base["kernel_time"]["typical_us"], base["kernel_time"]["noise_us"]) == \
-        (doc["baseline"]["typical_us"], doc["baseline"]["noise_us"])
+    base = _json(doc["baseline"]["reproduce"])  # timeline compare A B --json: the shift, its interval
+    shift = doc["baseline"]["shift"]
+    assert {k: base["kernel_time"][k] for k in shift} == shift
+    assert shift["estimate_us"] == doc["baseline"]["difference_us"] and base["kernel_time"]["a_us"] == \
+        doc["baseline"]["typical_us"]

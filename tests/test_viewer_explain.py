@@ -165,7 +165,9 @@ def test_the_compare_tab_explains_b_against_a_on_both_gantts(traces):
         driver.execute_script("window.dash_clientside.set_props('cmp-a', {value: arguments[0]});", a.name)
         verdict = B.wait_for(driver, "var v=document.getElementById('cmp-verdict-text'); return v && v.innerText",
                              90, "the A/B verdict")
-        assert verdict.startswith("B is +") and "culprit: rank 1 norm task 5" in verdict
+        assert verdict.startswith("B is slower than A: B - A = +") and "culprit: rank 1 norm task 5" in verdict
+        shift = driver.find_element("id", "cmp-shift").text  # the interval beside the difference, n a side
+        assert "B - A = +" in shift and "] (95%, " in shift and "launches, by " in shift and "significant" in shift
         assert B.wait_for(driver, AB_CHAINS % "b", 60, "B's chains") >= 1
         assert B.wait_for(driver, AB_CHAINS % "a", 60, "A's chains") >= 1
         title = driver.find_element("id", "cmp-gantt-a-title").text

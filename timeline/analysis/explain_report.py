@@ -251,7 +251,7 @@ def explained_record(e: X.Explained, trace, key: str, cmds: Commands, al: BD.Ali
         "saving_together_us": _us(e.together_ns) if e.exact else None,
         "culprits": cul,
         "path": {"cells": cells, "cells_total_us": _us(on_path), "other_us": _us(e.kernel_ns - e.typical_ns - on_path),
-                 "cross_rank_handoffs": cross, "reproduce": cmds.path(key)},
+                 "cross_rank_handoffs": cross, "reproduce": cmds.explain(key), "path_command": cmds.path(key)},
         "alignment": {"kind": al.kind, "says": al.says(), "spread_ns": al.spread},
         "reproduce": cmds.explain(key),
     }

@@ -128,10 +128,12 @@ def t_explain(ctx, a):
     elif any(a[f"baseline_{n}"] is not None for n in ("launch", "step", "layer")):
         raise ToolError("explain: baseline_launch / baseline_step / baseline_layer select the baseline's launches: give "
                         "baseline too", "baseline")
+    level, level_argv = _level(a)
     ask = QX.Ask(keys_of(a["launch"]), a["top"], bool(a["p99"]), a["across"], base_text,
-                 Selection(keys_of(a["baseline_launch"], "baseline_launch"), a["baseline_step"], a["baseline_layer"]))
+                 Selection(keys_of(a["baseline_launch"], "baseline_launch"), a["baseline_step"], a["baseline_layer"]),
+                 level)
     doc = QX.explain(src, selection(a, launches=False), ask, source_text=shlex.quote(e.path))
-    argv = ["explain", e.path, *sel_argv(a)]
+    argv = ["explain", e.path, *sel_argv(a), *level_argv]
     argv += ["--top", a["top"]] if a["top"] else []
     argv += ["--p99"] if a["p99"] else []
     argv += ["--across", a["across"]] if a["across"] else []
@@ -243,13 +245,28 @@ def _b_typical(ctx, eb, sb, a, where: str, note: str):
     return ctx.evidence(eb, sb, EV.intervals_sql(sb.kind, [key], where), note + f" (B's typical launch {key})")
 
 
+def _level(a) -> tuple:
+    """``(level, argv)``: the ``confidence`` argument by the CLI's grammar
+    (``gate.parse_confidence``) and the option that repeats it."""
+    from timeline.analysis import gate as GT
+    from timeline.analysis import stats as ST
+
+    if a.get("confidence") is None:
+        return ST.LEVEL, []
+    try:
+        return GT.parse_confidence(a["confidence"]), ["--confidence", a["confidence"]]
+    except ValueError as err:
+        raise ToolError(f"argument 'confidence': {err}", "confidence") from None
+
+
 def t_compare(ctx, a):
     from timeline.query import compare as QC
 
     ea, sa, eb, sb = _two(ctx, a)
     scope = a["scope"] or "launch"
-    doc = QC.compare(sa, sb, selection(a), scope)
-    argv = ["compare", ea.path, eb.path] + (["--scope", scope] if a["scope"] else []) + sel_argv(a)
+    level, level_argv = _level(a)
+    doc = QC.compare(sa, sb, selection(a), scope, level)
+    argv = ["compare", ea.path, eb.path] + (["--scope", scope] if a["scope"] else []) + sel_argv(a) + level_argv
     moved = max(doc["rows"], key=lambda r: abs(r.get("Δ span_us") or 0), default=None)
     ev = _b_typical(ctx, eb, sb, a, f"stage = {EV._lit(moved['stage'])}",
                     f"the longest intervals of stage {moved['stage']}, whose span moved most") if moved else \
@@ -266,12 +283,13 @@ def t_gate(ctx, a):
         threshold = GT.parse_threshold(a["fail_over"])
     except ValueError as err:
         raise ToolError(f"argument 'fail_over': {err}", "fail_over") from None
-    doc = QC.gate(sa, sb, threshold, sel=selection(a), stage=a["stage"])
+    level, level_argv = _level(a)
+    doc = QC.gate(sa, sb, threshold, sel=selection(a), stage=a["stage"], level=level)
     argv = ["compare", ea.path, eb.path, "--fail-over", a["fail_over"]] + (["--stage", a["stage"]] if a["stage"] else
-                                                                           []) + sel_argv(a)
+                                                                           []) + sel_argv(a) + level_argv
     c = doc.get("culprit")
     sql_text = EV.culprit_sql(sb.kind, sb.spec().phases, [c]) if c else None
-    w = doc["worst"]
+    w = doc["worst"] or {}
     if sql_text:
         ev = ctx.evidence(eb, sb, sql_text, "the culprit's task rows in B: the interval it was named for")
     elif w.get("stage") is not None:
@@ -285,6 +303,7 @@ def t_gate(ctx, a):
 
 
 SEL = SELECTION
+CONFIDENCE = Param("confidence", "string", "the confidence level of every interval and test: 95% or 0.95 (default 95%)", hi=32)
 TOOLS = {  # name: (description, params, function)
     "launches": ("The launches of a source by kernel time, the slowest first: p50 / p90 / p99, typical, noise and "
                  "the keys of the p50 / p99 / slowest launches (timeline.launches/1; `timeline launches --json`).",
@@ -292,15 +311,16 @@ TOOLS = {  # name: (description, params, function)
                   Param("by_rank", "boolean", "one row per (rank, launch)")), t_launches),
     "explain": ("Why a launch is slow (default: the slowest; launch / top / p99 pick others), or with baseline why B "
                 "(this source) is slower than A: culprits per (rank, stage, CTA, phase) checked by the what-if replay, "
-                "the critical path's decomposition, all-reduce arrivals (timeline.explain/2; `timeline explain --json`).",
+                "the critical path's decomposition, all-reduce arrivals; with a baseline B - A with its confidence interval "
+                "and each culprit tested across both sides' launches (timeline.explain/3; `timeline explain --json`).",
                 (SOURCE, *SEL, Param("top", "integer", "explain the N slowest launches", lo=1, hi=16),
                  Param("p99", "boolean", "explain the p99 launch"),
                  Param("across", "integer", "also explain up to N slow launches and count their culprits", lo=1, hi=64),
                  Param("baseline", "string", "A: a source's name (why is this one slower?) or a launch key of this "
                        "source", hi=MAX_TEXT),
                  Param("baseline_launch", "string", "A's launches (keys)"),
-                 Param("baseline_step", "integers", "A's steps"), Param("baseline_layer", "integers", "A's layers")),
-                t_explain),
+                 Param("baseline_step", "integers", "A's steps"), Param("baseline_layer", "integers", "A's layers"),
+                 CONFIDENCE), t_explain),
     "critical_path": ("Each selected launch's critical path (exact along the task graph, else a labelled heuristic), "
                       "µs from its first start (`timeline summary --critical-path --json`).", (SOURCE, *SEL),
                       t_critical_path),
@@ -315,18 +335,21 @@ TOOLS = {  # name: (description, params, function)
                  Param("worst", "integer", "(stages) the N slowest launches listed", lo=1, hi=1 << 20)), t_summary),
     "edges": ("Per selected launch and stage: what held each task's wait (its gating edge), the others' median slack, "
               "causality violations (`timeline edges --json`).", (SOURCE, *SEL), t_edges),
-    "compare": ("Per stage, B against A (any two sources): a typical launch's spans and interval p50s, B - A, the rank "
-                "that moved most (`timeline compare A B --json`).",
+    "compare": ("Per stage, B against A (any two sources): a typical launch's spans and interval p50s, B - A with "
+                "its confidence interval, the rank that moved most, the kernel time's B - A (`timeline compare A B "
+                "--json`).",
                 (Param("a", "string", "A: the source before", required=True, hi=1024),
                  Param("b", "string", "B: the source after", required=True, hi=1024), *SEL,
                  Param("scope", "string", "launch (a typical launch, default) or trace (two trace files whole)",
-                       choices=("launch", "trace"))), t_compare),
-    "gate": ("The regression gate: PASS, FAIL (naming explain's culprit) or UNDECIDED, B's kernel time (or a stage's "
-             "span) against A's beyond the noise (`timeline compare A B --fail-over PCT --json`).",
+                       choices=("launch", "trace")), CONFIDENCE), t_compare),
+    "gate": ("The regression gate: FAIL (B - A of the kernel time, or a stage's span, significant and its estimate over "
+             "the threshold; naming explain's culprit), PASS (its interval within the threshold) or UNDECIDED "
+             "(`timeline compare A B --fail-over PCT --json`).",
              (Param("a", "string", "A: the source before", required=True, hi=1024),
               Param("b", "string", "B: the source after", required=True, hi=1024),
               Param("fail_over", "string", "the threshold: 5% or 0.05", required=True, hi=32),
-              Param("stage", "string", "gate this stage's span, not the kernel time", hi=256), *SEL), t_gate),
+              Param("stage", "string", "gate this stage's span, not the kernel time", hi=256), *SEL, CONFIDENCE),
+             t_gate),
 }
 
 

@@ -62,6 +62,17 @@ def culprits_of(doc: dict) -> list:
     return out
 
 
+def shift_text(rec: dict | None) -> str:
+    """B - A of the kernel time with its interval, as ``stats.Shift.says`` words it, from
+    the document's ``baseline.shift`` record (its interval at its level, n a side)."""
+    if not rec:
+        return "B and A do not compare"
+    f = lambda x, s: "-inf" if x is None and s < 0 else "+inf" if x is None else f"{x:+.3f}"  # noqa: E731
+    sig = "significant" if rec["significant"] else ("not significant" if not rec["reason"] else rec["reason"])
+    return (f"B - A = {f(rec['estimate_us'], 0)} µs [{f(rec['low_us'], -1)}, {f(rec['high_us'], 1)}] "
+            f"({rec['level']:.0%}, {rec['launches_a']} vs {rec['launches_b']} launches, by {rec['by']}): {sig}")
+
+
 def compare_ab(app, a, b) -> tuple:
     """``(verdict children, B's figure, B's title, A's figure, A's title)`` of the tab's
     A/B question."""
@@ -74,8 +85,8 @@ def compare_ab(app, a, b) -> tuple:
     out = [html.B("A/B verdict: "), html.Span(doc["verdict"], id="cmp-verdict-text")]
     base = doc.get("baseline") or {}
     if base:
-        out.append(html.Div(f"{base.get('matched', '')}; B - A = {XD.us(base.get('difference_us'))}, noise "
-                            f"{XD.us(base.get('noise_us_ab'))}", className="status"))
+        out.append(html.Div(f"{base.get('matched', '')}; " + shift_text(base.get("shift")), className="status",
+                            id="cmp-shift"))
     out += [html.Div(f"culprit {k + 1}: {c['says']}", className="status") for k, c in enumerate(named[:CHAINS])]
     if doc.get("across") and doc["across"].get("culprits"):
         out.append(html.Div(doc["across"]["says"], className="status"))
