@@ -240,18 +240,23 @@ def _not_comparable(src, a, pool, pool_a, comp, ask: Ask, cmds) -> dict:
                        verdict="cannot compare B with A: " + "; ".join(comp.reasons), baseline=baseline)
 
 
-def _ab_sides(a, pool_a, b, pool_b, level: float, name_a: str = "A") -> tuple:
+def _ab_sides(a, pool_a, b, pool_b, level: float, name_a: str = "A", picked=None) -> tuple:
     """What B (``b``'s launches ``pool_b``) is explained against, A's launches ``pool_a``:
     ``(shift, side_a, noise, test)``: B - A of the kernel time (``stats.shift``), A's
     ``Side`` (a typical launch at any n), the larger launch-to-launch noise (the
     candidates' floor) and ``test``: an explained launch of B with its culprits tested
-    across both sides' launches (``sides.tested``)."""
+    across both sides' launches (``sides.tested``): B's launches nearest its median, or
+    the ``picked`` ones (``--launch``: launches named by the user, not chosen by their
+    kernel time, whose own kernel times against A's then decide "slower"; ``--top`` and
+    ``--p99`` choose by the outcome, and a test of them against A would be biased)."""
     ka, kb = LA.kernel(pool_a.times), LA.kernel(pool_b.times)
     shift = ST.shift(ka, kb, level=level, blocks_a=ST.blocks_of(pool_a.keys), blocks_b=ST.blocks_of(pool_b.keys))
     side_a = SD.side(name_a, pool_a.keys, ka, _loader(a, pool_a.ranks), least=1)
-    side_b = SD.side("B", pool_b.keys, kb, _loader(b, pool_b.ranks), least=1)
+    mine = list(picked) if picked else list(range(len(pool_b.keys)))
+    side_b = SD.side("B", [pool_b.keys[i] for i in mine], kb[mine], _loader(b, pool_b.ranks), least=1)
     typ_a, typ_b = side_a.typical, side_b.typical
-    test = (lambda e: SD.tested(e, typ_a, typ_b, shift, level)) if typ_a is not None and typ_b is not None else None
+    named = shift if not picked else ST.shift(ka, kb[list(picked)], level=level)
+    test = (lambda e: SD.tested(e, typ_a, typ_b, named, level)) if typ_a is not None and typ_b is not None else None
     return shift, side_a, max(LA.noise_ns(ka), LA.noise_ns(kb)), test
 
 
@@ -299,7 +304,8 @@ def _explain_ab(src, pool, sel: Selection, ask: Ask, cmd_src: str) -> dict:
     explicit = bool(ask.launches or ask.top or ask.p99)
     p50 = LA.at_quantile(kb, 0.5)
     picked = _picked(src, pool, ask, kb) if explicit else ([] if p50 is None else [p50])
-    shift, side_a, noise, test = _ab_sides(a, pool_a, src, pool, ask.level, f"A ({ask.baseline})")
+    shift, side_a, noise, test = _ab_sides(a, pool_a, src, pool, ask.level, f"A ({ask.baseline})",
+                                           picked if ask.launches else None)
     explained, traces = [], []
     for i in picked:
         x, t = _explain_one(src, pool, i, side_a, noise, side_a.typical_ns)
