@@ -5,13 +5,15 @@ figure printed beside its goal, and its speed on two 100 M-interval runs.
 - single-part regressions: B = A's kernel and jitter (same ``--seed``) with one part
   slower in every launch: a rank's stage, a whole stage on every rank, one CTA's tasks,
   or one task, in staged, compute or end, by 1 to 20 times A's launch-to-launch noise.
-  Those whose B - A (typical kernel times) is past the noise count (a delay the task
-  graph's slack hides changes nothing to name; how many were hidden is printed): the
+  Those whose B - A (``timeline.analysis.stats``' shift of the kernel time) is
+  significant count (a delay the task graph's slack hides changes nothing to name; how
+  many were hidden is printed): the
   first significant culprit must be the injected part, its saving within 10 % of the
   measured difference of the launch explained (B's p50 launch minus the same launch of
   A: one kernel, one jitter, the injection alone between them);
 - noise-only pairs: the same kernel (``--seed``), another jitter (``--jitter-seed``):
-  "no significant difference";
+  "no significant difference" (a 95 % interval excludes 0 in about 5 % of them by
+  design: bench/verdicts.py measures that rate over hundreds of pairs);
 - every-rank regressions: named as a stage, not a rank;
 - clocks mis-set on purpose: B's ranks moved apart by more than their stated bound:
   no culprit and no all-reduce arrival is called certain that names a rank the truth
@@ -45,7 +47,9 @@ from run import child, compiled, timeline  # noqa: E402  (bench/run.py: one home
 RANKS, STEPS, LAYERS, GRID = 4, 4, 8, 64
 STAGES = ["qkv_a", "q_b", "uk", "split", "uv", "o", "router", "ug", "down"]
 PHASES = ["staged", "compute", "end"]
-GOAL_NAMED, GOAL_QUIET, GOAL_STAGE, GOAL_WARM_S, GOAL_RSS = 48, 48, 9, 2.0, 2 << 30
+# noise-only pairs: a 95 % test is quiet in 95 % of them, so 50 pairs are quiet in 45 or more with
+# probability 0.96 (the earlier goal, 48 of 50, belonged to the noise threshold the statistics replaced)
+GOAL_NAMED, GOAL_QUIET, GOAL_STAGE, GOAL_WARM_S, GOAL_RSS = 48, 45, 9, 2.0, 2 << 30
 
 
 def cli(*argv) -> tuple:
@@ -121,8 +125,8 @@ def accuracy(d: Path, a: argparse.Namespace) -> dict:
         synth(d / "B", "--seed", a.seed, "--inject", f"{inj}:+{ns:.0f}")
         doc = explain(d / "B", base)
         diff = doc["baseline"]["difference_us"] * 1e3
-        if diff <= doc["baseline"]["noise_us_ab"] * 1e3:
-            out["hidden"] += 1
+        if not (doc["baseline"]["significant"] and doc["baseline"]["direction"] == "slower"):
+            out["hidden"] += 1  # B - A not significant (its interval holds 0): nothing to name
             continue
         e = doc["explained"][0] if doc["explained"] else None
         sig = [c for c in (e["culprits"] if e else []) if c["significant"]]
