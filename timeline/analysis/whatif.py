@@ -44,9 +44,14 @@ class Change(NamedTuple):
     add_ns: float = 0.0
 
 
+MAX_FACTOR = 1e6  # a --scale past this is a typo, not a question (a task a million times slower)
+MAX_ADD_NS = 1e12  # a --add past this (1000 s a task) likewise; ns past 2**53 would not even add exactly
+
+
 def parse_change(text: str, *, add: bool = False) -> Change:
     """``"ug.compute=0.8"`` / ``"down=1.1"`` (a factor), or with ``add`` ``"norm.compute=1000"``
-    (ns added to every task's interval), as a ``Change``; an ``AnalysisError`` naming the form."""
+    (ns added to every task's interval), as a ``Change``; an ``AnalysisError`` naming the form,
+    or the bound a huge value is past (``MAX_FACTOR``, ``MAX_ADD_NS``)."""
     what, eq, value = text.partition("=")
     stage, _, phase = what.partition(".")
     try:
@@ -57,6 +62,9 @@ def parse_change(text: str, *, add: bool = False) -> Change:
     if not eq or not stage or not np.isfinite(x) or (x < 0 and not add):
         raise AnalysisError(f"{flag} {text!r}: give STAGE=X or STAGE.PHASE=X, e.g. ug.compute=0.8 (the interval "
                             "ending at compute) or down=1.1; --add takes ns (norm.compute=1000)")
+    if abs(x) > (MAX_ADD_NS if add else MAX_FACTOR):
+        raise AnalysisError(f"{flag} {text!r}: {x:g} is past the {MAX_ADD_NS:g} ns a task --add takes" if add else
+                            f"{flag} {text!r}: {x:g} is past the factor {MAX_FACTOR:g} --scale takes")
     return Change(stage, phase or None, 1.0, x) if add else Change(stage, phase or None, x)
 
 
