@@ -177,7 +177,7 @@ def too_few(n: int, m: int, level: float, unit: str = "launches") -> str:
     significance at ``level`` (empty when they can): the fewest a side that could."""
     if smallest_p(n, m) <= 1 - level:
         return ""
-    k = _fewest(level)
+    k = fewest(level)
     return (f"significance not established: {n} vs {m} {unit} cannot reach {level:.0%} whatever they show "
             f"(at least {k} a side can)")
 
@@ -240,12 +240,12 @@ def _units_of(a, b, blocks_a, blocks_b, level: float) -> tuple:
     if blocks_a is None or blocks_b is None:
         return BY_LAUNCHES, units(a), units(b)
     ua, ub = units(a, blocks_a), units(b, blocks_b)
-    if not too_few(ua.size, ub.size, level) and min(ua.size, ub.size) >= _fewest(level):
+    if not too_few(ua.size, ub.size, level) and min(ua.size, ub.size) >= fewest(level):
         return BY_STEPS, ua, ub
     return f"{BY_LAUNCHES} ({ua.size} vs {ub.size} steps: too few for step blocks)", units(a), units(b)
 
 
-def _fewest(level: float) -> int:
+def fewest(level: float) -> int:
     """The fewest units a side with which a balanced test can reach ``level`` (4 at 95 %)."""
     k = 1
     while smallest_p(k, k) > 1 - level:
@@ -330,5 +330,5 @@ def share(part, total, *, level: float = LEVEL, seed: int = 0) -> Share:
 
 
 __all__ = ["BY_LAUNCHES", "BY_STEPS", "LEVEL", "METHOD", "MULTIPLE", "Share", "Shift", "StatsError", "adjust",
-           "blocks_of", "check_level", "hodges_lehmann", "prewarm", "pvalue", "share", "shift", "smallest_p",
+           "blocks_of", "check_level", "fewest", "hodges_lehmann", "prewarm", "pvalue", "share", "shift", "smallest_p",
            "too_few", "units"]

@@ -125,9 +125,9 @@ class Model(NamedTuple):
     (``timeline.synth.StageModel``; None: drawn from the seed), the mailbox latency,
     the shortest poll, the gap between launches, the spread of the per-task factor and
     of the launch-to-launch jitter (lognormal sigmas), and ``kernel_seed``: where set,
-    the stage means and per-task factors are drawn from it instead of the trace's seed,
-    so that traces of several seeds (a run's steps) replay one kernel and differ only
-    by jitter, as a graph replayed step after step does."""
+    the stage means, the per-task factors and the ranks' start offsets are drawn from it
+    instead of the trace's seed, so that traces of several seeds (a run's steps) replay
+    one kernel and differ only by jitter, as a graph replayed step after step does."""
 
     stages: tuple | None = None
     mailbox_ns: float = 800.0
@@ -215,6 +215,8 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     tick = S.tick_ns(spec.clock)
     epoch = np.floor(rng.integers(10**9, 10**12, size=ranks) * tick)
     skew = rng.uniform(0, 3000, size=ranks)
+    if model.kernel_seed is not None:  # one kernel: the ranks' start offsets are the kernel's, not a step's jitter
+        skew = kernel.uniform(0, 3000, size=ranks)
     placement = SY._placements(spec, grid, rng)
     t_launch = 0.0
     for launch in range(spec.launches):

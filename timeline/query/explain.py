@@ -246,16 +246,18 @@ def _ab_sides(a, pool_a, b, pool_b, level: float, name_a: str = "A", picked=None
     ``Side`` (a typical launch at any n), the larger launch-to-launch noise (the
     candidates' floor) and ``test``: an explained launch of B with its culprits tested
     across both sides' launches (``sides.tested``): B's launches nearest its median, or
-    the ``picked`` ones (``--launch``: launches named by the user, not chosen by their
-    kernel time, whose own kernel times against A's then decide "slower"; ``--top`` and
-    ``--p99`` choose by the outcome, and a test of them against A would be biased)."""
+    the ``picked`` ones where they are enough for a test to reach ``level``
+    (``--launch``: launches named by the user, not chosen by their kernel time, whose own
+    kernel times against A's then decide "slower"; ``--top`` and ``--p99`` choose by the
+    outcome, and a test of them against A would be biased)."""
     ka, kb = LA.kernel(pool_a.times), LA.kernel(pool_b.times)
     shift = ST.shift(ka, kb, level=level, blocks_a=ST.blocks_of(pool_a.keys), blocks_b=ST.blocks_of(pool_b.keys))
     side_a = SD.side(name_a, pool_a.keys, ka, _loader(a, pool_a.ranks), least=1)
-    mine = list(picked) if picked else list(range(len(pool_b.keys)))
+    picked = list(picked) if picked and len(picked) >= ST.fewest(level) else None
+    mine = picked or list(range(len(pool_b.keys)))
     side_b = SD.side("B", [pool_b.keys[i] for i in mine], kb[mine], _loader(b, pool_b.ranks), least=1)
     typ_a, typ_b = side_a.typical, side_b.typical
-    named = shift if not picked else ST.shift(ka, kb[list(picked)], level=level)
+    named = shift if not picked else ST.shift(ka, kb[picked], level=level)
     test = (lambda e: SD.tested(e, typ_a, typ_b, named, level)) if typ_a is not None and typ_b is not None else None
     return shift, side_a, max(LA.noise_ns(ka), LA.noise_ns(kb)), test
 
