@@ -185,7 +185,7 @@ def outcome_of(s: ST.Shift, typical_a: float, threshold: float, significant: boo
         return UNDECIDED, s.reason
     sig = s.significant if significant is None else significant
     gate_ns = threshold * typical_a
-    if sig and s.lo > 0 and s.estimate > gate_ns:
+    if sig and s.estimate > max(gate_ns, 0.0):
         return FAIL, ""
     if s.hi <= gate_ns:
         return PASS, ""

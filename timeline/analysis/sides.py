@@ -221,7 +221,7 @@ def tested(e: X.Explained, a: X.Typical, b: X.Typical, kernel: ST.Shift, level: 
     shifts = [ST.shift(cell_sums(a.parts, e.tasks, c.cells), cell_sums(b.parts, e.tasks, c.cells), level=level)
               for c in e.culprits]
     q = ST.adjust([s.p for s in shifts])
-    slower = kernel.significant and kernel.lo > 0
+    slower = kernel.significant and kernel.estimate > 0
     tests = tuple(CellTest(s, float(qi), bool(slower and not s.reason and qi < 1 - level and s.estimate > 0
                                               and c.saving_ns > 0))
                   for s, qi, c in zip(shifts, q, e.culprits))

@@ -16,7 +16,9 @@ interval, and when that difference is significant. The gate, explain's A/B verdi
   (``by`` "step blocks"); else each launch is one (``by`` "launches"), and where steps
   were there but too few (2 steps of 16 layers a side) ``by`` says so: "launches (2 vs
   2 steps: too few for step blocks)": the launches of a step taken as independent.
-- **Significant**: the interval excludes 0. **Too few**: with so few units that no
+- **Significant**: the test rejects 0 (p below 1 - level); the interval then excludes 0
+  (where the data tie at a difference of 0, its ends are set from the test at 0).
+  **Too few**: with so few units that no
   outcome could reach the level (the exact test's smallest two-sided p, 2 / C(n+m, n),
   is above 1 - level), significance is not established and ``reason`` says so.
 - **Many statements at once** (every (rank, stage), every candidate culprit): each
@@ -94,13 +96,14 @@ class Shift(NamedTuple):
 
     @property
     def significant(self) -> bool:
-        """Whether the interval excludes 0 (never with a ``reason``)."""
-        return not self.reason and (self.lo > 0 or self.hi < 0)
+        """Whether the test rejects a shift of 0 (``p`` below 1 - level): its interval
+        excludes 0 (never with a ``reason``)."""
+        return not self.reason and self.p < 1 - self.level
 
     @property
     def direction(self) -> str:
         """``slower`` / ``faster`` where significant, else ``""``."""
-        return "" if not self.significant else "slower" if self.lo > 0 else "faster"
+        return "" if not self.significant else "slower" if self.estimate > 0 else "faster"
 
     def interval_text(self, scale: float = 1e-3, digits: int = 3) -> str:
         """``[+0.710, +1.080]`` in ``scale`` units (unbounded ends as -inf / +inf)."""
@@ -272,6 +275,10 @@ def shift(a, b, *, level: float = LEVEL, blocks_a=None, blocks_b=None) -> Shift:
     far_lo, far_hi = float(ub.min() - ua.max()) - spread, float(ub.max() - ua.min()) + spread
     lo = _edge(ua, ub, est, far_lo, alpha, method, tol) if _p(ua, ub, far_lo, method) < alpha else -math.inf
     hi = _edge(ua, ub, est, far_hi, alpha, method, tol) if _p(ua, ub, far_hi, method) < alpha else math.inf
+    if p0 >= alpha:  # the test keeps 0: where the data tie at a difference of 0 (a clock's ticks) the
+        lo, hi = min(lo, 0.0), max(hi, 0.0)  # bisection's ends stop a tolerance short of that tie; it is inside
+    elif lo <= 0.0 <= hi:  # and rejects it: the end on 0's side lies just past it
+        lo, hi = (lo, -0.0) if est < 0 else (0.0, hi)
     return Shift(est, lo, hi, level, p0, n_a, n_b, int(ua.size), int(ub.size), by)
 
 
