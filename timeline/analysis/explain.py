@@ -268,15 +268,22 @@ def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray, w
     best = np.argmax(np.where(own, ex, -np.inf), axis=1)
     key = np.where(own, key[np.arange(m.n), best][:, None], key)  # every task's own cells to its largest's group
     out = []
-    for (scope, r, s, task, c, _), g in groups.items():
-        where = key == g
-        if not where.any():
-            continue
-        js = np.flatnonzero(where.any(axis=0))
-        sums = [float(ex[where[:, j], j].sum()) for j in js]
-        order = [js[k] for k in np.argsort(sums, kind="stable")[::-1]]
-        cells = tuple((int(j), np.flatnonzero(where[:, j])) for j in order)
-        out.append((scope, r, s, task, c, cells[0][0], np.flatnonzero(where.any(axis=1)), cells))
+    ii, jj = np.nonzero(key >= 0)
+    gk = key[ii, jj]
+    order = np.lexsort((ii, jj, gk))  # by group, then interval, then task: one sort, no scan per group
+    ii, jj, gk = ii[order], jj[order], gk[order]
+    cut = np.flatnonzero(np.r_[True, (gk[1:] != gk[:-1]) | (jj[1:] != jj[:-1]), True])
+    sums = np.add.reduceat(ex[ii, jj], cut[:-1]) if ii.size else np.zeros(0)
+    names = {g: k for k, g in groups.items()}
+    by_group: dict = {}
+    for a, b, total in zip(cut[:-1], cut[1:], sums):
+        by_group.setdefault(int(gk[a]), []).append((float(total), int(jj[a]), ii[a:b]))
+    for g, parts in by_group.items():
+        scope, r, s_, task, c, _ = names[g]
+        parts.sort(key=lambda x: x[0])
+        parts.reverse()  # the interval with the most excess first (ties: the later interval)
+        cells = tuple((j, idx) for _, j, idx in parts)
+        out.append((scope, r, s_, task, c, cells[0][0], np.unique(np.concatenate([idx for _, idx in cells])), cells))
     weight = lambda c: (bool(on_path[c[6]].any()), sum(float(ex[i, j].sum()) for j, i in c[7]))  # noqa: E731
     return sorted(out, key=weight, reverse=True)
 

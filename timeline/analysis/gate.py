@@ -129,19 +129,30 @@ def rank_stage_spans(rows, keys=None) -> dict:
     """``{(rank, stage): (span ns per launch, that launch's step or -1)}`` of
     per-(rank, launch, stage) stage report rows (``span_us`` and ``key``; null spans
     left out); ``keys``: ``{printed key: LaunchKey}`` of the selection, whose steps make
-    the blocks (``stats.blocks_of``)."""
-    out: dict = {}
+    the blocks (``stats.blocks_of``). Columnar: a run's stage rows are millions."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from timeline.core import rows as R
+
     keys = keys or {}
-    names = rows.column("key").to_pylist() if "key" in rows.column_names else [None] * rows.num_rows
-    for r, s, v, k in zip(rows.column("rank").to_pylist(), rows.column("stage").to_pylist(),
-                          rows.column("span_us").to_pylist(), names):
-        if v is not None and v == v:
-            key = keys.get(k)
-            step = key.step if key is not None and key.headed else -1
-            hit = out.setdefault((int(r), s), ([], []))
-            hit[0].append(float(v) * 1e3)
-            hit[1].append(step)
-    return {k: (np.array(v), np.array(b, dtype=np.int64)) for k, (v, b) in out.items()}
+    names = list(keys)
+    step_of = np.array([k.step if k.headed else -1 for k in keys.values()] + [-1], dtype=np.int64)
+    if "key" in rows.column_names and names:
+        at = R.numpy(pc.fill_null(pc.index_in(rows.column("key"), value_set=pa.array(names, pa.string())), -1))
+    else:
+        at = np.full(rows.num_rows, -1, dtype=np.int64)
+    steps = step_of[at]
+    span = LA.floats(rows.column("span_us")) * 1e3
+    rank = R.numpy(R.filled(rows.column("rank"), -1)).astype(np.int64)
+    stage = pc.dictionary_encode(rows.column("stage")).combine_chunks()
+    code, stage_names = R.numpy(stage.indices).astype(np.int64), stage.dictionary.to_pylist()
+    ok = ~np.isnan(span)
+    rank, code, span, steps = rank[ok], code[ok], span[ok], steps[ok]
+    order = np.lexsort((code, rank))
+    rank, code, span, steps = rank[order], code[order], span[order], steps[order]
+    cut = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (code[1:] != code[:-1]), True])
+    return {(int(rank[i]), stage_names[code[i]]): (span[i:j], steps[i:j]) for i, j in zip(cut[:-1], cut[1:])}
 
 
 def _blocks(steps: np.ndarray):

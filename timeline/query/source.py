@@ -380,9 +380,18 @@ class RunSource(Source):
 
 def key_column(table: pa.Table) -> pa.Array:
     """Each row's printed launch key from its step, layer, capture and launch columns
-    (a run's ``launches`` or ``stages`` rows)."""
-    cols = [table.column(c).to_pylist() for c in ("step", "layer", "capture", "launch")]
-    return LA.column_of([str(KY.of(*k)) for k in zip(*cols)], pa.string())
+    (a run's ``launches`` or ``stages`` rows): ``STEP:LAYER`` where both are there, else
+    ``CAPTURE:SLOT`` (``SLOT`` without a capture), ``KY.LaunchKey``'s printed form,
+    made by Arrow compute (no row loop: a run's stage rows are millions)."""
+    def text(name):
+        return pc.cast(table.column(name), pa.string())
+
+    headed = pc.and_(pc.is_valid(table.column("step")), pc.is_valid(table.column("layer")))
+    by_header = pc.binary_join_element_wise(text("step"), text("layer"), ":")
+    slot = pc.fill_null(text("launch"), "None")
+    by_capture = pc.if_else(pc.is_valid(table.column("capture")),
+                            pc.binary_join_element_wise(pc.fill_null(text("capture"), ""), slot, ":"), slot)
+    return pc.if_else(headed, by_header, by_capture).combine_chunks()
 
 
 __all__ = ["Options", "QueryError", "RunSource", "Selected", "Selection", "Source", "TraceSource", "is_run",
