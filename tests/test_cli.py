@@ -542,8 +542,12 @@ def test_compare_prints_the_per_stage_delta(launches4, tmp_path, capsys):
     doc = json.loads(run(["compare", d / "a.arrow", tmp_path / "b.arrow", "--json"], capsys)[1])
     ra = C.median_per_stage(A.stage_report(trace, by_launch=True))
     rb = C.median_per_stage(A.stage_report(slow, by_launch=True))
-    typical = [{k: v for k, v in r.items() if k not in ("rank", "rank Δ span_us")} for r in doc["rows"]]
+    shift = ("shift_us", "shift low_us", "shift high_us")
+    typical = [{k: v for k, v in r.items() if k not in ("rank", "rank Δ span_us", *shift)} for r in doc["rows"]]
     assert typical == json.loads(json.dumps(C.compare_table(ra, rb)))
+    # beside it, each stage's span shift over the launches with its interval (4 vs 2 launches: too few to bound it)
+    assert all(set(shift) <= set(r) and r["shift low_us"] is None for r in doc["rows"])
+    assert doc["kernel_time"]["reason"].startswith("significance not established: 4 vs 2 launches")
     # beside the typical launch, the rank whose span moved most (per rank: the median over its launches)
     moved = C.rank_deltas(A.stage_report(trace, by_launch=True), A.stage_report(slow, by_launch=True))
     assert {r["stage"]: (r["rank"], r["rank Δ span_us"]) for r in doc["rows"]} == \

@@ -78,3 +78,10 @@ def number(low: float = 0.0, high: float = 1e18, *, open_low: bool = False):
 
     parse.__name__ = "number"
     return parse
+
+
+def confidence_option(p) -> None:
+    """``--confidence PCT`` on parser ``p``: the level of every interval and test a command
+    prints (read by ``common.confidence_of``, ``gate.parse_confidence``'s grammar)."""
+    p.add_argument("--confidence", metavar="PCT", default=None,
+                   help="the confidence level of every interval and test (default 95%%; 95%% or 0.95)")

@@ -34,7 +34,8 @@ def cmd_compare(args) -> int:
     k = doc["kernel_time"]
     kernel = k["says"] if k else "kernel time: the sides do not compare: " + "; ".join(doc["reasons"])
     print(f"A {args.a} ({doc['launches_a']} launches)\nB {args.b} ({doc['launches_b']} launches)\n{kernel}\n{typical}; "
-          f"Δ = B - A, µs, [Δ low, Δ high] its {level:.0%} interval\n")
+          f"Δ = B - A of the typical launch, µs; shift: the stage span's shift over the launches, its {level:.0%} "
+          "interval [shift low, shift high] (null where too few launches bound it)\n")
     print(format_table(rows_table(doc["rows"])) if doc["rows"] else "no stage in both")
     return 0
 

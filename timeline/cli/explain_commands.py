@@ -48,7 +48,7 @@ def add_parser(subs, sub, json_option, selection_options) -> None:
     p.add_argument("--p99", action="store_true", help="explain the p99 launch (nearest rank), not the slowest")
     p.add_argument("--across", nargs="?", const=ACROSS, type=integer(1, 1 << 16), metavar="N",
                    help=f"also explain up to N of the slow launches (default {ACROSS}) and count the culprits named")
-    from timeline.cli.parser import confidence_option
+    from timeline.cli.argtypes import confidence_option
 
     confidence_option(p)
     json_option(p)

@@ -17,7 +17,7 @@ import os
 import sys
 
 from timeline._version import __version__
-from timeline.cli.argtypes import int_list, integer, launch_keys, number, str_list
+from timeline.cli.argtypes import confidence_option, int_list, integer, launch_keys, number, str_list
 from timeline.core.process import tune_process
 from timeline.errors import TimelineError
 
@@ -331,12 +331,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp_commands.add_parser(subs, _sub)
     return ap
-
-
-def confidence_option(p) -> None:
-    """``--confidence PCT``: the level of every interval and test a command prints."""
-    p.add_argument("--confidence", metavar="PCT", default=None,
-                   help="the confidence level of every interval and test (default 95%%; 95%% or 0.95)")
 
 
 VALUE_OPTIONS = ("--fail-over", "--confidence")  # take a value that may start with '-' (refused, but in one line)

@@ -19,9 +19,10 @@ GATE_SCHEMA = "timeline.gate/2"
 
 
 def compare(a, b, sel: Selection = Selection(), scope: str = "launch", level: float = ST.LEVEL) -> dict:
-    """Per stage in both: the typical launch's spans and interval p50s, B - A (each
-    stage's span shift with its interval, ``stats.shift`` over the launches' spans, the
-    median over ranks), and the rank whose span moved most (``scope="trace"``: two
+    """Per stage in both: the typical launch's spans and interval p50s, B - A of them
+    (``Δ span_us``), the stage's span shift with its interval (``shift_us``, ``shift
+    low_us``, ``shift high_us``: ``stats.shift`` over the launches' spans, the median
+    over ranks), and the rank whose span moved most (``scope="trace"``: two
     trace files each whole); ``kernel_time``: B - A of the kernel time with its interval
     (null where the sides do not compare)."""
     sa, sb = a.select(sel), b.select(sel)
@@ -39,9 +40,9 @@ def compare(a, b, sel: Selection = Selection(), scope: str = "launch", level: fl
         for row in rows:
             s = spans.get(row["stage"])
             if s is not None:
-                row["Δ span_us"] = None if s.estimate != s.estimate else round(s.estimate / 1e3, 3)
-                row["Δ low_us"], row["Δ high_us"] = (round(x / 1e3, 3) if abs(x) != float("inf") else None
-                                                     for x in (s.lo, s.hi))
+                row["shift_us"] = None if s.estimate != s.estimate else round(s.estimate / 1e3, 3)
+                row["shift low_us"], row["shift high_us"] = (round(x / 1e3, 3) if abs(x) != float("inf") else None
+                                                             for x in (s.lo, s.hi))
     comp = comparability(a, sa, b, sb)
     kernel = None
     if comp.comparable:

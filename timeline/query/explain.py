@@ -240,7 +240,7 @@ def _not_comparable(src, a, pool, pool_a, comp, ask: Ask, cmds) -> dict:
                        verdict="cannot compare B with A: " + "; ".join(comp.reasons), baseline=baseline)
 
 
-def _ab_sides(a, pool_a, b, pool_b, level: float, name_a: str = "A", picked=None) -> tuple:
+def _ab_sides(a, pool_a, b, pool_b, level: float, name_a: str = "A", picked=None, per_launch: bool = False) -> tuple:
     """What B (``b``'s launches ``pool_b``) is explained against, A's launches ``pool_a``:
     ``(shift, side_a, noise, test)``: B - A of the kernel time (``stats.shift``), A's
     ``Side`` (a typical launch at any n), the larger launch-to-launch noise (the
@@ -248,18 +248,24 @@ def _ab_sides(a, pool_a, b, pool_b, level: float, name_a: str = "A", picked=None
     across both sides' launches (``sides.tested``): B's launches nearest its median, or
     the ``picked`` ones where they are enough for a test to reach ``level``
     (``--launch``: launches named by the user, not chosen by their kernel time, whose own
-    kernel times against A's then decide "slower"; ``--top`` and ``--p99`` choose by the
-    outcome, and a test of them against A would be biased)."""
+    kernel times against A's then decide "slower"). ``per_launch`` (``--top``, ``--p99``,
+    or fewer ``--launch`` keys than a test needs: launches asked about one by one, or
+    chosen by their kernel time, which a test against A would find slow by
+    construction): no ``test``; each launch's culprits judged as one slow launch's,
+    against the noise."""
     ka, kb = LA.kernel(pool_a.times), LA.kernel(pool_b.times)
     shift = ST.shift(ka, kb, level=level, blocks_a=ST.blocks_of(pool_a.keys), blocks_b=ST.blocks_of(pool_b.keys))
     side_a = SD.side(name_a, pool_a.keys, ka, _loader(a, pool_a.ranks), least=1)
     picked = list(picked) if picked and len(picked) >= ST.fewest(level) else None
+    noise = max(LA.noise_ns(ka), LA.noise_ns(kb))
+    if side_a.typical is None or (per_launch and not picked):
+        return shift, side_a, noise, None
     mine = picked or list(range(len(pool_b.keys)))
-    side_b = SD.side("B", [pool_b.keys[i] for i in mine], kb[mine], _loader(b, pool_b.ranks), least=1)
-    typ_a, typ_b = side_a.typical, side_b.typical
+    typ_b = SD.side("B", [pool_b.keys[i] for i in mine], kb[mine], _loader(b, pool_b.ranks), least=1).typical
     named = shift if not picked else ST.shift(ka, kb[picked], level=level)
-    test = (lambda e: SD.tested(e, typ_a, typ_b, named, level)) if typ_a is not None and typ_b is not None else None
-    return shift, side_a, max(LA.noise_ns(ka), LA.noise_ns(kb)), test
+    typ_a = side_a.typical
+    test = (lambda e: SD.tested(e, typ_a, typ_b, named, level)) if typ_b is not None else None
+    return shift, side_a, noise, test
 
 
 def ab_culprit(a, pool_a, b, pool_b, level: float = ST.LEVEL, stage: str | None = None) -> tuple:
@@ -307,7 +313,7 @@ def _explain_ab(src, pool, sel: Selection, ask: Ask, cmd_src: str) -> dict:
     p50 = LA.at_quantile(kb, 0.5)
     picked = _picked(src, pool, ask, kb) if explicit else ([] if p50 is None else [p50])
     shift, side_a, noise, test = _ab_sides(a, pool_a, src, pool, ask.level, f"A ({ask.baseline})",
-                                           picked if ask.launches else None)
+                                           picked if ask.launches else None, per_launch=explicit)
     explained, traces = [], []
     for i in picked:
         x, t = _explain_one(src, pool, i, side_a, noise, side_a.typical_ns)
