@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from timeline.cli import main
 from timeline.contract import clocks as K
@@ -118,3 +120,144 @@ def test_info_of_a_run_is_its_report(synth_runs, capsys):
     doc = json.loads(ok(["info", synth_runs / "RA", "--json"], capsys))
     assert doc["appends"] == 3 and doc["intervals"] > 0
     assert ok(["info", synth_runs / "A.arrow"], capsys).startswith("file ")
+
+
+# -- appends that cannot corrupt ------------------------------------------------------------------
+class Crash(BaseException):
+    """A writer that stops mid-append (as a SIGKILL would: no cleanup runs after it)."""
+
+
+def _pool(tmp):
+    """Captures to append: two of step 0 (the same launch keys, other contents), one
+    without slot headers and another of the same file name (its capture name) from
+    another directory; each saved, so it goes in streamed or loaded."""
+    import runkit
+
+    (tmp / "b").mkdir(exist_ok=True)
+    items = [("H0.arrow", runkit.run_trace([(0, 0), (0, 1)], seed=0)),
+             ("H0b.arrow", runkit.run_trace([(0, 0), (0, 1)], seed=1)),
+             ("U.arrow", runkit.run_trace([(0, 0)], seed=2)),
+             ("b/U.arrow", runkit.run_trace([(0, 0)], seed=3))]
+    out = []
+    for rel, t in items:
+        if "U" in rel:  # no slot headers: keyed CAPTURE:SLOT
+            import pyarrow as pa
+            tasks = t.tasks
+            for col in ("step", "layer"):
+                at = tasks.schema.get_field_index(col)
+                tasks = tasks.set_column(at, tasks.schema.field(at), pa.nulls(tasks.num_rows, tasks.schema.field(at).type))
+            from timeline.core.trace import Trace
+            t = Trace(tasks, t.specs, t.anomalies, origins=t.origins, offsets=t.offsets, synthetic=True)
+        out.append((t.save(tmp / rel), t))
+    return out
+
+
+def _keys(run) -> list:
+    """``(rank, printed launch key, append)`` of every launches row of the run."""
+    from timeline.core import launchkey as KY
+
+    t = run.launches()
+    return [(r, str(KY.of(s, y, c, la)), a) for r, s, y, c, la, a in zip(*(t.column(n).to_pylist() for n in (
+        "rank", "step", "layer", "capture", "launch", "append")))]
+
+
+def _expected(committed: list, pool) -> list:
+    """The keys each committed capture should hold: its headers' STEP:LAYER (headed, not
+    added as a capture of its own), else NAME:SLOT."""
+    from timeline.core import launchkey as KY
+
+    out = []
+    for aid, i, name, again in committed:
+        t = pool[i][1].tasks
+        for r, s, y, la in set(zip(*(t.column(n).to_pylist() for n in ("rank", "step", "layer", "launch")))):
+            key = KY.of(None, None, name, la) if again or s is None else KY.of(s, y)
+            out.append((r, str(key), aid))
+    return sorted(out)
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["add", "add", "again", "crash", "crash early"]), st.integers(0, 3),
+                         st.booleans(), st.sampled_from(["x", "y", "H0.arrow"])), min_size=1, max_size=7)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_random_appends_reappends_and_crashes_never_corrupt_a_run(tmp_path_factory, ops):
+    """Random sequences of appends (streamed from the file or of the loaded trace),
+    re-appends (plain: refused in one line where the run holds the capture or a launch
+    key of it; ``--as-capture NAME``: kept apart, refused where NAME is taken) and
+    writers stopped mid-append (their parts and temporary files left behind): every
+    launch key of the run maps to exactly the capture that wrote it, and every
+    committed capture reads back as it was."""
+    from unittest import mock
+
+    from timeline.run import RunError, append, open_run
+    from timeline.run import captures as RC
+    from timeline.run import layout as RL
+    from timeline.run.stream import append_file
+
+    tmp = tmp_path_factory.mktemp("ops")
+    pool = _pool(tmp)
+    run_dir = tmp / "run"
+    committed: list = []  # (append id, pool index, capture name, as_capture)
+    for op, i, streamed, name in ops:
+        path, trace = pool[i]
+        again = op == "again"
+        capture = name if again else path.name
+        fps = {RC.fingerprint(pool[j][1]) for _, j, _, _ in committed}
+        held = {k[:2] for k in _expected(committed, pool)}
+        mine = {k[:2] for k in _expected([("new", i, capture, again)], pool)}
+        names = {c for _, _, c, _ in committed}
+        refuse = (capture in names) if again else (RC.fingerprint(trace) in fps or bool(mine & held))
+        before = len(RL.committed_records(run_dir)) if run_dir.exists() else 0
+
+        def add():
+            if streamed:
+                append_file(run_dir, path, capture=capture, as_capture=again)
+            else:
+                append(run_dir, trace, capture=capture, as_capture=again)
+
+        if op.startswith("crash"):  # stopped before its record (its parts left), or early (after one part)
+            where, real = ("publish_staged", RL.publish_staged) if op == "crash early" else ("write_json", RL.write_json)
+
+            def stop(final, *a, **kw):
+                if where == "publish_staged" or final.parent.name == RL.MANIFEST_DIR:
+                    real(final, *a, **kw) if where == "publish_staged" else None
+                    raise Crash()
+                return real(final, *a, **kw)
+
+            with mock.patch.object(RL, where, stop), pytest.raises((Crash, RunError)):
+                add()
+            assert any(p.name.startswith(RL.TMP_PREFIX) or "part-" in p.name for p in run_dir.rglob("*"))
+        elif refuse:
+            with pytest.raises(RunError) as e:
+                add()
+            assert "\n" not in str(e.value) and ("--as-capture" in str(e.value))
+        else:
+            add()
+            rec = RL.committed_records(run_dir)[-1]
+            committed.append((rec["append"], i, capture, again))
+        after = len(RL.committed_records(run_dir)) if run_dir.exists() else 0
+        assert after == before + (1 if not op.startswith("crash") and not refuse else 0)
+        if committed:
+            run = open_run(run_dir)
+            got = _keys(run)
+            assert len({k[:2] for k in got}) == len(got)  # a key a rank: one launches row
+            assert sorted(got) == _expected(committed, pool)
+            assert not run.repeated
+    if committed:
+        _reads_back(open_run(run_dir), committed, pool)
+
+
+def _reads_back(run, committed: list, pool) -> None:
+    """Every launch of every committed capture read by its key: the rows appended."""
+    import runkit
+
+    for aid, i, name, again in committed:
+        trace = pool[i][1]
+        for slot, key in trace.launch_keys.items():
+            if key.headed and not again:
+                got = run.launch(key.step, key.layer)
+            else:
+                got = run.launch(capture=name, slot=slot)
+            drop = ["step", "layer"]
+            runkit.assert_same_rows(got.tasks.drop_columns(drop), runkit.launch_of(trace, slot).drop_columns(drop))
