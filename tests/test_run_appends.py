@@ -261,3 +261,56 @@ def _reads_back(run, committed: list, pool) -> None:
                 got = run.launch(capture=name, slot=slot)
             drop = ["step", "layer"]
             runkit.assert_same_rows(got.tasks.drop_columns(drop), runkit.launch_of(trace, slot).drop_columns(drop))
+
+
+def test_the_captures_block_of_run_md_runs_as_printed(tmp_path, capsys, monkeypatch):
+    """docs/RUN.md "Captures": its commands exactly as printed, then the refusals it quotes."""
+    import re
+    import shlex
+
+    doc = (ROOT / "docs" / "RUN.md").read_text()
+    block = re.search(r"## Captures.*?```bash\n(.*?)```", doc, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    lines = [ln for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 7
+    for line in lines:
+        out = ok(shlex.split(line)[1:], capsys)
+    assert "duplicate" not in out
+    keys = [r["launch"] for r in json.loads(ok(["launches", "CAP", "--json"], capsys))["rows"]]
+    assert sorted(keys) == ["0:0", "again:0"]
+    err = refused(["run", "add", "CAP", "s0.arrow"], capsys)
+    assert "holds this capture already" in err and "capture 's0.arrow'" in err and "--as-capture NAME" in err
+    ok(["synth", "--steps", 1, "--ranks", 4, "--seed", 9, "-o", "s0c.arrow", "-q"], capsys)
+    err = refused(["run", "add", "CAP", "s0c.arrow"], capsys)
+    assert "holds launch 0:0 of rank 0 already (capture 's0.arrow'" in err and "keyed NAME:SLOT" in err
+    assert "has a capture named 'again'" in refused(["run", "add", "CAP", "s0c.arrow", "--as-capture", "again"], capsys)
+    (tmp_path / "notrun").mkdir()
+    (tmp_path / "notrun" / "notes.txt").write_text("mine")
+    assert "is a directory that is not a run" in refused(["run", "add", "notrun", "s0.arrow"], capsys)
+    assert sorted(p.name for p in (tmp_path / "notrun").iterdir()) == ["notes.txt"]
+
+
+def test_a_run_written_before_with_a_capture_twice_is_named_and_kept_apart(tmp_path, capsys):
+    """A run whose second append repeats the first's launches (as `run add R A; run add R A`
+    wrote before this release): never merged into one launch of twice the ranks; `run
+    info --verify` names it; `explain --launch 0:0` explains the first capture's."""
+    import runkit
+    from timeline.run import open_run
+    from timeline.run import captures as RC
+
+    trace = runkit.run_trace([(0, 0), (0, 1)])
+    run_dir = tmp_path / "old"
+    from timeline.run import append
+
+    append(run_dir, trace, capture="A.arrow")
+    with pytest.MonkeyPatch.context() as m:  # the release before: no check
+        m.setattr(RC, "refusal", lambda *a, **k: None)
+        append(run_dir, trace, capture="A.arrow")
+    rows = json.loads(ok(["launches", run_dir, "--json"], capsys))["rows"]
+    assert sorted(r["launch"] for r in rows) == sorted(["0:0", "0:1"] + [f"A.arrow@{open_run(run_dir).records[1]['append']}:{s}"
+                                                                          for s in (0, 1)])
+    assert all(r["ranks"] == 2 for r in rows)
+    out = ok(["run", "info", run_dir, "--verify"], capsys)
+    assert out.count("duplicate: append") == 1 and "repeats launch 0:0 of rank 0" in out
+    ok(["explain", run_dir, "--launch", "0:0"], capsys)
+    ok(["compare", run_dir, run_dir, "--fail-over", "5%"], capsys)

@@ -139,20 +139,24 @@ def names(records: list, repeated: dict) -> dict:
 
 
 def duplicates(records: list, repeated: dict, named: dict) -> list:
-    """One line per append that repeats another: the same fingerprint (two writers of one
-    capture at once), or launch keys an earlier append holds (``repeats``: a run written
-    before appends were checked), saying how the run reads it."""
+    """One line per append that repeats another, in append order: launch keys an earlier
+    append holds (``repeats``: a run written before appends were checked), saying how the
+    run reads it, or the same fingerprint (two writers of one capture at once)."""
     out, seen = [], {}
     for r in records:
-        fp = r.get("fingerprint")
-        if fp and fp in seen and not r.get("as_capture"):
-            out.append(f"append {r['append']} (capture {r['capture']!r}) is the capture of append {seen[fp]} "
-                       f"again ({fp[:19]}…)")
-        seen.setdefault(fp, r["append"]) if fp else None
-    for aid, (key, holder) in repeated.items():
-        rank, _, name = key.partition(" ")
-        out.append(f"append {aid} repeats launch {name} of rank {rank[1:]} of append {holder}: read as capture "
-                   f"{named[aid]!r} (its launches keyed {named[aid]}:SLOT); move its record manifest/{aid}.json aside to leave it out")
+        aid, fp = r["append"], r.get("fingerprint")
+        again = seen.get(fp) if fp and not r.get("as_capture") else None
+        same = f" (the capture of append {again} again, {fp[:19]}…)" if again else ""
+        if aid in repeated:
+            key, holder = repeated[aid]
+            rank, _, name = key.partition(" ")
+            out.append(f"append {aid} repeats launch {name} of rank {rank[1:]} of append {holder}{same}: read as "
+                       f"capture {named[aid]!r} (its launches keyed {named[aid]}:SLOT); move its record "
+                       f"manifest/{aid}.json aside to leave it out")
+        elif again:
+            out.append(f"append {aid} (capture {r['capture']!r}) is the capture of append {again} again ({fp[:19]}…)")
+        if fp:
+            seen.setdefault(fp, aid)
     return out
 
 
