@@ -314,3 +314,12 @@ def test_a_run_written_before_with_a_capture_twice_is_named_and_kept_apart(tmp_p
     assert out.count("duplicate: append") == 1 and "repeats launch 0:0 of rank 0" in out
     ok(["explain", run_dir, "--launch", "0:0"], capsys)
     ok(["compare", run_dir, run_dir, "--fail-over", "5%"], capsys)
+
+
+def test_synth_into_a_run_that_holds_appends_or_a_directory_of_other_files_is_refused(tmp_path, capsys):
+    ok(["synth", "--steps", 2, "-o", f"{tmp_path}/S/", "-q"], capsys)
+    assert "a run of 2 append(s) already" in refused(["synth", "--steps", 2, "-o", f"{tmp_path}/S/", "-q"], capsys)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.txt").write_text("x")
+    assert "not a run" in refused(["synth", "--steps", 2, "-o", f"{tmp_path}/mine/", "-q"], capsys)
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["a.txt"]

@@ -6,6 +6,7 @@ replaying kernel writes it; ``-o DIR/`` appends each step to a run instead of a 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 from timeline.cli.common import SYNTH_MAX_ROWS, UsageError, trace_out as _trace_out
@@ -32,8 +33,6 @@ def _of_step(injections, first: int, per: int) -> list:
 
 
 def _to_run(out: str) -> bool:
-    from pathlib import Path
-
     return out.endswith("/") or Path(out).is_dir()
 
 
@@ -121,13 +120,20 @@ def _write_run(args, plan: _Plan) -> int:
     (``synth-step<S>``), each after the one before on the host clock (its own calibrations)."""
     from timeline.contract import clocks as K
     from timeline.ingest import synth_graph as SG
-    from timeline.run.write import append
+    from timeline.run import layout as RL
+    from timeline.run.write import append, check_dir
 
+    out = args.output.rstrip("/") or "/"
+    check_dir(Path(out))
+    held = len(RL.committed_records(Path(out)))
+    if held:
+        raise UsageError(f"-o {args.output}: a run of {held} append(s) already; synth writes its steps 0.. into a run "
+                         "of their own: give a new or empty directory")
     steps, total, host = args.steps or 1, 0, SG.HOST_NS
     with Progress("synth", total=steps, enabled=not args.quiet) as bar:
         for s in range(steps):
             trace = _make(args, plan, s * plan.per, host)
-            append(args.output.rstrip("/") or "/", trace, capture=f"synth-step{s}")
+            append(out, trace, capture=f"synth-step{s}")
             if any(K.calibrations_of(sp) for sp in trace.specs):
                 host = SG.next_host_ns(trace)
             total += trace.tasks.num_rows
