@@ -33,6 +33,7 @@ class Run:
         self._small: dict = {}
         self._raw: dict = {}
         self._repeated: dict | None = None
+        self._named: dict | None = None
         self._con = None
 
     # -- the build ------------------------------------------------------------------
@@ -97,7 +98,9 @@ class Run:
     def named(self) -> dict:
         """``{append: capture name}`` of the appends whose launches are keyed
         ``NAME:SLOT``: added ``as_capture``, or ``repeated`` (``captures.names``)."""
-        return RC.names(self.records, self.repeated)
+        if self._named is None:
+            self._named = RC.names(self.records, self.repeated)
+        return self._named
 
     def _read_small(self, table: str) -> pa.Table:
         """A small table as read: the rows of ``named`` appends keyed by their capture."""
