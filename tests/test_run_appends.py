@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -323,3 +324,32 @@ def test_synth_into_a_run_that_holds_appends_or_a_directory_of_other_files_is_re
     (tmp_path / "mine" / "a.txt").write_text("x")
     assert "not a run" in refused(["synth", "--steps", 2, "-o", f"{tmp_path}/mine/", "-q"], capsys)
     assert [p.name for p in (tmp_path / "mine").iterdir()] == ["a.txt"]
+
+
+def test_a_capture_has_one_fingerprint_however_it_is_added(tmp_path, capsys):
+    """Streamed from its file, appended as its loaded Trace, saved as Parquet, given slot
+    headers by --step: one fingerprint, so each of them after the first is refused."""
+    import runkit
+    from timeline.core.trace import load
+    from timeline.run import RunError, append, open_run
+    from timeline.run import captures as RC
+
+    trace = runkit.run_trace([(0, 0), (0, 1)])
+    bare = trace.tasks
+    for col in ("step", "layer"):
+        at = bare.schema.get_field_index(col)
+        bare = bare.set_column(at, bare.schema.field(at), pa.nulls(bare.num_rows, bare.schema.field(at).type))
+    from timeline.core.trace import Trace
+
+    headless = Trace(bare, trace.specs, trace.anomalies, origins=trace.origins, offsets=trace.offsets, synthetic=True)
+    f = headless.save(tmp_path / "h.arrow")
+    pq = headless.save(tmp_path / "h.parquet")
+    fp = RC.fingerprint(headless)
+    assert RC.fingerprint(load(f)) == RC.fingerprint(load(pq)) == fp != RC.fingerprint(trace.filter(ranks=[0]))
+    ok(["run", "add", tmp_path / "R", f, "--step", 4], capsys)
+    assert open_run(tmp_path / "R").records[0]["fingerprint"] == fp
+    for argv in (["run", "add", tmp_path / "R", pq, "--step", 9], ["run", "add", tmp_path / "R", f, "--capture", "x"]):
+        assert "holds this capture already" in refused(argv, capsys)
+    with pytest.raises(RunError, match="holds this capture already"):
+        append(tmp_path / "R", load(f), capture="y")
+    assert len(open_run(tmp_path / "R").records) == 1
