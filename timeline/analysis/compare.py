@@ -22,7 +22,7 @@ def median_per_stage(report: pa.Table) -> pa.Table:
     stages = report.column("stage").to_pylist()
     order = list(dict.fromkeys(stages))
     keys = np.array([order.index(s) for s in stages])
-    out = {"stage": order}
+    out = {"stage": R.strings(order)}  # R.*, not pa.array / pa.table of lists: those import pandas
     for c in report.column_names:
         if c in ("stage", "rank", "launch") or not pa.types.is_floating(report.schema.field(c).type) and \
                 not pa.types.is_integer(report.schema.field(c).type):
@@ -34,7 +34,8 @@ def median_per_stage(report: pa.Table) -> pa.Table:
             vals = vals[~np.isnan(vals)]
             med.append(float(np.median(vals)) if vals.size else math.nan)
         integral = pa.types.is_integer(report.schema.field(c).type) and all(m == int(m) for m in med if not math.isnan(m))
-        out[c] = pa.array([None if math.isnan(m) else int(m) for m in med], pa.int64()) if integral else med
+        m = np.asarray(med, dtype=np.float64)
+        out[c] = R.arrow(np.where(np.isnan(m), 0, m).astype(np.int64), np.isnan(m)) if integral else R.arrow(m)
     return pa.table(out)
 
 
