@@ -53,3 +53,21 @@ def test_run_commands_import_only_their_work(run_dir, argv):
     of pandas, scipy, DuckDB, Dask (a stray ``pa.array`` of a list brings pandas back)."""
     got = imported_by([run_dir if a == "RUN" else a for a in argv])
     assert got == {"rc": 0, "heavy": []}
+
+
+def test_the_command_starts_no_blas_pool():
+    """``timeline``'s ``main`` sizes BLAS's pool to its work (one thread: no command has
+    a matrix product) before numpy is imported, so numpy's import starts no thread per
+    core; a setting the caller made is kept."""
+    code = ("import os, sys\nfrom timeline.cli import main\nassert 'numpy' not in sys.modules\n"
+            "main(['--version'])\nimport numpy\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                                              "BLIS_NUM_THREADS", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = str(ROOT)
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split()[-2:] == ["1", "1"]  # one thread in the process: numpy's import started none
+    kept = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True,
+                          text=True, timeout=60)
+    assert kept.stdout.split()[-2] == "2"
