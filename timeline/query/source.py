@@ -374,7 +374,7 @@ class RunSource(Source):
         rows = rows.append_column("key", keys)
         rows = rows.filter(pc.is_in(keys, value_set=R.strings([str(k) for k in sel.keys])))
         if sel.stages:
-            rows = rows.filter(pc.is_in(rows.column("stage"), value_set=R.strings(sel.stages)))
+            rows = rows.filter(pc.is_in(rows.column("stage"), value_set=R.strings(list(sel.stages))))
         return rows
 
 
@@ -393,7 +393,7 @@ def key_column(table: pa.Table) -> pa.Array:
     slot = R.numpy(R.filled(cols[3], -1)).astype(np.int64)
     code = np.where(headed, step * (1 << 24) + layer, -1 - ((cap + 1) * (1 << 32) + (slot + 1)))  # one int a launch
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    values = [c.take(R.arrow(first)).to_pylist() for c in cols]
+    values = [c.take(R.arrow(first)).to_pylist() for c in cols]  # R.*, not pa.array: that imports pandas
     printed = R.strings([str(KY.of(*k)) for k in zip(*values)])
     return printed.take(R.arrow(inverse.reshape(-1)))
 
