@@ -22,14 +22,16 @@ from timeline.core import rows as R
 from timeline.core.checksum import Checksum
 from timeline.run import layout as RL
 
-DEFINING = ("rank", "launch", "stage_index", "task", "cta", "wave", "placement", "flags")  # and every tick column
+DEFINING = ("rank", "launch", "stage_index", "task", "placement", "flags")  # and every tick column
 PREFIX = "fp:"
 
 
 def defining_columns(phases, marks) -> list:
-    """The task columns a capture's fingerprint digests: where each task ran and its raw
-    stamps (``DEFINING`` and every ``<phase>_tick`` / ``<mark>_tick``); not step and
-    layer (``run add --step`` gives those to a headerless capture) nor the ns (derived)."""
+    """The task columns a capture's fingerprint digests: each row's task, where it ran (the
+    placement word) and its raw stamps (``DEFINING`` and every ``<phase>_tick`` /
+    ``<mark>_tick``); not what is derived from them (CTA, wave and the other placement
+    fields, the ns) nor step and layer (``run add --step`` gives those to a headerless
+    capture)."""
     return [*DEFINING, *(f"{p}_tick" for p in (*phases, *marks))]
 
 
