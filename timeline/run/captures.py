@@ -203,8 +203,8 @@ def refusal(run_dir, records: list, launches_of, *, aid: str, capture: str, fp: 
             launches: pa.Table) -> str | None:
     """Why an append (id ``aid``, ``capture``, fingerprint ``fp``, its ``launches`` rows)
     may not join the run whose committed ``records`` these are, or None: the same
-    capture again (its fingerprint), an ``as_capture`` name the run holds, or a launch key
-    another append holds (``repeats``). ``launches_of(records)``: those records' launches
+    capture again (its fingerprint), an ``as_capture`` name the run holds, a launch key
+    it holds twice itself, or one another append holds (``repeats``). ``launches_of(records)``: those records' launches
     rows (read only for ``candidates``)."""
     run = str(run_dir)
     for rec in records:
@@ -217,6 +217,12 @@ def refusal(run_dir, records: list, launches_of, *, aid: str, capture: str, fp: 
         return None if taken is None else (
             f"run {run!r} has a capture named {capture!r} already (append {taken['append']}): choose another "
             "--as-capture NAME")
+    if launches.num_rows > 1 and _any_repeat(launches, {}):  # its own slot headers repeat a key
+        keys = key_strings(launches)
+        rank, _, name = next(k for k in keys.tolist() if (keys == k).sum() > 1).partition(" ")
+        return (f"this capture holds launch {name} of rank {rank[1:]} in more than one launch slot (its slot headers "
+                "repeat it): they would be merged into one launch; add it as a capture of its own with --as-capture "
+                "NAME (its launches keyed NAME:SLOT)")
     parts = {(int(r), None if s is None else int(s)) for r, s in zip(
         launches.column("rank").to_pylist(), launches.column("step").to_pylist())}
     near = candidates(records, parts, capture)
