@@ -56,7 +56,7 @@ import cores  # noqa: E402  (bench/cores.py, beside this file)
 
 GOALS = {"add_ivps": 20e6, "bytes_per_iv": 6.0, "cold_s": 5.0, "warm_s": 1.0, "p99_warm_s": 1.0, "p99_cold_s": 10.0,
          "rss_bytes": 2 << 30}
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
 
 
 def child(argv: list, *, timeout: float = 3600, env: dict | None = None, cwd=ROOT) -> dict:
