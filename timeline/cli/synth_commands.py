@@ -40,7 +40,9 @@ def cmd_synth(args) -> int:
     from timeline.ingest import synth as SY
     from timeline.ingest import synth_graph as SG
 
-    graph = bool(args.profile or args.inject)
+    from timeline.cli import synth_changes as SCH
+
+    graph = bool(args.profile or args.inject or SCH.asked(args))
     run = _to_run(args.output)
     if not run:
         _trace_out(args.output)
@@ -68,9 +70,10 @@ def cmd_synth(args) -> int:
     clock = "globaltimer" if args.arch.startswith("sm") else "memrealtime"
     per = args.launches if run and args.steps else launches  # a run: one step in memory at a time
 
-    def make(first: int):
+    def make(first: int, extra=(), per: int = per):
         """The trace of the ``per`` launches from launch number ``first`` on: one kernel (its
-        stage means and task factors drawn from --seed), each step's jitter its own."""
+        stage means and task factors drawn from --seed), each step's jitter its own;
+        ``extra``: injections of its own launch numbers (--change)."""
         first_step = first // args.launches
         slots = [(first_step + s, layer) for s, layer in _slots(args)[:per]] if args.steps else None
         one_kernel = run or args.jitter_seed is not None  # the kernel from --seed, the jitter from its own seed
@@ -80,7 +83,7 @@ def cmd_synth(args) -> int:
         if graph:
             spec = SG.graph_spec(stages, edges, world=args.ranks, launches=per, waves=args.waves, arch=args.arch,
                                  kernel=f"{name}_synthetic_graph")
-            return SG.graph_trace(spec, grid=g, seed=seed, inject=_of_step(injections, first, per),
+            return SG.graph_trace(spec, grid=g, seed=seed, inject=_of_step(injections, first, per) + list(extra),
                                   slots=slots, model=SG.Model(kernel_seed=args.seed) if one_kernel else SG.Model())
         spec = SY.glm5_spec(waves=args.waves, launches=per, world=args.ranks, arch=args.arch, clock=clock)
         import numpy as np
@@ -91,7 +94,8 @@ def cmd_synth(args) -> int:
     late = [i.label() for i in injections if i.launch is not None and i.launch >= launches]
     if late:
         raise UsageError(f"--inject {late[0]}: the trace has launches 0..{launches - 1} (--steps x --launches)")
-    said = "; injected " + ", ".join(i.label() for i in injections) if injections else ""
+    changes = SCH.plan(args, lambda step, inj: SCH.kernel_times(make(step * args.launches, inj, args.launches)))
+    said = ("; injected " + ", ".join(i.label() for i in injections) if injections else "") + changes.said()
     what = f"profile {name} (its task graph)" if graph else "the GLM-5 layer model"
     if run:
         from timeline.run.write import append
@@ -100,7 +104,7 @@ def cmd_synth(args) -> int:
         total = 0
         with Progress("synth", total=steps, enabled=not args.quiet) as bar:
             for s in range(steps):
-                trace = make(s * per)
+                trace = make(s * per, changes.extra(s, 1, args.launches, steps))
                 append(args.output.rstrip("/") or "/", trace, capture=f"synth-step{s}")
                 total += trace.tasks.num_rows
                 bar.update()
@@ -109,7 +113,7 @@ def cmd_synth(args) -> int:
         return 0
     with Progress("synth", total=2, enabled=not args.quiet) as bar:
         bar.step("model + collect")
-        trace = make(0)
+        trace = make(0, changes.extra(0, args.steps or 1, args.launches, args.steps or 1))
         bar.step("write")
         trace.save(args.output)
     steps = f", steps 0..{args.steps - 1} x layers 0..{args.launches - 1} (slot headers)" if args.steps else ""
