@@ -55,9 +55,7 @@ def _explained(src, cmd_src: str, ranks, layers: list, b_steps, a_steps, level: 
     sel = Selection(ranks=ranks, steps=b_list, layers=layers)
     ask = QX.Ask(baseline=src.path, baseline_sel=Selection(steps=a_list, layers=layers), level=level)
     doc = QX.explain(src, sel, ask, source_text=cmd_src)
-    lay = _steps_text(np.asarray(layers))
-    line = (f"timeline explain {cmd_src} --step {_steps_text(b_steps)} --layer {lay} {options(Selection(ranks=ranks))} "
-            f"--baseline {cmd_src} --baseline-step {_steps_text(a_steps)} --baseline-layer {lay}")
+    line = _explain_line(cmd_src, ranks, layers, b_steps, a_steps)
     culprit, fidelity, launch = None, None, None
     for e in doc.get("explained") or []:
         fidelity, launch = e.get("fidelity"), e.get("launch")
@@ -67,7 +65,16 @@ def _explained(src, cmd_src: str, ranks, layers: list, b_steps, a_steps, level: 
             break
     if culprit is None and doc.get("across") and doc["across"].get("culprits"):
         culprit = doc["across"]["culprits"][0]
-    return culprit, {"verdict": doc.get("verdict"), "launch": launch, "fidelity": fidelity}, " ".join(line.split())
+    return culprit, {"verdict": doc.get("verdict"), "launch": launch, "fidelity": fidelity}, line
+
+
+def _explain_line(cmd_src: str, ranks, layers: list, b_steps, a_steps) -> str:
+    """The ``timeline explain`` line of steps ``b_steps`` against ``a_steps`` of the run,
+    over ``layers``: it prints B - A of the kernel time (``a change's shift``) and the culprit."""
+    lay = _steps_text(np.asarray(layers))
+    line = (f"timeline explain {cmd_src} --step {_steps_text(b_steps)} --layer {lay} {options(Selection(ranks=ranks))} "
+            f"--baseline {cmd_src} --baseline-step {_steps_text(a_steps)} --baseline-layer {lay}")
+    return " ".join(line.split())
 
 
 def _culprit(c: dict | None) -> dict | None:
@@ -95,15 +102,15 @@ def _point(src, s: CHG.Series, p: CHG.Point, said: CHG.Said, names: list, cmd_sr
            "direction": said.shift.direction or ("slower" if slower else "faster"),
            "shift": said.shift.record(), "shift_pct": _pct(said.relative),
            "spans": [{"rank": s.groups[g][0], "stage": s.groups[g][1], **sh.record()} for g, sh in said.spans],
-           "culprit": None, "explained": None, "reproduce": None}
+           "culprit": None, "explained": None, "reproduce": _explain_line(cmd_src, ranks, layers, after, before)}
     if not explain:
         return rec
     b, a = (after, before) if slower else (before, after)  # the slower segment explained against the faster
     culprit, summary, line = _explained(src, cmd_src, ranks, layers, b, a, level)
-    rec["culprit"], rec["explained"], rec["reproduce"] = _culprit(culprit), {
-        **summary, "b_steps": _steps_text(b), "a_steps": _steps_text(a),
+    rec["culprit"], rec["explained"] = _culprit(culprit), {
+        **summary, "b_steps": _steps_text(b), "a_steps": _steps_text(a), "reproduce": line,
         "what": "the segment after against the one before" if slower else
-                "the segment before against the one after (the change made it faster)"}, line
+                "the segment before against the one after (the change made it faster)"}
     return rec
 
 
