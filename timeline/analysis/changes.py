@@ -126,13 +126,13 @@ def find(s: Series, level: float = ST.LEVEL) -> Found:
     """The change points and drifts of ``s`` (the module docstring)."""
     y = s.matrix()
     n, cols = y.shape
-    z = SEG.standardize(y)
+    z, raw = SEG.standardize(y), SEG.standardize(y, clip=False)
     pen = SEG.penalty(n, cols)
     sigma = SEG.noise(y)
     found, drifting = [], []
     for j in range(cols):
         cps = SEG.search(z[:, j], pen)
-        h = SEG.drifts(z[:, j], cps, pen)
+        h = SEG.drifts(raw[:, j], cps, pen)
         if h is not None:
             drifting.append((j, h))
         elif cps:
@@ -149,14 +149,26 @@ def find(s: Series, level: float = ST.LEVEL) -> Found:
             continue
         at, low, high, gain = where
         points.append(Point(at, low, high, lo, hi, cols_i, gain))
-    return Found(points, _drifts(drifting, sigma, n), pen, cols, n)
+    found_drifts = _drifts(drifting, sigma, n)
+    kept = []
+    for p in points:
+        d = next((d for d in found_drifts if (SEG.step_beyond_ramp(raw[:, p.columns], d.start, p.at) < pen).all()),
+                 None)
+        if d is None:
+            kept.append(p)
+            continue
+        fresh = [c for c in p.columns if c not in d.columns]  # a drift's step in series the hinge alone missed
+        d.columns.extend(fresh)
+        d.slopes.extend(float("nan") for _ in fresh)
+    return Found(kept, found_drifts, pen, cols, n)
 
 
 def _drifts(drifting: list, sigma: np.ndarray, n: int) -> list:
-    """The drifting columns grouped by where they start (within a tenth of the run)."""
+    """The drifting columns grouped by where they start (within a quarter of the run:
+    a ramp's start is loosely fixed by noisy series)."""
     out = []
     for j, h in sorted(drifting, key=lambda x: x[1].start):
-        if out and h.start - out[-1].start <= max(SEG.TOLERANCE, n // 10):
+        if out and h.start - out[-1].start <= max(SEG.TOLERANCE, n // 4):
             out[-1].columns.append(j)
             out[-1].slopes.append(h.slope * float(sigma[j]))
         else:

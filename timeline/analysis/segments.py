@@ -4,7 +4,8 @@ change point is found").
 
 - **Noise.** Each series is standardized by its own robust noise: the median absolute
   difference of neighbouring steps (1.4826 MAD / sqrt 2, which a level shift barely
-  moves), then clipped at ``CLIP`` noise units (one wild step is not a segment).
+  moves), each value then held within ``CLIP`` noise units of its neighbours' running
+  median (one wild step is not a segment; a shift or a ramp is kept whole).
 - **Search.** ``ruptures``' PELT over the l2 cost (``KernelCPD`` with the linear
   kernel: the exact penalized segmentation, in C), segments of at least ``MIN_SEGMENT``
   steps, with the penalty calibrated to the standardized noise: a split of pure noise
@@ -52,15 +53,23 @@ def noise(y: np.ndarray) -> np.ndarray:
     return np.maximum(s, np.where(np.isfinite(floor) & (floor > 0), floor, 1e-9))
 
 
-def standardize(y: np.ndarray) -> np.ndarray:
+def standardize(y: np.ndarray, clip: bool = True) -> np.ndarray:
     """``y`` (steps x series) in noise units about each column's median, missing values
-    at the median, clipped at ``CLIP``."""
+    at the median; with ``clip``, each value held within ``CLIP`` noise units of the
+    running median of its ``2 MIN_SEGMENT + 1`` neighbours (one wild step is not a
+    segment, while a level shift or a ramp, which the running median follows, stays whole)."""
     y = np.asarray(y, np.float64)
     with np.errstate(all="ignore"):
         med = np.nanmedian(y, axis=0)
     med = np.where(np.isfinite(med), med, 0.0)
     z = (y - med) / noise(y)
-    return np.clip(np.where(np.isfinite(z), z, 0.0), -CLIP, CLIP)
+    z = np.where(np.isfinite(z), z, 0.0)
+    if not clip or len(z) < 2 * MIN_SEGMENT + 1:
+        return z
+    w = 2 * MIN_SEGMENT + 1
+    padded = np.pad(z, ((MIN_SEGMENT, MIN_SEGMENT), (0, 0)), mode="edge")
+    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, w, axis=0), axis=-1)
+    return local + np.clip(z - local, -CLIP, CLIP)
 
 
 def penalty(steps: int, series: int, alarm: float = FALSE_ALARM) -> float:
@@ -155,6 +164,21 @@ def drifts(z: np.ndarray, cps: list, pen: float, min_size: int = MIN_SEGMENT) ->
     return h if h.sse + pen < _sse_constant(np.asarray(z, np.float64), cps) + pen * len(cps) else None
 
 
+def step_beyond_ramp(z: np.ndarray, start: int, cp: int) -> np.ndarray:
+    """For each column of ``z`` (steps x series, unclipped), what a step at ``cp`` saves
+    of the squared error once a line from ``start`` on (a drift found elsewhere) is
+    fitted: below the penalty, the column's change point is the drift's, not a step."""
+    z = np.asarray(z, np.float64).reshape(len(z), -1)
+    t = np.arange(len(z), dtype=np.float64)
+    ramp = np.c_[np.ones(len(z)), np.maximum(0.0, t - start)]
+    both = np.c_[ramp, (t >= cp).astype(np.float64)]
+
+    def sse(x):
+        return ((z - x @ np.linalg.lstsq(x, z, rcond=None)[0]) ** 2).sum(axis=0)
+
+    return sse(ramp) - sse(both)
+
+
 class Found(NamedTuple):
     """One series' change points: its column ``series`` and step indices ``cps``."""
 
@@ -177,4 +201,5 @@ def clusters(found: list, tolerance: int = TOLERANCE) -> list:
 
 
 __all__ = ["CLIP", "FALSE_ALARM", "Found", "Hinge", "MIN_SEGMENT", "SegmentError", "TOLERANCE", "clusters", "drifts",
-           "gains", "hinge", "located", "noise", "penalty", "search", "standardize"]
+           "gains", "hinge", "located", "noise", "penalty", "step_beyond_ramp", "search",
+           "standardize"]

@@ -57,7 +57,8 @@ def _point_text(p: dict) -> list:
     c, x = p["culprit"], p["explained"]
     if c:
         fid = x.get("fidelity") if x else None
-        fid = f" (replay fidelity: every task's end within {fid['task_end_ns']:g} ns)" if fid else ""
+        fid = f" (replay fidelity: every task's end within {fid['task_end_ns']:g} ns)" if fid and c["from"] == "explain" \
+            else ""
         save = f", saving {c['saving_us']:g} µs" if c.get("saving_us") is not None else ""
         out.append(f"  culprit ({x['what']}): {c['says']}{save}{fid}")
     elif x:

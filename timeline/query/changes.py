@@ -78,11 +78,30 @@ def _explain_line(cmd_src: str, ranks, layers: list, b_steps, a_steps) -> str:
 
 
 def _culprit(c: dict | None) -> dict | None:
-    """The fields of a culprit record a change point carries."""
+    """The fields of an explain culprit record a change point carries."""
     if c is None:
         return None
     keep = ("says", "scope", "rank", "stage", "task", "cta", "phase", "saving_us", "excess_us", "significant")
-    return {k: c.get(k) for k in keep}
+    return {**{k: c.get(k) for k in keep}, "from": "explain"}
+
+
+def _span_culprit(s: CHG.Series, said: CHG.Said, order: list) -> dict | None:
+    """Where explain names no culprit (a shift within one launch's noise): the earliest
+    stage, in the kernel's order, whose span moved with the change (later stages' spans
+    move by waiting on it), on the rank where it moved most; its shift is the test's."""
+    sign = 1 if said.shift.estimate >= 0 else -1
+    moved = [(g, sh) for g, sh in said.spans if sh.estimate * sign > 0]
+    if not moved:
+        return None
+    rank_of = {n: i for i, n in enumerate(order)}
+    first = min(rank_of.get(s.groups[g][1], len(order)) for g, _ in moved)
+    g, sh = max(((g, sh) for g, sh in moved if rank_of.get(s.groups[g][1], len(order)) == first),
+                key=lambda x: abs(x[1].estimate))
+    rank, stage = s.groups[g]
+    return {"says": f"rank {rank} {stage} (its span {sh.says()}; the earliest stage whose span moved)",
+            "scope": "rank stage", "rank": rank, "stage": stage, "task": None, "cta": None, "phase": None,
+            "saving_us": None, "excess_us": round(sh.estimate / 1e3, 3), "significant": sh.significant,
+            "from": "spans"}
 
 
 def _point(src, s: CHG.Series, p: CHG.Point, said: CHG.Said, names: list, cmd_src: str, ranks, level: float,
@@ -107,7 +126,7 @@ def _point(src, s: CHG.Series, p: CHG.Point, said: CHG.Said, names: list, cmd_sr
         return rec
     b, a = (after, before) if slower else (before, after)  # the slower segment explained against the faster
     culprit, summary, line = _explained(src, cmd_src, ranks, layers, b, a, level)
-    rec["culprit"], rec["explained"] = _culprit(culprit), {
+    rec["culprit"], rec["explained"] = _culprit(culprit) or _span_culprit(s, said, list(src.stage_names())), {
         **summary, "b_steps": _steps_text(b), "a_steps": _steps_text(a), "reproduce": line,
         "what": "the segment after against the one before" if slower else
                 "the segment before against the one after (the change made it faster)"}
