@@ -9,7 +9,8 @@ Each change point is then said with the one statistical rule
 against before, Benjamini–Hochberg over layers; none significant alone: every layer),
 the shift of their kernel time with its interval (launches of a step as one block),
 and the (rank, stage) spans that moved (the same test, adjusted over every (rank,
-stage)); a change that no test confirms is left out and counted. A series that drifts
+stage)); a change whose kernel-time shift is not significant is left out and
+counted (a span that moved without moving the kernel is not a slower run). A series that drifts
 is a drift, once. Why a change happened (the culprit) is asked of explain's A/B path
 by ``timeline.query.changes``, which reads the few launches that needs."""
 
@@ -126,7 +127,7 @@ def find(s: Series, level: float = ST.LEVEL) -> Found:
     """The change points and drifts of ``s`` (the module docstring)."""
     y = s.matrix()
     n, cols = y.shape
-    z, raw = SEG.standardize(y), SEG.standardize(y, clip=False)
+    z, raw = SEG.scores(y), SEG.standardize(y)
     pen = SEG.penalty(n, cols)
     sigma = SEG.noise(y)
     found, drifting = [], []
@@ -216,11 +217,27 @@ def say(s: Series, p: Point, level: float = ST.LEVEL) -> Said | None:
         hits = [g for g in np.flatnonzero(qs < 1 - level)]
         spans = [(int(g), _test(sp[a, g], sp[b, g], level)) for g in hits]
         spans.sort(key=lambda x: -abs(x[1].estimate))
-    if not shift.significant and not spans:
+    if not shift.significant:  # a change point is where the kernel time changes: spans alone locate it
         return None
     ranks = sorted({s.groups[g][0] for g, _ in spans})
     return Said(layers, shift, shift.scaled(before), before, spans[:SPANS_LISTED], ranks)
 
 
-__all__ = ["ALL_LAYERS", "ChangesError", "Drift", "Found", "Point", "SPANS_LISTED", "Said", "Series", "find", "say",
+def confirmed(s: Series, points: list, level: float = ST.LEVEL) -> tuple:
+    """``([(Point, Said)], dropped)``: the change points ``say`` confirms, each one's
+    segments reaching its confirmed neighbours (a dropped one no longer cuts them),
+    said again until none more is dropped."""
+    n, dropped = s.steps.size, 0
+    while True:
+        bounded = [p._replace(before=points[i - 1].at if i else 0,
+                              after=points[i + 1].at if i + 1 < len(points) else n) for i, p in enumerate(points)]
+        said = [(p, say(s, p, level)) for p in bounded]
+        keep = [p for p, x in said if x is not None]
+        if len(keep) == len(points):
+            return said, dropped
+        dropped += len(points) - len(keep)
+        points = keep
+
+
+__all__ = ["ALL_LAYERS", "ChangesError", "Drift", "Found", "Point", "SPANS_LISTED", "Said", "Series", "confirmed", "find", "say",
            "series"]

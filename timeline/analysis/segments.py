@@ -2,10 +2,12 @@
 step is, and whether a series drifts rather than steps (docs/CHANGES.md, "How a
 change point is found").
 
-- **Noise.** Each series is standardized by its own robust noise: the median absolute
-  difference of neighbouring steps (1.4826 MAD / sqrt 2, which a level shift barely
-  moves), each value then held within ``CLIP`` noise units of its neighbours' running
-  median (one wild step is not a segment; a shift or a ramp is kept whole).
+- **Noise.** Each series is searched as its normal scores (its ranks through the
+  normal quantile function): whatever its own distribution (a span is skewed and heavy
+  tailed), without a change they are a standard normal's, so the penalty below means
+  the same for every series, and one wild step is one rank. A drift's line is fitted
+  to the series in its own noise units (``noise``: from neighbouring steps'
+  differences, which a level shift barely moves).
 - **Search.** ``ruptures``' PELT over the l2 cost (``KernelCPD`` with the linear
   kernel: the exact penalized segmentation, in C), segments of at least ``MIN_SEGMENT``
   steps, with the penalty calibrated to the standardized noise: a split of pure noise
@@ -31,8 +33,8 @@ from timeline.analysis import AnalysisError
 
 FALSE_ALARM = 0.02  # a stationary run's chance of any change point (shared over steps and series)
 MIN_SEGMENT = 5  # steps: the shortest segment (a test of it against its neighbour needs 4 a side at 95 %)
-CLIP = 6.0  # noise units: a standardized value past this counts as this
 TOLERANCE = 5  # steps: change points of several series this close are one
+_TRUNCATED_NORMAL = 0.7589  # E[x^2 | |x| < 1.96] of a standard normal: the 95th percentile's cut
 _HINGES = 256  # at most this many hinge steps tried for a drift
 
 
@@ -41,35 +43,51 @@ class SegmentError(AnalysisError):
 
 
 def noise(y: np.ndarray) -> np.ndarray:
-    """Each column's robust noise: 1.4826 x the median |difference| of neighbouring
-    finite values / sqrt 2 (a level shift moves one difference of many), at least a
-    millionth of the column's median magnitude (a series of equal values)."""
+    """Each column's noise from the differences of neighbouring finite values (a level
+    shift moves one difference of many): the larger of 1.4826 MAD / sqrt 2 and the root
+    mean square of the differences within their 95th percentile (scaled to a normal's),
+    so that a series with heavier tails than a normal's (a stage's span, a maximum over
+    tasks) is not credited with less noise than it has; at least a millionth of the
+    column's median magnitude (a series of equal values)."""
     y = np.asarray(y, np.float64)
     d = np.abs(np.diff(y, axis=0))
+    d = np.where(np.isfinite(d), d, np.nan)
     with np.errstate(all="ignore"):
-        s = 1.4826 * np.nanmedian(np.where(np.isfinite(d), d, np.nan), axis=0) / math.sqrt(2)
+        mad = 1.4826 * np.nanmedian(d, axis=0) / math.sqrt(2)
+        cut = np.nanpercentile(d, 95, axis=0) if len(d) else np.full(y.shape[1:], np.nan)
+        inner = np.where(d <= cut, d, np.nan)
+        rms = np.sqrt(np.nanmean(inner ** 2, axis=0) / _TRUNCATED_NORMAL / 2)
         floor = 1e-6 * np.nanmedian(np.abs(y), axis=0)
-    s = np.where(np.isfinite(s), s, 0.0)
+    s = np.fmax(np.where(np.isfinite(mad), mad, 0.0), np.where(np.isfinite(rms), rms, 0.0))
     return np.maximum(s, np.where(np.isfinite(floor) & (floor > 0), floor, 1e-9))
 
 
-def standardize(y: np.ndarray, clip: bool = True) -> np.ndarray:
-    """``y`` (steps x series) in noise units about each column's median, missing values
-    at the median; with ``clip``, each value held within ``CLIP`` noise units of the
-    running median of its ``2 MIN_SEGMENT + 1`` neighbours (one wild step is not a
-    segment, while a level shift or a ramp, which the running median follows, stays whole)."""
+def standardize(y: np.ndarray) -> np.ndarray:
+    """``y`` (steps x series) in noise units about each column's median (``noise``),
+    missing values at the median: what a drift's line is fitted to."""
     y = np.asarray(y, np.float64)
     with np.errstate(all="ignore"):
         med = np.nanmedian(y, axis=0)
     med = np.where(np.isfinite(med), med, 0.0)
     z = (y - med) / noise(y)
-    z = np.where(np.isfinite(z), z, 0.0)
-    if not clip or len(z) < 2 * MIN_SEGMENT + 1:
-        return z
-    w = 2 * MIN_SEGMENT + 1
-    padded = np.pad(z, ((MIN_SEGMENT, MIN_SEGMENT), (0, 0)), mode="edge")
-    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, w, axis=0), axis=-1)
-    return local + np.clip(z - local, -CLIP, CLIP)
+    return np.where(np.isfinite(z), z, 0.0)
+
+
+def scores(y: np.ndarray) -> np.ndarray:
+    """``y`` (steps x series) as normal scores: each column's ranks (ties averaged) taken
+    through the standard normal's quantile function, missing values at 0. Whatever a
+    series' own distribution (a stage's span is skewed, a maximum over tasks), without a
+    change its scores are a standard normal's, so one penalty serves every series; a
+    level shift moves the ranks, and one wild step is one rank."""
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    y = np.asarray(y, np.float64)
+    ok = np.isfinite(y)
+    r = rankdata(np.where(ok, y, np.inf), axis=0, method="average")
+    n = ok.sum(axis=0)
+    z = ndtri(np.clip((r - 0.5) / np.maximum(n, 1), 1e-12, 1 - 1e-12))
+    return np.where(ok, z, 0.0)
 
 
 def penalty(steps: int, series: int, alarm: float = FALSE_ALARM) -> float:
@@ -200,6 +218,6 @@ def clusters(found: list, tolerance: int = TOLERANCE) -> list:
     return out
 
 
-__all__ = ["CLIP", "FALSE_ALARM", "Found", "Hinge", "MIN_SEGMENT", "SegmentError", "TOLERANCE", "clusters", "drifts",
-           "gains", "hinge", "located", "noise", "penalty", "step_beyond_ramp", "search",
-           "standardize"]
+__all__ = ["FALSE_ALARM", "Found", "Hinge", "MIN_SEGMENT", "SegmentError", "TOLERANCE", "clusters", "drifts",
+           "gains", "hinge", "located", "noise", "penalty", "scores", "search",
+           "standardize", "step_beyond_ramp"]

@@ -312,7 +312,7 @@ def t_changes(ctx, a):
     argv += ["--no-explain"] if a["no_explain"] else []
     ev = EV.none("the search reads the run's per-launch and per-(rank, stage) summaries; each change point's "
                  "reproduce line prints its shift and culprit")
-    return doc, line(argv), ev, [doc["why_none"]] if doc["why_none"] and not doc["steps"] >= 10 else []
+    return doc, line(argv), ev, [doc["why_none"]] if doc["steps"] < QCH.MIN_STEPS else []
 
 
 SEL = SELECTION

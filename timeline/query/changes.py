@@ -190,13 +190,8 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
         return {**head, "change_points": [], "drifts": [], "unconfirmed": 0, "says": why, "why_none": why}
     found = CHG.find(s, level)
     names = s.names()
-    points, unconfirmed = [], 0
-    for p in found.points:
-        said = CHG.say(s, p, level)
-        if said is None:
-            unconfirmed += 1
-            continue
-        points.append(_point(src, s, p, said, names, cmd_src, ranks, level, explain))
+    kept, unconfirmed = CHG.confirmed(s, found.points, level)
+    points = [_point(src, s, p, said, names, cmd_src, ranks, level, explain) for p, said in kept]
     drifts = [_drift(s, d, names, level) for d in found.drifts]
     head["search"]["penalty"] = round(found.penalty, 3)
     says = _says(points, drifts, n, unconfirmed)
