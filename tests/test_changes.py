@@ -205,23 +205,23 @@ def test_hinge_finds_a_ramp_and_a_step_is_no_drift():
 
 
 def test_synth_change_grammar_and_weights():
-    from timeline.ingest import synth_changes as SC
+    from timeline.ingest import synth_changes as SYC
     from timeline.ingest.synth_graph import SynthError
 
-    c = SC.parse_change("40:1:o:*:compute:+2%@3")
+    c = SYC.parse_change("40:1:o:*:compute:+2%@3")
     assert (c.step, c.target.rank, c.target.stage, c.target.task, c.target.phase, c.amount, c.sign, c.percent,
             c.layer) == (40, 1, "o", None, "compute", 2.0, 1, True, 3)
-    assert SC.parse_change(c.label()) == c
-    f = SC.parse_change("25:*:ug:cta3:end:-1500")
+    assert SYC.parse_change(c.label()) == c
+    f = SYC.parse_change("25:*:ug:cta3:end:-1500")
     assert f.target.cta == 3 and f.sign == -1 and not f.percent
-    assert [SC.weight(f, s, 50) for s in (0, 24, 25, 49)] == [1, 1, 0, 0]
-    d = SC.parse_change("10:*:down:*:compute:+3%", drift=True)
-    assert [SC.weight(d, s, 51) for s in (0, 10, 30, 50)] == [0, 0, 0.5, 1]
-    inj = SC.injections([c], [700.0], 39, 3, 4, 50)  # steps 39..41 of a trace of 4 layers a step
+    assert [SYC.weight(f, s, 50) for s in (0, 24, 25, 49)] == [1, 1, 0, 0]
+    d = SYC.parse_change("10:*:down:*:compute:+3%", drift=True)
+    assert [SYC.weight(d, s, 51) for s in (0, 10, 30, 50)] == [0, 0, 0.5, 1]
+    inj = SYC.injections([c], [700.0], 39, 3, 4, 50)  # steps 39..41 of a trace of 4 layers a step
     assert [(i.launch, i.ns) for i in inj] == [(7, 700.0), (11, 700.0)]
     for bad in ("40:1:o:*:compute", "x:1:o:*:compute:+1", "4:1:o:*:nophase:+1", "4:1:o:*:compute:+0%"):
         with pytest.raises(SynthError, match="--change"):
-            SC.parse_change(bad)
+            SYC.parse_change(bad)
 
 
 def test_synth_percent_is_calibrated(tmp_path):
@@ -232,3 +232,24 @@ def test_synth_percent_is_calibrated(tmp_path):
     k = np.asarray(open_source(run).times().column("kernel_ns").to_pylist(), float).reshape(16, 2)
     rel = np.median(k[8:]) / np.median(k[:8]) - 1
     assert 0.02 < rel < 0.04
+
+
+def test_the_docs_commands_run_as_written(tmp_path, monkeypatch, capsys):
+    """docs/CHANGES.md's first block, pasted in an empty folder: each line exits 0, the
+    change it writes is found at its step with its culprit, as the page shows."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "CHANGES.md").read_text()
+    block = text[text.index("```sh\n") + 6:]
+    lines = [ln for ln in block[:block.index("```")].splitlines() if ln.strip()]
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for ln in lines:
+        argv = shlex.split(ln)
+        assert argv[0] == "timeline"
+        rc, out, err = cli(capsys, *argv[1:])
+        assert rc == 0, (ln, err)
+        outs.append(out)
+    assert "verdict: from step 20 (±0) slower" in outs[1] and "culprit rank 1 o tasks" in outs[1]
+    doc = json.loads(outs[2])
+    assert doc["change_points"][0]["step"] == 20 and doc["change_points"][0]["culprit"]["stage"] == "o"

@@ -29,17 +29,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from timeline.analysis import AnalysisError
 
 FALSE_ALARM = 0.02  # a stationary run's chance of any change point (shared over steps and series)
 MIN_SEGMENT = 5  # steps: the shortest segment (a test of it against its neighbour needs 4 a side at 95 %)
 TOLERANCE = 5  # steps: change points of several series this close are one
 _TRUNCATED_NORMAL = 0.7589  # E[x^2 | |x| < 1.96] of a standard normal: the 95th percentile's cut
 _HINGES = 256  # at most this many hinge steps tried for a drift
-
-
-class SegmentError(AnalysisError):
-    """A series the search cannot use (no steps, a shape that does not match)."""
 
 
 def noise(y: np.ndarray) -> np.ndarray:
@@ -218,6 +213,6 @@ def clusters(found: list, tolerance: int = TOLERANCE) -> list:
     return out
 
 
-__all__ = ["FALSE_ALARM", "Found", "Hinge", "MIN_SEGMENT", "SegmentError", "TOLERANCE", "clusters", "drifts",
+__all__ = ["FALSE_ALARM", "Found", "Hinge", "MIN_SEGMENT", "TOLERANCE", "clusters", "drifts",
            "gains", "hinge", "located", "noise", "penalty", "scores", "search",
            "standardize", "step_beyond_ramp"]

@@ -72,7 +72,7 @@ def _point_text(p: dict) -> list:
 def text(doc: dict) -> str:
     """The document for reading."""
     lines = [f"{doc['kind']} {doc['source']} · {doc['kernel']}{' · SYNTHETIC' if doc['synthetic'] else ''} · "
-             f"{doc['steps']} steps, layers {len(doc['layers'])}, ranks {len(doc['ranks'])}",
+             f"{doc['steps']} steps, {len(doc['layers'])} layer(s), {len(doc['ranks'])} rank(s)",
              f"search: {doc['search']['method']}; {doc['search']['series']} series"
              + (f", penalty {doc['search']['penalty']}" if doc["search"]["penalty"] is not None else ""),
              "", "verdict: " + doc["says"]]

@@ -29,14 +29,14 @@ class Plan(NamedTuple):
     def extra(self, first_step: int, count: int, layers: int, steps: int) -> list:
         """The injections of the ``count`` steps from ``first_step`` (launch numbers of a
         trace holding those steps)."""
-        from timeline.ingest import synth_changes as SC
+        from timeline.ingest import synth_changes as SYC
 
-        return SC.injections(self.changes, self.ns, first_step, count, layers, steps) if self.changes else []
+        return SYC.injections(self.changes, self.ns, first_step, count, layers, steps) if self.changes else []
 
     def said(self) -> str:
-        from timeline.ingest import synth_changes as SC
+        from timeline.ingest import synth_changes as SYC
 
-        return SC.said(list(zip(self.changes, self.ns)))
+        return SYC.said(list(zip(self.changes, self.ns)))
 
 
 def asked(args) -> bool:
@@ -48,15 +48,15 @@ def plan(args, trial) -> Plan:
     """The command line's changes, checked against ``--steps`` x ``--launches`` and
     calibrated: ``trial(step, injections)`` runs that step of the model (its layers'
     launches) and gives each launch's kernel time."""
-    from timeline.ingest import synth_changes as SC
+    from timeline.ingest import synth_changes as SYC
 
     if not asked(args):
         return Plan([], [])
     if args.steps is None:
         raise UsageError("--change / --drift act from a step on: give --steps N (and -o DIR/ for a run)")
-    changes = [SC.parse_change(t) for t in args.change or []] + [SC.parse_change(t, True) for t in args.drift or []]
-    SC.check_changes(changes, args.steps, args.launches)
-    return Plan(changes, [SC.calibrate(c, trial, args.launches, args.steps) for c in changes])
+    changes = [SYC.parse_change(t) for t in args.change or []] + [SYC.parse_change(t, True) for t in args.drift or []]
+    SYC.check_changes(changes, args.steps, args.launches)
+    return Plan(changes, [SYC.calibrate(c, trial, args.launches, args.steps) for c in changes])
 
 
 def kernel_times(trace):

@@ -40,9 +40,9 @@ def cmd_synth(args) -> int:
     from timeline.ingest import synth as SY
     from timeline.ingest import synth_graph as SG
 
-    from timeline.cli import synth_changes as SCH
+    from timeline.cli import synth_changes as CSY
 
-    graph = bool(args.profile or args.inject or SCH.asked(args))
+    graph = bool(args.profile or args.inject or CSY.asked(args))
     run = _to_run(args.output)
     if not run:
         _trace_out(args.output)
@@ -94,7 +94,7 @@ def cmd_synth(args) -> int:
     late = [i.label() for i in injections if i.launch is not None and i.launch >= launches]
     if late:
         raise UsageError(f"--inject {late[0]}: the trace has launches 0..{launches - 1} (--steps x --launches)")
-    changes = SCH.plan(args, lambda step, inj: SCH.kernel_times(make(step * args.launches, inj, args.launches)))
+    changes = CSY.plan(args, lambda step, inj: CSY.kernel_times(make(step * args.launches, inj, args.launches)))
     said = ("; injected " + ", ".join(i.label() for i in injections) if injections else "") + changes.said()
     what = f"profile {name} (its task graph)" if graph else "the GLM-5 layer model"
     if run:

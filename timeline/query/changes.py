@@ -20,7 +20,7 @@ from timeline.query.source import Selection, options
 
 SCHEMA = "timeline.changes/1"
 METHOD = ("ruptures PELT (KernelCPD, linear kernel: the l2 cost), penalty the chi-square(1) quantile at the false-alarm "
-          "rate shared over steps x series, each series in its own robust noise units")
+          "rate shared over steps x series, each series as its normal scores")
 MIN_STEPS = 2 * SEG.MIN_SEGMENT
 
 
