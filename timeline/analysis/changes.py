@@ -27,7 +27,6 @@ from timeline.analysis import stats as ST
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 
-ALL_LAYERS = -1  # the series of the median over layers
 SPANS_LISTED = 8  # at most this many moved (rank, stage) spans a change point lists
 
 
@@ -196,8 +195,9 @@ def _blocks(rows: int, cols: int) -> np.ndarray:
     return np.repeat(np.arange(rows), cols)
 
 
-def _test(a: np.ndarray, b: np.ndarray, level: float) -> ST.Shift:
-    """B - A of two steps x launches slices, a step's launches one block."""
+def segment_shift(a: np.ndarray, b: np.ndarray, level: float) -> ST.Shift:
+    """B - A of two segments' steps x launches slices (``stats.shift``, a step's
+    launches one block)."""
     return ST.shift(a.ravel(), b.ravel(), level=level, blocks_a=_blocks(*a.shape) if a.shape[1] > 1 else None,
                     blocks_b=_blocks(*b.shape) if b.shape[1] > 1 else None)
 
@@ -208,14 +208,14 @@ def say(s: Series, p: Point, level: float = ST.LEVEL) -> Said | None:
     a, b = slice(p.before, p.at), slice(p.at, p.after)
     q = ST.adjust([ST.pvalue(k[a, j], k[b, j]) for j in range(k.shape[1])])
     layers = [int(j) for j in np.flatnonzero(q < 1 - level)] or list(range(k.shape[1]))
-    shift = _test(k[a][:, layers], k[b][:, layers], level)
+    shift = segment_shift(k[a][:, layers], k[b][:, layers], level)
     before = float(np.nanmedian(k[a][:, layers]))
     spans = []
     if s.groups:
         sp = s.spans[:, :, layers]
         qs = ST.adjust([ST.pvalue(sp[a, g].ravel(), sp[b, g].ravel()) for g in range(len(s.groups))])
         hits = [g for g in np.flatnonzero(qs < 1 - level)]
-        spans = [(int(g), _test(sp[a, g], sp[b, g], level)) for g in hits]
+        spans = [(int(g), segment_shift(sp[a, g], sp[b, g], level)) for g in hits]
         spans.sort(key=lambda x: -abs(x[1].estimate))
     if not shift.significant:  # a change point is where the kernel time changes: spans alone locate it
         return None
@@ -239,5 +239,5 @@ def confirmed(s: Series, points: list, level: float = ST.LEVEL) -> tuple:
         points = keep
 
 
-__all__ = ["ALL_LAYERS", "ChangesError", "Drift", "Found", "Point", "SPANS_LISTED", "Said", "Series", "confirmed", "find", "say",
-           "series"]
+__all__ = ["ChangesError", "Drift", "Found", "Point", "SPANS_LISTED", "Said", "Series", "confirmed", "find",
+           "say", "segment_shift", "series"]

@@ -34,6 +34,7 @@ class Plan(NamedTuple):
         return SYC.injections(self.changes, self.ns, first_step, count, layers, steps) if self.changes else []
 
     def said(self) -> str:
+        """What the command's last line adds: each change and its ns."""
         from timeline.ingest import synth_changes as SYC
 
         return SYC.said(list(zip(self.changes, self.ns)))

@@ -141,7 +141,7 @@ def _drift(s: CHG.Series, d: CHG.Drift, names: list, level: float) -> dict:
     a = slice(max(0, d.start - tail), d.start) if d.start >= SEG.MIN_SEGMENT else slice(0, tail)
     b = slice(n - tail, n)
     k = s.kernel
-    shift = CHG._test(k[a], k[b], level)
+    shift = CHG.segment_shift(k[a], k[b], level)
     base = float(np.nanmedian(k[a]))
     return {"start_step": int(s.steps[d.start]), "found_in": [names[c] for c in d.columns],
             "slopes": [{"series": names[c], "per_step": round(float(v), 4),
