@@ -303,8 +303,8 @@ def main(argv=None) -> int:
             truth = float(np.median(inj - clean))
             cells = [pw[(kind, pct, n)] for n in NS_POWER]
             print(f"  {kind:24s} {pct:6.2%} {injected[(kind, pct)]:9d} {truth / 1e3:8.3f} "
-                  + " ".join(f"{d / c:8.2f}" for d, c, _, _ in cells))
-            for n, (d, c, _, _) in zip(NS_POWER, cells):
+                  + " ".join(f"{d / c:8.2f}" for d, c, *_ in cells))
+            for n, (d, c, *_) in zip(NS_POWER, cells):
                 if (pct, n) in ((0.005, 64), (0.0025, 256)):
                     goals.append((kind, pct, n, d / c))
     for kind, pct, n, r in goals:

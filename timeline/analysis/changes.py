@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline.analysis import AnalysisError
 from timeline.analysis import segments as SEG
@@ -74,7 +75,7 @@ def series(times: pa.Table, stage_rows: pa.Table | None) -> Series:
     kernel[np.searchsorted(steps, step[ok]), np.searchsorted(layers, layer[ok])] = np.where(k[ok] >= 0, k[ok], np.nan)
     groups, spans = [], np.zeros((steps.size, 0, layers.size))
     if stage_rows is not None and stage_rows.num_rows:
-        t = stage_rows.filter(pa.compute.is_valid(stage_rows.column("step")))
+        t = stage_rows.filter(pc.is_valid(stage_rows.column("step")))
         s_step, s_layer = (R.numpy(R.filled(t.column(c), -1)).astype(np.int64) for c in ("step", "layer"))
         rank = R.numpy(t.column("rank")).astype(np.int64)
         names = t.column("stage").combine_chunks().dictionary_encode()

@@ -44,6 +44,9 @@ def register(subs, sub) -> None:
     a.add_argument("--grid", type=integer(0, 1 << 16), default=0, help="--legacy: CTAs in the grid (derive each row's CTA)")
     a.add_argument("--stages", metavar="NAME:COUNT,..", help="--legacy: the stage list (needed for a bare .npy)")
     a.add_argument("--capture", metavar="NAME", help="the capture's name (default: each file's name)")
+    a.add_argument("--as-capture", metavar="NAME",
+                   help="add a capture the run holds already (or one of its launch keys) on purpose, as a capture "
+                        "of its own named NAME: its launches keyed NAME:SLOT")
     a.add_argument("--synthetic", action="store_true", help="raw buffers: label them synthetic")
     a.add_argument("--step", type=integer(0), metavar="S",
                    help="inputs captured without slot headers: launch slot 0 was step S (each input alike)")
@@ -140,6 +143,14 @@ def _inputs_read_ahead(args):
             yield path, trace
 
 
+def _capture_name(name, path: str, inputs: int) -> str:
+    """An input's capture name: ``name`` (``--capture`` / ``--as-capture``) for one input,
+    ``NAME:FILE`` for several, else the file's name."""
+    if name:
+        return name if inputs == 1 else f"{name}:{Path(path).name}"
+    return Path(path).name
+
+
 def cmd_run_add(args) -> int:
     """``timeline run add RUN INPUT...``: each input appended as one capture; a trace
     file streamed block by block (``run.stream.append_stream``: bounded memory)."""
@@ -147,18 +158,22 @@ def cmd_run_add(args) -> int:
     from timeline.run.stream import append_stream
     from timeline.run.write import append
 
+    from timeline.cli.common import UsageError
+
+    if args.capture and args.as_capture:
+        raise UsageError("give --capture NAME or --as-capture NAME, not both (--as-capture names the capture too)")
     t0 = time.perf_counter()
     intervals = rows = 0
     written = []
+    again = bool(args.as_capture)
     with progress("run add", args, len(args.inputs)) as bar:
         for path, trace in _inputs_read_ahead(args):
-            capture = args.capture if args.capture and len(args.inputs) == 1 else (
-                f"{args.capture}:{Path(path).name}" if args.capture else Path(path).name)
+            capture = _capture_name(args.as_capture or args.capture, path, len(args.inputs))
             if isinstance(trace, TraceStream):
-                added = append_stream(args.run, trace, capture=capture)
+                added = append_stream(args.run, trace, capture=capture, as_capture=again)
                 written, rows, intervals = written + added.paths, rows + added.rows, intervals + added.intervals
             else:
-                written += append(args.run, trace, capture=capture)
+                written += append(args.run, trace, capture=capture, as_capture=again)
                 rows += trace.tasks.num_rows
                 intervals += trace.interval_count
             bar.update()
@@ -170,8 +185,10 @@ def cmd_run_add(args) -> int:
 
 
 def cmd_run_info(args) -> int:
-    """``timeline run info RUN``: its build, appends, sizes, damaged parts and orphans."""
+    """``timeline run info RUN``: its build, appends, sizes, damaged parts, orphans and
+    appends that repeat another (``captures.duplicates``)."""
     from timeline.query.titles import run_head
+    from timeline.run import captures as RC
     from timeline.run import layout as RL
 
     run = open_selected(args.run, args)
@@ -185,9 +202,10 @@ def cmd_run_info(args) -> int:
                 if why and (e["path"], why) not in run.damaged:
                     run.damaged.append((e["path"], why))
     size = sum(e["bytes"] for r in run.records for e in r["parts"])
+    dup = RC.duplicates(run.records, run.repeated, run.named)
     doc = {"run": str(run.path), "build": run.build, "appends": len(run.records), "bytes": size,
            "intervals": run.intervals_total, "damaged": [{"part": p, "why": w} for p, w in run.damaged],
-           "orphans": orphans}
+           "orphans": orphans, "duplicates": dup}
     if args.json:
         json_out(doc)
         return 0
@@ -196,6 +214,8 @@ def cmd_run_info(args) -> int:
     print(f"{size / 1e6:.1f} MB on disk, {run.intervals_total:,} intervals ({per:.2f} B/interval)")
     for p, why in run.damaged:
         print(f"damaged: {p}: {why}")
+    for line in dup:
+        print(f"duplicate: {line}")
     if orphans:
         print(f"{len(orphans)} part(s) no manifest record names (a writer stopped mid-append; never read): "
               + ", ".join(orphans[:5]) + (" ..." if len(orphans) > 5 else ""))

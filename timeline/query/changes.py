@@ -171,12 +171,23 @@ def _says(points: list, drifts: list, n: int, unconfirmed: int) -> str:
     return "; ".join(parts)
 
 
+def _keyed(rows, times):
+    """A trace file's stage rows (keyed by ``key``) with their launch's step and layer
+    (``times``' columns, by key), as a run's stage rows carry them."""
+    import pyarrow.compute as pc
+
+    at = pc.index_in(rows.column("key"), value_set=times.column("key"))
+    return rows.append_column("step", times.column("step").take(at)).append_column("layer",
+                                                                                  times.column("layer").take(at))
+
+
 def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, source_text: str | None = None) -> dict:
     """The change-point document of ``src`` (a run, or a trace file with slot headers)
     over ``ranks`` (None: all): the module docstring."""
     cmd_src = source_text or shlex.quote(src.path)
     times = src.times(ranks)
-    rows = src.run.stages(rank=ranks) if src.kind == "run" else src.stage_rows(src.select(Selection(ranks=ranks)))
+    rows = src.run.stages(rank=ranks) if src.kind == "run" else _keyed(src.stage_rows(src.select(Selection(ranks=ranks))),
+                                                                        times)
     s = CHG.series(times, rows)
     n = int(s.steps.size)
     head = {"schema": SCHEMA, **src.about(), "steps": n, "layers": [int(x) for x in s.layers],

@@ -32,6 +32,7 @@ from timeline.contract import schema as S
 from timeline.core.filemeta import refuse
 from timeline.core import rows as R
 from timeline.run import aggregate as RA
+from timeline.run import captures as RC
 from timeline.run import layout as RL
 from timeline.run import write as RW
 from timeline.run.parts import write_block
@@ -217,13 +218,17 @@ class _Aggregates:
         return launches.combine_chunks(), stages.combine_chunks()
 
 
-def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS) -> Added:
+def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS,
+                  as_capture: bool = False) -> Added:
     """Append the trace file ``stream`` (``timeline.core.tracestream.open_stream``) to
     the run at ``run_dir``, block by block (module docstring): the dataset of
-    ``append(run_dir, load(path))``, committed only when every block passed its checks
-    and the file's checksum matched; a ``TraceFileError`` (or ``RunError``) leaves the
-    run as it was. ``progress(done, total)`` after each block."""
+    ``append(run_dir, load(path), as_capture=...)``, committed only when every block
+    passed its checks, the file's checksum matched and the run may take the capture
+    (``write.check_capture``: its fingerprint, digested as the blocks pass, and its
+    launch keys); a ``TraceFileError`` (or ``RunError``) leaves the run as it was.
+    ``progress(done, total)`` after each block."""
     run_dir = Path(run_dir)
+    RW.check_dir(run_dir)
     RW.ensure_build(run_dir, stream.spec, create=False)  # another build: refused before any reading
     aid = RL.new_append_id()
     capture = str(capture) if capture is not None else aid
@@ -235,12 +240,16 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     parts: dict = {}
     small: list = []  # futures of the small parts' staging
     pool = ThreadPoolExecutor(max_workers=RW.WRITER_THREADS)
+    m = stream.meta
+    fpr = RC.Fingerprint(m.specs, m.origins, m.offsets, stream.spec.phases, stream.spec.marks)
     try:
         try:
-            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, aid, capture, progress)
+            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, (aid, capture, fpr), progress)
             for pairs, blocks in p.waves:
                 agg.add(_wave_rows(stream, pairs, blocks, prints))
             launches, stages = agg.tables()
+            RW.check_capture(run_dir, aid=aid, capture=capture, fp=fpr.hexdigest(), as_capture=as_capture,
+                             launches=launches)
             anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
             small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, staging=staging,
                                  **RW.PARQUET_OPTIONS)
@@ -258,36 +267,38 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     finally:
         pool.shutdown(wait=True)
     staging.rmdir()  # empty now: every part renamed out of it
-    m = stream.meta
     origins, note = dict(m.origins or {}), None
     missing = sorted(r for r in firsts if r not in origins)
     if missing:
         origins.update({r: firsts[r] or 0 for r in missing})
         note = RW.origin_note(missing)
     notes = list(stream.notes) + ([note] if note else [])
-    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, notes, entries)
+    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, notes, entries,
+                    fingerprint=fpr.hexdigest(), as_capture=as_capture)
     RL.write_json(RL.manifest_path(run_dir, aid), rec)
     intervals = int(np.asarray(R.column(launches, "intervals", fill=0)).sum())
     return Added([e["path"] for e in entries], rows, intervals)
 
 
-def append_file(run_dir, path, *, capture=None, progress=None) -> Added:
+def append_file(run_dir, path, *, capture=None, progress=None, as_capture: bool = False) -> Added:
     """Append the trace file at ``path`` to the run, streamed (``append_stream``): the
     run of ``append(run_dir, timeline.load(path))`` in bounded memory."""
     from timeline.core.tracestream import open_stream
 
-    return append_stream(run_dir, open_stream(path), capture=capture, progress=progress)
+    return append_stream(run_dir, open_stream(path), capture=capture, progress=progress, as_capture=as_capture)
 
 
 def _part_order(key) -> tuple:
     return key[0], -1 if key[1] is None else key[1]
 
 
-def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: str, progress):
+def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progress):
     """Every block once: checked, its rows to their parts, its finished launches
-    aggregated (unless the plan has waves); ``(rows, {rank: first tick}, {block:
-    fingerprint} (with waves), aggregates)``.
+    aggregated (unless the plan has waves), digested by the capture's fingerprint;
+    ``append``: ``(append id, capture, captures.Fingerprint)``; ``(rows, {rank: first
+    tick}, {block: fingerprint} (with waves), aggregates)``.
     Raises after the last block when the file's checksum does not match."""
+    aid, capture, fpr = append
     sp = stream.spec
     keep = RW.stored_task_columns(sp.phases, sp.marks)
     options = RW.task_part_options(sp.phases, sp.marks)
@@ -298,6 +309,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: s
     for b, tasks, fp in stream.blocks(fingerprint=bool(p.waves)):
         rows += tasks.num_rows
         prints[b] = fp
+        fpr.update(tasks)
         jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)  # encoded meanwhile
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
