@@ -253,3 +253,16 @@ def test_the_docs_commands_run_as_written(tmp_path, monkeypatch, capsys):
     assert "verdict: from step 20 (±0) slower" in outs[1] and "culprit rank 1 o tasks" in outs[1]
     doc = json.loads(outs[2])
     assert doc["change_points"][0]["step"] == 20 and doc["change_points"][0]["culprit"]["stage"] == "o"
+
+
+def test_a_trace_file_and_too_few_steps_say_why(tmp_path, capsys):
+    """A trace file with slot headers is searched as a run is; 12 steps cannot show a
+    change of normal scores past the penalty, however large, and the verdict says so."""
+    path = tmp_path / "f.arrow"
+    assert CP.main(["synth", "-q", "-o", str(path), *RUN_ARGS, "--steps", "12", "--change",
+                    "6:*:o:*:compute:+5%"]) == 0
+    capsys.readouterr()
+    rc, out, _ = cli(capsys, "changes", path, "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["kind"] == "trace" and doc["steps"] == 12 and doc["change_points"] == []
+    assert "12 steps: too few for any change point to pass the penalty" in doc["why_none"]

@@ -120,6 +120,15 @@ def gains(z: np.ndarray, lo: int, hi: int, min_size: int = MIN_SEGMENT) -> tuple
     return t + lo, g.sum(axis=1)
 
 
+def reach(steps: int, min_size: int = MIN_SEGMENT) -> float:
+    """The largest saving one change can make in a series of ``steps`` normal scores
+    (its segments separated completely, split at the middle): below the penalty, no
+    change of one series can be found however large (ranks cap what a step shows)."""
+    if steps < 2 * min_size:
+        return 0.0
+    return float(gains(scores(np.arange(steps, dtype=np.float64)[:, None]), 0, steps, min_size)[1].max())
+
+
 def located(z: np.ndarray, lo: int, hi: int, level: float, min_size: int = MIN_SEGMENT) -> tuple:
     """``(step, low, high, gain)``: where one change in ``z[lo:hi]`` fits best, its
     likelihood-ratio confidence set at ``level`` (every split whose gain is within the
@@ -214,5 +223,5 @@ def clusters(found: list, tolerance: int = TOLERANCE) -> list:
 
 
 __all__ = ["FALSE_ALARM", "Found", "Hinge", "MIN_SEGMENT", "TOLERANCE", "clusters", "drifts",
-           "gains", "hinge", "located", "noise", "penalty", "scores", "search",
+           "gains", "hinge", "located", "noise", "penalty", "reach", "scores", "search",
            "standardize", "step_beyond_ramp"]

@@ -171,6 +171,14 @@ def _says(points: list, drifts: list, n: int, unconfirmed: int) -> str:
     return "; ".join(parts)
 
 
+def _steps_needed(pen: float) -> int:
+    """The fewest steps whose series can show a change passing ``pen`` (``segments.reach``)."""
+    n = MIN_STEPS
+    while SEG.reach(n) < pen and n < 1 << 12:
+        n += 1
+    return n
+
+
 def _keyed(rows, times):
     """A trace file's stage rows (keyed by ``key``) with their launch's step and layer
     (``times``' columns, by key), as a run's stage rows carry them."""
@@ -206,6 +214,11 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
     drifts = [_drift(s, d, names, level) for d in found.drifts]
     head["search"]["penalty"] = round(found.penalty, 3)
     says = _says(points, drifts, n, unconfirmed)
+    most = SEG.reach(n)
+    if not points and not drifts and most < found.penalty:
+        says = (f"{n} steps: too few for any change point to pass the penalty {found.penalty:.1f} (a change whose "
+                f"segments differ in every step saves at most {most:.1f}; about {_steps_needed(found.penalty)} steps "
+                "can show one)")
     return {**head, "change_points": points, "drifts": drifts, "unconfirmed": unconfirmed, "says": says,
             "why_none": None if points or drifts else says}
 
