@@ -11,6 +11,8 @@ import shlex
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from timeline.cli import parser as CP
 
@@ -144,6 +146,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
                        (["synth", "-q", "-o", f"{run}/", "--change", "5:1:o:*:compute:+1%"], "--steps"),
                        (["synth", "-q", "-o", f"{run}/", "--steps", "10", "--drift", "0:1:o:*:compute:-1%"], "--drift"),
                        (["changes", "traces/h200_mono_demo.arrow"], "slot header"),
+                       (["changes", "traces/h100_graph_run", "--rank", "3"], "its ranks are"),
                        (["changes", str(tmp_path / "none")], "none")):
         rc, _, err = cli(capsys, *argv)
         assert rc == 2 and says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (argv, err)
@@ -266,3 +269,19 @@ def test_a_trace_file_and_too_few_steps_say_why(tmp_path, capsys):
     doc = json.loads(out)
     assert rc == 0 and doc["kind"] == "trace" and doc["steps"] == 12 and doc["change_points"] == []
     assert "12 steps: too few for any change point to pass the penalty" in doc["why_none"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789:*+-%@.abcdeghiklmnoprstuvxyz", max_size=40))
+def test_any_change_text_parses_or_is_refused_in_its_form(text):
+    """Whatever ``--change`` is given: a ``Change`` whose label parses back to it, or a
+    ``SynthError`` quoting the form; never another exception."""
+    from timeline.ingest import synth_changes as SYC
+    from timeline.ingest.synth_graph import SynthError
+
+    try:
+        c = SYC.parse_change(text)
+    except SynthError as e:
+        assert "STEP:RANK:STAGE:TASK:PHASE" in str(e)
+        return
+    assert SYC.parse_change(c.label()) == c and c.amount > 0 and c.step >= 0

@@ -193,6 +193,7 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
     """The change-point document of ``src`` (a run, or a trace file with slot headers)
     over ``ranks`` (None: all): the module docstring."""
     cmd_src = source_text or shlex.quote(src.path)
+    src.select(Selection(ranks=ranks))  # a rank it does not have: a QueryError listing its ranks
     times = src.times(ranks)
     rows = src.run.stages(rank=ranks) if src.kind == "run" else _keyed(src.stage_rows(src.select(Selection(ranks=ranks))),
                                                                         times)
