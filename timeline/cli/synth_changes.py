@@ -15,9 +15,11 @@ def add_options(p) -> None:
     from timeline.ingest.synth_changes import CHANGE_FORM, DRIFT_FORM
 
     p.add_argument("--change", action="append", metavar="STEP:RANK:STAGE:TASK:PHASE:±AMOUNT[@LAYER]",
-                   help=f"(with --steps) a change from a step on: {CHANGE_FORM}; implies --profile glm5; repeatable")
+                   help=f"(with --steps) a change from a step on: {CHANGE_FORM.replace('%', '%%')}; implies --profile "
+                        "glm5; repeatable")
     p.add_argument("--drift", action="append", metavar="STEP:RANK:STAGE:TASK:PHASE:+AMOUNT[@LAYER]",
-                   help=f"(with --steps) a slow drift: {DRIFT_FORM}; implies --profile glm5; repeatable")
+                   help=f"(with --steps) a slow drift: {DRIFT_FORM.replace('%', '%%')}; implies --profile glm5; "
+                        "repeatable")
 
 
 class Plan(NamedTuple):
