@@ -22,6 +22,7 @@ SCHEMA = "timeline.changes/1"
 METHOD = ("ruptures PELT (KernelCPD, linear kernel: the l2 cost), penalty the chi-square(1) quantile at the false-alarm "
           "rate shared over steps x series, each series as its normal scores")
 MIN_STEPS = 2 * SEG.MIN_SEGMENT
+MAX_EXPLAINED = 8  # change points explained (the largest shifts): each reads its segments' typical launches
 
 
 def _steps_text(steps: np.ndarray) -> str:
@@ -211,7 +212,9 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
     found = CHG.find(s, level)
     names = s.names()
     kept, unconfirmed = CHG.confirmed(s, found.points, level)
-    points = [_point(src, s, p, said, names, cmd_src, ranks, level, explain) for p, said in kept]
+    largest = sorted(range(len(kept)), key=lambda i: -abs(kept[i][1].relative.estimate))[:MAX_EXPLAINED]
+    points = [_point(src, s, p, said, names, cmd_src, ranks, level, explain and i in largest)
+              for i, (p, said) in enumerate(kept)]
     drifts = [_drift(s, d, names, level) for d in found.drifts]
     head["search"]["penalty"] = round(found.penalty, 3)
     says = _says(points, drifts, n, unconfirmed)
@@ -224,4 +227,4 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
             "why_none": None if points or drifts else says}
 
 
-__all__ = ["MIN_STEPS", "SCHEMA", "changes"]
+__all__ = ["MAX_EXPLAINED", "MIN_STEPS", "SCHEMA", "changes"]
