@@ -61,7 +61,7 @@ def test_one_shift_found_at_its_step_with_its_culprit(shifted_doc):
     assert c["from"] == "explain" and c["rank"] == 1 and c["stage"] == "o" and c["saving_us"] > 0
     assert p["explained"]["fidelity"] is not None
     assert p["before"]["steps"][0] == 0 and p["after"]["steps"][1] == 35
-    json.dumps(doc)  # serializable as it is
+    json.dumps(doc, allow_nan=False)  # strict JSON as it is
 
 
 def test_reproduce_lines_print_their_numbers(shifted, shifted_doc, capsys):
@@ -104,7 +104,7 @@ def test_stationary_run_reports_none(tmp_path):
     assert doc["says"].startswith("no change point over 36 steps") and doc["why_none"] == doc["says"]
 
 
-def test_drift_is_one_drift_not_a_chain(tmp_path):
+def test_drift_is_one_drift_not_a_chain(tmp_path, capsys):
     """A stage drifting 4 % over the run: one drift from about its start, no change point."""
     from timeline.query import changes as QCH
     from timeline.query.source import open_source
@@ -114,6 +114,9 @@ def test_drift_is_one_drift_not_a_chain(tmp_path):
     assert doc["change_points"] == [] and len(doc["drifts"]) == 1
     d = doc["drifts"][0]
     assert d["start_step"] <= 15 and d["shift"]["significant"] and d["shift_pct"]["estimate"] > 1.5
+    json.dumps(doc, allow_nan=False)  # strict JSON: a slope the drift's line explains is null, not NaN
+    rc, out, err = cli(capsys, *shlex.split(d["reproduce"])[1:])
+    assert rc == 0 and f"B - A = {d['shift']['estimate_us']:+.3f} µs" in out, err
 
 
 def test_faster_change_on_one_layer(tmp_path):

@@ -105,7 +105,7 @@ class Point(NamedTuple):
 
 class Drift(NamedTuple):
     """A drift: from step index ``start`` on, the ``columns`` that drift, each one's
-    ``slope`` (its unit a step: ns for kernel times, µs for spans)."""
+    ``slope`` (ns a step; NaN for a column whose change point the drift's line explains)."""
 
     start: int
     columns: list

@@ -83,7 +83,9 @@ def text(doc: dict) -> str:
         lines += ["", f"drift from step {d['start_step']}: steps {d['to_steps'][0]}-{d['to_steps'][1]} against "
                       f"{d['from_steps'][0]}-{d['from_steps'][1]}: {pct['estimate']:+.2f}% [{pct['low']}, {pct['high']}] "
                       f"= {sh['estimate_us']:+g} µs [{sh['low_us']}, {sh['high_us']}]",
-                  "  drifting: " + ", ".join(f"{s['series']} {s['per_step']:+g} {s['unit']}/step" for s in d["slopes"])]
+                  "  drifting: " + ", ".join(f"{s['series']} {s['per_step_ns']:+.1f} ns/step" if s["per_step_ns"] is not None
+                                             else f"{s['series']} (its step the drift's)" for s in d["slopes"]),
+                  f"  reproduce: {d['reproduce']}"]
     lines += ["", f"reproduce: {doc['reproduce']}"]
     return "\n".join(lines)
 

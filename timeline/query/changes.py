@@ -134,9 +134,11 @@ def _point(src, s: CHG.Series, p: CHG.Point, said: CHG.Said, names: list, cmd_sr
     return rec
 
 
-def _drift(s: CHG.Series, d: CHG.Drift, names: list, level: float) -> dict:
-    """One drift's record: where it starts, each drifting series' slope, and the kernel
-    time of the drift's last quarter against the steps before it (or its first quarter)."""
+def _drift(s: CHG.Series, d: CHG.Drift, names: list, level: float, cmd_src: str, ranks) -> dict:
+    """One drift's record: where it starts, each drifting series' slope (ns a step; null
+    for a series whose step the drift's line explains), and the kernel time of the
+    drift's last quarter against the steps before it (or its first quarter), with the
+    explain line that prints that shift."""
     n = s.steps.size
     tail = max(SEG.MIN_SEGMENT, (n - d.start) // 4)
     a = slice(max(0, d.start - tail), d.start) if d.start >= SEG.MIN_SEGMENT else slice(0, tail)
@@ -145,10 +147,11 @@ def _drift(s: CHG.Series, d: CHG.Drift, names: list, level: float) -> dict:
     shift = CHG.segment_shift(k[a], k[b], level)
     base = float(np.nanmedian(k[a]))
     return {"start_step": int(s.steps[d.start]), "found_in": [names[c] for c in d.columns],
-            "slopes": [{"series": names[c], "per_step": round(float(v), 4),
-                        "unit": "ns" if names[c].startswith("kernel") else "µs"} for c, v in zip(d.columns, d.slopes)],
+            "slopes": [{"series": names[c], "per_step_ns": round(float(v), 3) if v == v else None}
+                       for c, v in zip(d.columns, d.slopes)],
             "from_steps": [int(s.steps[a][0]), int(s.steps[a][-1])], "to_steps": [int(s.steps[b][0]), int(s.steps[b][-1])],
-            "shift": shift.record(), "shift_pct": _pct(shift.scaled(base))}
+            "shift": shift.record(), "shift_pct": _pct(shift.scaled(base)),
+            "reproduce": _explain_line(cmd_src, ranks, [int(x) for x in s.layers], s.steps[b], s.steps[a])}
 
 
 def _says(points: list, drifts: list, n: int, unconfirmed: int) -> str:
@@ -215,7 +218,7 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
     largest = sorted(range(len(kept)), key=lambda i: -abs(kept[i][1].relative.estimate))[:MAX_EXPLAINED]
     points = [_point(src, s, p, said, names, cmd_src, ranks, level, explain and i in largest)
               for i, (p, said) in enumerate(kept)]
-    drifts = [_drift(s, d, names, level) for d in found.drifts]
+    drifts = [_drift(s, d, names, level, cmd_src, ranks) for d in found.drifts]
     head["search"]["penalty"] = round(found.penalty, 3)
     says = _says(points, drifts, n, unconfirmed)
     most = SEG.reach(n)
