@@ -52,6 +52,9 @@ def register(subs, sub) -> None:
                    help="inputs captured without slot headers: launch slot 0 was step S (each input alike)")
     a.add_argument("--layers-per-step", type=integer(1, 1 << 20), metavar="L",
                    help="with --step: slot n was step S + n // L, layer n %% L (default: all layers of step S)")
+    a.add_argument("--jobs", type=integer(1, 4096), metavar="N",
+                   help="trace files read, checked and encoded by N worker processes at once, committed in order "
+                        "(default: a worker per core this process may use, at most one a file)")
     i = sub(runs, "info", "timeline.cli.run_commands:cmd_run_info", "a run's appends, sizes and damaged parts", RUN_EPILOG)
     i.add_argument("run", metavar="RUN")
     i.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
@@ -166,8 +169,13 @@ def cmd_run_add(args) -> int:
     intervals = rows = 0
     written = []
     again = bool(args.as_capture)
+    jobs = _jobs(args)
     with progress("run add", args, len(args.inputs)) as bar:
-        for path, trace in _inputs_read_ahead(args):
+        if jobs > 1:
+            added = _add_in_jobs(args, jobs, bar)
+            written, rows, intervals = [p for a in added for p in a.paths], sum(a.rows for a in added), \
+                sum(a.intervals for a in added)
+        for path, trace in (_inputs_read_ahead(args) if jobs == 1 else ()):
             capture = _capture_name(args.as_capture or args.capture, path, len(args.inputs))
             if isinstance(trace, TraceStream):
                 added = append_stream(args.run, trace, capture=capture, as_capture=again)
@@ -182,6 +190,38 @@ def cmd_run_add(args) -> int:
     print(f"added {len(args.inputs)} input(s) to {args.run}: {rows:,} task rows, {intervals:,} intervals, "
           f"{size / 1e6:.1f} MB ({size / max(intervals, 1):.2f} B/interval) in {dt:.2f} s")
     return 0
+
+
+def _jobs(args) -> int:
+    """Worker processes for ``run add``: ``--jobs`` or one per core (``jobs.default_jobs``);
+    1 where an input is not a trace file (raw buffers, ``--legacy``: read in this process)."""
+    from timeline.core.trace import file_format
+    from timeline.run import jobs as RJ
+
+    if args.legacy or args.spec or len(args.inputs) < 2:
+        return 1
+    if not all(Path(p).is_file() and file_format(Path(p)) is not None for p in args.inputs):
+        return 1  # a missing file or a raw buffer: refused or read in turn, as with one job
+    return min(args.jobs or RJ.default_jobs(len(args.inputs)), len(args.inputs))
+
+
+def _add_in_jobs(args, jobs: int, bar) -> list:
+    """The inputs (trace files) staged by ``jobs`` worker processes and committed in
+    order (``run.jobs.append_jobs``): each one's ``Added``; notes printed as when read in turn."""
+    import sys
+
+    from timeline.run import jobs as RJ
+
+    head = _headers(args)
+    todo = [RJ.Job(p, _capture_name(args.as_capture or args.capture, p, len(args.inputs)),
+                   None if head is None else tuple(head), bool(args.as_capture))
+            for p in args.inputs]
+
+    def notes(job, lines):
+        for note in lines:
+            print(f"note: {note}", file=sys.stderr)
+
+    return RJ.append_jobs(args.run, todo, jobs, on_notes=notes, on_added=lambda job, added: bar.update())
 
 
 def cmd_run_info(args) -> int:
