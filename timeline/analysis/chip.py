@@ -134,6 +134,12 @@ def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
     return out, ids
 
 
+def unit_level(levels: list) -> Level:
+    """The level of whole units (CUs, SMs; the CTA without hardware placement): the
+    finest but the wave slots. The tail, the stages and the chip map count these."""
+    return levels[-2] if levels[-1].name == "slot" else levels[-1]
+
+
 def rows_of(trace, launches=None) -> tuple:
     """``(Rows, levels)`` of ``trace``'s placed rows of ``launches`` (None: every one)."""
     t = trace.tasks
@@ -194,29 +200,37 @@ def windows(rows: Rows):
     return gid, n, rank, launch, lo, hi
 
 
-def _unit_groups(rows: Rows, levels: list):
-    """Per (launch, finest unit) group: its id per row, count, each group's window
-    index, finest unit, busy / waiting / idle ns, last end and rows."""
+def _unit_groups(rows: Rows, name: str, levels: list):
+    """Per (launch, unit of level ``name``) group: its window index, its number at every
+    level (``at[level]``), busy / waiting / idle ns (unions over its rows), last end, rows."""
     wid, nw, _, _, lo, hi = windows(rows)
-    fine = rows.unit[levels[-1].name]
-    gid, n, (_, unit) = GR.group_ids(rows.launch, fine)
+    gid, n, (_, unit) = GR.group_ids(rows.launch, rows.unit[name])
     w = np.zeros(n, np.int64)
     w[gid] = wid
+    at = {}
+    for lv in levels:
+        at[lv.name] = np.zeros(n, np.int64)
+        at[lv.name][gid] = rows.unit[lv.name]  # every row of a group has the same unit at a coarser level
     busy, both = occupancy(gid, n, rows)
     _, last = GR.group_min_max(gid, n, rows.last, rows.last)
-    return gid, dict(window=w, unit=unit, busy=busy, wait=both - busy, idle=(hi - lo)[w] - both, last=last,
-                     tasks=np.bincount(gid, minlength=n))
+    return dict(window=w, at=at, busy=busy, wait=both - busy, idle=(hi - lo)[w] - both, last=last,
+                tasks=np.bincount(gid, minlength=n))
 
 
 def unit_table(rows: Rows, levels: list) -> tuple:
     """``(units table, per-level groups)``: per (rank, launch, level, unit) its busy,
-    waiting and idle ns (sums of its finest units'), finest units, per-unit busy, last
-    end (ns from the launch's start on its rank) and rows."""
-    _, g = _unit_groups(rows, levels)
+    waiting and idle ns (a unit's: unions over its rows; a coarser level's: sums of its
+    units'; a wave slot's: unions over its rows), units, per-unit busy, last end (ns
+    from the launch's start on its rank) and rows."""
     wid, nw, rank, launch, lo, hi = windows(rows)
+    base = unit_level(levels).name
+    groups = {base: _unit_groups(rows, base, levels)}
+    if levels[-1].name == "slot":
+        groups["slot"] = _unit_groups(rows, "slot", levels)
     parts, per_level = [], {}
     for lv in levels:
-        lid, n, (w, unit) = GR.group_ids(g["window"], lv.of_finest[g["unit"]])
+        g = groups.get(lv.name, groups[base])
+        lid, n, (w, unit) = GR.group_ids(g["window"], g["at"][lv.name])
         agg = {k: np.bincount(lid, weights=g[k].astype(np.float64), minlength=n).astype(np.int64)
                for k in ("busy", "wait", "idle", "tasks")}
         agg["units"] = np.bincount(lid, minlength=n)
@@ -269,7 +283,7 @@ def tail_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     counts = np.bincount(t_w, minlength=nw)
     at = np.r_[0, np.cumsum(counts)[:-1]] + np.ceil(TAIL_SHARE * counts - 1e-9).astype(np.int64) - 1
     t90 = t_end[order][at]
-    fine = levels[-1]
+    fine = unit_level(levels)
     gid, n, (g_w, _) = GR.group_ids(wid, rows.unit[fine.name])
     busy, _ = occupancy(gid, n, rows, t90[wid], hi[wid])
     in_tail = np.bincount(g_w, weights=(busy > 0), minlength=nw).astype(np.int64)
@@ -292,7 +306,7 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     """Per (rank, launch, stage): its span, its busiest finest unit, that unit's busy ns
     in the stage, the mean over the units that ran it, and busiest / span."""
     wid, nw, rank, launch, lo, hi = windows(rows)
-    fine = levels[-1]
+    fine = unit_level(levels)
     gid, n, (g_w, g_stage, g_unit) = GR.group_ids(wid, rows.stage, rows.unit[fine.name])
     busy, _ = occupancy(gid, n, rows)
     sid, ns, (s_w, s_stage) = GR.group_ids(g_w, g_stage)
@@ -332,5 +346,5 @@ class Chip(NamedTuple):
     untimed: int
 
 
-__all__ = ["Chip", "chip", "level_table", "stage_table", "tail_table", "unit_table", "LEVELS", "Level", "Rows", "TAIL_SHARE", "levels_of", "occupancy", "rows_of", "union_ns",
+__all__ = ["Chip", "unit_level", "chip", "level_table", "stage_table", "tail_table", "unit_table", "LEVELS", "Level", "Rows", "TAIL_SHARE", "levels_of", "occupancy", "rows_of", "union_ns",
            "vendor_levels", "windows"]

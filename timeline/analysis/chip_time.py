@@ -64,7 +64,7 @@ def over_time(trace, launches=None, bins: int = BINS) -> pa.Table:
         raise AnalysisError(f"chip over time: bins {bins}: give at least 1")
     rows, levels = CHP.rows_of(trace, launches)
     wid, nw, rank, launch, lo, hi = CHP.windows(rows)
-    fine = levels[-1]
+    fine = CHP.unit_level(levels)
     gid, n, (g_w, g_unit) = GR.group_ids(wid, rows.unit[fine.name])
     busy = _segments(np.r_[gid, gid], np.r_[rows.first, rows.w1], np.r_[rows.w0, rows.last])
     both = _segments(gid, rows.first, rows.last)
