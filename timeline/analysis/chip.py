@@ -55,7 +55,8 @@ class Rows(NamedTuple):
     """The placed task rows of the chosen launches, as columns: rank, launch, stage
     index, task, one dense unit id per level (``unit[level]``, unit numbers global over
     (rank, unit)), first phase, wait start, wait end, last phase (ns, missing phases
-    inherited), and how many rows were left out for want of a placement or a time."""
+    inherited), and how many rows were left out for want of a placement or a time;
+    ``own``: ``(rows, intervals)`` ns of each own interval (the wait's column 0)."""
 
     rank: np.ndarray
     launch: np.ndarray
@@ -68,6 +69,7 @@ class Rows(NamedTuple):
     last: np.ndarray
     unplaced: int
     untimed: int
+    own: np.ndarray
 
 
 class Level(NamedTuple):
@@ -167,8 +169,18 @@ def rows_of(trace, launches=None) -> tuple:
     col = lambda c: R.column(t, c, dtype=np.int64)[keep]  # noqa: E731
     rows = Rows(col("rank"), col("launch"), col("stage_index"), col("task"), ids,
                 first[keep], np.clip(w0[keep], first[keep], last[keep]), np.clip(w1[keep], first[keep], last[keep]),
-                last[keep], int((~placed).sum()), int((placed & ~timed).sum()))
+                last[keep], int((~placed).sum()), int((placed & ~timed).sum()), _own(ns[keep], trace))
     return rows, levels
+
+
+def _own(ns: np.ndarray, trace) -> np.ndarray:
+    """``(rows, intervals)`` ns of each row's consecutive phase intervals, 0 for the wait
+    interval and for one with an unwritten start (a row's own phases' parts)."""
+    d = np.diff(ns, axis=1)
+    d[(ns[:, :-1] == R.MISSING) | (d < 0)] = 0
+    if trace.spec.wait:
+        d[:, trace.spec.wait_index] = 0
+    return d
 
 
 def union_ns(gid: np.ndarray, ng: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
