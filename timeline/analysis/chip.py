@@ -119,6 +119,8 @@ def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
         gid, n, uniq = GR.group_ids(rank, *(vals[c] for c in cols))
         ids[name] = gid
         names = [_unit_name(name, cols, row) for row in zip(*(u.tolist() for u in uniq[1:]))]
+        if np.unique(uniq[0]).size > 1:  # several ranks: each its own chip
+            names = [f"r{r}.{nm}" for r, nm in zip(uniq[0].tolist(), names)]
         levels.append(Level(name, uniq[0], names, np.full(n, -1, np.int64), np.zeros(0, np.int64)))
     if len(levels[-1].names) == len(levels[-2].names):  # one wave slot a unit: no slot level
         levels.pop()
@@ -335,9 +337,10 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
                      "busiest_over_span": busy[top] / np.maximum(span, 1)})
 
 
-def chip(trace, launches=None) -> Chip:
-    """The chip report of ``trace``'s ``launches`` (None: every one), as the module says."""
-    rows, levels = rows_of(trace, launches)
+def chip(trace, launches=None, parsed=None) -> Chip:
+    """The chip report of ``trace``'s ``launches`` (None: every one), as the module says;
+    ``parsed``: ``rows_of(trace, launches)`` where the caller has it already."""
+    rows, levels = parsed or rows_of(trace, launches)
     names = trace.spec.stage_names
     units, per_level = unit_table(rows, levels)
     return Chip(units, level_table(rows, levels, per_level), tail_table(rows, levels, names),
