@@ -111,3 +111,16 @@ def test_bundled_trace_without_a_graph_says_why_no_replay(files):
     d = doc["launches"][0]
     assert d["levels"] == ["sm"] and d["rebalance"] == [] and "task graph" in d["rebalance_note"]
     assert d["ranks"][0]["tail"]["says"].startswith("the last ")
+
+
+def test_explain_names_the_unit_on_one_launch_and_against_a_baseline(files):
+    one = _json(f"timeline explain {files / 'slow.arrow'} --json")
+    ab = _json(f"timeline explain {files / 'slow.arrow'} --baseline {files / 'clean.arrow'} --json")
+    for doc in (one, ab):
+        u = doc["explained"][0]["unit_culprit"]
+        assert (u["level"], u["unit"]) == ("xcd", "xcd3") and u["low"] <= 1.12 <= u["high"] + 0.01
+        assert "the unit, not a task, is the culprit" in u["says"]
+    clean = _json(f"timeline explain {files / 'clean.arrow'} --json")
+    assert clean["explained"][0]["unit_culprit"] is None
+    rc, out, _ = _run(f"timeline explain {files / 'slow.arrow'}")
+    assert rc == 0 and "unit: xcd3 ran its tasks" in out

@@ -239,4 +239,25 @@ def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | N
     return out
 
 
-__all__ = ["Saving", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]
+def unit_culprit(trace, level: float = ST.LEVEL) -> dict | None:
+    """The culprit unit of ``trace`` (one launch) as explain's record: level, unit,
+    slowdown with its interval and a sentence; None where none is named, or the trace
+    has no hardware placement (a derived CTA is no unit)."""
+    try:
+        rows, levels = CHP.rows_of(trace)
+    except AnalysisError:
+        return None
+    if CHP.vendor_levels(trace.tasks, trace.spec.arch) == "cta":
+        return None
+    sp = speeds(rows)
+    c = culprit(rows, levels, sp, suspects(rows, levels, sp, level))
+    if c is None:
+        return None
+    f, lo, hi = c.slowdown()
+    return {"level": c.level, "unit": c.unit, "slowdown": round(f, 5), "low": round(lo, 5), "high": round(hi, 5),
+            "says": f"{c.unit} ran its tasks {(f - 1) * 100:.1f} % slower [{(lo - 1) * 100:.1f}, {(hi - 1) * 100:.1f}] "
+                    f"than the other {c.level.upper() if c.level != 'cu' else 'CU'}s' (`timeline chip`): the unit, "
+                    "not a task, is the culprit"}
+
+
+__all__ = ["unit_culprit", "Saving", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]
