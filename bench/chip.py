@@ -152,7 +152,7 @@ def speed(d: Path, ranks: int, launches: int) -> list:
     named = {d["culprit"]["unit"] if d["culprit"] else None for d in doc["launches"]}
     return [(f"chip over every launch ({w['launches']} launches x {ranks} ranks, {w['units']:,} unit rows), after "
              f"a {w['load_s']:.2f} s load", w["chip_s"], GOAL_S, "s"),
-            (f"peak RSS of that process (load included)", best["rss"], GOAL_RSS, "B"),
+            ("peak RSS of that process (load included)", best["rss"], GOAL_RSS, "B"),
             (f"`timeline chip FILE --across 0` whole command (typical + slowest launch; named {sorted(map(str, named))})",
              c["wall_s"], None, "s"),
             ("peak RSS of the command", c["rss"], GOAL_RSS, "B")]
