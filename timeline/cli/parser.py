@@ -327,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import changes_commands
 
     changes_commands.add_parser(subs, _sub, _json_option)
+    from timeline.cli import chip_commands
+
+    chip_commands.add_parser(subs, _sub, _json_option, _selection_options)
     from timeline.cli import attach_commands
 
     attach_commands.add_parser(subs, _sub, _json_option, _selection_options)

@@ -313,6 +313,19 @@ def t_changes(ctx, a):
     ev = EV.none("the search reads the run's per-launch and per-(rank, stage) summaries; each change point's "
                  "reproduce line prints its shift and culprit")
     return doc, line(argv), ev, [doc["why_none"]] if doc["steps"] < QCH.MIN_STEPS else []
+def t_chip(ctx, a):
+    from timeline.query import chip as QCP
+
+    e, src = ctx.sources.get(a["source"])
+    level, level_argv = _level(a)
+    ask = QCH.Ask(keys_of(a["launch"]), a["across"], level, bool(a["units"]))
+    doc = QCH.chip(src, selection(a, launches=False), ask, source_text=shlex.quote(e.path))
+    argv = ["chip", e.path, *sel_argv(a), *level_argv] + (["--across", a["across"]] if a["across"] is not None else [])
+    keys = [d["launch"] for d in doc["launches"]]
+    ev = ctx.evidence(e, src, EV.extent_sql(src.kind, src.spec().phases, keys),
+                      "the first and last stamp of each reported launch: its window, whose end the tail reaches")
+    cannot = [d["rebalance_note"] for d in doc["launches"] if d["rebalance_note"]][:1]
+    return doc, line(argv + (["--units"] if a["units"] else [])), ev, cannot
 
 
 SEL = SELECTION
@@ -369,6 +382,12 @@ TOOLS = {  # name: (description, params, function)
                 (SOURCE, Param("rank", "integers", "only these ranks"),
                  Param("no_explain", "boolean", "the search and its statistics only, no culprit"), CONFIDENCE),
                 t_changes),
+    "chip": ("Where on the chip a launch's time went (default: the typical and the slowest launch): per XCD / SE / "
+             "CU or SM busy, waiting and idle, each level's imbalance, the grid's tail, each stage's span against its "
+             "busiest unit, the slow unit with its interval, what rebalancing saves by the replay, and units slow "
+             "across launches (timeline.chip/1; `timeline chip --json`).",
+             (SOURCE, *SEL, Param("across", "integer", "launches read for the units slow across launches (0: none)",
+                                  lo=0, hi=64), Param("units", "boolean", "every unit's row too"), CONFIDENCE), t_chip),
 }
 
 
