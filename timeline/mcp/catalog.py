@@ -47,17 +47,35 @@ def info(ctx, name: str) -> dict:
     return out
 
 
+def _detail(ctx, name: str) -> dict | None:
+    """What ``list_sources`` says of an opened source, or None when it cannot be read
+    (then ``Sources.skip`` notes why: one bad file never fails the whole listing)."""
+    from timeline.errors import TimelineError
+
+    e = ctx.sources.entries[name]
+    try:
+        _, src = ctx.sources.get(name)
+        return {**src.about(), "launches": src.times().num_rows, "ranks": src.ranks(),
+                "reproduce": line(["launches", e.path])}
+    except (TimelineError, OSError) as err:
+        if name in ctx.sources.entries:  # an OSError: get noted nothing
+            ctx.sources.skip(name, " ".join(str(err).split())[:500])
+        return None
+
+
 def t_list_sources(ctx, a):
     rows = []
     for i, name in enumerate(ctx.sources.names()):
         e = ctx.sources.entries[name]
         row = {"name": e.name, "path": e.path, "kind": e.kind, "info": info_uri(e.name)}
         if i < MAX_DETAILED:
-            _, src = ctx.sources.get(name)
-            row.update(src.about(), launches=src.times().num_rows,
-                       ranks=src.ranks(), reproduce=line(["launches", e.path]))
+            more = _detail(ctx, name)
+            if more is None:
+                continue
+            row.update(more)
         rows.append(row)
-    doc = {"schema": "timeline.sources/1", "sources": rows, "root": ctx.sources.root}
+    skipped = [{"name": n, "why": w} for n, w in sorted(ctx.sources.skipped.items())]
+    doc = {"schema": "timeline.sources/1", "sources": rows, "skipped": skipped, "root": ctx.sources.root}
     note = "each source's reproduce line prints its launches document (its kind, kernel, synthetic and launches)"
     return doc, call_line(ctx, "list_sources", a), {"columns": [], "rows": [], "sql": None, "truncated": None,
                                                     "note": note}, []
