@@ -83,7 +83,7 @@ def t_list_sources(ctx, a):
 
 def t_schema(ctx, a):
     from timeline.contract import schema as S
-    from timeline.run import layout as RL
+    from timeline.mcp import sandbox as SB
 
     e, src = ctx.sources.get(a["source"])
     spec = src.spec()
@@ -91,8 +91,8 @@ def t_schema(ctx, a):
            "launch_key_sql": MS.KEY_SQL[e.kind], "phases": list(spec.phases),
            "intervals": list(S.interval_names(spec.phases)), "wait": list(spec.wait or ()),
            "marks": list(spec.marks or ()), "meanings": MT.phase_meanings(),
-           "limits": {"max_rows": ctx.max_rows, "time_limit_s": ctx.time_limit,
-                      "memory_budget_bytes": RL.memory_budget(), "statements": "one SELECT"},
+           "limits": {"max_rows": ctx.max_rows, "max_bytes": MS.MAX_BYTES, "time_limit_s": ctx.time_limit,
+                      "process_bytes": SB.RSS_LIMIT, "duckdb_memory_mb": SB.DUCKDB_MB, "statements": "one SELECT"},
            "notes": ["a run's views: timeline.run.views (docs/RUN.md); a trace file's tables: docs/FORMAT.md section 4, "
                      "each with its launch's printed key (`key`)",
                      f"a row's launch key in SQL: {MS.KEY_SQL[e.kind]}"]}
@@ -101,11 +101,11 @@ def t_schema(ctx, a):
 
 
 def t_sql(ctx, a):
-    e, src = ctx.sources.get(a["source"])
+    e = ctx.sources.entry(a["source"])
     limit = min(a["max_rows"] or ctx.max_rows, ctx.max_rows)
-    r = MS.run(ctx.connection(e, src), a["query"], ctx.inside(e), max_rows=limit, time_limit=ctx.time_limit)
+    r = ctx.sql(e, a["query"], limit)
     doc = {"schema": "timeline.sql/1", "source": e.name, "kind": e.kind, "query": a["query"], **r,
-           "limits": {"max_rows": limit, "time_limit_s": ctx.time_limit}}
+           "limits": {"max_rows": limit, "max_bytes": MS.MAX_BYTES, "time_limit_s": ctx.time_limit}}
     return doc, call_line(ctx, "sql", a), {"columns": [], "rows": [], "sql": a["query"], "truncated": None,
                                            "note": "the rows are the evidence"}, []
 
