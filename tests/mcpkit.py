@@ -45,10 +45,11 @@ class Session:
 
 
 @contextlib.contextmanager
-def session(*server_args, cwd=ROOT, timeout: float = 300):
-    """A ``Session`` with ``timeline mcp SERVER_ARGS`` running in ``cwd``."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "timeline", "mcp", *map(str, server_args)],
-                                   env=ENV, cwd=str(cwd))
+def session(*server_args, cwd=ROOT, timeout: float = 300, wrap=()):
+    """A ``Session`` with ``timeline mcp SERVER_ARGS`` running in ``cwd`` (``wrap``: a
+    command line it runs under, e.g. ``/usr/bin/time -v -o FILE``)."""
+    argv = [*map(str, wrap), sys.executable, "-m", "timeline", "mcp", *map(str, server_args)]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=ENV, cwd=str(cwd))
     with anyio.from_thread.start_blocking_portal() as portal:
         with portal.wrap_async_context_manager(Client(params, read_timeout_seconds=timeout)) as client:
             yield Session(portal, client)

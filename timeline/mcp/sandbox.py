@@ -82,8 +82,10 @@ class Sandbox:
     source, the query, its rows. ``peak``: the largest resident size seen of any
     worker (bytes)."""
 
-    def __init__(self, rss_limit: int = RSS_LIMIT, duckdb_mb: int = DUCKDB_MB, threads: int | None = None):
+    def __init__(self, rss_limit: int = RSS_LIMIT, duckdb_mb: int = DUCKDB_MB, threads: int | None = None,
+                 headroom: int | None = None):
         self.rss_limit, self.duckdb_mb, self.threads = rss_limit, duckdb_mb, threads
+        self.headroom = rss_limit if headroom is None else headroom  # address space a worker may add once ready
         self.proc = self.spare = None
         self.buf, self.peak = b"", 0
         atexit.register(self.close)
@@ -95,7 +97,7 @@ class Sandbox:
         home = str(Path(timeline.__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([home, *filter(None, [os.environ.get("PYTHONPATH")])]),
                "MALLOC_ARENA_MAX": "2"}
-        cfg = {"headroom": self.rss_limit, "recycle": self.rss_limit // 2, "memory_mb": self.duckdb_mb,
+        cfg = {"headroom": self.headroom, "recycle": self.rss_limit // 2, "memory_mb": self.duckdb_mb,
                "threads": self.threads}
         return subprocess.Popen([sys.executable, "-m", "timeline.mcp.worker", json.dumps(cfg)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)

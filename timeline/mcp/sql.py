@@ -134,7 +134,7 @@ def statement(con, query: str, inside) -> str:
         raise ToolError(f"sql: argument 'query' holds {len(stmts)} statements: give one SELECT", "query")
     kind = stmts[0].type
     if kind != duckdb.StatementType.SELECT:
-        raise ToolError(f"sql: argument 'query' is a {kind.name} statement: only one read-only SELECT runs here "
+        raise ToolError(f"sql: argument 'query' is no SELECT but {kind.name}: only one read-only SELECT runs here "
                         "(WITH ... SELECT, FROM ..., DESCRIBE, SHOW, SUMMARIZE and VALUES are SELECTs)", "query")
     return query
 
@@ -162,20 +162,26 @@ def run(con, query: str, inside, *, max_rows: int = ROW_LIMIT, time_limit: float
         MR.take(reader, max_rows, max_bytes, taken)
     except (duckdb.InterruptException, pa.ArrowException, OSError) as e:
         if "INTERRUPT" not in str(e).upper() and not isinstance(e, duckdb.InterruptException):
-            raise
+            if isinstance(e, MemoryError) and "Out of Memory Error" not in str(e):
+                raise  # Arrow's own allocation failed: the caller says so
+            raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(_first(e), inside)}", "query") from None
         stopped = True
         if not taken.rows:
             raise ToolError(f"sql: argument 'query' ran past the time limit of {stated or time_limit:g} s and was stopped: "
                             "narrow it (WHERE step = ..., a LIMIT, fewer joins)", "query") from None
     except duckdb.Error as e:
-        raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(str(e).splitlines()[0], inside)}",
-                        "query") from None
+        raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(_first(e), inside)}", "query") from None
     finally:
         timer.cancel()
         if reader is not None:
             reader.close()
     return {"columns": columns, "rows": taken.rows, "row_count": None if stopped else len(taken.rows) + taken.more,
             "truncated": _truncated(taken, stopped, stated or time_limit, max_bytes), "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def _first(e: BaseException) -> str:
+    """An error's first line (DuckDB's errors through Arrow's stream arrive as ``OSError``)."""
+    return (str(e).splitlines() or [type(e).__name__])[0]
 
 
 def _truncated(taken, stopped: bool, time_limit: float, max_bytes: int) -> str | None:
