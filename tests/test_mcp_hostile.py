@@ -1,4 +1,4 @@
-"""The hostile-query suite (tests/hostilekit.py) against ``timeline mcp --root .``
+"""The hostile-query suite (tests/mcpkit.py) against ``timeline mcp --root .``
 started under ``/usr/bin/time -v``, through the SDK's stdio client, on a root holding
 the bundled run, a trace file and a Parquet file that is no trace: every answer within
 its time limit + 1 s (as the client sees it), within its row and byte limits or one
@@ -11,12 +11,10 @@ DuckDB's settings and views naming no absolute path."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
-from hostilekit import ABSOLUTE, make_root, peak_kb, run_suite
-from mcpkit import ROOT, session
+from mcpkit import ABSOLUTE, ROOT, make_root, peak_kb, run_suite, session
 
 SECONDS = 2.0  # the server's --sql-seconds here
 RSS_GOAL = 1.5e9
@@ -28,7 +26,6 @@ def root(tmp_path_factory):
 
 
 def test_hostile_queries_are_bounded_in_time_memory_and_bytes(root, tmp_path):
-    assert shutil.which("/usr/bin/time"), "GNU time is needed: apt-get install time"
     rows, report = run_suite(root, SECONDS, tmp_path / "time.txt")
     faults = [r[5] for r in rows if r[5]]
     assert not faults, faults
