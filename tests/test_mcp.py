@@ -66,8 +66,8 @@ def _core(doc: dict) -> dict:
 
 def test_tools_listed_with_their_schemas(mcp):
     tools = mcp.tools()
-    assert set(tools) == set(ALL) == {"list_sources", "launches", "explain", "critical_path", "whatif", "summary",
-                                      "edges", "compare", "gate", "sql", "schema"}
+    assert set(tools) == set(ALL) >= {"list_sources", "launches", "explain", "critical_path", "whatif", "summary",
+                                      "edges", "compare", "gate", "sql", "schema"}  # a new tool joins ALL
     for name, t in tools.items():
         s = t.input_schema
         assert s["type"] == "object" and s["additionalProperties"] is False, name
