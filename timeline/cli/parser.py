@@ -18,7 +18,7 @@ import sys
 
 from timeline._version import __version__
 from timeline.cli.argtypes import confidence_option, int_list, integer, launch_keys, number, str_list
-from timeline.core.process import tune_process
+from timeline.core.process import one_blas_thread, tune_process
 from timeline.errors import TimelineError
 
 MAIN_EPILOG = """\
@@ -362,6 +362,7 @@ def documented(e: BaseException) -> bool:
 
 def main(argv=None) -> int:
     """Run the ``timeline`` command line; returns the exit status."""
+    one_blas_thread()  # before numpy's import: no pool of a thread per core (issue 51)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -70,7 +70,8 @@ def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
 
 def append_trace(run, rec: dict, chosen: dict):
     """The Trace of one append's launch: ``chosen`` maps each rank to its launch slot;
-    rows renumbered launch 0, on the append's own time axis."""
+    rows renumbered launch 0, on the append's own time axis (without step and layer
+    where the run reads the append as a capture of its own: ``Run.named``)."""
     from timeline.core.trace import Trace
 
     parts = []
@@ -83,6 +84,10 @@ def append_trace(run, rec: dict, chosen: dict):
         return None
     rows = pa.concat_tables(parts)
     rows = rows.set_column(rows.schema.get_field_index("launch"), "launch", R.arrow(np.zeros(rows.num_rows, np.int32)))
+    if rec["append"] in run.named:
+        for col in ("step", "layer"):
+            at = rows.schema.get_field_index(col)
+            rows = rows.set_column(at, rows.schema.field(at), pa.nulls(rows.num_rows, rows.schema.field(at).type))
     tasks = with_ns(rows, rec, run.phases, run.marks)
     specs = _specs(rec, set(chosen))
     return Trace(tasks, [specs[r] for r in sorted(specs)], _anomalies(run, rec, chosen),
