@@ -318,8 +318,8 @@ def t_chip(ctx, a):
 
     e, src = ctx.sources.get(a["source"])
     level, level_argv = _level(a)
-    ask = QCH.Ask(keys_of(a["launch"]), a["across"], level, bool(a["units"]))
-    doc = QCH.chip(src, selection(a, launches=False), ask, source_text=shlex.quote(e.path))
+    ask = QCP.Ask(keys_of(a["launch"]), a["across"], level, bool(a["units"]))
+    doc = QCP.chip(src, selection(a, launches=False), ask, source_text=shlex.quote(e.path))
     argv = ["chip", e.path, *sel_argv(a), *level_argv] + (["--across", a["across"]] if a["across"] is not None else [])
     keys = [d["launch"] for d in doc["launches"]]
     ev = ctx.evidence(e, src, EV.extent_sql(src.kind, src.spec().phases, keys),
