@@ -49,6 +49,7 @@ class _Plan(NamedTuple):
     per: int
     injections: list
     run: bool
+    chip: tuple | None = None  # (grid, placement and factors) of --chip / --slow-unit (cli.chip_commands)
 
 
 def _plan(args) -> _Plan:
@@ -57,11 +58,14 @@ def _plan(args) -> _Plan:
     from timeline.ingest import synth as SY
     from timeline.ingest import synth_graph as SG
 
-    graph, run = bool(args.profile or args.inject), _to_run(args.output)
+    from timeline.cli.chip_commands import synth_chip
+
+    chip = synth_chip(args)
+    graph, run = bool(args.profile or args.inject or chip), _to_run(args.output)
     if not run:
         _trace_out(args.output)
-    g = args.grid
-    if g & (g - 1) or g > S.MAX_CTA + 1:
+    args.grid = g = chip[0] if chip else args.grid or 64
+    if chip is None and (g & (g - 1) or g > S.MAX_CTA + 1):
         raise UsageError(f"--grid {g}: the rotation rule needs a power of two up to {S.MAX_CTA + 1} "
                          "(the placement word's CTA field), e.g. 64, 256")
     if args.steps is not None and run is False and args.steps * args.launches > 1 << 16:
@@ -84,7 +88,7 @@ def _plan(args) -> _Plan:
     if late:
         raise UsageError(f"--inject {late[0]}: the trace has launches 0..{launches - 1} (--steps x --launches)")
     per = args.launches if run and args.steps else launches  # a run: one step in memory at a time
-    return _Plan(graph, name, stages, edges, launches, per, injections, run)
+    return _Plan(graph, name, stages, edges, launches, per, injections, run, chip)
 
 
 def _make(args, plan: _Plan, first: int, host_ns: int):
@@ -106,7 +110,7 @@ def _make(args, plan: _Plan, first: int, host_ns: int):
                              arch=args.arch, kernel=f"{plan.name}_synthetic_graph")
         return SG.graph_trace(spec, grid=args.grid, seed=seed, inject=_of_step(plan.injections, first, per),
                               slots=slots, model=SG.Model(kernel_seed=args.seed) if one_kernel else SG.Model(),
-                              host_ns=host_ns)
+                              host_ns=host_ns, chip=plan.chip[1] if plan.chip else None)
     import numpy as np
 
     clock = "globaltimer" if args.arch.startswith("sm") else "memrealtime"
@@ -148,7 +152,8 @@ def _what(plan: _Plan) -> str:
 
 
 def _said(plan: _Plan) -> str:
-    return "; injected " + ", ".join(i.label() for i in plan.injections) if plan.injections else ""
+    said = "; injected " + ", ".join(i.label() for i in plan.injections) if plan.injections else ""
+    return said + ("; placed on the whole chip (--chip, --slow-unit)" if plan.chip else "")
 
 
 def cmd_synth(args) -> int:
