@@ -67,11 +67,11 @@ def cmd_chip(args) -> int:
     """``timeline chip SRC``: the chip document, as JSON or text."""
     from timeline.cli.common import confidence_of, selection_of, source_of
     from timeline.cli.summary_commands import dump, source_cmd
-    from timeline.query import chip as QCH
+    from timeline.query import chip as QCP
 
     src = source_of(args.trace, args)
-    ask = QCH.Ask(launches=args.launch, across=args.across, level=confidence_of(args), units=args.units)
-    doc = QCH.chip(src, selection_of(args, launches=False), ask, source_text=source_cmd(args))
+    ask = QCP.Ask(launches=args.launch, across=args.across, level=confidence_of(args), units=args.units)
+    doc = QCP.chip(src, selection_of(args, launches=False), ask, source_text=source_cmd(args))
     if args.json:
         dump(doc)
         return 0

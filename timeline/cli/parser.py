@@ -307,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", action="append", metavar="RANK:STAGE:TASK:PHASE:+NS[@LAUNCH]",
                    help="add NS to a task's interval (TASK * = the whole stage, ctaN = a CTA's tasks; RANK * = "
                         "every rank); implies --profile glm5; repeatable")
+    from timeline.cli import synth_changes
+
+    synth_changes.add_options(p)
     from timeline.cli import chip_commands
 
     chip_commands.synth_options(p)
@@ -325,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import explain_commands
 
     explain_commands.add_parser(subs, _sub, _json_option, _selection_options)
+    from timeline.cli import changes_commands
+
+    changes_commands.add_parser(subs, _sub, _json_option)
     from timeline.cli import chip_commands
 
     chip_commands.add_parser(subs, _sub, _json_option, _selection_options)
