@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import attach_baseline
 import kinetokit as KK
 from timeline import load
-from timeline.attach import attach, read_framework
+from timeline.attach import FrameworkTraceError, attach, read_framework
 from timeline.attach import framework_tracks as FT
 from timeline.attach import jsonscan as J
 from timeline.attach import kineto, nesting
@@ -176,6 +176,8 @@ def test_random_kept_events_read_as_they_did(tmp_path_factory, evs, chunk):
     with old_chunks(chunk):
         old = outcome(lambda: attach_baseline.kineto.read_kineto(path, chunk_bytes=chunk))
     new = outcome(lambda: kineto.read_kineto(path, chunk_bytes=chunk, workers=0))
+    if new[0] is FrameworkTraceError and "not [x, y, z] integers" in new[1]:
+        return  # issue 48: a grid that is not three integers is refused (the old reader read it as no grid)
     if isinstance(old, tuple) and not hasattr(old, "_fields"):
         assert new == old
     else:
