@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.attach import jsonscan as J
+from timeline.attach import framework_slices as FS
 from timeline.attach import pool as AP
 from timeline.attach.events import Framework, activity_table, step_table
 from timeline.attach.sniff import FrameworkTraceError
@@ -170,11 +171,13 @@ def _steps(marks: list, name: str, steps: tuple) -> None:
                 steps[2].append(start + dur)
 
 
-def _piece(evs: list, _shared, name: str) -> tuple:
+def _piece(evs: list, _shared, name: str, tracks_for: int | None = None) -> tuple:
     """What a piece holds for the reader (its events decoded as ``jsonscan.Lean``): its
     activity table (None: none), its launch calls' (correlation, ns), its step
-    markers, its event count. Per piece the events are sorted by ``cat`` with numpy;
-    only the kept ones are looked at field by field."""
+    markers, its event count, and (``tracks_for``: a rank) its Perfetto tracks'
+    names and flows (``framework_slices.names_and_flows``). Per piece the events
+    are sorted by ``cat`` with numpy; only the kept ones are looked at field by field."""
+    tracks = None if tracks_for is None else FS.names_and_flows(evs, None, tracks_for)
     kind = _kinds(evs)
     table, launches, steps = None, None, ([], [], [])
     if kind.any():
@@ -185,20 +188,27 @@ def _piece(evs: list, _shared, name: str) -> tuple:
         if calls:
             launches = _launches(calls, name)
         _steps(J.take(evs, kind == STEP), name, steps)
-    return table, launches, steps, len(evs)
+    return table, launches, steps, len(evs), tracks
 
 
-def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None) -> Framework:
+def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None,
+                tracks_for: int | None = None) -> Framework:
     """Read a Kineto trace (module docstring): device activities in start order, step
     markers, the base time; streamed, memory bounded by a chunk and the rows kept;
     the pieces reduced on every core (``pool.map_pieces``; ``workers``: how many
-    processes, None: the machine's cores for a large file)."""
+    processes, None: the machine's cores for a large file). ``tracks_for``: the rank
+    the file will be attached as, when a Perfetto output follows: its tracks' names
+    and flows gathered in this same decode (``Framework.tracks``), so that
+    ``write.write_perfetto`` decodes the file once more, not twice."""
+    from timeline.attach import framework_tracks as FT
+
     name = str(path)
-    tables, launch_corr, launch_ns, steps, head, tail = [], [], [], ([], [], []), [], []
+    tables, launch_corr, launch_ns, steps, head, tail, tracks = [], [], [], ([], [], []), [], [], []
     events = 0
-    for table, launches, st, n in AP.map_pieces(path, J.Lean, _piece, (name,), chunk_bytes=chunk_bytes, head=head,
-                                              tail=tail, workers=workers):
+    for table, launches, st, n, tr in AP.map_pieces(path, J.Lean, _piece, (name, tracks_for), chunk_bytes=chunk_bytes,
+                                                    head=head, tail=tail, workers=workers):
         events += n
+        tracks.append(tr)
         if table is not None:
             tables.append(table)
         if launches is not None:
@@ -219,7 +229,8 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None =
     rank = dist.get("rank") if isinstance(dist, dict) else None
     return Framework(name, "kineto", table, step_tab, _base(doc, name), 1, int(rank) if isinstance(rank, int) else None,
                      doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events,
-                     tail[1] if len(tail) > 1 else None)
+                     tail[1] if len(tail) > 1 else None,
+                     None if tracks_for is None else (tracks_for, FT.meta_of(tracks)))
 
 
 def _base(doc: dict, name: str) -> int | None:

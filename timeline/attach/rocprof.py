@@ -18,7 +18,7 @@ import csv
 import json
 
 from timeline.attach.events import Framework, activity_table, step_table
-from timeline.attach.sniff import ROCPROF_CSV_COLUMNS, FrameworkTraceError
+from timeline.attach.sniff import ROCPROF_CSV_COLUMNS, FrameworkTraceError, open_bytes
 
 __all__ = ["read_rocprof_csv", "read_rocprof_json"]
 
