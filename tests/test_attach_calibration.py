@@ -103,3 +103,17 @@ def test_the_bundled_h200_capture_with_its_calibration_moved_20_s_earlier(ppm, a
     assert f.bound_ns <= 1_000 and att.matches.num_rows == 24
     assert abs(c.since_ns - GAP_NS) < 50_000_000 and c.agrees is agrees
     assert abs(c.difference_ns - (-117 - ppm * 1e-6 * GAP_NS)) <= 2  # the real check's -117 ns, less the drift
+
+
+def test_the_docs_quote_the_bundled_check_as_printed(capsys):
+    """docs/ATTACH.md's two lines of the check, as `timeline attach` prints them on the
+    bundled H200 capture with its host relation."""
+    from timeline.cli.parser import main
+
+    host = "%d:%g" % tuple(json.loads((D / "host_clock.json").read_text()))
+    assert main(["attach", str(D / "graph.arrow"), str(D / "graph.pt.trace.json.gz"), "--kernel", KERNEL,
+                 "--host-clock", host]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("  calibration predicts"))
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "ATTACH.md").read_text()
+    assert lines[at] in doc and lines[at + 1] in doc and "drift: ± 184 ns of it" in lines[at + 1]

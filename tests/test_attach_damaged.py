@@ -81,6 +81,18 @@ def test_a_cut_file_names_where_it_was_cut(tmp_path, gz):
     line = one_line_refusal(*attach_cli(D / "plain.arrow", path, "--kernel", KERNEL))
     assert (f"ends inside its traceEvents array (after byte {len(cut):,}, its last whole event ending at byte "
             f"{last + 1:,}): the file is truncated or damaged") in line
+    assert line.replace(repr(str(path)), "'cut.json'") in DOC or gz  # docs/ATTACH.md quotes it as printed
+
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "ATTACH.md").read_text()
+
+
+def test_the_docs_quote_the_refusals_as_printed(tmp_path):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(ISSUE_GZ)
+    line = one_line_refusal(*attach_cli(D / "plain.arrow", path, "--kernel", KERNEL))
+    assert line.replace(repr(str(path)), "'bad.json.gz'") in DOC
+    assert "printf '\\x1f\\x8b\\x08\\x00garbagegarbage' > bad.json.gz" in DOC
 
 
 class Hang(Exception):
