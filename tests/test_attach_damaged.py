@@ -207,7 +207,8 @@ def test_any_value_of_a_read_field_is_read_as_itself_or_refused(tmp_path, field,
         return
     fw = att.frameworks[0]
     if field == "dur":
-        assert value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0)
+        assert value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                 and value > -1e-3)  # -0.0009 µs is -0 ns: digits past the ns are dropped
     if field == "grid":
         assert value is None or (isinstance(value, list) and len(value) == 3)
     if field == "base":
