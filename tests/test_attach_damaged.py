@@ -214,3 +214,17 @@ def test_any_value_of_a_read_field_is_read_as_itself_or_refused(tmp_path, field,
     if field == "base":
         assert value is None or type(value) in (int, str)  # an integer (or its digits, as text)
         assert fw.base_ns == (None if value is None else int(value))
+
+
+def test_a_negative_dur_of_any_converted_event_is_refused_by_the_perfetto_output(tmp_path):
+    """A host op's ``dur`` is read only for the Perfetto output: there too a negative one
+    is one line naming it (it was made 0 long without a word)."""
+    doc = json.loads(TEXT)
+    op = next(e for e in doc["traceEvents"] if e.get("cat") == "cuda_driver")
+    op["dur"] = -5
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(doc))
+    assert attach_cli(D / "plain.arrow", path, "--kernel", KERNEL)[0] == 0  # the attach itself does not read it
+    line = one_line_refusal(*attach_cli(D / "plain.arrow", path, "--kernel", KERNEL, "-o", tmp_path / "o.pftrace"))
+    assert f"the cuda_driver event {op['name']!r} at ts" in line and "has dur -5 µs: a length cannot be negative" in line
+    assert not (tmp_path / "o.pftrace").exists()

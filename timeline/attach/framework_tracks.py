@@ -113,8 +113,8 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
     st = _State(rank, meta, prefix, set(), {}, np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool),
                 Carried.new())
     skipped, n = Counter(), 0
-    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns), chunk_bytes=chunk_bytes, workers=workers,
-                           shared=meta):
+    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns, str(path)), chunk_bytes=chunk_bytes,
+                           workers=workers, shared=meta):
         skipped.update(p.skipped)
         skipped["X without ts"] += p.no_ts
         n += p.events

@@ -26,7 +26,7 @@ import numpy as np
 
 from timeline.attach.sniff import FrameworkTraceError, open_bytes
 
-__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Lean", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Lean", "Piece", "args_of", "document", "durations", "framed", "ns_array", "ns_of",
            "open_bytes", "pieces", "skip_comma", "take"]
 
 RAW_NONE = msgspec.Raw(b"null")
@@ -323,6 +323,20 @@ def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
             raise FrameworkTraceError(f"{what} {r[:30]!r} is past the ns a trace can hold (2**63)")
         out[i] = v
     return out
+
+
+def durations(events: list, name: str) -> np.ndarray:
+    """The ``dur`` of ``events`` (``X`` events) in ns (0 where absent); a negative one
+    refused naming its event and the file (the one rule for every ``dur`` read: a
+    slice never ends before it starts, nor is one silently made 0 long)."""
+    dur = ns_array([e.dur for e in events], f"{name!r}: a dur", null=0)
+    if (dur < 0).any():
+        e = events[int(np.argmax(dur < 0))]
+        ts = bytes(e.ts)[:24].decode(errors="replace")
+        raise FrameworkTraceError(f"{name!r}: the {e.cat} event {str(e.name)[:60]!r} at ts {ts} µs has dur "
+                                  f"{bytes(e.dur)[:24].decode(errors='replace')} µs: a length cannot be negative; "
+                                  "correct it (its end minus its start) or export the trace again")
+    return dur
 
 
 def args_of(raw) -> dict:

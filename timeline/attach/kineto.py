@@ -119,12 +119,7 @@ def _activities(acts: list, name: str) -> "pa.Table":
     """The device activity rows of a piece's kept events, column by column."""
     args = _args(acts)
     start = J.ns_array([e.ts for e in acts], f"{name!r}: a ts")
-    dur = J.ns_array([e.dur for e in acts], f"{name!r}: a dur", null=0)
-    if (dur < 0).any():
-        e = acts[int(np.argmax(dur < 0))]
-        raise FrameworkTraceError(f"{_which(e, name)} has dur {bytes(e.dur)[:24].decode(errors='replace')} µs: a "
-                                  "length cannot be negative; correct it (its end minus its start) or export the "
-                                  "trace again")
+    dur = J.durations(acts, name)
     g = _grid(args, acts, name)
     names = [e.name for e in acts]
     if not set(map(type, names)) <= {str}:
