@@ -140,3 +140,19 @@ def test_rows_are_bounded_before_conversion():
     assert len(t.rows) == 66 and t.more == 5000 - 66 and t.why == "bytes" and t.size <= 100_000
     t = take("SELECT range FROM range(5000)", max_rows=10)
     assert len(t.rows) == 10 and t.more == 4990 and t.why == "rows"
+
+
+@pytest.mark.parametrize("tool,args", [
+    ("list_sources", {}), ("launches", {"source": "run"}), ("explain", {"source": "run"}),
+    ("schema", {"source": "run"}), ("schema", {"source": "b.arrow"}), ("summary", {"source": "run"}),
+    ("critical_path", {"source": "run", "launch": "4:3"}), ("edges", {"source": "b.arrow", "launch": "53:0"}),
+    ("compare", {"a": "b.arrow", "b": "b.arrow"}), ("launches", {"source": "run", "launch": "99:99"}),
+    ("launches", {"source": "../outside.txt"}), ("sql", {"source": "b.arrow", "query": "SELECT * FROM nosuch"})])
+def test_no_tool_answer_names_an_absolute_path(mcp, root, tool, args):
+    """Every tool's answer and error, and the resources, pass the one scrub (timeline.mcp.paths)."""
+    got, _ = mcp.call(tool, args)
+    text = json.dumps(got, ensure_ascii=False)
+    assert str(root.resolve()) not in text and str(ROOT) not in text and not ABSOLUTE.search(text), \
+        ABSOLUTE.search(text)
+    for uri in mcp.resources():
+        assert not ABSOLUTE.search(mcp.read(uri).replace("/path/to/", "")), uri

@@ -24,6 +24,9 @@ from timeline.mcp.args import ToolError
 
 RSS_LIMIT = 1 << 30  # resident bytes a worker may hold: past it, killed
 DUCKDB_MB = 512  # DuckDB's memory limit in the worker (MB)
+HEADROOM = 4 << 30  # address space a ready worker may add (threads and allocators reserve far more than they touch)
+MAX_THREADS = 8  # DuckDB threads of a worker (each reserves address space and memory)
+RECYCLE = 0.75  # a worker holding more than this share of RSS_LIMIT after an answer is replaced
 GRACE = 0.5  # seconds past the time limit before the worker is killed (its own interrupt comes first)
 OPEN_LIMIT = 300.0  # seconds a worker may take to start and open a source (the server's own code, not the query)
 POLL_S = 0.01  # seconds between two looks at the worker's memory
@@ -86,7 +89,7 @@ class Sandbox:
     def __init__(self, rss_limit: int = RSS_LIMIT, duckdb_mb: int = DUCKDB_MB, threads: int | None = None,
                  headroom: int | None = None):
         self.rss_limit, self.duckdb_mb, self.threads = rss_limit, duckdb_mb, threads
-        self.headroom = rss_limit if headroom is None else headroom  # address space a worker may add once ready
+        self.headroom = HEADROOM if headroom is None else headroom
         self.proc = self.spare = None
         self.buf, self.peak = b"", 0
         atexit.register(self.close)
@@ -98,8 +101,8 @@ class Sandbox:
         home = str(Path(timeline.__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([home, *filter(None, [os.environ.get("PYTHONPATH")])]),
                "MALLOC_ARENA_MAX": "2"}
-        cfg = {"headroom": self.headroom, "recycle": self.rss_limit // 2, "memory_mb": self.duckdb_mb,
-               "threads": self.threads}
+        cfg = {"headroom": self.headroom, "recycle": int(self.rss_limit * RECYCLE), "memory_mb": self.duckdb_mb,
+               "threads": self.threads or min(os.cpu_count() or 1, MAX_THREADS)}
         return subprocess.Popen([sys.executable, "-m", "timeline.mcp.worker", json.dumps(cfg)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
 
@@ -202,4 +205,4 @@ def _stopped(why: str, time_limit: float, rss_limit: int) -> str:
     return f"sql: the query's sandbox process {why} (a fresh one is started): narrow the query, or ask again"
 
 
-__all__ = ["DUCKDB_MB", "GRACE", "RSS_LIMIT", "Sandbox", "Stopped", "receive", "resident", "send"]
+__all__ = ["DUCKDB_MB", "GRACE", "HEADROOM", "RECYCLE", "RSS_LIMIT", "Sandbox", "Stopped", "receive", "resident", "send"]
