@@ -205,4 +205,5 @@ def _stopped(why: str, time_limit: float, rss_limit: int) -> str:
     return f"sql: the query's sandbox process {why} (a fresh one is started): narrow the query, or ask again"
 
 
-__all__ = ["DUCKDB_MB", "GRACE", "HEADROOM", "RECYCLE", "RSS_LIMIT", "Sandbox", "Stopped", "receive", "resident", "send"]
+__all__ = ["DUCKDB_MB", "GRACE", "HEADROOM", "MAX_THREADS", "RECYCLE", "RSS_LIMIT", "Sandbox", "Stopped", "receive",
+           "resident", "send"]
