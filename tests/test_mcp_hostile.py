@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcpkit import ABSOLUTE, ROOT, make_root, peak_kb, run_suite, session
 
@@ -156,3 +158,44 @@ def test_no_tool_answer_names_an_absolute_path(mcp, root, tool, args):
         ABSOLUTE.search(text)
     for uri in mcp.resources():
         assert not ABSOLUTE.search(mcp.read(uri).replace("/path/to/", "")), uri
+
+
+LEAF = st.one_of(st.integers(-2 ** 62, 2 ** 62), st.text(max_size=300), st.text("xé\n\"", min_size=1995, max_size=2010),
+                 st.none())
+VALUES = st.recursive(LEAF, lambda c: st.lists(c, max_size=150), max_leaves=400)
+
+
+def _within(v, cut):
+    """Whether ``v`` is what ``rows`` makes of an original ``cut``: equal where within
+    the bounds, its first items where cut."""
+    from timeline.mcp import rows as MR
+
+    if isinstance(cut, str):
+        return v == cut if len(cut) <= MR.MAX_CELL else v.startswith(cut[:MR.MAX_CELL] + "... (")
+    if isinstance(cut, list):
+        head = v[:MR.MAX_ITEMS]
+        return len(v) == len(cut) and all(map(_within, v, cut)) if len(cut) <= MR.MAX_ITEMS else \
+            len(v) == MR.MAX_ITEMS + 1 and all(map(_within, head, cut[:MR.MAX_ITEMS]))
+    return v == cut
+
+
+@settings(max_examples=150, deadline=None)
+@given(column=st.lists(VALUES, min_size=1, max_size=20), max_rows=st.integers(1, 30),
+       max_bytes=st.integers(10, 50_000))
+def test_any_nested_values_are_bounded_and_kept_exact_within_bounds(column, max_rows, max_bytes):
+    """Any column of nested lists and text (one Arrow type: the values of one shape):
+    rows within max_rows and max_bytes of JSON, every row taken equal to its value
+    where that was within the cell bounds, the rest counted."""
+    import pyarrow as pa
+
+    from timeline.mcp import rows as MR
+
+    try:
+        arr = pa.array(column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of mixed shapes: no one Arrow column
+        return
+    t = MR.take([pa.RecordBatch.from_arrays([arr], names=["v"])], max_rows, max_bytes)
+    assert len(t.rows) <= max_rows and t.size <= max_bytes and len(t.rows) + t.more == len(column)
+    assert t.size == sum(len(json.dumps(r, ensure_ascii=False)) for r in t.rows)
+    for (v,), cut in zip(t.rows, column):
+        assert _within(v, cut), (v, cut)
