@@ -79,16 +79,17 @@ class Stopped(Exception):
 
 
 class Sandbox:
-    """One worker answering, one spare started beside it after the first is killed (so
-    the call after a kill finds a worker ready): ``query(request, time_limit)`` -> the
+    """One worker answering, and a spare started beside it after a kill (or always, with
+    ``spare``: a server), so the call after a kill finds a worker ready: ``query(request, time_limit)`` -> the
     worker's reply, or a ``ToolError`` when it ran past a bound and was killed. The
     time limit covers the whole call from a worker ready to read it: opening the
     source, the query, its rows. ``peak``: the largest resident size seen of any
     worker (bytes)."""
 
     def __init__(self, rss_limit: int = RSS_LIMIT, duckdb_mb: int = DUCKDB_MB, threads: int | None = None,
-                 headroom: int | None = None):
+                 headroom: int | None = None, spare: bool = False):
         self.rss_limit, self.duckdb_mb, self.threads = rss_limit, duckdb_mb, threads
+        self.keep_spare = spare  # a spare always ready (a server), not only after a kill (a one-shot call)
         self.headroom = HEADROOM if headroom is None else headroom
         self.proc = self.spare = None
         self.buf, self.peak = b"", 0
@@ -112,7 +113,7 @@ class Sandbox:
         s, self.spare = self.spare, None
         self.proc = s if s is not None and s.poll() is None else self._spawn()
         self.buf, self.hello = b"", False
-        if spare:
+        if spare or self.keep_spare:
             self.spare = self._spawn()
 
     def start(self) -> None:
@@ -139,7 +140,7 @@ class Sandbox:
         """Every worker ended."""
         p, s, self.proc, self.spare = self.proc, self.spare, None, None
         self._end(p, False)
-        self._end(s, False)
+        self._end(s, True)  # idle, perhaps still loading: nothing to finish
 
     def query(self, request: dict, time_limit: float) -> dict:
         """The worker's reply to ``request``: ``{"ok": result}`` or ``{"error", "argument"}``."""
