@@ -11,6 +11,8 @@ DuckDB's settings and views naming no absolute path."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pytest
 from hypothesis import given, settings
@@ -199,3 +201,27 @@ def test_any_nested_values_are_bounded_and_kept_exact_within_bounds(column, max_
     assert t.size == sum(len(json.dumps(r, ensure_ascii=False)) for r in t.rows)
     for (v,), cut in zip(t.rows, column):
         assert _within(v, cut), (v, cut)
+
+
+def test_a_skipped_source_is_tried_again_once_it_changed(tmp_path):
+    """A file skipped (no trace) stays skipped while it is unchanged, and is a source
+    once rewritten as a trace (a run appended to after a failed open likewise)."""
+    from timeline.mcp.context import Context
+    from timeline.mcp.sources import Sources
+
+    root = make_root(tmp_path)
+    (root / "junk.arrow").write_text("not arrow")
+    ctx = Context(Sources([], str(root)))
+    got, _ = ctx.call("list_sources", {})
+    assert sorted(s["name"] for s in got["skipped"]) == ["junk.arrow", "plain.parquet"]
+    got, failed = ctx.call("launches", {"source": "junk.arrow"})
+    assert failed and "skipped" in got["error"]["message"]
+    shutil.copy(root / "b.arrow", root / "plain.parquet.tmp")
+    os.replace(root / "plain.parquet.tmp", root / "plain.parquet")
+    shutil.copy(root / "b.arrow", root / "junk.arrow")
+    got, failed = ctx.call("launches", {"source": "junk.arrow"})
+    assert not failed and got["launches"] > 0
+    got, _ = ctx.call("list_sources", {})
+    assert got["skipped"] == [] and [s["name"] for s in got["sources"]] == ["b.arrow", "junk.arrow", "plain.parquet",
+                                                                             "run"]
+    ctx.close()
