@@ -57,11 +57,16 @@ doc = {"rc": rc, "command_s": wall, "threads": len(os.listdir("/proc/self/task")
 if "pyarrow" in sys.modules:
     import pyarrow as pa
     doc["pyarrow_cpu"], doc["pyarrow_io"] = pa.cpu_count(), pa.io_thread_count()
-try:
-    import threadpoolctl
-    doc["blas"] = [(i.get("internal_api"), i.get("num_threads")) for i in threadpoolctl.threadpool_info()]
-except ImportError:
-    doc["blas"] = "threadpoolctl not installed"
+import ctypes
+blas = []
+for lib in sorted({l.split()[-1] for l in open("/proc/self/maps") if "openblas" in l.lower()}):
+    for sym in ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads64_",
+                "openblas_get_num_threads"):
+        f = getattr(ctypes.CDLL(lib), sym, None)
+        if f is not None:
+            blas.append(f"{lib.rsplit('/', 1)[-1]}: {f()} threads")
+            break
+doc["blas"] = "; ".join(blas) or "no OpenBLAS loaded"
 print(json.dumps(doc))
 """
 
@@ -213,7 +218,7 @@ def startup(timeline, commands: list, run_dir: Path, env: dict) -> list:
         total = sum(groups.values())
         lines.append(f"  {name}: {wall:.2f} s wall; imports {total:.2f} s ("
                      + ", ".join(f"{k} {v:.2f}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v >= 0.005)
-                     + f"); the command itself {doc.get('command_s', float('nan')):.2f} s")
+                     + f"); in main() (the imports it makes included) {doc.get('command_s', float('nan')):.2f} s")
         lines.append(f"    after it: {doc.get('threads', '?')} threads; pyarrow pools cpu {doc.get('pyarrow_cpu', '-')}, "
                      f"io {doc.get('pyarrow_io', '-')}; BLAS {doc.get('blas', '?')}; imported: "
                      f"{', '.join(doc.get('imported', [])) or '?'}")

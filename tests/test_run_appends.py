@@ -353,3 +353,19 @@ def test_a_capture_has_one_fingerprint_however_it_is_added(tmp_path, capsys):
     with pytest.raises(RunError, match="holds this capture already"):
         append(tmp_path / "R", load(f), capture="y")
     assert len(open_run(tmp_path / "R").records) == 1
+
+
+def test_a_capture_whose_slot_headers_repeat_a_key_is_refused_or_kept_as_its_own(tmp_path):
+    """Two launch slots of one capture headed 5:0 (a kernel that wrote one header twice):
+    merged they would be one launch of twice the rows a rank; refused, or keyed NAME:SLOT."""
+    import runkit
+    from timeline.run import RunError, append, open_run
+
+    trace = runkit.run_trace([(5, 0), (5, 0)])
+    with pytest.raises(RunError, match=r"holds launch 5:0 of rank 0 in more than one launch slot"):
+        append(tmp_path / "R", trace, capture="c")
+    append(tmp_path / "R", trace, capture="c", as_capture=True)
+    t = open_run(tmp_path / "R").launches()
+    assert sorted(zip(t.column("rank").to_pylist(), t.column("capture").to_pylist(), t.column("launch").to_pylist(),
+                      t.column("step").to_pylist())) == [(0, "c", 0, None), (0, "c", 1, None), (1, "c", 0, None),
+                                                         (1, "c", 1, None)]

@@ -150,3 +150,29 @@ def test_jobs_on_a_new_run_in_a_new_directory(tmp_path, files):
     assert done.returncode == 0, done.stderr
     assert len(RL.committed_records(run)) == len(files) and (run / RL.BUILD_FILE).exists()
     shutil.rmtree(tmp_path / "a")
+
+
+def test_the_jobs_block_of_run_md_runs_as_printed(tmp_path, files):
+    """docs/RUN.md "Many files, many cores": each line as printed (its glob expanded by
+    the shell), each into a run of its own: the three runs are one."""
+    import re
+    import shlex
+
+    doc = (ROOT / "docs" / "RUN.md").read_text()
+    block = re.search(r"## Many files, many cores.*?```bash\n(.*?)```", doc, re.S).group(1)
+    lines = [ln.split("#")[0] for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 3
+    runs = []
+    for i, line in enumerate(lines):
+        where = tmp_path / f"line{i}"
+        where.mkdir()
+        for f in files:
+            shutil.copy(f, where / f.name)
+        done = subprocess.run(line, shell=True, cwd=where, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT),
+                                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+        assert done.returncode == 0, (line, done.stderr)
+        runs.append(where / "RUN")
+    for run in runs[1:]:
+        assert_same_run(runs[0], run)
+    assert len(RL.committed_records(runs[0])) == len(files)

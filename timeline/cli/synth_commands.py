@@ -49,6 +49,8 @@ class _Plan(NamedTuple):
     per: int
     injections: list
     run: bool
+    changes: object = None  # --change / --drift: a ``timeline.cli.synth_changes.Plan``
+    chip: tuple | None = None  # (grid, placement and factors) of --chip / --slow-unit (cli.chip_commands)
 
 
 def _plan(args) -> _Plan:
@@ -57,11 +59,15 @@ def _plan(args) -> _Plan:
     from timeline.ingest import synth as SY
     from timeline.ingest import synth_graph as SG
 
-    graph, run = bool(args.profile or args.inject), _to_run(args.output)
+    from timeline.cli import synth_changes as CSY
+    from timeline.cli.chip_commands import synth_chip
+
+    chip = synth_chip(args)
+    graph, run = bool(args.profile or args.inject or CSY.asked(args) or chip), _to_run(args.output)
     if not run:
         _trace_out(args.output)
-    g = args.grid
-    if g & (g - 1) or g > S.MAX_CTA + 1:
+    args.grid = g = chip[0] if chip else args.grid or 64
+    if chip is None and (g & (g - 1) or g > S.MAX_CTA + 1):
         raise UsageError(f"--grid {g}: the rotation rule needs a power of two up to {S.MAX_CTA + 1} "
                          "(the placement word's CTA field), e.g. 64, 256")
     if args.steps is not None and run is False and args.steps * args.launches > 1 << 16:
@@ -84,13 +90,14 @@ def _plan(args) -> _Plan:
     if late:
         raise UsageError(f"--inject {late[0]}: the trace has launches 0..{launches - 1} (--steps x --launches)")
     per = args.launches if run and args.steps else launches  # a run: one step in memory at a time
-    return _Plan(graph, name, stages, edges, launches, per, injections, run)
+    return _Plan(graph, name, stages, edges, launches, per, injections, run, chip=chip)
 
 
-def _make(args, plan: _Plan, first: int, host_ns: int):
+def _make(args, plan: _Plan, first: int, host_ns: int, extra=()):
     """The trace of the ``plan.per`` launches from launch number ``first`` on, its t = 0 at
     host time ``host_ns`` (the task-graph model's calibrations): one kernel (its stage
-    means and task factors drawn from --seed), each step's jitter its own."""
+    means and task factors drawn from --seed), each step's jitter its own; ``extra``:
+    injections numbered by its own launches (--change / --drift)."""
     from timeline.ingest import synth as SY
     from timeline.ingest import synth_graph as SG
 
@@ -104,9 +111,9 @@ def _make(args, plan: _Plan, first: int, host_ns: int):
     if plan.graph:
         spec = SG.graph_spec(plan.stages, plan.edges, world=args.ranks, launches=per, waves=args.waves,
                              arch=args.arch, kernel=f"{plan.name}_synthetic_graph")
-        return SG.graph_trace(spec, grid=args.grid, seed=seed, inject=_of_step(plan.injections, first, per),
+        return SG.graph_trace(spec, grid=args.grid, seed=seed, inject=_of_step(plan.injections, first, per) + list(extra),
                               slots=slots, model=SG.Model(kernel_seed=args.seed) if one_kernel else SG.Model(),
-                              host_ns=host_ns)
+                              host_ns=host_ns, chip=plan.chip[1] if plan.chip else None)
     import numpy as np
 
     clock = "globaltimer" if args.arch.startswith("sm") else "memrealtime"
@@ -132,7 +139,7 @@ def _write_run(args, plan: _Plan) -> int:
     steps, total, host = args.steps or 1, 0, SG.HOST_NS
     with Progress("synth", total=steps, enabled=not args.quiet) as bar:
         for s in range(steps):
-            trace = _make(args, plan, s * plan.per, host)
+            trace = _make(args, plan, s * plan.per, host, plan.changes.extra(s, 1, args.launches, steps))
             append(out, trace, capture=f"synth-step{s}")
             if any(K.calibrations_of(sp) for sp in trace.specs):
                 host = SG.next_host_ns(trace)
@@ -148,19 +155,32 @@ def _what(plan: _Plan) -> str:
 
 
 def _said(plan: _Plan) -> str:
-    return "; injected " + ", ".join(i.label() for i in plan.injections) if plan.injections else ""
+    injected = "; injected " + ", ".join(i.label() for i in plan.injections) if plan.injections else ""
+    return injected + plan.changes.said() + ("; placed on the whole chip (--chip, --slow-unit)" if plan.chip else "")
+
+
+def _with_changes(args, plan: _Plan) -> _Plan:
+    """``plan`` with its --change / --drift checked and calibrated on the model (one step
+    of ``--launches`` launches at a time)."""
+    from timeline.cli import synth_changes as CSY
+    from timeline.ingest import synth_graph as SG
+
+    one = plan._replace(per=args.launches)
+    trial = lambda step, inj: CSY.kernel_times(_make(args, one, step * args.launches, SG.HOST_NS, inj))  # noqa: E731
+    return plan._replace(changes=CSY.plan(args, trial))
 
 
 def cmd_synth(args) -> int:
     """``timeline synth``: one SYNTHETIC trace file, or with ``-o DIR/`` a run of its steps."""
     from timeline.ingest import synth_graph as SG
 
-    plan = _plan(args)
+    plan = _with_changes(args, _plan(args))
     if plan.run:
         return _write_run(args, plan)
     with Progress("synth", total=2, enabled=not args.quiet) as bar:
         bar.step("model + collect")
-        trace = _make(args, plan, 0, SG.HOST_NS)
+        n = args.steps or 1
+        trace = _make(args, plan, 0, SG.HOST_NS, plan.changes.extra(0, n, args.launches, n))
         bar.step("write")
         trace.save(args.output)
     steps = f", steps 0..{args.steps - 1} x layers 0..{args.launches - 1} (slot headers)" if args.steps else ""

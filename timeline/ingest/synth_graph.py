@@ -222,18 +222,13 @@ def next_host_ns(trace) -> int:
     return last + CALIBRATE_AFTER_NS
 
 
-def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                  slots=None, bases=None, host_ns: int = HOST_NS) -> list:
-    """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
-    device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
-    ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
-    graph-replaying kernel does (``synth.synth_buffers``'s rule); ``bases``: each
-    stage's first CTA, task ``t`` on ``(bases[s] + t) % grid``, as a kernel's own
-    placement rule gives them (``timeline.contract.kernels.ctas``); None: the running
-    sum of the counts in row order. Each rank's clock is one synthetic machine's
-    (``device_offset_ns``), the model's t = 0 at host time ``host_ns``, and its spec
-    carries the two calibrations that say so (``calibration_pair``)."""
-    SY._check_grid(grid)
+def _check_model(spec: S.Spec, grid: int, chip, inject) -> dict:
+    """A ``SynthError`` where the model cannot run ``spec`` on ``grid`` with ``inject``
+    (``graph_buffers``'s arguments); else each stage's position ``{name: index}``."""
+    if chip is None:
+        SY._check_grid(grid)
+    elif not 1 <= grid <= S.MAX_CTA:
+        raise SynthError(f"grid {grid}: give 1..{S.MAX_CTA} CTAs (the placement word's CTA field)")
     if not spec.graph:
         raise SynthError(f"spec {spec.kernel!r} has no task graph: the model runs a kernel profile's graph")
     if tuple(spec.phases) != PHASES or tuple(spec.wait or ()) != WAIT:
@@ -245,6 +240,24 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
             if order[rule.stage] >= order[consumer]:
                 raise SynthError(f"stage {consumer!r} waits for {rule.stage!r}, which runs after it; the model "
                                  "runs the stages in order")
+    return order
+
+
+def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
+                  slots=None, bases=None, host_ns: int = HOST_NS, chip=None) -> list:
+    """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
+    device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
+    ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
+    graph-replaying kernel does (``synth.synth_buffers``'s rule); ``bases``: each
+    stage's first CTA, task ``t`` on ``(bases[s] + t) % grid``, as a kernel's own
+    placement rule gives them (``timeline.contract.kernels.ctas``); None: the running
+    sum of the counts in row order. Each rank's clock is one synthetic machine's
+    (``device_offset_ns``), the model's t = 0 at host time ``host_ns``, and its spec
+    carries the two calibrations that say so (``calibration_pair``). ``chip``:
+    ``(placement words (grid, waves), per-CTA factor of the own phases)`` of
+    ``timeline.ingest.synth_chip`` (any grid then, the rotation taken mod ``grid``);
+    None: ``synth``'s placement, no factor."""
+    order = _check_model(spec, grid, chip, inject)
     rng = np.random.default_rng(seed)
     kernel = rng if model.kernel_seed is None else np.random.default_rng(model.kernel_seed)
     ranks, lay = max(spec.world, 1), spec.layout
@@ -258,7 +271,8 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     skew = rng.uniform(0, 3000, size=ranks)
     if model.kernel_seed is not None:  # one kernel: the ranks' start offsets are the kernel's, not a step's jitter
         skew = kernel.uniform(0, 3000, size=ranks)
-    placement = SY._placements(spec, grid, rng)
+    placement = SY._placements(spec, grid, rng) if chip is None else chip[0]
+    slow = np.ones(grid) if chip is None else np.asarray(chip[1], np.float64)
     shift, offsets = _clock(epoch, tick, host_ns)
     t_launch = 0.0
     for launch in range(spec.launches):
@@ -271,14 +285,14 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
                 ready = np.maximum(ready, _rule_ready(rule, ends[order[rule.stage]], tasks))
             ready += model.mailbox_ns
             stage_end = np.zeros((ranks, count))
-            cta_of = (tasks + base[s]) & (grid - 1)
+            cta_of = (tasks + base[s]) % grid
             for rnd in range(-(-count // grid)):
                 sel = tasks[(tasks // grid) == rnd]
                 c = cta_of[sel]
                 start = cursor[:, c]
                 add = _injected(spec, inject, launch, s, sel, c, ranks)
                 jit = rng.lognormal(0.0, model.jitter_sigma, size=(3, ranks, sel.size))
-                d = [means[s][k] * factor[s][k][:, sel] * jit[k] for k in range(3)]
+                d = [means[s][k] * factor[s][k][:, sel] * jit[k] * slow[c] for k in range(3)]
                 hint = np.maximum(start + model.poll_ns, ready[:, sel]) + add.get("hint", 0)
                 staged = hint + d[0] + add.get("staged", 0)
                 compute = staged + d[1] + add.get("compute", 0)
@@ -305,16 +319,16 @@ def _bases(spec: S.Spec, grid: int, bases) -> list:
     the running sum of the counts in row order (``synth``'s rotation rule)."""
     if bases is None:
         acc = np.cumsum([0] + [n for _, n in spec.stages])[:-1]
-        return [int(a) & (grid - 1) for a in acc]
+        return [int(a) % grid for a in acc]
     bases = [int(b) for b in bases]
     if len(bases) != len(spec.stages) or min(bases, default=0) < 0:
         raise SynthError(f"bases {bases}: give each of the {len(spec.stages)} stages its first CTA (>= 0), "
                          "as the kernel's placement rule gives it")
-    return [b & (grid - 1) for b in bases]
+    return [b % grid for b in bases]
 
 
 def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                slots=None, bases=None, host_ns: int = HOST_NS):
+                slots=None, bases=None, host_ns: int = HOST_NS, chip=None):
     """A SYNTHETIC multi-rank ``Trace`` of ``graph_buffers`` through the real collector and merge."""
     from timeline.ingest.collect import collect
     from timeline.ingest.merge import merge
@@ -322,7 +336,7 @@ def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, mo
     spec = spec or glm5_spec()
     bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
                                                                      inject=inject, slots=slots, bases=bases,
-                                                                     host_ns=host_ns)]
+                                                                     host_ns=host_ns, chip=chip)]
     traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
     # merged without the graph, then given it: the model's waits end after their producers by
     # construction, so merge's causality pass over every edge of every launch would find nothing

@@ -302,6 +302,9 @@ class TraceSource(Source):
                                                        rows.column("launch").to_pylist()], pa.string()))
 
 
+LAUNCHES_KEPT, ROWS_KEPT = 32, 4_000_000  # a run source's launches kept once read, and their task rows at most
+
+
 class RunSource(Source):
     """A run directory (``timeline.run``), opened once: a damaged part is a ``RunError``
     naming it, or with ``Options.skip_damaged`` left out and named in ``notes``."""
@@ -318,6 +321,7 @@ class RunSource(Source):
             raise QueryError("--scheduler names a Dask cluster: give --engine dask too")
         self.run = open_run(path, on_damage="skip" if opts.skip_damaged else "raise")
         self.notes = [f"part {p} left out: {why}" for p, why in self.run.damaged]
+        self._read: dict = {}  # (key, ranks) -> Trace: the launches read, each once
 
     def head(self) -> str:
         from timeline.query.titles import run_head
@@ -350,9 +354,21 @@ class RunSource(Source):
         return t.filter(stages=sel.stages) if sel.stages else t
 
     def launch(self, key: KY.LaunchKey, ranks=None):
+        """Launch ``key``'s Trace, read once per source (a typical side's launches and the
+        launch explained are often the same; the last ``LAUNCHES_KEPT``, ``ROWS_KEPT`` rows at
+        most, are kept)."""
         from timeline.run.launchset import launch_of
 
-        return launch_of(self.run, tuple(key), ranks)
+        at = (tuple(key), None if ranks is None else tuple(ranks))
+        trace = self._read.get(at)
+        if trace is None:
+            trace = launch_of(self.run, at[0], ranks)
+            while self._read and (len(self._read) >= LAUNCHES_KEPT or sum(
+                    t.tasks.num_rows for t in self._read.values()) + trace.tasks.num_rows > ROWS_KEPT):
+                self._read.pop(next(iter(self._read)))
+            if trace.tasks.num_rows <= ROWS_KEPT:
+                self._read[at] = trace
+        return trace
 
     def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
         from timeline.run import engine as EN

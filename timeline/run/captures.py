@@ -22,14 +22,16 @@ from timeline.core import rows as R
 from timeline.core.checksum import Checksum
 from timeline.run import layout as RL
 
-DEFINING = ("rank", "launch", "stage_index", "task", "cta", "wave", "placement", "flags")  # and every tick column
+DEFINING = ("rank", "launch", "stage_index", "task", "placement", "flags")  # and every tick column
 PREFIX = "fp:"
 
 
 def defining_columns(phases, marks) -> list:
-    """The task columns a capture's fingerprint digests: where each task ran and its raw
-    stamps (``DEFINING`` and every ``<phase>_tick`` / ``<mark>_tick``); not step and
-    layer (``run add --step`` gives those to a headerless capture) nor the ns (derived)."""
+    """The task columns a capture's fingerprint digests: each row's task, where it ran (the
+    placement word) and its raw stamps (``DEFINING`` and every ``<phase>_tick`` /
+    ``<mark>_tick``); not what is derived from them (CTA, wave and the other placement
+    fields, the ns) nor step and layer (``run add --step`` gives those to a headerless
+    capture)."""
     return [*DEFINING, *(f"{p}_tick" for p in (*phases, *marks))]
 
 
@@ -201,8 +203,8 @@ def refusal(run_dir, records: list, launches_of, *, aid: str, capture: str, fp: 
             launches: pa.Table) -> str | None:
     """Why an append (id ``aid``, ``capture``, fingerprint ``fp``, its ``launches`` rows)
     may not join the run whose committed ``records`` these are, or None: the same
-    capture again (its fingerprint), an ``as_capture`` name the run holds, or a launch key
-    another append holds (``repeats``). ``launches_of(records)``: those records' launches
+    capture again (its fingerprint), an ``as_capture`` name the run holds, a launch key
+    it holds twice itself, or one another append holds (``repeats``). ``launches_of(records)``: those records' launches
     rows (read only for ``candidates``)."""
     run = str(run_dir)
     for rec in records:
@@ -215,6 +217,12 @@ def refusal(run_dir, records: list, launches_of, *, aid: str, capture: str, fp: 
         return None if taken is None else (
             f"run {run!r} has a capture named {capture!r} already (append {taken['append']}): choose another "
             "--as-capture NAME")
+    if launches.num_rows > 1 and _any_repeat(launches, {}):  # its own slot headers repeat a key
+        keys = key_strings(launches)
+        rank, _, name = next(k for k in keys.tolist() if (keys == k).sum() > 1).partition(" ")
+        return (f"this capture holds launch {name} of rank {rank[1:]} in more than one launch slot (its slot headers "
+                "repeat it): they would be merged into one launch; add it as a capture of its own with --as-capture "
+                "NAME (its launches keyed NAME:SLOT)")
     parts = {(int(r), None if s is None else int(s)) for r, s in zip(
         launches.column("rank").to_pylist(), launches.column("step").to_pylist())}
     near = candidates(records, parts, capture)

@@ -15,14 +15,24 @@ from timeline.contract import schema as S
 from timeline.run import layout as RL
 
 
+_PARSED: dict = {}  # id(record) -> (record, its Specs): the record kept, so its id is never another's
+
+
+def _parsed(rec: dict) -> list:
+    """An append record's ``Spec``s, parsed (and their graphs checked) once a process:
+    every launch read from the append needs them (8 ranks' graphs were a seventh of a
+    launch's read)."""
+    hit = _PARSED.get(id(rec))
+    if hit is None or hit[0] is not rec:
+        if len(_PARSED) >= 4096:
+            _PARSED.clear()
+        hit = _PARSED[id(rec)] = (rec, [S.Spec.from_dict(d) for d in rec["specs"]])
+    return hit[1]
+
+
 def _specs(rec: dict, ranks) -> dict:
     """``{rank: Spec}`` of an append's record, for ``ranks``."""
-    out = {}
-    for d in rec["specs"]:
-        sp = S.Spec.from_dict(d)
-        if sp.rank in ranks:
-            out[sp.rank] = sp
-    return out
+    return {sp.rank: sp for sp in _parsed(rec) if sp.rank in ranks}
 
 
 def part_rows(run, entry: dict, rank: int, step, where=None) -> pa.Table | None:

@@ -262,15 +262,15 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
         fp = pool.submit(RC.fingerprint, trace)
         written = pool.map(write_part, groups)
         launches, stages = aggregate_tables(trace, capture, aid, baseline)  # meanwhile, here
-        parts = list(written)
+        small = _small_parts(run_dir, pool, aid, (("launches", launches), ("stages", stages),
+                                                  ("anomalies", keyed(trace.anomalies, launches, capture, aid))))
         try:
             check_capture(run_dir, aid=aid, capture=capture, fp=fp.result(), as_capture=as_capture, launches=launches)
         except RL.RunError:
-            for p in parts:  # this append's own uncommitted parts
+            for p in list(written) + [f.result() for f in small]:  # this append's own uncommitted parts
                 (run_dir / p["path"]).unlink(missing_ok=True)
             raise
-        parts += _small_parts(run_dir, pool, aid, (("launches", launches), ("stages", stages),
-                                                   ("anomalies", keyed(trace.anomalies, launches, capture, aid))))
+        parts = list(written) + [f.result() for f in small]
     origins, offsets, note = _origins(trace)
     rec = record(aid, capture, trace.specs, origins, offsets, trace.synthetic,
                  list(trace.notes) + ([note] if note else []), parts, fingerprint=fp.result(), as_capture=as_capture)
@@ -281,11 +281,11 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
 
 
 def _small_parts(run_dir: Path, pool, aid: str, tables) -> list:
-    """The append's ``(name, table)`` small parts written on ``pool``; their entries."""
+    """The append's ``(name, table)`` small parts submitted to ``pool``: futures of their entries."""
     def write_small(name: str, table: pa.Table) -> dict:
         return {"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)}
 
-    return [f.result() for f in [pool.submit(write_small, name, table) for name, table in tables]]
+    return [pool.submit(write_small, name, table) for name, table in tables]
 
 
 def create(run_dir) -> Path:
