@@ -149,8 +149,9 @@ def unit_level(levels: list) -> Level:
     return levels[-2] if levels[-1].name == "slot" else levels[-1]
 
 
-def rows_of(trace, launches=None) -> tuple:
-    """``(Rows, levels)`` of ``trace``'s placed rows of ``launches`` (None: every one)."""
+def rows_of(trace, launches=None, phases: bool = True) -> tuple:
+    """``(Rows, levels)`` of ``trace``'s placed rows of ``launches`` (None: every one);
+    ``phases``: keep every phase (``Rows.ns``, which ``own_of`` reads; else None)."""
     t = trace.tasks
     if launches is not None:
         t = R.select(t, R.check(trace, launches=list(launches)))
@@ -173,12 +174,12 @@ def rows_of(trace, launches=None) -> tuple:
         raise AnalysisError("chip: no task row has both a placement and its times; this trace cannot say "
                             "where on the chip time went")
     levels, ids = levels_of(t, trace.spec.arch, keep)
-    col = lambda c: R.column(t, c, dtype=np.int64)[keep]  # noqa: E731
+    col = lambda c: R.column(t, c, dtype=np.int32)[keep]  # noqa: E731 - ranks, launches, stages, tasks
     f, la = first[keep], last[keep]
     rank, launch = col("rank"), col("launch")
     rows = Rows(rank, launch, col("stage_index"), col("task"), ids, f, np.clip(w0[keep], f, la),
                 np.clip(w1[keep], f, la), la, int((~placed).sum()), int((placed & ~timed).sum()),
-                ns if keep.all() else ns[keep], trace.spec.wait_index if wait else None,
+                (ns if keep.all() else ns[keep]) if phases else None, trace.spec.wait_index if wait else None,
                 _disjoint(launch, ids[unit_level(levels).name], f, la),
                 int(R.column(t, "slot_wave", fill=0, dtype=np.int64).max()) == 0)
     return rows, levels
@@ -188,7 +189,7 @@ def _disjoint(launch: np.ndarray, unit: np.ndarray, first: np.ndarray, last: np.
     """Whether no two rows of one (launch, unit) overlap: one sort by (group, first), each
     row's first at or after the latest last of the group's rows before it."""
     n_units = int(unit.max()) + 1
-    g = (launch - launch.min()) * n_units + unit
+    g = (launch.astype(np.int64) - int(launch.min())) * n_units + unit
     span = int(max(last.max(), first.max()) - first.min()) + 1
     if (int(g.max()) + 1) >= (1 << 62) // span:
         return False  # too wide to pack: the sweeps decide instead
@@ -204,6 +205,8 @@ def own_of(rows: Rows) -> np.ndarray:
     """``(rows, intervals)`` ns of each row's consecutive phase intervals, 0 for the wait
     interval and for one with an unwritten start (a row's own phases' parts)."""
     ns = rows.ns
+    if ns is None:
+        raise AnalysisError("chip: these rows were read without their phases (rows_of(phases=False))")
     d = np.diff(ns, axis=1)
     d[(ns[:, :-1] == R.MISSING) | (d < 0)] = 0
     if rows.wait_index is not None:
@@ -395,7 +398,7 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
 def chip(trace, launches=None, parsed=None) -> Chip:
     """The chip report of ``trace``'s ``launches`` (None: every one), as the module says;
     ``parsed``: ``rows_of(trace, launches)`` where the caller has it already."""
-    rows, levels = parsed or rows_of(trace, launches)
+    rows, levels = parsed or rows_of(trace, launches, phases=False)
     names = trace.spec.stage_names
     units, per_level = unit_table(rows, levels)
     return Chip(units, level_table(rows, levels, per_level), tail_table(rows, levels, names),
