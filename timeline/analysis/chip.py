@@ -118,7 +118,8 @@ def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
     fine_cols = spec[-1][1]
     slot_cols = fine_cols + SLOT_COLUMNS[v]
     vals = {c: R.column(tasks, c, fill=0, dtype=np.int64)[keep] for c in set(slot_cols)}
-    spec.append(("slot", slot_cols))
+    if any(vals[c].min() != vals[c].max() for c in SLOT_COLUMNS[v]):  # else one slot a unit: no slot level
+        spec.append(("slot", slot_cols))
     ids, levels = {}, []
     for name, cols in spec:
         gid, n, uniq = GR.group_ids(rank, *(vals[c] for c in cols))
@@ -127,7 +128,7 @@ def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
         if np.unique(uniq[0]).size > 1:  # several ranks: each its own chip
             names = [f"r{r}.{nm}" for r, nm in zip(uniq[0].tolist(), names)]
         levels.append(Level(name, uniq[0], names, np.full(n, -1, np.int64), np.zeros(0, np.int64)))
-    if len(levels[-1].names) == len(levels[-2].names):  # one wave slot a unit: no slot level
+    if levels[-1].name == "slot" and len(levels[-1].names) == len(levels[-2].names):  # one slot a unit
         levels.pop()
         del ids["slot"]
     finest = levels[-1].name
