@@ -24,6 +24,7 @@ from timeline.query import explain as QX
 from viewer import explained as XD
 from viewer import run_grid as VRG
 from viewer import run_source as VRS
+from viewer import segments as SG
 from viewer.client import ViewState
 from viewer.page import TABS, msg
 from viewer.panels import changes as VCM
@@ -65,7 +66,8 @@ ADDRESS_SCRIPT = """function(href) { if (href && href.indexOf('?run=') === 0 && 
 # binned overview's click goes to the server (``on_open``: the cell's slowest launch)
 CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside.no_update;
     var m = fig && fig.layout && fig.layout.meta, p = click && click.points && click.points[0];
-    if (p && p.data && p.data.name === '%s') return [nu, nu];  // a change mark: the Compare tab opens
+    var cd = p && p.customdata;  // a change mark's (its two segments): the Compare tab opens instead
+    if (Array.isArray(cd) && cd.length === 2 && String(cd[0]).indexOf('%s') > 0) return [nu, nu];
     if (!m || m.binned || !m.run || !p || p.x === undefined || p.y === undefined || p.x === null) return [nu, nu];
     if (typeof p.z === 'number' && !isFinite(p.z)) return [nu, nu];
     var x = String(p.x), y = String(p.y);
@@ -76,7 +78,7 @@ CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside
     var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/').replace(/%%3A/g, ':');
     if (q.get('run') === m.run && q.get('launch') === key) return [nu, nu];
     return [s, 'loading launch ' + key + ' …']; }""" % (
-    VCM.NAME, "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
+    SG.SEP, "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
 CLEAR_SCRIPT = "function(_s, _b) { return ''; }"
 
 
