@@ -21,7 +21,7 @@ from tools import browser as B
 from viewer import app as V
 from viewer import run_source as VRS
 from viewer import run_wiring as VRW
-from viewer import segments as SG
+from viewer import segments as VSG
 from viewer import wiring as VW
 from viewer.panels import abcompare as VAB
 from viewer.panels import changes as VCM
@@ -74,7 +74,7 @@ def test_marks_are_the_change_points_on_the_step_axis(state, doc):
     assert m["trace"]["x"] == [str(AT)] and m["trace"]["name"] == VCM.NAME
     a, b = m["trace"]["customdata"][0]
     assert (a, b) == ("shifted?steps=0-17&layers=0-1", "shifted?steps=18-35&layers=0-1")
-    assert SG.label(b) == "shifted · steps 18-35 · layers 0-1"
+    assert VSG.label(b) == "shifted · steps 18-35 · layers 0-1"
     fig = VCM.apply(VO.figure(ov, "kernel", None, ov.typical, "shifted"), m)
     assert fig["data"][-1] is m["trace"] and line in fig["layout"]["shapes"] and len(fig["layout"]["shapes"]) == 2
     assert VCM.picked({"points": [{"x": "18", "y": "1", "customdata": [a, b]}]}) == (a, b)
@@ -97,12 +97,12 @@ def test_a_drift_is_a_shaded_span_and_a_grid_without_steps_has_no_marks(state):
 
 def test_a_segment_reads_as_explain_reads_its_steps():
     """A segment name reads back; a malformed one is one ``SourceError`` line."""
-    name = SG.name("r/x", (4, 9), [0, 2, 3])
-    assert name == "r/x?steps=4-9&layers=0,2-3" and SG.split(name) == ("r/x", (4, 9), [0, 2, 3])
-    assert SG.split(SG.name("r", (5, 5))) == ("r", (5, 5), None)
+    name = VSG.name("r/x", (4, 9), [0, 2, 3])
+    assert name == "r/x?steps=4-9&layers=0,2-3" and VSG.split(name) == ("r/x", (4, 9), [0, 2, 3])
+    assert VSG.split(VSG.name("r", (5, 5))) == ("r", (5, 5), None)
     for bad in ("r?steps=9-4", "r?steps=a-b", "?steps=1-2", "r?steps=1-2&layers=0-99999"):
         with pytest.raises(SourceError, match="not a run's segment"):
-            SG.split(bad)
+            VSG.split(bad)
 
 
 def test_the_compare_tab_on_two_segments_says_what_explain_says(state, doc, shifted):

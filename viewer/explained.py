@@ -21,7 +21,7 @@ from timeline.errors import TimelineError
 from timeline.query import explain as QX
 from timeline.query import source as QS
 from viewer import run_source as VRS
-from viewer import segments as SG
+from viewer import segments as VSG
 from viewer.sources import SourceError
 from viewer.state import lru_get
 
@@ -32,7 +32,7 @@ DOCS = 32  # answers kept
 
 def whole(name):
     """The trace file or run a source name reads: a segment's run (``viewer.segments``), else the name."""
-    return SG.split(name)[0] if SG.is_segment(name) else name
+    return VSG.split(name)[0] if VSG.is_segment(name) else name
 
 
 def is_run(app, name) -> bool:
@@ -63,12 +63,12 @@ def timed(src) -> int:
 
 def selection(app, name: str) -> QS.Selection:
     """What of its source a name reads: a segment's steps and layers, else everything."""
-    return SG.selection(source_of(app, name), name) if SG.is_segment(name) else QS.Selection()
+    return VSG.selection(source_of(app, name), name) if VSG.is_segment(name) else QS.Selection()
 
 
 def typical_of(app, name: str) -> KY.LaunchKey | None:
     """The typical launch of source ``name`` (a segment's: of its steps and layers)."""
-    return SG.typical(source_of(app, name), name) if SG.is_segment(name) else typical_key(source_of(app, name))
+    return VSG.typical(source_of(app, name), name) if VSG.is_segment(name) else typical_key(source_of(app, name))
 
 
 def typical_key(src) -> KY.LaunchKey | None:

@@ -24,7 +24,7 @@ from timeline.query import explain as QX
 from viewer import explained as XD
 from viewer import run_grid as VRG
 from viewer import run_source as VRS
-from viewer import segments as SG
+from viewer import segments as VSG
 from viewer.client import ViewState
 from viewer.page import TABS, msg
 from viewer.panels import changes as VCM
@@ -78,7 +78,7 @@ CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside
     var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/').replace(/%%3A/g, ':');
     if (q.get('run') === m.run && q.get('launch') === key) return [nu, nu];
     return [s, 'loading launch ' + key + ' …']; }""" % (
-    SG.SEP, "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
+    VSG.SEP, "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
 CLEAR_SCRIPT = "function(_s, _b) { return ''; }"
 
 

@@ -13,7 +13,7 @@ from dash import html
 from timeline.query import explain as QX
 from viewer import explained as XD
 from viewer import run_source as VRS
-from viewer import segments as SG
+from viewer import segments as VSG
 from viewer.page import msg
 from viewer.panels import explain as XP
 from viewer.panels import gantt as VG
@@ -76,7 +76,7 @@ def shift_text(rec: dict | None) -> str:
 
 def shown(name: str) -> str:
     """A source as the tab names it: a segment as ``RUN · steps 20-39 · layers 0-1``."""
-    return SG.label(name) if SG.is_segment(name) else name
+    return VSG.label(name) if VSG.is_segment(name) else name
 
 
 def compare_ab(app, a, b) -> tuple:

@@ -19,7 +19,7 @@ from dash import Patch
 from timeline.query import changes as QCH
 from viewer import explained as XD
 from viewer import run_grid as VRG
-from viewer import segments as SG
+from viewer import segments as VSG
 from viewer.state import NO, guarded, lru_get
 
 COLOUR = {"slower": "#c0392b", "faster": "#1e8449"}
@@ -61,8 +61,8 @@ def size_text(cp: dict) -> str:
 
 def segments_of(run: str, cp: dict) -> tuple:
     """``(A, B)``: the segment before a change point and the one after, over its layers."""
-    return (SG.name(run, cp["before"]["steps"], cp.get("layers")),
-            SG.name(run, cp["after"]["steps"], cp.get("layers")))
+    return (VSG.name(run, cp["before"]["steps"], cp.get("layers")),
+            VSG.name(run, cp["after"]["steps"], cp.get("layers")))
 
 
 def _label(cp: dict) -> str:
@@ -149,7 +149,7 @@ def picked(click) -> tuple | None:
     pts = click.get("points") if isinstance(click, dict) else None
     p = pts[0] if isinstance(pts, list) and pts and isinstance(pts[0], dict) else {}
     cd = p.get("customdata")
-    if isinstance(cd, list) and len(cd) == 2 and all(SG.is_segment(x) for x in cd):
+    if isinstance(cd, list) and len(cd) == 2 and all(VSG.is_segment(x) for x in cd):
         return cd[0], cd[1]
     return None
 
@@ -162,7 +162,7 @@ def on_pick(click, opts_a, opts_b):
     if ab is None:
         raise dash.exceptions.PreventUpdate
     a, b = ab
-    add = lambda opts, v: [o for o in (opts or []) if not SG.is_segment(o.get("value"))] + SG.options([v])  # noqa: E731
+    add = lambda opts, v: [o for o in (opts or []) if not VSG.is_segment(o.get("value"))] + VSG.options([v])  # noqa: E731
     return "compare", add(opts_a, a), a, add(opts_b, b), b
 
 

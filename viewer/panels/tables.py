@@ -135,9 +135,9 @@ def segment_launch(app, name: str) -> str:
     by its typical launch, any other name as it is."""
     from viewer import explained as XD
     from viewer import run_source as VRS
-    from viewer import segments as SG
+    from viewer import segments as VSG
 
-    return VRS.launch_name(XD.whole(name), XD.typical_of(app, name)) if SG.is_segment(name) else name
+    return VRS.launch_name(XD.whole(name), XD.typical_of(app, name)) if VSG.is_segment(name) else name
 
 
 def compare(app, a, b, scope="launch"):
