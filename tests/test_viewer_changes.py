@@ -146,6 +146,24 @@ def test_the_marks_callback_waits_for_the_launch_shown_and_runs_once(state):
         VRW.on_marks(state, "shifted", shown, m, {"name": shown[0]})
 
 
+def test_an_address_names_the_two_segments(state):
+    """``&compare=A&compare_b=B&tab=compare`` with A and B step segments of a run the
+    page may open preselects them (the link to a change's comparison); a segment of a
+    run it may not open, or one that does not read, is dropped."""
+    from viewer.panels import trace as VTR
+
+    ov = state.runs.overview("shifted")
+    a, b = VSG.name("shifted", (0, 17), [0, 1]), VSG.name("shifted", (18, 35), [0, 1])
+    search = VO.search_for("shifted", ov.typical, "", {"tab": "compare", "compare": a, "compare_b": b}, keep=())
+    out = VTR.select(state, search, None, False)
+    assert (out.compare_a, out.compare_b, out.tab) == (a, b, "compare")
+    assert {"label": "shifted · steps 18-35 · layers 0-1", "value": b} in out.compare_b_options
+    for bad in ("elsewhere?steps=0-17", "shifted?steps=x"):
+        out = VTR.select(state, search.replace("compare_b=", "compare_b=" + bad.replace("?", "%3F") + "&x="), None,
+                         False)
+        assert out.compare_b == "shifted" and not any(o["value"] == bad for o in out.compare_b_options)
+
+
 browser = pytest.mark.skipif(B.available() is not None, reason=f"no headless browser: {B.available()}")
 
 
@@ -181,5 +199,12 @@ def test_the_marks_appear_and_a_click_opens_the_compare_tab_on_the_segments(stat
         assert title_b.startswith("B: shifted · steps 18-35 · layers 0-1") and "A: shifted · steps 0-17" in title_a
         dropdowns = driver.find_element("id", "cmp-b").text + " | " + driver.find_element("id", "cmp-a").text
         assert "shifted · steps 18-35" in dropdowns and "shifted · steps 0-17" in dropdowns
+        link = B.wait_for(driver, "var k=document.getElementById('ov-link'); var h=k && k.getAttribute('href'); "
+                                  "return h && h.indexOf('compare_b=') > 0 ? h : null", 30, "the link to this view")
+        assert driver.execute_script("return location.search") == link  # the address bar names it
+        driver.get(url + link)  # the link opens the Compare tab on the same segments
+        B.wait_for(driver, "var t=document.getElementById('cmp-gantt-a-title'); "
+                           "return t && t.innerText.indexOf('A: shifted · steps 0-17') == 0 || null", 90, "A again")
+        assert driver.find_element("id", "cmp-gantt-b-title").text.startswith("B: shifted · steps 18-35")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors

@@ -243,20 +243,23 @@ def on_marks(app, run, panels=None, have=None, key=None):
 
 
 @guarded(NO)
-def on_link(app, state, key, tab, search):
+def on_link(app, state, key, tab, search, a=None, b=None):
     """The link callback: ``view_link``."""
-    return view_link(state, key, tab, search)
+    return view_link(state, key, tab, search, a, b)
 
 
-def view_link(state, key, tab, search):
+def view_link(state, key, tab, search, a=None, b=None):
     """The address of the view shown: run and launch (or trace), ranks, launches,
-    row grouping, time window (µs), tab."""
+    row grouping, time window (µs), tab; on the Compare tab over two step segments
+    (a change mark's), A and B (``&compare=..&compare_b=..``)."""
     st = ViewState.from_client(state)
     name = (key or {}).get("name") if isinstance(key, dict) else None
     if st is None or not name or st.name != name:
         raise dash.exceptions.PreventUpdate
     view = {"ranks": ",".join(map(str, st.ranks)) if st.ranks else None, "grouping": st.grouping,
             "t0": f"{st.t0 / 1e3:.3f}", "t1": f"{st.t1 / 1e3:.3f}", "tab": tab if tab in TABS else None}
+    if tab == "compare" and VSG.is_segment(a) and VSG.is_segment(b):
+        view.update(compare=a, compare_b=b)
     parsed = VRS.parse_name(name)
     if parsed is not None:
         return VO.search_for(parsed[0], parsed[1], search, view, keep=())
@@ -288,7 +291,8 @@ def install(dash_app, app, page_search):
         root["url"].refresh = False  # a launch opens by a new address, in the page
         try:  # the link to the first view, as the link callback would make it
             root["ov-link"].href = view_link(getattr(root["view-state"], "data", None), getattr(root["trace-key"], "data", None),
-                                             root["tabs"].value, search)
+                                             root["tabs"].value, search, getattr(root["cmp-a"], "value", None),
+                                             getattr(root["cmp-b"], "value", None))
         except dash.exceptions.PreventUpdate:
             pass
         return root
@@ -326,5 +330,6 @@ def install(dash_app, app, page_search):
                Output("cmp-b", "value", allow_duplicate=True), Input("ov-graph", "clickData"),
                State("cmp-a", "options"), State("cmp-b", "options"), prevent_initial_call=True)(VCM.on_pick)
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
-               Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
+               Input("tabs", "value"), State("url", "search"), State("cmp-a", "value"), State("cmp-b", "value"),
+               prevent_initial_call=True)(partial(on_link, app))
     return d

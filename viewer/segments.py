@@ -96,9 +96,20 @@ def typical(src, text: str):
     return None if i is None else sel.keys[i]
 
 
+def of_sources(text, sources) -> bool:
+    """Whether ``text`` is a well-formed segment of a run among ``sources`` (an address's
+    ``compare`` / ``compare_b``: anything else is dropped, as an unknown source is)."""
+    if not is_segment(text) or len(text) > 1024:
+        return False
+    try:
+        return split(text)[0] in sources
+    except SourceError:
+        return False
+
+
 def options(names) -> list:
     """Dropdown options for segment names."""
     return [{"label": label(n), "value": n} for n in names]
 
 
-__all__ = ["SEP", "is_segment", "label", "name", "options", "selection", "split", "typical"]
+__all__ = ["SEP", "is_segment", "label", "name", "of_sources", "options", "selection", "split", "typical"]
