@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import dash
+
 import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 
@@ -133,17 +135,23 @@ def test_the_compare_tab_on_two_segments_says_what_explain_says(state, doc, shif
 
 def test_the_marks_callback_waits_for_the_launch_shown_and_runs_once(state):
     """``on_marks`` answers once the panels follow a launch of the run, and not again
-    for the run it has marks of."""
-    import dash
-
+    for the run it has marks of; the first paint has none yet; another metric keeps them."""
     ov = state.runs.overview("shifted")
     shown = [VRS.launch_name("shifted", ov.typical), None, None]
     with pytest.raises(dash.exceptions.PreventUpdate):
         VRW.on_marks(state, "shifted", None, None, None)
-    m, _, note = VRW.on_marks(state, "shifted", shown, None, {"name": shown[0]})
+    section = VRW.section(state, "")  # the first paint: no marks yet, the slot says they are coming
+    assert not section["ov-graph"].figure["layout"].get("annotations")
+    assert section["ov-changes-says"].children == VRW.CHANGES_SLOT
+    m, patch, note = VRW.on_marks(state, "shifted", shown, None, {"name": shown[0]})
     assert m["run"] == "shifted" and note.startswith("change points (timeline changes shifted): from step 18")
+    assert m["points"][0]["step"] == AT and len(m["shapes"]) == 1
     with pytest.raises(dash.exceptions.PreventUpdate):
         VRW.on_marks(state, "shifted", shown, m, {"name": shown[0]})
+    fig = VRW.on_figure(state, "skew", None, {"name": shown[0]}, None, m)[0]  # another metric keeps the marks
+    assert fig["data"][-1]["name"] == VCM.NAME and fig["layout"]["annotations"] == m["annotations"]
+    assert VRW.on_figure(state, "skew", None, {"name": shown[0]}, None, {**m, "run": "other"})[0]["data"][-1][
+        "name"] != VCM.NAME  # marks of another run are not drawn on this one
 
 
 def test_an_address_names_the_two_segments(state):
@@ -208,3 +216,18 @@ def test_the_marks_appear_and_a_click_opens_the_compare_tab_on_the_segments(stat
         assert driver.find_element("id", "cmp-gantt-b-title").text.startswith("B: shifted · steps 18-35")
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+
+def test_a_run_without_steps_has_no_marks_and_no_error(tmp_path):
+    """A run whose launches carry no slot headers (capture x slot) has no steps to
+    search: no marks, an empty line, never a message in red."""
+    from timeline.run import append
+    from viewer_runkit import headerless, small_trace
+
+    run = tmp_path / "bare_run"
+    append(run, headerless(small_trace()))
+    st, _, first = V.prepare([str(run), "--trace-dir", str(tmp_path)])
+    ov = st.runs.overview(first)
+    shown = [VRS.launch_name(first, ov.typical), None, None]
+    m, fig, note = VRW.on_marks(st, first, shown, None, {"name": shown[0]})
+    assert (m["shapes"], m["trace"], note) == ([], None, "") and fig is dash.no_update

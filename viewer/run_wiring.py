@@ -234,6 +234,8 @@ def on_marks(app, run, panels=None, have=None, key=None):
     if run is None or _shown(run, panels) is None or _marks_of(have, run) is not None:
         raise dash.exceptions.PreventUpdate
     ov = app.runs.overview(run)
+    if ov.grid.form != VRG.HEADED:  # no slot headers: no steps to search (timeline changes refuses it)
+        return {"run": run, **VCM.marks(ov, {}, run)}, NO, ""
     doc = VCM.document(app, run)
     m = {"run": run, **VCM.marks(ov, doc, run)}
     drawn = len(m["points"])
