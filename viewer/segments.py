@@ -39,6 +39,7 @@ def name(run: str, steps: tuple, layers=None) -> str:
 
 
 def is_segment(text) -> bool:
+    """Whether a source name is a run's step segment (it carries ``SEP``)."""
     return isinstance(text, str) and SEP in text
 
 

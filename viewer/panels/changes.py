@@ -66,6 +66,7 @@ def segments_of(run: str, cp: dict) -> tuple:
 
 
 def _label(cp: dict) -> str:
+    """A change point's label on the axis: its step, size and culprit (when named)."""
     culprit = (cp.get("culprit") or {}).get("says")
     return f"step {cp['step']}: {size_text(cp)}" + (f"<br>{culprit}" if culprit else "")
 
