@@ -21,6 +21,7 @@ from timeline.errors import TimelineError
 from timeline.query import explain as QX
 from timeline.query import source as QS
 from viewer import run_source as VRS
+from viewer import segments as VSG
 from viewer.sources import SourceError
 from viewer.state import lru_get
 
@@ -29,13 +30,19 @@ ACROSS = 8  # slow launches the run overview's stable culprits explain (timeline
 DOCS = 32  # answers kept
 
 
+def whole(name):
+    """The trace file or run a source name reads: a segment's run (``viewer.segments``), else the name."""
+    return VSG.split(name)[0] if VSG.is_segment(name) else name
+
+
 def is_run(app, name) -> bool:
-    return hasattr(app, "runs") and app.runs.is_run(name)
+    return hasattr(app, "runs") and app.runs.is_run(whole(name))
 
 
 def source_of(app, name: str):
     """The ``timeline.query`` source a name stands for: a run's (launches through the
-    launch cache) or a trace file's (the page's loaded copy)."""
+    launch cache; a segment's run) or a trace file's (the page's loaded copy)."""
+    name = whole(name)
     if is_run(app, name):
         return app.runs.cached(name)
     item = app.store.get(name)
@@ -44,13 +51,24 @@ def source_of(app, name: str):
 
 def path_of(app, name: str):
     """The file or directory a source name stands for (checked: inside the trace
-    directory or named on the command line)."""
+    directory or named on the command line; a segment's run)."""
+    name = whole(name)
     return app.runs.resolve(name) if hasattr(app, "runs") else app.catalog.resolve(name)
 
 
 def timed(src) -> int:
     """How many launches of ``src`` have a kernel time."""
     return int((~np.isnan(LA.kernel(src.times()))).sum())
+
+
+def selection(app, name: str) -> QS.Selection:
+    """What of its source a name reads: a segment's steps and layers, else everything."""
+    return VSG.selection(source_of(app, name), name) if VSG.is_segment(name) else QS.Selection()
+
+
+def typical_of(app, name: str) -> KY.LaunchKey | None:
+    """The typical launch of source ``name`` (a segment's: of its steps and layers)."""
+    return VSG.typical(source_of(app, name), name) if VSG.is_segment(name) else typical_key(source_of(app, name))
 
 
 def typical_key(src) -> KY.LaunchKey | None:
@@ -86,7 +104,7 @@ def document(app, name: str, ask: QX.Ask, hint: str = "explain it against anothe
     path) for what it cannot answer."""
     path = path_of(app, name)
     base = None if ask.baseline is None else path_of(app, ask.baseline)
-    paths = {str(path): name, **({} if base is None else {str(base): ask.baseline})}
+    paths = {str(path): whole(name), **({} if base is None else {str(base): whole(ask.baseline)})}
     mtime = (path.stat().st_mtime_ns, None if base is None else base.stat().st_mtime_ns)
     key = (name, mtime, tuple(map(str, ask.launches or ())), ask.top, ask.p99, ask.across, ask.baseline)
 
@@ -95,8 +113,9 @@ def document(app, name: str, ask: QX.Ask, hint: str = "explain it against anothe
         if base is None and timed(src) < SD.MIN_LAUNCHES:
             return too_few(name, timed(src), hint)
         try:
-            doc = QX.explain(src, QS.Selection(), ask._replace(baseline=None if base is None else str(base)),
-                             source_text=name)
+            bsel = QS.Selection() if base is None else selection(app, ask.baseline)
+            doc = QX.explain(src, selection(app, name), ask._replace(
+                baseline=None if base is None else str(base), baseline_sel=bsel), source_text=whole(name))
         except (TimelineError, ValueError) as e:
             raise SourceError(CLI_HINT.sub("", scrub(str(e), paths))) from None
         return scrub(doc, paths)
@@ -122,5 +141,5 @@ def us(v) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:g} µs"
 
 
-__all__ = ["ACROSS", "DOCS", "document", "is_run", "launch_number", "path_of", "scrub", "source_of", "timed",
-           "too_few", "typical_key", "typical_line", "us"]
+__all__ = ["ACROSS", "DOCS", "document", "is_run", "launch_number", "path_of", "scrub", "selection", "source_of",
+           "timed", "too_few", "typical_key", "typical_line", "typical_of", "us", "whole"]

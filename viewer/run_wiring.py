@@ -24,8 +24,10 @@ from timeline.query import explain as QX
 from viewer import explained as XD
 from viewer import run_grid as VRG
 from viewer import run_source as VRS
+from viewer import segments as VSG
 from viewer.client import ViewState
 from viewer.page import TABS, msg
+from viewer.panels import changes as VCM
 from viewer.panels import overview as VO
 from viewer.state import ERROR, NO, guarded
 
@@ -41,6 +43,7 @@ CSS = """
 .ov-progress { font-size: 12px; color: #1f4e79; font-weight: 600; min-height: 16px; }
 """
 EXPLAIN_SLOT = "timeline explain on the launch shown: working it out (it reads the run's typical launches) …"
+CHANGES_SLOT = "change points (timeline changes): searching the run's steps …"
 ACROSS_SLOT = f"the stable culprits over the run's slow launches: working them out (up to {XD.ACROSS} launches) …"
 BUTTONS = (("ov-slowest", "slowest"), ("ov-typical", "typical"), ("ov-p99", "p99"), ("ov-prev", "◀ previous (p)"),
            ("ov-next", "next (n) ▶"))
@@ -63,6 +66,8 @@ ADDRESS_SCRIPT = """function(href) { if (href && href.indexOf('?run=') === 0 && 
 # binned overview's click goes to the server (``on_open``: the cell's slowest launch)
 CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside.no_update;
     var m = fig && fig.layout && fig.layout.meta, p = click && click.points && click.points[0];
+    var cd = p && p.customdata;  // a change mark's (its two segments): the Compare tab opens instead
+    if (Array.isArray(cd) && cd.length === 2 && String(cd[0]).indexOf('%s') > 0) return [nu, nu];
     if (!m || m.binned || !m.run || !p || p.x === undefined || p.y === undefined || p.x === null) return [nu, nu];
     if (typeof p.z === 'number' && !isFinite(p.z)) return [nu, nu];
     var x = String(p.x), y = String(p.y);
@@ -73,7 +78,7 @@ CLICK_SCRIPT = """function(click, fig, search) { var nu = window.dash_clientside
     var s = '?' + out.toString().replace(/%%2C/g, ',').replace(/%%2F/g, '/').replace(/%%3A/g, ':');
     if (q.get('run') === m.run && q.get('launch') === key) return [nu, nu];
     return [s, 'loading launch ' + key + ' …']; }""" % (
-    "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
+    VSG.SEP, "[" + ", ".join(f"'{k}'" for k in VO.LINKED) + "]")
 CLEAR_SCRIPT = "function(_s, _b) { return ''; }"
 
 
@@ -91,7 +96,7 @@ def section(app, search: str | None):
         except Exception as e:  # noqa: BLE001 - the page says why; the trace callback too
             note = msg(f"run overview: {e}")
     return html.Div(id="run-overview", className="overview", style=None if run else {"display": "none"}, children=[
-        dcc.Store(id="ov-run", data=run), dcc.Store(id="ov-keys"),
+        dcc.Store(id="ov-run", data=run), dcc.Store(id="ov-keys"), dcc.Store(id="ov-changes"),
         html.Div(className="ov-head", children=[html.B("Run overview"), html.Span(summary, id="ov-summary")]),
         html.Div(note, id="ov-msg"),
         html.Div(className="ov-row", children=[
@@ -116,6 +121,7 @@ def section(app, search: str | None):
                 html.Div(id="ov-across", children=[html.Div(ACROSS_SLOT, className="status")])]),
         ]),
         html.Div(className="ov-scale", children=[html.Span(scale, id="ov-scale"), " · ", VO.MARKS]),
+        html.Div(CHANGES_SLOT if run else "", id="ov-changes-says", className="ov-scale"),
     ])
 
 
@@ -130,8 +136,13 @@ def shown_key(key, run):
     return parsed[1] if parsed and parsed[0] == run else None
 
 
+def _marks_of(marks, run):
+    """The change marks the page keeps (``ov-changes``) when they are ``run``'s, else None."""
+    return marks if isinstance(marks, dict) and marks.get("run") == run else None
+
+
 @guarded(NO, NO, NO, NO, NO, NO)
-def on_figure(app, metric, rank, key, run):
+def on_figure(app, metric, rank, key, run, marks=None):
     """The overview figure for the metric; only the outline moves when the launch
     shown changes (a ``Patch``); the run of a launch picked elsewhere replaces it,
     and the rank dropdown takes that run's ranks (the rank kept where it has it)."""
@@ -146,11 +157,12 @@ def on_figure(app, metric, rank, key, run):
         if parsed[0] != run and rank not in ov.ranks:
             rank = ov.ranks[0] if ov.ranks else None
         metric = metric if metric in VO.METRICS else "kernel"
-        fig = VO.figure(ov, metric, rank, parsed[1], parsed[0])
+        fig = VCM.apply(VO.figure(ov, metric, rank, parsed[1], parsed[0]), _marks_of(marks, parsed[0]))
         ranks = (rank_options(ov.ranks), rank) if parsed[0] != run else (NO, NO)
         return fig, VO.metric_grid(ov, metric, rank)[2], None, parsed[0], *ranks
     patch = Patch()
-    patch["layout"]["shapes"] = VO.selection_shapes(app.runs.overview(run), parsed[1])
+    m = _marks_of(marks, run)
+    patch["layout"]["shapes"] = VO.selection_shapes(app.runs.overview(run), parsed[1]) + (m["shapes"] if m else [])
     return patch, NO, None, NO, NO, NO
 
 
@@ -165,6 +177,8 @@ def on_open(app, click, *rest):
     trig = dash.ctx.triggered_id
     shown = shown_key(key, run)
     if trig == "ov-graph":
+        if VCM.picked(click) is not None:
+            raise dash.exceptions.PreventUpdate  # a change mark: the Compare tab opens (``on_marks_pick``)
         if not (isinstance(click, dict) and VRG.columns(ov) > 1):
             raise dash.exceptions.PreventUpdate  # the browser opened it (``CLICK_SCRIPT``)
         target = VO.clicked(ov, click, metric, rank)
@@ -212,21 +226,42 @@ def on_across(app, run, panels=None):
     return out
 
 
+@guarded(NO, NO, ERROR)
+def on_marks(app, run, panels=None, have=None, key=None):
+    """The change marks of the run shown (``timeline changes``, ``viewer.panels.changes``),
+    asked once per run after the first paint (the panels' key): kept in ``ov-changes``,
+    added to the figure the browser holds (a ``Patch``), its verdict below the overview."""
+    if run is None or _shown(run, panels) is None or _marks_of(have, run) is not None:
+        raise dash.exceptions.PreventUpdate
+    ov = app.runs.overview(run)
+    if ov.grid.form != VRG.HEADED:  # no slot headers: no steps to search (timeline changes refuses it)
+        return {"run": run, **VCM.marks(ov, {}, run)}, NO, ""
+    doc = VCM.document(app, run)
+    m = {"run": run, **VCM.marks(ov, doc, run)}
+    drawn = len(m["points"])
+    note = f"change points (timeline changes {run}): {doc['says']}" + (
+        " · click a ▼ to compare its segments" if drawn else "")
+    return m, VCM.patch(m, VO.selection_shapes(ov, shown_key(key, run))), note
+
+
 @guarded(NO)
-def on_link(app, state, key, tab, search):
+def on_link(app, state, key, tab, search, a=None, b=None):
     """The link callback: ``view_link``."""
-    return view_link(state, key, tab, search)
+    return view_link(state, key, tab, search, a, b)
 
 
-def view_link(state, key, tab, search):
+def view_link(state, key, tab, search, a=None, b=None):
     """The address of the view shown: run and launch (or trace), ranks, launches,
-    row grouping, time window (µs), tab."""
+    row grouping, time window (µs), tab; on the Compare tab over two step segments
+    (a change mark's), A and B (``&compare=..&compare_b=..``)."""
     st = ViewState.from_client(state)
     name = (key or {}).get("name") if isinstance(key, dict) else None
     if st is None or not name or st.name != name:
         raise dash.exceptions.PreventUpdate
     view = {"ranks": ",".join(map(str, st.ranks)) if st.ranks else None, "grouping": st.grouping,
             "t0": f"{st.t0 / 1e3:.3f}", "t1": f"{st.t1 / 1e3:.3f}", "tab": tab if tab in TABS else None}
+    if tab == "compare" and VSG.is_segment(a) and VSG.is_segment(b):
+        view.update(compare=a, compare_b=b)
     parsed = VRS.parse_name(name)
     if parsed is not None:
         return VO.search_for(parsed[0], parsed[1], search, view, keep=())
@@ -258,7 +293,8 @@ def install(dash_app, app, page_search):
         root["url"].refresh = False  # a launch opens by a new address, in the page
         try:  # the link to the first view, as the link callback would make it
             root["ov-link"].href = view_link(getattr(root["view-state"], "data", None), getattr(root["trace-key"], "data", None),
-                                             root["tabs"].value, search)
+                                             root["tabs"].value, search, getattr(root["cmp-a"], "value", None),
+                                             getattr(root["cmp-b"], "value", None))
         except dash.exceptions.PreventUpdate:
             pass
         return root
@@ -277,7 +313,8 @@ def install(dash_app, app, page_search):
     d.callback(Output("ov-graph", "figure"), Output("ov-scale", "children"), Output("run-overview", "style"),
                Output("ov-run", "data"), Output("ov-rank", "options"), Output("ov-rank", "value"),
                Input("ov-metric", "value"), Input("ov-rank", "value"),
-               Input("trace-key", "data"), State("ov-run", "data"), prevent_initial_call=True)(partial(on_figure, app))
+               Input("trace-key", "data"), State("ov-run", "data"), State("ov-changes", "data"),
+               prevent_initial_call=True)(partial(on_figure, app))
     d.callback(Output("url", "search"), Output("ov-progress", "children"), Input("ov-graph", "clickData"),
                *(Input(bid, "n_clicks") for bid, _ in BUTTONS), State("ov-run", "data"), State("trace-key", "data"),
                State("url", "search"), State("ov-metric", "value"), State("ov-rank", "value"),
@@ -286,6 +323,15 @@ def install(dash_app, app, page_search):
                prevent_initial_call=True)(partial(on_verdict, app))  # after the first paint: panel-key
     d.callback(Output("ov-across", "children"), Input("ov-run", "data"), Input("panel-key", "data"),
                prevent_initial_call=True)(partial(on_across, app))
+    d.callback(Output("ov-changes", "data"), Output("ov-graph", "figure", allow_duplicate=True),
+               Output("ov-changes-says", "children"), Input("ov-run", "data"), Input("panel-key", "data"),
+               State("ov-changes", "data"), State("trace-key", "data"),
+               prevent_initial_call=True)(partial(on_marks, app))  # after the first paint: panel-key
+    d.callback(Output("tabs", "value", allow_duplicate=True), Output("cmp-a", "options", allow_duplicate=True),
+               Output("cmp-a", "value", allow_duplicate=True), Output("cmp-b", "options", allow_duplicate=True),
+               Output("cmp-b", "value", allow_duplicate=True), Input("ov-graph", "clickData"),
+               State("cmp-a", "options"), State("cmp-b", "options"), prevent_initial_call=True)(VCM.on_pick)
     d.callback(Output("ov-link", "href"), Input("view-state", "data"), Input("trace-key", "data"),
-               Input("tabs", "value"), State("url", "search"), prevent_initial_call=True)(partial(on_link, app))
+               Input("tabs", "value"), State("url", "search"), State("cmp-a", "value"), State("cmp-b", "value"),
+               prevent_initial_call=True)(partial(on_link, app))
     return d

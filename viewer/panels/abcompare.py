@@ -13,6 +13,7 @@ from dash import html
 from timeline.query import explain as QX
 from viewer import explained as XD
 from viewer import run_source as VRS
+from viewer import segments as VSG
 from viewer.page import msg
 from viewer.panels import explain as XP
 from viewer.panels import gantt as VG
@@ -28,7 +29,7 @@ def drawable(app, source: str, key) -> tuple:
     """``(store name, launches filter)`` that draws launch ``key`` of ``source``: a
     run's launch by its name, a trace file's by its launch number."""
     if XD.is_run(app, source):
-        return VRS.launch_name(source, key), None
+        return VRS.launch_name(XD.whole(source), key), None
     n = XD.launch_number(app.store.get(source).trace, str(key))
     return source, None if n is None else [n]
 
@@ -73,14 +74,19 @@ def shift_text(rec: dict | None) -> str:
             f"({rec['level']:.0%}, {rec['launches_a']} vs {rec['launches_b']} launches, by {rec['by']}): {sig}")
 
 
+def shown(name: str) -> str:
+    """A source as the tab names it: a segment as ``RUN · steps 20-39 · layers 0-1``."""
+    return VSG.label(name) if VSG.is_segment(name) else name
+
+
 def compare_ab(app, a, b) -> tuple:
     """``(verdict children, B's figure, B's title, A's figure, A's title)`` of the tab's
     A/B question."""
     if not a or not b:
         return msg("pick A (the baseline) to explain why B is slower than it", "info"), NO_FIGURE, "", NO_FIGURE, ""
     doc = XD.document(app, b, QX.Ask(baseline=a), "pick another A")
-    key_b = doc["explained"][0]["launch"] if doc["explained"] else XD.typical_key(XD.source_of(app, b))
-    key_a = XD.typical_key(XD.source_of(app, a))
+    key_b = doc["explained"][0]["launch"] if doc["explained"] else XD.typical_of(app, b)
+    key_a = XD.typical_of(app, a)
     named = culprits_of(doc)
     out = [html.B("A/B verdict: "), html.Span(doc["verdict"], id="cmp-verdict-text")]
     base = doc.get("baseline") or {}
@@ -96,8 +102,8 @@ def compare_ab(app, a, b) -> tuple:
     if named:
         chains = f"; the culprits' chains drawn ({nb} here)" if nb else \
             "; no chain drawn (the trace declares no task graph, or the rows are not by rank)"
-    title_b = f"B: {b} · launch {key_b}" + (" (explained)" if doc["explained"] else " (typical)") + chains
-    title_a = f"A: {a} · typical launch {key_a}" + (f"; the culprits' chains drawn ({na} here)" if na else "")
+    title_b = f"B: {shown(b)} · launch {key_b}" + (" (explained)" if doc["explained"] else " (typical)") + chains
+    title_a = f"A: {shown(a)} · typical launch {key_a}" + (f"; the culprits' chains drawn ({na} here)" if na else "")
     return out, fig_b, title_b, fig_a, title_a
 
 

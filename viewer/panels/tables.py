@@ -130,6 +130,16 @@ def _median_spans(stages, label: str) -> dict:
     return out
 
 
+def segment_launch(app, name: str) -> str:
+    """What the stage spans compare of a source: a run's step segment (``viewer.segments``)
+    by its typical launch, any other name as it is."""
+    from viewer import explained as XD
+    from viewer import run_source as VRS
+    from viewer import segments as VSG
+
+    return VRS.launch_name(XD.whole(name), XD.typical_of(app, name)) if VSG.is_segment(name) else name
+
+
 def compare(app, a, b, scope="launch"):
     """``(figure, columns, rows, message)``: the stage spans of traces ``a`` and ``b``
     overlaid and the per-stage delta table (``timeline.analysis.compare``). ``scope="launch"``:
@@ -138,7 +148,7 @@ def compare(app, a, b, scope="launch"):
     if not a or not b:
         return {"data": [], "layout": {"height": 60}}, [], [], msg(
             "pick two traces (A before, B after) to compare", "info")
-    ia, ib = app.store.get(a), app.store.get(b)
+    ia, ib = app.store.get(segment_launch(app, a)), app.store.get(segment_launch(app, b))
     sa, sb = ia.trace.spec.stage_names, ib.trace.spec.stage_names
     note = None if sa == sb else msg(f"the traces have different stages ({len(sa)} vs {len(sb)}); only "
                                      "stages of both are compared", "warning")

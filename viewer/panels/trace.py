@@ -13,6 +13,7 @@ from timeline.contract import schema as S
 from viewer import colours as VCO
 from viewer import model as M
 from viewer import run_source as VRS
+from viewer import segments as VSG
 from viewer.ids import TraceOut
 from viewer.page import TABS, msg
 from viewer.sources import SourceError
@@ -24,7 +25,8 @@ def initial(search: str | None, present_ranks, present_launches) -> tuple:
     (``&ranks=0,1&launches=3&grouping=cta``), so that a view can be linked; values the
     trace does not have are dropped, an unknown grouping gives the default.
     (``&compare=OTHER&tab=compare`` preselect the compare tab's A, the baseline the
-    trace or run open is compared with, and the panel shown, see ``select``.)"""
+    trace or run open is compared with, and the panel shown, see ``select``;
+    ``&compare_b=`` a step segment of a run as B, ``viewer.segments``.)"""
     q = urllib.parse.parse_qs((search or "").lstrip("?"))
 
     def ints(key, present):
@@ -97,7 +99,8 @@ def select(app, search, picked, by_picker: bool) -> TraceOut:
         banners.append(msg(f"Showing launch {keys.get(launches[0], launches[0])}, the median span of this trace's "
                            f"{len(tr.launches)} launches: clear the Launches filter to see them all.", "info"))
     q = urllib.parse.parse_qs((query or "").lstrip("?"))
-    other = q.get("compare", [None])[0]
+    other, other_b = q.get("compare", [None])[0], q.get("compare_b", [None])[0]
+    seg_a, seg_b = (VSG.of_sources(v, sources) for v in (other, other_b))  # a run's step segments (a change's)
     tab = q.get("tab", [None])[0]
     return TraceOut(
         trace=name, trace_options=opts, key={"name": name}, info=app.info(item), banners=banners,
@@ -111,9 +114,10 @@ def select(app, search, picked, by_picker: bool) -> TraceOut:
         phases=list(range(len(d.interval_names))),
         cta_max=max(max_cta, 1), ctas=[0, max(max_cta, 1)],
         cta_marks={int(v): str(int(v)) for v in np.unique(np.linspace(0, max(max_cta, 1), 5).round())},
-        anomalies=anomalies(item), compare_a_options=src_opts, compare_b_options=src_opts,
-        compare_a=other if other in sources else None, grouping=grouping,
-        compare_b=shown_source, tab=tab if tab in TABS else NO,
+        anomalies=anomalies(item), compare_a_options=src_opts + VSG.options([other] if seg_a else []),
+        compare_b_options=src_opts + VSG.options([other_b] if seg_b else []),
+        compare_a=other if other in sources or seg_a else None, grouping=grouping,
+        compare_b=other_b if seg_b else shown_source, tab=tab if tab in TABS else NO,
         explain_pick="shown" if parsed else "slowest", explain_options=src_opts)
 
 
