@@ -27,13 +27,12 @@ interval, and when that difference is significant. The gate, explain's A/B verdi
 - **A share** (a culprit's part of the slow launches' excess): a bootstrap percentile
   interval over the launches (``scipy.stats.bootstrap``, paired).
 
-scipy.stats takes about a second to import; ``prewarm()`` starts that import on a
-thread while a command reads its data."""
+scipy.stats takes about a second to import, on first use (an import on a thread beside
+the command's own reading of its data measured slower: the two take turns at the GIL)."""
 
 from __future__ import annotations
 
 import math
-import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -51,12 +50,6 @@ _BOOT_RESAMPLES = 2000
 
 class StatsError(AnalysisError):
     """A confidence level or sample the statistics cannot use."""
-
-
-def prewarm() -> None:
-    """Start importing scipy.stats on a daemon thread (about a second), so a command
-    that will test a difference overlaps it with reading its data."""
-    threading.Thread(target=_stats, daemon=True, name="scipy.stats import").start()
 
 
 def _stats():
@@ -337,5 +330,5 @@ def share(part, total, *, level: float = LEVEL, seed: int = 0) -> Share:
 
 
 __all__ = ["BY_LAUNCHES", "BY_STEPS", "LEVEL", "METHOD", "MULTIPLE", "Share", "Shift", "StatsError", "adjust",
-           "blocks_of", "check_level", "fewest", "hodges_lehmann", "prewarm", "pvalue", "share", "shift", "smallest_p",
+           "blocks_of", "check_level", "fewest", "hodges_lehmann", "pvalue", "share", "shift", "smallest_p",
            "too_few", "units"]

@@ -91,12 +91,10 @@ def text(doc: dict) -> str:
 
 
 def cmd_changes(args) -> int:
-    from timeline.analysis import stats as ST
     from timeline.cli.common import confidence_of, source_of
     from timeline.query import changes as QCH
 
     level = confidence_of(args)
-    ST.prewarm()
     src = source_of(args.trace, args)
     doc = QCH.changes(src, args.rank, level=level, explain=not args.no_explain, source_text=shlex.quote(args.trace))
     print(json.dumps(doc, ensure_ascii=False, indent=1, default=str) if args.json else text(doc))

@@ -18,13 +18,11 @@ def cmd_compare(args) -> int:
     from timeline.cli.textout import format_table
     from timeline.query import compare as QC
 
-    from timeline.analysis import stats as ST
     from timeline.cli.common import confidence_of
 
     if args.fail_over is not None or args.stage is not None:
         return cmd_gate(args)
     level = confidence_of(args)
-    ST.prewarm()
     doc = QC.compare(source_of(args.a, args), source_of(args.b, args), selection_of(args), args.scope, level)
     if args.json:
         print(json.dumps(doc, ensure_ascii=False, indent=1))
@@ -47,14 +45,12 @@ def cmd_gate(args) -> int:
     from timeline.cli.common import selection_of, source_of
     from timeline.query import compare as QC
 
-    from timeline.analysis import stats as ST
     from timeline.cli.common import confidence_of
 
     if args.fail_over is None:
         raise UsageError("--stage gates one stage: give --fail-over PCT too (e.g. --fail-over 5%)")
     threshold = GT.parse_threshold(args.fail_over)
     level = confidence_of(args)
-    ST.prewarm()
     doc = QC.gate(source_of(args.a, args), source_of(args.b, args), threshold, sel=selection_of(args),
                   stage=args.stage, level=level)
     print(json.dumps(doc, ensure_ascii=False, default=str) if args.json else doc["verdict"])

@@ -57,16 +57,11 @@ def add_parser(subs, sub, json_option, selection_options) -> None:
 
 def cmd_explain(args) -> int:
     from timeline.analysis import explain_report as XR
-    from timeline.cli.common import selection_of, source_of
+    from timeline.cli.common import confidence_of, selection_of, source_of
     from timeline.query import explain as QX
     from timeline.query.source import Selection
 
-    from timeline.analysis import stats as ST
-    from timeline.cli.common import confidence_of
-
     level = confidence_of(args)
-    if args.baseline is not None:
-        ST.prewarm()
     src = source_of(args.trace, args)
     ask = QX.Ask(args.launch, args.top, args.p99, args.across, args.baseline,
                  Selection(args.baseline_launch, args.baseline_step, args.baseline_layer), level)
