@@ -1,0 +1,384 @@
+"""Issue 48, 1: every command and option × every kind of source the docs tell users to
+make. The commands and their options are read from the parser itself
+(``timeline.cli.parser.build_parser``): a new command or option joins the matrix by
+itself (a new option that takes a value needs its value in ``VALUES``, else its cell
+fails saying so). The sources are made once per session as the docs make them:
+
+- ``file``: a trace file (``timeline synth -o t.arrow --profile glm5 ...``);
+- ``headed``: a run of SYNTHETIC appends with slot headers (``timeline synth -o RUN/ --steps``);
+- ``stepped``: a headerless run keyed by ``run add ... --step S`` (two files, two appends);
+- ``appends``: several SYNTHETIC appends without headers (``run add RX A.arrow B.arrow``);
+- ``h100``: the bundled real H100 run (``traces/h100_graph_run``, a copy);
+- ``legacy``: the bundled GLM-5 files imported (``timeline import-legacy ... -o run.arrow``);
+- ``damaged``: a run whose second append's parts lost bytes;
+- ``duplicate``: a run given the same capture twice (the second refused).
+
+Each cell: exit 0 with output that parses (``--json`` and ``mcp --call`` as JSON, every
+file written non-empty, a Chrome export as JSON) and no error inside, or exit 2 with one
+line on stderr; never a traceback. Where the source is sound the cell must answer (exit
+0; the gate's 1 and 3 are answers) unless ``REFUSED`` says why refusing is right; a
+damaged source must be refused naming the damage, or read past with ``--skip-damaged``.
+Whole-run reads (export, ``summary --union/--idle/--legacy``, attach) therefore answer on
+every multi-append kind. ``KNOWN``: cells that fail today, each with its issue item,
+``xfail(strict=True)`` so that a fix makes the cell fail until its entry is removed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import shutil
+import traceback
+from pathlib import Path
+
+import pytest
+
+from timeline.cli import main
+from timeline.cli.parser import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT / "traces"
+SOURCES = ("file", "headed", "stepped", "appends", "h100", "legacy", "damaged", "duplicate")
+MULTI = ("headed", "stepped", "appends", "h100")  # several appends: whole-run reads must answer
+RUNS = ("headed", "stepped", "appends", "h100", "damaged", "duplicate")
+FILES = ("file", "legacy")
+SYNTH = ["--profile", "glm5", "--ranks", "2", "--grid", "64"]
+
+
+# -- the surface, from the parser ------------------------------------------------------------
+def commands(parser=None, prefix=()) -> dict:
+    """``{("summary",): subparser, ("run", "add"): ..., ...}``: every subcommand the
+    parser has (nested ones by their full path)."""
+    parser = parser or build_parser()
+    out = {}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                inner = commands(sub, prefix + (name,))
+                out.update(inner or {prefix + (name,): sub})
+    return out
+
+
+def options(sub) -> list:
+    """The optional arguments of one subcommand (its longest spelling), but --help and
+    --quiet (every command's; the matrix passes neither)."""
+    return [a for a in sub._actions if a.option_strings and not isinstance(a, argparse._HelpAction)
+            and a.dest != "quiet"]
+
+
+def positionals(sub) -> list:
+    return [a for a in sub._actions if not a.option_strings]
+
+
+SURFACE = commands()
+SOURCELESS = {("synth",)}  # takes no source: its options alone
+
+
+# -- what each option is given ---------------------------------------------------------------
+def _out(ext):
+    return lambda c: [str(c.tmp / f"out{ext}")]
+
+
+OUTPUT_EXT = {("convert",): ".arrow", ("set-graph",): ".arrow", ("merge",): ".arrow", ("import-legacy",): ".arrow",
+              ("synth",): ".arrow", ("edges",): ".parquet", ("attach",): ".pftrace"}
+
+VALUES = {  # option -> argv after it, from the cell's context ``c`` (``Cell``)
+    "--launch": lambda c: [c.fact("key")], "--baseline-launch": lambda c: [c.fact("key")],
+    "--step": lambda c: [c.fact("step")], "--baseline-step": lambda c: [c.fact("step")],
+    "--layer": lambda c: ["0"], "--baseline-layer": lambda c: ["0"], "--rank": lambda c: ["0"],
+    "--stage": lambda c: [c.fact("stage")], "--align": lambda c: [c.fact("stage")],
+    "--scale": lambda c: [f"{c.fact('stage')}.compute=0.8"], "--add": lambda c: [f"{c.fact('stage')}.compute=1000"],
+    "--chrome": lambda c: [str(c.tmp / "out.json")], "--perfetto": lambda c: [str(c.tmp / "out.pftrace")],
+    "--worst": lambda c: ["2"], "--slowest": lambda c: ["2"], "--top": lambda c: ["2"], "--across": lambda c: ["2"],
+    "--scope": lambda c: ["trace"], "--fail-over": lambda c: ["5%"], "--confidence": lambda c: ["90%"],
+    "--engine": lambda c: ["dask"], "--workers": lambda c: ["1"], "--scheduler": lambda c: ["tcp://127.0.0.1:9"],
+    "--baseline": lambda c: [c.path], "--preset": lambda c: [c.fact("preset")],
+    "--graph": lambda c: [c.file("graph.json", "{}")],
+    "--edges": lambda c: [c.file("edges.csv", "stage,task,producer_stage,producer_task\n")],
+    "--kernel": lambda c: [c.fact("kernel")], "--device": lambda c: ["0"], "--step-offset": lambda c: ["0"],
+    "--host-clock": lambda c: ["0:1000"], "--spec": lambda c: [str(c.spec)], "--window-gap-ms": lambda c: ["50"],
+    "--grid": lambda c: ["64"], "--profile": lambda c: ["glm5-indexed" if c.cmd == ("import-legacy",) else "glm5"],
+    "--base-order": lambda c: [c.fact("stage")], "--stages": lambda c: [f"{c.fact('stage')}:4"],
+    "--capture": lambda c: ["named"], "--layers-per-step": lambda c: ["2"],
+    "--ranks": lambda c: ["2"], "--waves": lambda c: ["2"], "--launches": lambda c: ["2"], "--steps": lambda c: ["2"],
+    "--seed": lambda c: ["1"], "--jitter-seed": lambda c: ["1"], "--inject": lambda c: ["0:down:*:compute:+1000"],
+    "--root": lambda c: [str(Path(c.path).parent)], "--max-rows": lambda c: ["10"], "--sql-seconds": lambda c: ["5"],
+    "--call": lambda c: ["launches", json.dumps({"source": c.path, "slowest": 2})],
+}
+WITH = {  # an option that means something only beside another: the other given too
+    ("explain", "--baseline-launch"): ["--baseline", "{path}"], ("explain", "--baseline-step"): ["--baseline", "{path}"],
+    ("explain", "--baseline-layer"): ["--baseline", "{path}"], ("compare", "--stage"): ["--fail-over", "5%"],
+    ("summary", "--workers"): ["--engine", "dask"], ("edges", "--workers"): ["--engine", "dask"],
+    ("whatif", "--workers"): ["--engine", "dask"], ("run add", "--layers-per-step"): ["--step", "0"],
+}
+BASE = {  # what a command needs to run at all (its required options and the like)
+    ("set-graph",): ["--preset", "{preset}"], ("whatif",): ["--scale", "{stage}.compute=0.8"],
+    ("mcp",): ["--call", "list_sources", "{{}}"], ("export",): ["--chrome", "{tmp}/base.json"],
+}
+DASK_SOURCES = ("file", "headed")  # a LocalCluster per cell costs seconds: the headed run stands for the runs
+
+
+# -- the sources, made once ------------------------------------------------------------------
+def cli(argv) -> tuple:
+    """``(exit status, stdout, stderr, traceback or None)`` of ``timeline argv`` in this process."""
+    out, err = io.StringIO(), io.StringIO()
+    tb = None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in argv])
+        except BaseException:  # noqa: BLE001 - an escaped exception is the finding
+            rc, tb = None, traceback.format_exc()
+    return rc, out.getvalue(), err.getvalue(), tb
+
+
+def made(argv) -> str:
+    rc, out, err, tb = cli(argv)
+    assert rc == 0 and tb is None, f"making a source: timeline {' '.join(map(str, argv))}: {err}{tb or ''}"
+    return out
+
+
+def _damage(run: Path) -> None:
+    """Flip bytes in the middle of every part of the run's last append (by name order)."""
+    for table in ("tasks", "stages", "launches", "anomalies"):
+        parts = sorted((run / table).glob("part-*"))
+        if parts:
+            p = parts[-1]
+            data = bytearray(p.read_bytes())
+            mid = len(data) // 2
+            data[mid:mid + 16] = bytes(b ^ 0xFF for b in data[mid:mid + 16])
+            p.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="session")
+def sources(tmp_path_factory) -> dict:
+    """``{kind: path}``: each kind of source in its own folder (``mcp --root`` serves
+    that folder), plus ``"_a"``: the trace file the runs are made of."""
+    d = tmp_path_factory.mktemp("matrix")
+    for k in SOURCES:
+        (d / k).mkdir()
+    a, b = d / "a.arrow", d / "b.arrow"
+    made(["synth", "-o", a, *SYNTH, "--launches", "4", "-q"])
+    made(["synth", "-o", b, *SYNTH, "--launches", "4", "--jitter-seed", "5", "-q"])
+    shutil.copy(a, d / "file" / "t.arrow")
+    made(["synth", "-o", f"{d / 'headed' / 'RH'}/", *SYNTH, "--steps", "3", "--launches", "4", "-q"])
+    made(["run", "add", d / "stepped" / "RS", a, "--step", "0", "-q"])
+    made(["run", "add", d / "stepped" / "RS", b, "--step", "1", "-q"])
+    made(["run", "add", d / "appends" / "RX", a, b, "-q"])
+    shutil.copytree(TRACES / "h100_graph_run", d / "h100" / "H1")
+    made(["import-legacy", *sorted(TRACES.glob("glm5_legacy_synthetic/w8a8-s1/rank*/trace.pt")), "-o",
+          d / "legacy" / "run.arrow", "-q"])
+    shutil.copytree(d / "headed" / "RH", d / "damaged" / "RZ")
+    _damage(d / "damaged" / "RZ")
+    made(["run", "add", d / "duplicate" / "RD", a, "-q"])
+    cli(["run", "add", d / "duplicate" / "RD", a, "-q"])  # refused (one line), or today accepted: KNOWN
+    paths = {"file": d / "file" / "t.arrow", "headed": d / "headed" / "RH", "stepped": d / "stepped" / "RS",
+             "appends": d / "appends" / "RX", "h100": d / "h100" / "H1", "legacy": d / "legacy" / "run.arrow",
+             "damaged": d / "damaged" / "RZ", "duplicate": d / "duplicate" / "RD"}
+    return {**{k: str(v) for k, v in paths.items()}, "_a": str(a), "_dir": d}
+
+
+FACTS: dict = {}
+
+
+def facts(kind: str, sources: dict) -> dict:
+    """What a cell's values are made of, read once per source: its first launch key and
+    step, a stage, its kernel's name and task-graph preset (the damaged run's from its
+    sound twin, so that every option reaches the damage)."""
+    if kind not in FACTS:
+        from timeline.query.source import open_source
+
+        path = sources["headed" if kind == "damaged" else kind]
+        src = open_source(path)
+        keys = [str(k) for k in src.select().keys] if kind != "duplicate" else ["a.arrow:0"]
+        steps = [s for s in src.times().column("step").to_pylist() if s is not None] if kind != "duplicate" else []
+        spec = src.spec
+        stages = list(spec.stages)
+        FACTS[kind] = {"key": keys[0], "step": str(steps[0] if steps else 0), "stage": stages[-1],
+                       "kernel": spec.kernel, "preset": "glm5" if "down" in stages else "triton-ffn"}
+    return FACTS[kind]
+
+
+class Cell:
+    """One cell's context: the command, the option, the source kind and path, a folder of its own."""
+
+    def __init__(self, cmd, opt, kind, sources, tmp):
+        self.cmd, self.opt, self.kind, self.sources, self.tmp = cmd, opt, kind, sources, tmp
+        self.path = sources.get(kind, "")
+        self.spec = sources["_a"]
+
+    def fact(self, name):
+        return facts(self.kind or "file", self.sources)[name]
+
+    def file(self, name, text):
+        p = self.tmp / name
+        p.write_text(text)
+        return str(p)
+
+    def fill(self, argv) -> list:
+        return [a.format(path=self.path, tmp=self.tmp, **(facts(self.kind, self.sources) if self.kind else {}))
+                for a in argv]
+
+
+# -- a cell's command line --------------------------------------------------------------------
+FRAMEWORKS: dict = {}
+
+
+def frameworks(kind: str, sources: dict, tmp_root: Path) -> list:
+    """The framework traces ``attach`` takes for a source: per rank, a Kineto JSON whose
+    kernel events hold that rank's launches (``kinetokit.gpu_trace`` around a real torch
+    profiler trace), made from the source as ``attach`` reads it (the damaged run's from
+    its sound twin; the duplicate's from its one capture)."""
+    if kind not in FRAMEWORKS:
+        import kinetokit as KK
+
+        from timeline.query.source import open_source
+
+        base = FRAMEWORKS.get("_base")
+        if base is None:
+            base = FRAMEWORKS["_base"] = KK.torch_trace(tmp_root / "torch.json", marks=False)
+        path = sources[{"damaged": "headed", "duplicate": "_a"}.get(kind, kind)]
+        src = open_source(path)
+        trace = src.trace(src.select())
+        out = []
+        for r in sorted(trace.ranks):
+            f = tmp_root / f"{kind}.rank{r}.pt.trace.json"
+            KK.gpu_trace(base, f, trace.filter(ranks=[r]), kernel=trace.spec.kernel)
+            out.append(str(f))
+        FRAMEWORKS[kind] = out
+    return FRAMEWORKS[kind]
+
+
+def argv_of(c: Cell) -> list:
+    """The command line of a cell: the command, its positionals filled with the source
+    (attach: also its framework traces; run add: a new run), what it needs to run at
+    all, then the option with its value (and what it means something beside)."""
+    sub = SURFACE[c.cmd]
+    argv = list(c.cmd)
+    for a in positionals(sub):
+        if a.metavar == "FRAMEWORK":
+            argv += frameworks(c.kind, c.sources, c.sources["_dir"])
+        elif c.cmd == ("run", "add") and a.dest == "run":
+            argv.append(f"{c.tmp / 'NEW'}/")
+        else:
+            argv.append(c.path)
+    for a in sub._actions:  # required options
+        if a.required and a.option_strings:
+            argv += [a.option_strings[-1], *_value(c, a, OUTPUT_EXT)]
+    if c.opt != "--preset" or c.cmd != ("set-graph",):
+        argv += c.fill(BASE.get(c.cmd, []))
+    if c.opt:
+        a = next(x for x in options(sub) if x.option_strings[-1] == c.opt)
+        if not a.required:
+            argv += [c.opt, *([] if a.nargs == 0 else _value(c, a, OUTPUT_EXT))]
+        argv += c.fill(WITH.get((" ".join(c.cmd), c.opt), []))
+    return argv
+
+
+def _value(c: Cell, a, exts) -> list:
+    o = a.option_strings[-1]
+    if o == "--output":
+        return [str(c.tmp / ("NEWRUN/" if c.cmd == ("synth",) and c.opt == "--steps" else f"out{exts.get(c.cmd, '.arrow')}"))]
+    if o in VALUES:
+        return VALUES[o](c)
+    if a.choices:
+        return [next(x for x in a.choices if x != a.default)]
+    pytest.fail(f"timeline {' '.join(c.cmd)} {o}: the matrix has no value for it; add one to VALUES")
+
+
+# -- what a cell must do ---------------------------------------------------------------------
+def cells() -> list:
+    """``(command, option or None, kind or None)`` for every cell."""
+    out = []
+    for cmd, sub in SURFACE.items():
+        for opt in [None] + [a.option_strings[-1] for a in options(sub)]:
+            if cmd in SOURCELESS:
+                out.append((cmd, opt, None))
+                continue
+            kinds = DASK_SOURCES if opt in ("--engine", "--workers") else SOURCES
+            out += [(cmd, opt, k) for k in kinds]
+    return out
+
+
+def _files_written(argv) -> list:
+    """The output files a command line names (after -o / --output / --chrome / --perfetto)."""
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-o", "--output", "--chrome", "--perfetto")]
+
+
+def check_answer(argv, out, err) -> None:
+    """Exit 0: output that parses, no error inside."""
+    said = out + err
+    assert "Traceback" not in said and "error:" not in said, said[-2000:]
+    if "--json" in argv or "--call" in argv:
+        doc = json.loads(out)
+        assert not (isinstance(doc, dict) and doc.get("error")), out[:2000]
+    for f in _files_written(argv):
+        p = Path(f)
+        if f.endswith("/"):
+            assert p.is_dir() and any(p.iterdir()), f
+            continue
+        assert p.exists() and p.stat().st_size > 0, f"{f}: not written"
+        if f.endswith(".json"):
+            json.loads(p.read_text())
+        elif f.endswith(".json.gz"):
+            json.loads(gzip.decompress(p.read_bytes()))
+
+
+def check_refusal(err) -> None:
+    """Exit 2: one line on stderr, no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, f"a refusal in {len(lines)} lines:\n{err[-3000:]}"
+
+
+REFUSED: dict = {}  # (command, option or "*", kind or "*") -> a fragment of the one line: refusing is right
+KNOWN: dict = {}  # (command, option or "", kind) -> the issue item a cell fails by today
+
+
+def expected(cmd, opt, kind):
+    """("answer" | "refuse", fragment of the refusal or None) for a cell."""
+    c = " ".join(cmd)
+    for key in ((c, opt or "", kind), (c, opt or "", "*"), (c, "*", kind), (c, "*", "*")):
+        if key in REFUSED:
+            return "refuse", REFUSED[key]
+    if kind == "damaged" and opt != "--skip-damaged":
+        return "refuse", "damaged"
+    return "answer", None
+
+
+def _param(cell):
+    cmd, opt, kind = cell
+    cid = f"{' '.join(cmd)}|{opt or '-'}|{kind or '-'}"
+    why = KNOWN.get((" ".join(cmd), opt or "", kind))
+    marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+    return pytest.param(cmd, opt, kind, id=cid, marks=marks)
+
+
+@pytest.mark.parametrize("cmd,opt,kind", [_param(x) for x in cells()])
+def test_cell(cmd, opt, kind, sources, tmp_path):
+    c = Cell(cmd, opt, kind, sources, tmp_path)
+    argv = argv_of(c)
+    rc, out, err, tb = cli(argv)
+    line = f"timeline {' '.join(argv)}"
+    _dump(cmd, opt, kind, rc, err, tb)
+    assert tb is None, f"{line}: a traceback\n{tb}"
+    assert rc in (0, 2) or (rc in (1, 3) and cmd == ("compare",) and "--fail-over" in argv), f"{line}: exit {rc}"
+    if rc == 2:
+        check_refusal(err)
+    else:
+        check_answer(argv, out, err)
+    want, fragment = expected(cmd, opt, kind)
+    if want == "answer":
+        assert rc != 2, f"{line}: refused where it should answer: {err.strip()}"
+    else:
+        assert rc == 2, f"{line}: answered (exit {rc}) where it should refuse ({fragment})"
+        assert fragment in err, f"{line}: refused for another reason than {fragment!r}: {err.strip()}"
+
+
+def _dump(cmd, opt, kind, rc, err, tb):
+    import os
+
+    if os.environ.get("MATRIX_DUMP"):
+        with open(os.environ["MATRIX_DUMP"], "a") as f:
+            f.write(json.dumps({"cell": [" ".join(cmd), opt, kind], "rc": rc, "err": err.strip()[-400:],
+                                "tb": (tb or "").strip().splitlines()[-1:]}) + "\n")
