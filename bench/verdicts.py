@@ -250,6 +250,21 @@ def speed(d: Path, reuse: bool) -> dict:
             "gate": json.loads(gates[-1]["out"])["verdict"] if gates[-1]["out"] else gates[-1]["err"]}
 
 
+def print_speed(a) -> None:
+    """The speed rows: the gate and A/B explain on the two 104 M-interval runs, fresh processes."""
+    note = compiled()
+    r = speed(a.dir, a.reuse)
+    warm_x, warm_g = max(r["walls"][1:]), max(r["gate_walls"][1:])
+    rss = max(r["rss"], r["gate_rss"])
+    print(f"\nspeed on {os.cpu_count()} cores: A {r['intervals'][0]:,} and B {r['intervals'][1]:,} intervals; "
+          "compare --fail-over 2% " + ", ".join(f"{w:.2f}" for w in r["gate_walls"]) + " s, explain B --baseline A "
+          + ", ".join(f"{w:.2f}" for w in r["walls"]) + f" s (first, warm, warm), peak RSS {rss / 2**20:.0f} MiB "
+          f"(goal <= {GOAL_WARM_S} s warm, <= 2 GiB) {mark(max(warm_x, warm_g) <= GOAL_WARM_S and rss <= GOAL_RSS)}; "
+          f"{note}")
+    print(f"    gate: {r['gate']}")
+    print(f"    explain: {r['verdict']}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", type=Path, required=True, help="pools and runs (reused with --reuse)")
@@ -259,10 +274,15 @@ def main(argv=None) -> int:
     p.add_argument("--gate-pairs", type=int, default=200, help="pairs for the gate's two rates (200)")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--no-speed", action="store_true", help="leave out the two 100 M-interval runs")
+    p.add_argument("--speed-only", action="store_true", help="only the two 100 M-interval runs' rows")
     a = p.parse_args(argv)
     a.dir.mkdir(parents=True, exist_ok=True)
     print(f"# PYTHONPATH=. python bench/verdicts.py {' '.join(argv if argv is not None else sys.argv[1:])}   "
           f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()[0]:.2f})")
+    if a.speed_only:
+        print_speed(a)
+        print(f"load average at the end {os.getloadavg()[0]:.2f}")
+        return 0
     from timeline.analysis import stats as ST
 
     t0 = time.perf_counter()
@@ -303,8 +323,8 @@ def main(argv=None) -> int:
             truth = float(np.median(inj - clean))
             cells = [pw[(kind, pct, n)] for n in NS_POWER]
             print(f"  {kind:24s} {pct:6.2%} {injected[(kind, pct)]:9d} {truth / 1e3:8.3f} "
-                  + " ".join(f"{d / c:8.2f}" for d, c, _, _ in cells))
-            for n, (d, c, _, _) in zip(NS_POWER, cells):
+                  + " ".join(f"{d / c:8.2f}" for d, c, *_ in cells))
+            for n, (d, c, *_) in zip(NS_POWER, cells):
                 if (pct, n) in ((0.005, 64), (0.0025, 256)):
                     goals.append((kind, pct, n, d / c))
     for kind, pct, n, r in goals:
@@ -347,17 +367,7 @@ def main(argv=None) -> int:
         print("the 4 µs spin's saving on the H100 over 24 rounds (bench/results/explain_h100.txt, the figure that stands "
               "for the bundled 4 rounds): " + (hit[0].strip() if hit else "see the file"))
     if not a.no_speed:
-        note = compiled()
-        r = speed(a.dir, a.reuse)
-        warm_x, warm_g = max(r["walls"][1:]), max(r["gate_walls"][1:])
-        rss = max(r["rss"], r["gate_rss"])
-        print(f"\nspeed: A {r['intervals'][0]:,} and B {r['intervals'][1]:,} intervals; compare --fail-over 2% "
-              + ", ".join(f"{w:.2f}" for w in r["gate_walls"]) + " s, explain B --baseline A "
-              + ", ".join(f"{w:.2f}" for w in r["walls"]) + f" s (first, warm, warm), peak RSS {rss / 2**20:.0f} MiB "
-              f"(goal <= {GOAL_WARM_S} s warm, <= 2 GiB) {mark(max(warm_x, warm_g) <= GOAL_WARM_S and rss <= GOAL_RSS)}; "
-              f"{note}")
-        print(f"    gate: {r['gate']}")
-        print(f"    explain: {r['verdict']}")
+        print_speed(a)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     if a.dir.name.startswith("tmp-verdicts"):
         shutil.rmtree(a.dir, ignore_errors=True)

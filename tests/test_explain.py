@@ -163,7 +163,7 @@ def test_without_a_graph_a_labelled_heuristic():
 TOP = {"schema", "source", "kind", "kernel", "synthetic", "method", "verdict", "typical", "launches", "explained",
        "allreduce", "alignment", "baseline", "across", "cannot_establish", "reproduce"}
 EXPLAINED = {"launch", "kernel_us", "typical_us", "delta_us", "noise_us", "slow", "verdict", "exact", "fidelity",
-             "saving_together_us", "culprits", "path", "alignment", "reproduce"}
+             "saving_together_us", "culprits", "path", "alignment", "reproduce", "unit_culprit"}
 CULPRIT = {"scope", "rank", "stage", "task", "cta", "phase", "tasks", "measured_us", "typical_us", "excess_us",
            "excess_total_us", "on_path_us", "saving_us", "significant", "certain", "evidence", "gating_edge", "says",
            "reproduce", "test"}

@@ -42,6 +42,9 @@ CALLS = [
     ("compare", {"a": A, "b": B, "scope": "trace"}),
     ("gate", {"a": A, "b": B, "fail_over": "2%"}),
     ("gate", {"a": A, "b": B, "fail_over": "0.5%", "stage": "norm"}),
+    ("changes", {"source": RUN}),
+    ("chip", {"source": RUN, "launch": "4:3", "across": 0}),
+    ("chip", {"source": B, "across": 2, "units": True}),
 ]
 OWN = [  # tools whose reproduce line is the server's own one-shot form
     ("list_sources", {}),
@@ -67,7 +70,8 @@ def _core(doc: dict) -> dict:
 def test_tools_listed_with_their_schemas(mcp):
     tools = mcp.tools()
     assert set(tools) == set(ALL) == {"list_sources", "launches", "explain", "critical_path", "whatif", "summary",
-                                      "edges", "compare", "gate", "sql", "schema"}
+                                      "edges", "compare", "gate", "sql", "schema",
+                                      "changes", "chip"}
     for name, t in tools.items():
         s = t.input_schema
         assert s["type"] == "object" and s["additionalProperties"] is False, name

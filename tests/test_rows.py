@@ -72,3 +72,23 @@ def test_collect_load_info_import_no_pandas(tmp_path):
         "print('pandas' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_verdict_commands_on_runs_import_no_pandas(tmp_path):
+    """The gate, compare and A/B explain on two runs (the answers CI waits for) never
+    import pandas: ``pa.array``/``pa.scalar`` of Python or numpy values and
+    ``pc.fill_null`` with a Python value do (a fifth of a second, and more on a loaded host)."""
+    runs = []
+    for name, inject in (("A", []), ("B", ["--inject", "1:o:*:compute:+3000"])):
+        d = tmp_path / name
+        subprocess.run([sys.executable, "-m", "timeline", "synth", "--steps", "4", "--ranks", "2", "--launches", "2",
+                        "--grid", "32", "--seed", "7", *inject, "-o", f"{d}/"], check=True, capture_output=True)
+        runs.append(str(d))
+    a, b = runs
+    code = ("import sys\nfrom timeline.cli.parser import main\n"
+            f"for argv in ({['compare', a, b, '--fail-over', '2%']!r}, {['compare', a, b, '--json']!r},\n"
+            f"             {['explain', b, '--baseline', a, '--json']!r}):\n"
+            "    main(argv)\n"
+            "print('pandas' in sys.modules, file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stderr.strip().splitlines()[-1] == "False", out.stderr[-2000:]

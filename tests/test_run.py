@@ -272,12 +272,16 @@ def test_any_flipped_byte_in_any_file_is_refused_naming_it(tmp_path_factory, dat
     assert victim.name in str(e.value) or rel in str(e.value), str(e.value)
 
 
-def test_a_launch_appended_twice_is_named_not_mixed(tmp_path):
+def test_a_launch_appended_twice_is_refused_or_kept_apart_not_mixed(tmp_path):
+    """The same capture again is refused; added on purpose ``as_capture`` it is a capture of
+    its own, keyed ``b:SLOT``, and step 3 layer 0 stays the first capture's alone."""
     trace = runkit.run_trace([(3, 0)])
     append(tmp_path / "run", trace, capture="a")
-    append(tmp_path / "run", trace, capture="b")
+    with pytest.raises(RunError, match="holds this capture already"):
+        append(tmp_path / "run", trace, capture="b")
+    append(tmp_path / "run", trace, capture="b", as_capture=True)
     run = open_run(tmp_path / "run")
-    with pytest.raises(RunError, match=r"step 3 layer 0 was appended more than once for ranks \[0, 1\] "
-                                       r"\(captures \['a', 'b'\]\): name one with capture="):
-        run.launch(3, 0)
-    runkit.assert_same_rows(run.launch(3, 0, capture="b").tasks, runkit.launch_of(trace, 0))
+    assert run.launch(3, 0).ranks == [0, 1]
+    runkit.assert_same_rows(run.launch(capture="b", slot=0).tasks.drop_columns(["step", "layer"]),
+                            runkit.launch_of(trace, 0).drop_columns(["step", "layer"]))
+    assert sorted(run.launches().column("capture").to_pylist()) == ["a", "a", "b", "b"]

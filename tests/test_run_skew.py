@@ -83,8 +83,9 @@ def test_the_skew_of_separately_appended_ranks_is_the_true_skew_within_its_bound
     or two a second apart, for the drift): every launch's skew is the true skew within
     ``skew_pm_ns``, which is the two ranks' placement bounds added."""
     eps = {r: e for r, (_, _, e) in enumerate(ranks(seed))}
-    cals = {r: [K.Calibration(eps[r] + round(err[2 * r] * u[r]), u[r], 0, 100, f"gpu{r}")]
-            + ([K.Calibration(eps[r] + round(err[2 * r + 1] * u[r]), u[r], 10**9, 100, f"gpu{r}")] if two else [])
+    h = SG.HOST_NS  # the model's t = 0 on the host clock
+    cals = {r: [K.Calibration(eps[r] + round(err[2 * r] * u[r]), u[r], h, 100, f"gpu{r}")]
+            + ([K.Calibration(eps[r] + round(err[2 * r + 1] * u[r]), u[r], h + 10**9, 100, f"gpu{r}")] if two else [])
             for r in (0, 1)}
     with tempfile.TemporaryDirectory() as d:
         truth = separate_run(d, cals, seed)

@@ -34,7 +34,9 @@ def median_per_stage(report: pa.Table) -> pa.Table:
             vals = vals[~np.isnan(vals)]
             med.append(float(np.median(vals)) if vals.size else math.nan)
         integral = pa.types.is_integer(report.schema.field(c).type) and all(m == int(m) for m in med if not math.isnan(m))
-        out[c] = pa.array([None if math.isnan(m) else int(m) for m in med], pa.int64()) if integral else med
+        med = np.array(med, dtype=np.float64)
+        out[c] = R.arrow(np.nan_to_num(med).astype(np.int64), np.isnan(med)) if integral else R.arrow(med)
+    out["stage"] = R.strings(order)
     return pa.table(out)
 
 

@@ -385,11 +385,11 @@ def _path_table(spec, m: Tasks, rows) -> pa.Table:
     rows = [r for r, k in zip(rows, keep) if k]
     idx, s, e = idx[keep], s[keep], e[keep]
     return pa.table({
-        "order": pa.array(np.arange(len(rows), dtype=np.int32)), "rank": pa.array(m.rank[idx].astype(np.int16)),
-        "stage": GR.stage_strings(spec, m.stage[idx]), "task": pa.array(m.task[idx].astype(np.int32)),
-        "cta": R.arrow(m.cta[idx].astype(np.int32), m.cta[idx] < 0), "start_ns": pa.array(s), "end_ns": pa.array(e),
-        "kind": pa.array([r[3] for r in rows], pa.string()), "duration_ns": pa.array(e - s),
-        "via": pa.array([r[4] for r in rows], pa.string()),
+        "order": R.arrow(np.arange(len(rows), dtype=np.int32)), "rank": R.arrow(m.rank[idx].astype(np.int16)),
+        "stage": GR.stage_strings(spec, m.stage[idx]), "task": R.arrow(m.task[idx].astype(np.int32)),
+        "cta": R.arrow(m.cta[idx].astype(np.int32), m.cta[idx] < 0), "start_ns": R.arrow(s), "end_ns": R.arrow(e),
+        "kind": R.strings([r[3] for r in rows]), "duration_ns": R.arrow(e - s),  # R.*: pa.array imports pandas
+        "via": R.strings([r[4] for r in rows]),
     }, schema=PATH_SCHEMA)
 
 
@@ -401,7 +401,8 @@ def path_shares(path: pa.Table) -> pa.Table:
     total = float(dur.sum()) or 1.0
     names = list(dict.fromkeys(stage))
     per = [float(dur[[s == n for s in stage]].sum()) for n in names]
-    return pa.table({"stage": names, "path_us": [p / 1e3 for p in per], "share": [p / total for p in per]})
+    per = np.asarray(per, dtype=np.float64)  # R.*, not a table of lists: that imports pandas
+    return pa.table({"stage": R.strings(names), "path_us": R.arrow(per / 1e3), "share": R.arrow(per / total)})
 
 
 def edges_per_stage(trace, g: Graph) -> pa.Table:

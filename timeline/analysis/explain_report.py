@@ -336,6 +336,8 @@ def text(doc: dict) -> str:
                 ge = c["gating_edge"]
                 lines.append(f"     carried by the {ge['kind']} edge to rank {ge['consumer']['rank']} "
                              f"{ge['consumer']['stage']} task {ge['consumer']['task']}")
+        if e.get("unit_culprit"):
+            lines.append(f"  unit: {e['unit_culprit']['says']}")
         if e["path"]["cells"]:
             lines.append("  critical path vs typical, per (rank, stage, CTA, phase): " + ", ".join(
                 f"r{c['rank']} {c['stage']} cta{c['cta']} {c['phase']} {c['excess_us']:+g}"

@@ -130,7 +130,6 @@ def rank_stage_spans(rows, keys=None) -> dict:
     per-(rank, launch, stage) stage report rows (``span_us`` and ``key``; null spans
     left out); ``keys``: ``{printed key: LaunchKey}`` of the selection, whose steps make
     the blocks (``stats.blocks_of``). Columnar: a run's stage rows are millions."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     from timeline.core import rows as R
@@ -139,7 +138,7 @@ def rank_stage_spans(rows, keys=None) -> dict:
     names = list(keys)
     step_of = np.array([k.step if k.headed else -1 for k in keys.values()] + [-1], dtype=np.int64)
     if "key" in rows.column_names and names:
-        at = R.numpy(pc.fill_null(pc.index_in(rows.column("key"), value_set=pa.array(names, pa.string())), -1))
+        at = R.numpy(R.filled(pc.index_in(rows.column("key"), value_set=R.strings(names)), -1))
     else:
         at = np.full(rows.num_rows, -1, dtype=np.int64)
     steps = step_of[at]

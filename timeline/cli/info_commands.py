@@ -75,6 +75,12 @@ def _clock_lines(trace) -> list:
 
 
 def cmd_info(args) -> int:
+    """``timeline info TRACE``: what the file holds; ``timeline info RUN``: the run's report
+    (``timeline run info RUN``'s)."""
+    from timeline.cli.run_commands import cmd_info_run, is_run
+
+    if is_run(args.trace):
+        return cmd_info_run(args)
     trace = load_trace(args.trace)
     d = info_dict(trace, Path(args.trace))
     if args.json:

@@ -50,12 +50,18 @@ def cmd_mcp(args) -> int:
             arguments = json.loads(args.call[1])
         except json.JSONDecodeError as e:
             raise UsageError(f"--call {args.call[0]} ARGUMENTS: not JSON: {e}") from None
-        result, failed = ctx.call(args.call[0], arguments)
+        try:
+            result, failed = ctx.call(args.call[0], arguments)
+        finally:
+            ctx.close()
         print(json.dumps(result, ensure_ascii=False, indent=1, default=str))
         return 2 if failed else 0
     from timeline.mcp.server import serve
 
-    serve(ctx)
+    try:
+        serve(ctx)
+    finally:
+        ctx.close()
     return 0
 
 

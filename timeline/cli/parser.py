@@ -18,7 +18,7 @@ import sys
 
 from timeline._version import __version__
 from timeline.cli.argtypes import confidence_option, int_list, integer, launch_keys, number, str_list
-from timeline.core.process import tune_process
+from timeline.core.process import one_blas_thread, tune_process
 from timeline.errors import TimelineError
 
 MAIN_EPILOG = """\
@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", action="append", metavar="RANK:STAGE:TASK:PHASE:+NS[@LAUNCH]",
                    help="add NS to a task's interval (TASK * = the whole stage, ctaN = a CTA's tasks; RANK * = "
                         "every rank); implies --profile glm5; repeatable")
+    from timeline.cli import synth_changes
+
+    synth_changes.add_options(p)
     p = _sub(subs, "launches", "timeline.cli.summary_commands:cmd_launches",
              "one row per launch of a trace or run: kernel time, skew across ranks, anomalies; p50/p90/p99",
              "examples:\n"
@@ -321,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import explain_commands
 
     explain_commands.add_parser(subs, _sub, _json_option, _selection_options)
+    from timeline.cli import changes_commands
+
+    changes_commands.add_parser(subs, _sub, _json_option)
+    from timeline.cli import chip_commands
+
+    chip_commands.add_parser(subs, _sub, _json_option, _selection_options)
     from timeline.cli import attach_commands
 
     attach_commands.add_parser(subs, _sub, _json_option, _selection_options)
@@ -362,6 +371,7 @@ def documented(e: BaseException) -> bool:
 
 def main(argv=None) -> int:
     """Run the ``timeline`` command line; returns the exit status."""
+    one_blas_thread()  # before numpy's import: no pool of a thread per core (issue 51)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -44,11 +44,17 @@ def register(subs, sub) -> None:
     a.add_argument("--grid", type=integer(0, 1 << 16), default=0, help="--legacy: CTAs in the grid (derive each row's CTA)")
     a.add_argument("--stages", metavar="NAME:COUNT,..", help="--legacy: the stage list (needed for a bare .npy)")
     a.add_argument("--capture", metavar="NAME", help="the capture's name (default: each file's name)")
+    a.add_argument("--as-capture", metavar="NAME",
+                   help="add a capture the run holds already (or one of its launch keys) on purpose, as a capture "
+                        "of its own named NAME: its launches keyed NAME:SLOT")
     a.add_argument("--synthetic", action="store_true", help="raw buffers: label them synthetic")
     a.add_argument("--step", type=integer(0), metavar="S",
                    help="inputs captured without slot headers: launch slot 0 was step S (each input alike)")
     a.add_argument("--layers-per-step", type=integer(1, 1 << 20), metavar="L",
                    help="with --step: slot n was step S + n // L, layer n %% L (default: all layers of step S)")
+    a.add_argument("--jobs", type=integer(1, 4096), metavar="N",
+                   help="trace files read, checked and encoded by N worker processes at once, committed in order "
+                        "(default: a worker per core this process may use, at most one a file)")
     i = sub(runs, "info", "timeline.cli.run_commands:cmd_run_info", "a run's appends, sizes and damaged parts", RUN_EPILOG)
     i.add_argument("run", metavar="RUN")
     i.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
@@ -140,6 +146,14 @@ def _inputs_read_ahead(args):
             yield path, trace
 
 
+def _capture_name(name, path: str, inputs: int) -> str:
+    """An input's capture name: ``name`` (``--capture`` / ``--as-capture``) for one input,
+    ``NAME:FILE`` for several, else the file's name."""
+    if name:
+        return name if inputs == 1 else f"{name}:{Path(path).name}"
+    return Path(path).name
+
+
 def cmd_run_add(args) -> int:
     """``timeline run add RUN INPUT...``: each input appended as one capture; a trace
     file streamed block by block (``run.stream.append_stream``: bounded memory)."""
@@ -147,18 +161,27 @@ def cmd_run_add(args) -> int:
     from timeline.run.stream import append_stream
     from timeline.run.write import append
 
+    from timeline.cli.common import UsageError
+
+    if args.capture and args.as_capture:
+        raise UsageError("give --capture NAME or --as-capture NAME, not both (--as-capture names the capture too)")
     t0 = time.perf_counter()
     intervals = rows = 0
     written = []
+    again = bool(args.as_capture)
+    jobs = _jobs(args)
     with progress("run add", args, len(args.inputs)) as bar:
-        for path, trace in _inputs_read_ahead(args):
-            capture = args.capture if args.capture and len(args.inputs) == 1 else (
-                f"{args.capture}:{Path(path).name}" if args.capture else Path(path).name)
+        if jobs > 1:
+            added = _add_in_jobs(args, jobs, bar)
+            written, rows, intervals = [p for a in added for p in a.paths], sum(a.rows for a in added), \
+                sum(a.intervals for a in added)
+        for path, trace in (_inputs_read_ahead(args) if jobs == 1 else ()):
+            capture = _capture_name(args.as_capture or args.capture, path, len(args.inputs))
             if isinstance(trace, TraceStream):
-                added = append_stream(args.run, trace, capture=capture)
+                added = append_stream(args.run, trace, capture=capture, as_capture=again)
                 written, rows, intervals = written + added.paths, rows + added.rows, intervals + added.intervals
             else:
-                written += append(args.run, trace, capture=capture)
+                written += append(args.run, trace, capture=capture, as_capture=again)
                 rows += trace.tasks.num_rows
                 intervals += trace.interval_count
             bar.update()
@@ -169,9 +192,43 @@ def cmd_run_add(args) -> int:
     return 0
 
 
+def _jobs(args) -> int:
+    """Worker processes for ``run add``: ``--jobs`` or one per core (``jobs.default_jobs``);
+    1 where an input is not a trace file (raw buffers, ``--legacy``: read in this process)."""
+    from timeline.core.trace import file_format
+    from timeline.run import jobs as RJ
+
+    if args.legacy or args.spec or len(args.inputs) < 2:
+        return 1
+    if not all(Path(p).is_file() and file_format(Path(p)) is not None for p in args.inputs):
+        return 1  # a missing file or a raw buffer: refused or read in turn, as with one job
+    return min(args.jobs or RJ.default_jobs(len(args.inputs)), len(args.inputs))
+
+
+def _add_in_jobs(args, jobs: int, bar) -> list:
+    """The inputs (trace files) staged by ``jobs`` worker processes and committed in
+    order (``run.jobs.append_jobs``): each one's ``Added``; notes printed as when read in turn."""
+    import sys
+
+    from timeline.run import jobs as RJ
+
+    head = _headers(args)
+    todo = [RJ.Job(p, _capture_name(args.as_capture or args.capture, p, len(args.inputs)),
+                   None if head is None else tuple(head), bool(args.as_capture))
+            for p in args.inputs]
+
+    def notes(job, lines):
+        for note in lines:
+            print(f"note: {note}", file=sys.stderr)
+
+    return RJ.append_jobs(args.run, todo, jobs, on_notes=notes, on_added=lambda job, added: bar.update())
+
+
 def cmd_run_info(args) -> int:
-    """``timeline run info RUN``: its build, appends, sizes, damaged parts and orphans."""
+    """``timeline run info RUN``: its build, appends, sizes, damaged parts, orphans and
+    appends that repeat another (``captures.duplicates``)."""
     from timeline.query.titles import run_head
+    from timeline.run import captures as RC
     from timeline.run import layout as RL
 
     run = open_selected(args.run, args)
@@ -185,9 +242,10 @@ def cmd_run_info(args) -> int:
                 if why and (e["path"], why) not in run.damaged:
                     run.damaged.append((e["path"], why))
     size = sum(e["bytes"] for r in run.records for e in r["parts"])
+    dup = RC.duplicates(run.records, run.repeated, run.named)
     doc = {"run": str(run.path), "build": run.build, "appends": len(run.records), "bytes": size,
            "intervals": run.intervals_total, "damaged": [{"part": p, "why": w} for p, w in run.damaged],
-           "orphans": orphans}
+           "orphans": orphans, "duplicates": dup}
     if args.json:
         json_out(doc)
         return 0
@@ -196,6 +254,8 @@ def cmd_run_info(args) -> int:
     print(f"{size / 1e6:.1f} MB on disk, {run.intervals_total:,} intervals ({per:.2f} B/interval)")
     for p, why in run.damaged:
         print(f"damaged: {p}: {why}")
+    for line in dup:
+        print(f"duplicate: {line}")
     if orphans:
         print(f"{len(orphans)} part(s) no manifest record names (a writer stopped mid-append; never read): "
               + ", ".join(orphans[:5]) + (" ..." if len(orphans) > 5 else ""))

@@ -4,7 +4,24 @@ process that decodes or analyses once neither stalls on page compaction nor faul
 fresh pages in (bench/collect.py measures both ways). A library caller's process is
 left as it is: only the commands call ``tune_process``. Imports nothing at load."""
 
-__all__ = ["keep_freed_pages", "no_hugepage_madvise", "tune_process"]
+import os
+
+__all__ = ["BLAS_THREADS", "keep_freed_pages", "no_hugepage_madvise", "one_blas_thread", "tune_process"]
+
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def one_blas_thread(environ=os.environ) -> list:
+    """Size the BLAS libraries' thread pools to our commands' work, which has no matrix
+    product: one thread, where the caller's environment does not say otherwise. numpy's
+    OpenBLAS starts a pool of a thread per core when numpy is imported, each spinning a
+    while before it sleeps: on a 16-core host, 15 threads of CPU at every command's start
+    for nothing (issue 51). Call it before numpy is imported (then the setting is read);
+    worker processes inherit it. Returns the variables it set."""
+    unset = [k for k in BLAS_THREADS if k not in environ]
+    for k in unset:
+        environ[k] = "1"
+    return unset
 
 
 def no_hugepage_madvise() -> bool:

@@ -211,7 +211,10 @@ def _placements(spec, G, rng):
     return S.pack_placement(c, w, hw, xcc)
 
 
-def _write(flat, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng):
+def _write(flat, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng, shift=0):
+    """Stage ``s``'s tasks ``sel`` of ``launch`` as stamps: ticks of ``t + epoch`` on each
+    rank's clock, plus ``shift`` whole ticks a rank (``(R, 1)``: where a calibrated model
+    puts the clock, leaving every interval's ticks as they were)."""
     R, W = flat.shape[0], lay.waves
     for w in range(W):
         # per-wave lag behind the CTA's times; kept below the smallest gap between a
@@ -221,7 +224,7 @@ def _write(flat, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng
         flat[:, rec * lay.cols + S.PLACEMENT_COL] = placement[c, w][None, :]
         prev = None
         for j, t in enumerate(cols):
-            v = np.floor((t + jit + epoch[:, None]) / tick).astype(np.int64)
+            v = np.floor((t + jit + epoch[:, None]) / tick).astype(np.int64) + shift
             if prev is not None:
                 v = np.maximum(v, prev)
             flat[:, rec * lay.cols + S.phase_col(j)] = v

@@ -183,16 +183,63 @@ def check_injections(spec: S.Spec, injections, grid: int) -> None:
             raise SynthError(f"{where}: the trace has launches 0..{spec.launches - 1}")
 
 
+HOST_NS = 10**12  # a synthetic capture's host time (CLOCK_MONOTONIC ns) of its t = 0, unless given
+CALIBRATE_AFTER_NS = 10**9  # its second calibration: a second after its last stamp (a drift over seconds)
+CALIBRATION_PM_NS = 16.0  # each synthetic calibration's stated bound
+
+
+def device_offset_ns(rank: int) -> int:
+    """Rank ``rank``'s device clock minus the host's, ns, in every synthetic capture:
+    one machine whose GPU clocks run with the host's, so that the captures of a run (its
+    steps, files of other seeds) are readings of one clock per rank."""
+    return 10**12 + 7_777_777_770 * int(rank)
+
+
+def _clock(epoch: np.ndarray, tick: float, host_ns: int) -> tuple:
+    """``(shift, offsets)``: whole ticks each rank's stamps move by so that its clock
+    reads ``device_offset_ns(rank)`` past the host's, with the model's t = 0 at host
+    time ``host_ns``; and each rank's offset (device minus host ns) it then has, exact
+    to the stamps (within half a tick of ``device_offset_ns``)."""
+    want = np.array([device_offset_ns(r) + int(host_ns) for r in range(epoch.size)], dtype=np.float64)
+    shift = np.rint((want - epoch) / tick).astype(np.int64)
+    offsets = [int(round(float(e) + int(k) * tick)) - int(host_ns) for e, k in zip(epoch, shift)]
+    return shift[:, None], offsets
+
+
+def calibration_pair(offset_ns: int, host_ns: int, end_ns: float, rank: int) -> list:
+    """A synthetic rank's two calibrations: at the capture's t = 0 (host ``host_ns``)
+    and ``CALIBRATE_AFTER_NS`` after its last stamp (``end_ns`` past t = 0), as a capture
+    calibrated before and after does; one clock, so one offset."""
+    after = int(host_ns) + int(np.ceil(end_ns)) + CALIBRATE_AFTER_NS
+    return [K.Calibration(int(offset_ns), CALIBRATION_PM_NS, int(h), 1, f"synthetic rank {rank}")
+            for h in (int(host_ns), after)]
+
+
+def next_host_ns(trace) -> int:
+    """The host time a synthetic capture taken after ``trace`` starts at: its last
+    calibration's (``calibration_pair``) plus the same gap."""
+    last = max(c.host_ns for sp in trace.specs for c in K.calibrations_of(sp))
+    return last + CALIBRATE_AFTER_NS
+
+
 def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                  slots=None, bases=None) -> list:
+                  slots=None, bases=None, host_ns: int = HOST_NS, chip=None) -> list:
     """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
     device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
     ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
     graph-replaying kernel does (``synth.synth_buffers``'s rule); ``bases``: each
     stage's first CTA, task ``t`` on ``(bases[s] + t) % grid``, as a kernel's own
     placement rule gives them (``timeline.contract.kernels.ctas``); None: the running
-    sum of the counts in row order."""
-    SY._check_grid(grid)
+    sum of the counts in row order. Each rank's clock is one synthetic machine's
+    (``device_offset_ns``), the model's t = 0 at host time ``host_ns``, and its spec
+    carries the two calibrations that say so (``calibration_pair``). ``chip``:
+    ``(placement words (grid, waves), per-CTA factor of the own phases)`` of
+    ``timeline.ingest.synth_chip`` (any grid then, the rotation taken mod ``grid``);
+    None: ``synth``'s placement, no factor."""
+    if chip is None:
+        SY._check_grid(grid)
+    elif not 1 <= grid <= S.MAX_CTA:
+        raise SynthError(f"grid {grid}: give 1..{S.MAX_CTA} CTAs (the placement word's CTA field)")
     if not spec.graph:
         raise SynthError(f"spec {spec.kernel!r} has no task graph: the model runs a kernel profile's graph")
     if tuple(spec.phases) != PHASES or tuple(spec.wait or ()) != WAIT:
@@ -217,7 +264,9 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     skew = rng.uniform(0, 3000, size=ranks)
     if model.kernel_seed is not None:  # one kernel: the ranks' start offsets are the kernel's, not a step's jitter
         skew = kernel.uniform(0, 3000, size=ranks)
-    placement = SY._placements(spec, grid, rng)
+    placement = SY._placements(spec, grid, rng) if chip is None else chip[0]
+    slow = np.ones(grid) if chip is None else np.asarray(chip[1], np.float64)
+    shift, offsets = _clock(epoch, tick, host_ns)
     t_launch = 0.0
     for launch in range(spec.launches):
         cursor = t_launch + skew[:, None] + rng.uniform(0, 500, size=(ranks, grid))
@@ -229,14 +278,14 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
                 ready = np.maximum(ready, _rule_ready(rule, ends[order[rule.stage]], tasks))
             ready += model.mailbox_ns
             stage_end = np.zeros((ranks, count))
-            cta_of = (tasks + base[s]) & (grid - 1)
+            cta_of = (tasks + base[s]) % grid
             for rnd in range(-(-count // grid)):
                 sel = tasks[(tasks // grid) == rnd]
                 c = cta_of[sel]
                 start = cursor[:, c]
                 add = _injected(spec, inject, launch, s, sel, c, ranks)
                 jit = rng.lognormal(0.0, model.jitter_sigma, size=(3, ranks, sel.size))
-                d = [means[s][k] * factor[s][k][:, sel] * jit[k] for k in range(3)]
+                d = [means[s][k] * factor[s][k][:, sel] * jit[k] * slow[c] for k in range(3)]
                 hint = np.maximum(start + model.poll_ns, ready[:, sel]) + add.get("hint", 0)
                 staged = hint + d[0] + add.get("staged", 0)
                 compute = staged + d[1] + add.get("compute", 0)
@@ -244,7 +293,7 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
                 stage_end[:, sel] = end
                 cursor[:, c] = end + rng.uniform(50, 150, size=(ranks, sel.size))
                 cols = [start, hint, staged, compute, end]
-                SY._write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng)
+                SY._write(bufs, spec, lay, launch, s, sel, c, cols, placement, epoch, tick, rng, shift)
             ends.append(stage_end)
         t_launch = float(cursor.max()) + model.launch_gap_ns
     if slots is not None:
@@ -252,10 +301,9 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
     labels = [i.label() for i in inject]
     out = []
     for r in range(ranks):
-        cal = K.Calibration(int(epoch[r]), 16.0, 0, 1, f"synthetic rank {r}")
         sp = spec.replace(rank=r, world=ranks, grid=grid,
                           extra={**spec.extra, "synthetic": True, "injections": labels, "seed": seed})
-        out.append((K.with_calibrations(sp, [cal]), bufs[r]))
+        out.append((K.with_calibrations(sp, calibration_pair(offsets[r], host_ns, t_launch, r)), bufs[r]))
     return out
 
 
@@ -264,23 +312,24 @@ def _bases(spec: S.Spec, grid: int, bases) -> list:
     the running sum of the counts in row order (``synth``'s rotation rule)."""
     if bases is None:
         acc = np.cumsum([0] + [n for _, n in spec.stages])[:-1]
-        return [int(a) & (grid - 1) for a in acc]
+        return [int(a) % grid for a in acc]
     bases = [int(b) for b in bases]
     if len(bases) != len(spec.stages) or min(bases, default=0) < 0:
         raise SynthError(f"bases {bases}: give each of the {len(spec.stages)} stages its first CTA (>= 0), "
                          "as the kernel's placement rule gives it")
-    return [b & (grid - 1) for b in bases]
+    return [b % grid for b in bases]
 
 
 def graph_trace(spec: S.Spec | None = None, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                slots=None, bases=None):
+                slots=None, bases=None, host_ns: int = HOST_NS, chip=None):
     """A SYNTHETIC multi-rank ``Trace`` of ``graph_buffers`` through the real collector and merge."""
     from timeline.ingest.collect import collect
     from timeline.ingest.merge import merge
 
     spec = spec or glm5_spec()
     bare = [(sp.replace(graph={}), buf) for sp, buf in graph_buffers(spec, grid=grid, seed=seed, model=model,
-                                                                     inject=inject, slots=slots, bases=bases)]
+                                                                     inject=inject, slots=slots, bases=bases,
+                                                                     host_ns=host_ns, chip=chip)]
     traces = [collect(buf, sp, synthetic=True) for sp, buf in bare]
     # merged without the graph, then given it: the model's waits end after their producers by
     # construction, so merge's causality pass over every edge of every launch would find nothing

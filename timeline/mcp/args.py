@@ -1,10 +1,13 @@
 """A tool's arguments, declared once (``Param``): the JSON input schema the server lists
 and the check every call's arguments pass before any is used (wrong type, out of range,
-too long, unknown) are both made from the declaration, so they cannot disagree. A
-refused argument is one ``ToolError``: the argument named, what is wrong, how to fix it."""
+too long, unknown, a string holding a control character such as NUL) are both made
+from the declaration, so they cannot disagree: every string a tool is given passes
+``_check_one`` once, here, before any path or query is made of it. A refused argument
+is one ``ToolError``: the argument named, what is wrong, how to fix it."""
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from timeline.errors import TimelineError
@@ -13,6 +16,7 @@ MAX_TEXT = 4096  # characters of one string argument (a launch list, a change, a
 MAX_SQL = 20_000  # characters of one SQL query
 MAX_ITEMS = 4096  # items of one list argument (steps, layers, ranks, changes)
 MAX_INT = 1 << 40  # the largest step, layer or rank a slot header can hold
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # control characters (tab, newline, return allowed)
 
 
 class ToolError(TimelineError):
@@ -88,6 +92,10 @@ def _check_one(tool: str, p: Param, v):
     if p.kind == "string":
         if len(v) > (p.hi or MAX_TEXT):
             raise ToolError(f"{where}: {len(v):,} characters, at most {int(p.hi or MAX_TEXT):,}", p.name)
+        bad = CONTROL.search(v)
+        if bad:
+            raise ToolError(f"{where}: holds the control character {bad.group(0)!r} at character {bad.start():,}: "
+                            "give plain text (no NUL or other control character; tab and newline are allowed)", p.name)
         if p.choices and v not in p.choices:
             raise ToolError(f"{where}: {_short(v)} is not one of {list(p.choices)}", p.name)
     elif p.kind in ("integer", "number"):
@@ -134,4 +142,4 @@ def _short(v, n: int = 60) -> str:
     return r if len(r) <= n else r[:n] + f"... ({len(r):,} characters)"
 
 
-__all__ = ["MAX_INT", "MAX_ITEMS", "MAX_SQL", "MAX_TEXT", "Param", "ToolError", "check", "schema"]
+__all__ = ["CONTROL", "MAX_INT", "MAX_ITEMS", "MAX_SQL", "MAX_TEXT", "Param", "ToolError", "check", "schema"]

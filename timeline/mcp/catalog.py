@@ -47,17 +47,35 @@ def info(ctx, name: str) -> dict:
     return out
 
 
+def _detail(ctx, name: str) -> dict | None:
+    """What ``list_sources`` says of an opened source, or None when it cannot be read
+    (then ``Sources.skip`` notes why: one bad file never fails the whole listing)."""
+    from timeline.errors import TimelineError
+
+    e = ctx.sources.entries[name]
+    try:
+        _, src = ctx.sources.get(name)
+        return {**src.about(), "launches": src.times().num_rows, "ranks": src.ranks(),
+                "reproduce": line(["launches", e.path])}
+    except (TimelineError, OSError) as err:
+        if name in ctx.sources.entries:  # an OSError: get noted nothing
+            ctx.sources.skip(name, " ".join(str(err).split())[:500])
+        return None
+
+
 def t_list_sources(ctx, a):
     rows = []
     for i, name in enumerate(ctx.sources.names()):
         e = ctx.sources.entries[name]
         row = {"name": e.name, "path": e.path, "kind": e.kind, "info": info_uri(e.name)}
         if i < MAX_DETAILED:
-            _, src = ctx.sources.get(name)
-            row.update(src.about(), launches=src.times().num_rows,
-                       ranks=src.ranks(), reproduce=line(["launches", e.path]))
+            more = _detail(ctx, name)
+            if more is None:
+                continue
+            row.update(more)
         rows.append(row)
-    doc = {"schema": "timeline.sources/1", "sources": rows, "root": ctx.sources.root}
+    skipped = [{"name": n, "why": w} for n, w in sorted(ctx.sources.skipped.items())]
+    doc = {"schema": "timeline.sources/1", "sources": rows, "skipped": skipped, "root": ctx.sources.root}
     note = "each source's reproduce line prints its launches document (its kind, kernel, synthetic and launches)"
     return doc, call_line(ctx, "list_sources", a), {"columns": [], "rows": [], "sql": None, "truncated": None,
                                                     "note": note}, []
@@ -65,7 +83,7 @@ def t_list_sources(ctx, a):
 
 def t_schema(ctx, a):
     from timeline.contract import schema as S
-    from timeline.run import layout as RL
+    from timeline.mcp import sandbox as SB
 
     e, src = ctx.sources.get(a["source"])
     spec = src.spec()
@@ -73,8 +91,8 @@ def t_schema(ctx, a):
            "launch_key_sql": MS.KEY_SQL[e.kind], "phases": list(spec.phases),
            "intervals": list(S.interval_names(spec.phases)), "wait": list(spec.wait or ()),
            "marks": list(spec.marks or ()), "meanings": MT.phase_meanings(),
-           "limits": {"max_rows": ctx.max_rows, "time_limit_s": ctx.time_limit,
-                      "memory_budget_bytes": RL.memory_budget(), "statements": "one SELECT"},
+           "limits": {"max_rows": ctx.max_rows, "max_bytes": MS.MAX_BYTES, "time_limit_s": ctx.time_limit,
+                      "process_bytes": SB.RSS_LIMIT, "duckdb_memory_mb": SB.DUCKDB_MB, "statements": "one SELECT"},
            "notes": ["a run's views: timeline.run.views (docs/RUN.md); a trace file's tables: docs/FORMAT.md section 4, "
                      "each with its launch's printed key (`key`)",
                      f"a row's launch key in SQL: {MS.KEY_SQL[e.kind]}"]}
@@ -83,11 +101,11 @@ def t_schema(ctx, a):
 
 
 def t_sql(ctx, a):
-    e, src = ctx.sources.get(a["source"])
+    e = ctx.sources.entry(a["source"])
     limit = min(a["max_rows"] or ctx.max_rows, ctx.max_rows)
-    r = MS.run(ctx.connection(e, src), a["query"], ctx.inside(e), max_rows=limit, time_limit=ctx.time_limit)
+    r = ctx.sql(e, a["query"], limit)
     doc = {"schema": "timeline.sql/1", "source": e.name, "kind": e.kind, "query": a["query"], **r,
-           "limits": {"max_rows": limit, "time_limit_s": ctx.time_limit}}
+           "limits": {"max_rows": limit, "max_bytes": MS.MAX_BYTES, "time_limit_s": ctx.time_limit}}
     return doc, call_line(ctx, "sql", a), {"columns": [], "rows": [], "sql": a["query"], "truncated": None,
                                            "note": "the rows are the evidence"}, []
 

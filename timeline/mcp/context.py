@@ -18,13 +18,18 @@ from pathlib import Path
 
 from timeline.errors import TimelineError
 from timeline.mcp import evidence as EV
+from timeline.mcp import paths as MP
 from timeline.mcp import sql as MS
 from timeline.mcp.args import ToolError, check
 from timeline.mcp.catalog import CATALOG
 from timeline.mcp.tools import TOOLS, bounded
 
 DOC_ROWS = 500  # rows of one list of a tool's document (the rest counted: "truncated: N more rows")
-ALL = {**CATALOG, **TOOLS}
+ANSWER_BYTES = 4 << 20  # JSON bytes of one answer: its lists cut further until it fits
+ALL = {  # every tool: {name: (description, params, function)}; a module of tools adds its dict here
+    **CATALOG,
+    **TOOLS,
+}
 ADDED = ("reproduce", "evidence", "cannot_establish", "truncated")  # what the envelope adds to a command's document
 
 
@@ -46,6 +51,35 @@ class Context:
         self.sources, self.argv = sources, list(argv)
         self.max_rows, self.time_limit, self.doc_rows = max_rows, time_limit, doc_rows
         self.lock = threading.Lock()
+        self.sandbox = None  # the sql tool's worker (timeline.mcp.sandbox), started by the first query
+        self.places = MP.places(sources)
+
+    def warm(self) -> None:
+        """The sql tool's worker started now (the server's start, not the first query, pays its start)."""
+        from timeline.mcp.sandbox import Sandbox
+
+        if self.sandbox is None:
+            self.sandbox = Sandbox()
+            self.sandbox.start()
+
+    def sql(self, e, query: str, max_rows: int) -> dict:
+        """``query`` on source ``e`` in the sandbox's worker (``timeline.mcp.sandbox``):
+        its result, or its refusal as a ``ToolError`` naming ``query``."""
+        from timeline.mcp.sandbox import Sandbox
+
+        if self.sandbox is None:
+            self.sandbox = Sandbox()
+        reply = self.sandbox.query({"path": e.path, "stamp": self.sources.stamp(e), "query": query,
+                                    "inside": [str(p) for p in self.inside(e)], "max_rows": max_rows,
+                                    "max_bytes": MS.MAX_BYTES, "time_limit": self.time_limit}, self.time_limit)
+        if "error" in reply:
+            raise ToolError(reply["error"], reply.get("argument"))
+        return reply["ok"]
+
+    def close(self) -> None:
+        """The sandbox's worker ended."""
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     def inside(self, e) -> list:
         """The resolved paths a source's messages may name."""
@@ -66,17 +100,18 @@ class Context:
             return EV.none(f"evidence not read: {err}")
 
     def scrub(self, message: str) -> str:
-        """``message`` with any path outside every source replaced."""
+        """``message`` with any path outside every source replaced, and the server's own
+        absolute paths by the names its command line gave (``timeline.mcp.paths``)."""
         tops = [Path(e.path).resolve() for e in self.sources.entries.values()]
         if self.sources.root:
             tops.append(Path(self.sources.root).resolve())
-        return MS.scrub(message, tops)
+        return MP.public(MS.scrub(message, tops), self.places)
 
     def call(self, name, arguments) -> tuple:
         """``(result, is_error)`` of tool ``name`` with ``arguments`` (decoded JSON)."""
         with self.lock:
             try:
-                return self._call(name, arguments), False
+                return MP.public_doc(self._call(name, arguments), self.places), False
             except ToolError as e:
                 return self.error(name, e.argument, str(e), e), True
             except TimelineError as e:
@@ -102,7 +137,7 @@ class Context:
                "cannot_establish": list(dict.fromkeys([*doc.get("cannot_establish", []), *cannot]))}
         if name == "sql":  # its rows are bounded by its own limits, and said so
             return out
-        return bounded(out, self.doc_rows)
+        return _fitted(out, self.doc_rows)
 
     def error(self, tool, argument, message: str, e: BaseException) -> dict:
         return {"error": {"tool": tool if isinstance(tool, str) else None, "argument": argument,
@@ -124,4 +159,20 @@ class Context:
         raise ToolError(f"no resource {uri[:200]!r}: resources/list lists them", "uri")
 
 
-__all__ = ["ADDED", "ALL", "Context", "DOC_ROWS", "argument_of"]
+def _fitted(out: dict, rows: int) -> dict:
+    """``out`` with its lists cut to ``rows`` (``tools.bounded``), and shorter still
+    until its JSON holds at most ``ANSWER_BYTES``: a ``ToolError`` when even one row
+    of each does not fit."""
+    import json
+
+    while True:
+        doc = bounded(dict(out), rows)
+        if len(json.dumps(doc, ensure_ascii=False, default=str).encode()) <= ANSWER_BYTES:
+            return doc
+        if rows <= 1:
+            raise ToolError(f"the answer holds more than {ANSWER_BYTES:,} JSON bytes even cut to one row per list: "
+                            "narrow the selection (launch, step, layer, rank)", "launch")
+        rows //= 4
+
+
+__all__ = ["ADDED", "ALL", "ANSWER_BYTES", "Context", "DOC_ROWS", "argument_of"]

@@ -88,6 +88,7 @@ def serve(ctx) -> None:
 
     _, _, stdio_server = _sdk()
     server = build(ctx)
+    ctx.warm()
 
     async def main():
         async with stdio_server() as (read, write):

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from timeline.errors import TimelineError
 from timeline.mcp.args import ToolError
 
 MAX_SOURCES = 1000  # sources found under a root: a listing stays readable
@@ -48,12 +49,14 @@ def _inside(path: Path, top: Path) -> bool:
     return path == top or top in path.parents
 
 
-def discover(root: str) -> list:
+def discover(root: str, skipped: dict | None = None) -> list:
     """The sources under ``root`` (its trace files and run directories, a run not
     searched inside), by name relative to it; symlinks followed only where they stay
-    inside."""
+    inside. A file of a trace's extension that is no trace goes into ``skipped``
+    (name: why), not into the sources."""
     top = Path(root).resolve()
     out = []
+    skipped = {} if skipped is None else skipped
     for here, dirs, files in os.walk(root, followlinks=False):
         rel = Path(here).relative_to(root)
         depth = len(rel.parts)
@@ -69,11 +72,22 @@ def discover(root: str) -> list:
         dirs[:] = keep
         for f in sorted(files):
             p = Path(here) / f
-            if _inside(p.resolve(), top) and kind_of(p) == "trace":
+            if not _inside(p.resolve(), top):
+                continue
+            if kind_of(p) == "trace":
                 out.append(Entry(str(rel / f), os.path.join(root, rel, f) if depth else os.path.join(root, f), "trace"))
+            elif _trace_named(p):
+                skipped[str(rel / f)] = "not a trace file: its first bytes are neither Arrow IPC nor Parquet"
         if len(out) >= MAX_SOURCES:
             break
     return sorted(out[:MAX_SOURCES])
+
+
+def _trace_named(path: Path) -> bool:
+    """Whether ``path`` is a file named as a trace file is (by its extension)."""
+    from timeline.core.trace import TRACE_EXTENSIONS
+
+    return path.is_file() and path.suffix.lower() in TRACE_EXTENSIONS
 
 
 def _outside_form(name: str) -> bool:
@@ -89,6 +103,7 @@ class Sources:
     def __init__(self, given=(), root: str | None = None):
         self.root = root
         self.entries: dict = {}
+        self.skipped: dict = {}  # name: why (a file under the root that is no source, a source that failed to open)
         self._open: dict = {}
         self._allowed = []  # resolved paths a source may lie at or below
         for g in given:
@@ -104,13 +119,21 @@ class Sources:
             if not Path(root).is_dir():
                 raise ToolError(f"--root {root!r} is not a directory", "--root")
             self._allowed.append(Path(root).resolve())
-            for e in discover(root):
+            for e in discover(root, self.skipped):
                 self.entries.setdefault(e.name, e)
         if not self.entries and root is None:
             raise ToolError("no source: give trace files or runs, or --root DIR", "SOURCE")
 
     def names(self) -> list:
+        """The names of the sources (those found unreadable included: ``skip`` drops them)."""
         return sorted(self.entries)
+
+    def skip(self, name: str, why: str) -> None:
+        """Note that source ``name`` could not be opened (``why``: its error line): listed
+        under ``skipped``, no longer among the sources; a tool naming it gets ``why``."""
+        self.entries.pop(name, None)
+        self._open.pop(name, None)
+        self.skipped[name] = why
 
     def entry(self, name, argument: str = "source") -> Entry:
         """The source named ``name``, or a ``ToolError`` naming ``argument`` (a name of the
@@ -119,6 +142,8 @@ class Sources:
             raise ToolError(f"argument {argument!r}: give a source name (list_sources lists them)", argument)
         if name in self.entries:
             return self.entries[name]
+        if name in self.skipped:
+            raise ToolError(f"argument {argument!r}: source {name[:200]!r} is skipped: {self.skipped[name]}", argument)
         if _outside_form(name):
             raise ToolError(f"argument {argument!r}: a path outside this server's sources is refused; give a name "
                             "list_sources lists", argument)
@@ -153,7 +178,13 @@ class Sources:
         stamp = self.stamp(e)
         held = self._open.get(e.name)
         if held is None or held[0] != stamp:
-            self._open[e.name] = (stamp, open_source(e.path), {})
+            try:
+                self._open[e.name] = (stamp, open_source(e.path), {})
+            except TimelineError as err:
+                if not isinstance(err, ToolError):
+                    self.skip(e.name, " ".join(str(err).split())[:500])
+                raise ToolError(f"argument {argument!r}: source {e.name[:200]!r} cannot be read: "
+                                f"{' '.join(str(err).split())}", argument) from None
         return e, self._open[e.name][1]
 
     def cache(self, name) -> dict:

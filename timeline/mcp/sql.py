@@ -14,9 +14,6 @@ path in it outside the source replaced."""
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import json
 import re
 import threading
 import time
@@ -29,7 +26,6 @@ from timeline.mcp.args import ToolError
 ROW_LIMIT = 1000  # rows a result keeps by default
 TIME_LIMIT_S = 10.0  # seconds a query may run
 MAX_BYTES = 1 << 20  # JSON bytes of one result's rows
-MAX_CELL = 2000  # characters of one text cell
 VIEWS = ("tasks", "intervals", "launches", "stages", "anomalies")
 KEY_MACRO = ("CREATE MACRO launch_key(step, layer, capture, launch) AS CASE WHEN step IS NOT NULL AND layer IS NOT "
              "NULL THEN CAST(step AS VARCHAR) || ':' || CAST(layer AS VARCHAR) WHEN capture IS NOT NULL THEN capture "
@@ -73,9 +69,10 @@ def _quoted(paths) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
-def connect(src, threads: int | None = None):
+def connect(src, threads: int | None = None, memory_mb: int | None = None):
     """The sandboxed connection of ``src`` (a ``timeline.query.source.Source``): its
-    views, the ``launch_key`` macro, external access off, the configuration locked."""
+    views, the ``launch_key`` macro, external access off, the configuration locked;
+    ``memory_mb`` DuckDB's memory limit (default: the run's memory budget)."""
     import duckdb
 
     from timeline.run import layout as RL
@@ -93,6 +90,8 @@ def connect(src, threads: int | None = None):
             con.register(name, table)
         files = []
     con.execute(KEY_MACRO)
+    if memory_mb:
+        con.execute(f"SET memory_limit = '{int(memory_mb)}MB'")
     for setting in ("python_enable_replacements = false", "autoinstall_known_extensions = false",
                     "autoload_known_extensions = false", "temp_directory = ''", "secret_directory = ''",
                     "extension_directory = ''", "home_directory = ''",
@@ -135,76 +134,64 @@ def statement(con, query: str, inside) -> str:
         raise ToolError(f"sql: argument 'query' holds {len(stmts)} statements: give one SELECT", "query")
     kind = stmts[0].type
     if kind != duckdb.StatementType.SELECT:
-        raise ToolError(f"sql: argument 'query' is a {kind.name} statement: only one read-only SELECT runs here "
+        raise ToolError(f"sql: argument 'query' is no SELECT but {kind.name}: only one read-only SELECT runs here "
                         "(WITH ... SELECT, FROM ..., DESCRIBE, SHOW, SUMMARIZE and VALUES are SELECTs)", "query")
     return query
 
 
-def _cell(v):
-    """One value as JSON can hold it, bounded: bytes by their length, long text cut,
-    NaN / infinity null, times and decimals as text."""
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return f"<{len(v):,} bytes>"
-    if isinstance(v, str):
-        return v if len(v) <= MAX_CELL else v[:MAX_CELL] + f"... ({len(v):,} characters)"
-    if isinstance(v, float):
-        return None if v != v or v in (float("inf"), float("-inf")) else v
-    if isinstance(v, (datetime.date, datetime.time, datetime.timedelta, decimal.Decimal)):
-        return str(v)
-    if isinstance(v, dict):
-        return {str(k): _cell(x) for k, x in list(v.items())[:100]}
-    if isinstance(v, (list, tuple)):
-        return [_cell(x) for x in v[:100]] + ([f"... {len(v) - 100:,} more"] if len(v) > 100 else [])
-    return v
-
-
 def run(con, query: str, inside, *, max_rows: int = ROW_LIMIT, time_limit: float = TIME_LIMIT_S,
-        max_bytes: int = MAX_BYTES) -> dict:
+        max_bytes: int = MAX_BYTES, stated: float | None = None) -> dict:
     """``query`` (checked: one SELECT) on ``con``: ``columns``, ``rows`` (lists, at most
-    ``max_rows`` and ``max_bytes`` of JSON), ``truncated`` ("truncated: N more rows",
-    or None), ``elapsed_s``; stopped at ``time_limit`` s (a ``ToolError`` when nothing
-    came back by then)."""
+    ``max_rows`` and ``max_bytes`` of JSON, each cell bounded before it is converted:
+    ``timeline.mcp.rows``), ``truncated`` ("truncated: N more rows", or None),
+    ``elapsed_s``; DuckDB interrupted at ``time_limit`` s (a ``ToolError`` when nothing
+    came back by then; ``stated``: the limit its messages name, when the call's whole
+    limit was longer than what was left of it)."""
     import duckdb
+
+    from timeline.mcp import rows as MR
 
     q = statement(con, query, inside)
     timer = threading.Timer(time_limit, con.interrupt)
     t0 = time.perf_counter()
-    kept, more, size, stopped = [], 0, 0, False
+    taken, stopped, reader = MR.Taken(), False, None
     timer.start()
     try:
-        reader = con.sql(q).to_arrow_reader(2048)
+        reader = con.sql(q).to_arrow_reader(1024)
         columns = [{"name": f.name, "type": str(f.type)} for f in reader.schema]
-        for batch in reader:
-            if len(kept) >= max_rows:
-                more += batch.num_rows
-                continue
-            rows = [[_cell(v) for v in r.values()] for r in batch.to_pylist()]
-            for r in rows:
-                n = len(json.dumps(r, default=str))
-                if len(kept) < max_rows and size + n <= max_bytes:
-                    kept.append(r)
-                    size += n
-                else:
-                    more += 1
-    except (duckdb.InterruptException, OSError) as e:
+        MR.take(reader, max_rows, max_bytes, taken)
+    except (duckdb.InterruptException, pa.ArrowException, OSError) as e:
         if "INTERRUPT" not in str(e).upper() and not isinstance(e, duckdb.InterruptException):
-            raise
+            if isinstance(e, MemoryError) and "Out of Memory Error" not in str(e):
+                raise  # Arrow's own allocation failed: the caller says so
+            raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(_first(e), inside)}", "query") from None
         stopped = True
-        if not kept:
-            raise ToolError(f"sql: argument 'query' ran past the time limit of {time_limit:g} s and was stopped: "
+        if not taken.rows:
+            raise ToolError(f"sql: argument 'query' ran past the time limit of {stated or time_limit:g} s and was stopped: "
                             "narrow it (WHERE step = ..., a LIMIT, fewer joins)", "query") from None
     except duckdb.Error as e:
-        raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(str(e).splitlines()[0], inside)}",
-                        "query") from None
+        raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(_first(e), inside)}", "query") from None
     finally:
         timer.cancel()
-    truncated = None
+        if reader is not None:
+            reader.close()
+    return {"columns": columns, "rows": taken.rows, "row_count": None if stopped else len(taken.rows) + taken.more,
+            "truncated": _truncated(taken, stopped, stated or time_limit, max_bytes), "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def _first(e: BaseException) -> str:
+    """An error's first line (DuckDB's errors through Arrow's stream arrive as ``OSError``)."""
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def _truncated(taken, stopped: bool, time_limit: float, max_bytes: int) -> str | None:
+    """What a result lost: "truncated: N more rows", and why when it was not the row limit."""
     if stopped:
-        truncated = f"truncated: at least {more:,} more rows (counting stopped at the {time_limit:g} s time limit)"
-    elif more:
-        truncated = f"truncated: {more:,} more rows"
-    return {"columns": columns, "rows": kept, "row_count": len(kept) + more if not stopped else None,
-            "truncated": truncated, "elapsed_s": round(time.perf_counter() - t0, 3)}
+        return f"truncated: at least {taken.more:,} more rows (counting stopped at the {time_limit:g} s time limit)"
+    if not taken.more:
+        return None
+    why = f" (past the answer's budget of {max_bytes:,} JSON bytes)" if taken.why == "bytes" else ""
+    return f"truncated: {taken.more:,} more rows{why}"
 
 
 def describe(con) -> dict:

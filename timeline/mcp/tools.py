@@ -302,6 +302,32 @@ def t_gate(ctx, a):
     return doc, line(argv), ev, cannot
 
 
+def t_changes(ctx, a):
+    from timeline.query import changes as QCH
+
+    e, src = ctx.sources.get(a["source"])
+    level, level_argv = _level(a)
+    doc = QCH.changes(src, a["rank"], level=level, explain=not a["no_explain"], source_text=shlex.quote(e.path))
+    argv = ["changes", e.path, *(["--rank", ",".join(map(str, a["rank"]))] if a["rank"] else []), *level_argv]
+    argv += ["--no-explain"] if a["no_explain"] else []
+    ev = EV.none("the search reads the run's per-launch and per-(rank, stage) summaries; each change point's "
+                 "reproduce line prints its shift and culprit")
+    return doc, line(argv), ev, [doc["why_none"]] if doc["steps"] < QCH.MIN_STEPS else []
+def t_chip(ctx, a):
+    from timeline.query import chip as QCP
+
+    e, src = ctx.sources.get(a["source"])
+    level, level_argv = _level(a)
+    ask = QCP.Ask(keys_of(a["launch"]), a["across"], level, bool(a["units"]))
+    doc = QCP.chip(src, selection(a, launches=False), ask, source_text=shlex.quote(e.path))
+    argv = ["chip", e.path, *sel_argv(a), *level_argv] + (["--across", a["across"]] if a["across"] is not None else [])
+    keys = [d["launch"] for d in doc["launches"]]
+    ev = ctx.evidence(e, src, EV.extent_sql(src.kind, src.spec().phases, keys),
+                      "the first and last stamp of each reported launch: its window, whose end the tail reaches")
+    cannot = [d["rebalance_note"] for d in doc["launches"] if d["rebalance_note"]][:1]
+    return doc, line(argv + (["--units"] if a["units"] else [])), ev, cannot
+
+
 SEL = SELECTION
 CONFIDENCE = Param("confidence", "string", "the confidence level of every interval and test: 95% or 0.95 (default 95%)", hi=32)
 TOOLS = {  # name: (description, params, function)
@@ -350,6 +376,18 @@ TOOLS = {  # name: (description, params, function)
               Param("fail_over", "string", "the threshold: 5% or 0.05", required=True, hi=32),
               Param("stage", "string", "gate this stage's span, not the kernel time", hi=256), *SEL, CONFIDENCE),
              t_gate),
+    "changes": ("When a run got slower or faster: change points over its steps (each step with its uncertainty, the "
+                "layers and ranks it touches, the kernel time's shift with its interval, the culprit of explain's A/B "
+                "path on the segments) and slow drifts (timeline.changes/1; `timeline changes --json`).",
+                (SOURCE, Param("rank", "integers", "only these ranks"),
+                 Param("no_explain", "boolean", "the search and its statistics only, no culprit"), CONFIDENCE),
+                t_changes),
+    "chip": ("Where on the chip a launch's time went (default: the typical and the slowest launch): per XCD / SE / "
+             "CU or SM busy, waiting and idle, each level's imbalance, the grid's tail, each stage's span against its "
+             "busiest unit, the slow unit with its interval, what rebalancing saves by the replay, and units slow "
+             "across launches (timeline.chip/1; `timeline chip --json`).",
+             (SOURCE, *SEL, Param("across", "integer", "launches read for the units slow across launches (0: none)",
+                                  lo=0, hi=64), Param("units", "boolean", "every unit's row too"), CONFIDENCE), t_chip),
 }
 
 

@@ -63,11 +63,10 @@ def _stage_shifts(rows_a, keys_a: list, rows_b, keys_b: list, level: float) -> d
     """``{stage: stats.Shift}`` of each stage in both: B - A of its span per launch (the
     median over the launch's ranks), by step blocks where the launches carry them."""
     def per_launch(rows, keys):
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         names = [str(k) for k in keys]
-        launch = R.numpy(R.filled(pc.index_in(rows.column("key"), value_set=pa.array(names, pa.string())), -1))
+        launch = R.numpy(R.filled(pc.index_in(rows.column("key"), value_set=R.strings(names)), -1))
         stage = pc.dictionary_encode(rows.column("stage")).combine_chunks()
         codes, stages = R.numpy(stage.indices), stage.dictionary.to_pylist()
         span = LA.floats(rows.column("span_us")) * 1e3

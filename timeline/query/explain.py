@@ -218,8 +218,19 @@ def _explain(src, pool, sel: Selection, ask: Ask, cmd_src: str, base_key=None) -
         verdict = "no launch to explain in this selection"
     across = _across(src, pool, kernel, side, side.noise_ns, side.typical_ns, ask.across, "typical", ask.level) \
         if ask.across and side.typical is not None else None
-    return XR.document(src.about(), trace, cmds, _slow_rows(pool, kernel, side.typical_ns, side.noise_ns),
-                       explained, skews, typical, verdict=verdict, across=across, alignment=al)
+    doc = XR.document(src.about(), trace, cmds, _slow_rows(pool, kernel, side.typical_ns, side.noise_ns),
+                      explained, skews, typical, verdict=verdict, across=across, alignment=al)
+    return _with_units(doc, traces, ask.level)
+
+
+def _with_units(doc: dict, traces: list, level: float) -> dict:
+    """Each explained launch's record with ``unit_culprit``: the hardware unit that ran
+    its tasks slower (``chip_rebalance.unit_culprit``), None where none is named."""
+    from timeline.analysis import chip_rebalance as RB
+
+    for e, t in zip(doc["explained"], traces):
+        e["unit_culprit"] = RB.unit_culprit(t, level)
+    return doc
 
 
 def _baseline_pool(a, ask: Ask, sel: Selection):
@@ -343,8 +354,9 @@ def _explain_ab(src, pool, sel: Selection, ask: Ask, cmd_src: str) -> dict:
     timed = int((~np.isnan(kb)).sum())
     typical = {"kernel_us": XR._us(LA.typical_ns(kb)), "noise_us": XR._us(LA.noise_ns(kb)),
                "from": f"the median of {timed} launches of B", "launches": timed}
-    return XR.document(src.about(), trace_b, cmds, _slow_rows(pool, kb, side_a.typical_ns, noise), explained, skews,
-                       typical, verdict=verdict, baseline=baseline, across=across, alignment=al)
+    doc = XR.document(src.about(), trace_b, cmds, _slow_rows(pool, kb, side_a.typical_ns, noise), explained, skews,
+                      typical, verdict=verdict, baseline=baseline, across=across, alignment=al)
+    return _with_units(doc, traces, ask.level)
 
 
 def _level_option(level: float) -> str:

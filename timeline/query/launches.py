@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.analysis import launches as LA
+from timeline.core import rows as R
 from timeline.query.source import Selection, key_column, options
 
 SCHEMA = "timeline.launches/1"
@@ -48,7 +49,7 @@ def slowest_first(times: pa.Table, n: int | None = None) -> pa.Table:
     order = LA.slowest(LA.kernel(times), times.num_rows)
     seen = set(order)
     order += [i for i in range(times.num_rows) if i not in seen]
-    return times.take(pa.array(order[:n] if n else order, pa.int64()))
+    return times.take(R.arrow(np.asarray(order[:n] if n else order, np.int64)))  # not pa.array: it imports pandas
 
 
 def launches(src, sel: Selection = Selection(), *, slowest: int | None = None, by_rank: bool = False,
@@ -65,7 +66,7 @@ def launches(src, sel: Selection = Selection(), *, slowest: int | None = None, b
             [str(src.loaded.launch_keys[int(x)]) for x in rr.column("trace_launch").to_pylist()], pa.string())
         want = {str(k) for k in s.keys}
         keep = np.array([k in want for k in keys.to_pylist()], dtype=bool)
-        rr = rr.append_column("key", keys).filter(pa.array(keep))
+        rr = rr.append_column("key", keys).filter(R.arrow(keep))
         out_rows = sorted(({"launch": r["key"], "rank": r["rank"], "kernel_us": us(r["kernel_ns"]),
                             "anomalies": r["anomalies"]} for r in rr.to_pylist()), key=lambda r: -(r["kernel_us"] or -1))
         out_rows = out_rows[:slowest] if slowest else out_rows

@@ -7,10 +7,12 @@ every number by ``timeline.analysis.launches``' definitions."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline.analysis import launches as LA
+from timeline.core import rows as R
 from timeline.query import launches as QL
 from timeline.query.source import QueryError
 
@@ -40,7 +42,7 @@ def run_summary(src, sel, worst: int = 5) -> dict:
     top = LA.slowest(LA.kernel(times), worst)
     return {**src.about(), "report": "run_stage_summary", "launches": times.num_rows,
             "pairs": len(set(zip(stages.column("rank").to_pylist(), stages.column("key").to_pylist()))),
-            "rows": json_rows(table), "worst": QL.rows(times.take(pa.array(top, pa.int64()))),
+            "rows": json_rows(table), "worst": QL.rows(times.take(R.arrow(np.asarray(top, np.int64)))),
             "kernel_time": QL.stats(times)}
 
 
@@ -108,14 +110,14 @@ def p99(src, sel) -> dict:
     if at99 is None:
         raise QueryError(f"{src.name} has no timed launch in this selection")
     keys = LA.keys(times)
-    pick = sel._replace(times=times.take(pa.array([at99], pa.int64())), keys=[keys[at99]])
+    pick = sel._replace(times=times.take(R.arrow(np.asarray([at99], np.int64))), keys=[keys[at99]])
     path = src.map(pick, "critical_path")[0]
-    rows = src.stage_rows(sel._replace(times=times.take(pa.array([at50, at99], pa.int64())),
+    rows = src.stage_rows(sel._replace(times=times.take(R.arrow(np.asarray([at50, at99], np.int64))),
                                        keys=[keys[at50], keys[at99]]))
     drop = [c for c in ("step", "layer", "capture", "append") if c in rows.column_names]
 
     def of(key):
-        return rows.filter(pc.equal(rows.column("key"), str(key))).drop_columns(drop + ["key"])
+        return rows.filter(pc.equal(rows.column("key"), R.scalar(str(key), pa.string()))).drop_columns(drop + ["key"])
 
     delta = C.compare_table(C.median_per_stage(of(keys[at50])), C.median_per_stage(of(keys[at99])))
     shares = E.path_shares(path) if path.num_rows and "via" in path.column_names else \

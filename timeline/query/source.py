@@ -302,6 +302,9 @@ class TraceSource(Source):
                                                        rows.column("launch").to_pylist()], pa.string()))
 
 
+LAUNCHES_KEPT, ROWS_KEPT = 32, 4_000_000  # a run source's launches kept once read, and their task rows at most
+
+
 class RunSource(Source):
     """A run directory (``timeline.run``), opened once: a damaged part is a ``RunError``
     naming it, or with ``Options.skip_damaged`` left out and named in ``notes``."""
@@ -318,6 +321,7 @@ class RunSource(Source):
             raise QueryError("--scheduler names a Dask cluster: give --engine dask too")
         self.run = open_run(path, on_damage="skip" if opts.skip_damaged else "raise")
         self.notes = [f"part {p} left out: {why}" for p, why in self.run.damaged]
+        self._read: dict = {}  # (key, ranks) -> Trace: the launches read, each once
 
     def head(self) -> str:
         from timeline.query.titles import run_head
@@ -350,9 +354,21 @@ class RunSource(Source):
         return t.filter(stages=sel.stages) if sel.stages else t
 
     def launch(self, key: KY.LaunchKey, ranks=None):
+        """Launch ``key``'s Trace, read once per source (a typical side's launches and the
+        launch explained are often the same; the last ``LAUNCHES_KEPT``, ``ROWS_KEPT`` rows at
+        most, are kept)."""
         from timeline.run.launchset import launch_of
 
-        return launch_of(self.run, tuple(key), ranks)
+        at = (tuple(key), None if ranks is None else tuple(ranks))
+        trace = self._read.get(at)
+        if trace is None:
+            trace = launch_of(self.run, at[0], ranks)
+            while self._read and (len(self._read) >= LAUNCHES_KEPT or sum(
+                    t.tasks.num_rows for t in self._read.values()) + trace.tasks.num_rows > ROWS_KEPT):
+                self._read.pop(next(iter(self._read)))
+            if trace.tasks.num_rows <= ROWS_KEPT:
+                self._read[at] = trace
+        return trace
 
     def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
         from timeline.run import engine as EN
@@ -364,7 +380,7 @@ class RunSource(Source):
 
     def _rank_rows_of(self, sel: Selected) -> pa.Table:
         rows = self.rank_rows(sel.ranks)
-        return rows.filter(pc.is_in(key_column(rows), value_set=pa.array([str(k) for k in sel.keys], pa.string())))
+        return rows.filter(pc.is_in(key_column(rows), value_set=R.strings([str(k) for k in sel.keys])))
 
     def stage_rows(self, sel: Selected) -> pa.Table:
         rows = self.run.stages(rank=sel.ranks)
@@ -372,9 +388,9 @@ class RunSource(Source):
             raise QueryError(f"{self.name} is empty: no stage report to read")
         keys = key_column(rows)
         rows = rows.append_column("key", keys)
-        rows = rows.filter(pc.is_in(keys, value_set=pa.array([str(k) for k in sel.keys], pa.string())))
+        rows = rows.filter(pc.is_in(keys, value_set=R.strings([str(k) for k in sel.keys])))
         if sel.stages:
-            rows = rows.filter(pc.is_in(rows.column("stage"), value_set=pa.array(sel.stages, pa.string())))
+            rows = rows.filter(pc.is_in(rows.column("stage"), value_set=R.strings(list(sel.stages))))
         return rows
 
 
@@ -385,17 +401,17 @@ def key_column(table: pa.Table) -> pa.Array:
     back to the rows."""
     n = table.num_rows
     if n == 0:
-        return pa.array([], pa.string())
+        return R.strings([])
     cols = [table.column(c) for c in ("step", "layer", "capture", "launch")]
     step, layer = (R.numpy(R.filled(c, 0)).astype(np.int64) for c in cols[:2])
     headed = R.numpy(cols[0].is_valid()) & R.numpy(cols[1].is_valid())
-    cap = R.numpy(pc.fill_null(pc.dictionary_encode(cols[2]).combine_chunks().indices, -1)).astype(np.int64)
+    cap = R.numpy(R.filled(pc.dictionary_encode(cols[2]).combine_chunks().indices, -1)).astype(np.int64)
     slot = R.numpy(R.filled(cols[3], -1)).astype(np.int64)
     code = np.where(headed, step * (1 << 24) + layer, -1 - ((cap + 1) * (1 << 32) + (slot + 1)))  # one int a launch
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    values = [c.take(pa.array(first)).to_pylist() for c in cols]
-    printed = pa.array([str(KY.of(*k)) for k in zip(*values)], pa.string())
-    return printed.take(pa.array(inverse.reshape(-1)))
+    values = [c.take(R.arrow(first)).to_pylist() for c in cols]  # R.*, not pa.array: that imports pandas
+    printed = R.strings([str(KY.of(*k)) for k in zip(*values)])
+    return printed.take(R.arrow(inverse.reshape(-1)))
 
 
 __all__ = ["Options", "QueryError", "RunSource", "Selected", "Selection", "Source", "TraceSource", "is_run",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from timeline.core import rows as R
 from timeline.run import launchset
 from timeline.run import layout as RL
 
@@ -44,9 +45,11 @@ def key_columns(key) -> dict:
     from timeline.core import launchkey as KY
 
     step, layer, capture, slot = key
-    return {"launch": pa.scalar(str(KY.of(step, layer, capture, slot)), pa.string()),
-            "step": pa.scalar(step, pa.int64()), "layer": pa.scalar(layer, pa.int32()),
-            "capture": pa.scalar(capture, pa.string()), "slot": pa.scalar(slot, pa.int32())}
+    def of(v, t):  # R.scalar, not pa.scalar (that imports pandas); a null stays one
+        return pa.nulls(1, t)[0] if v is None else R.scalar(v, t)
+
+    return {"launch": of(str(KY.of(step, layer, capture, slot)), pa.string()), "step": of(step, pa.int64()),
+            "layer": of(layer, pa.int32()), "capture": of(capture, pa.string()), "slot": of(slot, pa.int32())}
 
 
 def keyed(table: pa.Table, key) -> pa.Table:
@@ -56,7 +59,7 @@ def keyed(table: pa.Table, key) -> pa.Table:
     if "launch" in table.column_names:
         table = table.drop_columns(["launch"])
     n = table.num_rows
-    cols = {k: pa.array([v.as_py()] * n, v.type) for k, v in key_columns(key).items()}
+    cols = {k: pa.repeat(v, n) for k, v in key_columns(key).items()}
     for i, (k, v) in enumerate(cols.items()):
         table = table.add_column(i, k, v)
     return table

@@ -15,14 +15,24 @@ from timeline.contract import schema as S
 from timeline.run import layout as RL
 
 
+_PARSED: dict = {}  # id(record) -> (record, its Specs): the record kept, so its id is never another's
+
+
+def _parsed(rec: dict) -> list:
+    """An append record's ``Spec``s, parsed (and their graphs checked) once a process:
+    every launch read from the append needs them (8 ranks' graphs were a seventh of a
+    launch's read)."""
+    hit = _PARSED.get(id(rec))
+    if hit is None or hit[0] is not rec:
+        if len(_PARSED) >= 4096:
+            _PARSED.clear()
+        hit = _PARSED[id(rec)] = (rec, [S.Spec.from_dict(d) for d in rec["specs"]])
+    return hit[1]
+
+
 def _specs(rec: dict, ranks) -> dict:
     """``{rank: Spec}`` of an append's record, for ``ranks``."""
-    out = {}
-    for d in rec["specs"]:
-        sp = S.Spec.from_dict(d)
-        if sp.rank in ranks:
-            out[sp.rank] = sp
-    return out
+    return {sp.rank: sp for sp in _parsed(rec) if sp.rank in ranks}
 
 
 def part_rows(run, entry: dict, rank: int, step, where=None) -> pa.Table | None:
@@ -70,7 +80,8 @@ def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
 
 def append_trace(run, rec: dict, chosen: dict):
     """The Trace of one append's launch: ``chosen`` maps each rank to its launch slot;
-    rows renumbered launch 0, on the append's own time axis."""
+    rows renumbered launch 0, on the append's own time axis (without step and layer
+    where the run reads the append as a capture of its own: ``Run.named``)."""
     from timeline.core.trace import Trace
 
     parts = []
@@ -83,6 +94,10 @@ def append_trace(run, rec: dict, chosen: dict):
         return None
     rows = pa.concat_tables(parts)
     rows = rows.set_column(rows.schema.get_field_index("launch"), "launch", R.arrow(np.zeros(rows.num_rows, np.int32)))
+    if rec["append"] in run.named:
+        for col in ("step", "layer"):
+            at = rows.schema.get_field_index(col)
+            rows = rows.set_column(at, rows.schema.field(at), pa.nulls(rows.num_rows, rows.schema.field(at).type))
     tasks = with_ns(rows, rec, run.phases, run.marks)
     specs = _specs(rec, set(chosen))
     return Trace(tasks, [specs[r] for r in sorted(specs)], _anomalies(run, rec, chosen),

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from timeline.core import rows as R
 from timeline.contract import schema as S
+from timeline.run import captures as RC
 from timeline.run import layout as RL
 from timeline.run import write as RW
 
@@ -30,6 +31,9 @@ class Run:
         self.damaged, self.on_damage = damaged, on_damage
         self._verified: set = set()
         self._small: dict = {}
+        self._raw: dict = {}
+        self._repeated: dict | None = None
+        self._named: dict | None = None
         self._con = None
 
     # -- the build ------------------------------------------------------------------
@@ -66,10 +70,11 @@ class Run:
         self._con = None  # views name files: rebuild them without it
         return False
 
-    def _read_small(self, table: str) -> pa.Table:
-        """Every committed part of a small table (launches, stages, anomalies), concatenated."""
-        if table in self._small:
-            return self._small[table]
+    def _read_raw(self, table: str) -> pa.Table:
+        """Every committed part of a small table (launches, stages, anomalies), concatenated,
+        as stored."""
+        if table in self._raw:
+            return self._raw[table]
         tables = [RL.read_parquet(self.path / e["path"]) for _, e in self.parts(table) if self.verified(e)]
         tables = [t for t in tables if t.num_rows] or tables[:1]
         out = pa.concat_tables(tables, promote_options="permissive") if tables else None
@@ -77,8 +82,31 @@ class Run:
             from timeline.run import report as RP
 
             out = RP.with_host_starts(RL.empty_launches() if out is None else out, self.records)
-        self._small[table] = out
+        self._raw[table] = out
         return out
+
+    @property
+    def repeated(self) -> dict:
+        """``{append: (launch key, earlier append)}``: appends that repeat an earlier
+        append's launch key (a run written before appends were checked), each read as a
+        capture of its own (``captures.repeats``; ``run info --verify`` names them)."""
+        if self._repeated is None:
+            self._repeated = RC.repeats(self._read_raw("launches"), self.records)
+        return self._repeated
+
+    @property
+    def named(self) -> dict:
+        """``{append: capture name}`` of the appends whose launches are keyed
+        ``NAME:SLOT``: added ``as_capture``, or ``repeated`` (``captures.names``)."""
+        if self._named is None:
+            self._named = RC.names(self.records, self.repeated)
+        return self._named
+
+    def _read_small(self, table: str) -> pa.Table:
+        """A small table as read: the rows of ``named`` appends keyed by their capture."""
+        if table not in self._small:
+            self._small[table] = RC.rekeyed(self._read_raw(table), self.named)
+        return self._small[table]
 
     # -- small tables -----------------------------------------------------------------
     def launches(self, *, rank=None, step=None, layer=None) -> pa.Table:

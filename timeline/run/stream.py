@@ -32,6 +32,7 @@ from timeline.contract import schema as S
 from timeline.core.filemeta import refuse
 from timeline.core import rows as R
 from timeline.run import aggregate as RA
+from timeline.run import captures as RC
 from timeline.run import layout as RL
 from timeline.run import write as RW
 from timeline.run.parts import write_block
@@ -217,15 +218,45 @@ class _Aggregates:
         return launches.combine_chunks(), stages.combine_chunks()
 
 
-def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS) -> Added:
+def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS,
+                  as_capture: bool = False) -> Added:
     """Append the trace file ``stream`` (``timeline.core.tracestream.open_stream``) to
     the run at ``run_dir``, block by block (module docstring): the dataset of
-    ``append(run_dir, load(path))``, committed only when every block passed its checks
-    and the file's checksum matched; a ``TraceFileError`` (or ``RunError``) leaves the
-    run as it was. ``progress(done, total)`` after each block."""
+    ``append(run_dir, load(path), as_capture=...)``, committed only when every block
+    passed its checks, the file's checksum matched and the run may take the capture
+    (``write.check_capture``: its fingerprint, digested as the blocks pass, and its
+    launch keys); a ``TraceFileError`` (or ``RunError``) leaves the run as it was.
+    ``progress(done, total)`` after each block. ``stage_stream`` then ``commit``."""
+    return commit(stage_stream(run_dir, stream, capture=capture, progress=progress, pending_rows=pending_rows,
+                               as_capture=as_capture))
+
+
+class StagedAppend(NamedTuple):
+    """An append whose parts are written under temporary names in its staging
+    directory, not yet part of the run (``commit`` publishes it, ``discard`` drops it):
+    ``staged`` in publish order, the manifest ``record`` that will commit them, and
+    ``check`` (``write.check_capture``'s keywords) where the check against the run's
+    captures is left to the commit (``stage_stream(check=False)``), else None."""
+    run_dir: Path
+    staging: Path
+    staged: list
+    record: dict
+    check: dict | None
+    added: Added
+    created: list
+
+
+def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS,
+                 as_capture: bool = False, aid: str | None = None, check: bool = True) -> StagedAppend:
+    """``append_stream``'s reading, checking and encoding of ``stream``, every part
+    staged, nothing published: a ``StagedAppend`` (``aid``: the append's id, given where
+    several appends are staged at once and must commit in order; ``check``: False
+    leaves the check against the run's captures to ``commit``, which runs it against
+    what was committed since). A bad file raises, its staging removed."""
     run_dir = Path(run_dir)
+    RW.check_dir(run_dir)
     RW.ensure_build(run_dir, stream.spec, create=False)  # another build: refused before any reading
-    aid = RL.new_append_id()
+    aid = aid or RL.new_append_id()
     capture = str(capture) if capture is not None else aid
     keys = stream.scan()
     p = plan(keys, pending_rows)
@@ -233,14 +264,18 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
     staging = RL.staging_dir(run_dir, aid)
     staging.mkdir(parents=True)
     parts: dict = {}
-    small: list = []  # futures of the small parts' staging
-    pool = ThreadPoolExecutor(max_workers=RW.WRITER_THREADS)
-    try:
+    m = stream.meta
+    fpr = RC.Fingerprint(m.specs, m.origins, m.offsets, stream.spec.phases, stream.spec.marks)
+    with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as pool:
         try:
-            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, aid, capture, progress)
+            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, (aid, capture, fpr), progress)
             for pairs, blocks in p.waves:
                 agg.add(_wave_rows(stream, pairs, blocks, prints))
             launches, stages = agg.tables()
+            keywords = {"aid": aid, "capture": capture, "fp": fpr.hexdigest(), "as_capture": as_capture,
+                        "launches": launches}
+            if check:
+                RW.check_capture(run_dir, **keywords)
             anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
             small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, staging=staging,
                                  **RW.PARQUET_OPTIONS)
@@ -252,42 +287,63 @@ def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows:
             stream.close()
             _discard(parts, staging, created)
             raise
-        staged = [st for key in sorted(parts, key=_part_order) for st in parts[key].staged]
-        entries = list(pool.map(RL.publish_staged, staged)) + [  # the renames and directory fsyncs at once
-            {"table": t, **e} for t, e in zip(SMALL_TABLES, pool.map(RL.publish_staged, small))]
-    finally:
-        pool.shutdown(wait=True)
-    staging.rmdir()  # empty now: every part renamed out of it
-    m = stream.meta
+    staged = [st for key in sorted(parts, key=_part_order) for st in parts[key].staged]
+    entries = [st.entry for st in staged] + [{"table": t, **st.entry} for t, st in zip(SMALL_TABLES, small)]
     origins, note = dict(m.origins or {}), None
     missing = sorted(r for r in firsts if r not in origins)
     if missing:
         origins.update({r: firsts[r] or 0 for r in missing})
         note = RW.origin_note(missing)
     notes = list(stream.notes) + ([note] if note else [])
-    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, notes, entries)
-    RL.write_json(RL.manifest_path(run_dir, aid), rec)
+    rec = RW.record(aid, capture, m.specs, origins, m.offsets, m.synthetic, notes, entries,
+                    fingerprint=fpr.hexdigest(), as_capture=as_capture)
     intervals = int(np.asarray(R.column(launches, "intervals", fill=0)).sum())
-    return Added([e["path"] for e in entries], rows, intervals)
+    return StagedAppend(run_dir, staging, staged + small, rec, None if check else keywords,
+                        Added([e["path"] for e in entries], rows, intervals), created)
 
 
-def append_file(run_dir, path, *, capture=None, progress=None) -> Added:
+def commit(st: StagedAppend) -> Added:
+    """Publish a staged append: its deferred check against the run's captures (a
+    ``RunError`` drops it, the run as it was), its parts renamed into the run, then the
+    manifest record that commits them (docs/RUN.md: a crash before it leaves none)."""
+    if st.check is not None:
+        try:
+            RW.check_capture(st.run_dir, **st.check)
+        except BaseException:
+            discard(st)
+            raise
+    with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as pool:
+        list(pool.map(RL.publish_staged, st.staged))  # the renames and directory fsyncs at once
+    st.staging.rmdir()  # empty now: every part renamed out of it
+    RL.write_json(RL.manifest_path(st.run_dir, st.record["append"]), st.record)
+    return st.added
+
+
+def discard(st: StagedAppend) -> None:
+    """Drop a staged append: its staging directory, and the directories it created for
+    a new run where nothing else is in them. Nothing of it was published."""
+    _discard({}, st.staging, st.created)
+
+
+def append_file(run_dir, path, *, capture=None, progress=None, as_capture: bool = False) -> Added:
     """Append the trace file at ``path`` to the run, streamed (``append_stream``): the
     run of ``append(run_dir, timeline.load(path))`` in bounded memory."""
     from timeline.core.tracestream import open_stream
 
-    return append_stream(run_dir, open_stream(path), capture=capture, progress=progress)
+    return append_stream(run_dir, open_stream(path), capture=capture, progress=progress, as_capture=as_capture)
 
 
 def _part_order(key) -> tuple:
     return key[0], -1 if key[1] is None else key[1]
 
 
-def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: str, progress):
+def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progress):
     """Every block once: checked, its rows to their parts, its finished launches
-    aggregated (unless the plan has waves); ``(rows, {rank: first tick}, {block:
-    fingerprint} (with waves), aggregates)``.
+    aggregated (unless the plan has waves), digested by the capture's fingerprint;
+    ``append``: ``(append id, capture, captures.Fingerprint)``; ``(rows, {rank: first
+    tick}, {block: fingerprint} (with waves), aggregates)``.
     Raises after the last block when the file's checksum does not match."""
+    aid, capture, fpr = append
     sp = stream.spec
     keep = RW.stored_task_columns(sp.phases, sp.marks)
     options = RW.task_part_options(sp.phases, sp.marks)
@@ -298,6 +354,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, aid: str, capture: s
     for b, tasks, fp in stream.blocks(fingerprint=bool(p.waves)):
         rows += tasks.num_rows
         prints[b] = fp
+        fpr.update(tasks)
         jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)  # encoded meanwhile
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
@@ -361,4 +418,5 @@ def _discard(parts: dict, staging: Path, created: list) -> None:
             break
 
 
-__all__ = ["Added", "PENDING_ROWS", "Plan", "append_file", "append_stream", "pair_keys", "plan"]
+__all__ = ["Added", "PENDING_ROWS", "Plan", "StagedAppend", "append_file", "append_stream", "commit", "discard",
+           "pair_keys", "plan", "stage_stream"]

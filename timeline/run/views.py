@@ -82,13 +82,17 @@ def _task_rows_view(con, run) -> bool:
         con.register("_empty_tasks", pa.table({f.name: pa.array([], f.type) for f in empty}))
         con.execute("CREATE VIEW _task_rows AS SELECT * FROM _empty_tasks")
         return whole
+    named = run.named  # appends read as captures of their own: no step or layer (captures.rekeyed)
     files = pa.table({"filename": paths, "append": [owner[p]["append"] for p in paths],
-                      "capture": [owner[p]["capture"] for p in paths]})
+                      "capture": [named.get(owner[p]["append"], owner[p]["capture"]) for p in paths],
+                      "keyed": [owner[p]["append"] not in named for p in paths]})
     con.register("_files", files)
     con.register("_clocks", clocks)
-    keep = ", ".join(f't."{c}"' for c in RW.stored_task_columns(phases, marks))
+    keep = ", ".join(f't."{c}"' if c != "layer" else 'CASE WHEN f.keyed THEN t.layer END AS layer'
+                     for c in RW.stored_task_columns(phases, marks))
     con.execute(
-        f"CREATE VIEW _task_rows AS SELECT CAST(t.rank AS SMALLINT) AS rank, t.step, {keep}, f.capture, f.append, "
+        f"CREATE VIEW _task_rows AS SELECT CAST(t.rank AS SMALLINT) AS rank, CASE WHEN f.keyed THEN t.step END AS step, "
+        f"{keep}, f.capture, f.append, "
         f"{clock_cols} FROM read_parquet({_list(paths)}, hive_partitioning=true, filename=true, "
         "hive_types={'rank': SMALLINT, 'step': BIGINT}) t "
         "JOIN _files f ON t.filename = f.filename JOIN _clocks c ON c.append = f.append AND c.rank = t.rank")
@@ -130,7 +134,16 @@ def _intervals_view(con, phases, whole: bool) -> None:
 
 
 def _small_view(con, run, table: str) -> None:
+    """View ``table`` (launches, stages, anomalies) of the committed parts, the rows of the
+    appends the run reads as captures of their own keyed so (``Run.named``)."""
     paths, _ = _files(run, table)
+    named = run.named
+    if paths and named:
+        con.register("_named", pa.table({"append": list(named), "name": list(named.values())}))
+        con.execute(f"CREATE VIEW {table} AS SELECT t.* REPLACE (CASE WHEN n.name IS NULL THEN t.step END AS step, "
+                    "CASE WHEN n.name IS NULL THEN t.layer END AS layer, coalesce(n.name, t.capture) AS capture) "
+                    f"FROM read_parquet({_list(paths)}, union_by_name=true) t LEFT JOIN _named n ON t.append = n.append")
+        return
     if paths:
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({_list(paths)}, union_by_name=true)")
         return

@@ -18,6 +18,7 @@ from timeline.core import rows as R
 from timeline.contract import schema as S
 from timeline._version import __version__
 from timeline.run import aggregate as RA
+from timeline.run import captures as RC
 from timeline.run import layout as RL
 
 STAGE_QUANTILES = (0.5, 0.9, 0.99)  # the per-launch stage report's interval quantiles a run keeps
@@ -177,13 +178,40 @@ def _origins(trace) -> tuple:
     return origins, dict(trace.offsets), note
 
 
-def record(aid: str, capture: str, specs, origins: dict, offsets: dict, synthetic: bool, notes, parts) -> dict:
-    """The manifest record that commits an append (docs/FORMAT.md §7)."""
+def record(aid: str, capture: str, specs, origins: dict, offsets: dict, synthetic: bool, notes, parts, *,
+           fingerprint: str | None = None, as_capture: bool = False) -> dict:
+    """The manifest record that commits an append (docs/FORMAT.md §7): with the capture's
+    ``fingerprint`` (``captures.fingerprint``) and whether it was added ``as_capture``."""
     return {"format": RL.RUN_FORMAT, "run_format": RL.RUN_FORMAT_VERSION, "append": aid, "capture": capture,
             "written_by": __version__, "specs": [sp.to_dict() for sp in specs],
             "origins": {str(r): int(v) for r, v in origins.items()},
             "offsets": {str(r): int(v) for r, v in offsets.items()}, "synthetic": bool(synthetic),
-            "notes": list(notes), "parts": parts}
+            "notes": list(notes), "parts": parts, "fingerprint": fingerprint, "as_capture": bool(as_capture)}
+
+
+def launches_of(run_dir: Path):
+    """``records -> their launches rows``: the reader ``captures.refusal`` is given."""
+    def read(records) -> pa.Table:
+        tables = [RL.read_parquet(Path(run_dir) / e["path"]) for r in records for e in r["parts"]
+                  if e["table"] == "launches"]
+        return pa.concat_tables(tables, promote_options="permissive") if tables else RL.empty_launches()
+    return read
+
+
+def check_capture(run_dir: Path, *, aid: str, capture: str, fp: str, as_capture: bool, launches: pa.Table) -> None:
+    """A ``RunError`` (one line) where the append may not join the run
+    (``captures.refusal``: the same capture again, a launch key the run holds)."""
+    why = RC.refusal(run_dir, RL.committed_records(run_dir), launches_of(run_dir), aid=aid, capture=capture, fp=fp,
+                     as_capture=as_capture, launches=launches)
+    if why is not None:
+        raise RL.RunError(why)
+
+
+def check_dir(run_dir: Path) -> None:
+    """A ``RunError`` where ``run_dir`` is neither a run nor new nor empty (``captures.is_run_or_new``)."""
+    why = RC.is_run_or_new(run_dir)
+    if why is not None:
+        raise RL.RunError(why)
 
 
 def aggregate_tables(trace, capture: str, append: str, baseline: bool = False) -> tuple:
@@ -196,23 +224,26 @@ def aggregate_tables(trace, capture: str, append: str, baseline: bool = False) -
     return RA.aggregates(trace, capture, append, STAGE_QUANTILES)
 
 
-def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = False) -> list:
+def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = False, as_capture: bool = False) -> list:
     """Append ``trace`` (any ranks and launches of the run's build) to the run at
     ``run_dir``, creating it if absent; return the relative paths of the parts written.
     Each (rank, launch) is keyed by the slot header's (step, layer), or by (capture,
-    launch) where they are null; ``capture`` defaults to the append's id. Every part is
-    written under a temporary name, fsynced and renamed; the manifest record written
-    last commits them, so a crash leaves the run as it was (docs/RUN.md). ``baseline``:
+    launch) where they are null; ``capture`` defaults to the append's id. Refused
+    (``RunError``, nothing committed) where the run holds this capture already (its
+    fingerprint) or one of its launch keys, unless ``as_capture``: then it joins as a
+    capture of its own, its launches keyed ``capture:SLOT`` (docs/RUN.md, "Captures").
+    Every part is written under a temporary name, fsynced and renamed; the manifest
+    record written last commits them, so a crash leaves the run as it was. ``baseline``:
     the slower path this one replaced (the aggregates apart, every column stored
     nullable): the same dataset (tests/test_run_aggregate.py), for the bench to time
     against."""
     run_dir = Path(run_dir)
+    check_dir(run_dir)
     ensure_build(run_dir, trace.spec)
     aid = RL.new_append_id()
     capture = str(capture) if capture is not None else aid
-    phases, marks = trace.phases, trace.marks
-    keep = stored_task_columns(phases, marks)
-    opts = task_part_options(phases, marks)
+    keep = stored_task_columns(trace.phases, trace.marks)
+    opts = task_part_options(trace.phases, trace.marks)
     groups = partition_groups(trace.tasks)
     done = [0]
 
@@ -227,23 +258,34 @@ def append(run_dir, trace, *, capture=None, progress=None, baseline: bool = Fals
             progress(done[0], len(groups) + 1)
         return {"table": "tasks", "rank": rank, "step": step, **entry}
 
-    def write_small(name: str, table: pa.Table) -> dict:
-        return {"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)}
-
     with ThreadPoolExecutor(max_workers=WRITER_THREADS) as pool:  # Parquet encodes without the GIL
+        fp = pool.submit(RC.fingerprint, trace)
         written = pool.map(write_part, groups)
         launches, stages = aggregate_tables(trace, capture, aid, baseline)  # meanwhile, here
-        small = [pool.submit(write_small, name, table) for name, table in
-                 (("launches", launches), ("stages", stages), ("anomalies", keyed(trace.anomalies, launches, capture,
-                                                                                   aid)))]
+        small = _small_parts(run_dir, pool, aid, (("launches", launches), ("stages", stages),
+                                                  ("anomalies", keyed(trace.anomalies, launches, capture, aid))))
+        try:
+            check_capture(run_dir, aid=aid, capture=capture, fp=fp.result(), as_capture=as_capture, launches=launches)
+        except RL.RunError:
+            for p in list(written) + [f.result() for f in small]:  # this append's own uncommitted parts
+                (run_dir / p["path"]).unlink(missing_ok=True)
+            raise
         parts = list(written) + [f.result() for f in small]
     origins, offsets, note = _origins(trace)
     rec = record(aid, capture, trace.specs, origins, offsets, trace.synthetic,
-                 list(trace.notes) + ([note] if note else []), parts)
+                 list(trace.notes) + ([note] if note else []), parts, fingerprint=fp.result(), as_capture=as_capture)
     RL.write_json(RL.manifest_path(run_dir, aid), rec)
     if progress is not None:
         progress(len(groups) + 1, len(groups) + 1)
     return [p["path"] for p in parts]
+
+
+def _small_parts(run_dir: Path, pool, aid: str, tables) -> list:
+    """The append's ``(name, table)`` small parts submitted to ``pool``: futures of their entries."""
+    def write_small(name: str, table: pa.Table) -> dict:
+        return {"table": name, **RL.write_parquet(run_dir, RL.small_part_path(name, aid), table, **PARQUET_OPTIONS)}
+
+    return [pool.submit(write_small, name, table) for name, table in tables]
 
 
 def create(run_dir) -> Path:
@@ -255,6 +297,7 @@ def create(run_dir) -> Path:
     return run_dir
 
 
-__all__ = ["STAGE_QUANTILES", "aggregate_tables", "append", "build_of", "create", "ensure_build", "first_ticks", "keyed",
+__all__ = ["STAGE_QUANTILES", "aggregate_tables", "append", "build_of", "check_capture", "check_dir", "create",
+           "ensure_build", "launches_of", "first_ticks", "keyed",
            "launch_rows", "origin_note", "partition_groups", "read_build", "record", "stage_rows", "stored_task_columns",
            "task_part_options", "tick_columns"]

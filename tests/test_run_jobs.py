@@ -1,0 +1,178 @@
+"""``timeline run add --jobs N`` (issue 51): trace files staged by worker processes and
+committed in order make the run the files appended one after another make, part for
+part and row for row; a bad file or a refused capture stops it where one job stops,
+nothing staged left behind; the default is a worker per core, at most one a file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import runkit
+from timeline.ingest import synth
+from timeline.ingest.collect import collect
+from timeline.run import jobs as RJ
+from timeline.run import layout as RL
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timeline(*argv) -> subprocess.CompletedProcess:
+    """``python -m timeline ARGV`` in a fresh process (the workers are spawned from it)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "timeline", *map(str, argv)], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> list:
+    """Six trace files: 3 steps x 2 ranks, 2 launches each, every launch keyed by its
+    slot header (step, layer)."""
+    where = tmp_path_factory.mktemp("jobs_files")
+    out = []
+    for step in range(3):
+        for r, t in enumerate(runkit.rank_traces([(step, 0), (step, 1)], seed=step)):
+            out.append(t.save(where / f"step{step}_rank{r}.arrow"))
+    return out
+
+
+def parts_by_capture(run: Path) -> list:
+    """Each committed record in the run's order: its capture and, per part (in the
+    record's order), the part's table name, its path with the append id taken out and
+    its rows with the ``append`` column taken out (the id is each append's own)."""
+    out = []
+    for rec in RL.committed_records(run):
+        parts = []
+        for e in rec["parts"]:
+            rows = pq.read_table(run / e["path"])
+            if "append" in rows.column_names:
+                assert set(rows.column("append").to_pylist()) <= {rec["append"]}
+                rows = rows.drop_columns(["append"])
+            parts.append((e["table"], e["path"].replace(rec["append"], "AID"), e["rows"], rows))
+        keep = {k: v for k, v in rec.items() if k not in ("append", "parts", "_file", RL.SEAL)}
+        out.append((rec["capture"], keep, parts))
+    return out
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    """The same captures in the same order, the same records (ids apart), the same
+    parts each holding the same rows, schema and metadata included."""
+    pa_, pb_ = parts_by_capture(a), parts_by_capture(b)
+    assert [c for c, _, _ in pa_] == [c for c, _, _ in pb_]
+    for (cap, ra, parts_a), (_, rb, parts_b) in zip(pa_, pb_):
+        assert ra == rb, cap
+        assert [p[:3] for p in parts_a] == [p[:3] for p in parts_b], cap
+        for (table, path, _, rows_a), (_, _, _, rows_b) in zip(parts_a, parts_b):
+            assert rows_a.equals(rows_b, check_metadata=True), f"{cap}: {table} part {path} differs"
+
+
+def leftovers(run: Path) -> list:
+    """Staging directories and temporary files left in the run (none after any command)."""
+    return sorted(str(p.relative_to(run)) for p in run.rglob(f"{RL.TMP_PREFIX}*"))
+
+
+def test_two_jobs_write_the_one_job_run(tmp_path, files):
+    """``--jobs 2`` and ``--jobs 1`` over six files: the same run, part for part and
+    row for row; the records list in the files' order."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    r1, r2 = timeline("run", "add", one, *files, "--jobs", 1, "-q"), timeline("run", "add", two, *files, "--jobs", 2, "-q")
+    assert r1.returncode == 0 and r2.returncode == 0, (r1.stderr, r2.stderr)
+    assert r1.stdout.split(":")[1].split(" in ")[0] == r2.stdout.split(":")[1].split(" in ")[0]  # rows, intervals, MB
+    assert_same_run(one, two)
+    assert [c for c, _, _ in parts_by_capture(two)] == [f.name for f in files]
+    assert leftovers(two) == []
+
+
+def test_jobs_keep_the_slot_headers_given(tmp_path):
+    """``--step`` reaches the workers: the run of ``--jobs 2 --step 7`` of files captured
+    without slot headers is ``--jobs 1``'s."""
+    bare = [collect(buf, sp, synthetic=True).save(tmp_path / f"rank{sp.rank}.arrow") for sp, buf in
+            synth.synth_buffers(runkit.small_spec(2, 2), grid=4, seed=5, barriers=(), allreduce=())]
+    one, two = tmp_path / "one", tmp_path / "two"
+    for run, jobs in ((one, 1), (two, 2)):
+        done = timeline("run", "add", run, *bare, "--jobs", jobs, "--step", 7, "--layers-per-step", 1, "-q")
+        assert done.returncode == 0, done.stderr
+    assert_same_run(one, two)
+
+
+def test_a_bad_file_stops_where_one_job_stops(tmp_path, files):
+    """A damaged third file: exit 2, one error line naming it; the run holds the two
+    files before it (as with one job), nothing staged after it is left."""
+    bad = tmp_path / "bad.arrow"
+    data = bytearray(files[2].read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    inputs = [*files[:2], bad, *files[3:]]
+    runs = {}
+    for jobs in (1, 3):
+        runs[jobs] = tmp_path / f"run{jobs}"
+        done = timeline("run", "add", runs[jobs], *inputs, "--jobs", jobs, "-q")
+        assert done.returncode == 2 and done.stderr.count("error:") == 1 and "Traceback" not in done.stderr
+        assert "bad.arrow" in done.stderr
+        assert [c for c, _, _ in parts_by_capture(runs[jobs])] == [f.name for f in files[:2]]
+        assert leftovers(runs[jobs]) == []
+        assert not [p for p in runs[jobs].rglob("*.parquet") if "AID" not in str(p)
+                    and not any(rec["append"] in str(p) for rec in RL.committed_records(runs[jobs]))]
+    assert_same_run(runs[1], runs[3])
+
+
+def test_a_file_given_twice_is_refused_as_with_one_job(tmp_path, files):
+    """The same file twice in one command: the second is refused (the run holds its
+    capture) after the first committed, with ``--jobs 2`` as with one (the check runs at
+    the commit, against what was committed before it)."""
+    inputs = [files[0], files[1], files[0]]
+    for jobs in (1, 2):
+        run = tmp_path / f"run{jobs}"
+        done = timeline("run", "add", run, *inputs, "--jobs", jobs, "-q")
+        assert done.returncode == 2 and done.stderr.count("error:") == 1, done.stderr
+        assert len(RL.committed_records(run)) == 2
+        assert leftovers(run) == []
+
+
+def test_default_jobs_a_worker_per_core_at_most_one_a_file(monkeypatch):
+    """One worker per core this process may use, never more than files; each worker's
+    Arrow pool its share of the cores."""
+    monkeypatch.setattr(RJ, "cores", lambda: 16)
+    assert [RJ.default_jobs(n) for n in (1, 2, 64)] == [1, 2, 16]
+    assert [RJ.worker_threads(j) for j in (1, 4, 16, 64)] == [16, 4, 1, 1]
+
+
+def test_jobs_on_a_new_run_in_a_new_directory(tmp_path, files):
+    """Workers staging into a run none of them found: one ``run.json``, every file in."""
+    run = tmp_path / "a" / "b" / "run"
+    done = timeline("run", "add", run, *files, "--jobs", 3, "-q")
+    assert done.returncode == 0, done.stderr
+    assert len(RL.committed_records(run)) == len(files) and (run / RL.BUILD_FILE).exists()
+    shutil.rmtree(tmp_path / "a")
+
+
+def test_the_jobs_block_of_run_md_runs_as_printed(tmp_path, files):
+    """docs/RUN.md "Many files, many cores": each line as printed (its glob expanded by
+    the shell), each into a run of its own: the three runs are one."""
+    import re
+    import shlex
+
+    doc = (ROOT / "docs" / "RUN.md").read_text()
+    block = re.search(r"## Many files, many cores.*?```bash\n(.*?)```", doc, re.S).group(1)
+    lines = [ln.split("#")[0] for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 3
+    runs = []
+    for i, line in enumerate(lines):
+        where = tmp_path / f"line{i}"
+        where.mkdir()
+        for f in files:
+            shutil.copy(f, where / f.name)
+        done = subprocess.run(line, shell=True, cwd=where, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(ROOT),
+                                   "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+        assert done.returncode == 0, (line, done.stderr)
+        runs.append(where / "RUN")
+    for run in runs[1:]:
+        assert_same_run(runs[0], run)
+    assert len(RL.committed_records(runs[0])) == len(files)

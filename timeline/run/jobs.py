@@ -1,0 +1,117 @@
+"""Trace files appended to a run by several worker processes at once (``timeline run
+add --jobs N``, issue 51): each file read, checked and encoded into its staged parts
+in a worker (``stream.stage_stream``), and committed here, in the order the files were
+given (``stream.commit``: the check against the run's captures, the renames, the
+manifest record, written once, by this process alone). So the run is the one the
+files appended one after another make, part for part, and as crash-safe: a record is
+written only after its parts are whole under their names, and a bad file (or a
+capture the run refuses) stops the command there with every file before it
+committed, every staged one after it dropped.
+
+Worker processes, not threads: the aggregation of a file's launches holds the GIL
+for much of its time, so threads stop scaling at about two cores (bench/run.py).
+They are spawned (``multiprocessing``'s ``spawn``), never forked from this process,
+whose Arrow and encoder pools hold threads; each worker's Arrow pool is sized to its
+share of the cores (``worker_threads``), not to the host."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import NamedTuple
+
+from timeline.run import layout as RL
+from timeline.run import stream as RS
+
+__all__ = ["Job", "append_jobs", "cores", "default_jobs", "worker_threads"]
+
+
+class Job(NamedTuple):
+    """One trace file to append: its path, capture name, slot headers
+    (``launchkey.Headers``'s ``(step, layers_per_step)``, or None: the file's own) and
+    whether it joins ``as_capture``."""
+    path: str
+    capture: str
+    headers: tuple | None = None
+    as_capture: bool = False
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity: a container's or ``taskset``'s
+    limit, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def default_jobs(files: int) -> int:
+    """``--jobs``' default: a worker per core this process may use, at most one a file."""
+    return max(1, min(cores(), files))
+
+
+def worker_threads(jobs: int) -> int:
+    """Threads of each worker's Arrow pool: its share of the cores (at least one)."""
+    return max(1, cores() // max(1, jobs))
+
+
+def _start_worker(threads: int) -> None:
+    """A worker's process settings: Arrow's CPU pool sized to its share of the cores."""
+    import pyarrow as pa
+
+    pa.set_cpu_count(threads)
+
+
+def _stage(run_dir: str, job: Job, aid: str) -> tuple:
+    """In a worker: ``job``'s file staged for the run (``stream.stage_stream``, the
+    check against the run's captures left to the commit); the ``StagedAppend`` and
+    the file's notes."""
+    from timeline.core import launchkey as KY
+    from timeline.core.tracestream import open_stream
+
+    stream = open_stream(job.path)
+    if job.headers is not None:
+        stream = stream.with_headers(KY.Headers(*job.headers))
+    staged = RS.stage_stream(run_dir, stream.prefetch(), capture=job.capture, as_capture=job.as_capture, aid=aid,
+                             check=False)
+    return staged, list(stream.notes)
+
+
+def append_jobs(run_dir, jobs: list, workers: int, *, on_notes=None, on_added=None) -> list:
+    """Append each of ``jobs`` (``Job``) to the run at ``run_dir``, staged by ``workers``
+    processes at once and committed here in order (module docstring); the ``Added`` of
+    each. ``on_notes(job, notes)`` before a job's commit, ``on_added(job, added)``
+    after it. The first error (in the jobs' order) is raised once every staged append
+    after it is dropped."""
+    import multiprocessing
+
+    aids = [RL.new_append_id() for _ in jobs]  # time-ordered: the records list in the files' order
+    done: list = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_worker, initargs=(worker_threads(workers),)) as pool:
+        futures = [pool.submit(_stage, str(run_dir), job, aid) for job, aid in zip(jobs, aids)]
+        try:
+            for job, future in zip(jobs, futures):
+                staged, notes = future.result()
+                if on_notes is not None:
+                    on_notes(job, notes)
+                done.append(RS.commit(staged))
+                if on_added is not None:
+                    on_added(job, done[-1])
+        except BaseException:
+            _drop_after(pool, futures[len(done):])
+            raise
+    return done
+
+
+def _drop_after(pool, futures: list) -> None:
+    """Cancel what has not started, wait for the workers, and discard every append
+    that was staged but will not be committed (the failed one discarded itself)."""
+    for f in futures:
+        f.cancel()
+    pool.shutdown(wait=True, cancel_futures=True)
+    for f in futures:
+        if f.done() and not f.cancelled() and f.exception() is None:
+            staged, _ = f.result()
+            if staged.staging.exists():  # the one whose commit failed was discarded by it
+                RS.discard(staged)
