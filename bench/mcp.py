@@ -2,7 +2,7 @@
 goals): a real MCP client (the SDK's stdio client) starts the server on the run and
 times each tool call as the client sees it (request to parsed answer): ``launches``
 <= 1 s, ``explain`` of the p99 launch <= 2 s, ``sql`` of a per-stage p50 <= 2 s; the
-server's peak RSS (VmHWM of its process) <= 1.5 GB. Then, in this process, the
+server's peak RSS (VmHWM of its process, and of its sql worker) <= 1.5 GB. Then, in this process, the
 sandbox's cost: the same queries on ``Run.sql``'s plain connection (external access
 on) against the MCP sandbox's (external access off, ``allowed_paths`` the run's part
 files, configuration locked), and the time to make each connection. The machine's 2
@@ -53,6 +53,22 @@ def server_pid(me: int) -> int | None:
     return None
 
 
+def workers(server: int) -> list:
+    """The pids of the server's sandbox workers (``timeline.mcp.worker``, the sql tool's)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == server and b"timeline.mcp.worker" in cmd:
+            out.append(int(p.name))
+    return out
+
+
 def memory(pid: int) -> dict:
     """VmHWM (peak RSS) and VmRSS of ``pid``, bytes."""
     out = {}
@@ -99,7 +115,9 @@ def calls(run: Path) -> tuple:
                 await timed(f"sql per-stage, per-phase p50 of one step, call {i + 1}", "sql",
                             {"source": src, "query": P50_ONE_STEP})
             await timed("summary (stages: the run's stored stage reports)", "summary", {"source": src})
-            mem.update(memory(server_pid(os.getpid())))
+            server = server_pid(os.getpid())
+            mem.update(memory(server))
+            mem["worker_VmHWM"] = max([memory(w).get("VmHWM", 0) for w in workers(server)] + [0])
 
     anyio.run(main)
     return rows, mem
@@ -165,7 +183,9 @@ def main(argv=None) -> int:
         key = "sql_step" if "one step" in label else tool
         if "call 1" not in label:
             best[key] = min(best.get(key, 1e9), dt)
-    print(f"server memory: peak RSS (VmHWM) {mem.get('VmHWM', 0) / 1e9:.2f} GB, at the end {mem.get('VmRSS', 0) / 1e9:.2f} GB")
+    print(f"server memory: peak RSS (VmHWM) {mem.get('VmHWM', 0) / 1e9:.2f} GB, at the end {mem.get('VmRSS', 0) / 1e9:.2f} GB; "
+          f"its sql worker's peak RSS {mem.get('worker_VmHWM', 0) / 1e9:.2f} GB (the sql calls run there)")
+    mem["VmHWM"] = max(mem.get("VmHWM", 0), mem.get("worker_VmHWM", 0))  # the goal: each process
     print("the sandbox's cost, in this process:")
     for label, dt in sandbox_cost(run):
         print(f"  {label:<100} {dt:6.2f} s")
@@ -176,7 +196,7 @@ def main(argv=None) -> int:
     print("goals (warm: the best of calls 2-3; one step: its one call): " + "; ".join(
         f"{said[t]} <= {GOALS[t.split('_')[0]]:g} s: {best.get(t, float('nan')):.2f} s "
         f"({'met' if ok[t] else 'NOT met'})" for t in said)
-          + f"; server RSS <= 1.5 GB: {mem.get('VmHWM', 0) / 1e9:.2f} GB ({'met' if rss_ok else 'NOT met'})")
+          + f"; server (and worker) RSS <= 1.5 GB: {mem.get('VmHWM', 0) / 1e9:.2f} GB ({'met' if rss_ok else 'NOT met'})")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     return 0 if all(ok.values()) and rss_ok else 1
 

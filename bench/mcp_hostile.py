@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # bench/ off the path (bench/mcp.py would shadow the SDK's ``mcp``), tests/ on it (mcpkit)
 sys.path[:] = [str(ROOT), str(ROOT / "tests")] + [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 
-import mcpkit as K  # noqa: E402
+import mcpkit  # noqa: E402
 
 RSS_GOAL = 1.5e9
 
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
     print(f"# PYTHONPATH=. python bench/mcp_hostile.py {' '.join(argv if argv is not None else sys.argv[1:])}   "
           f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores; load average {load0:.2f})")
     with tempfile.TemporaryDirectory() as d:
-        root = K.make_root(Path(d))
-        rows, report = K.run_suite(root, a.seconds, Path(d) / "time.txt")
+        root = mcpkit.make_root(Path(d))
+        rows, report = mcpkit.run_suite(root, a.seconds, Path(d) / "time.txt")
     goal_s = a.seconds + 1.0
     print(f"timeline mcp --root . --sql-seconds {a.seconds:g} (the bundled H100 run as `run`); each sql call as the "
           f"client waited for it; peak: the largest resident size of any process of the server's tree meanwhile")
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         bad += not ok
         print(f"{label:<32} {took:7.2f} {goal_s:7.2f} {peak / 1e6:8.0f}  {'met' if ok else 'NOT met':<8} "
               f"{(fault or summary)[:150]}")
-    peak = K.peak_kb(report) * 1024
+    peak = mcpkit.peak_kb(report) * 1024
     tool = "/usr/bin/time -v" if Path("/usr/bin/time").is_file() else "wait4 (no /usr/bin/time here)"
     print(f"peak resident size of the server and its workers ({tool}): {peak / 1e9:.2f} GB; goal <= "
           f"{RSS_GOAL / 1e9:g} GB: {'met' if peak <= RSS_GOAL else 'NOT met'}")

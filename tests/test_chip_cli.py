@@ -124,3 +124,40 @@ def test_explain_names_the_unit_on_one_launch_and_against_a_baseline(files):
     assert clean["explained"][0]["unit_culprit"] is None
     rc, out, _ = _run(f"timeline explain {files / 'slow.arrow'}")
     assert rc == 0 and "unit: xcd3 ran its tasks" in out
+
+
+def test_the_docs_chip_commands_run_as_written(tmp_path, monkeypatch):
+    """docs/CLI.md's `timeline chip` block, as a user pastes it at the checkout's root."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    (tmp_path / "traces").symlink_to(repo / "traces")
+    monkeypatch.chdir(tmp_path)
+    text = (repo / "docs" / "CLI.md").read_text()
+    block = text[text.index("## `timeline chip`"):]
+    block = block[block.index("```sh\n") + 6:block.index("```", block.index("```sh\n") + 6)]
+    lines = [ln.split("  #")[0].strip() for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 4
+    for ln in lines:
+        rc, out, err = _run(ln)
+        assert rc == 0, (ln, err)
+    doc = json.loads(out)
+    assert {d["culprit"]["unit"] for d in doc["launches"]} == {"xcd3"}
+
+
+@pytest.mark.parametrize("args,says", [("--slow-unit sm40:+5%", "gfx942 has XCDs"), ("--slow-unit xcd9:+5%", "xcd 0..7"),
+                                        ("--chip --arch sm_90 --slow-unit cu3:+5%", "has SMs"),
+                                        ("--slow-unit xcd1:5%", "UNIT:+PCT%"), ("--chip --grid 0", "--grid")])
+def test_synth_chip_options_refused_in_one_line(tmp_path, args, says):
+    rc, out, err = _run(f"timeline synth -o {tmp_path / 'x.arrow'} {args}")
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_synth_chip_places_one_cta_a_unit(tmp_path):
+    import timeline
+
+    for arch, units in (("gfx950", 256), ("sm_90", 132)):
+        rc, out, err = _run(f"timeline synth -o {tmp_path / arch}.arrow --chip --arch {arch} --profile triton-ffn")
+        assert rc == 0 and f"grid {units}" in out
+        t = timeline.load(tmp_path / f"{arch}.arrow")
+        assert len(set(t.tasks.column("hw_unit").to_pylist())) == units

@@ -57,17 +57,22 @@ def test_run_commands_import_only_their_work(run_dir, argv):
 
 def test_the_command_starts_no_blas_pool():
     """``timeline``'s ``main`` sizes BLAS's pool to its work (one thread: no command has
-    a matrix product) before numpy is imported, so numpy's import starts no thread per
-    core; a setting the caller made is kept."""
-    code = ("import os, sys\nfrom timeline.cli import main\nassert 'numpy' not in sys.modules\n"
+    a matrix product) before numpy is imported, so numpy's OpenBLAS starts no thread per
+    core (its own count read back through its C API); a setting the caller made is kept."""
+    code = ("import ctypes, os, sys\nfrom timeline.cli import main\nassert 'numpy' not in sys.modules\n"
             "main(['--version'])\nimport numpy\n"
-            "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))")
+            "libs = {l.split()[-1] for l in open('/proc/self/maps') if 'openblas' in l.lower()}\n"
+            "syms = ('scipy_openblas_get_num_threads64_', 'scipy_openblas_get_num_threads', "
+            "'openblas_get_num_threads64_', 'openblas_get_num_threads')\n"
+            "got = [f() for lib in libs for f in [next((getattr(ctypes.CDLL(lib), s) for s in syms "
+            "if hasattr(ctypes.CDLL(lib), s)), None)] if f is not None]\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], got)")
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                                               "BLIS_NUM_THREADS", "OMP_NUM_THREADS")}
     env["PYTHONPATH"] = str(ROOT)
     got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert got.returncode == 0, got.stderr
-    assert got.stdout.split()[-2:] == ["1", "1"]  # one thread in the process: numpy's import started none
+    assert got.stdout.splitlines()[-1] == "1 [1]"  # numpy's OpenBLAS found, its pool one thread
     kept = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_NUM_THREADS": "2"}, capture_output=True,
                           text=True, timeout=60)
-    assert kept.stdout.split()[-2] == "2"
+    assert kept.stdout.splitlines()[-1] == "2 [2]"

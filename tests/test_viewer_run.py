@@ -433,7 +433,7 @@ def test_a_trace_without_headers_and_a_run_of_it_open_on_their_launches(tmp_path
     assert st.requested("") == VRS.launch_name(first, ov.typical)
     run = tmp_path / "demo_run"
     append(run, tr)
-    append(run, tr)
+    append(run, tr, as_capture=True)  # the same capture again, on purpose: a capture of its own
     st, _, first = V.prepare([str(run), "--trace-dir", str(tmp_path)])
     ov = st.runs.overview(first)
     caps = sorted({k.capture for k in ov.keys()})

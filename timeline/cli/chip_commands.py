@@ -88,4 +88,24 @@ def cmd_chip(args) -> int:
     return 0
 
 
-__all__ = ["EPILOG", "HELP", "add_parser", "cmd_chip"]
+def synth_options(p) -> None:
+    """``timeline synth``'s chip options (``timeline.ingest.synth_chip``)."""
+    p.add_argument("--chip", action="store_true",
+                   help="place the CTAs on the whole chip of --arch (gfx942: 8 XCDs x 38 CUs, gfx950: 8 x 32, sm_90: "
+                        "132 SMs), one CTA a unit unless --grid; implies --profile glm5")
+    p.add_argument("--slow-unit", action="append", metavar="UNIT:+PCT%",
+                   help="a unit whose tasks' own phases take PCT %% longer: xcdN, xcdN.seM, xcdN.seM.cuK, cuN (the "
+                        "N-th CU in chip order) or smN, e.g. xcd3:+20%%; implies --chip; repeatable")
+
+
+def synth_chip(args):
+    """``(grid, chip)`` for ``synth_graph.graph_trace`` from ``--chip`` / ``--slow-unit``
+    (``grid``: --grid, else one CTA a unit), or None without them."""
+    if not (getattr(args, "chip", False) or getattr(args, "slow_unit", None)):
+        return None
+    from timeline.ingest import synth_chip as SCH
+
+    return SCH.chip(args.arch, args.grid, args.waves, [SCH.parse_slow(t) for t in args.slow_unit or []])
+
+
+__all__ = ["EPILOG", "HELP", "add_parser", "cmd_chip", "synth_chip", "synth_options"]

@@ -293,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=integer(1, 1 << 20), default=None,
                    help="write the launches of this many steps, each launch's slot header naming its (step, layer): "
                         "--launches layers a step (default: one buffer of --launches launches without headers)")
-    p.add_argument("--grid", type=integer(1, 1 << 30), default=64, help="CTAs per rank, a power of two (default 64)")
+    p.add_argument("--grid", type=integer(1, 1 << 30), default=None,
+                   help="CTAs per rank, a power of two (default 64; with --chip any, default one a unit)")
     p.add_argument("--seed", type=integer(0, (1 << 32) - 1), default=0,
                    help="random seed: the kernel's stage means and task factors, and its jitter (default 0)")
     p.add_argument("--jitter-seed", type=integer(0, (1 << 32) - 1), default=None,
@@ -309,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     from timeline.cli import synth_changes
 
     synth_changes.add_options(p)
+    from timeline.cli import chip_commands
+
+    chip_commands.synth_options(p)
     p = _sub(subs, "launches", "timeline.cli.summary_commands:cmd_launches",
              "one row per launch of a trace or run: kernel time, skew across ranks, anomalies; p50/p90/p99",
              "examples:\n"

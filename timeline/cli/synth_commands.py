@@ -50,6 +50,7 @@ class _Plan(NamedTuple):
     injections: list
     run: bool
     changes: object = None  # --change / --drift: a ``timeline.cli.synth_changes.Plan``
+    chip: tuple | None = None  # (grid, placement and factors) of --chip / --slow-unit (cli.chip_commands)
 
 
 def _plan(args) -> _Plan:
@@ -59,12 +60,14 @@ def _plan(args) -> _Plan:
     from timeline.ingest import synth_graph as SG
 
     from timeline.cli import synth_changes as CSY
+    from timeline.cli.chip_commands import synth_chip
 
-    graph, run = bool(args.profile or args.inject or CSY.asked(args)), _to_run(args.output)
+    chip = synth_chip(args)
+    graph, run = bool(args.profile or args.inject or CSY.asked(args) or chip), _to_run(args.output)
     if not run:
         _trace_out(args.output)
-    g = args.grid
-    if g & (g - 1) or g > S.MAX_CTA + 1:
+    args.grid = g = chip[0] if chip else args.grid or 64
+    if chip is None and (g & (g - 1) or g > S.MAX_CTA + 1):
         raise UsageError(f"--grid {g}: the rotation rule needs a power of two up to {S.MAX_CTA + 1} "
                          "(the placement word's CTA field), e.g. 64, 256")
     if args.steps is not None and run is False and args.steps * args.launches > 1 << 16:
@@ -87,7 +90,7 @@ def _plan(args) -> _Plan:
     if late:
         raise UsageError(f"--inject {late[0]}: the trace has launches 0..{launches - 1} (--steps x --launches)")
     per = args.launches if run and args.steps else launches  # a run: one step in memory at a time
-    return _Plan(graph, name, stages, edges, launches, per, injections, run)
+    return _Plan(graph, name, stages, edges, launches, per, injections, run, chip=chip)
 
 
 def _make(args, plan: _Plan, first: int, host_ns: int, extra=()):
@@ -110,7 +113,7 @@ def _make(args, plan: _Plan, first: int, host_ns: int, extra=()):
                              arch=args.arch, kernel=f"{plan.name}_synthetic_graph")
         return SG.graph_trace(spec, grid=args.grid, seed=seed, inject=_of_step(plan.injections, first, per) + list(extra),
                               slots=slots, model=SG.Model(kernel_seed=args.seed) if one_kernel else SG.Model(),
-                              host_ns=host_ns)
+                              host_ns=host_ns, chip=plan.chip[1] if plan.chip else None)
     import numpy as np
 
     clock = "globaltimer" if args.arch.startswith("sm") else "memrealtime"
@@ -153,7 +156,7 @@ def _what(plan: _Plan) -> str:
 
 def _said(plan: _Plan) -> str:
     injected = "; injected " + ", ".join(i.label() for i in plan.injections) if plan.injections else ""
-    return injected + plan.changes.said()
+    return injected + plan.changes.said() + ("; placed on the whole chip (--chip, --slow-unit)" if plan.chip else "")
 
 
 def _with_changes(args, plan: _Plan) -> _Plan:

@@ -222,20 +222,9 @@ def next_host_ns(trace) -> int:
     return last + CALIBRATE_AFTER_NS
 
 
-def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
-                  slots=None, bases=None, host_ns: int = HOST_NS, chip=None) -> list:
-    """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
-    device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
-    ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
-    graph-replaying kernel does (``synth.synth_buffers``'s rule); ``bases``: each
-    stage's first CTA, task ``t`` on ``(bases[s] + t) % grid``, as a kernel's own
-    placement rule gives them (``timeline.contract.kernels.ctas``); None: the running
-    sum of the counts in row order. Each rank's clock is one synthetic machine's
-    (``device_offset_ns``), the model's t = 0 at host time ``host_ns``, and its spec
-    carries the two calibrations that say so (``calibration_pair``). ``chip``:
-    ``(placement words (grid, waves), per-CTA factor of the own phases)`` of
-    ``timeline.ingest.synth_chip`` (any grid then, the rotation taken mod ``grid``);
-    None: ``synth``'s placement, no factor."""
+def _check_model(spec: S.Spec, grid: int, chip, inject) -> dict:
+    """A ``SynthError`` where the model cannot run ``spec`` on ``grid`` with ``inject``
+    (``graph_buffers``'s arguments); else each stage's position ``{name: index}``."""
     if chip is None:
         SY._check_grid(grid)
     elif not 1 <= grid <= S.MAX_CTA:
@@ -251,6 +240,24 @@ def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model =
             if order[rule.stage] >= order[consumer]:
                 raise SynthError(f"stage {consumer!r} waits for {rule.stage!r}, which runs after it; the model "
                                  "runs the stages in order")
+    return order
+
+
+def graph_buffers(spec: S.Spec, *, grid: int = 64, seed: int = 0, model: Model = Model(), inject=(),
+                  slots=None, bases=None, host_ns: int = HOST_NS, chip=None) -> list:
+    """One stamp buffer per rank of ``spec.world`` (``[(spec_r, buffer_r), ...]``, the
+    device layout) of the model run over ``spec.graph`` with ``inject``ed delays;
+    ``slots``: one ``(step, layer)`` per launch written into its slot header, as a
+    graph-replaying kernel does (``synth.synth_buffers``'s rule); ``bases``: each
+    stage's first CTA, task ``t`` on ``(bases[s] + t) % grid``, as a kernel's own
+    placement rule gives them (``timeline.contract.kernels.ctas``); None: the running
+    sum of the counts in row order. Each rank's clock is one synthetic machine's
+    (``device_offset_ns``), the model's t = 0 at host time ``host_ns``, and its spec
+    carries the two calibrations that say so (``calibration_pair``). ``chip``:
+    ``(placement words (grid, waves), per-CTA factor of the own phases)`` of
+    ``timeline.ingest.synth_chip`` (any grid then, the rotation taken mod ``grid``);
+    None: ``synth``'s placement, no factor."""
+    order = _check_model(spec, grid, chip, inject)
     rng = np.random.default_rng(seed)
     kernel = rng if model.kernel_seed is None else np.random.default_rng(model.kernel_seed)
     ranks, lay = max(spec.world, 1), spec.layout

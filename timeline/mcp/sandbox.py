@@ -39,6 +39,7 @@ def send(fd: int, obj) -> None:
 
 
 def _read(fd: int, n: int) -> bytes | None:
+    """Exactly ``n`` bytes from ``fd`` (blocking), None at end of file."""
     out = b""
     while len(out) < n:
         chunk = os.read(fd, n - len(out))
