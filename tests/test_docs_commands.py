@@ -325,3 +325,70 @@ def test_doc_command_runs_as_printed(cmds, k, alone, tmp_path, monkeypatch):
     rc, out, err = run_line(cmds[k], tmp_path)
     assert rc in ((0, 1, 3) if _gate(cmds[k]) else (0,)), f"`{cmds[k]}`: exit {rc}\n{err[-2000:]}"
     assert "Traceback" not in out + err
+
+
+# -- the numbers a doc quotes from a command's output ---------------------------------------------
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+QUOTED = {  # (doc, first line of an output block) -> the line of the command block before it that printed it
+    ("docs/CHANGES.md", 22): "timeline changes RUN",
+}
+COMMENTED = [  # (doc, the line) whose comment quotes numbers of its output
+    ("docs/EXPLAIN.md", "timeline explain inj.arrow"),
+]
+ILLUSTRATIVE = {  # output blocks that are not a bundled input's output, and why
+    ("docs/ATTACH.md", 99): "a report of the reader's own run.arrow and profiler trace (the bundled capture's figures: "
+                            "traces/h200_attach/README.md, tests/test_attach.py)",
+}
+
+
+def numbers(text: str) -> set:
+    return {m.replace(",", "") for m in NUMBER.findall(text)}
+
+
+def _block_of(doc: str, line: str) -> list:
+    return next([c for _, c in cmds] for d, _, cmds in blocks() if d == doc and any(c == line or c.startswith(line + " ")
+                                                                                      for _, c in cmds))
+
+
+def _printed(doc: str, line: str, d: Path) -> str:
+    cmds = _block_of(doc, line)
+    k = next(i for i, c in enumerate(cmds) if c == line or c.startswith(line + " "))
+    prepare_line(cmds, k, d)
+    rc, out, err = run_line(cmds[k], d)
+    assert rc == 0, f"`{cmds[k]}`: exit {rc}: {err}"
+    return out
+
+
+@pytest.mark.parametrize("doc,start", sorted(QUOTED))
+def test_an_output_block_quotes_what_its_command_prints_now(doc, start, tmp_path, monkeypatch):
+    (tmp_path / "traces").symlink_to(ROOT / "traces")
+    monkeypatch.chdir(tmp_path)
+    block = next(lines for s, _, lines in fences(ROOT / doc) if s == start)
+    out = _printed(doc, QUOTED[(doc, start)], tmp_path)
+    missing = sorted(numbers("\n".join(block)) - numbers(out), key=float)
+    assert not missing, f"{doc}:{start} quotes {missing}, which `{QUOTED[(doc, start)]}` no longer prints:\n{out}"
+
+
+@pytest.mark.parametrize("doc,line", COMMENTED)
+def test_a_comment_quotes_what_its_line_prints_now(doc, line, tmp_path, monkeypatch):
+    (tmp_path / "traces").symlink_to(ROOT / "traces")
+    monkeypatch.chdir(tmp_path)
+    full = next(c for c in _block_of(doc, line) if c.startswith(line))
+    said = numbers(full.split("#", 1)[1])
+    out = _printed(doc, line, tmp_path)
+    assert said and not said - numbers(out), f"{doc}: `{full}` quotes {sorted(said - numbers(out))}:\n{out}"
+
+
+def test_every_output_block_after_a_command_is_compared_or_said_illustrative():
+    """An output block (a fence without a language, with numbers, the next fence after a
+    command block) is in QUOTED or ILLUSTRATIVE: a new doc example joins by itself."""
+    for path in DOCS:
+        doc, prev = path.relative_to(ROOT).as_posix(), False
+        for start, lang, lines in fences(path):
+            if commands(lines, start):
+                prev = True
+                continue
+            if prev and lang == "" and NUMBER.search("\n".join(lines)):
+                assert (doc, start) in QUOTED or (doc, start) in ILLUSTRATIVE, f"{doc}:{start}: an output block " \
+                    "after a command block: compare it (QUOTED) or say why not (ILLUSTRATIVE)"
+            prev = False
