@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from timeline.cli.common import UsageError
-
 
 def add_options(p) -> None:
     """``--change`` and ``--drift`` on ``synth``'s parser ``p``."""
-    from timeline.ingest.synth_changes import CHANGE_FORM, DRIFT_FORM
+    from timeline.ingest.synth_forms import CHANGE_FORM, DRIFT_FORM
 
     p.add_argument("--change", action="append", metavar="STEP:RANK:STAGE:TASK:PHASE:±AMOUNT[@LAYER]",
                    help=f"(with --steps) a change from a step on: {CHANGE_FORM.replace('%', '%%')}; implies --profile "
@@ -56,6 +54,8 @@ def plan(args, trial) -> Plan:
     if not asked(args):
         return Plan([], [])
     if args.steps is None:
+        from timeline.cli.common import UsageError
+
         raise UsageError("--change / --drift act from a step on: give --steps N (and -o DIR/ for a run)")
     changes = [SYC.parse_change(t) for t in args.change or []] + [SYC.parse_change(t, True) for t in args.drift or []]
     SYC.check_changes(changes, args.steps, args.launches)

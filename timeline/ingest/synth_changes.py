@@ -22,11 +22,8 @@ import numpy as np
 
 from timeline.ingest import synth_graph as SG
 
-CHANGE_FORM = ("STEP:RANK:STAGE:TASK:PHASE:±AMOUNT[@LAYER], the target as --inject's (RANK a rank or *, TASK a "
-               "task, * or ctaN, PHASE hint staged compute end), AMOUNT ns or a % of the kernel time, + slower "
-               "or - faster from STEP on, @LAYER one layer only, e.g. 40:1:o:*:compute:+2% or 25:*:ug:cta3:end:-1500@2")
-DRIFT_FORM = ("STEP:RANK:STAGE:TASK:PHASE:+AMOUNT[@LAYER]: the amount reached linearly from 0 at STEP to the last "
-              "step, e.g. 0:*:down:*:compute:+3%")
+from timeline.ingest.synth_forms import CHANGE_FORM, DRIFT_FORM
+
 _ROUNDS = 7  # calibration rounds (doublings, then bisections): the steps run with the injection, its effect measured
 _STEPS = 3  # the steps a calibration runs on
 
