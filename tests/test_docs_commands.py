@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import io
-import json
-import os
 import re
 import shlex
 import shutil
@@ -226,7 +224,7 @@ EXCLUDED = {  # a fragment of the line -> why it cannot run here exactly as prin
     "--plotly-js .cache/": "the plotly.js bundle `make demo` builds (tests/test_viewer_app.py serves one)",
 }
 KNOWN: dict = {}  # (doc, fragment of the line) -> why it fails today; the lead empties it as the fixes merge
-INDEPENDENT = {("docs/RUN.md", 13)}  # blocks of independent examples: a line reads the placeholder, not an earlier line's run
+INDEPENDENT = {("docs/RUN.md", 13)}  # independent examples: a line reads the placeholder, not an earlier line's run
 
 
 # -- running a line ----------------------------------------------------------------------------
@@ -346,8 +344,8 @@ def numbers(text: str) -> set:
 
 
 def _block_of(doc: str, line: str) -> list:
-    return next([c for _, c in cmds] for d, _, cmds in blocks() if d == doc and any(c == line or c.startswith(line + " ")
-                                                                                      for _, c in cmds))
+    return next([c for _, c in cmds] for d, _, cmds in blocks()
+                if d == doc and any(c == line or c.startswith(line + " ") for _, c in cmds))
 
 
 def _printed(doc: str, line: str, d: Path) -> str:

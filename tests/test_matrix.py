@@ -110,7 +110,8 @@ VALUES = {  # option -> argv after it, from the cell's context ``c`` (``Cell``)
     "--slow-unit": lambda c: ["xcd3:+12%"], "--as-capture": lambda c: ["again"], "--jobs": lambda c: ["2"],
 }
 WITH = {  # an option that means something only beside another: the other given too
-    ("explain", "--baseline-launch"): ["--baseline", "{path}"], ("explain", "--baseline-step"): ["--baseline", "{path}"],
+    ("explain", "--baseline-launch"): ["--baseline", "{path}"],
+    ("explain", "--baseline-step"): ["--baseline", "{path}"],
     ("explain", "--baseline-layer"): ["--baseline", "{path}"], ("compare", "--stage"): ["--fail-over", "5%"],
     ("summary", "--workers"): ["--engine", "dask"], ("edges", "--workers"): ["--engine", "dask"],
     ("whatif", "--workers"): ["--engine", "dask"], ("run add", "--layers-per-step"): ["--step", "0"],
@@ -362,7 +363,7 @@ REFUSED = {  # (command, option or "" or "*", kind or "*") -> the refusal is rig
     ("attach", "--skip-damaged", "damaged"): "instrumented launches but",  # the damaged append's launches left out
     **{("attach", "--rank", k): "give one framework trace per rank" for k in SOURCES if k != "h100"},  # two ranks
     **{("attach", o, k): "instrumented launches but" for o in ("--launch", "--step", "--layer") for k in SOURCES
-       if k != "legacy" and (o == "--launch" or k not in HEADERLESS)},  # the framework's every kernel (legacy: 1 launch)
+       if k != "legacy" and (o == "--launch" or k not in HEADERLESS)},  # every kernel framed (legacy: 1 launch)
 }
 STDOUT_REFUSALS = {("mcp",), ("run", "info")}  # exit 2 saying why on stdout: mcp --call's error document, the damage
 
@@ -374,7 +375,8 @@ def known(why, cmd, opts, kinds) -> list:
 SKIP = "CLI.md: --skip-damaged given to a trace file is refused, not ignored; `info FILE --skip-damaged` ignores it"
 KNOWN = dict([  # (command, option or "", kind) -> why the cell fails today; the lead empties it as fixes merge
     *known(SKIP, "info", ["--skip-damaged"], FILES),
-    (("info", "--skip-damaged", "damaged"), "`info RUN --skip-damaged` of a damaged run exits 2 listing the damage (stdout), "
+    (("info", "--skip-damaged", "damaged"), "`info RUN --skip-damaged` of a damaged run exits 2 listing the damage "
+                                            "(stdout), "
                                             "where --skip-damaged reads past it (export, summary ... answer)"),
 ])
 

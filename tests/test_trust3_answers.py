@@ -1,6 +1,7 @@
-"""Issue 48, "answers that do not say what was asked" (and 6: attach naming where a cut file ends), each replayed as the user met it:
-a baseline launch or selection that names nothing is refused as the option it came from,
-a baseline launch key takes no baseline selection, "cannot compare" says nothing more,
+"""Issue 48, "answers that do not say what was asked" (and 6: attach naming where a cut
+file ends), each replayed as the user met it: a baseline launch or selection that names
+nothing is refused as the option it came from, a baseline launch key takes no baseline
+selection, "cannot compare" says nothing more,
 one launch named two ways gets one answer, a stage's gate names its culprit, a huge
 what-if value is refused, and EXPLAIN.md's known-truth example shows its truth."""
 
