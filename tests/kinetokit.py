@@ -146,7 +146,7 @@ def gpu_trace(base: Path, out: Path, trace, *, kernel="mono_ffn_kernel", device=
         s, e = int(start[i]), int(end[i])
         if shift and i in shift:
             s, e = s + shift[i], e + shift[i]
-        if prev_end is not None:
+        if prev_end is not None and s > prev_end:  # (a shifted kernel may start before the last ends: no room)
             gap = s - prev_end
             for k in range(others):  # other kernels, then a copy, between launches
                 a = prev_end + gap * (k + 1) // (others + 3)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import attach_baseline
 import kinetokit as KK
 from timeline import load
-from timeline.attach import attach, read_framework
+from timeline.attach import FrameworkTraceError, attach, read_framework
 from timeline.attach import framework_tracks as FT
 from timeline.attach import jsonscan as J
 from timeline.attach import kineto, nesting
@@ -46,7 +46,7 @@ def old_chunks(chunk: int):
 
 
 def same_framework(a, b) -> None:
-    for f in a._fields:
+    for f in b._fields:  # the fields the code before had (Framework.tracks is new: tested on its own)
         x, y = getattr(a, f), getattr(b, f)
         assert (x.equals(y) if hasattr(x, "equals") else x == y), f
 
@@ -176,6 +176,8 @@ def test_random_kept_events_read_as_they_did(tmp_path_factory, evs, chunk):
     with old_chunks(chunk):
         old = outcome(lambda: attach_baseline.kineto.read_kineto(path, chunk_bytes=chunk))
     new = outcome(lambda: kineto.read_kineto(path, chunk_bytes=chunk, workers=0))
+    if new[0] is FrameworkTraceError and "not [x, y, z] integers" in new[1]:
+        return  # issue 48: a grid that is not three integers is refused (the old reader read it as no grid)
     if isinstance(old, tuple) and not hasattr(old, "_fields"):
         assert new == old
     else:
@@ -219,3 +221,23 @@ def test_nesting_is_the_stack_rule_across_pieces(pieces):
         ts, end, track = ts[order], end[order], track[order]
         assert nesting.nest(ts, end, track, mine).tolist() == ref.bad(ts, end, track)
         assert mine.ends == ref.ends and mine.last == ref.last
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_perfetto_output_read_in_one_pass_is_the_same_bytes(mid, demo, tmp_path, monkeypatch, workers):
+    """A framework read with ``tracks_for`` (the CLI's read when ``-o`` is given) gathers
+    the tracks' names and flows in the read's own decode: the Perfetto output skips its
+    first pass (it is not run: patched to fail) and is the same bytes."""
+    monkeypatch.setenv(AP.WORKERS_ENV, str(workers or 1))
+    fw = read_framework(mid / "k.json", tracks_for=0)
+    assert fw.tracks[0] == 0
+    att = attach(demo, fw, kernel=KERNEL)
+    AW.write_perfetto(att, tmp_path / "two.pftrace")
+    monkeypatch.setattr(FT, "flows_and_names", lambda *a, **k: pytest.fail("a second decode pass"))
+    AW.write_perfetto(attach(demo, read_framework(mid / "k.json", tracks_for=0), kernel=KERNEL), tmp_path / "one.pftrace")
+    monkeypatch.undo()
+    AW.write_perfetto(attach(demo, read_framework(mid / "k.json"), kernel=KERNEL), tmp_path / "old.pftrace")
+    assert (tmp_path / "one.pftrace").read_bytes() == (tmp_path / "old.pftrace").read_bytes()
+    assert (tmp_path / "two.pftrace").read_bytes() == (tmp_path / "old.pftrace").read_bytes()
+    moved = read_framework(mid / "k.json", tracks_for=3)  # gathered for another rank: the first pass runs
+    assert moved.tracks[0] == 3 and moved.activities.equals(fw.activities)

@@ -63,6 +63,7 @@ def test_synth_chips_equal_the_direct_computation(arch, units, waves):
     trace = SG.graph_trace(spec, grid=grid, seed=11, chip=chip)
     for rank in (0, 1):
         c = _check_against_direct(trace, 1, rank)
+    assert CHP.rows_of(trace)[0].disjoint == (waves == 1)  # both ways of a union: sums, and sweeps where waves overlap
     amd = arch.startswith("gfx")
     want = ("xcd", "se", "cu") if amd else ("sm",)
     assert c.level_names == want + (("slot",) if waves > 1 else ())

@@ -11,8 +11,12 @@ DuckDB's settings and views naming no absolute path."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mcpkit import ABSOLUTE, ROOT, make_root, peak_kb, run_suite, session
 
@@ -140,3 +144,84 @@ def test_rows_are_bounded_before_conversion():
     assert len(t.rows) == 66 and t.more == 5000 - 66 and t.why == "bytes" and t.size <= 100_000
     t = take("SELECT range FROM range(5000)", max_rows=10)
     assert len(t.rows) == 10 and t.more == 4990 and t.why == "rows"
+
+
+@pytest.mark.parametrize("tool,args", [
+    ("list_sources", {}), ("launches", {"source": "run"}), ("explain", {"source": "run"}),
+    ("schema", {"source": "run"}), ("schema", {"source": "b.arrow"}), ("summary", {"source": "run"}),
+    ("critical_path", {"source": "run", "launch": "4:3"}), ("edges", {"source": "b.arrow", "launch": "53:0"}),
+    ("compare", {"a": "b.arrow", "b": "b.arrow"}), ("launches", {"source": "run", "launch": "99:99"}),
+    ("launches", {"source": "../outside.txt"}), ("sql", {"source": "b.arrow", "query": "SELECT * FROM nosuch"})])
+def test_no_tool_answer_names_an_absolute_path(mcp, root, tool, args):
+    """Every tool's answer and error, and the resources, pass the one scrub (timeline.mcp.paths)."""
+    got, _ = mcp.call(tool, args)
+    text = json.dumps(got, ensure_ascii=False)
+    assert str(root.resolve()) not in text and str(ROOT) not in text and not ABSOLUTE.search(text), \
+        ABSOLUTE.search(text)
+    for uri in mcp.resources():
+        assert not ABSOLUTE.search(mcp.read(uri).replace("/path/to/", "")), uri
+
+
+LEAF = st.one_of(st.integers(-2 ** 62, 2 ** 62), st.text(max_size=300), st.text("xé\n\"", min_size=1995, max_size=2010),
+                 st.none())
+VALUES = st.recursive(LEAF, lambda c: st.lists(c, max_size=150), max_leaves=400)
+
+
+def _within(v, cut):
+    """Whether ``v`` is what ``rows`` makes of an original ``cut``: equal where within
+    the bounds, its first items where cut."""
+    from timeline.mcp import rows as MR
+
+    if isinstance(cut, str):
+        return v == cut if len(cut) <= MR.MAX_CELL else v.startswith(cut[:MR.MAX_CELL] + "... (")
+    if isinstance(cut, list):
+        head = v[:MR.MAX_ITEMS]
+        return len(v) == len(cut) and all(map(_within, v, cut)) if len(cut) <= MR.MAX_ITEMS else \
+            len(v) == MR.MAX_ITEMS + 1 and all(map(_within, head, cut[:MR.MAX_ITEMS]))
+    return v == cut
+
+
+@settings(max_examples=150, deadline=None)
+@given(column=st.lists(VALUES, min_size=1, max_size=20), max_rows=st.integers(1, 30),
+       max_bytes=st.integers(10, 50_000))
+def test_any_nested_values_are_bounded_and_kept_exact_within_bounds(column, max_rows, max_bytes):
+    """Any column of nested lists and text (one Arrow type: the values of one shape):
+    rows within max_rows and max_bytes of JSON, every row taken equal to its value
+    where that was within the cell bounds, the rest counted."""
+    import pyarrow as pa
+
+    from timeline.mcp import rows as MR
+
+    try:
+        arr = pa.array(column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # values of mixed shapes: no one Arrow column
+        return
+    t = MR.take([pa.RecordBatch.from_arrays([arr], names=["v"])], max_rows, max_bytes)
+    assert len(t.rows) <= max_rows and t.size <= max_bytes and len(t.rows) + t.more == len(column)
+    assert t.size == sum(len(json.dumps(r, ensure_ascii=False)) for r in t.rows)
+    for (v,), cut in zip(t.rows, column):
+        assert _within(v, cut), (v, cut)
+
+
+def test_a_skipped_source_is_tried_again_once_it_changed(tmp_path):
+    """A file skipped (no trace) stays skipped while it is unchanged, and is a source
+    once rewritten as a trace (a run appended to after a failed open likewise)."""
+    from timeline.mcp.context import Context
+    from timeline.mcp.sources import Sources
+
+    root = make_root(tmp_path)
+    (root / "junk.arrow").write_text("not arrow")
+    ctx = Context(Sources([], str(root)))
+    got, _ = ctx.call("list_sources", {})
+    assert sorted(s["name"] for s in got["skipped"]) == ["junk.arrow", "plain.parquet"]
+    got, failed = ctx.call("launches", {"source": "junk.arrow"})
+    assert failed and "skipped" in got["error"]["message"]
+    shutil.copy(root / "b.arrow", root / "plain.parquet.tmp")
+    os.replace(root / "plain.parquet.tmp", root / "plain.parquet")
+    shutil.copy(root / "b.arrow", root / "junk.arrow")
+    got, failed = ctx.call("launches", {"source": "junk.arrow"})
+    assert not failed and got["launches"] > 0
+    got, _ = ctx.call("list_sources", {})
+    assert got["skipped"] == [] and [s["name"] for s in got["sources"]] == ["b.arrow", "junk.arrow", "plain.parquet",
+                                                                             "run"]
+    ctx.close()

@@ -135,11 +135,18 @@ def test_a_file_given_twice_is_refused_as_with_one_job(tmp_path, files):
         assert leftovers(run) == []
 
 
-def test_default_jobs_a_worker_per_core_at_most_one_a_file(monkeypatch):
-    """One worker per core this process may use, never more than files; each worker's
-    Arrow pool its share of the cores."""
+def test_default_jobs_a_worker_per_core_within_the_memory_budget(monkeypatch):
+    """One worker per core this process may use, but no more than the memory budget
+    holds (2 GiB: 8) nor one for fewer than two files; each worker's Arrow pool its share
+    of the cores."""
     monkeypatch.setattr(RJ, "cores", lambda: 16)
-    assert [RJ.default_jobs(n) for n in (1, 2, 64)] == [1, 2, 16]
+    monkeypatch.delenv("TIMELINE_MEMORY_BUDGET", raising=False)
+    assert [RJ.default_jobs(n) for n in (1, 2, 3, 8, 64)] == [1, 1, 2, 4, 8]
+    monkeypatch.setenv("TIMELINE_MEMORY_BUDGET", "8G")
+    assert RJ.default_jobs(64) == 16
+    monkeypatch.setattr(RJ, "cores", lambda: 2)
+    assert RJ.default_jobs(64) == 2
+    monkeypatch.setattr(RJ, "cores", lambda: 16)
     assert [RJ.worker_threads(j) for j in (1, 4, 16, 64)] == [16, 4, 1, 1]
 
 

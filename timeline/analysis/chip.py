@@ -56,7 +56,9 @@ class Rows(NamedTuple):
     index, task, one dense unit id per level (``unit[level]``, unit numbers global over
     (rank, unit)), first phase, wait start, wait end, last phase (ns, missing phases
     inherited), and how many rows were left out for want of a placement or a time;
-    ``own``: ``(rows, intervals)`` ns of each own interval (the wait's column 0)."""
+    ``ns``: the rows' phases (ns, inherited; ``own_of`` reads it) and the wait's interval
+    index (None: no wait); ``disjoint``: no two rows of a unit overlap in a launch (one
+    wave a unit: every union is then a sum)."""
 
     rank: np.ndarray
     launch: np.ndarray
@@ -69,7 +71,10 @@ class Rows(NamedTuple):
     last: np.ndarray
     unplaced: int
     untimed: int
-    own: np.ndarray
+    ns: np.ndarray
+    wait_index: int | None
+    disjoint: bool
+    one_wave: bool
 
 
 class Level(NamedTuple):
@@ -113,7 +118,8 @@ def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
     fine_cols = spec[-1][1]
     slot_cols = fine_cols + SLOT_COLUMNS[v]
     vals = {c: R.column(tasks, c, fill=0, dtype=np.int64)[keep] for c in set(slot_cols)}
-    spec.append(("slot", slot_cols))
+    if any(vals[c].min() != vals[c].max() for c in SLOT_COLUMNS[v]):  # else one slot a unit: no slot level
+        spec.append(("slot", slot_cols))
     ids, levels = {}, []
     for name, cols in spec:
         gid, n, uniq = GR.group_ids(rank, *(vals[c] for c in cols))
@@ -122,7 +128,7 @@ def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
         if np.unique(uniq[0]).size > 1:  # several ranks: each its own chip
             names = [f"r{r}.{nm}" for r, nm in zip(uniq[0].tolist(), names)]
         levels.append(Level(name, uniq[0], names, np.full(n, -1, np.int64), np.zeros(0, np.int64)))
-    if len(levels[-1].names) == len(levels[-2].names):  # one wave slot a unit: no slot level
+    if levels[-1].name == "slot" and len(levels[-1].names) == len(levels[-2].names):  # one slot a unit
         levels.pop()
         del ids["slot"]
     finest = levels[-1].name
@@ -144,8 +150,9 @@ def unit_level(levels: list) -> Level:
     return levels[-2] if levels[-1].name == "slot" else levels[-1]
 
 
-def rows_of(trace, launches=None) -> tuple:
-    """``(Rows, levels)`` of ``trace``'s placed rows of ``launches`` (None: every one)."""
+def rows_of(trace, launches=None, phases: bool = True) -> tuple:
+    """``(Rows, levels)`` of ``trace``'s placed rows of ``launches`` (None: every one);
+    ``phases``: keep every phase (``Rows.ns``, which ``own_of`` reads; else None)."""
     t = trace.tasks
     if launches is not None:
         t = R.select(t, R.check(trace, launches=list(launches)))
@@ -168,20 +175,43 @@ def rows_of(trace, launches=None) -> tuple:
         raise AnalysisError("chip: no task row has both a placement and its times; this trace cannot say "
                             "where on the chip time went")
     levels, ids = levels_of(t, trace.spec.arch, keep)
-    col = lambda c: R.column(t, c, dtype=np.int64)[keep]  # noqa: E731
-    rows = Rows(col("rank"), col("launch"), col("stage_index"), col("task"), ids,
-                first[keep], np.clip(w0[keep], first[keep], last[keep]), np.clip(w1[keep], first[keep], last[keep]),
-                last[keep], int((~placed).sum()), int((placed & ~timed).sum()), _own(ns[keep], trace))
+    col = lambda c: R.column(t, c, dtype=np.int32)[keep]  # noqa: E731 - ranks, launches, stages, tasks
+    f, la = first[keep], last[keep]
+    rank, launch = col("rank"), col("launch")
+    rows = Rows(rank, launch, col("stage_index"), col("task"), ids, f, np.clip(w0[keep], f, la),
+                np.clip(w1[keep], f, la), la, int((~placed).sum()), int((placed & ~timed).sum()),
+                (ns if keep.all() else ns[keep]) if phases else None, trace.spec.wait_index if wait else None,
+                _disjoint(launch, ids[unit_level(levels).name], f, la),
+                int(R.column(t, "slot_wave", fill=0, dtype=np.int64).max()) == 0)
     return rows, levels
 
 
-def _own(ns: np.ndarray, trace) -> np.ndarray:
+def _disjoint(launch: np.ndarray, unit: np.ndarray, first: np.ndarray, last: np.ndarray) -> bool:
+    """Whether no two rows of one (launch, unit) overlap: one sort by (group, first), each
+    row's first at or after the latest last of the group's rows before it."""
+    n_units = int(unit.max()) + 1
+    g = (launch.astype(np.int64) - int(launch.min())) * n_units + unit
+    span = int(max(last.max(), first.max()) - first.min()) + 1
+    if (int(g.max()) + 1) >= (1 << 62) // span:
+        return False  # too wide to pack: the sweeps decide instead
+    lo = int(first.min())
+    order = np.argsort(g * span + (first - lo))  # ties in any order: only the running maximum matters
+    gs = g[order]
+    run = np.maximum.accumulate(gs * span + (last[order] - lo)) - gs * span  # the group's latest last so far
+    same = gs[1:] == gs[:-1]
+    return bool(((first[order][1:] - lo) >= run[:-1])[same].all())
+
+
+def own_of(rows: Rows) -> np.ndarray:
     """``(rows, intervals)`` ns of each row's consecutive phase intervals, 0 for the wait
     interval and for one with an unwritten start (a row's own phases' parts)."""
+    ns = rows.ns
+    if ns is None:
+        raise AnalysisError("chip: these rows were read without their phases (rows_of(phases=False))")
     d = np.diff(ns, axis=1)
     d[(ns[:, :-1] == R.MISSING) | (d < 0)] = 0
-    if trace.spec.wait:
-        d[:, trace.spec.wait_index] = 0
+    if rows.wait_index is not None:
+        d[:, rows.wait_index] = 0
     return d
 
 
@@ -201,17 +231,28 @@ def occupancy(gid: np.ndarray, ng: int, rows: Rows, lo=None, hi=None):
     a0, a1, b0, b1 = rows.first, rows.w0, rows.w1, rows.last
     if lo is not None:
         a0, a1, b0, b1 = (np.clip(x, lo, hi) for x in (a0, a1, b0, b1))
+    if rows.disjoint:  # no overlap within a unit, so none within any finer group: unions are sums
+        busy = np.bincount(gid, weights=((a1 - a0) + (b1 - b0)).astype(np.float64), minlength=ng).astype(np.int64)
+        return busy, np.bincount(gid, weights=(b1 - a0).astype(np.float64), minlength=ng).astype(np.int64)
     g2 = np.concatenate((gid, gid))
     busy = union_ns(g2, ng, np.concatenate((a0, b0)), np.concatenate((a1, b1)))
     both = union_ns(gid, ng, a0, b1)  # busy and wait together: first phase to last
     return busy, both
 
 
+_WINDOWS: dict = {}  # the last rows' windows: every table of one report asks for them
+
+
 def windows(rows: Rows):
-    """Per (rank, launch): its group id per row, count, keys and window ``(lo, hi)`` ns."""
-    gid, n, (rank, launch) = GR.group_ids(rows.rank, rows.launch)
-    lo, hi = GR.group_min_max(gid, n, rows.first, rows.last)
-    return gid, n, rank, launch, lo, hi
+    """Per (rank, launch): its group id per row, count, keys and window ``(lo, hi)`` ns
+    (computed once per ``Rows``: the tables of a report share them)."""
+    key = (id(rows.first), rows.first.size)
+    if key not in _WINDOWS:
+        gid, n, (rank, launch) = GR.group_ids(rows.rank, rows.launch)
+        lo, hi = GR.group_min_max(gid, n, rows.first, rows.last)
+        _WINDOWS.clear()
+        _WINDOWS[key] = (rows.first, (gid, n, rank, launch, lo, hi))  # the array kept: its id stays its own
+    return _WINDOWS[key][1]
 
 
 def _unit_groups(rows: Rows, name: str, levels: list):
@@ -286,19 +327,33 @@ def level_table(rows: Rows, levels: list, per_level: dict) -> pa.Table:
     return pa.Table.from_pylist(out)
 
 
+def _task_ends(rows: Rows, wid: np.ndarray) -> tuple:
+    """Per task (waves merged: its last wave's end): its window and end. One row a task
+    (every ``slot_wave`` 0, ``Rows.one_wave``): the rows themselves."""
+    if rows.one_wave:
+        return wid, rows.last
+    tid, nt, (t_w, _, _) = GR.group_ids(wid, rows.stage, rows.task)
+    _, t_end = GR.group_min_max(tid, nt, rows.last, rows.last)
+    return t_w, t_end
+
+
 def tail_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     """The tail per (rank, launch): tasks, the moment ``TAIL_SHARE`` of them had ended
     (ns from the launch's start), the tail's length, finest units busy in it of those
     seen, and its stages by busy ns there (the first the most)."""
     wid, nw, rank, launch, lo, hi = windows(rows)
-    tid, nt, (t_w, _, _) = GR.group_ids(wid, rows.stage, rows.task)
-    _, t_end = GR.group_min_max(tid, nt, rows.last, rows.last)
-    order = np.lexsort((t_end, t_w))
+    t_w, t_end = _task_ends(rows, wid)
     counts = np.bincount(t_w, minlength=nw)
-    at = np.r_[0, np.cumsum(counts)[:-1]] + np.ceil(TAIL_SHARE * counts - 1e-9).astype(np.int64) - 1
-    t90 = t_end[order][at]
+    k = np.ceil(TAIL_SHARE * counts - 1e-9).astype(np.int64) - 1
+    order = GR.group_order(t_w)  # each window's tasks together (linear: rows come in runs of one launch)
+    start = np.r_[0, np.cumsum(counts)[:-1]]
+    ends = t_end[order]
+    t90 = np.array([np.partition(ends[a:a + c], j)[j] for a, c, j in zip(start.tolist(), counts.tolist(),
+                                                                          k.tolist())], dtype=np.int64)
     fine = unit_level(levels)
-    gid, n, (g_w, _) = GR.group_ids(wid, rows.unit[fine.name])
+    gid, n, (_, g_unit) = GR.group_ids(rows.launch, rows.unit[fine.name])  # a unit holds its rank
+    g_w = np.zeros(n, np.int64)
+    g_w[gid] = wid
     busy, _ = occupancy(gid, n, rows, t90[wid], hi[wid])
     in_tail = np.bincount(g_w, weights=(busy > 0), minlength=nw).astype(np.int64)
     seen = np.bincount(g_w, minlength=nw)
@@ -321,13 +376,17 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     in the stage, the mean over the units that ran it, and busiest / span."""
     wid, nw, rank, launch, lo, hi = windows(rows)
     fine = unit_level(levels)
-    gid, n, (g_w, g_stage, g_unit) = GR.group_ids(wid, rows.stage, rows.unit[fine.name])
+    row_sid, ns, (s_w, s_stage) = GR.group_ids(wid, rows.stage)  # each row's (window, stage)
+    gid, n, (_, _, g_unit) = GR.group_ids(rows.launch, rows.stage, rows.unit[fine.name])  # a unit holds its rank
     busy, _ = occupancy(gid, n, rows)
-    sid, ns, (s_w, s_stage) = GR.group_ids(g_w, g_stage)
-    first, _ = GR.group_min_max(*GR.group_ids(wid, rows.stage)[:2], rows.first, rows.last)
-    _, last = GR.group_min_max(*GR.group_ids(wid, rows.stage)[:2], rows.last, rows.last)
-    order = np.lexsort((-busy, sid))
-    top = order[np.r_[0, np.cumsum(np.bincount(sid, minlength=ns))[:-1]]]
+    sid = np.zeros(n, np.int64)
+    sid[gid] = row_sid
+    first, last = GR.group_min_max(row_sid, ns, rows.first, rows.last)
+    best = np.full(ns, -1, np.int64)
+    np.maximum.at(best, sid, busy)
+    top = np.full(ns, n, np.int64)
+    hit = np.flatnonzero(busy == best[sid])
+    np.minimum.at(top, sid[hit], hit)  # the busiest unit of each (window, stage), the first in unit order
     mean = np.bincount(sid, weights=busy.astype(np.float64), minlength=ns) / np.bincount(sid, minlength=ns)
     span = last - first
     return pa.table({"rank": pa.array(rank[s_w], pa.int16()), "launch": pa.array(launch[s_w], pa.int32()),
@@ -340,7 +399,7 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
 def chip(trace, launches=None, parsed=None) -> Chip:
     """The chip report of ``trace``'s ``launches`` (None: every one), as the module says;
     ``parsed``: ``rows_of(trace, launches)`` where the caller has it already."""
-    rows, levels = parsed or rows_of(trace, launches)
+    rows, levels = parsed or rows_of(trace, launches, phases=False)
     names = trace.spec.stage_names
     units, per_level = unit_table(rows, levels)
     return Chip(units, level_table(rows, levels, per_level), tail_table(rows, levels, names),
@@ -361,5 +420,5 @@ class Chip(NamedTuple):
     untimed: int
 
 
-__all__ = ["Chip", "unit_level", "chip", "level_table", "stage_table", "tail_table", "unit_table", "LEVELS", "Level", "Rows", "TAIL_SHARE", "levels_of", "occupancy", "rows_of", "union_ns",
+__all__ = ["Chip", "own_of", "unit_level", "chip", "level_table", "stage_table", "tail_table", "unit_table", "LEVELS", "Level", "Rows", "TAIL_SHARE", "levels_of", "occupancy", "rows_of", "union_ns",
            "vendor_levels", "windows"]

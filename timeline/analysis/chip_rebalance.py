@@ -48,8 +48,9 @@ def speeds(rows: CHP.Rows) -> tuple:
     """``(row, x)``: one sample per own interval of a row (staging, compute, epilogue are
     three): the row, and log(ns / the median of that interval over its (rank, launch,
     stage)'s rows); intervals of no time left out. A slow unit slows each."""
-    r, j = np.nonzero(rows.own > 0)
-    d = rows.own[r, j].astype(np.float64)
+    own = CHP.own_of(rows)
+    r, j = np.nonzero(own > 0)
+    d = own[r, j].astype(np.float64)
     gid, n, _ = GR.group_ids(rows.rank[r], rows.launch[r], rows.stage[r], j)
     med = GR.group_quantiles(gid, n, d, [0.5])[0][gid]
     return r, np.log(d / med)

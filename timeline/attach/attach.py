@@ -54,7 +54,10 @@ class CalibrationCheck(NamedTuple):
     monotonic + offset) against the fitted one: ``predicted_ns`` (None when the
     framework clock's relation to the host's monotonic clock was not given),
     ``difference_ns``, ``tolerance_ns`` (the fit's bound + the calibration's + the host
-    relation's), ``agrees``."""
+    relation's + ``drift_ns``), ``agrees``. ``drift_ns``: how far the device clock may
+    have drifted from the one calibration's offset by the launches (``since_ns`` of
+    host time between them, at ``drift_ppm``: ``clocks.DRIFT_PPM_BOUND``); 0 where two
+    calibrations measured the drift (``placement_at`` carries it)."""
 
     rank: int
     calibration_ns: int
@@ -63,6 +66,9 @@ class CalibrationCheck(NamedTuple):
     difference_ns: int | None
     tolerance_ns: float | None
     agrees: bool | None
+    since_ns: int = 0
+    drift_ppm: float | None = None
+    drift_ns: float = 0.0
 
 
 class Attached(NamedTuple):
@@ -96,19 +102,28 @@ def _axes(frameworks: dict) -> dict:
 
 def _calibration(trace: Trace, rank: int, fit: AL.Fit, fw: Framework, host_clock) -> CalibrationCheck | None:
     """The calibration's prediction of the fitted offset (``host_clock``: framework ns
-    = host monotonic ns + offset, ± uncertainty), or None for an uncalibrated rank."""
+    = host monotonic ns + offset, ± uncertainty), or None for an uncalibrated rank.
+    One calibration is one point of a drifting clock: the tolerance grows by what a
+    drift of ``clocks.DRIFT_PPM_BOUND`` moves the offset over the host time from it
+    to the launches (``fit.ref_ns``), or an H100 run calibrated 20 s before its
+    profiled steps disagrees by the 88 µs its clock drifted (issue 48)."""
     spec = next(sp for sp in trace.specs if sp.rank == rank)
     cals = K.calibrations_of(spec)
     if not cals:
         return None
-    p = K.placement_at(cals, fit.ref_ns - cals[0].offset_ns)
+    at = fit.ref_ns - cals[0].offset_ns  # the launches' host time
+    p = K.placement_at(cals, at)
+    since = min(abs(at - c.host_ns) for c in cals)
+    ppm = K.DRIFT_PPM_BOUND if len(cals) == 1 else None
+    drift = ppm * 1e-6 * since if ppm else 0.0
     if host_clock is None:
-        return CalibrationCheck(rank, p.offset_ns, p.uncertainty_ns, None, None, None, None)
+        return CalibrationCheck(rank, p.offset_ns, p.uncertainty_ns, None, None, None, None, since, ppm, drift)
     off, u = host_clock
     predicted = -p.offset_ns + int(off)
     diff = fit.offset_ns - predicted
-    tol = fit.bound_ns + p.uncertainty_ns + float(u)
-    return CalibrationCheck(rank, p.offset_ns, p.uncertainty_ns, predicted, diff, float(tol), bool(abs(diff) <= tol))
+    tol = fit.bound_ns + p.uncertainty_ns + float(u) + drift
+    return CalibrationCheck(rank, p.offset_ns, p.uncertainty_ns, predicted, diff, float(tol), bool(abs(diff) <= tol),
+                            since, ppm, drift)
 
 
 def attach(trace: Trace, frameworks, *, kernel: str | None = None, device: int | None = None,

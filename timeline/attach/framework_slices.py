@@ -290,8 +290,9 @@ class Prepared(NamedTuple):
     instants: list  # (pid, tid, ns on the file's axis, name, cat or None) of its instants
 
 
-def prepare(evs: list, meta, rank: int, shift_ns: int) -> Prepared:
-    """The piece's ``Prepared`` (``meta``: the first pass's flows)."""
+def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framework trace") -> Prepared:
+    """The piece's ``Prepared`` (``meta``: the first pass's flows; ``name``: the file's,
+    for a refusal)."""
     code, phs = _phases(evs)
     skipped = {}
     if not code.all():
@@ -319,7 +320,7 @@ def prepare(evs: list, meta, rank: int, shift_ns: int) -> Prepared:
     index = {k: i for i, k in enumerate(first)}
     key_of = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
     ts = J.ns_array(ts_x, "a ts")
-    end = ts + np.maximum(J.ns_array([e.dur for e in xs], "a dur", null=0), 0)
+    end = ts + J.durations(xs, name)
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
     if len(xs) > 1:
         xs = list(operator.itemgetter(*order.tolist())(xs))

@@ -30,7 +30,7 @@ from timeline.attach import pool as AP
 from timeline.attach.nesting import Carried, nest
 from timeline.export import perfetto as PF
 
-__all__ = ["Converted", "FRAMEWORK_SEQUENCE", "Flows", "Meta", "flows_and_names", "packets", "process_track", "thread_track"]
+__all__ = ["Converted", "FRAMEWORK_SEQUENCE", "Flows", "Meta", "flows_and_names", "meta_of", "packets", "process_track", "thread_track"]
 
 FRAMEWORK_SEQUENCE = FS.FRAMEWORK_SEQUENCE
 TE_CATEGORIES = FS.TE_CATEGORIES
@@ -48,11 +48,16 @@ class Meta(NamedTuple):
 
 
 def flows_and_names(path, rank: int, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None) -> Meta:
-    """First pass: the ``M`` names and the flow events."""
+    """First pass: the ``M`` names and the flow events (a ``Framework`` read with
+    ``tracks_for=rank`` gathered them in its own pass: ``Framework.tracks``)."""
+    return meta_of(AP.map_pieces(path, J.Lean, FS.names_and_flows, (rank,), chunk_bytes=chunk_bytes, workers=workers))
+
+
+def meta_of(parts) -> Meta:
+    """The ``Meta`` of the pieces' ``framework_slices.names_and_flows`` results, in file order."""
     process, labels, thread = {}, {}, {}
-    parts = {"s": [], "f": []}
-    for names, flows in AP.map_pieces(path, J.Lean, FS.names_and_flows, (rank,), chunk_bytes=chunk_bytes,
-                                      workers=workers):
+    flows = {"s": [], "f": []}
+    for names, fl in parts:
         for name, pid, tid, value in names:  # keyed as the tracks are (a list or object as its JSON)
             if name == "process_name":
                 process[FS.hashable(pid)] = value
@@ -60,10 +65,10 @@ def flows_and_names(path, rank: int, *, chunk_bytes: int = J.CHUNK_BYTES, worker
                 labels[FS.hashable(pid)] = value
             else:
                 thread[(FS.hashable(pid), FS.hashable(tid))] = value
-        for ph, part in zip(("s", "f"), flows):
+        for ph, part in zip(("s", "f"), fl):
             if part is not None:
-                parts[ph].append(part)
-    return Meta(process, labels, thread, FS.Flows.of(parts["s"]), FS.Flows.of(parts["f"]))
+                flows[ph].append(part)
+    return Meta(process, labels, thread, FS.Flows.of(flows["s"]), FS.Flows.of(flows["f"]))
 
 
 class Converted(NamedTuple):
@@ -108,8 +113,8 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
     st = _State(rank, meta, prefix, set(), {}, np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool),
                 Carried.new())
     skipped, n = Counter(), 0
-    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns), chunk_bytes=chunk_bytes, workers=workers,
-                           shared=meta):
+    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns, str(path)), chunk_bytes=chunk_bytes,
+                           workers=workers, shared=meta):
         skipped.update(p.skipped)
         skipped["X without ts"] += p.no_ts
         n += p.events

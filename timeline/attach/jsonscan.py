@@ -17,7 +17,6 @@ top-level keys (``baseTimeNanoseconds``, ``distributedInfo``, ...)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import operator
 from typing import Any, Iterator, NamedTuple
@@ -25,9 +24,9 @@ from typing import Any, Iterator, NamedTuple
 import msgspec
 import numpy as np
 
-from timeline.attach.sniff import FrameworkTraceError
+from timeline.attach.sniff import FrameworkTraceError, open_bytes
 
-__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Lean", "Piece", "args_of", "document", "framed", "ns_array", "ns_of",
+__all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Lean", "Piece", "args_of", "document", "durations", "framed", "ns_array", "ns_of",
            "open_bytes", "pieces", "skip_comma", "take"]
 
 RAW_NONE = msgspec.Raw(b"null")
@@ -36,16 +35,6 @@ CHUNK_BYTES = 8 << 20  # bytes read at a time: bounds memory (a piece and one ev
 HEAD_LIMIT = 64 << 20  # the text before traceEvents' array may be at most this long
 QUOTE, BACKSLASH = 34, 92
 OPEN_OBJ, CLOSE_OBJ, OPEN_ARR, CLOSE_ARR = 123, 125, 91, 93
-
-
-def open_bytes(path):
-    """The file's bytes as a stream: gunzipped when it starts with gzip's magic."""
-    f = open(path, "rb")
-    if f.read(2) == b"\x1f\x8b":
-        f.close()
-        return gzip.open(path, "rb")
-    f.seek(0)
-    return f
 
 
 class Event(msgspec.Struct):
@@ -227,8 +216,10 @@ def _last(buf: bytearray, name: str, offset: int, decoder=_DECODE):
         got = _decode(memoryview(buf)[:pos + 1], decoder)
         if got is not None:
             return pos - 1, got
-    raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (after byte {offset:,}): the file is "
-                              "truncated or damaged; re-export it")
+    whole, _ = _whole(buf, decoder)  # where the last whole event ends, to say where the file was cut
+    last = f", its last whole event ending at byte {offset + whole:,}" if whole else ""
+    raise FrameworkTraceError(f"{name!r} ends inside its traceEvents array (after byte {offset + len(buf) - 1:,}"
+                              f"{last}): the file is truncated or damaged; export it again")
 
 
 def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, head: list | None = None,
@@ -243,19 +234,12 @@ def pieces(path, *, chunk_bytes: int = CHUNK_BYTES, tail: list | None = None, he
     (nothing is copied but what is left after a piece's last event)."""
     name = str(path)
     with open_bytes(path) as f:
-        try:
-            h = _find_array(f, name, chunk_bytes)
-        except (OSError, EOFError) as e:
-            raise FrameworkTraceError(f"{name!r} cannot be read: {e} (a damaged gzip file?)") from None
+        h = _find_array(f, name, chunk_bytes)  # a read error: open_bytes' one-line refusal
         if head is not None:
             head.append(h.head)
         buf, offset = framed(h.rest), len(h.head)
         while True:
-            try:
-                more = f.read(chunk_bytes)
-            except (OSError, EOFError) as e:
-                raise FrameworkTraceError(f"{name!r} cannot be read past byte {offset + len(buf) - 1:,}: {e} "
-                                          "(a truncated or damaged gzip file?)") from None
+            more = f.read(chunk_bytes)
             if not more:
                 end, evs = _last(buf, name, offset, decoder)
                 if evs:
@@ -339,6 +323,20 @@ def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
             raise FrameworkTraceError(f"{what} {r[:30]!r} is past the ns a trace can hold (2**63)")
         out[i] = v
     return out
+
+
+def durations(events: list, name: str) -> np.ndarray:
+    """The ``dur`` of ``events`` (``X`` events) in ns (0 where absent); a negative one
+    refused naming its event and the file (the one rule for every ``dur`` read: a
+    slice never ends before it starts, nor is one silently made 0 long)."""
+    dur = ns_array([e.dur for e in events], f"{name!r}: a dur", null=0)
+    if (dur < 0).any():
+        e = events[int(np.argmax(dur < 0))]
+        ts = bytes(e.ts)[:24].decode(errors="replace")
+        raise FrameworkTraceError(f"{name!r}: the {e.cat} event {str(e.name)[:60]!r} at ts {ts} µs has dur "
+                                  f"{bytes(e.dur)[:24].decode(errors='replace')} µs: a length cannot be negative; "
+                                  "correct it (its end minus its start) or export the trace again")
+    return dur
 
 
 def args_of(raw) -> dict:

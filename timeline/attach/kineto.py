@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.attach import jsonscan as J
+from timeline.attach import framework_slices as FS
 from timeline.attach import pool as AP
 from timeline.attach.events import Framework, activity_table, step_table
 from timeline.attach.sniff import FrameworkTraceError
@@ -90,24 +91,36 @@ def _kinds(evs: list) -> np.ndarray:
         return np.array([CAT_KIND.get(c, 0) if isinstance(c, str) else 0 for c in cats], np.int8)
 
 
-def _grid(args: list) -> list:
-    """``grid_x`` / ``grid_y`` / ``grid_z``: each a list, None where the grid lacks it or
-    it is not an integer."""
+def _which(e, name: str) -> str:
+    """An event named for a refusal: the file, its category, name and ``ts``."""
+    ts = bytes(e.ts)[:24].decode(errors="replace")
+    return f"{name!r}: the {e.cat} event {str(e.name)[:60]!r} at ts {ts} µs"
+
+
+def _grid(args: list, events: list, name: str) -> list:
+    """``grid_x`` / ``grid_y`` / ``grid_z``: each a list (None where the event has no
+    ``args.grid``); a grid that is not ``[x, y, z]`` of integers is refused naming
+    its event (a wrong grid would silently keep the kernel from matching)."""
     grids = [a.grid for a in args]
     if None in grids:
         grids = [NO_GRID if g is None else g for g in grids]
     if set(map(type, grids)) <= {list, tuple} and set(map(len, grids)) == {3}:
-        return [list(c) if set(map(type, c)) <= {int, type(None)} else [_maybe_int(v) for v in c] for c in zip(*grids)]
-    grids = [g if isinstance(g, list) else [] for g in grids]
-    return [[_maybe_int(x[i]) if len(x) > i else None for x in grids] for i in range(3)]
+        cols = [list(c) for c in zip(*grids)]
+        if all(set(map(type, c)) <= {int, type(None)} for c in cols):
+            return cols
+    for g, e in zip(grids, events):
+        if g is not NO_GRID and not (type(g) is list and len(g) == 3 and all(type(v) is int for v in g)):
+            raise FrameworkTraceError(f"{_which(e, name)} has args.grid {msgspec.json.encode(g).decode()[:40]}, not "
+                                      "[x, y, z] integers (Kineto writes the launch's grid so): correct or remove it")
+    return [list(c) for c in zip(*grids)]
 
 
 def _activities(acts: list, name: str) -> "pa.Table":
     """The device activity rows of a piece's kept events, column by column."""
     args = _args(acts)
     start = J.ns_array([e.ts for e in acts], f"{name!r}: a ts")
-    dur = J.ns_array([e.dur for e in acts], f"{name!r}: a dur", null=0)
-    g = _grid(args)
+    dur = J.durations(acts, name)
+    g = _grid(args, acts, name)
     names = [e.name for e in acts]
     if not set(map(type, names)) <= {str}:
         names = [str(v) for v in names]
@@ -122,7 +135,7 @@ def _activities(acts: list, name: str) -> "pa.Table":
         corr = [_maybe_int(c) for c in corr]
     cols = {"kind": [ACTIVITY_CATS[e.cat] for e in acts], "name": names,
             "device": _ints(device, "args.device", name), "stream": _ints(stream, "args.stream", name),
-            "start_ns": start, "end_ns": start + np.maximum(dur, 0),
+            "start_ns": start, "end_ns": start + dur,
             "correlation": corr, "grid_x": g[0], "grid_y": g[1], "grid_z": g[2]}
     return activity_table(cols, sort=False)
 
@@ -146,14 +159,20 @@ def _steps(marks: list, name: str, steps: tuple) -> None:
                 start = J.ns_of(e.ts, f"{at}'s ts")
                 steps[0].append(int(number))
                 steps[1].append(start)
-                steps[2].append(start + (J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0))
+                dur = J.ns_of(e.dur, f"{at}'s dur") if e.dur != J.RAW_NONE else 0
+                if dur < 0:
+                    raise FrameworkTraceError(f"{at} has dur {bytes(e.dur)[:24].decode(errors='replace')} µs: a "
+                                              "step cannot last a negative time; correct it or export the trace again")
+                steps[2].append(start + dur)
 
 
-def _piece(evs: list, _shared, name: str) -> tuple:
+def _piece(evs: list, _shared, name: str, tracks_for: int | None = None) -> tuple:
     """What a piece holds for the reader (its events decoded as ``jsonscan.Lean``): its
     activity table (None: none), its launch calls' (correlation, ns), its step
-    markers, its event count. Per piece the events are sorted by ``cat`` with numpy;
-    only the kept ones are looked at field by field."""
+    markers, its event count, and (``tracks_for``: a rank) its Perfetto tracks'
+    names and flows (``framework_slices.names_and_flows``). Per piece the events
+    are sorted by ``cat`` with numpy; only the kept ones are looked at field by field."""
+    tracks = None if tracks_for is None else FS.names_and_flows(evs, None, tracks_for)
     kind = _kinds(evs)
     table, launches, steps = None, None, ([], [], [])
     if kind.any():
@@ -164,20 +183,27 @@ def _piece(evs: list, _shared, name: str) -> tuple:
         if calls:
             launches = _launches(calls, name)
         _steps(J.take(evs, kind == STEP), name, steps)
-    return table, launches, steps, len(evs)
+    return table, launches, steps, len(evs), tracks
 
 
-def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None) -> Framework:
+def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None,
+                tracks_for: int | None = None) -> Framework:
     """Read a Kineto trace (module docstring): device activities in start order, step
     markers, the base time; streamed, memory bounded by a chunk and the rows kept;
     the pieces reduced on every core (``pool.map_pieces``; ``workers``: how many
-    processes, None: the machine's cores for a large file)."""
+    processes, None: the machine's cores for a large file). ``tracks_for``: the rank
+    the file will be attached as, when a Perfetto output follows: its tracks' names
+    and flows gathered in this same decode (``Framework.tracks``), so that
+    ``write.write_perfetto`` decodes the file once more, not twice."""
+    from timeline.attach import framework_tracks as FT
+
     name = str(path)
-    tables, launch_corr, launch_ns, steps, head, tail = [], [], [], ([], [], []), [], []
+    tables, launch_corr, launch_ns, steps, head, tail, tracks = [], [], [], ([], [], []), [], [], []
     events = 0
-    for table, launches, st, n in AP.map_pieces(path, J.Lean, _piece, (name,), chunk_bytes=chunk_bytes, head=head,
-                                              tail=tail, workers=workers):
+    for table, launches, st, n, tr in AP.map_pieces(path, J.Lean, _piece, (name, tracks_for), chunk_bytes=chunk_bytes,
+                                                    head=head, tail=tail, workers=workers):
         events += n
+        tracks.append(tr)
         if table is not None:
             tables.append(table)
         if launches is not None:
@@ -194,13 +220,26 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None =
     when = np.concatenate(launch_ns) if launch_ns else np.zeros(0, np.int64)
     corr = np.concatenate(launch_corr) if launch_corr else np.zeros(0, np.int64)
     table = with_launches(table, corr, when, step_tab)
-    base = doc.get("baseTimeNanoseconds")
     dist = doc.get("distributedInfo") or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None
-    return Framework(name, "kineto", table, step_tab, int(base) if isinstance(base, (int, str)) and str(base).isdigit()
-                     else None, 1, int(rank) if isinstance(rank, int) else None,
+    return Framework(name, "kineto", table, step_tab, _base(doc, name), 1, int(rank) if isinstance(rank, int) else None,
                      doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events,
-                     tail[1] if len(tail) > 1 else None)
+                     tail[1] if len(tail) > 1 else None,
+                     None if tracks_for is None else (tracks_for, FT.meta_of(tracks)))
+
+
+def _base(doc: dict, name: str) -> int | None:
+    """``baseTimeNanoseconds`` (wall-clock ns of ``ts`` 0; None where absent): an
+    integer of ns, or refused (ranks' shared axis and ``--host-clock`` rest on it)."""
+    base = doc.get("baseTimeNanoseconds")
+    if base is None:
+        return None
+    if type(base) is int or (type(base) is str and base.isascii() and base.isdigit()):
+        if int(base) >= 0:
+            return int(base)
+    raise FrameworkTraceError(f"{name!r}: baseTimeNanoseconds is {str(base)[:40]!r}, not a whole number of ns "
+                              "(Kineto writes the wall-clock ns of ts 0 as an integer): correct it, or remove the key "
+                              "(then ranks keep their own axes)")
 
 
 def with_launches(table, corr: np.ndarray, when: np.ndarray, steps):

@@ -11,9 +11,11 @@ from timeline.attach.sniff import FrameworkTraceError, sniff
 __all__ = ["read_framework"]
 
 
-def read_framework(path) -> Framework:
+def read_framework(path, *, tracks_for: int | None = None) -> Framework:
     """The ``Framework`` of ``path``: Kineto JSON, nsys SQLite / Parquet / Arrow,
-    rocprofv3 CSV / JSON; anything else a ``FrameworkTraceError`` saying what it is."""
+    rocprofv3 CSV / JSON; anything else a ``FrameworkTraceError`` saying what it is.
+    ``tracks_for``: the rank a Perfetto output will write it as (Kineto: its tracks'
+    names and flows gathered in the read's own pass, ``kineto.read_kineto``)."""
     p = Path(path)
     if p.is_dir():
         from timeline.attach.nsys import read_nsys_tables
@@ -23,7 +25,7 @@ def read_framework(path) -> Framework:
     if fmt == "kineto":
         from timeline.attach.kineto import read_kineto
 
-        return read_kineto(p)
+        return read_kineto(p, tracks_for=tracks_for)
     if fmt == "nsys-sqlite":
         from timeline.attach.nsys import read_nsys_sqlite
 

@@ -18,7 +18,7 @@ import csv
 import json
 
 from timeline.attach.events import Framework, activity_table, step_table
-from timeline.attach.sniff import ROCPROF_CSV_COLUMNS, FrameworkTraceError
+from timeline.attach.sniff import ROCPROF_CSV_COLUMNS, FrameworkTraceError, open_bytes
 
 __all__ = ["read_rocprof_csv", "read_rocprof_json"]
 
@@ -69,7 +69,8 @@ def read_rocprof_json(path) -> Framework:
     """Read a rocprofv3 ``--output-format json`` file's kernel dispatches (module docstring)."""
     name = str(path)
     try:
-        doc = json.loads(open(path, "rb").read())
+        with open_bytes(path) as f:
+            doc = json.loads(f.read())
         tool = doc["rocprofiler-sdk-tool"][0]
         symbols = {int(s["kernel_id"]): s["kernel_name"] for s in tool.get("kernel_symbols", [])}
         records = tool["buffer_records"]["kernel_dispatch"]

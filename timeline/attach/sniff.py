@@ -5,11 +5,12 @@ the formats ``timeline attach`` reads and refuses every other file in one line
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 from timeline.errors import TimelineError
 
-__all__ = ["FORMATS", "FrameworkTraceError", "sniff"]
+__all__ = ["FORMATS", "FrameworkTraceError", "open_bytes", "sniff"]
 
 
 class FrameworkTraceError(TimelineError):
@@ -28,16 +29,67 @@ FORMATS = {
 ROCPROF_CSV_COLUMNS = ("Kernel_Name", "Correlation_Id", "Start_Timestamp", "End_Timestamp")
 
 
-def _head(path: Path, n: int = 4096) -> bytes:
-    with open(path, "rb") as f:
-        head = f.read(n)
-    if head[:2] == b"\x1f\x8b":
+GZIP_MAGIC = b"\x1f\x8b"
+READ_ERRORS = (OSError, EOFError, zlib.error)  # what a damaged or cut gzip (or a failing disk) raises on a read
+
+
+class _Bytes:
+    """A framework file's bytes, gunzipped where it starts with gzip's magic, whose
+    every read error is one ``FrameworkTraceError`` naming the file and how far it
+    read (``zlib.error``, ``EOFError`` and ``BadGzipFile`` are no documented errors)."""
+
+    def __init__(self, path):
+        self.name, self.pos = str(path), 0
+        self._raw = open(path, "rb")
+        self.gzipped = self._raw.read(2) == GZIP_MAGIC
+        self._raw.seek(0)
+        self._f = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.gzipped else self._raw
+
+    def _refusal(self, e: BaseException) -> FrameworkTraceError:
+        what = "its gunzipped text" if self.gzipped else "it"
+        return FrameworkTraceError(f"{self.name!r} cannot be read past byte {self.pos:,} of {what} "
+                                   f"({'zlib.error' if isinstance(e, zlib.error) else type(e).__name__}: {e}): the file is truncated or damaged; copy or export "
+                                   "it again")
+
+    def read(self, n: int = -1) -> bytes:
         try:
-            with gzip.open(path, "rb") as g:
-                return g.read(n)
-        except (OSError, EOFError) as e:
-            raise FrameworkTraceError(f"{str(path)!r} is a damaged gzip file ({e}); re-copy it") from None
-    return head
+            got = self._f.read(n)
+        except READ_ERRORS as e:
+            raise self._refusal(e) from None
+        self.pos += len(got)
+        return got
+
+    def readinto(self, buf) -> int:
+        try:
+            k = self._f.readinto(buf)
+        except READ_ERRORS as e:
+            raise self._refusal(e) from None
+        self.pos += k
+        return k
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_bytes(path) -> _Bytes:
+    """The one way attach opens a framework file's text: its bytes as a stream
+    (``read``, ``readinto``), gunzipped when it starts with gzip's magic; a read of
+    a damaged or cut file is a ``FrameworkTraceError`` (never ``zlib.error``)."""
+    return _Bytes(path)
+
+
+def _head(path: Path, n: int = 4096) -> bytes:
+    with open_bytes(path) as f:
+        return f.read(n)
 
 
 def sniff(path) -> str:

@@ -111,7 +111,7 @@ def write_perfetto(att: Attached, path) -> Written:
                 fw, shift = att.frameworks[r], att.axes[r].shift_ns
                 prefix = f"rank {r} · " if len(att.frameworks) > 1 else ""
                 if fw.format == "kineto":
-                    meta = FT.flows_and_names(fw.path, r)
+                    meta = fw.tracks[1] if fw.tracks is not None and fw.tracks[0] == r else FT.flows_and_names(fw.path, r)
                     gen = FT.packets(fw.path, r, shift, meta, prefix)
                     while True:
                         try:

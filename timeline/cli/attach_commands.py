@@ -80,7 +80,7 @@ def cmd_attach(args) -> int:
     if len(args.framework) != len(trace.ranks):
         raise UsageError(f"{args.trace!r} has ranks {trace.ranks}: give one framework trace per rank "
                          f"({len(args.framework)} given)")
-    fws = {r: read_framework(p) for r, p in zip(trace.ranks, args.framework)}
+    fws = {r: read_framework(p, tracks_for=r if args.output else None) for r, p in zip(trace.ranks, args.framework)}
     host = _host_clock(args.host_clock)
     if host is not None:  # the framework's axis is wall-clock ns minus its baseTimeNanoseconds
         bases = {fw.base_ns for fw in fws.values()}

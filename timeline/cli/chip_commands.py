@@ -23,7 +23,7 @@ EPILOG = ("examples:\n"
 def add_parser(subs, sub, json_option, selection_options) -> None:
     """The ``chip`` subcommand on ``subs`` (``sub``, ``json_option``, ``selection_options``:
     the CLI's own helpers)."""
-    from timeline.query.chip import ACROSS
+    from timeline.query.chip_defaults import ACROSS
 
     p = sub(subs, "chip", "timeline.cli.chip_commands:cmd_chip", HELP, EPILOG)
     p.add_argument("trace", metavar="TRACE|RUN", help="a trace file, or a run directory")

@@ -54,7 +54,8 @@ def register(subs, sub) -> None:
                    help="with --step: slot n was step S + n // L, layer n %% L (default: all layers of step S)")
     a.add_argument("--jobs", type=integer(1, 4096), metavar="N",
                    help="trace files read, checked and encoded by N worker processes at once, committed in order "
-                        "(default: a worker per core this process may use, at most one a file)")
+                        "(default: a worker per core this process may use, as many as the memory budget holds, "
+                        "8 in 2 GiB, and one per 2 files)")
     i = sub(runs, "info", "timeline.cli.run_commands:cmd_run_info", "a run's appends, sizes and damaged parts", RUN_EPILOG)
     i.add_argument("run", metavar="RUN")
     i.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")

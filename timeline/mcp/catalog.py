@@ -64,6 +64,7 @@ def _detail(ctx, name: str) -> dict | None:
 
 
 def t_list_sources(ctx, a):
+    ctx.sources.recheck()
     rows = []
     for i, name in enumerate(ctx.sources.names()):
         e = ctx.sources.entries[name]

@@ -59,7 +59,7 @@ class Context:
         from timeline.mcp.sandbox import Sandbox
 
         if self.sandbox is None:
-            self.sandbox = Sandbox()
+            self.sandbox = Sandbox(spare=True)
             self.sandbox.start()
 
     def sql(self, e, query: str, max_rows: int) -> dict:

@@ -24,6 +24,9 @@ from timeline.mcp.args import ToolError
 
 RSS_LIMIT = 1 << 30  # resident bytes a worker may hold: past it, killed
 DUCKDB_MB = 512  # DuckDB's memory limit in the worker (MB)
+HEADROOM = 4 << 30  # address space a ready worker may add (threads and allocators reserve far more than they touch)
+MAX_THREADS = 8  # DuckDB threads of a worker (each reserves address space and memory)
+RECYCLE = 0.75  # a worker holding more than this share of RSS_LIMIT after an answer is replaced
 GRACE = 0.5  # seconds past the time limit before the worker is killed (its own interrupt comes first)
 OPEN_LIMIT = 300.0  # seconds a worker may take to start and open a source (the server's own code, not the query)
 POLL_S = 0.01  # seconds between two looks at the worker's memory
@@ -76,17 +79,18 @@ class Stopped(Exception):
 
 
 class Sandbox:
-    """One worker answering, one spare started beside it after the first is killed (so
-    the call after a kill finds a worker ready): ``query(request, time_limit)`` -> the
+    """One worker answering, and a spare started beside it after a kill (or always, with
+    ``spare``: a server), so the call after a kill finds a worker ready: ``query(request, time_limit)`` -> the
     worker's reply, or a ``ToolError`` when it ran past a bound and was killed. The
     time limit covers the whole call from a worker ready to read it: opening the
     source, the query, its rows. ``peak``: the largest resident size seen of any
     worker (bytes)."""
 
     def __init__(self, rss_limit: int = RSS_LIMIT, duckdb_mb: int = DUCKDB_MB, threads: int | None = None,
-                 headroom: int | None = None):
+                 headroom: int | None = None, spare: bool = False):
         self.rss_limit, self.duckdb_mb, self.threads = rss_limit, duckdb_mb, threads
-        self.headroom = rss_limit if headroom is None else headroom  # address space a worker may add once ready
+        self.keep_spare = spare  # a spare always ready (a server), not only after a kill (a one-shot call)
+        self.headroom = HEADROOM if headroom is None else headroom
         self.proc = self.spare = None
         self.buf, self.peak = b"", 0
         atexit.register(self.close)
@@ -98,8 +102,8 @@ class Sandbox:
         home = str(Path(timeline.__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([home, *filter(None, [os.environ.get("PYTHONPATH")])]),
                "MALLOC_ARENA_MAX": "2"}
-        cfg = {"headroom": self.headroom, "recycle": self.rss_limit // 2, "memory_mb": self.duckdb_mb,
-               "threads": self.threads}
+        cfg = {"headroom": self.headroom, "recycle": int(self.rss_limit * RECYCLE), "memory_mb": self.duckdb_mb,
+               "threads": self.threads or min(os.cpu_count() or 1, MAX_THREADS)}
         return subprocess.Popen([sys.executable, "-m", "timeline.mcp.worker", json.dumps(cfg)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0)
 
@@ -109,7 +113,7 @@ class Sandbox:
         s, self.spare = self.spare, None
         self.proc = s if s is not None and s.poll() is None else self._spawn()
         self.buf, self.hello = b"", False
-        if spare:
+        if spare or self.keep_spare:
             self.spare = self._spawn()
 
     def start(self) -> None:
@@ -136,7 +140,7 @@ class Sandbox:
         """Every worker ended."""
         p, s, self.proc, self.spare = self.proc, self.spare, None, None
         self._end(p, False)
-        self._end(s, False)
+        self._end(s, True)  # idle, perhaps still loading: nothing to finish
 
     def query(self, request: dict, time_limit: float) -> dict:
         """The worker's reply to ``request``: ``{"ok": result}`` or ``{"error", "argument"}``."""
@@ -202,4 +206,5 @@ def _stopped(why: str, time_limit: float, rss_limit: int) -> str:
     return f"sql: the query's sandbox process {why} (a fresh one is started): narrow the query, or ask again"
 
 
-__all__ = ["DUCKDB_MB", "GRACE", "RSS_LIMIT", "Sandbox", "Stopped", "receive", "resident", "send"]
+__all__ = ["DUCKDB_MB", "GRACE", "HEADROOM", "MAX_THREADS", "RECYCLE", "RSS_LIMIT", "Sandbox", "Stopped", "receive",
+           "resident", "send"]

@@ -104,6 +104,7 @@ class Sources:
         self.root = root
         self.entries: dict = {}
         self.skipped: dict = {}  # name: why (a file under the root that is no source, a source that failed to open)
+        self._parked: dict = {}  # name: (its Entry, its stamp when skipped): tried again once it changed on disk
         self._open: dict = {}
         self._allowed = []  # resolved paths a source may lie at or below
         for g in given:
@@ -119,31 +120,56 @@ class Sources:
             if not Path(root).is_dir():
                 raise ToolError(f"--root {root!r} is not a directory", "--root")
             self._allowed.append(Path(root).resolve())
-            for e in discover(root, self.skipped):
+            found: dict = {}
+            for e in discover(root, found):
                 self.entries.setdefault(e.name, e)
+            for name, why in found.items():
+                self._mark(name, why, Entry(name, os.path.join(root, name), "trace"))
         if not self.entries and root is None:
             raise ToolError("no source: give trace files or runs, or --root DIR", "SOURCE")
 
     def names(self) -> list:
-        """The names of the sources (those found unreadable included: ``skip`` drops them)."""
+        """The names of the sources (a skipped one is not among them)."""
         return sorted(self.entries)
+
+    def _mark(self, name: str, why: str, e: Entry) -> None:
+        """``name`` skipped for ``why``, ``e`` parked with its stamp now."""
+        self.skipped[name] = why
+        self._parked[name] = (e, self.stamp(e))
 
     def skip(self, name: str, why: str) -> None:
         """Note that source ``name`` could not be opened (``why``: its error line): listed
-        under ``skipped``, no longer among the sources; a tool naming it gets ``why``."""
-        self.entries.pop(name, None)
+        under ``skipped``, no longer among the sources, a tool naming it gets ``why``;
+        tried again when it changed on disk (a run appended to, a file rewritten)."""
+        e = self.entries.pop(name, None)
         self._open.pop(name, None)
-        self.skipped[name] = why
+        if e is not None:
+            self._mark(name, why, e)
+
+    def _unskipped(self, name: str) -> bool:
+        """Whether skipped source ``name`` changed on disk since (then it is a source again)."""
+        e, stamp = self._parked[name]
+        if self.stamp(e) == stamp:
+            return False
+        del self.skipped[name], self._parked[name]
+        if kind_of(Path(e.path)) is not None:
+            self.entries[name] = Entry(e.name, e.path, kind_of(Path(e.path)))
+        return True
+
+    def recheck(self) -> None:
+        """Every skipped source that changed on disk since a source again (``list_sources``)."""
+        for name in list(self.skipped):
+            self._unskipped(name)
 
     def entry(self, name, argument: str = "source") -> Entry:
         """The source named ``name``, or a ``ToolError`` naming ``argument`` (a name of the
         form of a path outside is refused before anything is looked up, and not repeated)."""
         if not isinstance(name, str) or not name:
             raise ToolError(f"argument {argument!r}: give a source name (list_sources lists them)", argument)
+        if name in self.skipped and not self._unskipped(name):
+            raise ToolError(f"argument {argument!r}: source {name[:200]!r} is skipped: {self.skipped[name]}", argument)
         if name in self.entries:
             return self.entries[name]
-        if name in self.skipped:
-            raise ToolError(f"argument {argument!r}: source {name[:200]!r} is skipped: {self.skipped[name]}", argument)
         if _outside_form(name):
             raise ToolError(f"argument {argument!r}: a path outside this server's sources is refused; give a name "
                             "list_sources lists", argument)

@@ -7,10 +7,12 @@ path, which external access off forbids; DuckDB's ``allowed_paths`` names exactl
 part files (no other file, no folder), so the views read them and nothing else can be
 opened: no ``read_csv`` / ``read_text`` of another path, no ``COPY``, ``ATTACH``,
 ``INSTALL`` / ``LOAD``, no spilling to disk. Only one statement, a SELECT, runs; it
-streams, at most ``max_rows`` rows kept (the rest counted: "truncated: N more rows"),
-stopped at ``time_limit`` seconds, within the run's memory budget
-(``timeline.run.layout.memory_budget``). A DuckDB error comes back as one line, any
-path in it outside the source replaced."""
+streams, at most ``max_rows`` rows and ``max_bytes`` of JSON kept, each cell bounded
+before it is converted (``timeline.mcp.rows``; the rest counted: "truncated: N more
+rows"), interrupted at ``time_limit`` seconds. The ``sql`` tool runs it in a worker
+process (``timeline.mcp.sandbox``) with a lower memory limit; the evidence queries the
+server writes itself run here, within the run's memory budget. A DuckDB error comes
+back as one line, any path in it outside the source replaced."""
 
 from __future__ import annotations
 
@@ -167,7 +169,8 @@ def run(con, query: str, inside, *, max_rows: int = ROW_LIMIT, time_limit: float
             raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(_first(e), inside)}", "query") from None
         stopped = True
         if not taken.rows:
-            raise ToolError(f"sql: argument 'query' ran past the time limit of {stated or time_limit:g} s and was stopped: "
+            raise ToolError(f"sql: argument 'query' ran past the time limit of {stated or time_limit:g} s and was "
+                            "stopped: "
                             "narrow it (WHERE step = ..., a LIMIT, fewer joins)", "query") from None
     except duckdb.Error as e:
         raise ToolError(f"sql: argument 'query' refused by DuckDB: {scrub(_first(e), inside)}", "query") from None
@@ -176,7 +179,8 @@ def run(con, query: str, inside, *, max_rows: int = ROW_LIMIT, time_limit: float
         if reader is not None:
             reader.close()
     return {"columns": columns, "rows": taken.rows, "row_count": None if stopped else len(taken.rows) + taken.more,
-            "truncated": _truncated(taken, stopped, stated or time_limit, max_bytes), "elapsed_s": round(time.perf_counter() - t0, 3)}
+            "truncated": _truncated(taken, stopped, stated or time_limit, max_bytes),
+            "elapsed_s": round(time.perf_counter() - t0, 3)}
 
 
 def _first(e: BaseException) -> str:

@@ -16,10 +16,10 @@ from timeline.analysis import chip as CHP
 from timeline.analysis import chip_rebalance as RB
 from timeline.analysis import launches as LA
 from timeline.analysis import stats as ST
+from timeline.query.chip_defaults import ACROSS
 from timeline.query.source import Selection, options
 
 SCHEMA = "timeline.chip/1"
-ACROSS = 16  # launches read for the run-wide slow units, by default (evenly spread in key order)
 UNIT_WORDS = {"cu": "CUs", "sm": "SMs", "cta": "CTAs", "se": "SEs", "xcd": "XCDs", "slot": "wave slots"}
 
 
