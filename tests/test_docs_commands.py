@@ -231,15 +231,15 @@ INDEPENDENT = {("docs/RUN.md", 13)}  # independent examples: a line reads the pl
 def _view(args: list) -> tuple:
     """``timeline-view ARGS`` prepared and built as the command does, its page fetched
     through Flask's test client (no port bound): ``(status, page bytes, stderr)``."""
-    from viewer import app as VA
+    from viewer import app as V
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            state, a, _ = VA.prepare(args)
+            state, a, _ = V.prepare(args)
         except SystemExit as e:
             return e.code, "", err.getvalue()
-        dash = VA.build(state, compress=False, host=a.host, plotly=a.plotly)
+        dash = V.build(state, compress=False, host=a.host, plotly=a.plotly)
         client = dash.server.test_client()
         page, layout = client.get("/"), client.get("/_dash-layout")
     ok = page.status_code == 200 and layout.status_code == 200 and b"<html" in page.data.lower()
