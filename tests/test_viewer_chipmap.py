@@ -32,9 +32,9 @@ def state():
 
 
 def test_the_map_is_a_row_per_sm_in_placement_order_with_the_chip_command_s_tail(state, capsys):
-    fig, says, launch = VCP.chip_view(state, H200.name, None, [3])
+    fig, says, link = VCP.chip_view(state, H200.name, None, [3])
     hm = fig["data"][0]
-    assert launch == 3 and hm["type"] == "heatmap"
+    assert link["launch"] == 3 and len(link["ctas"]) == 128 and hm["type"] == "heatmap"
     assert len(hm["y"]) == 128 and len(hm["z"]) == 128 and len(hm["z"][0]) == 100
     nums = [int(u.removeprefix("sm")) for u in hm["y"]]
     assert nums == sorted(nums)  # placement order, numeric (sm9 before sm10)
@@ -50,16 +50,13 @@ def test_the_map_is_a_row_per_sm_in_placement_order_with_the_chip_command_s_tail
 
 
 def test_a_click_on_a_unit_sets_the_gantt_launch_and_its_ctas(state):
-    fig, _, launch = VCP.chip_view(state, H200.name, None, [3])
-    hm = fig["data"][0]
-    k = hm["y"].index("sm5")
-    click = {"points": [{"y": "sm5", "customdata": hm["customdata"][k][0]}]}
-    launches, ctas, said = VCP.on_unit(click, launch)
+    _, _, link = VCP.chip_view(state, H200.name, None, [3])
+    launches, ctas, said = VCP.on_unit({"points": [{"y": "sm5", "x": 1.0}]}, link)
     tr = state.store.get(H200.name).trace
     t = tr.tasks.to_pandas()
     on5 = t[(t.launch == 3) & (t.sm == 5)]
     assert launches == [3] and ctas == [int(on5.cta.min()), int(on5.cta.max())] and "sm5" in said
-    assert VCP.picked({"points": [{"y": "sm5"}]}) is None  # no CTAs: no link
+    assert VCP.picked({"points": [{"y": "sm999"}]}, link) is None and VCP.picked(None, link) is None
 
 
 browser = pytest.mark.skipif(B.available() is not None, reason=f"no headless browser: {B.available()}")
@@ -71,7 +68,7 @@ CHIP = "var g=document.querySelector('#chip-graph .js-plotly-plot'); "
 def test_the_chip_tab_paints_and_a_click_on_a_unit_links_to_the_gantt(state):
     """In Chromium: the Chip tab paints 128 unit rows and the tail sentence; a click on
     a unit's row sets the Gantt's launch and CTA range to that unit's CTAs."""
-    with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 1600) as driver:
+    with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 2600) as driver:  # the map in view
         driver.get(url)
         first = B.gantt_ready(driver)
         driver.find_element("id", "tab-chip").click()
@@ -81,17 +78,19 @@ def test_the_chip_tab_paints_and_a_click_on_a_unit_links_to_the_gantt(state):
         assert tail.startswith("the last ") and "of 128 SMs" in tail
         assert "imbalance sm: the busiest" in driver.find_element("id", "chip-imbalance").text
         launch = int(driver.find_element("id", "chip-imbalance").text.split(",")[0].removeprefix("launch "))
-        at = json.loads(driver.execute_script(
-            CHIP + "var L=g._fullLayout, k=g.data[0].y.indexOf('sm5'); "
-            "return JSON.stringify({dy: L.yaxis.l2p(k) - L.yaxis._length / 2, cd: g.data[0].customdata[k][0]});"))
-        drag = driver.find_element("css selector", "#chip-graph .nsewdrag")
-        ActionChains(driver).move_to_element_with_offset(drag, 0, int(at["dy"])).click().perform()
-        B.wait_for(driver, "var t=document.getElementById('chip-linked'); "
-                           "return t && t.innerText.indexOf('sm5 ran CTAs') >= 0 || null", 30, "the link")
+        drag = driver.find_element("css selector", "#chip-graph .nsewdrag")  # the map's middle row
+        ActionChains(driver).move_to_element(drag).pause(0.3).click().perform()
+        said = B.wait_for(driver, "var t=document.getElementById('chip-linked'); "
+                                  "return t && t.innerText.indexOf(' ran CTAs ') > 0 && t.innerText", 30, "the link")
+        unit, lo = said.split()[2], int(said.split()[-1].split("-")[0])
+        k = driver.execute_script(CHIP + "return g.data[0].y.indexOf(arguments[0])", unit)
+        assert 50 < k < 78  # the row under the mouse: the middle of the 128
+        tr = state.store.get(H200.name).trace.tasks.to_pandas()
+        assert lo == int(tr[(tr.launch == launch) & (tr.sm == int(unit.removeprefix("sm")))].cta.min())
         B.gantt_ready(driver, 60, first)
         ticks = B.wait_for(driver, "var g=document.querySelector('#gantt .js-plotly-plot'); var t=g.layout.yaxis"
-                                   ".ticktext; return t && t.every(x => x.indexOf('L%d · cta %d ') >= 0) ? t : null"
-                           % (launch, at["cd"][0]), 60, "the Gantt on the unit's CTA")
+                                   ".ticktext; var r=new RegExp('L%d .*cta %d( |$)'); return t && t.length && t.every(x => r.test(x)) ? t : "
+                                   "null" % (launch, lo), 60, "the Gantt on the unit's CTA")
         assert 0 < len(ticks) < 10  # the unit's CTA's waves, no other row
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors

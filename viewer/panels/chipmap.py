@@ -53,7 +53,7 @@ def unit_ctas(trace, launch: int, rank: int) -> dict:
     return {n: [int(a), int(b)] for n, a, b in zip(fine.names, lo, hi) if b >= 0}
 
 
-def figure(cells, launch: int, rank: int, ctas: dict) -> dict:
+def figure(cells, launch: int, rank: int) -> dict:
     """The heat map of ``over_time``'s cells of one (rank, launch): a row per unit in
     chip order, the first at the top; hover: the busy / waiting / idle shares."""
     sel = (R.column(cells, "rank", dtype=np.int64) == rank) & (R.column(cells, "launch", dtype=np.int64) == launch)
@@ -75,7 +75,7 @@ def figure(cells, launch: int, rank: int, ctas: dict) -> dict:
     ys = [names[k] for k in order]
     scale = [[k / 3, col] for k, col in enumerate(COLOURS) for k in (k, k + 1)]
     trace = {"type": "heatmap", "z": z.tolist(), "x": x.tolist(), "y": ys, "text": text.tolist(),
-             "customdata": [[ctas.get(u, [None, None])] * nb for u in ys], "zmin": -0.5, "zmax": 2.5,
+             "zmin": -0.5, "zmax": 2.5,
              "colorscale": scale, "colorbar": {"tickvals": [0, 1, 2], "ticktext": list(STATES), "len": 0.5},
              "hovertemplate": "%{y} at %{x:.3f} µs: %{text}<br>click: its CTAs in the Gantt<extra></extra>"}
     return {"data": [trace], "layout": {
@@ -95,7 +95,9 @@ def summary(c: CHP.Chip, rank: int, launch: int) -> list:
 
 
 def chip_view(app, name: str, ranks, launches) -> tuple:
-    """``(figure, summary)`` of the trace ``name``'s chip map (kept per selection)."""
+    """``(figure, summary, link)`` of the trace ``name``'s chip map (kept per selection);
+    ``link``: the launch shown and each unit's CTA range (``unit_ctas``), what a click
+    reads (Dash's click data of a heat map carries no ``customdata``)."""
     item = app.store.get(name)
     tr = item.trace
 
@@ -103,7 +105,8 @@ def chip_view(app, name: str, ranks, launches) -> tuple:
         rank, launch = which(tr, ranks, launches)
         c = CHP.chip(tr, [launch])
         cells = CT.over_time(tr, [launch])
-        return figure(cells, launch, rank, unit_ctas(tr, launch, rank)), summary(c, rank, launch), launch
+        link = {"launch": launch, "ctas": unit_ctas(tr, launch, rank)}
+        return figure(cells, launch, rank), summary(c, rank, launch), link
 
     return app.analysis(item, ("chipmap", tuple(ranks or ()), tuple(launches or ())), make)
 
@@ -121,21 +124,23 @@ def on_chip(app, panels, tab):
         return NO_FIGURE, msg(str(e)), None
 
 
-def picked(click) -> list | None:
-    """``[lo, hi]``: the CTA range of the unit a click hit (None: no unit)."""
+def picked(click, link) -> tuple | None:
+    """``(unit, [lo, hi])``: the unit a click hit and its CTA range (None: no unit)."""
     pts = click.get("points") if isinstance(click, dict) else None
     p = pts[0] if isinstance(pts, list) and pts and isinstance(pts[0], dict) else {}
-    cd = p.get("customdata")
-    return cd if isinstance(cd, list) and len(cd) == 2 and all(isinstance(v, int) for v in cd) else None
+    ctas = (link or {}).get("ctas") or {}
+    unit = p.get("y")
+    return (unit, ctas[unit]) if isinstance(unit, str) and unit in ctas else None
 
 
 @guarded(NO, NO, NO)
-def on_unit(click, launch):
+def on_unit(click, link):
     """A click on a unit: the Gantt shows the map's launch and the unit's CTAs."""
-    ctas = picked(click)
-    if ctas is None or launch is None:
+    hit = picked(click, link)
+    if hit is None:
         raise dash.exceptions.PreventUpdate
-    return [launch], ctas, f"chip map: {click['points'][0].get('y')} ran CTAs {ctas[0]}-{ctas[1]}"
+    unit, ctas = hit
+    return [link["launch"]], ctas, f"chip map: {unit} ran CTAs {ctas[0]}-{ctas[1]}"
 
 
 def wire(d, app) -> None:
