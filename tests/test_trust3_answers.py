@@ -1,6 +1,7 @@
-"""Issue 48, "answers that do not say what was asked", each replayed as the user met it:
-a baseline launch or selection that names nothing is refused as the option it came from,
-a baseline launch key takes no baseline selection, "cannot compare" says nothing more,
+"""Issue 48, "answers that do not say what was asked" (and 6: attach naming where a cut
+file ends), each replayed as the user met it: a baseline launch or selection that names
+nothing is refused as the option it came from, a baseline launch key takes no baseline
+selection, "cannot compare" says nothing more,
 one launch named two ways gets one answer, a stage's gate names its culprit, a huge
 what-if value is refused, and EXPLAIN.md's known-truth example shows its truth."""
 
@@ -100,3 +101,23 @@ def test_explain_md_known_truth_example_shows_its_truth(tmp_path):
     c = e["culprits"][0]
     assert e["launch"] == "4" and c["significant"] and (c["rank"], c["stage"], c["task"]) == (3, "o", 17)
     assert c["saving_us"] > 10
+
+
+@pytest.mark.parametrize("share", [0.5, 0.9])
+def test_a_cut_framework_trace_is_refused_naming_where_it_was_cut(tmp_path, share):
+    """The bundled profiler trace cut short: attach says it ends inside its traceEvents
+    array after byte N, N where the file was cut (within the one event it cut through)."""
+    import gzip
+    from pathlib import Path
+
+    d = Path(__file__).resolve().parents[1] / "traces" / "h200_attach"
+    text = gzip.decompress((d / "plain.pt.trace.json.gz").read_bytes())
+    cut = int(len(text) * share)
+    (tmp_path / "cut.json").write_bytes(text[:cut])
+    rc, _, err = cli("attach", d / "plain.arrow", tmp_path / "cut.json", "--kernel", "mono_ffn_kernel")
+    assert rc == 2 and err.count("\n") == 1 and "ends inside its traceEvents array (after byte " in err
+    import re
+
+    named = int(re.search(r"after byte ([\d,]+)", err).group(1).replace(",", ""))
+    last_event_start = text.rfind(b"\n  {", 0, cut)  # Kineto writes an event a line `  {` opens
+    assert last_event_start - 2 <= named <= cut, (named, cut)

@@ -88,10 +88,13 @@ def _task_rows_view(con, run) -> bool:
                       "keyed": [owner[p]["append"] not in named for p in paths]})
     con.register("_files", files)
     con.register("_clocks", clocks)
-    keep = ", ".join(f't."{c}"' if c != "layer" else 'CASE WHEN f.keyed THEN t.layer END AS layer'
-                     for c in RW.stored_task_columns(phases, marks))
+    # plain columns where no append is read as a capture of its own: a CASE on the Hive
+    # partition column ``step`` stops DuckDB skipping the partitions a WHERE on it excludes
+    step, layer = ("CASE WHEN f.keyed THEN t.step END", "CASE WHEN f.keyed THEN t.layer END") if named \
+        else ("t.step", "t.layer")
+    keep = ", ".join(f't."{c}"' if c != "layer" else f"{layer} AS layer" for c in RW.stored_task_columns(phases, marks))
     con.execute(
-        f"CREATE VIEW _task_rows AS SELECT CAST(t.rank AS SMALLINT) AS rank, CASE WHEN f.keyed THEN t.step END AS step, "
+        f"CREATE VIEW _task_rows AS SELECT CAST(t.rank AS SMALLINT) AS rank, {step} AS step, "
         f"{keep}, f.capture, f.append, "
         f"{clock_cols} FROM read_parquet({_list(paths)}, hive_partitioning=true, filename=true, "
         "hive_types={'rank': SMALLINT, 'step': BIGINT}) t "
