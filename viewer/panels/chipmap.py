@@ -14,7 +14,7 @@ import numpy as np
 from dash import Input, Output, State, html
 
 from timeline.analysis import chip as CHP
-from timeline.analysis import chip_time as CT
+from timeline.analysis import chip_time as CHT
 from timeline.core import rows as R
 from timeline.errors import TimelineError
 from timeline.query.chip import tail_says
@@ -104,7 +104,7 @@ def chip_view(app, name: str, ranks, launches) -> tuple:
     def make():
         rank, launch = which(tr, ranks, launches)
         c = CHP.chip(tr, [launch])
-        cells = CT.over_time(tr, [launch])
+        cells = CHT.over_time(tr, [launch])
         link = {"launch": launch, "ctas": unit_ctas(tr, launch, rank)}
         return figure(cells, launch, rank), summary(c, rank, launch), link
 
