@@ -69,7 +69,7 @@ def test_the_chip_tab_paints_and_a_click_on_a_unit_links_to_the_gantt(state):
     """In Chromium: the Chip tab paints 128 unit rows and the tail sentence; a click on
     a unit's row sets the Gantt's launch and CTA range to that unit's CTAs; a link with
     ``tab=chip`` opens the tab on the launch it names."""
-    with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 2600) as driver:  # the map in view
+    with B.serve(VW.build(state, plotly=dashboard_bundle())) as url, B.chromium(1400, 2600) as driver:  # map in view
         driver.get(url)
         first = B.gantt_ready(driver)
         driver.find_element("id", "tab-chip").click()
@@ -90,8 +90,8 @@ def test_the_chip_tab_paints_and_a_click_on_a_unit_links_to_the_gantt(state):
         assert lo == int(tr[(tr.launch == launch) & (tr.sm == int(unit.removeprefix("sm")))].cta.min())
         B.gantt_ready(driver, 60, first)
         ticks = B.wait_for(driver, "var g=document.querySelector('#gantt .js-plotly-plot'); var t=g.layout.yaxis"
-                                   ".ticktext; var r=new RegExp('L%d .*cta %d( |$)'); return t && t.length && t.every(x => r.test(x)) ? t : "
-                                   "null" % (launch, lo), 60, "the Gantt on the unit's CTA")
+                                   ".ticktext; var r=new RegExp('L%d .*cta %d( |$)'); "
+                                   "return t && t.length && t.every(x => r.test(x)) ? t : null" % (launch, lo), 60, "the Gantt on the unit's CTA")
         assert 0 < len(ticks) < 10  # the unit's CTA's waves, no other row
         driver.get(url + "?launches=3&tab=chip")  # a link opens the tab on its launch
         B.wait_for(driver, "var t=document.getElementById('chip-imbalance'); "
