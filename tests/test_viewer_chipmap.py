@@ -91,7 +91,8 @@ def test_the_chip_tab_paints_and_a_click_on_a_unit_links_to_the_gantt(state):
         B.gantt_ready(driver, 60, first)
         ticks = B.wait_for(driver, "var g=document.querySelector('#gantt .js-plotly-plot'); var t=g.layout.yaxis"
                                    ".ticktext; var r=new RegExp('L%d .*cta %d( |$)'); "
-                                   "return t && t.length && t.every(x => r.test(x)) ? t : null" % (launch, lo), 60, "the Gantt on the unit's CTA")
+                                   "return t && t.length && t.every(x => r.test(x)) ? t : null" % (launch, lo), 60,
+                           "the Gantt on the unit's CTA")
         assert 0 < len(ticks) < 10  # the unit's CTA's waves, no other row
         driver.get(url + "?launches=3&tab=chip")  # a link opens the tab on its launch
         B.wait_for(driver, "var t=document.getElementById('chip-imbalance'); "
