@@ -19,7 +19,7 @@ from timeline.errors import TimelineError
 from viewer import figures as F
 from viewer.client import GANTT_PX
 
-TABS = ("report", "idle", "critical", "whatif", "explain", "anomalies", "compare")
+TABS = ("report", "idle", "critical", "whatif", "explain", "anomalies", "compare", "chip")
 
 
 def msg(text: str, kind: str = "error") -> html.Div:
@@ -241,6 +241,9 @@ def _tabs():
             html.Div(id="cmp-msg"),
             dcc.Graph(id="cmp-graph", config={"displaylogo": False}),
             html.Div(id="cmp-table"), dcc.Store(id="cmp-table-data")]),
+        dcc.Tab(label="Chip", value="chip", id="tab-chip", children=[  # viewer.panels.chipmap
+            html.Div(id="chip-says", className="ab"), html.Div(id="chip-linked", className="status"),
+            dcc.Graph(id="chip-graph", config={"displaylogo": False}), dcc.Store(id="chip-launch")]),
     ])
 
 

@@ -309,8 +309,11 @@ def build(app, compress: bool = False, host: str | None = "127.0.0.1", plotly: P
     from viewer.panels import abcompare as VAB
     from viewer.panels import explain as XP
 
+    from viewer.panels import chipmap as VCP
+
     XP.wire(d, app)
     VAB.wire(d, app)
+    VCP.wire(d, app)
     d.callback(Output("download", "data"), Output("export-msg", "children"), Input("export-chrome", "n_clicks"),
                State("trace-key", "data"), State("ranks", "value"), State("launches", "value"),
                State("stages", "value"), prevent_initial_call=True)(partial(on_export, app))
