@@ -33,11 +33,11 @@ $(VENV)/.test: pyproject.toml $(VENV)/.core
 	touch $@
 
 # system tools the tests drive: Debian's Chromium + driver (dashboard tests), lld (FlyDSL link
-# step), node + npm (speedscope) where the machine has none
+# step), GNU time (the MCP server's peak RSS under /usr/bin/time), node + npm (speedscope) where the machine has none
 $(CACHE)/.apt:
 	mkdir -p $(CACHE)
-	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || [ ! -x /usr/lib/llvm-19/bin/ld.lld ] || ! command -v npm >/dev/null; then \
-	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver lld-19 $$(command -v npm >/dev/null || echo nodejs npm); fi
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || [ ! -x /usr/lib/llvm-19/bin/ld.lld ] || ! command -v npm >/dev/null || [ ! -x /usr/bin/time ]; then \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium chromium-driver lld-19 time $$(command -v npm >/dev/null || echo nodejs npm); fi
 	touch $@
 
 # the real readers the export tests load our files into: Perfetto's trace processor
