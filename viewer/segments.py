@@ -13,29 +13,18 @@ import urllib.parse
 import numpy as np
 
 from timeline.analysis import launches as LA
+from timeline.query.changes import steps_text
 from timeline.query.source import Selection
 from viewer.sources import SourceError
 
 SEP = "?steps="  # between a run's name and its segment's steps
 
 
-def _text(values) -> str:
-    """``0-3,7``: integers as ranges where they run."""
-    out, s = [], sorted(int(v) for v in values)
-    start = None
-    for i, v in enumerate(s):
-        start = v if start is None else start
-        if i + 1 == len(s) or s[i + 1] != v + 1:
-            out.append(str(v) if v == start else f"{start}-{v}")
-            start = None
-    return ",".join(out)
-
-
 def name(run: str, steps: tuple, layers=None) -> str:
     """The segment of ``run`` of steps ``steps`` (``(first, last)``) over ``layers``
     (None: every layer), as the Compare tab's dropdowns carry it."""
     out = f"{run}{SEP}{int(steps[0])}-{int(steps[1])}"
-    return out + (f"&layers={_text(layers)}" if layers else "")
+    return out + (f"&layers={steps_text(layers)}" if layers else "")
 
 
 def is_segment(text) -> bool:
@@ -74,7 +63,7 @@ def _ints(text: str) -> list:
 def label(text: str) -> str:
     """How a person reads a segment: ``RUN · steps 20-39 · layers 0-1``."""
     run, steps, layers = split(text)
-    return f"{run} · steps {steps[0]}-{steps[1]}" + (f" · layers {_text(layers)}" if layers else "")
+    return f"{run} · steps {steps[0]}-{steps[1]}" + (f" · layers {steps_text(layers)}" if layers else "")
 
 
 def selection(src, text: str) -> Selection:

@@ -25,10 +25,11 @@ MIN_STEPS = 2 * SEG.MIN_SEGMENT
 MAX_EXPLAINED = 8  # change points explained (the largest shifts): each reads its segments' typical launches
 
 
-def _steps_text(steps: np.ndarray) -> str:
-    """``40-79`` for a run of consecutive steps, else the comma list (ranges where they run)."""
+def steps_text(steps) -> str:
+    """``0-3,7``: integers (steps, layers) as ranges where they run, in order; the form
+    ``--step`` / ``--layer`` read back."""
     out, start = [], None
-    s = [int(x) for x in steps]
+    s = sorted(int(x) for x in steps)
     for i, v in enumerate(s):
         start = v if start is None else start
         if i + 1 == len(s) or s[i + 1] != v + 1:
@@ -72,9 +73,9 @@ def _explained(src, cmd_src: str, ranks, layers: list, b_steps, a_steps, level: 
 def _explain_line(cmd_src: str, ranks, layers: list, b_steps, a_steps) -> str:
     """The ``timeline explain`` line of steps ``b_steps`` against ``a_steps`` of the run,
     over ``layers``: it prints B - A of the kernel time (``a change's shift``) and the culprit."""
-    lay = _steps_text(np.asarray(layers))
-    line = (f"timeline explain {cmd_src} --step {_steps_text(b_steps)} --layer {lay} {options(Selection(ranks=ranks))} "
-            f"--baseline {cmd_src} --baseline-step {_steps_text(a_steps)} --baseline-layer {lay}")
+    lay = steps_text(np.asarray(layers))
+    line = (f"timeline explain {cmd_src} --step {steps_text(b_steps)} --layer {lay} {options(Selection(ranks=ranks))} "
+            f"--baseline {cmd_src} --baseline-step {steps_text(a_steps)} --baseline-layer {lay}")
     return " ".join(line.split())
 
 
@@ -128,7 +129,7 @@ def _point(src, s: CHG.Series, p: CHG.Point, said: CHG.Said, names: list, cmd_sr
     b, a = (after, before) if slower else (before, after)  # the slower segment explained against the faster
     culprit, summary, line = _explained(src, cmd_src, ranks, layers, b, a, level)
     rec["culprit"], rec["explained"] = _culprit(culprit) or _span_culprit(s, said, list(src.stage_names())), {
-        **summary, "b_steps": _steps_text(b), "a_steps": _steps_text(a), "reproduce": line,
+        **summary, "b_steps": steps_text(b), "a_steps": steps_text(a), "reproduce": line,
         "what": "the segment after against the one before" if slower else
                 "the segment before against the one after (the change made it faster)"}
     return rec
@@ -162,7 +163,7 @@ def _says(points: list, drifts: list, n: int, unconfirmed: int) -> str:
     parts = []
     for p in points:
         pct = p["shift_pct"]
-        who = f"layer(s) {_steps_text(np.asarray(p['layers']))}"
+        who = f"layer(s) {steps_text(np.asarray(p['layers']))}"
         ranks = f", rank(s) {','.join(map(str, p['ranks']))}" if p["ranks"] else ""
         c = p["culprit"]
         why = f"; culprit {c['says']}" + (f", saving {c['saving_us']:g} µs" if c.get("saving_us") is not None else "") \
@@ -230,4 +231,4 @@ def changes(src, ranks=None, *, level: float = ST.LEVEL, explain: bool = True, s
             "why_none": None if points or drifts else says}
 
 
-__all__ = ["MAX_EXPLAINED", "MIN_STEPS", "SCHEMA", "changes"]
+__all__ = ["MAX_EXPLAINED", "MIN_STEPS", "SCHEMA", "changes", "steps_text"]
