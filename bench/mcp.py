@@ -38,23 +38,9 @@ P50_ONE_STEP = ("SELECT stage, phase, median(duration_ns) AS p50_ns FROM interva
                 "GROUP BY ALL ORDER BY ALL")
 
 
-def server_pid(me: int) -> int | None:
-    """The pid of this process's child running ``timeline mcp``."""
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (p / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == me and b"mcp" in cmd and b"timeline" in cmd:
-            return int(p.name)
-    return None
-
-
-def workers(server: int) -> list:
-    """The pids of the server's sandbox workers (``timeline.mcp.worker``, the sql tool's)."""
+def children(parent: int, *words: bytes) -> list:
+    """The pids of ``parent``'s children whose command line holds every one of ``words``
+    as an argument (``/proc``)."""
     out = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
@@ -64,9 +50,19 @@ def workers(server: int) -> list:
             cmd = (p / "cmdline").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == server and b"timeline.mcp.worker" in cmd:
+        if ppid == parent and all(w in cmd for w in words):
             out.append(int(p.name))
     return out
+
+
+def server_pid(me: int) -> int | None:
+    """The pid of this process's child running ``timeline mcp``."""
+    return next(iter(children(me, b"mcp", b"timeline")), None)
+
+
+def workers(server: int) -> list:
+    """The pids of the server's sandbox workers (``timeline.mcp.worker``, the sql tool's)."""
+    return children(server, b"timeline.mcp.worker")
 
 
 def memory(pid: int) -> dict:
