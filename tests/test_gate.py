@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from timeline.analysis import gate as GT
@@ -237,6 +238,8 @@ def clean(tmp_path_factory):
 @settings(max_examples=12, deadline=None)
 @given(rank=st.integers(0, 1), stage=st.sampled_from(["up", "norm", "down"]), times=st.floats(0.0, 12.0),
        threshold=st.sampled_from([0.01, 0.02]))
+@example(rank=0, stage="up", times=0.0, threshold=0.01)
+@example(rank=0, stage="up", times=1e-263, threshold=0.01)  # once shared the first one's run folder
 def test_a_file_and_a_run_give_one_answer_by_the_rule(clean, rank, stage, times, threshold):
     """B = A's model with ``rank``'s ``stage`` compute slower by ``times`` x A's noise a
     task (same seed: the launches differ by the injection alone). The gate over the two
@@ -249,11 +252,13 @@ def test_a_file_and_a_run_give_one_answer_by_the_rule(clean, rank, stage, times,
     inj = SG.parse_injection(f"{rank}:{stage}:*:compute:+{times * LA.noise_ns(ka):.0f}")
     b = SG.graph_trace(spec, seed=11, inject=[inj])
     kb = LA.kernel(LA.launch_times(LA.rank_rows(b)))
-    name = f"b{rank}{stage}{times:.3f}{threshold}".replace(".", "_")
-    b.save(d / f"{name}.arrow")
-    RW.append(d / f"r{name}", b, capture=f"{name}.arrow")
+    import tempfile
+
+    e = Path(tempfile.mkdtemp(dir=d))  # one folder an example: two examples may print alike
+    b.save(e / "b.arrow")
+    RW.append(e / "rb", b, capture="b.arrow")
     outcomes = []
-    for pair in ((d / "a.arrow", d / f"{name}.arrow"), (d / "ra", d / f"r{name}")):
+    for pair in ((d / "a.arrow", e / "b.arrow"), (d / "ra", e / "rb")):
         with contextlib.redirect_stdout(io.StringIO()) as out:
             rc = main(["compare", *map(str, pair), "--fail-over", f"{threshold:.0%}", "--json"])
         outcomes.append((rc, json.loads(out.getvalue())["outcome"]))
