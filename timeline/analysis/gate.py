@@ -173,9 +173,8 @@ def worst(spans_a: dict, spans_b: dict, level: float = ST.LEVEL, stage: str | No
     pairs = sorted(k for k in spans_a.keys() & spans_b.keys() if stage is None or k[1] == stage)
     if not pairs:
         return None
-    ps = [ST.pvalue(spans_a[k][0], spans_b[k][0], blocks_a=_blocks(spans_a[k][1]), blocks_b=_blocks(spans_b[k][1]))
-          for k in pairs]
-    q = ST.adjust(ps)
+    q = ST.adjust(ST.pvalues([(spans_a[k][0], spans_b[k][0], _blocks(spans_a[k][1]), _blocks(spans_b[k][1]))
+                              for k in pairs]))
     rise = [float(np.median(spans_b[k][0]) - np.median(spans_a[k][0])) for k in pairs]
     alpha = 1 - level
     hits = [i for i in range(len(pairs)) if q[i] < alpha and rise[i] > 0]
