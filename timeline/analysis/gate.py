@@ -125,6 +125,9 @@ def parse_confidence(text) -> float:
 
 
 # -- spans per (rank, stage) ---------------------------------------------------------------------
+SPAN_COLUMNS = ("rank", "stage", "span_us")  # the stage report columns ``rank_stage_spans`` reads (and ``key``)
+
+
 def rank_stage_spans(rows, keys=None) -> dict:
     """``{(rank, stage): (span ns per launch, that launch's step or -1)}`` of
     per-(rank, launch, stage) stage report rows (``span_us`` and ``key``; null spans
@@ -274,5 +277,5 @@ def _line(outcome: str, metric: str, ma: float, s: ST.Shift | None, threshold: f
     return f"UNDECIDED: {why}; {moved}; the gate {threshold:.1%}{where}"
 
 
-__all__ = ["FAIL", "GateError", "PASS", "Rise", "UNDECIDED", "Verdict", "gate", "judge", "outcome_of",
+__all__ = ["FAIL", "GateError", "PASS", "Rise", "SPAN_COLUMNS", "UNDECIDED", "Verdict", "gate", "judge", "outcome_of",
            "parse_confidence", "parse_fraction", "parse_threshold", "rank_stage_spans", "span_shift", "worst"]
