@@ -23,6 +23,7 @@ import numpy as np
 
 from timeline.attach import jsonscan as J
 from timeline.export import perfetto as PF
+from timeline.export._rows import serialize_rows
 
 __all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare",
            "process_track", "serialize", "thread_track"]
@@ -260,7 +261,7 @@ def serialize(s: Slices) -> bytes:
     stop = PF.Messages(n).varint(PF.F_TIMESTAMP, s.end).raw(seq).message(PF.F_TRACK_EVENT, te_end)
     rec = PF.Messages(n)
     rec.cols.extend(PF.packets(begin).cols + PF.packets(stop).cols)
-    return rec.serialize()
+    return serialize_rows(rec)
 
 
 def _texts(values: list, dumps: bool) -> tuple:
