@@ -276,6 +276,40 @@ def _texts(values: list, dumps: bool) -> tuple:
     return Texts.of([v if type(v) is str else "" for v in values]), has
 
 
+def _int_pairs(pids: list, tids: list):
+    """``_threads`` where every pid and tid is an int of int64 (Kineto's usual): the
+    pairs numbered with numpy, in order of first appearance; None otherwise."""
+    if not (set(map(type, pids)) | set(map(type, tids))) <= {int}:
+        return None
+    try:
+        p, t = np.array(pids, np.int64), np.array(tids, np.int64)
+    except OverflowError:
+        return None
+    up, pi = np.unique(p, return_inverse=True)
+    ut, ti = np.unique(t, return_inverse=True)
+    pair, at, inv = np.unique(pi * len(ut) + ti, return_index=True, return_inverse=True)
+    renum = np.empty(len(pair), np.int64)
+    renum[np.argsort(at, kind="stable")] = np.arange(len(pair))  # pairs renumbered by first appearance
+    firsts = np.sort(at)
+    return list(zip(p[firsts].tolist(), t[firsts].tolist())), renum[inv.reshape(-1)]
+
+
+def _threads(pids: list, tids: list) -> tuple:
+    """The distinct (pid, tid) of the slices in order of first appearance (a list or
+    object as its JSON) and each slice's index among them."""
+    got = _int_pairs(pids, tids) if pids else None
+    if got is not None:
+        return got
+    keys = list(zip(pids, tids))
+    try:
+        first = dict.fromkeys(keys)
+    except TypeError:  # a list or object as pid / tid
+        keys = [(hashable(p), hashable(t)) for p, t in keys]
+        first = dict.fromkeys(keys)
+    index = {k: i for i, k in enumerate(first)}
+    return list(first), np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+
+
 class Prepared(NamedTuple):
     """A piece for the second pass (module docstring)."""
 
@@ -312,14 +346,7 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         for e, t in zip(inst, J.ns_array([e.ts for e in inst], "a ts").tolist()):
             instants.append((e.pid, e.tid, t, e.name if type(e.name) is str else json.dumps(e.name),
                              e.cat if type(e.cat) is str else None))
-    keys = list(zip([e.pid for e in xs], [e.tid for e in xs]))
-    try:
-        first = dict.fromkeys(keys)
-    except TypeError:  # a list or object as pid / tid
-        keys = [(hashable(p), hashable(t)) for p, t in keys]
-        first = dict.fromkeys(keys)
-    index = {k: i for i, k in enumerate(first)}
-    key_of = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+    first, key_of = _threads([e.pid for e in xs], [e.tid for e in xs])
     ts = J.ns_array(ts_x, "a ts")
     end = ts + J.durations(xs, name)
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
@@ -339,7 +366,7 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         raws = [r if h else b"" for r, h in zip(raws, has_args.tolist())]
     s = Slices(ts[order] + shift_ns, end[order] + shift_ns, track[order], name, cat, has_cat, Texts.of_raw(raws),
                has_args, fo[order], has_o[order], fi[order], has_i[order])
-    return Prepared(len(xs) + len(inst), skipped, no_ts, list(first), key_of, ts, order, s,
+    return Prepared(len(xs) + len(inst), skipped, no_ts, first, key_of, ts, order, s,
                     serialize(s) if len(xs) else b"", instants)
 
 
