@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -25,8 +26,8 @@ from timeline.attach import jsonscan as J
 from timeline.export import perfetto as PF
 from timeline.export._rows import serialize_rows
 
-__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare",
-           "process_track", "serialize", "thread_track"]
+__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Spilled", "Texts", "bind", "names_and_flows", "prepare",
+           "process_track", "serialize", "spill", "thread_track"]
 
 FRAMEWORK_SEQUENCE = 2
 UUID_TOP = 1 << 62  # framework track uuids: above every uuid the timeline export makes
@@ -186,6 +187,34 @@ def names_and_flows(evs: list, _shared, rank: int) -> tuple:
 
 
 # -- the second pass: the slices ------------------------------------------------------
+class Spilled(NamedTuple):
+    """Bytes a worker wrote to its spill file (``spill``) instead of sending them back
+    through the pool's pipe: where they are."""
+
+    path: str
+    offset: int
+    length: int
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), self.length, self.offset)
+
+
+def spill(folder: str, blobs: list) -> list:
+    """``blobs`` (bytes) appended to this process's spill file in ``folder``: their
+    ``Spilled`` places (module docstring of ``framework_tracks``: the packets of a
+    piece cross from a worker to the writer as a file range, copied by the kernel)."""
+    path = os.path.join(folder, f"{os.getpid()}.spill")
+    out = []
+    with open(path, "ab") as f:
+        at = f.tell()
+        for b in blobs:
+            f.write(b)
+            out.append(Spilled(path, at, len(b)))
+            at += len(b)
+    return out
+
+
 class Texts(NamedTuple):
     """A text per row, back to back: ``data`` (UTF-8) and each row's byte length."""
 
@@ -215,7 +244,11 @@ class Texts(NamedTuple):
 
     def text(self, i: int) -> str:
         at = int(self.lens[:i].sum())
-        return self.data[at:at + int(self.lens[i])].decode()
+        return self.loaded().data[at:at + int(self.lens[i])].decode()
+
+    def loaded(self) -> "Texts":
+        """These texts with their bytes in memory (read back where they were spilled)."""
+        return self._replace(data=self.data.read()) if type(self.data) is Spilled else self
 
 
 class Slices(NamedTuple):
@@ -249,6 +282,7 @@ def serialize(s: Slices) -> bytes:
     """The packets of X events, column-wise (``perfetto.Messages``): per event its
     begin (name, category, the ``args`` annotation, flows) and its end, adjacent."""
     n = len(s.ts)
+    s = s._replace(name=s.name.loaded(), cat=s.cat.loaded(), args=s.args.loaded())
     da = PF.Messages(n).raw(PF.field_bytes(DA_NAME, b"args")).blob(DA_STRING, *s.args)
     te = (PF.Messages(n).raw(PF.field_varint(PF.TE_TYPE, PF.SLICE_BEGIN)).varint(PF.TE_TRACK_UUID, s.track)
           .blob(PF.TE_NAME, *s.name).blob(TE_CATEGORIES, *s.cat, s.has_cat)
@@ -321,13 +355,15 @@ class Prepared(NamedTuple):
     ts: np.ndarray  # per X event (file order), ns on the file's axis
     order: np.ndarray  # the order they are written in
     slices: Slices  # written in that order, each on its thread's track, the flows bound as if none were before
-    data: bytes  # serialize(slices)
+    data: bytes  # serialize(slices) (or where it was spilled: Spilled)
     instants: list  # (pid, tid, ns on the file's axis, name, cat or None) of its instants
 
 
-def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framework trace") -> Prepared:
+def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framework trace",
+            spill_to: str | None = None) -> Prepared:
     """The piece's ``Prepared`` (``meta``: the first pass's flows; ``name``: the file's,
-    for a refusal)."""
+    for a refusal; ``spill_to``: a folder where its packets and texts are written,
+    ``Spilled`` in their place)."""
     code, phs = _phases(evs)
     skipped = {}
     if not code.all():
@@ -366,8 +402,12 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         raws = [r if h else b"" for r, h in zip(raws, has_args.tolist())]
     s = Slices(ts[order] + shift_ns, end[order] + shift_ns, track[order], name, cat, has_cat, Texts.of_raw(raws),
                has_args, fo[order], has_o[order], fi[order], has_i[order])
-    return Prepared(len(xs) + len(inst), skipped, no_ts, first, key_of, ts, order, s,
-                    serialize(s) if len(xs) else b"", instants)
+    data = serialize(s) if len(xs) else b""
+    if spill_to is not None and data:
+        data, *texts = spill(spill_to, [data, s.name.data, s.cat.data, s.args.data])
+        s = s._replace(name=s.name._replace(data=texts[0]), cat=s.cat._replace(data=texts[1]),
+                       args=s.args._replace(data=texts[2]))
+    return Prepared(len(xs) + len(inst), skipped, no_ts, first, key_of, ts, order, s, data, instants)
 
 
 def hashable_key(key: tuple) -> tuple:
