@@ -232,6 +232,17 @@ def said(sel: Selection) -> str:
     return options(sel) or "everything"
 
 
+def refuse_run_options(path: str, opts: Options) -> None:
+    """Refuse, in one line, the options that only a run reads (``--engine`` /
+    ``--scheduler`` / ``--workers``, ``--skip-damaged``) given for the trace file
+    ``path``: refused, never silently ignored (docs/CLI.md)."""
+    if opts.engine != "local" or opts.scheduler or opts.workers:
+        raise QueryError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
+                         "analysed in this process: leave them out")
+    if opts.skip_damaged:
+        raise QueryError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
+
+
 class TraceSource(Source):
     """A trace file, loaded once (``timeline.load``: checked whole), or with ``trace``
     one loaded already (``of``)."""
@@ -242,11 +253,7 @@ class TraceSource(Source):
         super().__init__(path, opts)
         from timeline.core.trace import load
 
-        if opts.engine != "local" or opts.scheduler or opts.workers:
-            raise QueryError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
-                             "analysed in this process: leave them out")
-        if opts.skip_damaged:
-            raise QueryError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
+        refuse_run_options(path, opts)
         self.loaded = load(path) if trace is None else trace
         self.notes = list(self.loaded.notes)
 
@@ -416,4 +423,4 @@ def key_column(table: pa.Table) -> pa.Array:
 
 
 __all__ = ["Options", "QueryError", "RunSource", "Selected", "Selection", "Source", "TraceSource", "is_run",
-           "key_column", "open_source", "options", "said"]
+           "key_column", "open_source", "options", "refuse_run_options", "said"]
