@@ -7,6 +7,7 @@ profile sees every piece) and cut into the pieces printed. Beside it, the CPU se
 a file costs with the pools as ``run add`` runs them (no profiler).
 
     python bench/add_profile.py FILE...        # the files of bench/run.py, say: DIR/step*_rank*.arrow
+    python bench/add_profile.py --codecs FILE...   # and the first file's task part under each codec
 
 bench/run.py prints this breakdown for the first files of its ``run add`` rows."""
 
@@ -108,7 +109,7 @@ def profile(files: list, scratch: Path) -> list:
     shutil.rmtree(run, ignore_errors=True)
     RS.commit(RS.stage_stream(run, open_stream(files[0]), capture="warm", check=False))
     rest = files[1:]
-    stage, commit = cProfile.Profile(), cProfile.Profile()  # wall clock: the fsyncs count
+    stage, commit = cProfile.Profile(time.process_time), cProfile.Profile(time.process_time)  # every thread's CPU
     pool, RS.ThreadPoolExecutor = RS.ThreadPoolExecutor, Inline
     try:
         for f in rest:
@@ -132,23 +133,67 @@ def profile(files: list, scratch: Path) -> list:
     ivs = sum(e["rows"] for r in __import__("timeline.run.layout", fromlist=["x"]).committed_records(real)[1:]
               for e in r["parts"] if e["table"] == "tasks") / n
     out = [f"one file's `run add`, profiled (cProfile, the encoder pool inline) over {n} files of {ivs:,.0f} task rows "
-           f"each; ms a file (with the profiler's overhead)",
+           f"each; CPU ms a file (every thread of the process, the profiler's overhead included)",
            f"  worker: stage_stream {ss.total_tt / n * 1e3:.1f} ms a file"]
     out += _table(ss, PIECES, n, ss.total_tt)
-    out.append(f"  parent: commit {cs.total_tt / n * 1e3:.1f} ms a file (CPU; its fsyncs wait on the disk)")
+    out.append(f"  parent: commit {cs.total_tt / n * 1e3:.1f} ms a file (CPU; its fsyncs wait on the disk besides)")
     out += _table(cs, COMMIT, n, cs.total_tt)
     out.append(f"  unprofiled, the pools as `run add --jobs 1` runs them: {cpu * 1e3:.1f} ms CPU a file "
                f"({wall * 1e3:.1f} ms wall), stage + commit")
     return out
 
 
+def codecs(path: Path, repeat: int = 7) -> list:
+    """One file's task part encoded with the run's options under each codec (and
+    zstd's levels): the least CPU of ``repeat`` encodes and of reading it back, its
+    bytes; the A/B behind ``write.TASK_CODEC``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from timeline.core.tracestream import open_stream
+    from timeline.run import layout as RL
+    from timeline.run import write as RW
+
+    stream = open_stream(path)
+    tasks = pa.concat_tables([t for _, t, _ in stream.blocks()])
+    sp = stream.spec
+    part = RL.declare_required(tasks.select(RW.stored_task_columns(sp.phases, sp.marks)))
+    ticks = RW.tick_columns(sp.phases, sp.marks)
+    base = RW.task_part_options(sp.phases, sp.marks)
+    ivs = stream.trace(tasks).interval_count
+    variants = [("zstd (level 1)", {"compression": "zstd"}), ("zstd level -1", {"compression": "zstd",
+                                                                             "compression_level": -1}),
+                ("lz4 (LZ4_RAW)", {"compression": "lz4"}), ("snappy", {"compression": "snappy"}),
+                ("lz4, tick columns uncompressed", {"compression": {c: "none" if c in ticks else "lz4"
+                                                                     for c in part.column_names}}),
+                ("none", {"compression": "none"})]
+    out = [f"a task part's codec ({part.num_rows:,} rows, {ivs:,} intervals; the run's other options; CPU ms, "
+           f"best of {repeat}; the run writes {RW.TASK_CODEC}):"]
+    for label, opts in variants:
+        enc = read = float("inf")
+        for _ in range(repeat):
+            c0 = time.process_time()
+            buf = pa.BufferOutputStream()
+            pq.write_table(part, buf, **{**base, **opts})
+            enc = min(enc, time.process_time() - c0)
+            data = buf.getvalue()
+            c0 = time.process_time()
+            pq.read_table(pa.BufferReader(data))
+            read = min(read, time.process_time() - c0)
+        out.append(f"    {label:34s} encode {enc * 1e3:6.1f} ms  read {read * 1e3:6.1f} ms  {data.size / ivs:5.3f} B/interval")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+", help="trace files (two at least: the first warms up)")
+    ap.add_argument("--codecs", action="store_true", help="also the first file's task part under each codec")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="add_profile_"))
     try:
         print("\n".join(profile([Path(f) for f in args.files], scratch)))
+        if args.codecs:
+            print("\n".join(codecs(Path(args.files[0]))))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -103,7 +103,7 @@ def assert_linear_quantiles(got, gid, values, ng):
 
 
 def both_paths(counts, values) -> list:
-    """``grouped_quantiles`` by the groups' sizes (``_sorted_by_size``, where they come in
+    """``grouped_quantiles`` by the groups' sizes (its matrix of each size's groups, where they come in
     few) and with that path off (``_sorted_packed``: one sort of every value)."""
     out = [GR.grouped_quantiles(counts, values, QS)]
     classes, GR._SIZE_CLASSES = GR._SIZE_CLASSES, 0
@@ -148,7 +148,7 @@ def test_grouped_quantiles_int32_chunks_and_int64_keys(n, ng, bits, seed):
 @given(st.lists(st.integers(0, 12), min_size=1, max_size=90), st.sampled_from(["small", "float"]),
        st.integers(0, 2**32 - 1))
 def test_grouped_quantiles_by_size_classes_and_past_them(sizes, kind, seed):
-    """Groups of a few sizes (the matrix rows of ``_sorted_by_size``, empty groups among
+    """Groups of a few sizes (the rows of grouped_quantiles' matrices, empty groups among
     them) and of more sizes than ``_SIZE_CLASSES`` allows (then one sort of every value):
     each group's quantiles the linear rule over its sorted values, bit for bit."""
     rng = np.random.default_rng(seed)
