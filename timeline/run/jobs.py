@@ -96,6 +96,7 @@ def append_jobs(run_dir, jobs: list, workers: int, *, on_notes=None, on_added=No
 
     aids = [RL.new_append_id() for _ in jobs]  # time-ordered: the records list in the files' order
     done: list = []
+    seen: dict = {}  # the run's records, each read once however many appends are checked against it
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_start_worker, initargs=(worker_threads(workers),)) as pool:
         futures = [pool.submit(_stage, str(run_dir), job, aid) for job, aid in zip(jobs, aids)]
@@ -104,7 +105,7 @@ def append_jobs(run_dir, jobs: list, workers: int, *, on_notes=None, on_added=No
                 staged, notes = future.result()
                 if on_notes is not None:
                     on_notes(job, notes)
-                done.append(RS.commit(staged))
+                done.append(RS.commit(staged, seen))
                 if on_added is not None:
                     on_added(job, done[-1])
         except BaseException:

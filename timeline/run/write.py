@@ -200,10 +200,12 @@ def launches_of(run_dir: Path):
     return read
 
 
-def check_capture(run_dir: Path, *, aid: str, capture: str, fp: str, as_capture: bool, launches: pa.Table) -> None:
+def check_capture(run_dir: Path, *, aid: str, capture: str, fp: str, as_capture: bool, launches: pa.Table,
+                  seen: dict | None = None) -> None:
     """A ``RunError`` (one line) where the append may not join the run
-    (``captures.refusal``: the same capture again, a launch key the run holds)."""
-    why = RC.refusal(run_dir, RL.committed_records(run_dir), launches_of(run_dir), aid=aid, capture=capture, fp=fp,
+    (``captures.refusal``: the same capture again, a launch key the run holds);
+    ``seen``: ``layout.committed_records``' records read before."""
+    why = RC.refusal(run_dir, RL.committed_records(run_dir, seen), launches_of(run_dir), aid=aid, capture=capture, fp=fp,
                      as_capture=as_capture, launches=launches)
     if why is not None:
         raise RL.RunError(why)
