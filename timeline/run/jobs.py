@@ -83,10 +83,15 @@ def start_context():
 
 
 def _start_worker(threads: int) -> None:
-    """A worker's process settings: Arrow's CPU pool sized to its share of the cores."""
+    """A worker's process settings: Arrow's CPU pool sized to its share of the cores, and
+    the command's own memory settings (``process.tune_process``: freed pages reused, no
+    huge-page compaction), which a fresh process does not inherit."""
     import pyarrow as pa
 
+    from timeline.core.process import tune_process
+
     pa.set_cpu_count(threads)
+    tune_process()
 
 
 def _stage(run_dir: str, job: Job, aid: str) -> tuple:
