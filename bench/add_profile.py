@@ -94,7 +94,8 @@ def _table(stats: pstats.Stats, pieces, n: int, total: float) -> list:
         s = _cum(stats, tail, name, caller)
         named += 0 if label.startswith("  ") else s
         rows.append(f"    {label:70s} {s / n * 1e3:7.1f} ms  {s / total * 100:5.1f} %")
-    rows.append(f"    {'other (the rest)':70s} {(total - named) / n * 1e3:7.1f} ms  {(total - named) / total * 100:5.1f} %")
+    rest = total - named
+    rows.append(f"    {'other (the rest)':70s} {rest / n * 1e3:7.1f} ms  {rest / total * 100:5.1f} %")
     return rows
 
 
@@ -180,7 +181,8 @@ def codecs(path: Path, repeat: int = 7) -> list:
             c0 = time.process_time()
             pq.read_table(pa.BufferReader(data))
             read = min(read, time.process_time() - c0)
-        out.append(f"    {label:34s} encode {enc * 1e3:6.1f} ms  read {read * 1e3:6.1f} ms  {data.size / ivs:5.3f} B/interval")
+        out.append(f"    {label:34s} encode {enc * 1e3:6.1f} ms  read {read * 1e3:6.1f} ms  "
+                   f"{data.size / ivs:5.3f} B/interval")
     return out
 
 

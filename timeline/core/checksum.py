@@ -124,6 +124,32 @@ class Checksum:
                 col.feed(chunk)
         return self
 
+    def columns(self, fields) -> list | None:
+        """This digest's running state of the columns ``fields`` (``pa.Field``s), in
+        their order, each digested once under its name and type; None where one is not
+        (or no row was digested yet). A digest of some of a table's columns, fed the
+        same chunks, is these states (``adopt``): one pass over the bytes serves both."""
+        if not self._columns:
+            return None
+        named: dict = {}
+        for col in self._columns:
+            named.setdefault(col.name, []).append(col)
+        out = []
+        for f in fields:
+            held = named.get(f.name, [])
+            if len(held) != 1 or held[0].type != f.type:
+                return None
+            out.append(held[0])
+        return out
+
+    def adopt(self, columns: list) -> "Checksum":
+        """Take ``columns`` (another digest's ``columns``, of this digest's kind) as this
+        one's: as if their chunks had been fed here."""
+        if any(c.digest != self.digest for c in columns):
+            raise ValueError("columns of another digest kind")
+        self._columns = list(columns)
+        return self
+
     def hexdigest(self) -> str:
         h = self._h.copy()
         for col in self._columns or ():

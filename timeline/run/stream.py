@@ -355,10 +355,12 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progr
     firsts, prints = {}, {}
     rows = 0
     nblocks = stream.block_count
+    shared = stream.digests(fpr.fields)  # the file's checksum digests the fingerprint's columns as they pass
     for b, tasks, fp in stream.blocks(fingerprint=bool(p.waves)):
         rows += tasks.num_rows
         prints[b] = fp
-        fpr.update(tasks)
+        if not shared:
+            fpr.update(tasks)
         jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)  # encoded meanwhile
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
@@ -368,6 +370,8 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progr
         del tasks, jobs
         if progress is not None:
             progress(b + 1, nblocks + 1)
+    if shared and not fpr.adopt(stream.checksum):
+        raise AssertionError("the file's checksum lacks a column it said it digests")  # a bug
     for pt in parts.values():  # every partition closed by the plan; a part left open would be a bug
         if pt.held_rows or pt.writer is not None:
             raise AssertionError(f"part {(pt.rank, pt.step)} left open after the last block")
