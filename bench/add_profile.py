@@ -104,8 +104,10 @@ def profile(files: list, scratch: Path) -> list:
     rest profiled one by one (staged, then committed), then added again with the pools
     as ``run add`` runs them, unprofiled, for the true CPU per file."""
     import timeline.run.stream as RS
+    from timeline.core.process import tune_process
     from timeline.core.tracestream import open_stream
 
+    tune_process()  # the command's memory settings (and a --jobs worker's)
     run = scratch / "profiled"
     shutil.rmtree(run, ignore_errors=True)
     RS.commit(RS.stage_stream(run, open_stream(files[0]), capture="warm", check=False))
