@@ -93,17 +93,18 @@ def group_quantiles(gid: np.ndarray, ngroups: int, values: np.ndarray, qs) -> np
     return grouped_quantiles(np.bincount(gid, minlength=ngroups), values[group_order(gid)], qs)
 
 
-def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray:
+def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs, presorted: bool = False) -> np.ndarray:
     """``group_quantiles`` of values already grouped: ``grouped`` holds group 0's
     ``counts[0]`` values, then group 1's, ... (callers that group once and ask
-    several value columns). Every group is sorted in one pass (``_sorted_within``), then
-    each quantile is two gathers and the linear interpolation, for all groups at once."""
+    several value columns). Every group is sorted in one pass (``_sorted_within``;
+    ``presorted``: each group's values are in ascending order already), then each
+    quantile is two gathers and the linear interpolation, for all groups at once."""
     counts = np.asarray(counts, dtype=np.int64)
     out = np.full((len(qs), counts.size), np.nan)
     has = counts > 0
     if not has.any():
         return out
-    v = _sorted_within(counts, np.asarray(grouped))
+    v = np.asarray(grouped) if presorted else _sorted_within(counts, np.asarray(grouped))
     first = (np.cumsum(counts) - counts)[has]
     last = counts[has] - 1
     for i, q in enumerate(qs):
