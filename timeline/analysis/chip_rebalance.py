@@ -204,10 +204,43 @@ def _own(rec: np.ndarray, trace) -> np.ndarray:
     return np.maximum(d, 0.0)
 
 
-def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | None) -> list:
+def place_of(s: Suspect, levels: list) -> tuple:
+    """``(unit's name without its rank, rank)`` of a level's unit (``xcd3``, 1 for
+    ``r1.xcd3``): its place on the chip."""
+    lv = next(lv for lv in levels if lv.name == s.level)
+    rank = int(lv.rank[s.number])
+    return s.unit.removeprefix(f"r{rank}."), rank
+
+
+def peers(s: Suspect, rows: CHP.Rows, levels: list, sp: tuple) -> list:
+    """The culprit's place on the launch's other ranks (``xcd3`` of rank 4 beside
+    ``r1.xcd3``) where that unit is significantly slower too, each tested as a suspect
+    is (against its level's other units; adjusted over them) and ``measured``: a unit
+    slow on every rank is rebalanced on every rank, else the others still hold the
+    kernel's end."""
+    r, x = sp
+    lv = next(lv for lv in levels if lv.name == s.level)
+    place, rank = place_of(s, levels)
+    ok = ~np.isnan(x)
+    u = rows.unit[lv.name][r]
+    out = []
+    for k, name in enumerate(lv.names):
+        if k == s.number or name.removeprefix(f"r{int(lv.rank[k])}.") != place:
+            continue
+        mine = (u == k) & ok
+        if mine.sum() < 2:
+            continue
+        p, q = _q(x, mine, ok & (u != k), s.units)
+        t = Suspect(lv.name, name, k, float(np.median(x[mine])), int(mine.sum()), p, q, s.units, s.level_of_test)
+        if t.significant:
+            out.append(measured(t, rows, sp))
+    return out
+
+
+def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | None, also: tuple = ()) -> list:
     """The module's two rebalancings of ``trace`` (one launch; ``rows`` its placed
-    rows): ``unit`` at the typical speed, ``stage`` spread evenly; ``Saving``s (an
-    ``AnalysisError`` where the trace has no task graph)."""
+    rows): ``unit`` (with its slow ``peers``, ``also``) at the typical speed, ``stage``
+    spread evenly; ``Saving``s (an ``AnalysisError`` where the trace has no task graph)."""
     from timeline.analysis import edges as E
     from timeline.analysis import whatif as W
 
@@ -221,14 +254,7 @@ def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | N
     at = task_rows(rows, g.tasks)
     out = []
     if unit is not None and unit.shift is not None:
-        f = unit.slowdown()[0]
-        on = np.unique(at[(rows.unit[unit.level] == unit.number) & (at >= 0)])
-        add = np.zeros_like(own)
-        add[on] = own[on] * (1.0 / f - 1.0)
-        meas, pred = _replayed(trace, g, plan, add)
-        out.append(Saving(f"{unit.unit} at the typical speed",
-                          f"its {on.size} tasks' own phases / {f:.3f} (its measured slowdown)", meas / 1e3,
-                          pred / 1e3, (meas - pred) / 1e3, fid))
+        out.append(_unit_saving(trace, g, plan, fid, own, [unit, *also], rows, at, levels))
     if stage is not None:
         s = trace.spec.stage_names.index(stage)
         fine = CHP.unit_level(levels).name
@@ -248,6 +274,28 @@ def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | N
                           "(work conserved, each CTA's task order kept)", meas / 1e3, pred / 1e3,
                           (meas - pred) / 1e3, fid))
     return out
+
+
+def _unit_saving(trace, g, plan, fid: float, own: np.ndarray, units: list, rows: CHP.Rows, at: np.ndarray,
+                 levels: list) -> Saving:
+    """The replay with each of ``units``' tasks' own phases divided by its measured
+    slowdown (the first: the culprit; the rest: its slow peers on other ranks)."""
+    add = np.zeros_like(own)
+    n, fs = 0, []
+    for unit in units:
+        f = unit.slowdown()[0]
+        on = np.unique(at[(rows.unit[unit.level] == unit.number) & (at >= 0)])
+        add[on] = own[on] * (1.0 / f - 1.0)
+        n, fs = n + on.size, fs + [f]
+    meas, pred = _replayed(trace, g, plan, add)
+    if len(units) == 1:
+        what, how = f"{units[0].unit} at the typical speed", f"its {n} tasks' own phases / {fs[0]:.3f} (its measured slowdown)"
+    else:
+        ranks = sorted(place_of(u, levels)[1] for u in units)
+        what = f"{place_of(units[0], levels)[0]} at the typical speed on ranks {', '.join(map(str, ranks))}"
+        how = (f"each rank's unit's tasks' own phases / its measured slowdown ({min(fs):.3f} to {max(fs):.3f}), "
+               f"{n} tasks")
+    return Saving(what, how, meas / 1e3, pred / 1e3, (meas - pred) / 1e3, fid)
 
 
 def unit_culprit(trace, level: float = ST.LEVEL) -> dict | None:
@@ -271,4 +319,4 @@ def unit_culprit(trace, level: float = ST.LEVEL) -> dict | None:
                     "not a task, is the culprit"}
 
 
-__all__ = ["unit_culprit", "Saving", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]
+__all__ = ["unit_culprit", "Saving", "peers", "place_of", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]
