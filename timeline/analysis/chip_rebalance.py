@@ -89,7 +89,8 @@ class Suspect(NamedTuple):
     def slowdown(self) -> tuple:
         """``(factor, low, high)``: exp of the shift and of its interval's ends."""
         s = self.shift
-        return tuple(math.exp(x) if math.isfinite(x) else (math.inf if x > 0 else 0.0) for x in (s.estimate, s.lo, s.hi))
+        return tuple(math.exp(x) if math.isfinite(x) else (math.inf if x > 0 else 0.0 if x < 0 else math.nan)
+                     for x in (s.estimate, s.lo, s.hi))
 
 
 def _q(x: np.ndarray, mine: np.ndarray, others: np.ndarray, n_units: int) -> tuple:
@@ -233,8 +234,21 @@ def peers(s: Suspect, rows: CHP.Rows, levels: list, sp: tuple) -> list:
         p, q = _q(x, mine, ok & (u != k), s.units)
         t = Suspect(lv.name, name, k, float(np.median(x[mine])), int(mine.sum()), p, q, s.units, s.level_of_test)
         if t.significant:
-            out.append(measured(t, rows, sp))
+            out.append(estimated(t, rows, sp))
     return out
+
+
+def estimated(s: Suspect, rows: CHP.Rows, sp: tuple) -> Suspect:
+    """``s`` with its shift's estimate alone (Hodges–Lehmann, ``ST.hodges_lehmann``, of
+    the samples ``measured`` would test; no interval: its ends NaN): what a rebalancing
+    divides by, without the interval's bisection (a tenth of a second a unit)."""
+    r, x = sp
+    u = rows.unit[s.level][r]
+    ok = ~np.isnan(x)
+    a, b = _sample(x[ok & (u != s.number)], 1), _sample(x[ok & (u == s.number)], 2)
+    est = ST.hodges_lehmann(a, b)
+    return s._replace(shift=ST.Shift(est, math.nan, math.nan, s.level_of_test, s.p, a.size, b.size, a.size, b.size,
+                                     "samples"))
 
 
 def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | None, also: tuple = ()) -> list:
@@ -319,4 +333,4 @@ def unit_culprit(trace, level: float = ST.LEVEL) -> dict | None:
                     "not a task, is the culprit"}
 
 
-__all__ = ["unit_culprit", "Saving", "peers", "place_of", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]
+__all__ = ["unit_culprit", "Saving", "estimated", "peers", "place_of", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]

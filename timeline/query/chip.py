@@ -75,8 +75,12 @@ def _rank_doc(c: CHP.Chip, rank: int, with_units: bool) -> dict:
 
 
 def unit_says(s: RB.Suspect) -> str:
-    """``xcd3's tasks ran 9.0 % slower [8.1, 9.9] (95 %)`` of a measured suspect."""
+    """``xcd3's tasks ran 9.0 % slower [8.1, 9.9] (95 %)`` of a measured suspect (of an
+    ``estimated`` one: the estimate and its adjusted p)."""
     f, lo, hi = s.slowdown()
+    if math.isnan(lo):
+        return (f"{s.unit}'s tasks ran {(f - 1) * 100:.1f} % slower (Hodges–Lehmann estimate; q = {s.q:.3g}, "
+                f"{s.samples} own intervals against its level's other {s.units - 1} units)")
     return (f"{s.unit}'s tasks ran {(f - 1) * 100:.1f} % slower [{(lo - 1) * 100:.1f}, {(hi - 1) * 100:.1f}] "
             f"({s.level_of_test:.0%}, {s.samples} own intervals against its level's other {s.units - 1} units)")
 
@@ -88,7 +92,8 @@ def _suspect_doc(s: RB.Suspect) -> dict:
            "significant": s.significant}
     if s.shift is not None:
         f, lo, hi = s.slowdown()
-        out.update(slowdown=round(f, 5), low=round(lo, 5), high=round(hi, 5), says=unit_says(s))
+        out.update(slowdown=round(f, 5), low=None if math.isnan(lo) else round(lo, 5),
+                   high=None if math.isnan(hi) else round(hi, 5), says=unit_says(s))
     return out
 
 
