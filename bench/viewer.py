@@ -299,6 +299,7 @@ def chip_paint(gestures: int, launches: int = 8) -> dict:
 
 
 def report_chip(r: dict):
+    """The chip map's row: click -> painted, p90 of the gestures, beside its goal."""
     tot = [g["total_ms"] / 1e3 for g in r["gestures"]]
     p90 = float(np.quantile(tot, 0.9))
     part = lambda k: statistics.median(g[k] for g in r["gestures"] if g[k] is not None) / 1e3  # noqa: E731

@@ -121,6 +121,7 @@ def windows(rows: Rows):
     """Per (rank, launch): its group id per row, count, keys and window ``(lo, hi)`` ns
     (computed once per ``Rows``: the tables of a report share them)."""
     def make():
+        """The windows, from every row."""
         gid, n, (rank, launch) = GR.group_ids(rows.rank, rows.launch)
         lo, hi = GR.group_min_max(gid, n, rows.first, rows.last)
         return gid, n, rank, launch, lo, hi
@@ -131,6 +132,7 @@ def unit_groups(rows: Rows, name: str):
     """Per row its (launch, unit of level ``name``) group, their count, each group's
     window and unit (a unit holds its rank; once per ``Rows``)."""
     def make():
+        """The groups, from every row."""
         wid = windows(rows)[0]
         gid, n, (_, unit) = GR.group_ids(rows.launch, rows.unit[name])
         w = np.zeros(n, np.int64)
