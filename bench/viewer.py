@@ -306,7 +306,8 @@ def report_chip(r: dict):
     print(f"\n== chip map, {r['label']} (SYNTHETIC gfx942, 304 CUs, dsv4; {r['intervals']:,} intervals, {r['tasks']:,} "
           f"tasks, {r['launches']} launches; browser errors {r['errors']})")
     print(f"  {'figure':58s} {'value':>9s} {'goal':>9s}  verdict")
-    print(f"  {'Chip tab: click -> 304-CU map painted, p90 of ' + str(len(tot)):58s} {p90:7.3f} s {'<= ' + str(GOAL_CHIP_P90_S) + ' s':>9s}  "
+    what, goal = f"Chip tab: click -> 304-CU map painted, p90 of {len(tot)}", f"<= {GOAL_CHIP_P90_S} s"
+    print(f"  {what:58s} {p90:7.3f} s {goal:>9s}  "
           f"{'MET' if p90 <= GOAL_CHIP_P90_S else 'NOT MET'}")
     print(f"    each (s): {', '.join(f'{t:.2f}' for t in tot)}; median parts: server round trip "
           f"{part('server_ms'):.3f} s, response -> painted {part('drawn_ms'):.3f} s")

@@ -254,7 +254,8 @@ def level_table(rows: Rows, levels: list, per_level: dict) -> pa.Table:
             "level": _names([lv.name], np.zeros(cut.size, np.int64)), "units": R.arrow(count.astype(np.int64)),
             "mean_busy_ns": mean, "max_busy_ns": per[j], "max_over_mean": ratio,
             "busiest": _names(lv.names, unit[j]), "last_unit": _names(lv.names, unit[i]),
-            "last_end_ns": last[i] - lo[wi], "late_by_ns": last[i].astype(np.float64) - _medians(last, seg, cut, count)}))
+            "last_end_ns": last[i] - lo[wi],
+            "late_by_ns": last[i].astype(np.float64) - _medians(last, seg, cut, count)}))
     return pa.concat_tables(out)
 
 

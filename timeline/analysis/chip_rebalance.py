@@ -303,7 +303,8 @@ def _unit_saving(trace, g, plan, fid: float, own: np.ndarray, units: list, rows:
         n, fs = n + on.size, fs + [f]
     meas, pred = _replayed(trace, g, plan, add)
     if len(units) == 1:
-        what, how = f"{units[0].unit} at the typical speed", f"its {n} tasks' own phases / {fs[0]:.3f} (its measured slowdown)"
+        what = f"{units[0].unit} at the typical speed"
+        how = f"its {n} tasks' own phases / {fs[0]:.3f} (its measured slowdown)"
     else:
         ranks = sorted(place_of(u, levels)[1] for u in units)
         what = f"{place_of(units[0], levels)[0]} at the typical speed on ranks {', '.join(map(str, ranks))}"
