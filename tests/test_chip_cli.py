@@ -102,6 +102,7 @@ def test_a_unit_slow_on_every_rank_is_one_unit_across_launches(tmp_path):
     assert su["units"][0]["ranks"] and set(su["units"][0]["ranks"]) <= {0, 1}
     rc, out, _ = _run(f"timeline chip {tmp_path / 'two.arrow'} --across 4")
     assert rc == 0 and "xcd3 in 4 of 4" in out and "on ranks " in out
+    assert "slow on other ranks too (Hodges-Lehmann estimates): r" in out and "xcd3 at the typical speed on ranks 0, 1" in out
 
 
 def test_every_reproduce_line_runs_and_prints_its_numbers(files):
