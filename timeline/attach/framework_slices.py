@@ -144,6 +144,9 @@ def _flow_tracks(rank: int, evs: list) -> np.ndarray:
     once (where a pid or tid is not an int, str or None, each event on its own: a
     bool or float keeps its own ``repr``, and True == 1 as a key)."""
     pids, tids = [e.pid for e in evs], [e.tid for e in evs]
+    pairs = _int_pairs(pids, tids)
+    if pairs is not None:  # ints: the distinct pairs numbered with numpy, each hashed once
+        return np.array([thread_track(rank, *k) for k in pairs[0]], np.int64)[pairs[1]]
     if not (set(map(type, pids)) | set(map(type, tids))) <= MEMO_TYPES:
         return np.array([thread_track(rank, hashable(e.pid), hashable(e.tid)) for e in evs], np.int64)
     keys = list(zip(pids, tids))
@@ -173,15 +176,19 @@ def names_and_flows(evs: list, _shared, rank: int) -> tuple:
         if e.name in ("process_name", "process_labels", "thread_name"):
             args = J.args_of(e.args)
             names.append((e.name, e.pid, e.tid, str(args.get("labels" if e.name == "process_labels" else "name", ""))))
-    fl = J.take(evs, (code == PH_CODE["s"]) | (code == PH_CODE["f"]))
-    fl = [e for e in fl if e.id is not None and e.ts != J.RAW_NONE]
+    flow = (code == PH_CODE["s"]) | (code == PH_CODE["f"])
+    fl, start = J.take(evs, flow), code[flow] == PH_CODE["s"]
+    ts = [e.ts for e in fl]
+    if J.RAW_NONE in ts or None in [e.id for e in fl]:
+        keep = [e.id is not None and e.ts != J.RAW_NONE for e in fl]
+        fl, start = [e for e, k in zip(fl, keep) if k], start[np.array(keep, bool)]
+        ts = [e.ts for e in fl]
     if not fl:
         return names, [None, None]
     k = np.empty(len(fl), KEY)
     k["track"] = _flow_tracks(rank, fl)
-    k["ts"] = J.ns_array([e.ts for e in fl], "a flow's ts")
+    k["ts"] = J.ns_array(ts, "a flow's ts")
     ids = _flow_ids(rank, fl)
-    start = np.fromiter((e.ph == "s" for e in fl), bool, len(fl))
     flows = [(k[m], ids[m]) if m.any() else None for m in (start, ~start)]
     return names, flows
 
@@ -311,8 +318,9 @@ def _texts(values: list, dumps: bool) -> tuple:
 
 
 def _int_pairs(pids: list, tids: list):
-    """``_threads`` where every pid and tid is an int of int64 (Kineto's usual): the
-    pairs numbered with numpy, in order of first appearance; None otherwise."""
+    """(the distinct (pid, tid) in order of first appearance, each pair's index among
+    them) where every pid and tid is an int of int64 (Kineto's usual), numbered with
+    numpy; None otherwise."""
     if not (set(map(type, pids)) | set(map(type, tids))) <= {int}:
         return None
     try:
@@ -386,7 +394,7 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
     ts = J.ns_array(ts_x, "a ts")
     end = ts + J.durations(xs, name)
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
-    if len(xs) > 1:
+    if len(xs) > 1 and (order[1:] < order[:-1]).any():  # not in file order already
         xs = list(operator.itemgetter(*order.tolist())(xs))
     uuids = np.array([thread_track(rank, *hashable_key(k)) for k in first], np.int64)
     track = uuids[key_of] if len(key_of) else np.zeros(0, np.int64)
