@@ -17,17 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-import os
+import pickle
 from typing import NamedTuple
 
 import numpy as np
 
 from timeline.attach import jsonscan as J
+from timeline.attach.spill import Spilled, spill
 from timeline.export import perfetto as PF
 from timeline.export._rows import serialize_rows
 
-__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Spilled", "Texts", "bind", "names_and_flows", "prepare",
-           "process_track", "serialize", "spill", "thread_track"]
+__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare", "prepare_spilled",
+           "process_track", "serialize", "thread_track"]
 
 FRAMEWORK_SEQUENCE = 2
 UUID_TOP = 1 << 62  # framework track uuids: above every uuid the timeline export makes
@@ -194,34 +195,6 @@ def names_and_flows(evs: list, _shared, rank: int) -> tuple:
 
 
 # -- the second pass: the slices ------------------------------------------------------
-class Spilled(NamedTuple):
-    """Bytes a worker wrote to its spill file (``spill``) instead of sending them back
-    through the pool's pipe: where they are."""
-
-    path: str
-    offset: int
-    length: int
-
-    def read(self) -> bytes:
-        with open(self.path, "rb") as f:
-            return os.pread(f.fileno(), self.length, self.offset)
-
-
-def spill(folder: str, blobs: list) -> list:
-    """``blobs`` (bytes) appended to this process's spill file in ``folder``: their
-    ``Spilled`` places (module docstring of ``framework_tracks``: the packets of a
-    piece cross from a worker to the writer as a file range, copied by the kernel)."""
-    path = os.path.join(folder, f"{os.getpid()}.spill")
-    out = []
-    with open(path, "ab") as f:
-        at = f.tell()
-        for b in blobs:
-            f.write(b)
-            out.append(Spilled(path, at, len(b)))
-            at += len(b)
-    return out
-
-
 class Texts(NamedTuple):
     """A text per row, back to back: ``data`` (UTF-8) and each row's byte length."""
 
@@ -420,3 +393,18 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
 
 def hashable_key(key: tuple) -> tuple:
     return hashable(key[0]), hashable(key[1])
+
+
+class _Local(NamedTuple):
+    out: Flows
+    into: Flows
+
+
+def prepare_spilled(evs: list, flows: list, rank: int, name: str, folder: str) -> Spilled:
+    """In the read's own pass (``kineto.read_kineto(tracks_for=rank)``): the piece's
+    ``Prepared`` at shift 0, its flows bound among the piece's own (``flows``: its
+    ``names_and_flows``; the writer binds them again over the file's and serializes
+    again where that differs), pickled to this process's spill file in ``folder``:
+    where it is (``spill.load``)."""
+    local = _Local(*(Flows.of([f] if f is not None else []) for f in flows))
+    return spill(folder, [pickle.dumps(prepare(evs, local, rank, 0, name, folder), protocol=5)])[0]
