@@ -102,6 +102,18 @@ def assert_linear_quantiles(got, gid, values, ng):
             assert got[i, g] == v[lo] + (pos - lo) * (v[hi] - v[lo])
 
 
+def both_paths(counts, values) -> list:
+    """``grouped_quantiles`` by the groups' sizes (its matrix of each size's groups, where they come in
+    few) and with that path off (``_sorted_packed``: one sort of every value)."""
+    out = [GR.grouped_quantiles(counts, values, QS)]
+    classes, GR._SIZE_CLASSES = GR._SIZE_CLASSES, 0
+    try:
+        out.append(GR.grouped_quantiles(counts, values, QS))
+    finally:
+        GR._SIZE_CLASSES = classes
+    return out
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 200), st.integers(1, 6), st.sampled_from(["small", "wide", "float"]), st.integers(0, 2**32 - 1))
 def test_grouped_quantiles_equal_numpy_exactly_on_each_path(n, ng, kind, seed):
@@ -113,7 +125,8 @@ def test_grouped_quantiles_equal_numpy_exactly_on_each_path(n, ng, kind, seed):
               "wide": lambda: rng.integers(-2**62, 2**62, n),
               "float": lambda: rng.normal(size=n)}[kind]()
     counts = np.bincount(gid, minlength=ng)
-    assert_linear_quantiles(GR.grouped_quantiles(counts, values, QS), gid, values, ng)
+    for got in both_paths(counts, values):
+        assert_linear_quantiles(got, gid, values, ng)
 
 
 @settings(max_examples=60, deadline=None)
@@ -127,4 +140,21 @@ def test_grouped_quantiles_int32_chunks_and_int64_keys(n, ng, bits, seed):
     values = rng.integers(0, 1 << bits, n) + (1 << 40)
     values[rng.integers(0, n)] = (1 << 40) + (1 << bits) - 1  # the full range present
     counts = np.bincount(gid, minlength=ng)
-    assert_linear_quantiles(GR.grouped_quantiles(counts, values, QS), gid, values, ng)
+    for got in both_paths(counts, values):
+        assert_linear_quantiles(got, gid, values, ng)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=90), st.sampled_from(["small", "float"]),
+       st.integers(0, 2**32 - 1))
+def test_grouped_quantiles_by_size_classes_and_past_them(sizes, kind, seed):
+    """Groups of a few sizes (the rows of grouped_quantiles' matrices, empty groups among
+    them) and of more sizes than ``_SIZE_CLASSES`` allows (then one sort of every value):
+    each group's quantiles the linear rule over its sorted values, bit for bit."""
+    rng = np.random.default_rng(seed)
+    counts = np.asarray(sizes if len(set(sizes)) <= 4 or rng.random() < 0.5 else
+                        [s + 13 * i for i, s in enumerate(sizes)], dtype=np.int64)  # 90 sizes: past the classes
+    gid = np.repeat(np.arange(counts.size), counts)
+    values = rng.integers(-50, 1000, gid.size) if kind == "small" else rng.normal(size=gid.size)
+    for got in both_paths(counts, values):
+        assert_linear_quantiles(got, gid, values, counts.size)

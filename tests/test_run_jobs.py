@@ -183,3 +183,28 @@ def test_the_jobs_block_of_run_md_runs_as_printed(tmp_path, files):
     for run in runs[1:]:
         assert_same_run(runs[0], run)
     assert len(RL.committed_records(runs[0])) == len(files)
+
+
+def test_records_seen_are_read_once_and_others_writers_records_still_come(tmp_path, files, monkeypatch):
+    """``committed_records(run, seen)``: a record read before is not read again; one
+    committed since (by this process or another writer) is; one moved aside is gone."""
+    from timeline.core.tracestream import open_stream
+    from timeline.run.stream import append_file, append_stream
+
+    run = tmp_path / "run"
+    for f in files[:2]:
+        append_file(run, f)
+    reads = []
+    real = RL.read_json
+    monkeypatch.setattr(RL, "read_json", lambda p, *a, **k: (reads.append(p.name) if p.name != RL.BUILD_FILE else None,
+                                                             real(p, *a, **k))[1])
+    seen: dict = {}
+    first = RL.committed_records(run, seen)
+    assert len(first) == 2 and len(reads) == 2
+    append_stream(run, open_stream(files[2]), seen=seen)  # its check reads no record again
+    assert len(reads) == 2
+    again = RL.committed_records(run, seen)
+    assert len(again) == 3 and reads.count(again[2]["_file"]) == 1  # the new record: read once, the others not again
+    assert len(reads) == 3 and [r["_file"] for r in again] == [r["_file"] for r in RL.committed_records(run)]
+    (run / RL.MANIFEST_DIR / again[0]["_file"]).rename(tmp_path / "aside.json")
+    assert [r["_file"] for r in RL.committed_records(run, seen)] == [r["_file"] for r in again[1:]]

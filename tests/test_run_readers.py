@@ -20,8 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def run_dir(tmp_path):
-    append(tmp_path / "run", runkit.run_trace(SLOTS, world=2))
+def run_dir(tmp_path, monkeypatch):
+    """A run of two appends whose task parts differ in codec: the first zstd (as runs
+    written before 2026-12-07 hold), the second ``write.TASK_CODEC`` (lz4)."""
+    import pyarrow.parquet as pq
+
+    from timeline.run import write as RW
+
+    with monkeypatch.context() as m:
+        m.setattr(RW, "TASK_CODEC", "zstd")
+        append(tmp_path / "run", runkit.run_trace(SLOTS, world=2))
     legacy = runkit.rank_traces([(0, 0)], world=1)[0]  # a capture without slot headers: step null
     tasks = legacy.tasks
     for name in ("step", "layer"):
@@ -30,6 +38,9 @@ def run_dir(tmp_path):
 
     append(tmp_path / "run", Trace(tasks, legacy.specs, legacy.anomalies, origins=legacy.origins, synthetic=True),
            capture="old")
+    codecs = {pq.ParquetFile(p).metadata.row_group(0).column(0).compression
+              for p in (tmp_path / "run" / "tasks").rglob("*.parquet")}
+    assert codecs == {"ZSTD", "LZ4"}, codecs  # pyarrow names LZ4_RAW (what it writes for "lz4") "LZ4"
     return tmp_path / "run"
 
 

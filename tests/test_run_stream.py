@@ -110,7 +110,7 @@ def assert_same_run(a_dir: Path, b_dir: Path) -> None:
     q = "SELECT * EXCLUDE (append) FROM tasks ORDER BY rank, launch, stage_index, task, slot_wave"
     assert a.sql(q).equals(b.sql(q))
     ra, rb = a.records[0], b.records[0]
-    for key in ("capture", "specs", "origins", "offsets", "synthetic", "notes"):
+    for key in ("capture", "specs", "origins", "offsets", "synthetic", "notes", "fingerprint"):
         assert ra[key] == rb[key], key
 
     def rows_per_part(rec):

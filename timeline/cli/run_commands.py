@@ -174,6 +174,7 @@ def cmd_run_add(args) -> int:
     written = []
     again = bool(args.as_capture)
     jobs = _jobs(args)
+    seen: dict = {}  # the run's records, read once for every input checked against them
     with progress("run add", args, len(args.inputs)) as bar:
         if jobs > 1:
             added = _add_in_jobs(args, jobs, bar)
@@ -182,7 +183,7 @@ def cmd_run_add(args) -> int:
         for path, trace in (_inputs_read_ahead(args) if jobs == 1 else ()):
             capture = _capture_name(args.as_capture or args.capture, path, len(args.inputs))
             if isinstance(trace, TraceStream):
-                added = append_stream(args.run, trace, capture=capture, as_capture=again)
+                added = append_stream(args.run, trace, capture=capture, as_capture=again, seen=seen)
                 written, rows, intervals = written + added.paths, rows + added.rows, intervals + added.intervals
             else:
                 written += append(args.run, trace, capture=capture, as_capture=again)

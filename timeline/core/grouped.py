@@ -67,6 +67,8 @@ def _dense_ids(cols):
         return None
     code = np.zeros(len(cols[0]), dtype=np.int64)
     for c, lo, r in zip(cols, lows, radix):
+        if r == 1:  # one value: its digit is 0 in every code
+            continue
         code *= r
         code += c
         code -= lo
@@ -94,31 +96,59 @@ def group_quantiles(gid: np.ndarray, ngroups: int, values: np.ndarray, qs) -> np
 def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray:
     """``group_quantiles`` of values already grouped: ``grouped`` holds group 0's
     ``counts[0]`` values, then group 1's, ... (callers that group once and ask
-    several value columns). Every group is sorted in one pass (``_sorted_within``), then
-    each quantile is two gathers and the linear interpolation, for all groups at once."""
+    several value columns). Where the groups come in at most ``_SIZE_CLASSES`` sizes
+    (a launch's stages hold as many tasks in every launch), the groups of one size are
+    the rows of a matrix sorted along its rows, each row a short sort in cache (five
+    times the speed of one sort of every value: bench/add_profile.py); else every
+    group is sorted in one pass (``_sorted_packed``). Each quantile is then two
+    gathers and the linear interpolation (``_between``), for all groups at once."""
     counts = np.asarray(counts, dtype=np.int64)
+    grouped = np.asarray(grouped)
     out = np.full((len(qs), counts.size), np.nan)
     has = counts > 0
     if not has.any():
         return out
-    v = _sorted_within(counts, np.asarray(grouped))
+    sizes = np.unique(counts[has])
+    if sizes.size <= _SIZE_CLASSES:
+        starts = np.cumsum(counts) - counts
+        for c in sizes.tolist():
+            at = np.flatnonzero(counts == c)
+            block = grouped[starts[at][:, None] + np.arange(c)]
+            block.sort(axis=1)
+            for i, q in enumerate(qs):
+                lo, hi, frac = _between(c - 1, q)
+                out[i, at] = _lerp(block[:, lo], block[:, hi], frac)
+        return out
+    v = _sorted_packed(counts, grouped)
     first = (np.cumsum(counts) - counts)[has]
-    last = counts[has] - 1
     for i, q in enumerate(qs):
-        pos = last * float(q)
-        lo = np.floor(pos).astype(np.int64)
-        hi = np.minimum(lo + 1, last)
-        a, b = v[first + lo].astype(np.float64), v[first + hi].astype(np.float64)  # the order statistics only
-        out[i, has] = a + (pos - lo) * (b - a)
+        lo, hi, frac = _between(counts[has] - 1, q)
+        out[i, has] = _lerp(v[first + lo], v[first + hi], frac)  # the order statistics only
     return out
 
 
-def _sorted_within(counts: np.ndarray, grouped: np.ndarray) -> np.ndarray:
+_SIZE_CLASSES = 64  # group sizes past which grouped_quantiles' loop over them costs more than one sort saves
+
+
+def _between(last, q):
+    """numpy's linear quantile ``q`` of ``last + 1`` sorted values: the order statistics'
+    positions ``lo`` and ``hi`` and the fraction between them (``last`` an int or an array)."""
+    pos = last * float(q)
+    lo = np.floor(pos).astype(np.int64)
+    return lo, np.minimum(lo + 1, last), pos - lo
+
+
+def _lerp(a: np.ndarray, b: np.ndarray, frac) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return a + frac * (b - a)
+
+
+def _sorted_packed(counts: np.ndarray, grouped: np.ndarray) -> np.ndarray:
     """``grouped`` (group 0's values, then group 1's, ...) with each group's values in
-    ascending order: integers of a range of at most 30 bits by up to ``_INT32_CHUNKS``
-    sorts of ``(group, value)`` packed in an int32 (``_sorted_int32``: three times the
-    speed of an int64 sort), else packed in an int64 where the groups allow, else a
-    lexsort."""
+    ascending order, by one sort of every value: integers of a range of at most 30
+    bits by up to ``_INT32_CHUNKS`` sorts of ``(group, value)`` packed in an int32
+    (``_sorted_int32``: three times the speed of an int64 sort), else packed in an
+    int64 where the groups allow, else a lexsort."""
     if grouped.dtype.kind in "iu" and grouped.size:
         lo, hi = int(grouped.min()), int(grouped.max())
         bits = max(hi - lo, 1).bit_length()
@@ -139,7 +169,7 @@ _INT32_CHUNKS = 64  # int32 sorts of groups taken a few at a time, past which on
 
 
 def _sorted_int32(counts: np.ndarray, values: np.ndarray, bits: int) -> np.ndarray:
-    """``_sorted_within`` of int32 ``values`` in ``[0, 2**bits)``: the groups taken
+    """``_sorted_packed`` of int32 ``values`` in ``[0, 2**bits)``: the groups taken
     ``2**(31 - bits)`` at a time, each chunk one sort of ``(group in the chunk, value)``
     packed in a non-negative int32."""
     per = 1 << (31 - bits)

@@ -182,6 +182,7 @@ class TraceStream:
         self._units = self._keys = self._digests = None  # each block's units, BlockKeys and key digest, once scanned
         self._ahead = None
         self.headers = None  # KY.Headers to give its launches (``with_headers``), else None
+        self.checksum = None  # the file checksum's digest of the last whole pass (``Checksum``), once it matched
 
     def with_headers(self, headers) -> "TraceStream":
         """Give the file's launches the slot headers ``headers`` says they had
@@ -313,6 +314,7 @@ class TraceStream:
             yield self._checked(0, batches, check, fingerprint)
         if check is not None and check.hexdigest() != m.checksum:
             raise checksum_mismatch(self.where)
+        self.checksum = check
 
     def _checked(self, b: int, batches: list, check, fingerprint: bool) -> tuple:
         table = pa.Table.from_batches(batches, self._src.schema)
@@ -329,6 +331,16 @@ class TraceStream:
             raise _refuse(self.where, f"its rows changed while it was read (block {b} holds other launches than "
                           "its first reading found)", "add it again once nothing writes to it")
         return b, tasks, fp
+
+    def digests(self, fields) -> bool:
+        """Whether a whole pass's ``checksum`` digests the columns ``fields`` (tasks-schema
+        ``pa.Field``s) as a digest of them alone would: the file has a CRC-32 checksum and
+        holds each of them once, of that type (so conforming leaves its chunks as read)."""
+        m = self.meta
+        if not m.checksum or checksum_digest(m.checksum, self.where) != "crc32":
+            return False
+        names = self._src.schema.names
+        return all(names.count(f.name) == 1 and self._src.schema.field(f.name).type == f.type for f in fields)
 
     def prefetch(self) -> "TraceStream":
         """Start reading the blocks of the next full pass on a thread, one block ahead

@@ -193,9 +193,10 @@ class Source:
         """The ``Trace`` of one launch (keyed ``key``)."""
         raise NotImplementedError
 
-    def stage_rows(self, sel: Selected) -> pa.Table:
+    def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
         """One stage report row per (rank, launch, stage) of the selection, keyed by a
-        ``key`` column (``analysis.stage_report(by_launch=True)``'s columns)."""
+        ``key`` column (``analysis.stage_report(by_launch=True)``'s columns; ``columns``:
+        at least those, where fewer read faster)."""
         raise NotImplementedError
 
     def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
@@ -299,7 +300,7 @@ class TraceSource(Source):
         at = self.resolve(key, times)[0]
         return self.loaded.filter(ranks=ranks, launches=[int(times.column("trace_launch")[at].as_py())])
 
-    def stage_rows(self, sel: Selected) -> pa.Table:
+    def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
         from timeline.analysis import stages as A
 
         t = self.trace(sel)
@@ -389,8 +390,8 @@ class RunSource(Source):
         rows = self.rank_rows(sel.ranks)
         return rows.filter(pc.is_in(key_column(rows), value_set=R.strings([str(k) for k in sel.keys])))
 
-    def stage_rows(self, sel: Selected) -> pa.Table:
-        rows = self.run.stages(rank=sel.ranks)
+    def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
+        rows = self.run.stages(rank=sel.ranks, columns=columns)
         if rows is None:
             raise QueryError(f"{self.name} is empty: no stage report to read")
         keys = key_column(rows)

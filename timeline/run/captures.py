@@ -47,15 +47,33 @@ def _meta(specs, origins: dict, offsets: dict) -> dict:
 class Fingerprint:
     """A capture's fingerprint fed its task rows in pieces, in row order (a stream's
     blocks): ``timeline.core.checksum.Checksum`` (CRC-32 a column) over
-    ``defining_columns`` and ``_meta``; one result however the rows were cut."""
+    ``defining_columns`` (``fields``: theirs in the tasks schema) and ``_meta``; one
+    result however the rows were cut."""
 
     def __init__(self, specs, origins, offsets, phases, marks):
+        from timeline.contract import schema as S
+
         self._cols = defining_columns(phases, marks)
+        self.fields = [S.tasks_schema(phases, marks).field(n) for n in self._cols]
         self._sum = Checksum(_meta(specs, origins or {}, offsets or {}))
 
     def update(self, tasks: pa.Table) -> "Fingerprint":
         self._sum.update(tasks.select(self._cols))
         return self
+
+    def adopt(self, file_sum: Checksum | None) -> bool:
+        """Take the digests of the defining columns from ``file_sum``, a trace file's
+        checksum fed every row this fingerprint digests (``TraceStream.checksum``, after
+        a whole pass) instead of digesting them again: where it is CRC-32 and held each
+        column under the tasks schema's type (``Checksum.columns``), the same fingerprint
+        at no cost (4 ms of a 1 M-interval file's `run add`). False where it cannot."""
+        if file_sum is None or file_sum.digest != self._sum.digest:
+            return False
+        held = file_sum.columns(self.fields)
+        if held is None:
+            return False
+        self._sum.adopt(held)
+        return True
 
     def hexdigest(self) -> str:
         return PREFIX + self._sum.hexdigest().partition(":")[2]

@@ -231,16 +231,18 @@ def write_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = 
     return publish_staged(stage_parquet(run_dir, rel, table, required=required, **options))
 
 
-def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
+def read_parquet(path, *, where: tuple | None = None, columns=None) -> pa.Table:
     """A part's rows, every column nullable (``nullable``; ``where``: ``(column, value)``,
-    only the rows holding it, reading only the row groups whose statistics may hold it). ``ParquetFile`` directly, not
+    only the rows holding it, reading only the row groups whose statistics may hold it;
+    ``columns``: only those of them the part has). ``ParquetFile`` directly, not
     ``pyarrow.dataset``, which imports pandas (a second and a half of a command's start)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(str(path))
     if where is None:
-        return nullable(f.read())
+        names = None if columns is None else [c for c in f.schema_arrow.names if c in columns]
+        return nullable(f.read(columns=names))
     column, value = where
     at = f.schema_arrow.get_field_index(column)
     groups = []
@@ -256,16 +258,22 @@ def manifest_path(run_dir: Path, append: str) -> Path:
     return Path(run_dir) / MANIFEST_DIR / f"{append}.json"
 
 
-def committed_records(run_dir: Path) -> list:
+def committed_records(run_dir: Path, seen: dict | None = None) -> list:
     """The manifest records of every committed append, in append order, each with its
     file name under ``"_file"``; a record that is not valid JSON of this format is a
-    ``RunError`` naming it (a record is written whole or not at all)."""
+    ``RunError`` naming it (a record is written whole or not at all). ``seen``: the
+    records an earlier call read (``{file name: record}``), extended here: a record is
+    never rewritten, so only the names not in it are read (``run add --jobs``' parent
+    checks each append against every record: one read a record, not one an append)."""
     out = []
     mdir = Path(run_dir) / MANIFEST_DIR
     if not mdir.is_dir():
         return out
     for p in sorted(mdir.iterdir()):
         if p.name.startswith(TMP_PREFIX) or p.suffix != ".json":
+            continue
+        if seen is not None and p.name in seen:
+            out.append(seen[p.name])
             continue
         rec = read_json(p, "manifest record", required=RECORD_KEYS)
         if not isinstance(rec["parts"], list) or not all(isinstance(e, dict) and PART_KEYS <= set(e)
@@ -276,6 +284,8 @@ def committed_records(run_dir: Path) -> list:
                            f"{rec['run_format']}; this release reads {RUN_FORMAT_VERSION}: upgrade mono-timeline")
         rec["_file"] = p.name
         out.append(rec)
+        if seen is not None:
+            seen[p.name] = rec
     return out
 
 

@@ -219,16 +219,17 @@ class _Aggregates:
 
 
 def append_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS,
-                  as_capture: bool = False) -> Added:
+                  as_capture: bool = False, seen: dict | None = None) -> Added:
     """Append the trace file ``stream`` (``timeline.core.tracestream.open_stream``) to
     the run at ``run_dir``, block by block (module docstring): the dataset of
     ``append(run_dir, load(path), as_capture=...)``, committed only when every block
     passed its checks, the file's checksum matched and the run may take the capture
     (``write.check_capture``: its fingerprint, digested as the blocks pass, and its
     launch keys); a ``TraceFileError`` (or ``RunError``) leaves the run as it was.
-    ``progress(done, total)`` after each block. ``stage_stream`` then ``commit``."""
+    ``progress(done, total)`` after each block; ``seen``: the run's records read before
+    (``layout.committed_records``). ``stage_stream`` then ``commit``."""
     return commit(stage_stream(run_dir, stream, capture=capture, progress=progress, pending_rows=pending_rows,
-                               as_capture=as_capture))
+                               as_capture=as_capture, seen=seen))
 
 
 class StagedAppend(NamedTuple):
@@ -247,12 +248,14 @@ class StagedAppend(NamedTuple):
 
 
 def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS,
-                 as_capture: bool = False, aid: str | None = None, check: bool = True) -> StagedAppend:
+                 as_capture: bool = False, aid: str | None = None, check: bool = True,
+                 seen: dict | None = None) -> StagedAppend:
     """``append_stream``'s reading, checking and encoding of ``stream``, every part
     staged, nothing published: a ``StagedAppend`` (``aid``: the append's id, given where
     several appends are staged at once and must commit in order; ``check``: False
     leaves the check against the run's captures to ``commit``, which runs it against
-    what was committed since). A bad file raises, its staging removed."""
+    what was committed since; ``seen``: the run's records read before,
+    ``layout.committed_records``). A bad file raises, its staging removed."""
     run_dir = Path(run_dir)
     RW.check_dir(run_dir)
     RW.ensure_build(run_dir, stream.spec, create=False)  # another build: refused before any reading
@@ -275,7 +278,7 @@ def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: 
             keywords = {"aid": aid, "capture": capture, "fp": fpr.hexdigest(), "as_capture": as_capture,
                         "launches": launches}
             if check:
-                RW.check_capture(run_dir, **keywords)
+                RW.check_capture(run_dir, **keywords, seen=seen)
             anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
             small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, staging=staging,
                                  **RW.PARQUET_OPTIONS)
@@ -302,13 +305,14 @@ def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: 
                         Added([e["path"] for e in entries], rows, intervals), created)
 
 
-def commit(st: StagedAppend) -> Added:
+def commit(st: StagedAppend, seen: dict | None = None) -> Added:
     """Publish a staged append: its deferred check against the run's captures (a
-    ``RunError`` drops it, the run as it was), its parts renamed into the run, then the
-    manifest record that commits them (docs/RUN.md: a crash before it leaves none)."""
+    ``RunError`` drops it, the run as it was; ``seen``: the run's records read before,
+    ``layout.committed_records``), its parts renamed into the run, then the manifest
+    record that commits them (docs/RUN.md: a crash before it leaves none)."""
     if st.check is not None:
         try:
-            RW.check_capture(st.run_dir, **st.check)
+            RW.check_capture(st.run_dir, **st.check, seen=seen)
         except BaseException:
             discard(st)
             raise
@@ -351,10 +355,12 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progr
     firsts, prints = {}, {}
     rows = 0
     nblocks = stream.block_count
+    shared = stream.digests(fpr.fields)  # the file's checksum digests the fingerprint's columns as they pass
     for b, tasks, fp in stream.blocks(fingerprint=bool(p.waves)):
         rows += tasks.num_rows
         prints[b] = fp
-        fpr.update(tasks)
+        if not shared:
+            fpr.update(tasks)
         jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)  # encoded meanwhile
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
@@ -364,6 +370,8 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progr
         del tasks, jobs
         if progress is not None:
             progress(b + 1, nblocks + 1)
+    if shared and not fpr.adopt(stream.checksum):
+        raise AssertionError("the file's checksum lacks a column it said it digests")  # a bug
     for pt in parts.values():  # every partition closed by the plan; a part left open would be a bug
         if pt.held_rows or pt.writer is not None:
             raise AssertionError(f"part {(pt.rank, pt.step)} left open after the last block")

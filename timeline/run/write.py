@@ -24,7 +24,8 @@ from timeline.run import layout as RL
 STAGE_QUANTILES = (0.5, 0.9, 0.99)  # the per-launch stage report's interval quantiles a run keeps
 PARTITION_COLUMNS = ("rank", "step")  # in the path (Hive), not in the task part
 ROW_GROUP_ROWS = 1 << 15  # a launch read: 0.45x the time of 1 << 17, +1.0 % bytes (bench/results/row_groups_cpu.txt)
-PARQUET_OPTIONS = {"compression": "zstd"}
+PARQUET_OPTIONS = {"compression": "zstd"}  # the small parts (launches, stages, anomalies)
+TASK_CODEC = "lz4"  # a task part's: encode 0.69x, read 0.66x zstd's time, 1.05x its bytes (docs/RUN.md)
 WRITER_THREADS = max(1, min(4, os.cpu_count() or 1))  # task parts encoded at once
 
 
@@ -41,12 +42,13 @@ def tick_columns(phases, marks) -> list:
 
 
 def task_part_options(phases, marks) -> dict:
-    """Parquet options of a task part: zstd; ticks delta-encoded (DELTA_BINARY_PACKED:
-    consecutive stamps differ by little), the stage names dictionary-encoded, the rest
-    plain (zstd takes their repeats; a dictionary each cost 35 % of the encode time for
-    1.5 % of the size). docs/RUN.md has the sizes and speeds this was chosen by."""
+    """Parquet options of a task part: ``TASK_CODEC`` (LZ4_RAW); ticks delta-encoded
+    (DELTA_BINARY_PACKED: consecutive stamps differ by little), the stage names
+    dictionary-encoded, the rest plain (the codec takes their repeats; a dictionary each
+    cost 35 % of the encode time for 1.5 % of the size). docs/RUN.md has the sizes and
+    speeds this was chosen by."""
     ticks = tick_columns(phases, marks)
-    return {**PARQUET_OPTIONS, "use_dictionary": ["stage"], "column_encoding": {c: "DELTA_BINARY_PACKED" for c in ticks},
+    return {"compression": TASK_CODEC, "use_dictionary": ["stage"], "column_encoding": {c: "DELTA_BINARY_PACKED" for c in ticks},
             "row_group_size": ROW_GROUP_ROWS, "write_statistics": ["launch", "layer"]}
 
 
@@ -198,10 +200,12 @@ def launches_of(run_dir: Path):
     return read
 
 
-def check_capture(run_dir: Path, *, aid: str, capture: str, fp: str, as_capture: bool, launches: pa.Table) -> None:
+def check_capture(run_dir: Path, *, aid: str, capture: str, fp: str, as_capture: bool, launches: pa.Table,
+                  seen: dict | None = None) -> None:
     """A ``RunError`` (one line) where the append may not join the run
-    (``captures.refusal``: the same capture again, a launch key the run holds)."""
-    why = RC.refusal(run_dir, RL.committed_records(run_dir), launches_of(run_dir), aid=aid, capture=capture, fp=fp,
+    (``captures.refusal``: the same capture again, a launch key the run holds);
+    ``seen``: ``layout.committed_records``' records read before."""
+    why = RC.refusal(run_dir, RL.committed_records(run_dir, seen), launches_of(run_dir), aid=aid, capture=capture, fp=fp,
                      as_capture=as_capture, launches=launches)
     if why is not None:
         raise RL.RunError(why)
@@ -297,7 +301,7 @@ def create(run_dir) -> Path:
     return run_dir
 
 
-__all__ = ["STAGE_QUANTILES", "aggregate_tables", "append", "build_of", "check_capture", "check_dir", "create",
+__all__ = ["STAGE_QUANTILES", "TASK_CODEC", "aggregate_tables", "append", "build_of", "check_capture", "check_dir", "create",
            "ensure_build", "launches_of", "first_ticks", "keyed",
            "launch_rows", "origin_note", "partition_groups", "read_build", "record", "stage_rows", "stored_task_columns",
            "task_part_options", "tick_columns"]
