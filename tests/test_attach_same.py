@@ -229,8 +229,9 @@ def test_the_perfetto_output_read_in_one_pass_is_the_same_bytes(mid, demo, tmp_p
     """A framework read with ``tracks_for`` (the CLI's read when ``-o`` is given) gathers
     the tracks' names and flows and prepares the slices in the read's own decode: the
     Perfetto output runs neither of its own passes (patched to fail) and is the same
-    bytes; the spill folders are gone once the output is written and the read is
-    let go."""
+    bytes, on a rank moved onto another's axis too (its slices serialized again with
+    the shift); the spill folders are gone once the output is written and the read
+    is let go."""
     monkeypatch.setenv(AP.WORKERS_ENV, str(workers or 1))
     monkeypatch.setattr(AP, "PARALLEL_MIN_BYTES", 0)
     fw = read_framework(mid / "k.json", tracks_for=0)
@@ -242,6 +243,11 @@ def test_the_perfetto_output_read_in_one_pass_is_the_same_bytes(mid, demo, tmp_p
     one = read_framework(mid / "k.json", tracks_for=0)
     AW.write_perfetto(attach(demo, one, kernel=KERNEL), tmp_path / "one.pftrace")
     monkeypatch.undo()
+    two_pass = attach(demo, read_framework(mid / "k.json"), kernel=KERNEL)
+    for att_, out in ((attach(demo, one, kernel=KERNEL), "shifted_one"), (two_pass, "shifted_two")):  # a rank moved
+        AW.write_perfetto(att_._replace(axes={0: att_.axes[0]._replace(shift_ns=123_456_789)}), tmp_path / out)
+    assert (tmp_path / "shifted_one").read_bytes() == (tmp_path / "shifted_two").read_bytes()
+    assert (tmp_path / "shifted_one").read_bytes() != (tmp_path / "one.pftrace").read_bytes()
     folder = Path(one.tracks[3].path)
     assert folder.is_dir() and not list(tmp_path.glob(".*.spill"))
     del one

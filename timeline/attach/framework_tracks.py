@@ -120,15 +120,17 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
     return (yield from _converted(pieces, rank, shift_ns, meta, prefix))
 
 
-def prepared_packets(places: list, rank: int, meta: Meta, prefix: str = ""):
+def prepared_packets(places: list, rank: int, shift_ns: int, meta: Meta, prefix: str = ""):
     """``packets`` of a file whose pieces the read prepared in its own pass at shift 0
     (``kineto.read_kineto(tracks_for=rank)``: ``places``, their ``Spilled`` pickles):
-    no decode pass of its own."""
-    return (yield from _converted(map(SP.load, places), rank, 0, meta, prefix))
+    no decode pass of its own; a rank shifted onto another's axis has its slices
+    serialized again with the shift."""
+    return (yield from _converted(map(SP.load, places), rank, shift_ns, meta, prefix, shift_ns))
 
 
-def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str):
-    """``packets``' body over the pieces' ``framework_slices.Prepared``, in file order."""
+def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str, unshifted: int = 0):
+    """``packets``' body over the pieces' ``framework_slices.Prepared``, in file order
+    (``unshifted``: the shift their slices still lack)."""
     st = _State(rank, meta, prefix, set(), {}, np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool),
                 Carried.new())
     skipped, n = Counter(), 0
@@ -138,7 +140,7 @@ def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str):
         n += p.events
         desc = []
         if len(p.ts):
-            out = _slices(p, st, desc)
+            out = _slices(p, st, desc, unshifted)
             if type(out) is SP.Spilled:
                 if desc:
                     yield b"".join(desc)
@@ -159,10 +161,10 @@ def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str):
     return Converted(n, skipped)
 
 
-def _slices(p: FS.Prepared, st: _State, desc: list) -> bytes:
+def _slices(p: FS.Prepared, st: _State, desc: list, unshifted: int = 0) -> bytes:
     """A piece's slices' packets: the worker's where its assumptions hold (each slice
-    on its thread's track, each flow at its start not bound before), else serialized
-    again with the tracks and flows as they are."""
+    on its thread's track, each flow at its start not bound before, the shift in its
+    times), else serialized again with the tracks, flows and times as they are."""
     uuids = np.array([st.track_of(pid, tid, desc) for pid, tid in p.keys], np.int64)
     track = uuids[p.key_of]
     fo, has_o = FS.bind(st.meta.out, st.used_out, track, p.ts)
@@ -170,10 +172,11 @@ def _slices(p: FS.Prepared, st: _State, desc: list) -> bytes:
     s = p.slices
     track = _nested(s.ts, s.end, track[p.order], st, desc, s.name)
     fo, has_o, fi, has_i = fo[p.order], has_o[p.order], fi[p.order], has_i[p.order]
-    if (np.array_equal(track, s.track) and np.array_equal(has_o, s.has_out) and np.array_equal(has_i, s.has_in)
-            and np.array_equal(fo, s.out_id) and np.array_equal(fi, s.in_id)):
+    if (not unshifted and np.array_equal(track, s.track) and np.array_equal(has_o, s.has_out)
+            and np.array_equal(has_i, s.has_in) and np.array_equal(fo, s.out_id) and np.array_equal(fi, s.in_id)):
         return p.data
-    return FS.serialize(s._replace(track=track, out_id=fo, has_out=has_o, in_id=fi, has_in=has_i))
+    return FS.serialize(s._replace(ts=s.ts + unshifted, end=s.end + unshifted, track=track, out_id=fo, has_out=has_o,
+                                   in_id=fi, has_in=has_i))
 
 
 def copy_spilled(f, part: SP.Spilled) -> None:

@@ -200,7 +200,7 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None =
     the file will be attached as, when a Perfetto output follows: its tracks' names
     and flows gathered, and its slices prepared at shift 0 (spilled to a temporary
     folder), in this same decode (``Framework.tracks``), so that
-    ``write.write_perfetto`` does not decode the file again (where its shift is 0)."""
+    ``write.write_perfetto`` does not decode the file again."""
     from timeline.attach import framework_tracks as FT
 
     name = str(path)

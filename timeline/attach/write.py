@@ -117,8 +117,8 @@ def write_perfetto(att: Attached, path) -> Written:
                 if fw.format == "kineto":
                     mine = fw.tracks is not None and fw.tracks[0] == r
                     meta = fw.tracks[1] if mine else FT.flows_and_names(fw.path, r)
-                    if mine and shift == 0:  # prepared in the read's own pass
-                        gen = FT.prepared_packets(fw.tracks[2], r, meta, prefix)
+                    if mine:  # prepared in the read's own pass
+                        gen = FT.prepared_packets(fw.tracks[2], r, shift, meta, prefix)
                     else:
                         gen = FT.packets(fw.path, r, shift, meta, prefix, spill_to=spill if AP.workers_for(fw.path) else None)
                     while True:
