@@ -9,6 +9,7 @@ drawing every interval as a bar would send instead.
                                                               # loads with each plotly.js bundle, taking
                                                               # turns) and zoom round trips in headless Chromium
     python bench/viewer.py --sizes '' --trace traces/h200_mono_demo.arrow   # first paint on a real trace
+    python bench/viewer.py --sizes '' --chip 10   # the Chip tab's 304-CU map, click -> painted, p90 of 10
 
 The sizes' traces are SYNTHETIC (``timeline.ingest.synth``, GLM-5 stage list); ``--trace``
 adds real trace files (startup, first figure, first paint). Each size runs in a
@@ -44,6 +45,7 @@ GOAL_FIRST_PAINT_S = 3.0  # the server's first figure (issue 3)
 GOAL_ZOOM_S = 0.5  # a zoom's callback, server side
 GOAL_PAINT_P90_S = 2.0  # in the browser: first paint, p90 of the cold loads (issue 10)
 GOAL_BROWSER_ZOOM_S = 0.3  # in the browser: zoom round trip, median (issue 10)
+GOAL_CHIP_P90_S = 1.5  # in the browser: the Chip tab's map of a 304-CU launch painted, p90 (issue 50)
 
 
 def _rss_mb() -> float:
@@ -242,6 +244,73 @@ def run_trace(path: Path, colds: int) -> dict:
     return out
 
 
+CHIP_PAINT = r"""
+var done = arguments[arguments.length - 1], want = arguments[0], t0 = performance.now();
+function rows() { var g = document.querySelector('#chip-graph .js-plotly-plot');
+  return g && g._fullLayout && g.data && g.data.length && g.data[0].y ? g.data[0].y.length : 0; }
+function poll() {
+  if (rows() !== want) { requestAnimationFrame(poll); return; }
+  requestAnimationFrame(function() {  // the frame after the map is drawn: painted
+    var t1 = performance.now();
+    var req = performance.getEntriesByType('resource').filter(
+      e => /_dash-update-component/.test(e.name) && e.startTime >= t0);
+    done({total_ms: t1 - t0, server_ms: req.length ? req[req.length - 1].responseEnd - req[0].startTime : null,
+          drawn_ms: req.length ? t1 - req[req.length - 1].responseEnd : null, requests: req.length});
+  });
+}
+document.getElementById('tab-chip').click();
+requestAnimationFrame(poll);
+"""
+
+
+def chip_paint(gestures: int, launches: int = 8) -> dict:
+    """The Chip tab's gesture -> map painted in headless Chromium on a SYNTHETIC gfx942
+    trace (``timeline synth --chip --arch gfx942 --profile dsv4``: 304 CUs, one CTA a
+    unit, 3,843 tasks a launch, ``launches`` launches): ``gestures`` times a fresh page load, the server's chip
+    analyses dropped (the map computed anew: the launch with the longest window found,
+    its chip report, its cells), then a click on the tab, timed in the page until the
+    frame after the map holds its 304 rows (``CHIP_PAINT``)."""
+    from tools import browser as B
+    from viewer import app as V
+    from viewer import wiring as VW
+
+    d = Path(tempfile.mkdtemp(prefix="chip_paint_"))
+    path = d / "gfx942_chip.arrow"
+    subprocess.run([sys.executable, "-m", "timeline", "synth", "-q", "-o", str(path), "--chip", "--arch", "gfx942",
+                    "--profile", "dsv4", "--launches", str(launches), "--seed", "5"], check=True, cwd=ROOT,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    state, _, name = V.prepare([str(path), "--trace-dir", str(d)])
+    item = state.store.get(name)
+    out = {"label": path.name, "intervals": item.data.n, "tasks": item.data.n_tasks, "launches": launches,
+           "gestures": []}
+    with B.serve(VW.build(state, plotly=next(iter(bundles().values())))) as url, B.chromium(1400, 2600) as driver:
+        for _ in range(gestures):
+            with item.lock:
+                for k in [k for k in item.cache if k[0] == "chipmap"]:
+                    del item.cache[k]
+            driver.get(url)
+            B.gantt_ready(driver, 120)
+            B.next_frames(driver)
+            driver.set_script_timeout(120)
+            out["gestures"].append(driver.execute_async_script(CHIP_PAINT, 304))
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    out["errors"] = len(errors)
+    return out
+
+
+def report_chip(r: dict):
+    tot = [g["total_ms"] / 1e3 for g in r["gestures"]]
+    p90 = float(np.quantile(tot, 0.9))
+    part = lambda k: statistics.median(g[k] for g in r["gestures"] if g[k] is not None) / 1e3  # noqa: E731
+    print(f"\n== chip map, {r['label']} (SYNTHETIC gfx942, 304 CUs, dsv4; {r['intervals']:,} intervals, {r['tasks']:,} "
+          f"tasks, {r['launches']} launches; browser errors {r['errors']})")
+    print(f"  {'figure':58s} {'value':>9s} {'goal':>9s}  verdict")
+    print(f"  {'Chip tab: click -> 304-CU map painted, p90 of ' + str(len(tot)):58s} {p90:7.3f} s {'<= ' + str(GOAL_CHIP_P90_S) + ' s':>9s}  "
+          f"{'MET' if p90 <= GOAL_CHIP_P90_S else 'NOT MET'}")
+    print(f"    each (s): {', '.join(f'{t:.2f}' for t in tot)}; median parts: server round trip "
+          f"{part('server_ms'):.3f} s, response -> painted {part('drawn_ms'):.3f} s")
+
+
 def fmt_bytes(n: int) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
@@ -281,6 +350,9 @@ def report(results: list, load: tuple):
     print(f"machine: {os.cpu_count()} cores, load average {load[0]:.2f} before / {load[1]:.2f} after "
           "(the browser's first paint is the figure most sensitive to other load)")
     for r in results:
+        if "gestures" in r:
+            report_chip(r)
+            continue
         if "tasks" in r and "zooms" not in r:
             report_trace(r)
             continue
@@ -323,10 +395,16 @@ def main(argv=None) -> int:
                    help="also time the first paint on this trace file (e.g. traces/h200_mono_demo.arrow); "
                         "repeatable; --sizes '' for the traces alone")
     p.add_argument("--colds", type=int, default=3, help="cold-cache page loads per first-paint timing (default 3)")
+    p.add_argument("--chip", type=int, default=0, metavar="N",
+                   help="also time the Chip tab's map of a 304-CU gfx942 launch painted in Chromium, N gestures")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-chip", type=int, help=argparse.SUPPRESS)
     p.add_argument("--child-trace", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path, help="also write the results as JSON")
     args = p.parse_args(argv)
+    if args.child_chip:
+        print(json.dumps(chip_paint(args.child_chip)))
+        return 0
     if args.child_trace:
         print(json.dumps(run_trace(args.child_trace, args.colds)))
         return 0
@@ -344,6 +422,8 @@ def main(argv=None) -> int:
         if not path.is_file():
             p.error(f"--trace {str(path)!r} is not a file")
         jobs.append((path.name, ["--child-trace", str(path.resolve())]))
+    if args.chip:
+        jobs.append(("chip map", ["--child-chip", str(args.chip)]))
     for label, child in jobs:
         cmd = [sys.executable, __file__, *child, "--colds", str(args.colds)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -77,6 +77,22 @@ def test_a_slow_sm_and_a_slow_cu_of_a_run(files):
     assert {d["culprit"]["unit"] for d in run["launches"]} == {"xcd5.se2.cu3"}
 
 
+def test_a_unit_slow_on_every_rank_is_one_unit_across_launches(tmp_path):
+    """xcd3 slow on both ranks: each launch names it on one rank (r0.xcd3 or r1.xcd3); the
+    run-wide view counts it as one unit in every launch, with the ranks it was named on."""
+    spec = SG.graph_spec(*DSV4, world=2, launches=4, arch="gfx942")
+    grid, chip = SCH.chip("gfx942", slows=["xcd3:+15%"])
+    SG.graph_trace(spec, grid=grid, seed=3, chip=chip, model=MODEL).save(tmp_path / "two.arrow")
+    doc = _json(f"timeline chip {tmp_path / 'two.arrow'} --json --across 4")
+    named = {d["culprit"]["unit"] for d in doc["launches"]}
+    assert named and named <= {"r0.xcd3", "r1.xcd3"}
+    su = doc["slow_units"]
+    assert [(u["level"], u["unit"], u["launches"], u["of"]) for u in su["units"]] == [("xcd", "xcd3", 4, 4)]
+    assert su["units"][0]["ranks"] and set(su["units"][0]["ranks"]) <= {0, 1}
+    rc, out, _ = _run(f"timeline chip {tmp_path / 'two.arrow'} --across 4")
+    assert rc == 0 and "xcd3 in 4 of 4" in out and "on ranks " in out
+
+
 def test_every_reproduce_line_runs_and_prints_its_numbers(files):
     doc = _json(f"timeline chip {files / 'slow.arrow'} --units --json")
     for d in doc["launches"]:

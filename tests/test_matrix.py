@@ -372,12 +372,7 @@ def known(why, cmd, opts, kinds) -> list:
     return [((cmd, o, k), why) for o in opts for k in kinds]
 
 
-SKIP = "CLI.md: --skip-damaged given to a trace file is refused, not ignored; `info FILE --skip-damaged` ignores it"
 KNOWN = dict([  # (command, option or "", kind) -> why the cell fails today; the lead empties it as fixes merge
-    *known(SKIP, "info", ["--skip-damaged"], FILES),
-    (("info", "--skip-damaged", "damaged"), "`info RUN --skip-damaged` of a damaged run exits 2 listing the damage "
-                                            "(stdout), "
-                                            "where --skip-damaged reads past it (export, summary ... answer)"),
 ])
 
 

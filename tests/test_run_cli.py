@@ -236,3 +236,31 @@ def test_run_add_stops_at_a_bad_input_with_every_input_before_it_appended(tmp_pa
     assert len(run.records) == 1 and run.records[0]["capture"] == rank_files[0].name
     assert sorted(set(run.launches().column("rank").to_pylist())) == [0]
     assert not run.damaged
+
+
+def test_info_skip_damaged_describes_the_readable_run_and_names_each_damaged_part(tmp_path, run_dir, rank_files, capsys):
+    """``info RUN --skip-damaged`` (and ``run info``): every part checked, the report of the
+    readable rest, each damaged part named with the append it leaves short, exit 0;
+    without the option a damaged run exits 2; on a trace file the option is refused in
+    one line (it has no parts to leave out), never ignored."""
+    code, out, _ = run_cmd(["info", run_dir, "--json"], capsys)
+    whole = json.loads(out)
+    tasks = sorted((run_dir / "tasks").rglob("part-*.parquet"))[-1]
+    tasks.write_bytes(tasks.read_bytes()[:-3])  # a task part: no report reads it, the check finds it
+    launches = run_dir / "launches" / tasks.name  # the same append's launches part
+    data = bytearray(launches.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    launches.write_bytes(bytes(data))
+    assert "is refused" in error_of(["info", run_dir], capsys)
+    for argv in (["info", run_dir, "--skip-damaged"], ["run", "info", run_dir, "--skip-damaged"]):
+        code, out, err = run_cmd(argv, capsys)
+        assert code == 0 and "Traceback" not in err, (out, err)
+        rel = [str(p.relative_to(run_dir)) for p in (tasks, launches)]
+        assert all(f"damaged: {r}: " in out and "(left out)" in out for r in rel), out
+        assert "left out: 1 of 2 append(s) hold a damaged part" in out and "launches, tasks)" in out
+    code, out, _ = run_cmd(["info", run_dir, "--skip-damaged", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and {d["part"] for d in doc["damaged"]} == set(rel)
+    assert [a["tables"] for a in doc["left_out"]] == [["launches", "tasks"]] and doc["intervals"] < whole["intervals"]
+    for f in (rank_files[0], ROOT / "traces" / "h200_mono_demo.arrow"):
+        assert "is a trace file: leave it out" in error_of(["info", f, "--skip-damaged"], capsys)

@@ -36,170 +36,11 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.analysis import AnalysisError
-from timeline.contract import schema as S
+from timeline.analysis.chip_rows import LEVELS, Level, Rows, levels_of, rows_of, unit_level, vendor_levels
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 
 TAIL_SHARE = 0.9  # the tail starts when this share of the launch's tasks has ended
-
-# per vendor: (level, placement columns naming a unit of it), coarse to fine
-LEVELS = {
-    "amd": (("xcd", ("xcc",)), ("se", ("xcc", "se")), ("cu", ("xcc", "se", "sh", "cu"))),
-    "nvidia": (("sm", ("sm",)),),
-    "cta": (("cta", ("cta",)),),  # no hardware word (a derived placement): the CTA, pinned to one unit
-}
-SLOT_COLUMNS = {"amd": ("simd", "wave_slot"), "nvidia": ("wave",), "cta": ("wave",)}
-
-
-class Rows(NamedTuple):
-    """The placed task rows of the chosen launches, as columns: rank, launch, stage
-    index, task, one dense unit id per level (``unit[level]``, unit numbers global over
-    (rank, unit)), first phase, wait start, wait end, last phase (ns, missing phases
-    inherited), and how many rows were left out for want of a placement or a time;
-    ``ns``: the rows' phases (ns, inherited; ``own_of`` reads it) and the wait's interval
-    index (None: no wait); ``disjoint``: no two rows of a unit overlap in a launch (one
-    wave a unit: every union is then a sum)."""
-
-    rank: np.ndarray
-    launch: np.ndarray
-    stage: np.ndarray
-    task: np.ndarray
-    unit: dict
-    first: np.ndarray
-    w0: np.ndarray
-    w1: np.ndarray
-    last: np.ndarray
-    unplaced: int
-    untimed: int
-    ns: np.ndarray
-    wait_index: int | None
-    disjoint: bool
-    one_wave: bool
-
-
-class Level(NamedTuple):
-    """A level's units: name, per unit its rank, name, parent unit number at the level
-    above (-1 at the top), and per finest unit its number at this level (``of_finest``)."""
-
-    name: str
-    rank: np.ndarray
-    names: list
-    parent: np.ndarray
-    of_finest: np.ndarray
-
-
-def vendor_levels(tasks: pa.Table, arch: str) -> str:
-    """Which ``LEVELS`` the rows' placement has: the vendor's where its columns are
-    written, else ``cta`` (a derived placement: no hardware word)."""
-    v = S.vendor_of(arch)
-    if v in LEVELS and all(tasks.column(c).null_count < tasks.num_rows for _, cols in LEVELS[v] for c in cols):
-        return v
-    return "cta"
-
-
-def _unit_name(level: str, cols, values) -> str:
-    """``xcd3``, ``xcd3.se1``, ``xcd3.se1.cu7`` (``.sh1`` where the SH is 1), ``sm40``,
-    ``cta12``; a wave slot adds ``.simd2.slot5`` (AMD) or ``.w3``."""
-    parts = []
-    for c, v in zip(cols, values):
-        if c == "sh" and v == 0:
-            continue
-        label = {"xcc": "xcd", "wave_slot": "slot", "wave": "w"}.get(c, c)
-        parts.append(f"{label}{int(v)}")
-    return ".".join(parts)
-
-
-def levels_of(tasks: pa.Table, arch: str, keep: np.ndarray):
-    """The ``Level``s of the rows ``keep`` (coarse to fine, a ``slot`` level where a
-    unit runs several wave slots) and each row's unit number per level."""
-    v = vendor_levels(tasks, arch)
-    spec = list(LEVELS[v])
-    rank = R.column(tasks, "rank", dtype=np.int64)[keep]
-    fine_cols = spec[-1][1]
-    slot_cols = fine_cols + SLOT_COLUMNS[v]
-    vals = {c: R.column(tasks, c, fill=0, dtype=np.int64)[keep] for c in set(slot_cols)}
-    if any(vals[c].min() != vals[c].max() for c in SLOT_COLUMNS[v]):  # else one slot a unit: no slot level
-        spec.append(("slot", slot_cols))
-    ids, levels = {}, []
-    for name, cols in spec:
-        gid, n, uniq = GR.group_ids(rank, *(vals[c] for c in cols))
-        ids[name] = gid
-        names = [_unit_name(name, cols, row) for row in zip(*(u.tolist() for u in uniq[1:]))]
-        if np.unique(uniq[0]).size > 1:  # several ranks: each its own chip
-            names = [f"r{r}.{nm}" for r, nm in zip(uniq[0].tolist(), names)]
-        levels.append(Level(name, uniq[0], names, np.full(n, -1, np.int64), np.zeros(0, np.int64)))
-    if levels[-1].name == "slot" and len(levels[-1].names) == len(levels[-2].names):  # one slot a unit
-        levels.pop()
-        del ids["slot"]
-    finest = levels[-1].name
-    out = []
-    for k, lv in enumerate(levels):
-        parent = lv.parent
-        if k:
-            parent = np.zeros(len(lv.names), np.int64)
-            parent[ids[lv.name]] = ids[levels[k - 1].name]
-        of_finest = np.zeros(len(levels[-1].names), np.int64)
-        of_finest[ids[finest]] = ids[lv.name]
-        out.append(lv._replace(parent=parent, of_finest=of_finest))
-    return out, ids
-
-
-def unit_level(levels: list) -> Level:
-    """The level of whole units (CUs, SMs; the CTA without hardware placement): the
-    finest but the wave slots. The tail, the stages and the chip map count these."""
-    return levels[-2] if levels[-1].name == "slot" else levels[-1]
-
-
-def rows_of(trace, launches=None, phases: bool = True) -> tuple:
-    """``(Rows, levels)`` of ``trace``'s placed rows of ``launches`` (None: every one);
-    ``phases``: keep every phase (``Rows.ns``, which ``own_of`` reads; else None)."""
-    t = trace.tasks
-    if launches is not None:
-        t = R.select(t, R.check(trace, launches=list(launches)))
-    if t.num_rows == 0:
-        raise AnalysisError("chip: the trace has no task rows in the launches asked")
-    ns = R.inherited(R.phase_matrix(t, trace.phases))
-    first, last = R.extent(ns)
-    wait = trace.spec.wait
-    if wait:
-        w0, w1 = ns[:, trace.phases.index(wait[0])], ns[:, trace.phases.index(wait[1])]
-        w0, w1 = np.where(w0 == R.MISSING, first, w0), np.where(w1 == R.MISSING, w0, w1)
-    else:
-        w0 = w1 = first
-    placed = R.placed(t)
-    if vendor_levels(t, trace.spec.arch) != "cta":
-        placed &= R.numpy(t.column("hw_unit").is_valid())
-    timed = (first != np.iinfo(np.int64).max) & (last != R.MISSING)
-    keep = placed & timed
-    if not keep.any():
-        raise AnalysisError("chip: no task row has both a placement and its times; this trace cannot say "
-                            "where on the chip time went")
-    levels, ids = levels_of(t, trace.spec.arch, keep)
-    col = lambda c: R.column(t, c, dtype=np.int32)[keep]  # noqa: E731 - ranks, launches, stages, tasks
-    f, la = first[keep], last[keep]
-    rank, launch = col("rank"), col("launch")
-    rows = Rows(rank, launch, col("stage_index"), col("task"), ids, f, np.clip(w0[keep], f, la),
-                np.clip(w1[keep], f, la), la, int((~placed).sum()), int((placed & ~timed).sum()),
-                (ns if keep.all() else ns[keep]) if phases else None, trace.spec.wait_index if wait else None,
-                _disjoint(launch, ids[unit_level(levels).name], f, la),
-                int(R.column(t, "slot_wave", fill=0, dtype=np.int64).max()) == 0)
-    return rows, levels
-
-
-def _disjoint(launch: np.ndarray, unit: np.ndarray, first: np.ndarray, last: np.ndarray) -> bool:
-    """Whether no two rows of one (launch, unit) overlap: one sort by (group, first), each
-    row's first at or after the latest last of the group's rows before it."""
-    n_units = int(unit.max()) + 1
-    g = (launch.astype(np.int64) - int(launch.min())) * n_units + unit
-    span = int(max(last.max(), first.max()) - first.min()) + 1
-    if (int(g.max()) + 1) >= (1 << 62) // span:
-        return False  # too wide to pack: the sweeps decide instead
-    lo = int(first.min())
-    order = np.argsort(g * span + (first - lo))  # ties in any order: only the running maximum matters
-    gs = g[order]
-    run = np.maximum.accumulate(gs * span + (last[order] - lo)) - gs * span  # the group's latest last so far
-    same = gs[1:] == gs[:-1]
-    return bool(((first[order][1:] - lo) >= run[:-1])[same].all())
 
 
 def own_of(rows: Rows) -> np.ndarray:
@@ -231,45 +72,104 @@ def occupancy(gid: np.ndarray, ng: int, rows: Rows, lo=None, hi=None):
     a0, a1, b0, b1 = rows.first, rows.w0, rows.w1, rows.last
     if lo is not None:
         a0, a1, b0, b1 = (np.clip(x, lo, hi) for x in (a0, a1, b0, b1))
-    if rows.disjoint:  # no overlap within a unit, so none within any finer group: unions are sums
-        busy = np.bincount(gid, weights=((a1 - a0) + (b1 - b0)).astype(np.float64), minlength=ng).astype(np.int64)
-        return busy, np.bincount(gid, weights=(b1 - a0).astype(np.float64), minlength=ng).astype(np.int64)
+    elif rows.disjoint:  # every row's own busy and whole length, once per Rows
+        busy_w, both_w = _cached(rows, ("weights",), lambda: _weights((a0, a1, b0, b1)))
+        return _sums(gid, ng, busy_w), _sums(gid, ng, both_w)
+    return _occupancy(gid, ng, (a0, a1, b0, b1), rows.disjoint)
+
+
+def _weights(times: tuple) -> tuple:
+    """Per row of ``(first, wait start, wait end, last)``: its busy ns and its first
+    to last ns, as float64 (``np.bincount``'s weights)."""
+    a0, a1, b0, b1 = times
+    return ((a1 - a0) + (b1 - b0)).astype(np.float64), (b1 - a0).astype(np.float64)
+
+
+def _sums(gid: np.ndarray, ng: int, w: np.ndarray) -> np.ndarray:
+    """Per group of ``ng`` the sum of the rows' weights ``w`` (int64: whole ns)."""
+    return np.bincount(gid, weights=w, minlength=ng).astype(np.int64)
+
+
+def _occupancy(gid: np.ndarray, ng: int, times: tuple, disjoint: bool):
+    """``occupancy`` of the rows' ``(first, wait start, wait end, last)`` ``times``;
+    ``disjoint``: no two rows of a group overlap (``Rows.disjoint``): unions are sums."""
+    a0, a1, b0, b1 = times
+    if disjoint:
+        busy_w, both_w = _weights(times)
+        return _sums(gid, ng, busy_w), _sums(gid, ng, both_w)
     g2 = np.concatenate((gid, gid))
     busy = union_ns(g2, ng, np.concatenate((a0, b0)), np.concatenate((a1, b1)))
     both = union_ns(gid, ng, a0, b1)  # busy and wait together: first phase to last
     return busy, both
 
 
-_WINDOWS: dict = {}  # the last rows' windows: every table of one report asks for them
+_WINDOWS: dict = {}  # the last rows' windows and unit groups: every table of one report asks for them
+
+
+def _cached(rows: Rows, what: tuple, make):
+    """``make()`` once per ``Rows`` and ``what`` (the tables of a report share them)."""
+    key = (id(rows.first), rows.first.size)
+    if _WINDOWS.get("rows", (None,))[0] != key:
+        _WINDOWS.clear()
+        _WINDOWS["rows"] = (key, rows.first)  # the array kept: its id stays its own
+    if what not in _WINDOWS:
+        _WINDOWS[what] = make()
+    return _WINDOWS[what]
 
 
 def windows(rows: Rows):
     """Per (rank, launch): its group id per row, count, keys and window ``(lo, hi)`` ns
     (computed once per ``Rows``: the tables of a report share them)."""
-    key = (id(rows.first), rows.first.size)
-    if key not in _WINDOWS:
+    def make():
         gid, n, (rank, launch) = GR.group_ids(rows.rank, rows.launch)
         lo, hi = GR.group_min_max(gid, n, rows.first, rows.last)
-        _WINDOWS.clear()
-        _WINDOWS[key] = (rows.first, (gid, n, rank, launch, lo, hi))  # the array kept: its id stays its own
-    return _WINDOWS[key][1]
+        return gid, n, rank, launch, lo, hi
+    return _cached(rows, ("windows",), make)
+
+
+def unit_groups(rows: Rows, name: str):
+    """Per row its (launch, unit of level ``name``) group, their count, each group's
+    window and unit (a unit holds its rank; once per ``Rows``)."""
+    def make():
+        wid = windows(rows)[0]
+        gid, n, (_, unit) = GR.group_ids(rows.launch, rows.unit[name])
+        w = np.zeros(n, np.int64)
+        w[gid] = wid
+        return gid, n, w, unit
+    return _cached(rows, ("units", name), make)
+
+
+def stage_groups(rows: Rows):
+    """Per row its (rank, launch, stage) group, their count, each one's window and
+    stage (once per ``Rows``)."""
+    return _cached(rows, ("stages",), lambda: GR.group_ids(windows(rows)[0], rows.stage))
 
 
 def _unit_groups(rows: Rows, name: str, levels: list):
     """Per (launch, unit of level ``name``) group: its window index, its number at every
     level (``at[level]``), busy / waiting / idle ns (unions over its rows), last end, rows."""
-    wid, nw, _, _, lo, hi = windows(rows)
-    gid, n, (_, unit) = GR.group_ids(rows.launch, rows.unit[name])
-    w = np.zeros(n, np.int64)
-    w[gid] = wid
-    at = {}
-    for lv in levels:
-        at[lv.name] = np.zeros(n, np.int64)
-        at[lv.name][gid] = rows.unit[lv.name]  # every row of a group has the same unit at a coarser level
+    _, _, _, _, lo, hi = windows(rows)
+    gid, n, w, _ = unit_groups(rows, name)
+    k = [lv.name for lv in levels].index(name)
+    at = {name: unit_groups(rows, name)[3].astype(np.int64)}
+    for j in range(k, 0, -1):  # up the levels: each unit's parent
+        at[levels[j - 1].name] = levels[j].parent[at[levels[j].name]]
     busy, both = occupancy(gid, n, rows)
-    _, last = GR.group_min_max(gid, n, rows.last, rows.last)
+    last = np.full(n, R.MISSING)
+    np.maximum.at(last, gid, rows.last)
     return dict(window=w, at=at, busy=busy, wait=both - busy, idle=(hi - lo)[w] - both, last=last,
                 tasks=np.bincount(gid, minlength=n))
+
+
+def _table(cols: dict) -> pa.Table:
+    """``pa.table`` of numpy columns (as ``R.arrow``: ``pa.array`` of numpy would import
+    pandas, a fifth of a second of a fresh command) and Arrow arrays."""
+    return pa.table({k: R.arrow(v) if isinstance(v, np.ndarray) else v for k, v in cols.items()})
+
+
+def _names(names: list, index: np.ndarray) -> pa.Array:
+    """The strings ``names[index]`` as an Arrow string array (one take, no Python loop)."""
+    return R.strings(names).take(R.arrow(np.asarray(index, np.int64)))
 
 
 def unit_table(rows: Rows, levels: list) -> tuple:
@@ -292,13 +192,39 @@ def unit_table(rows: Rows, levels: list) -> tuple:
         _, agg["last"] = GR.group_min_max(lid, n, g["last"], g["last"])
         agg.update(window=w, unit=unit)
         per_level[lv.name] = agg
-        parts.append(pa.table({
-            "rank": pa.array(rank[w], pa.int16()), "launch": pa.array(launch[w], pa.int32()),
-            "level": pa.array([lv.name] * n, pa.string()), "unit": pa.array([lv.names[u] for u in unit.tolist()]),
+        parts.append(_table({
+            "rank": R.arrow(rank[w].astype(np.int16)), "launch": R.arrow(launch[w].astype(np.int32)),
+            "level": _names([lv.name], np.zeros(n, np.int64)), "unit": _names(lv.names, unit),
             "units": agg["units"], "busy_ns": agg["busy"], "wait_ns": agg["wait"], "idle_ns": agg["idle"],
             "busy_per_unit_ns": agg["busy"] / np.maximum(agg["units"], 1),
             "last_end_ns": agg["last"] - lo[w], "rows": agg["tasks"]}))
     return pa.concat_tables(parts), per_level
+
+
+def _first_max(v: np.ndarray, cut: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Per segment (``cut``: each one's first index; ``seg``: each value's segment) the
+    index of its first largest value (``np.argmax`` of each, at once)."""
+    hit = np.flatnonzero(v == np.maximum.reduceat(v, cut)[seg])
+    return hit[np.r_[True, seg[hit][1:] != seg[hit][:-1]]]
+
+
+def _means(v: np.ndarray, cut: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per segment ``v[cut:cut + count].mean()`` to the bit: the segments of one length
+    as the rows of a matrix, each summed along its row (numpy's pairwise sum, as
+    ``mean`` sums; ``reduceat`` sums in another order)."""
+    out = np.empty(cut.size)
+    for c in np.unique(count).tolist():
+        at = np.flatnonzero(count == c)
+        out[at] = np.add.reduce(v[cut[at][:, None] + np.arange(c)], axis=1) / c
+    return out
+
+
+def _medians(v: np.ndarray, seg: np.ndarray, cut: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per segment the median of its int values as ``np.median`` gives it (the middle
+    one, or the float mean of the middle two)."""
+    s = v[np.lexsort((v, seg))].astype(np.float64)
+    a, b = s[cut + (count - 1) // 2], s[cut + count // 2]
+    return np.where(count % 2 == 1, a, (a + b) / 2)
 
 
 def level_table(rows: Rows, levels: list, per_level: dict) -> pa.Table:
@@ -312,19 +238,22 @@ def level_table(rows: Rows, levels: list, per_level: dict) -> pa.Table:
         order = np.lexsort((a["unit"], a["window"]))
         w = a["window"][order]
         cut = np.flatnonzero(np.r_[True, w[1:] != w[:-1]])
-        for k, c0 in enumerate(cut.tolist()):
-            sl = order[c0:(cut[k + 1] if k + 1 < cut.size else order.size)]
-            per = a["busy"][sl] / np.maximum(a["units"][sl], 1)
-            last = a["last"][sl]
-            j, i = int(np.argmax(per)), int(np.argmax(last))
-            wi = int(w[c0])
-            out.append({"rank": int(rank[wi]), "launch": int(launch[wi]), "level": lv.name, "units": int(sl.size),
-                        "mean_busy_ns": float(per.mean()), "max_busy_ns": float(per[j]),
-                        "max_over_mean": float(per[j] / per.mean()) if per.mean() > 0 else math.nan,
-                        "busiest": lv.names[int(a["unit"][sl][j])], "last_unit": lv.names[int(a["unit"][sl][i])],
-                        "last_end_ns": int(last[i] - lo[wi]),
-                        "late_by_ns": float(last[i] - np.median(last))})
-    return pa.Table.from_pylist(out)
+        count = np.diff(np.r_[cut, w.size])
+        seg = np.repeat(np.arange(cut.size), count)
+        per = (a["busy"] / np.maximum(a["units"], 1))[order]
+        last, unit = a["last"][order], a["unit"][order]
+        mean = _means(per, cut, count)
+        j, i = _first_max(per, cut, seg), _first_max(last, cut, seg)
+        wi = w[cut]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(mean > 0, per[j] / mean, math.nan)
+        out.append(_table({
+            "rank": R.arrow(rank[wi].astype(np.int64)), "launch": R.arrow(launch[wi].astype(np.int64)),
+            "level": _names([lv.name], np.zeros(cut.size, np.int64)), "units": R.arrow(count.astype(np.int64)),
+            "mean_busy_ns": mean, "max_busy_ns": per[j], "max_over_mean": ratio,
+            "busiest": _names(lv.names, unit[j]), "last_unit": _names(lv.names, unit[i]),
+            "last_end_ns": last[i] - lo[wi], "late_by_ns": last[i].astype(np.float64) - _medians(last, seg, cut, count)}))
+    return pa.concat_tables(out)
 
 
 def _task_ends(rows: Rows, wid: np.ndarray) -> tuple:
@@ -337,12 +266,8 @@ def _task_ends(rows: Rows, wid: np.ndarray) -> tuple:
     return t_w, t_end
 
 
-def tail_table(rows: Rows, levels: list, stage_names) -> pa.Table:
-    """The tail per (rank, launch): tasks, the moment ``TAIL_SHARE`` of them had ended
-    (ns from the launch's start), the tail's length, finest units busy in it of those
-    seen, and its stages by busy ns there (the first the most)."""
-    wid, nw, rank, launch, lo, hi = windows(rows)
-    t_w, t_end = _task_ends(rows, wid)
+def _tail_from(t_w: np.ndarray, t_end: np.ndarray, nw: int) -> tuple:
+    """Per window: its tasks and the ``ceil(TAIL_SHARE n)``-th smallest task end."""
     counts = np.bincount(t_w, minlength=nw)
     k = np.ceil(TAIL_SHARE * counts - 1e-9).astype(np.int64) - 1
     order = GR.group_order(t_w)  # each window's tasks together (linear: rows come in runs of one launch)
@@ -350,25 +275,36 @@ def tail_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     ends = t_end[order]
     t90 = np.array([np.partition(ends[a:a + c], j)[j] for a, c, j in zip(start.tolist(), counts.tolist(),
                                                                           k.tolist())], dtype=np.int64)
+    return counts, t90
+
+
+def tail_table(rows: Rows, levels: list, stage_names) -> pa.Table:
+    """The tail per (rank, launch): tasks, the moment ``TAIL_SHARE`` of them had ended
+    (ns from the launch's start), the tail's length, finest units busy in it of those
+    seen, and its stages by busy ns there (the first the most)."""
+    wid, nw, rank, launch, lo, hi = windows(rows)
+    counts, t90 = _tail_from(*_task_ends(rows, wid), nw)
     fine = unit_level(levels)
-    gid, n, (_, g_unit) = GR.group_ids(rows.launch, rows.unit[fine.name])  # a unit holds its rank
-    g_w = np.zeros(n, np.int64)
-    g_w[gid] = wid
-    busy, _ = occupancy(gid, n, rows, t90[wid], hi[wid])
+    gid, n, g_w, _ = unit_groups(rows, fine.name)
+    t0 = t90[wid]
+    late = np.flatnonzero(rows.last > t0)  # the rest end before the tail: nothing of them in it
+    t0 = t0[late]  # every time is at most its window's end: the tail clips below only
+    clipped = tuple(np.maximum(x[late], t0) for x in (rows.first, rows.w0, rows.w1, rows.last))
+    busy, _ = _occupancy(gid[late], n, clipped, rows.disjoint)
     in_tail = np.bincount(g_w, weights=(busy > 0), minlength=nw).astype(np.int64)
     seen = np.bincount(g_w, minlength=nw)
-    a0, a1, b0, b1 = (np.clip(x, t90[wid], hi[wid]) for x in (rows.first, rows.w0, rows.w1, rows.last))
-    sid, ns, (s_w, s_stage) = GR.group_ids(wid, rows.stage)
-    s_busy = np.bincount(sid, weights=((a1 - a0) + (b1 - b0)).astype(np.float64), minlength=ns).astype(np.int64)
-    stages = []
-    for w in range(nw):
-        mine = np.flatnonzero((s_w == w) & (s_busy > 0))
-        mine = mine[np.argsort(-s_busy[mine], kind="stable")]
-        stages.append([f"{stage_names[int(s_stage[i])]}" for i in mine])
-    return pa.table({"rank": pa.array(rank, pa.int16()), "launch": pa.array(launch, pa.int32()),
-                     "tasks": counts, "tail_from_ns": t90 - lo, "tail_ns": hi - t90, "window_ns": hi - lo,
-                     "level": [fine.name] * nw, "units_busy": in_tail, "units": seen,
-                     "stage": [s[0] if s else None for s in stages], "stages": stages})
+    sid, ns, (s_w, s_stage) = stage_groups(rows)
+    s_busy = _sums(sid[late], ns, _weights(clipped)[0])
+    mine = np.flatnonzero(s_busy > 0)
+    mine = mine[np.lexsort((-s_busy[mine], s_w[mine]))]  # per window, its stages by busy ns (ties: stage order)
+    names = [str(stage_names[i]) for i in s_stage[mine].tolist()]
+    cut = np.searchsorted(s_w[mine], np.arange(nw + 1))
+    return _table({"rank": rank.astype(np.int16), "launch": launch.astype(np.int32),
+                   "tasks": counts, "tail_from_ns": t90 - lo, "tail_ns": hi - t90, "window_ns": hi - lo,
+                   "level": _names([fine.name], np.zeros(nw, np.int64)), "units_busy": in_tail, "units": seen,
+                   "stage": R.strings([names[c] if c < len(names) else "" for c in cut[:-1].tolist()],
+                                      mask=cut[1:] == cut[:-1]),
+                   "stages": pa.ListArray.from_arrays(R.arrow(cut.astype(np.int32)), R.strings(names))})
 
 
 def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
@@ -376,7 +312,7 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     in the stage, the mean over the units that ran it, and busiest / span."""
     wid, nw, rank, launch, lo, hi = windows(rows)
     fine = unit_level(levels)
-    row_sid, ns, (s_w, s_stage) = GR.group_ids(wid, rows.stage)  # each row's (window, stage)
+    row_sid, ns, (s_w, s_stage) = stage_groups(rows)  # each row's (window, stage)
     gid, n, (_, _, g_unit) = GR.group_ids(rows.launch, rows.stage, rows.unit[fine.name])  # a unit holds its rank
     busy, _ = occupancy(gid, n, rows)
     sid = np.zeros(n, np.int64)
@@ -389,11 +325,11 @@ def stage_table(rows: Rows, levels: list, stage_names) -> pa.Table:
     np.minimum.at(top, sid[hit], hit)  # the busiest unit of each (window, stage), the first in unit order
     mean = np.bincount(sid, weights=busy.astype(np.float64), minlength=ns) / np.bincount(sid, minlength=ns)
     span = last - first
-    return pa.table({"rank": pa.array(rank[s_w], pa.int16()), "launch": pa.array(launch[s_w], pa.int32()),
-                     "stage": [stage_names[int(i)] for i in s_stage.tolist()], "span_ns": span,
-                     "busiest": [fine.names[int(u)] for u in g_unit[top].tolist()], "busiest_ns": busy[top],
-                     "mean_unit_ns": mean, "units": np.bincount(sid, minlength=ns),
-                     "busiest_over_span": busy[top] / np.maximum(span, 1)})
+    return _table({"rank": rank[s_w].astype(np.int16), "launch": launch[s_w].astype(np.int32),
+                   "stage": _names(list(stage_names), s_stage), "span_ns": span,
+                   "busiest": _names(fine.names, g_unit[top]), "busiest_ns": busy[top],
+                   "mean_unit_ns": mean, "units": np.bincount(sid, minlength=ns),
+                   "busiest_over_span": busy[top] / np.maximum(span, 1)})
 
 
 def chip(trace, launches=None, parsed=None) -> Chip:

@@ -50,10 +50,10 @@ def speeds(rows: CHP.Rows) -> tuple:
     stage)'s rows); intervals of no time left out. A slow unit slows each."""
     own = CHP.own_of(rows)
     r, j = np.nonzero(own > 0)
-    d = own[r, j].astype(np.float64)
+    d = own[r, j]
     gid, n, _ = GR.group_ids(rows.rank[r], rows.launch[r], rows.stage[r], j)
-    med = GR.group_quantiles(gid, n, d, [0.5])[0][gid]
-    return r, np.log(d / med)
+    med = GR.group_quantiles(gid, n, d, [0.5])[0][gid]  # whole ns: the integer sort's speed, the same medians
+    return r, np.log(d.astype(np.float64) / med)
 
 
 def _sample(values: np.ndarray, seed: int) -> np.ndarray:
@@ -129,8 +129,9 @@ def suspects(rows: CHP.Rows, levels: list, sp: tuple, level: float = ST.LEVEL) -
     return out
 
 
-def culprit(rows: CHP.Rows, levels: list, sp: tuple, found: list):
-    """The culprit unit (a ``Suspect``, ``measured``) by the module's rule, or None."""
+def culprit(rows: CHP.Rows, levels: list, sp: tuple, found: list, measure: bool = True):
+    """The culprit unit (a ``Suspect``, ``measured`` unless ``measure`` is false: who,
+    not by how much, spares the interval's bisection) by the module's rule, or None."""
     r, x = sp
     by = {s.level: s for s in found}
     names = [lv.name for lv in levels if lv.name != "slot"]
@@ -140,7 +141,7 @@ def culprit(rows: CHP.Rows, levels: list, sp: tuple, found: list):
         if s is None or not s.significant:
             continue
         if k == len(names) - 1:
-            return measured(s, rows, sp)
+            return measured(s, rows, sp) if measure else s
         inside = rows.unit[name][r] == s.number
         child = rows.unit[names[k + 1]][r]
         cmed = GR.group_quantiles(child[inside & ok], int(child.max()) + 1, x[inside & ok], [0.5])[0]
@@ -149,7 +150,7 @@ def culprit(rows: CHP.Rows, levels: list, sp: tuple, found: list):
             continue
         p, q = _q(x, rest, ok & ~inside, s.units)
         if q < 1 - s.level_of_test and np.median(x[rest]) > 0:
-            return measured(s, rows, sp)
+            return measured(s, rows, sp) if measure else s
     return None
 
 

@@ -249,7 +249,8 @@ def _own_groups(m: E.Tasks, hot: np.ndarray, wait: int, key: np.ndarray, groups:
         key[i, j] = groups.setdefault(g, len(groups))
 
 
-def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray, wait: int) -> list:
+def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray, wait: int,
+                limit: int | None = None) -> list:
     """Groups of excess cells above ``floor`` (``Culprit``s without their saving), the
     most promising first: a whole stage or a rank's stage where most of its tasks
     carry an excess in one interval, else a CTA's tasks of a stage, else single tasks;
@@ -257,7 +258,8 @@ def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray, w
     go together, to the group of its largest one (time a delay moved across a stamp
     stays with it); the wait's cells (hand-offs) are grouped on their own. Each as
     ``(scope, rank, stage, task, cta, interval, tasks, cells)``: the interval the one
-    with the most excess, ``cells`` ``((interval, tasks), ...)`` that one first."""
+    with the most excess, ``cells`` ``((interval, tasks), ...)`` that one first; the first
+    ``limit`` alone made (ranked by columns: a slow launch has thousands of groups)."""
     hot = ex > floor
     key = np.full(ex.shape, -1, dtype=np.int64)
     groups: dict = {}
@@ -267,25 +269,28 @@ def _candidates(m: E.Tasks, ex: np.ndarray, floor: float, on_path: np.ndarray, w
     own[:, wait] = False
     best = np.argmax(np.where(own, ex, -np.inf), axis=1)
     key = np.where(own, key[np.arange(m.n), best][:, None], key)  # every task's own cells to its largest's group
-    out = []
     ii, jj = np.nonzero(key >= 0)
+    if ii.size == 0:
+        return []
     gk = key[ii, jj]
     order = np.lexsort((ii, jj, gk))  # by group, then interval, then task: one sort, no scan per group
     ii, jj, gk = ii[order], jj[order], gk[order]
-    cut = np.flatnonzero(np.r_[True, (gk[1:] != gk[:-1]) | (jj[1:] != jj[:-1]), True])
-    sums = np.add.reduceat(ex[ii, jj], cut[:-1]) if ii.size else np.zeros(0)
+    cut = np.flatnonzero(np.r_[True, (gk[1:] != gk[:-1]) | (jj[1:] != jj[:-1]), True])  # parts: (group, interval)
+    sums = np.add.reduceat(ex[ii, jj], cut[:-1])
+    part_group, part_j = gk[cut[:-1]], jj[cut[:-1]]
+    gcut = np.flatnonzero(np.r_[True, part_group[1:] != part_group[:-1], True])  # a group's parts, adjacent
+    total = np.add.reduceat(sums, gcut[:-1])
+    on = np.logical_or.reduceat(np.logical_or.reduceat(on_path[ii], cut[:-1]), gcut[:-1])
+    ranked = np.lexsort((np.arange(total.size), -total, -on.astype(np.int8)))  # on the path, then the most excess
     names = {g: k for k, g in groups.items()}
-    by_group: dict = {}
-    for a, b, total in zip(cut[:-1], cut[1:], sums):
-        by_group.setdefault(int(gk[a]), []).append((float(total), int(jj[a]), ii[a:b]))
-    for g, parts in by_group.items():
-        scope, r, s_, task, c, _ = names[g]
-        parts.sort(key=lambda x: x[0])
-        parts.reverse()  # the interval with the most excess first (ties: the later interval)
-        cells = tuple((j, idx) for _, j, idx in parts)
+    out = []
+    for g in ranked[:limit].tolist():
+        parts = range(gcut[g], gcut[g + 1])
+        parts = sorted(parts, key=lambda p: (float(sums[p]), int(part_j[p])), reverse=True)  # ties: later interval
+        cells = tuple((int(part_j[p]), ii[cut[p]:cut[p + 1]]) for p in parts)
+        scope, r, s_, task, c, _ = names[int(part_group[gcut[g]])]
         out.append((scope, r, s_, task, c, cells[0][0], np.unique(np.concatenate([idx for _, idx in cells])), cells))
-    weight = lambda c: (bool(on_path[c[6]].any()), sum(float(ex[i, j].sum()) for j, i in c[7]))  # noqa: E731
-    return sorted(out, key=weight, reverse=True)
+    return out
 
 
 def _fixes(cells, ex: np.ndarray) -> list:
@@ -340,7 +345,7 @@ def explain_launch(trace, launch: int, typ: Typical, *, kernel_ns: float | None 
     base_end = float(r.simulated[:, -1].max())
     floor = max(noise / 4, 3 * 1.4826 * float(np.median(np.abs(ex))), LA.NOISE_FLOOR_NS / 2)
     wait = one.phases.index(one.spec.wait[0])
-    cands = _candidates(m, ex, floor, on_path, wait)[:CANDIDATES]
+    cands = _candidates(m, ex, floor, on_path, wait, CANDIDATES)
     dur = np.diff(rec, axis=1).astype(np.float64)
     culprits = []
     for scope, rank, s, task, cta, j, idx, cells in cands:
@@ -433,7 +438,7 @@ def _heuristic(one, launch: int, typ: Typical, kernel: int, typical: float, nois
         task = R.numpy(p.column("task")).astype(np.int64)
         on_path |= (m.rank == r) & np.isin(m.stage * (1 << 32) + m.task, stage * (1 << 32) + task)
     floor = max(noise / 4, LA.NOISE_FLOOR_NS / 2)
-    cands = _candidates(m, ex, floor, on_path, one.phases.index(one.spec.wait[0]))[:CANDIDATES]
+    cands = _candidates(m, ex, floor, on_path, one.phases.index(one.spec.wait[0]), CANDIDATES)
     culprits = []
     for sc, r, s, t, c, j, idx, cells in cands:
         measured = sum(float(dur[i, k].sum()) for k, i in cells)

@@ -125,6 +125,9 @@ def parse_confidence(text) -> float:
 
 
 # -- spans per (rank, stage) ---------------------------------------------------------------------
+SPAN_COLUMNS = ("rank", "stage", "span_us")  # the stage report columns ``rank_stage_spans`` reads (and ``key``)
+
+
 def rank_stage_spans(rows, keys=None) -> dict:
     """``{(rank, stage): (span ns per launch, that launch's step or -1)}`` of
     per-(rank, launch, stage) stage report rows (``span_us`` and ``key``; null spans
@@ -173,9 +176,8 @@ def worst(spans_a: dict, spans_b: dict, level: float = ST.LEVEL, stage: str | No
     pairs = sorted(k for k in spans_a.keys() & spans_b.keys() if stage is None or k[1] == stage)
     if not pairs:
         return None
-    ps = [ST.pvalue(spans_a[k][0], spans_b[k][0], blocks_a=_blocks(spans_a[k][1]), blocks_b=_blocks(spans_b[k][1]))
-          for k in pairs]
-    q = ST.adjust(ps)
+    q = ST.adjust(ST.pvalues([(spans_a[k][0], spans_b[k][0], _blocks(spans_a[k][1]), _blocks(spans_b[k][1]))
+                              for k in pairs]))
     rise = [float(np.median(spans_b[k][0]) - np.median(spans_a[k][0])) for k in pairs]
     alpha = 1 - level
     hits = [i for i in range(len(pairs)) if q[i] < alpha and rise[i] > 0]
@@ -275,5 +277,5 @@ def _line(outcome: str, metric: str, ma: float, s: ST.Shift | None, threshold: f
     return f"UNDECIDED: {why}; {moved}; the gate {threshold:.1%}{where}"
 
 
-__all__ = ["FAIL", "GateError", "PASS", "Rise", "UNDECIDED", "Verdict", "gate", "judge", "outcome_of",
+__all__ = ["FAIL", "GateError", "PASS", "Rise", "SPAN_COLUMNS", "UNDECIDED", "Verdict", "gate", "judge", "outcome_of",
            "parse_confidence", "parse_fraction", "parse_threshold", "rank_stage_spans", "span_shift", "worst"]

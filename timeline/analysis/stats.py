@@ -7,7 +7,7 @@ interval, and when that difference is significant. The gate, explain's A/B verdi
   a rank) is the Hodges–Lehmann estimate: the median of every difference b - a. Its
   interval at ``level`` is the set of shifts d for which the Mann–Whitney test of
   ``b - d`` against ``a`` does not reject (``scipy.stats.mannwhitneyu``, exact for small
-  samples, normal with the tie correction otherwise), found by bisection: distribution
+  samples, normal with the tie correction otherwise), found among the differences b - a (where the test's p turns): distribution
   free, and as wide as the data say, so it narrows as 1/sqrt(n) with more launches.
 - **Units.** Launches of one step of a run are not independent (its layers share the
   step's conditions): where both sides' launches carry step headers, steps hold
@@ -217,7 +217,12 @@ def hodges_lehmann(a, b) -> float:
 
 def _edge(a, b, inside: float, outside: float, alpha: float, method: str, tol: float) -> float:
     """The end of the interval between ``inside`` (a shift the test keeps) and
-    ``outside`` (one it rejects), by bisection to ``tol``."""
+    ``outside`` (one it rejects): the difference b - a where the test turns (its p
+    changes only there), found by halving the sorted differences (about 10 tests for
+    24 x 24 units, against 40 by value); by bisection on the value to ``tol`` where
+    the differences are too many to make."""
+    if a.size * b.size <= _PAIRS_IN_MEMORY:
+        return _edge_at_differences(a, b, inside, outside, alpha, method)
     for _ in range(100):
         if abs(outside - inside) <= tol:
             break
@@ -227,6 +232,25 @@ def _edge(a, b, inside: float, outside: float, alpha: float, method: str, tol: f
         else:
             inside = mid
     return inside
+
+
+def _edge_at_differences(a, b, inside: float, outside: float, alpha: float, method: str) -> float:
+    """``_edge`` over ``inside`` and the distinct differences b - a from it towards
+    ``outside``: the first past which the test rejects (between two neighbours the p is
+    constant, so it is tested at their midpoint; ``inside`` may be a difference itself,
+    with the test rejecting just past it)."""
+    d = np.unique(np.subtract.outer(b, a))
+    beyond = d[(d > inside) & (d < outside)] if outside > inside else d[(d < inside) & (d > outside)][::-1]
+    cand = np.r_[inside, beyond]
+    past = lambda k: (cand[k] + (cand[k + 1] if k + 1 < cand.size else outside)) / 2  # noqa: E731
+    lo, hi = 0, cand.size - 1  # the last one is rejected past: beyond it lies ``outside``
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _p(a, b, float(past(mid)), method) < alpha:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(cand[lo])
 
 
 def _units_of(a, b, blocks_a, blocks_b, level: float) -> tuple:
@@ -278,10 +302,24 @@ def shift(a, b, *, level: float = LEVEL, blocks_a=None, blocks_b=None) -> Shift:
 def pvalue(a, b, *, blocks_a=None, blocks_b=None) -> float:
     """The two-sided Mann–Whitney p of B against A (the test ``shift`` inverts; 1 where a
     side is empty)."""
-    ua, ub = units(a, blocks_a), units(b, blocks_b)
-    if min(ua.size, ub.size) == 0:
-        return 1.0
-    return _p(ua, ub, 0.0, _method(ua.size, ub.size))
+    return float(pvalues([(a, b, blocks_a, blocks_b)])[0])
+
+
+def pvalues(tests) -> np.ndarray:
+    """``pvalue`` of each ``(a, b, blocks_a, blocks_b)`` of ``tests``; tests of as many
+    units a side made in one scipy call (a gate's 80 (rank, stage) tests: one call, not
+    80)."""
+    made = [(units(a, ba), units(b, bb)) for a, b, ba, bb in tests]
+    out = np.ones(len(made), dtype=np.float64)
+    alike: dict = {}
+    for i, (ua, ub) in enumerate(made):
+        if min(ua.size, ub.size):
+            alike.setdefault((ua.size, ub.size), []).append(i)
+    for (n, m), idx in alike.items():
+        ua, ub = np.stack([made[i][0] for i in idx]), np.stack([made[i][1] for i in idx])
+        r = _stats().mannwhitneyu(ub, ua, axis=1, alternative="two-sided", method=_method(n, m))
+        out[idx] = np.asarray(r.pvalue, dtype=np.float64)
+    return out
 
 
 def adjust(pvalues) -> np.ndarray:
@@ -330,5 +368,5 @@ def share(part, total, *, level: float = LEVEL, seed: int = 0) -> Share:
 
 
 __all__ = ["BY_LAUNCHES", "BY_STEPS", "LEVEL", "METHOD", "MULTIPLE", "Share", "Shift", "StatsError", "adjust",
-           "blocks_of", "check_level", "fewest", "hodges_lehmann", "pvalue", "share", "shift", "smallest_p",
+           "blocks_of", "check_level", "fewest", "hodges_lehmann", "pvalue", "pvalues", "share", "shift", "smallest_p",
            "too_few", "units"]

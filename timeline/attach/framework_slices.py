@@ -17,15 +17,17 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import os
 from typing import NamedTuple
 
 import numpy as np
 
 from timeline.attach import jsonscan as J
 from timeline.export import perfetto as PF
+from timeline.export._rows import serialize_rows
 
-__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare",
-           "process_track", "serialize", "thread_track"]
+__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Spilled", "Texts", "bind", "names_and_flows", "prepare",
+           "process_track", "serialize", "spill", "thread_track"]
 
 FRAMEWORK_SEQUENCE = 2
 UUID_TOP = 1 << 62  # framework track uuids: above every uuid the timeline export makes
@@ -185,6 +187,34 @@ def names_and_flows(evs: list, _shared, rank: int) -> tuple:
 
 
 # -- the second pass: the slices ------------------------------------------------------
+class Spilled(NamedTuple):
+    """Bytes a worker wrote to its spill file (``spill``) instead of sending them back
+    through the pool's pipe: where they are."""
+
+    path: str
+    offset: int
+    length: int
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return os.pread(f.fileno(), self.length, self.offset)
+
+
+def spill(folder: str, blobs: list) -> list:
+    """``blobs`` (bytes) appended to this process's spill file in ``folder``: their
+    ``Spilled`` places (module docstring of ``framework_tracks``: the packets of a
+    piece cross from a worker to the writer as a file range, copied by the kernel)."""
+    path = os.path.join(folder, f"{os.getpid()}.spill")
+    out = []
+    with open(path, "ab") as f:
+        at = f.tell()
+        for b in blobs:
+            f.write(b)
+            out.append(Spilled(path, at, len(b)))
+            at += len(b)
+    return out
+
+
 class Texts(NamedTuple):
     """A text per row, back to back: ``data`` (UTF-8) and each row's byte length."""
 
@@ -214,7 +244,11 @@ class Texts(NamedTuple):
 
     def text(self, i: int) -> str:
         at = int(self.lens[:i].sum())
-        return self.data[at:at + int(self.lens[i])].decode()
+        return self.loaded().data[at:at + int(self.lens[i])].decode()
+
+    def loaded(self) -> "Texts":
+        """These texts with their bytes in memory (read back where they were spilled)."""
+        return self._replace(data=self.data.read()) if type(self.data) is Spilled else self
 
 
 class Slices(NamedTuple):
@@ -248,6 +282,7 @@ def serialize(s: Slices) -> bytes:
     """The packets of X events, column-wise (``perfetto.Messages``): per event its
     begin (name, category, the ``args`` annotation, flows) and its end, adjacent."""
     n = len(s.ts)
+    s = s._replace(name=s.name.loaded(), cat=s.cat.loaded(), args=s.args.loaded())
     da = PF.Messages(n).raw(PF.field_bytes(DA_NAME, b"args")).blob(DA_STRING, *s.args)
     te = (PF.Messages(n).raw(PF.field_varint(PF.TE_TYPE, PF.SLICE_BEGIN)).varint(PF.TE_TRACK_UUID, s.track)
           .blob(PF.TE_NAME, *s.name).blob(TE_CATEGORIES, *s.cat, s.has_cat)
@@ -260,7 +295,7 @@ def serialize(s: Slices) -> bytes:
     stop = PF.Messages(n).varint(PF.F_TIMESTAMP, s.end).raw(seq).message(PF.F_TRACK_EVENT, te_end)
     rec = PF.Messages(n)
     rec.cols.extend(PF.packets(begin).cols + PF.packets(stop).cols)
-    return rec.serialize()
+    return serialize_rows(rec)
 
 
 def _texts(values: list, dumps: bool) -> tuple:
@@ -275,6 +310,40 @@ def _texts(values: list, dumps: bool) -> tuple:
     return Texts.of([v if type(v) is str else "" for v in values]), has
 
 
+def _int_pairs(pids: list, tids: list):
+    """``_threads`` where every pid and tid is an int of int64 (Kineto's usual): the
+    pairs numbered with numpy, in order of first appearance; None otherwise."""
+    if not (set(map(type, pids)) | set(map(type, tids))) <= {int}:
+        return None
+    try:
+        p, t = np.array(pids, np.int64), np.array(tids, np.int64)
+    except OverflowError:
+        return None
+    up, pi = np.unique(p, return_inverse=True)
+    ut, ti = np.unique(t, return_inverse=True)
+    pair, at, inv = np.unique(pi * len(ut) + ti, return_index=True, return_inverse=True)
+    renum = np.empty(len(pair), np.int64)
+    renum[np.argsort(at, kind="stable")] = np.arange(len(pair))  # pairs renumbered by first appearance
+    firsts = np.sort(at)
+    return list(zip(p[firsts].tolist(), t[firsts].tolist())), renum[inv.reshape(-1)]
+
+
+def _threads(pids: list, tids: list) -> tuple:
+    """The distinct (pid, tid) of the slices in order of first appearance (a list or
+    object as its JSON) and each slice's index among them."""
+    got = _int_pairs(pids, tids) if pids else None
+    if got is not None:
+        return got
+    keys = list(zip(pids, tids))
+    try:
+        first = dict.fromkeys(keys)
+    except TypeError:  # a list or object as pid / tid
+        keys = [(hashable(p), hashable(t)) for p, t in keys]
+        first = dict.fromkeys(keys)
+    index = {k: i for i, k in enumerate(first)}
+    return list(first), np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+
+
 class Prepared(NamedTuple):
     """A piece for the second pass (module docstring)."""
 
@@ -286,13 +355,15 @@ class Prepared(NamedTuple):
     ts: np.ndarray  # per X event (file order), ns on the file's axis
     order: np.ndarray  # the order they are written in
     slices: Slices  # written in that order, each on its thread's track, the flows bound as if none were before
-    data: bytes  # serialize(slices)
+    data: bytes  # serialize(slices) (or where it was spilled: Spilled)
     instants: list  # (pid, tid, ns on the file's axis, name, cat or None) of its instants
 
 
-def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framework trace") -> Prepared:
+def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framework trace",
+            spill_to: str | None = None) -> Prepared:
     """The piece's ``Prepared`` (``meta``: the first pass's flows; ``name``: the file's,
-    for a refusal)."""
+    for a refusal; ``spill_to``: a folder where its packets and texts are written,
+    ``Spilled`` in their place)."""
     code, phs = _phases(evs)
     skipped = {}
     if not code.all():
@@ -311,14 +382,7 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         for e, t in zip(inst, J.ns_array([e.ts for e in inst], "a ts").tolist()):
             instants.append((e.pid, e.tid, t, e.name if type(e.name) is str else json.dumps(e.name),
                              e.cat if type(e.cat) is str else None))
-    keys = list(zip([e.pid for e in xs], [e.tid for e in xs]))
-    try:
-        first = dict.fromkeys(keys)
-    except TypeError:  # a list or object as pid / tid
-        keys = [(hashable(p), hashable(t)) for p, t in keys]
-        first = dict.fromkeys(keys)
-    index = {k: i for i, k in enumerate(first)}
-    key_of = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
+    first, key_of = _threads([e.pid for e in xs], [e.tid for e in xs])
     ts = J.ns_array(ts_x, "a ts")
     end = ts + J.durations(xs, name)
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
@@ -338,8 +402,12 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         raws = [r if h else b"" for r, h in zip(raws, has_args.tolist())]
     s = Slices(ts[order] + shift_ns, end[order] + shift_ns, track[order], name, cat, has_cat, Texts.of_raw(raws),
                has_args, fo[order], has_o[order], fi[order], has_i[order])
-    return Prepared(len(xs) + len(inst), skipped, no_ts, list(first), key_of, ts, order, s,
-                    serialize(s) if len(xs) else b"", instants)
+    data = serialize(s) if len(xs) else b""
+    if spill_to is not None and data:
+        data, *texts = spill(spill_to, [data, s.name.data, s.cat.data, s.args.data])
+        s = s._replace(name=s.name._replace(data=texts[0]), cat=s.cat._replace(data=texts[1]),
+                       args=s.args._replace(data=texts[2]))
+    return Prepared(len(xs) + len(inst), skipped, no_ts, first, key_of, ts, order, s, data, instants)
 
 
 def hashable_key(key: tuple) -> tuple:

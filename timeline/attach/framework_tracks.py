@@ -19,6 +19,7 @@ slices that leave their thread's track (``nesting``)."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import NamedTuple
 
@@ -30,7 +31,8 @@ from timeline.attach import pool as AP
 from timeline.attach.nesting import Carried, nest
 from timeline.export import perfetto as PF
 
-__all__ = ["Converted", "FRAMEWORK_SEQUENCE", "Flows", "Meta", "flows_and_names", "meta_of", "packets", "process_track", "thread_track"]
+__all__ = ["Converted", "FRAMEWORK_SEQUENCE", "Flows", "Meta", "copy_spilled", "flows_and_names", "meta_of", "packets",
+           "process_track", "thread_track"]
 
 FRAMEWORK_SEQUENCE = FS.FRAMEWORK_SEQUENCE
 TE_CATEGORIES = FS.TE_CATEGORIES
@@ -107,13 +109,15 @@ class _State(NamedTuple):
 
 
 def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chunk_bytes: int = J.CHUNK_BYTES,
-            workers: int | None = None):
-    """Second pass: yields the packets' bytes a piece at a time (track descriptors as
-    tracks first appear); returns ``Converted`` (the generator's return value)."""
+            workers: int | None = None, spill_to: str | None = None):
+    """Second pass: yields the packets a piece at a time (track descriptors as
+    tracks first appear): bytes, or a ``framework_slices.Spilled`` range of a
+    worker's spill file where ``spill_to`` names a folder for them (the writer
+    copies it: ``copy_spilled``); returns ``Converted`` (the generator's return value)."""
     st = _State(rank, meta, prefix, set(), {}, np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool),
                 Carried.new())
     skipped, n = Counter(), 0
-    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns, str(path)), chunk_bytes=chunk_bytes,
+    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns, str(path), spill_to), chunk_bytes=chunk_bytes,
                            workers=workers, shared=meta):
         skipped.update(p.skipped)
         skipped["X without ts"] += p.no_ts
@@ -121,7 +125,13 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
         desc = []
         if len(p.ts):
             out = _slices(p, st, desc)
-            desc.append(out)
+            if type(out) is FS.Spilled:
+                if desc:
+                    yield b"".join(desc)
+                yield out
+                desc = []
+            else:
+                desc.append(out)
         for pid, tid, t, name, cat in p.instants:
             te = (PF.field_varint(PF.TE_TYPE, PF.INSTANT) + PF.field_varint(PF.TE_TRACK_UUID, st.track_of(pid, tid, desc))
                   + PF.field_bytes(PF.TE_NAME, name.encode()) + (PF.field_bytes(TE_CATEGORIES, cat.encode()) if cat else b""))
@@ -150,6 +160,19 @@ def _slices(p: FS.Prepared, st: _State, desc: list) -> bytes:
             and np.array_equal(fo, s.out_id) and np.array_equal(fi, s.in_id)):
         return p.data
     return FS.serialize(s._replace(track=track, out_id=fo, has_out=has_o, in_id=fi, has_in=has_i))
+
+
+def copy_spilled(f, part: FS.Spilled) -> None:
+    """A spilled range into the open file ``f`` (flushed first), copied by the kernel
+    (``os.sendfile``), not through Python."""
+    f.flush()
+    with open(part.path, "rb") as src:
+        at, left = part.offset, part.length
+        while left:
+            k = os.sendfile(f.fileno(), src.fileno(), at, left)
+            if not k:
+                raise OSError(f"{part.path}: ended {left} bytes early")
+            at, left = at + k, left - k
 
 
 def _rest(st: _State, shift_ns: int) -> bytes:

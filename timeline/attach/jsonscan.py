@@ -290,10 +290,9 @@ INT_DIGITS = 15  # digits before the dot read at once (µs < 10**15: ns < 10**18
 
 def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
     """``ns_of`` of many raw numbers at once (int64), with no per-number Python step
-    for the forms ``123`` and ``123.456``: the texts joined into one byte array, each
-    digit weighted by its place relative to its number's dot (digits past the ns
-    dropped) and summed per number (``np.add.reduceat``); any other form (a sign, an
-    exponent, more than ``INT_DIGITS`` whole digits) through ``ns_of`` one by one.
+    for the forms ``123`` and ``123.456``: the texts joined into one byte array and
+    read as a matrix a length (``_plain_ns``); any other form (a sign, an exponent,
+    more than ``INT_DIGITS`` whole digits) through ``ns_of`` one by one.
     ``null``: the value of a missing number (None: refused)."""
     n = len(raws)
     if not n:
@@ -302,20 +301,7 @@ def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
     if not lens.all():
         return np.array([ns_of(r, what) for r in raws], np.int64)
     buf = np.frombuffer(b"".join(raws), np.uint8)
-    ends = np.cumsum(lens)
-    starts = ends - lens
-    digit = (buf >= 48) & (buf <= 57)
-    dot = buf == 46
-    pos = np.arange(len(buf), dtype=np.int64)
-    ndot = np.add.reduceat(dot, starts, dtype=np.int64)
-    nother = lens - np.add.reduceat(digit, starts, dtype=np.int64) - ndot
-    first_dot = np.minimum.reduceat(np.where(dot, pos, len(buf)), starts)
-    at = np.where(ndot > 0, first_dot, ends)  # each number's dot (its end where none)
-    plain = (nother == 0) & (ndot <= 1) & (at - starts <= INT_DIGITS)
-    at_b = np.repeat(at, lens)
-    place = at_b - pos + 2 + (pos > at_b)  # the power of ten of each digit in ns
-    weight = POW10[np.clip(place, 0, 18)]
-    out = np.add.reduceat(np.where(digit & (place >= 0), (buf.astype(np.int64) - 48) * weight, 0), starts)
+    out, plain = _plain_ns(buf, np.cumsum(lens) - lens, lens)
     for i in np.flatnonzero(~plain).tolist():
         r = bytes(raws[i])
         v = null if (null is not None and r == b"null") else ns_of(r, what)
@@ -325,11 +311,43 @@ def ns_array(raws, what: str = "ts", *, null=None) -> np.ndarray:
     return out
 
 
-def durations(events: list, name: str) -> np.ndarray:
+def _plain_ns(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> tuple:
+    """(ns, plain) of the numbers ``buf[starts[i]:starts[i] + lens[i]]`` that are of
+    the forms ``123`` / ``123.456`` with at most ``INT_DIGITS`` whole digits (``plain``;
+    the others' ns undefined): the numbers of one length as one byte matrix, and those
+    of one dot position as one matrix product with their digits' weights in ns
+    (``POW10``, digits past the ns dropped). A handful of lengths and dot positions
+    in a Kineto trace: no Python step per number."""
+    n = len(lens)
+    out, plain = np.zeros(n, np.int64), np.zeros(n, bool)
+    for width in [int(lens[0])] if lens.min() == lens.max() else np.unique(lens).tolist():
+        rows = np.flatnonzero(lens == width)
+        m = buf.reshape(n, width) if len(rows) == n else buf[starts[rows, None] + np.arange(width)]
+        dot = m == 46
+        ones = np.ones(width, np.float32)  # per-row counts as matrix products (exact below 2**24)
+        ndot = dot.astype(np.float32) @ ones
+        at = np.where(ndot > 0, dot.argmax(1), width)  # each number's dot (its end where none)
+        ok = (ndot <= 1) & (at <= INT_DIGITS)
+        other = ~((m - 48 < 10) | dot)
+        if other.any():
+            ok &= (other.astype(np.float32) @ ones) == 0
+        plain[rows] = ok
+        j = np.arange(width)
+        one = ok.all() and at.min() == at.max()  # the usual case: one dot position
+        for a in [int(at[0])] if one else np.unique(at[ok]).tolist():
+            sel = slice(None) if one else np.flatnonzero(ok & (at == a))
+            place = a - j + 2 + (j > a)  # the power of ten of each digit in ns
+            weight = np.where((place >= 0) & (j != a), POW10[np.clip(place, 0, 18)], 0)
+            out[rows[sel]] = (m[sel].astype(np.int64) - 48) @ weight
+    return out, plain
+
+
+def durations(events: list, name: str, raws=None) -> np.ndarray:
     """The ``dur`` of ``events`` (``X`` events) in ns (0 where absent); a negative one
     refused naming its event and the file (the one rule for every ``dur`` read: a
-    slice never ends before it starts, nor is one silently made 0 long)."""
-    dur = ns_array([e.dur for e in events], f"{name!r}: a dur", null=0)
+    slice never ends before it starts, nor is one silently made 0 long). ``raws``:
+    their ``dur`` texts, where the caller gathered them already."""
+    dur = ns_array([e.dur for e in events] if raws is None else raws, f"{name!r}: a dur", null=0)
     if (dur < 0).any():
         e = events[int(np.argmax(dur < 0))]
         ts = bytes(e.ts)[:24].decode(errors="replace")

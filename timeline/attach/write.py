@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 from timeline.attach import framework_tracks as FT
 from timeline.attach import jsonscan as J
+from timeline.attach import pool as AP
 from timeline.attach.attach import Attached
 from timeline.attach.match import AttachError
 from timeline.core import rows as R
@@ -105,6 +108,7 @@ def write_perfetto(att: Attached, path) -> Written:
     path = _out(path)
     tmp = _atomic(path)
     n_fw, skipped = 0, {}
+    spill = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".spill", dir=path.parent)  # workers' packets
     try:
         with open(tmp, "wb") as f:
             for r in sorted(att.frameworks):
@@ -112,10 +116,14 @@ def write_perfetto(att: Attached, path) -> Written:
                 prefix = f"rank {r} · " if len(att.frameworks) > 1 else ""
                 if fw.format == "kineto":
                     meta = fw.tracks[1] if fw.tracks is not None and fw.tracks[0] == r else FT.flows_and_names(fw.path, r)
-                    gen = FT.packets(fw.path, r, shift, meta, prefix)
+                    gen = FT.packets(fw.path, r, shift, meta, prefix, spill_to=spill if AP.workers_for(fw.path) else None)
                     while True:
                         try:
-                            f.write(next(gen))
+                            part = next(gen)
+                            if type(part) is bytes:
+                                f.write(part)
+                            else:
+                                FT.copy_spilled(f, part)
                         except StopIteration as stop:
                             n_fw += stop.value.events
                             for k, v in stop.value.skipped.items():
@@ -129,6 +137,7 @@ def write_perfetto(att: Attached, path) -> Written:
             k = export_perfetto(att.trace, f, embed=XC.Embed(0, PID_OFFSET, _names(att), parents))
         os.replace(tmp, path)
     finally:
+        shutil.rmtree(spill, ignore_errors=True)
         if tmp.exists():
             tmp.unlink()
     return Written(str(path), n_fw, k, skipped)

@@ -82,7 +82,8 @@ def cmd_chip(args) -> int:
         _print_launch(d)
     su = doc["slow_units"]
     if su:
-        named = "; ".join(f"{u['unit']} in {u['launches']} of {u['of']} ({u['says']})" for u in su["units"]) or "none"
+        named = "; ".join(f"{u['unit']} in {u['launches']} of {u['of']} ({u['says']}; on ranks "
+                          f"{', '.join(map(str, u['ranks']))})" for u in su["units"]) or "none"
         print(f"\nunits named slow across {su['launches']} launches: {named}")
     print(f"reproduce: {doc['reproduce']}")
     return 0

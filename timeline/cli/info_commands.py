@@ -81,6 +81,10 @@ def cmd_info(args) -> int:
 
     if is_run(args.trace):
         return cmd_info_run(args)
+    if getattr(args, "skip_damaged", False):  # a trace file has no parts to leave out: refused, not ignored
+        from timeline.query.source import Options, refuse_run_options
+
+        refuse_run_options(args.trace, Options(skip_damaged=True))
     trace = load_trace(args.trace)
     d = info_dict(trace, Path(args.trace))
     if args.json:

@@ -227,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", metavar="TRACE")
     _json_option(p)
     p.add_argument("--skip-damaged", action="store_true",
-                   help="(a run) leave out damaged parts, named on stderr, instead of stopping")
+                   help="(a run) check every part, report the readable rest and name the damaged parts left out "
+                        "(exit 0); refused for a trace file")
 
     p = _sub(subs, "merge", "cmd_merge", "merge traces of several ranks / launches onto one time axis",
              "examples:\n"

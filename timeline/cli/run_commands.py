@@ -60,6 +60,9 @@ def register(subs, sub) -> None:
     i.add_argument("run", metavar="RUN")
     i.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
     i.add_argument("--verify", action="store_true", help="check every part's checksum (reads every byte)")
+    i.add_argument("--skip-damaged", action="store_true",
+                   help="check every part (as --verify), describe the readable rest and name the damaged parts "
+                        "left out (exit 0)")
 
 
 def is_run(path) -> bool:
@@ -232,16 +235,19 @@ def _add_in_jobs(args, jobs: int, bar) -> list:
 
 def cmd_run_info(args) -> int:
     """``timeline run info RUN``: its build, appends, sizes, damaged parts, orphans and
-    appends that repeat another (``captures.duplicates``)."""
+    appends that repeat another (``captures.duplicates``). A damaged part exits 2;
+    with ``--skip-damaged`` every part is checked (as ``--verify``), the report is
+    of the readable rest and names each damaged part and the appends left short (exit 0)."""
     from timeline.query.titles import run_head
     from timeline.run import captures as RC
     from timeline.run import layout as RL
 
+    skip = bool(getattr(args, "skip_damaged", False))
     run = open_selected(args.run, args)
     named = {e["path"] for r in run.records for e in r["parts"]}
     on_disk = [p for p in Path(args.run).rglob("*.parquet")]
     orphans = sorted(str(p.relative_to(args.run)) for p in on_disk if str(p.relative_to(args.run)) not in named)
-    if args.verify:
+    if args.verify or skip:
         for rec in run.records:
             for e in rec["parts"]:
                 why = RL.check_part(run.path, e, full=True)
@@ -252,20 +258,39 @@ def cmd_run_info(args) -> int:
     doc = {"run": str(run.path), "build": run.build, "appends": len(run.records), "bytes": size,
            "intervals": run.intervals_total, "damaged": [{"part": p, "why": w} for p, w in run.damaged],
            "orphans": orphans, "duplicates": dup}
+    short = _short_appends(run) if skip else []
+    if skip:
+        doc["left_out"] = short
     if args.json:
         json_out(doc)
         return 0
     print(run_head(run))
     per = size / run.intervals_total if run.intervals_total else 0
-    print(f"{size / 1e6:.1f} MB on disk, {run.intervals_total:,} intervals ({per:.2f} B/interval)")
+    print(f"{size / 1e6:.1f} MB on disk, {run.intervals_total:,} intervals ({per:.2f} B/interval)"
+          + (" in the readable parts" if skip and run.damaged else ""))
     for p, why in run.damaged:
-        print(f"damaged: {p}: {why}")
+        print(f"damaged: {p}: {why}" + (" (left out)" if skip else ""))
+    if short:
+        print(f"left out: {len(short)} of {len(run.records)} append(s) hold a damaged part, read without it: "
+              + ", ".join(f"{a['append']} ({a['capture']}: {', '.join(a['tables'])})" for a in short))
     for line in dup:
         print(f"duplicate: {line}")
     if orphans:
         print(f"{len(orphans)} part(s) no manifest record names (a writer stopped mid-append; never read): "
               + ", ".join(orphans[:5]) + (" ..." if len(orphans) > 5 else ""))
-    return 2 if run.damaged else 0
+    return 2 if run.damaged and not skip else 0
+
+
+def _short_appends(run) -> list:
+    """The appends holding a damaged part (``run.damaged``): id, capture and the
+    tables whose part was left out, in append order."""
+    bad = {p for p, _ in run.damaged}
+    out = []
+    for rec in run.records:
+        tables = sorted({e["table"] for e in rec["parts"] if e["path"] in bad})
+        if tables:
+            out.append({"append": rec.get("append"), "capture": rec.get("capture"), "tables": tables})
+    return out
 
 
 def cmd_info_run(args) -> int:

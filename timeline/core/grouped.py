@@ -67,6 +67,8 @@ def _dense_ids(cols):
         return None
     code = np.zeros(len(cols[0]), dtype=np.int64)
     for c, lo, r in zip(cols, lows, radix):
+        if r == 1:  # one value: its digit is 0 in every code
+            continue
         code *= r
         code += c
         code -= lo

@@ -147,14 +147,21 @@ def phase_intervals(ns: np.ndarray) -> PhaseIntervals:
 def extent(ns: np.ndarray):
     """Each row's ``(first, last)``: its earliest and latest written phase (ns);
     ``first`` is the int64 max and ``last`` ``MISSING`` for a row with none."""
+    return extent_of([ns[:, j] for j in range(ns.shape[1])], ns.shape[0])
+
+
+def extent_of(columns, rows: int | None = None):
+    """``extent`` of an ns matrix given as one array per phase (``columns``; ``rows``
+    where there are none): callers that read the phases column by column need no matrix."""
     big = np.iinfo(np.int64).max
-    first, last = np.full(ns.shape[0], big), np.full(ns.shape[0], MISSING)
-    for j in range(ns.shape[1]):  # phase by phase: whole columns (MISSING is the int64 minimum)
-        np.maximum(last, ns[:, j], out=last)
-        np.minimum(first, ns[:, j], out=first)
+    n = len(columns[0]) if rows is None else rows
+    first, last = np.full(n, big), np.full(n, MISSING)
+    for col in columns:  # phase by phase: whole columns (MISSING is the int64 minimum)
+        np.maximum(last, col, out=last)
+        np.minimum(first, col, out=first)
     holed = np.flatnonzero(first == MISSING)  # a row with an unwritten phase: its least written one
     if holed.size:
-        sub = ns[holed]
+        sub = np.stack([col[holed] for col in columns], axis=1)
         first[holed] = np.where(sub != MISSING, sub, big).min(axis=1)
     return first, last
 

@@ -31,6 +31,8 @@ runtime), not with this code.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from timeline.core import rows as R
@@ -107,6 +109,21 @@ def varint_matrix(values) -> tuple:
     return out, width
 
 
+class Blob(NamedTuple):
+    """A column of texts back to back: ``data`` and each row's byte length."""
+
+    data: bytes
+    lens: np.ndarray
+
+    def matrix(self) -> np.ndarray:
+        """The ``(n, longest)`` byte matrix of the rows, filled through one mask (its set
+        bytes in row-major order are ``data``'s order), no Python step per row."""
+        w = int(self.lens.max()) if len(self.lens) else 0
+        b = np.zeros((len(self.lens), w), np.uint8)
+        b[np.arange(w)[None, :] < self.lens[:, None]] = np.frombuffer(self.data, np.uint8)
+        return b
+
+
 class Messages:
     """``n`` protobuf messages of one shape, built field by field as byte columns:
     each column is a ``(n, w)`` byte matrix whose first ``count`` bytes in a row are
@@ -143,14 +160,9 @@ class Messages:
 
     def blob(self, field: int, data: bytes, lens, present=None) -> "Messages":
         """A string / bytes field from ``data``, the rows' values back to back
-        (``lens``: their byte lengths): the rows of a ``(n, longest)`` matrix filled
-        through one mask (its set bytes in row-major order are ``data``'s order), no
-        Python step per row."""
+        (``lens``: their byte lengths), kept as they are (``Blob``) until serialized."""
         lens = np.asarray(lens, np.int64)
-        w = int(lens.max()) if len(lens) else 0
-        b = np.zeros((self.n, w), np.uint8)
-        b[np.arange(w)[None, :] < lens[:, None]] = np.frombuffer(data, np.uint8)
-        return self._payload(field, [(b, lens)], present)
+        return self._payload(field, [(Blob(data, lens), lens)], present)
 
     def message(self, field: int, sub: "Messages", present=None) -> "Messages":
         return self._payload(field, sub.cols, present)
@@ -179,7 +191,8 @@ class Messages:
         matrix itself; only runs of shorter rows go through a byte mask."""
         if not self.cols or not self.n:
             return b""
-        cols = [(b[:, :c], c) if np.ndim(c) == 0 else (b, c) for b, c in self.cols]
+        cols = [(b.matrix() if type(b) is Blob else b, c) for b, c in self.cols]
+        cols = [(b[:, :c], c) if np.ndim(c) == 0 else (b, c) for b, c in cols]
         data = assemble(self.n, [b[0].tobytes() if b.strides[0] == 0 else b for b, _ in cols])  # broadcast: constant
         short = np.zeros(self.n, dtype=bool)
         for b, c in cols:

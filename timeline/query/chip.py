@@ -136,23 +136,37 @@ def _picked(times, keys, ask: Ask) -> list:
 
 def slow_units(src, s, n: int, level: float) -> dict:
     """Over ``n`` launches of the selection ``s`` (evenly spread in key order): per unit
-    named a culprit, in how many launches, with its share's interval (``ST.share``)."""
+    named a culprit, in how many launches, with its share's interval (``ST.share``). A
+    unit is its place on the chip, whichever rank's it was (``xcd3`` of any rank: a unit
+    slow on every rank is named on its slowest rank, launch by launch), with the ranks
+    it was named on."""
     idx = np.unique(np.linspace(0, len(s.keys) - 1, min(n, len(s.keys))).round().astype(int))
-    named = []
+    named, ranks = [], {}
     for i in idx.tolist():
         trace = src.launch(s.keys[i], s.ranks)
         rows, levels = CHP.rows_of(trace)
         sp = RB.speeds(rows)
-        cul = RB.culprit(rows, levels, sp, RB.suspects(rows, levels, sp, level))
-        named.append(None if cul is None else (cul.level, cul.unit))
+        cul = RB.culprit(rows, levels, sp, RB.suspects(rows, levels, sp, level), measure=False)
+        who = None if cul is None else _on_chip(cul, levels)
+        named.append(None if who is None else who[:2])
+        if who is not None:
+            ranks.setdefault(who[:2], set()).add(who[2])
     out = []
     for who in sorted({w for w in named if w}, key=lambda w: -named.count(w)):
         hit = np.array([w == who for w in named], np.float64)
         sh = ST.share(hit, np.ones_like(hit), level=level)
-        out.append({"level": who[0], "unit": who[1], "launches": int(hit.sum()), "of": len(named),
-                    "share": round(sh.share, 4), "low": None if math.isnan(sh.lo) else round(sh.lo, 4),
+        out.append({"level": who[0], "unit": who[1], "ranks": sorted(ranks[who]), "launches": int(hit.sum()),
+                    "of": len(named), "share": round(sh.share, 4),
+                    "low": None if math.isnan(sh.lo) else round(sh.lo, 4),
                     "high": None if math.isnan(sh.hi) else round(sh.hi, 4), "says": sh.says()})
     return {"launches": len(named), "units": out, "none": named.count(None)}
+
+
+def _on_chip(s: RB.Suspect, levels: list) -> tuple:
+    """``(level, unit's name without its rank, rank)`` of a culprit."""
+    lv = next(lv for lv in levels if lv.name == s.level)
+    rank = int(lv.rank[s.number])
+    return s.level, s.unit.removeprefix(f"r{rank}."), rank
 
 
 def chip(src, sel: Selection = Selection(), ask: Ask = Ask(), *, source_text: str | None = None) -> dict:

@@ -98,8 +98,8 @@ def gate(a, b, threshold: float, *, sel: Selection = Selection(), stage: str | N
     ``verdict``: the one line."""
     sa, sb = a.select(sel), b.select(sel)
     comp = comparability(a, sa, b, sb)
-    spans_a = GT.rank_stage_spans(a.stage_rows(sa), {str(k): k for k in sa.keys})
-    spans_b = GT.rank_stage_spans(b.stage_rows(sb), {str(k): k for k in sb.keys})
+    spans_a = GT.rank_stage_spans(a.stage_rows(sa, GT.SPAN_COLUMNS), {str(k): k for k in sa.keys})
+    spans_b = GT.rank_stage_spans(b.stage_rows(sb, GT.SPAN_COLUMNS), {str(k): k for k in sb.keys})
     v = GT.gate(LA.kernel(sa.times), LA.kernel(sb.times), spans_a, spans_b, threshold, stage=stage,
                 why_not=comp.reasons, level=level, blocks_a=ST.blocks_of(sa.keys), blocks_b=ST.blocks_of(sb.keys))
     culprit = _culprit(a, sa, b, sb, level, stage) if v.failed else None

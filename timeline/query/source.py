@@ -193,9 +193,10 @@ class Source:
         """The ``Trace`` of one launch (keyed ``key``)."""
         raise NotImplementedError
 
-    def stage_rows(self, sel: Selected) -> pa.Table:
+    def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
         """One stage report row per (rank, launch, stage) of the selection, keyed by a
-        ``key`` column (``analysis.stage_report(by_launch=True)``'s columns)."""
+        ``key`` column (``analysis.stage_report(by_launch=True)``'s columns; ``columns``:
+        at least those, where fewer read faster)."""
         raise NotImplementedError
 
     def map(self, sel: Selected, analysis: str, params=None, progress=None) -> list:
@@ -231,6 +232,17 @@ def said(sel: Selection) -> str:
     return options(sel) or "everything"
 
 
+def refuse_run_options(path: str, opts: Options) -> None:
+    """Refuse, in one line, the options that only a run reads (``--engine`` /
+    ``--scheduler`` / ``--workers``, ``--skip-damaged``) given for the trace file
+    ``path``: refused, never silently ignored (docs/CLI.md)."""
+    if opts.engine != "local" or opts.scheduler or opts.workers:
+        raise QueryError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
+                         "analysed in this process: leave them out")
+    if opts.skip_damaged:
+        raise QueryError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
+
+
 class TraceSource(Source):
     """A trace file, loaded once (``timeline.load``: checked whole), or with ``trace``
     one loaded already (``of``)."""
@@ -241,11 +253,7 @@ class TraceSource(Source):
         super().__init__(path, opts)
         from timeline.core.trace import load
 
-        if opts.engine != "local" or opts.scheduler or opts.workers:
-            raise QueryError(f"--engine / --scheduler / --workers map over a run's launches; {path!r} is a trace file, "
-                             "analysed in this process: leave them out")
-        if opts.skip_damaged:
-            raise QueryError(f"--skip-damaged leaves out a run's damaged parts; {path!r} is a trace file: leave it out")
+        refuse_run_options(path, opts)
         self.loaded = load(path) if trace is None else trace
         self.notes = list(self.loaded.notes)
 
@@ -292,7 +300,7 @@ class TraceSource(Source):
         at = self.resolve(key, times)[0]
         return self.loaded.filter(ranks=ranks, launches=[int(times.column("trace_launch")[at].as_py())])
 
-    def stage_rows(self, sel: Selected) -> pa.Table:
+    def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
         from timeline.analysis import stages as A
 
         t = self.trace(sel)
@@ -382,8 +390,8 @@ class RunSource(Source):
         rows = self.rank_rows(sel.ranks)
         return rows.filter(pc.is_in(key_column(rows), value_set=R.strings([str(k) for k in sel.keys])))
 
-    def stage_rows(self, sel: Selected) -> pa.Table:
-        rows = self.run.stages(rank=sel.ranks)
+    def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
+        rows = self.run.stages(rank=sel.ranks, columns=columns)
         if rows is None:
             raise QueryError(f"{self.name} is empty: no stage report to read")
         keys = key_column(rows)
@@ -415,4 +423,4 @@ def key_column(table: pa.Table) -> pa.Array:
 
 
 __all__ = ["Options", "QueryError", "RunSource", "Selected", "Selection", "Source", "TraceSource", "is_run",
-           "key_column", "open_source", "options", "said"]
+           "key_column", "open_source", "options", "refuse_run_options", "said"]

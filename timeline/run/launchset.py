@@ -106,6 +106,15 @@ def append_trace(run, rec: dict, chosen: dict):
                  synthetic=rec.get("synthetic", False), notes=rec.get("notes", ()))
 
 
+def _holds(column, want) -> np.ndarray:
+    """Whether each row of ``column`` is ``want`` (None: is null), columnar: a run's
+    launch rows are tens of thousands, read once a launch (``R.scalar``, not a Python
+    value: its conversion imports pandas)."""
+    if want is None:
+        return R.numpy(column.is_null())
+    return R.numpy(R.filled(pc.equal(column, R.scalar(want, column.type)), False))
+
+
 def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     """``Run.launch``: see there."""
     from timeline.ingest.merge import merge
@@ -117,8 +126,8 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     keep = np.ones(t.num_rows, dtype=bool)
     for col, want in (("step", step), ("layer", layer), ("capture", capture), ("launch", slot)):
         if want is not None or (col in ("step", "layer") and capture is not None):
-            keep &= np.array([v == want for v in t.column(col).to_pylist()], dtype=bool)
-    t = t.filter(R.arrow(keep))  # not pc.equal of a Python value: its scalar conversion imports pandas
+            keep &= _holds(t.column(col), want)
+    t = t.filter(R.arrow(keep))
     what = (f"step {step} layer {layer}" if capture is None else f"capture {capture!r} slot {slot}") + \
         (f" of ranks {list(ranks)}" if ranks is not None else "")
     if t.num_rows == 0:

@@ -231,16 +231,18 @@ def write_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = 
     return publish_staged(stage_parquet(run_dir, rel, table, required=required, **options))
 
 
-def read_parquet(path, *, where: tuple | None = None) -> pa.Table:
+def read_parquet(path, *, where: tuple | None = None, columns=None) -> pa.Table:
     """A part's rows, every column nullable (``nullable``; ``where``: ``(column, value)``,
-    only the rows holding it, reading only the row groups whose statistics may hold it). ``ParquetFile`` directly, not
+    only the rows holding it, reading only the row groups whose statistics may hold it;
+    ``columns``: only those of them the part has). ``ParquetFile`` directly, not
     ``pyarrow.dataset``, which imports pandas (a second and a half of a command's start)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(str(path))
     if where is None:
-        return nullable(f.read())
+        names = None if columns is None else [c for c in f.schema_arrow.names if c in columns]
+        return nullable(f.read(columns=names))
     column, value = where
     at = f.schema_arrow.get_field_index(column)
     groups = []

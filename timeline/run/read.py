@@ -18,6 +18,8 @@ from timeline.run import captures as RC
 from timeline.run import layout as RL
 from timeline.run import write as RW
 
+KEY_COLUMNS = ("rank", "stage", "step", "layer", "capture", "launch", "append")  # a row's key: read with any columns
+
 ON_DAMAGE = ("raise", "skip")
 
 
@@ -70,19 +72,20 @@ class Run:
         self._con = None  # views name files: rebuild them without it
         return False
 
-    def _read_raw(self, table: str) -> pa.Table:
+    def _read_raw(self, table: str, columns: tuple | None = None) -> pa.Table:
         """Every committed part of a small table (launches, stages, anomalies), concatenated,
-        as stored."""
-        if table in self._raw:
-            return self._raw[table]
-        tables = [RL.read_parquet(self.path / e["path"]) for _, e in self.parts(table) if self.verified(e)]
+        as stored (``columns``: those alone)."""
+        if (table, columns) in self._raw:
+            return self._raw[(table, columns)]
+        tables = [RL.read_parquet(self.path / e["path"], columns=columns) for _, e in self.parts(table)
+                  if self.verified(e)]
         tables = [t for t in tables if t.num_rows] or tables[:1]
         out = pa.concat_tables(tables, promote_options="permissive") if tables else None
         if table == "launches":
             from timeline.run import report as RP
 
             out = RP.with_host_starts(RL.empty_launches() if out is None else out, self.records)
-        self._raw[table] = out
+        self._raw[(table, columns)] = out
         return out
 
     @property
@@ -102,11 +105,13 @@ class Run:
             self._named = RC.names(self.records, self.repeated)
         return self._named
 
-    def _read_small(self, table: str) -> pa.Table:
-        """A small table as read: the rows of ``named`` appends keyed by their capture."""
-        if table not in self._small:
-            self._small[table] = RC.rekeyed(self._read_raw(table), self.named)
-        return self._small[table]
+    def _read_small(self, table: str, columns: tuple | None = None) -> pa.Table:
+        """A small table as read: the rows of ``named`` appends keyed by their capture
+        (``columns``: those and the ``KEY_COLUMNS`` alone)."""
+        at = (table, None if columns is None else tuple(sorted({*columns, *KEY_COLUMNS})))
+        if at not in self._small:
+            self._small[at] = RC.rekeyed(self._read_raw(*at), self.named)
+        return self._small[at]
 
     # -- small tables -----------------------------------------------------------------
     def launches(self, *, rank=None, step=None, layer=None) -> pa.Table:
@@ -122,11 +127,13 @@ class Run:
         return t.sort_by([("step", "ascending"), ("layer", "ascending"), ("rank", "ascending"),
                           ("capture", "ascending"), ("launch", "ascending")])
 
-    def stages(self, *, rank=None, step=None, layer=None) -> pa.Table | None:
+    def stages(self, *, rank=None, step=None, layer=None, columns=None) -> pa.Table | None:
         """The per-launch stage report of every launch (one row per (rank, launch,
         stage): ``analysis.stage_report(by_launch=True)``'s columns with interval
-        p50 / p90 / p99, keyed by step, layer, capture and append); None in an empty run."""
-        t = self._read_small("stages")
+        p50 / p90 / p99, keyed by step, layer, capture and append; ``columns``: those and
+        the ``KEY_COLUMNS`` alone, a third of the reading for a gate's spans); None in an
+        empty run."""
+        t = self._read_small("stages", None if columns is None else tuple(columns))
         return None if t is None else _select(t, rank=rank, step=step, layer=layer)
 
     def anomalies(self, *, rank=None, step=None, layer=None) -> pa.Table | None:
