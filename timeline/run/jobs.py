@@ -97,14 +97,18 @@ def start_server(files: int, jobs: int | None) -> None:
 
 
 def _start_worker(threads: int) -> None:
-    """A worker's process settings: Arrow's CPU pool sized to its share of the cores, and
-    the command's own memory settings (``process.tune_process``: freed pages reused, no
+    """A worker's process settings: Arrow's CPU pool and the part encoders' pool
+    (``write.WRITER_THREADS``) sized to its share of the cores, not to the host (16
+    workers of 4 encoders each on 16 cores: 4x the threads of the cores), and the
+    command's own memory settings (``process.tune_process``: freed pages reused, no
     huge-page compaction), which a fresh process does not inherit."""
     import pyarrow as pa
 
     from timeline.core.process import tune_process
+    from timeline.run import write as RW
 
     pa.set_cpu_count(threads)
+    RW.WRITER_THREADS = min(RW.WRITER_THREADS, threads)
     tune_process()
 
 
