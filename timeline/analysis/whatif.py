@@ -252,6 +252,7 @@ def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | No
     gpos = [0] * len(goff)  # per group: its members simulated so far
     gsim = [-np.inf] * len(goff)  # per group: the largest simulated end of those
     floor_l, hmin_l = floor[m.stage].tolist(), hmin[m.stage].tolist()
+    dp_l = dp.tolist()
     for i in p.order:
         q = prev_l[i]
         t0 = first_rec[i] if q < 0 else sim_end[q] + gap[i]
@@ -262,7 +263,7 @@ def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | No
             if b - a >= 64:
                 latest = float(sim_np[dp[a:b]].max())
             elif b > a:
-                latest = max(sim_end[k] for k in dp[a:b].tolist())
+                latest = max(map(sim_end.__getitem__, dp_l[a:b]))
             for k in gref[c0:c1]:
                 latest = max(latest, gsim[k], suffix[goff[k] + gpos[k]])
             if held_l[i]:
