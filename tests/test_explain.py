@@ -288,7 +288,8 @@ def test_a_delay_in_two_intervals_of_a_task_is_one_culprit_saving_what_it_cost(s
     """Time injected into two intervals of one task (a delay that moved across a
     stamp): where it moved the launch beyond the noise, the first significant culprit
     is that task over both intervals, named by the larger (either where within 10 %),
-    its saving within 10 % of the measured effect; with one interval (b = 0), one."""
+    its saving within 10 % of the measured effect (or explain's floor); with one interval
+    (b = 0), one."""
     stage, count = FFN.stages[s]
     task = int(where * count)
     first, second = phases[:2]
@@ -303,7 +304,9 @@ def test_a_delay_in_two_intervals_of_a_task_is_one_culprit_saving_what_it_cost(s
     assert sorted(got) == sorted([first, second] if b else [first])
     if abs(a - b) > 0.1 * max(a, b):
         assert got[0] == (first if a > b else second)  # named by the interval with the most excess
-    assert abs(c.saving_ns - measured) <= 0.10 * measured
+    # within 10 %, or within explain's floor: a cell's excess under it (at least a quarter of the
+    # noise) is not part of the fix (a=5000 staged, b=2500 compute on norm 63: 4.66 against 5.19 µs)
+    assert abs(c.saving_ns - measured) <= max(0.10 * measured, e.noise_ns / 4)
 
 
 def test_a_stage_delay_in_two_intervals_is_one_stage_culprit():

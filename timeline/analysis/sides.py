@@ -21,6 +21,8 @@ from timeline.analysis import launches as LA
 from timeline.analysis import stats as ST
 
 TYPICAL_LAUNCHES = 9  # launches a side's per-task typical durations are the median of
+UNREAD = ("xcc", "se", "sh", "cu", "simd", "wave_slot", "sm", "hw_unit")  # where its tasks ran: a typical
+# launch's durations never read it, and reading a launch without it takes 0.75x the CPU (bench/verdicts.py)
 MIN_LAUNCHES = 3  # fewer launches give no typical one
 
 
@@ -228,5 +230,5 @@ def tested(e: X.Explained, a: X.Typical, b: X.Typical, kernel: ST.Shift, level: 
     return e._replace(tests=tests)
 
 
-__all__ = ["CellTest", "Comparability", "MIN_LAUNCHES", "Side", "Stable", "TYPICAL_LAUNCHES", "cell_sums",
+__all__ = ["CellTest", "Comparability", "MIN_LAUNCHES", "Side", "Stable", "TYPICAL_LAUNCHES", "UNREAD", "cell_sums",
            "comparability", "identity", "load_all", "nearest", "side", "stable", "tested"]

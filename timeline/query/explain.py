@@ -105,8 +105,9 @@ def _picked(src, pool, ask: Ask, kernel) -> list:
 
 
 def _loader(src, ranks):
-    """``load(key)``: the Trace of one launch of ``src`` over ``ranks``."""
-    return lambda key: src.launch(key, ranks)
+    """``load(key)``: the Trace of one launch of ``src`` over ``ranks``, for a side's typical
+    launch (without where its tasks ran: ``sides.UNREAD``)."""
+    return lambda key: src.launch(key, ranks, SD.UNREAD)
 
 
 def _explain_one(src, pool, i: int, side: SD.Side, noise: float, typical_ns: float, trace=None) -> tuple:

@@ -189,8 +189,9 @@ class Source:
         """One ``Trace`` of the selected launches and ranks (its launches keyed as here)."""
         raise NotImplementedError
 
-    def launch(self, key: KY.LaunchKey, ranks=None):
-        """The ``Trace`` of one launch (keyed ``key``)."""
+    def launch(self, key: KY.LaunchKey, ranks=None, without=()):
+        """The ``Trace`` of one launch (keyed ``key``; ``without``: nullable task columns
+        its reader may leave null, where that reads faster: a typical side's placement)."""
         raise NotImplementedError
 
     def stage_rows(self, sel: Selected, columns=None) -> pa.Table:
@@ -295,7 +296,7 @@ class TraceSource(Source):
     def trace(self, sel: Selected):
         return self.loaded.filter(ranks=sel.ranks, launches=self.numbers(sel), stages=sel.stages)
 
-    def launch(self, key: KY.LaunchKey, ranks=None):
+    def launch(self, key: KY.LaunchKey, ranks=None, without=()):
         times = self.times()
         at = self.resolve(key, times)[0]
         return self.loaded.filter(ranks=ranks, launches=[int(times.column("trace_launch")[at].as_py())])
@@ -361,16 +362,17 @@ class RunSource(Source):
         t = selection_trace(self.run, [tuple(k) for k in sel.keys], sel.ranks)
         return t.filter(stages=sel.stages) if sel.stages else t
 
-    def launch(self, key: KY.LaunchKey, ranks=None):
-        """Launch ``key``'s Trace, read once per source (a typical side's launches and the
-        launch explained are often the same; the last ``LAUNCHES_KEPT``, ``ROWS_KEPT`` rows at
-        most, are kept)."""
+    def launch(self, key: KY.LaunchKey, ranks=None, without=()):
+        """Launch ``key``'s Trace, read once per source (the last ``LAUNCHES_KEPT``,
+        ``ROWS_KEPT`` rows at most, are kept; one read whole serves a read ``without``
+        columns too)."""
         from timeline.run.launchset import launch_of
 
-        at = (tuple(key), None if ranks is None else tuple(ranks))
+        at = (tuple(key), None if ranks is None else tuple(ranks), tuple(sorted(without)))
         trace = self._read.get(at)
+        trace = self._read.get(at[:2] + ((),)) if trace is None else trace
         if trace is None:
-            trace = launch_of(self.run, at[0], ranks)
+            trace = launch_of(self.run, at[0], ranks, at[2])
             while self._read and (len(self._read) >= LAUNCHES_KEPT or sum(
                     t.tasks.num_rows for t in self._read.values()) + trace.tasks.num_rows > ROWS_KEPT):
                 self._read.pop(next(iter(self._read)))

@@ -35,12 +35,13 @@ def _specs(rec: dict, ranks) -> dict:
     return {sp.rank: sp for sp in _parsed(rec) if sp.rank in ranks}
 
 
-def part_rows(run, entry: dict, rank: int, step, where=None) -> pa.Table | None:
-    """One task part's rows (``where``: ``(column, value)``, e.g. one launch slot) with its
-    partition columns put back; None when the part is damaged and skipped."""
+def part_rows(run, entry: dict, rank: int, step, where=None, without=()) -> pa.Table | None:
+    """One task part's rows (``where``: ``(column, value)``, e.g. one launch slot; ``without``:
+    columns not read) with its partition columns put back; None when the part is damaged
+    and skipped."""
     if not run.verified(entry):
         return None
-    t = RL.read_parquet(run.path / entry["path"], where=where)
+    t = RL.read_parquet(run.path / entry["path"], where=where, without=without)
     n = t.num_rows
     return (t.append_column("rank", R.arrow(np.full(n, rank, np.int16)))
             .append_column("step", pa.nulls(n, pa.int64()) if step is None else R.arrow(np.full(n, step, np.int64))))
@@ -78,7 +79,7 @@ def _anomalies(run, rec: dict, chosen: dict) -> pa.Table:
     return anomalies_table(rows)
 
 
-def append_trace(run, rec: dict, chosen: dict):
+def append_trace(run, rec: dict, chosen: dict, without=()):
     """The Trace of one append's launch: ``chosen`` maps each rank to its launch slot;
     rows renumbered launch 0, on the append's own time axis (without step and layer
     where the run reads the append as a capture of its own: ``Run.named``)."""
@@ -87,7 +88,7 @@ def append_trace(run, rec: dict, chosen: dict):
     parts = []
     for e in rec["parts"]:
         if e["table"] == "tasks" and e["rank"] in chosen and (run.path / e["path"]).exists():
-            t = part_rows(run, e, e["rank"], e["step"], where=("launch", chosen[e["rank"]]))
+            t = part_rows(run, e, e["rank"], e["step"], where=("launch", chosen[e["rank"]]), without=without)
             if t is not None:
                 parts.append(t)
     if not parts:
@@ -115,7 +116,7 @@ def _holds(column, want) -> np.ndarray:
     return R.numpy(R.filled(pc.equal(column, R.scalar(want, column.type)), False))
 
 
-def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
+def launch_trace(run, step, layer, ranks, *, capture=None, slot=None, without=()):
     """``Run.launch``: see there."""
     from timeline.ingest.merge import merge
 
@@ -141,7 +142,8 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
     by_append: dict = {}
     for r, a, launch in zip(rank, t.column("append").to_pylist(), t.column("launch").to_pylist()):
         by_append.setdefault(a, {})[r] = launch
-    traces = [tr for a, chosen in by_append.items() if (tr := append_trace(run, run.record(a), chosen)) is not None]
+    traces = [tr for a, chosen in by_append.items()
+              if (tr := append_trace(run, run.record(a), chosen, without)) is not None]
     if not traces:
         raise RL.RunError(f"run {str(run.path)!r}: every part of {what} was left out as damaged ({run.damaged})")
     one = traces[0] if len(traces) == 1 else merge(traces)
@@ -150,12 +152,13 @@ def launch_trace(run, step, layer, ranks, *, capture=None, slot=None):
 
 
 
-def launch_of(run, key, ranks=None):
-    """The Trace of launch ``key``: by (step, layer) where known, else (capture, slot)."""
+def launch_of(run, key, ranks=None, without=()):
+    """The Trace of launch ``key``: by (step, layer) where known, else (capture, slot)
+    (``without``: nullable task columns left unread, null in it)."""
     step, layer, capture, slot = key
     if step is not None and layer is not None:
-        return run.launch(step, layer, ranks)
-    return run.launch(ranks=ranks, capture=capture, slot=slot)
+        return run.launch(step, layer, ranks, without=without)
+    return run.launch(ranks=ranks, capture=capture, slot=slot, without=without)
 
 
 def _numbered(trace, i: int):

@@ -231,17 +231,18 @@ def write_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = 
     return publish_staged(stage_parquet(run_dir, rel, table, required=required, **options))
 
 
-def read_parquet(path, *, where: tuple | None = None, columns=None) -> pa.Table:
+def read_parquet(path, *, where: tuple | None = None, columns=None, without=()) -> pa.Table:
     """A part's rows, every column nullable (``nullable``; ``where``: ``(column, value)``,
     only the rows holding it, reading only the row groups whose statistics may hold it;
-    ``columns``: only those of them the part has). ``ParquetFile`` directly, not
+    ``columns``: only those of them the part has; ``without``: not those). ``ParquetFile`` directly, not
     ``pyarrow.dataset``, which imports pandas (a second and a half of a command's start)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(str(path))
+    names = None if columns is None and not without else \
+        [c for c in f.schema_arrow.names if (columns is None or c in columns) and c not in without]
     if where is None:
-        names = None if columns is None else [c for c in f.schema_arrow.names if c in columns]
         return nullable(f.read(columns=names))
     column, value = where
     at = f.schema_arrow.get_field_index(column)
@@ -250,7 +251,7 @@ def read_parquet(path, *, where: tuple | None = None, columns=None) -> pa.Table:
         st = f.metadata.row_group(g).column(at).statistics
         if st is None or not st.has_min_max or st.min <= value <= st.max:
             groups.append(g)
-    table = f.read_row_groups(groups) if groups else R.empty(f.schema_arrow)
+    table = f.read_row_groups(groups, columns=names) if groups else R.empty(f.schema_arrow)
     return nullable(table.filter(pc.equal(table.column(column), R.scalar(value, table.column(column).type))))
 
 

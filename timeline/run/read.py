@@ -156,16 +156,20 @@ class Run:
                 return rec
         raise RL.RunError(f"run {str(self.path)!r} has no append {append!r}")
 
-    def launch(self, step=None, layer=None, ranks=None, *, capture=None, slot=None):
+    def launch(self, step=None, layer=None, ranks=None, *, capture=None, slot=None, without=()):
         """The in-memory ``Trace`` of one launch, (step, layer), across ``ranks`` (default:
         every rank that has it), its rows renumbered launch 0: every analysis, export and
         the dashboard work on it unchanged. A run without slot headers names a launch by
         ``capture`` and ``slot`` (its launch number in that capture). Ranks of one append
         keep that append's time axis exactly; ranks appended separately are merged
-        (``timeline.merge``: by their clock calibrations, else by first stamp, with the note)."""
+        (``timeline.merge``: by their clock calibrations, else by first stamp, with the note).
+        ``without``: nullable task columns (``contract.tables.nullable_columns``) left unread,
+        null in it."""
         from timeline.run import launchset
 
-        return launchset.launch_trace(self, step, layer, ranks, capture=capture, slot=slot)
+        if set(without) - S.nullable_columns(self.phases, self.marks):
+            raise RL.RunError(f"without={sorted(without)}: only nullable task columns can be left unread")
+        return launchset.launch_trace(self, step, layer, ranks, capture=capture, slot=slot, without=tuple(without))
 
     # -- SQL ----------------------------------------------------------------------------
     def sql(self, query: str, *, budget: int | None = None) -> pa.Table:
