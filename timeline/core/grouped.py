@@ -93,15 +93,16 @@ def group_quantiles(gid: np.ndarray, ngroups: int, values: np.ndarray, qs) -> np
     return grouped_quantiles(np.bincount(gid, minlength=ngroups), values[group_order(gid)], qs)
 
 
-def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray:
+def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs, presorted: bool = False) -> np.ndarray:
     """``group_quantiles`` of values already grouped: ``grouped`` holds group 0's
     ``counts[0]`` values, then group 1's, ... (callers that group once and ask
     several value columns). Where the groups come in at most ``_SIZE_CLASSES`` sizes
     (a launch's stages hold as many tasks in every launch), the groups of one size are
     the rows of a matrix sorted along its rows, each row a short sort in cache (five
     times the speed of one sort of every value: bench/add_profile.py); else every
-    group is sorted in one pass (``_sorted_packed``). Each quantile is then two
-    gathers and the linear interpolation (``_between``), for all groups at once."""
+    group is sorted in one pass (``_sorted_packed``); ``presorted``: each group's values
+    are in ascending order already, no sort. Each quantile is then two gathers and the
+    linear interpolation (``_between``), for all groups at once."""
     counts = np.asarray(counts, dtype=np.int64)
     grouped = np.asarray(grouped)
     out = np.full((len(qs), counts.size), np.nan)
@@ -109,7 +110,7 @@ def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray
     if not has.any():
         return out
     sizes = np.unique(counts[has])
-    if sizes.size <= _SIZE_CLASSES:
+    if not presorted and sizes.size <= _SIZE_CLASSES:
         grouped = _narrow(grouped)
         starts = np.cumsum(counts) - counts
         for c in sizes.tolist():
@@ -120,7 +121,7 @@ def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs) -> np.ndarray
                 lo, hi, frac = _between(c - 1, q)
                 out[i, at] = _lerp(block[:, lo], block[:, hi], frac)
         return out
-    v = _sorted_packed(counts, grouped)
+    v = grouped if presorted else _sorted_packed(counts, grouped)
     first = (np.cumsum(counts) - counts)[has]
     for i, q in enumerate(qs):
         lo, hi, frac = _between(counts[has] - 1, q)
