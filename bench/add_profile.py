@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import concurrent.futures as cf
+import concurrent.futures
 import pstats
 import shutil
 import sys
@@ -54,7 +54,7 @@ class Inline:
         pass
 
     def submit(self, fn, *args, **kwargs):
-        f = cf.Future()
+        f = concurrent.futures.Future()
         try:
             f.set_result(fn(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 (handed to the caller, as a pool would)

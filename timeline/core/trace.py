@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline.core import grouped as GR
 from timeline.core import launchkey as KY
 from timeline.core import rows as R
 from timeline.core.rows import anomalies_table  # noqa: F401  (its home is rows; collect, legacy use it here)
@@ -143,7 +144,7 @@ class Trace:
         number (``timeline.core.launchkey``)."""
         if self._keys is not None:
             return {la: self._keys.get(la, KY.LaunchKey(slot=la)) for la in self.launches}
-        named = R.launch_headers(self.tasks)
+        named = GR.launch_headers(self.tasks)
         owners: dict = {}
         for la, k in named.items():
             owners.setdefault(k, []).append(la)
