@@ -125,3 +125,59 @@ def test_a_drift_over_a_long_span_is_fitted_and_bounded(ppm, offset, slack):
     assert f.drift_fitted and f.inlier.all()
     assert (f.outside_ns <= f.bound_ns + 1).all()
     assert np.abs(f.map(a) - true(a)).max() <= f.bound_ns + 2
+
+
+number = st.one_of(  # JSON's numbers (what a decoded event's raw ts / dur can be) and null
+    st.builds(lambda w, f: f"{w}.{f}", st.integers(0, 10**16), st.text("0123456789", min_size=1, max_size=7)),
+    st.integers(0, 10**19).map(str), st.from_regex(r"\A-?(0|[1-9][0-9]{0,3})(\.[0-9]{1,4})?([eE][+-]?[0-9])?\Z"),
+    st.just("null"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(number, min_size=1, max_size=40), st.booleans(), st.sampled_from([None, 0]))
+def test_ns_array_is_ns_of_on_each_number(texts, one_width, null):
+    """``jsonscan.ns_array`` (numbers read as a byte matrix a length, a matrix product a
+    dot position) gives each number's ``ns_of`` (``null`` where a number is null), or
+    the refusal ``ns_of`` gives for the first number it refuses."""
+    if one_width:  # every number one length: the matrix is the joined bytes themselves
+        texts = [t for t in texts if len(t) == len(texts[0])]
+    raws = [t.encode() for t in texts]
+    want = []
+    for r in raws:
+        try:
+            v = null if (null is not None and r == b"null") else J.ns_of(r)
+            if not -2**63 <= v < 2**63:
+                raise FrameworkTraceError("past the ns a trace can hold")
+            want.append(v)
+        except FrameworkTraceError as e:
+            want.append(e)
+            break
+    try:
+        got = J.ns_array(raws, null=null).tolist()
+    except FrameworkTraceError as e:
+        assert isinstance(want[-1], FrameworkTraceError), (texts, e)
+        return
+    assert got == want, texts
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 30), st.data())
+def test_rows_serialized_through_arrow_are_the_messages_bytes(n, data):
+    """``export._rows.serialize_rows`` is ``Messages.serialize``, byte for byte, on
+    messages of varints, constants, texts of any length and fields some rows lack."""
+    from timeline.export import perfetto as PF
+    from timeline.export._rows import serialize_rows
+
+    def mask():
+        return np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+
+    def texts():
+        return [t.encode() for t in data.draw(st.lists(st.text(max_size=20), min_size=n, max_size=n))]
+
+    ints = np.array(data.draw(st.lists(st.integers(0, 2**63 - 1), min_size=n, max_size=n)), np.int64)
+    a, b = texts(), texts()
+    inner = PF.Messages(n).raw(PF.field_bytes(10, b"args")).blob(6, b"".join(a), [len(t) for t in a], mask())
+    m = (PF.Messages(n).varint(8, ints).raw(PF.field_varint(10, 2), mask()).blob(23, b"".join(b), [len(t) for t in b])
+         .message(4, inner, mask()).varint(11, ints // 3, mask()))
+    rec = PF.packets(m)
+    assert serialize_rows(rec) == rec.serialize()

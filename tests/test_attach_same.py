@@ -10,6 +10,7 @@ stack rule's answer, slice by slice, across pieces."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import gzip
 import json
 from pathlib import Path
@@ -226,16 +227,32 @@ def test_nesting_is_the_stack_rule_across_pieces(pieces):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_perfetto_output_read_in_one_pass_is_the_same_bytes(mid, demo, tmp_path, monkeypatch, workers):
     """A framework read with ``tracks_for`` (the CLI's read when ``-o`` is given) gathers
-    the tracks' names and flows in the read's own decode: the Perfetto output skips its
-    first pass (it is not run: patched to fail) and is the same bytes."""
+    the tracks' names and flows and prepares the slices in the read's own decode: the
+    Perfetto output runs neither of its own passes (patched to fail) and is the same
+    bytes, on a rank moved onto another's axis too (its slices serialized again with
+    the shift); the spill folders are gone once the output is written and the read
+    is let go."""
     monkeypatch.setenv(AP.WORKERS_ENV, str(workers or 1))
+    monkeypatch.setattr(AP, "PARALLEL_MIN_BYTES", 0)
     fw = read_framework(mid / "k.json", tracks_for=0)
     assert fw.tracks[0] == 0
     att = attach(demo, fw, kernel=KERNEL)
     AW.write_perfetto(att, tmp_path / "two.pftrace")
     monkeypatch.setattr(FT, "flows_and_names", lambda *a, **k: pytest.fail("a second decode pass"))
-    AW.write_perfetto(attach(demo, read_framework(mid / "k.json", tracks_for=0), kernel=KERNEL), tmp_path / "one.pftrace")
+    monkeypatch.setattr(FT, "packets", lambda *a, **k: pytest.fail("a decode pass of the output's own"))
+    one = read_framework(mid / "k.json", tracks_for=0)
+    AW.write_perfetto(attach(demo, one, kernel=KERNEL), tmp_path / "one.pftrace")
     monkeypatch.undo()
+    two_pass = attach(demo, read_framework(mid / "k.json"), kernel=KERNEL)
+    for att_, out in ((attach(demo, one, kernel=KERNEL), "shifted_one"), (two_pass, "shifted_two")):  # a rank moved
+        AW.write_perfetto(att_._replace(axes={0: att_.axes[0]._replace(shift_ns=123_456_789)}), tmp_path / out)
+    assert (tmp_path / "shifted_one").read_bytes() == (tmp_path / "shifted_two").read_bytes()
+    assert (tmp_path / "shifted_one").read_bytes() != (tmp_path / "one.pftrace").read_bytes()
+    folder = Path(one.tracks[3].path)
+    assert folder.is_dir() and not list(tmp_path.glob(".*.spill"))
+    del one
+    gc.collect()
+    assert not folder.exists()
     AW.write_perfetto(attach(demo, read_framework(mid / "k.json"), kernel=KERNEL), tmp_path / "old.pftrace")
     assert (tmp_path / "one.pftrace").read_bytes() == (tmp_path / "old.pftrace").read_bytes()
     assert (tmp_path / "two.pftrace").read_bytes() == (tmp_path / "old.pftrace").read_bytes()

@@ -52,7 +52,8 @@ class Framework(NamedTuple):
     host: str | None
     events: int
     json_end: int | None = None  # Kineto: where the events' array closes (its "]"), in the decompressed file
-    tracks: tuple | None = None  # Kineto read with tracks_for=R: (R, framework_tracks.Meta), gathered in the read's pass
+    tracks: tuple | None = None  # Kineto read with tracks_for=R: (R, framework_tracks.Meta, [spill.Spilled prepared
+    # pieces], spill.Folder), gathered in the read's pass
 
 
 def activity_table(cols: dict, sort: bool = True, where: str = "the framework trace") -> pa.Table:

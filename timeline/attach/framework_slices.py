@@ -17,17 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-import os
+import pickle
 from typing import NamedTuple
 
 import numpy as np
 
 from timeline.attach import jsonscan as J
+from timeline.attach.spill import Spilled, spill
 from timeline.export import perfetto as PF
 from timeline.export._rows import serialize_rows
 
-__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Spilled", "Texts", "bind", "names_and_flows", "prepare",
-           "process_track", "serialize", "spill", "thread_track"]
+__all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare", "prepare_spilled",
+           "process_track", "serialize", "thread_track"]
 
 FRAMEWORK_SEQUENCE = 2
 UUID_TOP = 1 << 62  # framework track uuids: above every uuid the timeline export makes
@@ -144,6 +145,9 @@ def _flow_tracks(rank: int, evs: list) -> np.ndarray:
     once (where a pid or tid is not an int, str or None, each event on its own: a
     bool or float keeps its own ``repr``, and True == 1 as a key)."""
     pids, tids = [e.pid for e in evs], [e.tid for e in evs]
+    pairs = _int_pairs(pids, tids)
+    if pairs is not None:  # ints: the distinct pairs numbered with numpy, each hashed once
+        return np.array([thread_track(rank, *k) for k in pairs[0]], np.int64)[pairs[1]]
     if not (set(map(type, pids)) | set(map(type, tids))) <= MEMO_TYPES:
         return np.array([thread_track(rank, hashable(e.pid), hashable(e.tid)) for e in evs], np.int64)
     keys = list(zip(pids, tids))
@@ -173,48 +177,24 @@ def names_and_flows(evs: list, _shared, rank: int) -> tuple:
         if e.name in ("process_name", "process_labels", "thread_name"):
             args = J.args_of(e.args)
             names.append((e.name, e.pid, e.tid, str(args.get("labels" if e.name == "process_labels" else "name", ""))))
-    fl = J.take(evs, (code == PH_CODE["s"]) | (code == PH_CODE["f"]))
-    fl = [e for e in fl if e.id is not None and e.ts != J.RAW_NONE]
+    flow = (code == PH_CODE["s"]) | (code == PH_CODE["f"])
+    fl, start = J.take(evs, flow), code[flow] == PH_CODE["s"]
+    ts = [e.ts for e in fl]
+    if J.RAW_NONE in ts or None in [e.id for e in fl]:
+        keep = [e.id is not None and e.ts != J.RAW_NONE for e in fl]
+        fl, start = [e for e, k in zip(fl, keep) if k], start[np.array(keep, bool)]
+        ts = [e.ts for e in fl]
     if not fl:
         return names, [None, None]
     k = np.empty(len(fl), KEY)
     k["track"] = _flow_tracks(rank, fl)
-    k["ts"] = J.ns_array([e.ts for e in fl], "a flow's ts")
+    k["ts"] = J.ns_array(ts, "a flow's ts")
     ids = _flow_ids(rank, fl)
-    start = np.fromiter((e.ph == "s" for e in fl), bool, len(fl))
     flows = [(k[m], ids[m]) if m.any() else None for m in (start, ~start)]
     return names, flows
 
 
 # -- the second pass: the slices ------------------------------------------------------
-class Spilled(NamedTuple):
-    """Bytes a worker wrote to its spill file (``spill``) instead of sending them back
-    through the pool's pipe: where they are."""
-
-    path: str
-    offset: int
-    length: int
-
-    def read(self) -> bytes:
-        with open(self.path, "rb") as f:
-            return os.pread(f.fileno(), self.length, self.offset)
-
-
-def spill(folder: str, blobs: list) -> list:
-    """``blobs`` (bytes) appended to this process's spill file in ``folder``: their
-    ``Spilled`` places (module docstring of ``framework_tracks``: the packets of a
-    piece cross from a worker to the writer as a file range, copied by the kernel)."""
-    path = os.path.join(folder, f"{os.getpid()}.spill")
-    out = []
-    with open(path, "ab") as f:
-        at = f.tell()
-        for b in blobs:
-            f.write(b)
-            out.append(Spilled(path, at, len(b)))
-            at += len(b)
-    return out
-
-
 class Texts(NamedTuple):
     """A text per row, back to back: ``data`` (UTF-8) and each row's byte length."""
 
@@ -311,8 +291,9 @@ def _texts(values: list, dumps: bool) -> tuple:
 
 
 def _int_pairs(pids: list, tids: list):
-    """``_threads`` where every pid and tid is an int of int64 (Kineto's usual): the
-    pairs numbered with numpy, in order of first appearance; None otherwise."""
+    """(the distinct (pid, tid) in order of first appearance, each pair's index among
+    them) where every pid and tid is an int of int64 (Kineto's usual), numbered with
+    numpy; None otherwise."""
     if not (set(map(type, pids)) | set(map(type, tids))) <= {int}:
         return None
     try:
@@ -386,7 +367,7 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
     ts = J.ns_array(ts_x, "a ts")
     end = ts + J.durations(xs, name)
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
-    if len(xs) > 1:
+    if len(xs) > 1 and (order[1:] < order[:-1]).any():  # not in file order already
         xs = list(operator.itemgetter(*order.tolist())(xs))
     uuids = np.array([thread_track(rank, *hashable_key(k)) for k in first], np.int64)
     track = uuids[key_of] if len(key_of) else np.zeros(0, np.int64)
@@ -412,3 +393,18 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
 
 def hashable_key(key: tuple) -> tuple:
     return hashable(key[0]), hashable(key[1])
+
+
+class _Local(NamedTuple):
+    out: Flows
+    into: Flows
+
+
+def prepare_spilled(evs: list, flows: list, rank: int, name: str, folder: str) -> Spilled:
+    """In the read's own pass (``kineto.read_kineto(tracks_for=rank)``): the piece's
+    ``Prepared`` at shift 0, its flows bound among the piece's own (``flows``: its
+    ``names_and_flows``; the writer binds them again over the file's and serializes
+    again where that differs), pickled to this process's spill file in ``folder``:
+    where it is (``spill.load``)."""
+    local = _Local(*(Flows.of([f] if f is not None else []) for f in flows))
+    return spill(folder, [pickle.dumps(prepare(evs, local, rank, 0, name, folder), protocol=5)])[0]

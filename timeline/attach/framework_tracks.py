@@ -28,11 +28,12 @@ import numpy as np
 from timeline.attach import framework_slices as FS
 from timeline.attach import jsonscan as J
 from timeline.attach import pool as AP
+from timeline.attach import spill as SP
 from timeline.attach.nesting import Carried, nest
 from timeline.export import perfetto as PF
 
 __all__ = ["Converted", "FRAMEWORK_SEQUENCE", "Flows", "Meta", "copy_spilled", "flows_and_names", "meta_of", "packets",
-           "process_track", "thread_track"]
+           "prepared_packets", "process_track", "thread_track"]
 
 FRAMEWORK_SEQUENCE = FS.FRAMEWORK_SEQUENCE
 TE_CATEGORIES = FS.TE_CATEGORIES
@@ -111,21 +112,36 @@ class _State(NamedTuple):
 def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chunk_bytes: int = J.CHUNK_BYTES,
             workers: int | None = None, spill_to: str | None = None):
     """Second pass: yields the packets a piece at a time (track descriptors as
-    tracks first appear): bytes, or a ``framework_slices.Spilled`` range of a
-    worker's spill file where ``spill_to`` names a folder for them (the writer
-    copies it: ``copy_spilled``); returns ``Converted`` (the generator's return value)."""
+    tracks first appear): bytes, or a ``spill.Spilled`` range of a worker's spill
+    file where ``spill_to`` names a folder for them (the writer copies it:
+    ``copy_spilled``); returns ``Converted`` (the generator's return value)."""
+    pieces = AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns, str(path), spill_to), chunk_bytes=chunk_bytes,
+                           workers=workers, shared=meta)
+    return (yield from _converted(pieces, rank, shift_ns, meta, prefix))
+
+
+def prepared_packets(places: list, rank: int, shift_ns: int, meta: Meta, prefix: str = ""):
+    """``packets`` of a file whose pieces the read prepared in its own pass at shift 0
+    (``kineto.read_kineto(tracks_for=rank)``: ``places``, their ``Spilled`` pickles):
+    no decode pass of its own; a rank shifted onto another's axis has its slices
+    serialized again with the shift."""
+    return (yield from _converted(map(SP.load, places), rank, shift_ns, meta, prefix, shift_ns))
+
+
+def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str, unshifted: int = 0):
+    """``packets``' body over the pieces' ``framework_slices.Prepared``, in file order
+    (``unshifted``: the shift their slices still lack)."""
     st = _State(rank, meta, prefix, set(), {}, np.zeros(len(meta.out.ids), bool), np.zeros(len(meta.into.ids), bool),
                 Carried.new())
     skipped, n = Counter(), 0
-    for p in AP.map_pieces(path, J.Lean, FS.prepare, (rank, shift_ns, str(path), spill_to), chunk_bytes=chunk_bytes,
-                           workers=workers, shared=meta):
+    for p in pieces:
         skipped.update(p.skipped)
         skipped["X without ts"] += p.no_ts
         n += p.events
         desc = []
         if len(p.ts):
-            out = _slices(p, st, desc)
-            if type(out) is FS.Spilled:
+            out = _slices(p, st, desc, unshifted)
+            if type(out) is SP.Spilled:
                 if desc:
                     yield b"".join(desc)
                 yield out
@@ -145,10 +161,10 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
     return Converted(n, skipped)
 
 
-def _slices(p: FS.Prepared, st: _State, desc: list) -> bytes:
+def _slices(p: FS.Prepared, st: _State, desc: list, unshifted: int = 0) -> bytes:
     """A piece's slices' packets: the worker's where its assumptions hold (each slice
-    on its thread's track, each flow at its start not bound before), else serialized
-    again with the tracks and flows as they are."""
+    on its thread's track, each flow at its start not bound before, the shift in its
+    times), else serialized again with the tracks, flows and times as they are."""
     uuids = np.array([st.track_of(pid, tid, desc) for pid, tid in p.keys], np.int64)
     track = uuids[p.key_of]
     fo, has_o = FS.bind(st.meta.out, st.used_out, track, p.ts)
@@ -156,13 +172,14 @@ def _slices(p: FS.Prepared, st: _State, desc: list) -> bytes:
     s = p.slices
     track = _nested(s.ts, s.end, track[p.order], st, desc, s.name)
     fo, has_o, fi, has_i = fo[p.order], has_o[p.order], fi[p.order], has_i[p.order]
-    if (np.array_equal(track, s.track) and np.array_equal(has_o, s.has_out) and np.array_equal(has_i, s.has_in)
-            and np.array_equal(fo, s.out_id) and np.array_equal(fi, s.in_id)):
+    if (not unshifted and np.array_equal(track, s.track) and np.array_equal(has_o, s.has_out)
+            and np.array_equal(has_i, s.has_in) and np.array_equal(fo, s.out_id) and np.array_equal(fi, s.in_id)):
         return p.data
-    return FS.serialize(s._replace(track=track, out_id=fo, has_out=has_o, in_id=fi, has_in=has_i))
+    return FS.serialize(s._replace(ts=s.ts + unshifted, end=s.end + unshifted, track=track, out_id=fo, has_out=has_o,
+                                   in_id=fi, has_in=has_i))
 
 
-def copy_spilled(f, part: FS.Spilled) -> None:
+def copy_spilled(f, part: SP.Spilled) -> None:
     """A spilled range into the open file ``f`` (flushed first), copied by the kernel
     (``os.sendfile``), not through Python."""
     f.flush()

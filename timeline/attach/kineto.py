@@ -29,6 +29,7 @@ import pyarrow as pa
 from timeline.attach import jsonscan as J
 from timeline.attach import framework_slices as FS
 from timeline.attach import pool as AP
+from timeline.attach import spill as SP
 from timeline.attach.events import Framework, activity_table, step_table
 from timeline.attach.sniff import FrameworkTraceError
 
@@ -166,13 +167,17 @@ def _steps(marks: list, name: str, steps: tuple) -> None:
                 steps[2].append(start + dur)
 
 
-def _piece(evs: list, _shared, name: str, tracks_for: int | None = None) -> tuple:
+def _piece(evs: list, _shared, name: str, tracks_for: int | None = None, spill_to: str | None = None) -> tuple:
     """What a piece holds for the reader (its events decoded as ``jsonscan.Lean``): its
     activity table (None: none), its launch calls' (correlation, ns), its step
     markers, its event count, and (``tracks_for``: a rank) its Perfetto tracks'
-    names and flows (``framework_slices.names_and_flows``). Per piece the events
-    are sorted by ``cat`` with numpy; only the kept ones are looked at field by field."""
+    names and flows (``framework_slices.names_and_flows``) and, with ``spill_to``,
+    where its slices prepared for the Perfetto output are (``prepare_spilled``). Per
+    piece the events are sorted by ``cat`` with numpy; only the kept ones are looked
+    at field by field."""
     tracks = None if tracks_for is None else FS.names_and_flows(evs, None, tracks_for)
+    if spill_to is not None:
+        tracks = (*tracks, FS.prepare_spilled(evs, tracks[1], tracks_for, name, spill_to))
     kind = _kinds(evs)
     table, launches, steps = None, None, ([], [], [])
     if kind.any():
@@ -193,15 +198,17 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None =
     the pieces reduced on every core (``pool.map_pieces``; ``workers``: how many
     processes, None: the machine's cores for a large file). ``tracks_for``: the rank
     the file will be attached as, when a Perfetto output follows: its tracks' names
-    and flows gathered in this same decode (``Framework.tracks``), so that
-    ``write.write_perfetto`` decodes the file once more, not twice."""
+    and flows gathered, and its slices prepared at shift 0 (spilled to a temporary
+    folder), in this same decode (``Framework.tracks``), so that
+    ``write.write_perfetto`` does not decode the file again."""
     from timeline.attach import framework_tracks as FT
 
     name = str(path)
     tables, launch_corr, launch_ns, steps, head, tail, tracks = [], [], [], ([], [], []), [], [], []
     events = 0
-    for table, launches, st, n, tr in AP.map_pieces(path, J.Lean, _piece, (name, tracks_for), chunk_bytes=chunk_bytes,
-                                                    head=head, tail=tail, workers=workers):
+    folder = None if tracks_for is None else SP.Folder()  # the pieces prepared for the Perfetto output
+    for table, launches, st, n, tr in AP.map_pieces(path, J.Lean, _piece, (name, tracks_for, folder and folder.path),
+                                                    chunk_bytes=chunk_bytes, head=head, tail=tail, workers=workers):
         events += n
         tracks.append(tr)
         if table is not None:
@@ -225,7 +232,8 @@ def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None =
     return Framework(name, "kineto", table, step_tab, _base(doc, name), 1, int(rank) if isinstance(rank, int) else None,
                      doc.get("host_name") if isinstance(doc.get("host_name"), str) else None, events,
                      tail[1] if len(tail) > 1 else None,
-                     None if tracks_for is None else (tracks_for, FT.meta_of(tracks)))
+                     None if tracks_for is None else (tracks_for, FT.meta_of([t[:2] for t in tracks]),
+                                                      [t[2] for t in tracks], folder))
 
 
 def _base(doc: dict, name: str) -> int | None:

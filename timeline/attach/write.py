@@ -115,8 +115,12 @@ def write_perfetto(att: Attached, path) -> Written:
                 fw, shift = att.frameworks[r], att.axes[r].shift_ns
                 prefix = f"rank {r} · " if len(att.frameworks) > 1 else ""
                 if fw.format == "kineto":
-                    meta = fw.tracks[1] if fw.tracks is not None and fw.tracks[0] == r else FT.flows_and_names(fw.path, r)
-                    gen = FT.packets(fw.path, r, shift, meta, prefix, spill_to=spill if AP.workers_for(fw.path) else None)
+                    mine = fw.tracks is not None and fw.tracks[0] == r
+                    meta = fw.tracks[1] if mine else FT.flows_and_names(fw.path, r)
+                    if mine:  # prepared in the read's own pass
+                        gen = FT.prepared_packets(fw.tracks[2], r, shift, meta, prefix)
+                    else:
+                        gen = FT.packets(fw.path, r, shift, meta, prefix, spill_to=spill if AP.workers_for(fw.path) else None)
                     while True:
                         try:
                             part = next(gen)

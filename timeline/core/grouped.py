@@ -111,6 +111,7 @@ def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs, presorted: bo
         return out
     sizes = np.unique(counts[has])
     if not presorted and sizes.size <= _SIZE_CLASSES:
+        grouped = _narrow(grouped)
         starts = np.cumsum(counts) - counts
         for c in sizes.tolist():
             at = np.flatnonzero(counts == c)
@@ -129,6 +130,17 @@ def grouped_quantiles(counts: np.ndarray, grouped: np.ndarray, qs, presorted: bo
 
 
 _SIZE_CLASSES = 64  # group sizes past which grouped_quantiles' loop over them costs more than one sort saves
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """Integers as int32 where their range allows (the same values, each exact in
+    float64 either way): half the bytes to gather and sort (a 1 M-interval file's stage
+    quantiles 6.3 -> 3.5 ms), else ``values`` as they are."""
+    if values.dtype.kind not in "iu" or values.dtype.itemsize <= 4 or not values.size:
+        return values
+    if int(values.min()) < -(1 << 31) or int(values.max()) >= 1 << 31:
+        return values
+    return values.astype(np.int32)
 
 
 def _between(last, q):
@@ -362,3 +374,20 @@ def suffix_min_within(v: np.ndarray, d: np.ndarray) -> np.ndarray:
 
 
 # -- stage report ---------------------------------------------------------------------
+
+
+def launch_headers(tasks: pa.Table) -> dict:
+    """``{launch: (step, layer)}``: each launch's largest step and layer header (None
+    where it has none). In numpy: a pyarrow ``group_by`` imports acero and pandas
+    (a third of a second of a fresh command)."""
+    launch = R.column(tasks, "launch", dtype=np.int64)
+    gid, n, (keys,) = group_ids(launch)
+    out = {}
+    for c in ("step", "layer"):
+        ok = R.numpy(tasks.column(c).is_valid())
+        best = np.full(n, np.iinfo(np.int64).min)
+        np.maximum.at(best, gid[ok], R.column(tasks, c, fill=0, dtype=np.int64)[ok])
+        has = np.zeros(n, bool)
+        has[gid[ok]] = True
+        out[c] = [int(b) if h else None for b, h in zip(best.tolist(), has.tolist())]
+    return {int(la): (s, y) for la, s, y in zip(keys.tolist(), out["step"], out["layer"])}

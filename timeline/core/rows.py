@@ -104,25 +104,6 @@ def column(table: pa.Table, name: str, fill=MISSING, dtype=None, codes: bool = F
     return out if dtype is None else np.ascontiguousarray(out, dtype=dtype)
 
 
-def launch_headers(tasks: pa.Table) -> dict:
-    """``{launch: (step, layer)}``: each launch's largest step and layer header (None
-    where it has none). In numpy: a pyarrow ``group_by`` imports acero and pandas
-    (a third of a second of a fresh command)."""
-    from timeline.core import grouped as GR  # grouped imports this module
-
-    launch = column(tasks, "launch", dtype=np.int64)
-    gid, n, (keys,) = GR.group_ids(launch)
-    out = {}
-    for c in ("step", "layer"):
-        ok = numpy(tasks.column(c).is_valid())
-        best = np.full(n, np.iinfo(np.int64).min)
-        np.maximum.at(best, gid[ok], column(tasks, c, fill=0, dtype=np.int64)[ok])
-        has = np.zeros(n, bool)
-        has[gid[ok]] = True
-        out[c] = [int(b) if h else None for b, h in zip(best.tolist(), has.tolist())]
-    return {int(la): (s, y) for la, s, y in zip(keys.tolist(), out["step"], out["layer"])}
-
-
 def rank_rows(rank: np.ndarray, ranks) -> dict:
     """Per rank of ``ranks``, its rows: None (every row), a slice (the rows come sorted by
     rank: one run each) or a boolean mask."""

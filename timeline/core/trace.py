@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from timeline.core import grouped as GR
 from timeline.core import launchkey as KY
 from timeline.core import rows as R
 from timeline.core.rows import anomalies_table  # noqa: F401  (its home is rows; collect, legacy use it here)
@@ -143,7 +144,7 @@ class Trace:
         number (``timeline.core.launchkey``)."""
         if self._keys is not None:
             return {la: self._keys.get(la, KY.LaunchKey(slot=la)) for la in self.launches}
-        named = R.launch_headers(self.tasks)
+        named = GR.launch_headers(self.tasks)
         owners: dict = {}
         for la, k in named.items():
             owners.setdefault(k, []).append(la)
@@ -368,7 +369,7 @@ def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> 
     spec_of = {sp.rank: sp for sp in meta.specs}
     col = {n: R.numpy(tasks.column(n)) for n in ("rank", "launch", "stage_index", "task")}
     ranks = np.array(sorted(spec_of))
-    bad = ~np.isin(col["rank"], ranks)
+    bad = col["rank"] != ranks[0] if ranks.size == 1 else ~np.isin(col["rank"], ranks)  # one rank: a compare
     if bad.any():
         raise _refuse(where, f"rank column holds ranks its specs lack ({_first_bad(bad)}; specs: {list(ranks)})")
     names = meta.specs[0].stage_names
@@ -378,7 +379,8 @@ def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> 
     if bad.any():
         raise _refuse(where, f"stage_index outside 0..{len(names) - 1} ({_first_bad(bad)})")
     bad = (col["task"] < 0) | (col["task"] >= counts[si])
-    launches = np.array([spec_of[int(r)].launches for r in ranks])[np.searchsorted(ranks, col["rank"])]
+    launches = spec_of[int(ranks[0])].launches if ranks.size == 1 else \
+        np.array([spec_of[int(r)].launches for r in ranks])[np.searchsorted(ranks, col["rank"])]
     bad |= (col["launch"] < 0) | (col["launch"] >= launches)
     if bad.any():
         raise _refuse(where, f"a launch or task number past its spec's slots ({_first_bad(bad)})")
