@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import concurrent.futures as cf
+import concurrent.futures
 import pstats
 import shutil
 import sys
@@ -54,7 +54,7 @@ class Inline:
         pass
 
     def submit(self, fn, *args, **kwargs):
-        f = cf.Future()
+        f = concurrent.futures.Future()
         try:
             f.set_result(fn(*args, **kwargs))
         except BaseException as e:  # noqa: BLE001 (handed to the caller, as a pool would)
@@ -112,6 +112,7 @@ def profile(files: list, scratch: Path) -> list:
     shutil.rmtree(run, ignore_errors=True)
     RS.commit(RS.stage_stream(run, open_stream(files[0]), capture="warm", check=False))
     rest = files[1:]
+    seen: dict = {}  # the run's records, read once for the command (as `run add` keeps them)
     stage, commit = cProfile.Profile(time.process_time), cProfile.Profile(time.process_time)  # every thread's CPU
     pool, RS.ThreadPoolExecutor = RS.ThreadPoolExecutor, Inline
     try:
@@ -120,7 +121,7 @@ def profile(files: list, scratch: Path) -> list:
             st = RS.stage_stream(run, open_stream(f), capture=Path(f).name, check=False)
             stage.disable()
             commit.enable()
-            RS.commit(st)
+            RS.commit(st, seen)
             commit.disable()
     finally:
         RS.ThreadPoolExecutor = pool
@@ -129,9 +130,9 @@ def profile(files: list, scratch: Path) -> list:
     real = scratch / "real"
     shutil.rmtree(real, ignore_errors=True)
     RS.commit(RS.stage_stream(real, open_stream(files[0]), capture="warm", check=False))
-    c0, w0 = time.process_time(), time.perf_counter()
+    c0, w0, seen = time.process_time(), time.perf_counter(), {}
     for f in rest:
-        RS.commit(RS.stage_stream(real, open_stream(f).prefetch(), capture=Path(f).name))
+        RS.commit(RS.stage_stream(real, open_stream(f).prefetch(), capture=Path(f).name, seen=seen))
     cpu, wall = (time.process_time() - c0) / n, (time.perf_counter() - w0) / n
     ivs = sum(e["rows"] for r in __import__("timeline.run.layout", fromlist=["x"]).committed_records(real)[1:]
               for e in r["parts"] if e["table"] == "tasks") / n

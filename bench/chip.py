@@ -14,11 +14,18 @@ its speed on a 10 M-interval trace, each figure beside its goal.
   0.25 is far wider, and one CU's few tasks cannot be told from the others' then);
 - speed: a ``--ranks`` x ``--launches`` trace (10.1 M intervals by default) saved, then in
   fresh processes: ``chip`` over every launch (the whole report: units at every level,
-  imbalance, tail, stages) after the load, and ``timeline chip FILE --across 0`` (the
-  typical and the slowest launch, their slow unit and rebalancing), wall time and peak RSS.
+  imbalance, tail, stages) after the load (goal <= 1 s), the same process's imports, load
+  and report together, and ``timeline chip FILE --across 0`` (the typical and the slowest
+  launch, their slow unit and rebalancing), wall time and peak RSS;
+- speed on a run of about 10^8 intervals (``--run RUN``, else ``DIR/chip_100m``, built
+  where missing by ``timeline synth --chip --arch gfx942 --profile dsv4``: 8 ranks x 832
+  launches, xcd3 10 % slower on every rank, 102 M intervals): ``timeline chip RUN
+  --across 0`` (the typical and the slowest launch; goal <= 2 s warm, <= 1 GB) and the
+  default (those and 16 launches' slow units), three times each, the first cold-ish.
 
-    PYTHONPATH=. python bench/chip.py --dir DIR              # both; the committed run
-    PYTHONPATH=. python bench/chip.py --dir DIR --cases 10 --no-speed
+    PYTHONPATH=. python bench/chip.py --dir DIR              # everything; the committed run
+    PYTHONPATH=. python bench/chip.py --dir DIR --cases 10 --no-speed --no-run
+    PYTHONPATH=. python bench/chip.py --dir DIR --no-accuracy --run RUN
 """
 
 from __future__ import annotations
@@ -187,7 +194,7 @@ def run_speed(d: Path, run: Path | None) -> list:
         doc = json.loads(rs[-1]["out"])
         said = ", ".join(f"{d['launch']} ({d['why']}): {d['culprit']['unit'] if d['culprit'] else 'none'}"
                          for d in doc["launches"])
-        out.append((f"`timeline chip RUN {' '.join(args)}`: {what}; first "
+        out.append((f"`timeline chip RUN{''.join(' ' + x for x in args)}`: {what}; first "
                     f"{rs[0]['wall_s']:.2f} s; culprits {said}", max(r["wall_s"] for r in rs[1:]), goal, "s"))
         out.append(("  peak RSS of the command", max(r["rss"] for r in rs), GOAL_RSS, "B"))
     return out

@@ -11,7 +11,9 @@ The host's cores are printed first (``os.cpu_count`` and this process's affinity
 ``timeline run add`` of the 64 trace files is timed at 1, 2, 4, 8, 16 jobs (capped at
 the cores) and a fresh process's start-up is broken down (bench/cores.py: imports by
 package, thread pools, DuckDB's first query), so a many-core host's figures read beside
-the 2-core VM's (issue 51). ``--jobs N``: the jobs of every other ``run add`` (default:
+the 2-core VM's (issue 51); then one file's ``run add`` broken down by cProfile
+(bench/add_profile.py: the worker's read, checks, aggregates, encodes; the parent's
+commit). ``--jobs N``: the jobs of every other ``run add`` (default:
 the command's own, from the cores). ``--out FILE``: what it prints, also written there.
 Perfetto's trace processor needs node and the readers of ``tests/readers`` installed
 (``make test`` does): without them that part is skipped, and said.
@@ -559,6 +561,8 @@ def main() -> int:
     ap.add_argument("--file-steps", type=int, default=8,
                     help="steps also saved as trace files, each rank's a file, for `timeline run add` (default 8: 64 files)")
     ap.add_argument("--jobs", type=int, help="`timeline run add --jobs N` for the run add rows (default: the command's)")
+    ap.add_argument("--profile-files", type=int, default=16,
+                    help="files whose `run add` bench/add_profile.py breaks down (cProfile), after one to warm up")
     ap.add_argument("--out", help="also write what this prints to this file")
     ap.add_argument("--quick", action="store_true",
                     help="8 steps (the 64 files of `run add` kept), 8 Dask launches, 4 Perfetto launches, 1 single step")
@@ -638,6 +642,9 @@ def main() -> int:
                      f"{gib(add['rss'])} ({mark(add['rss'] <= GOALS['rss_bytes'])})"))
         shutil.rmtree(base / "cli_run", ignore_errors=True)
     scaling = cores.scaling(timeline, every, base / "cli_run", ENV)
+    prof = child([sys.executable, str(ROOT / "bench" / "add_profile.py"), *every[:args.profile_files + 1]], env=ENV)
+    profile = (prof["out"].rstrip().splitlines() if prof["rc"] == 0 else
+               [f"bench/add_profile.py failed (rc {prof['rc']}): {prof['err'].strip()[-300:]}"])
     if args.before:
         ab = append_ab(args, base, files, add_ivs)
     from timeline.run import open_run
@@ -673,6 +680,7 @@ def main() -> int:
         print(f"{r[0]:{width}s}  {r[1]:34s}  {r[2]:22s}  {r[3]}")
     print(f"\nthe same data as today's in-memory Trace (tasks + intervals tables, by their schemas): {gib(today)}")
     print("\n" + "\n".join(scaling))
+    print("\n" + "\n".join(profile))
     print("\n" + "\n".join(cores.startup(timeline, [(n, a) for n, a in cmds], run_dir, ENV)))
     if args.before:
         print("\n" + "\n".join(ab))

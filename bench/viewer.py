@@ -299,13 +299,15 @@ def chip_paint(gestures: int, launches: int = 8) -> dict:
 
 
 def report_chip(r: dict):
+    """The chip map's row: click -> painted, p90 of the gestures, beside its goal."""
     tot = [g["total_ms"] / 1e3 for g in r["gestures"]]
     p90 = float(np.quantile(tot, 0.9))
     part = lambda k: statistics.median(g[k] for g in r["gestures"] if g[k] is not None) / 1e3  # noqa: E731
     print(f"\n== chip map, {r['label']} (SYNTHETIC gfx942, 304 CUs, dsv4; {r['intervals']:,} intervals, {r['tasks']:,} "
           f"tasks, {r['launches']} launches; browser errors {r['errors']})")
     print(f"  {'figure':58s} {'value':>9s} {'goal':>9s}  verdict")
-    print(f"  {'Chip tab: click -> 304-CU map painted, p90 of ' + str(len(tot)):58s} {p90:7.3f} s {'<= ' + str(GOAL_CHIP_P90_S) + ' s':>9s}  "
+    what, goal = f"Chip tab: click -> 304-CU map painted, p90 of {len(tot)}", f"<= {GOAL_CHIP_P90_S} s"
+    print(f"  {what:58s} {p90:7.3f} s {goal:>9s}  "
           f"{'MET' if p90 <= GOAL_CHIP_P90_S else 'NOT MET'}")
     print(f"    each (s): {', '.join(f'{t:.2f}' for t in tot)}; median parts: server round trip "
           f"{part('server_ms'):.3f} s, response -> painted {part('drawn_ms'):.3f} s")

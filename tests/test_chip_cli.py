@@ -78,19 +78,31 @@ def test_a_slow_sm_and_a_slow_cu_of_a_run(files):
 
 
 def test_a_unit_slow_on_every_rank_is_one_unit_across_launches(tmp_path):
-    """xcd3 slow on both ranks: each launch names it on one rank (r0.xcd3 or r1.xcd3); the
-    run-wide view counts it as one unit in every launch, with the ranks it was named on."""
-    spec = SG.graph_spec(*DSV4, world=2, launches=4, arch="gfx942")
-    grid, chip = SCH.chip("gfx942", slows=["xcd3:+15%"])
-    SG.graph_trace(spec, grid=grid, seed=3, chip=chip, model=MODEL).save(tmp_path / "two.arrow")
+    """xcd3 slow on both ranks: each launch names it on one rank (r0.xcd3 or r1.xcd3) with
+    the other rank's xcd3 as its slow peer, and rebalancing both saves what the clean
+    trace measures; the run-wide view counts it as one unit in every launch, with the
+    ranks it was named on."""
+    for name, slow in (("two", ["xcd3:+15%"]), ("clean", [])):
+        spec = SG.graph_spec(*DSV4, world=2, launches=4, arch="gfx942")
+        grid, chip = SCH.chip("gfx942", slows=slow)
+        SG.graph_trace(spec, grid=grid, seed=3, chip=chip, model=MODEL).save(tmp_path / f"{name}.arrow")
     doc = _json(f"timeline chip {tmp_path / 'two.arrow'} --json --across 4")
+    clean = {d["launch"]: d for d in _json(f"timeline chip {tmp_path / 'clean.arrow'} --json --launch 0-3 "
+                                           "--across 0")["launches"]}
     named = {d["culprit"]["unit"] for d in doc["launches"]}
     assert named and named <= {"r0.xcd3", "r1.xcd3"}
+    for d in doc["launches"]:
+        assert {d["culprit"]["unit"], *(p["unit"] for p in d["culprit_peers"])} == {"r0.xcd3", "r1.xcd3"}
+        s = d["rebalance"][0]
+        measured = d["kernel_us"] - clean[d["launch"]]["kernel_us"]
+        assert s["what"] == "xcd3 at the typical speed on ranks 0, 1" and measured > 1
+        assert abs(s["saving_us"] - measured) <= 0.1 * measured + s["fidelity_us"]
     su = doc["slow_units"]
     assert [(u["level"], u["unit"], u["launches"], u["of"]) for u in su["units"]] == [("xcd", "xcd3", 4, 4)]
     assert su["units"][0]["ranks"] and set(su["units"][0]["ranks"]) <= {0, 1}
     rc, out, _ = _run(f"timeline chip {tmp_path / 'two.arrow'} --across 4")
     assert rc == 0 and "xcd3 in 4 of 4" in out and "on ranks " in out
+    assert "slow on other ranks too (Hodges-Lehmann estimates): r" in out and "xcd3 at the typical speed on ranks 0, 1" in out
 
 
 def test_every_reproduce_line_runs_and_prints_its_numbers(files):

@@ -387,7 +387,7 @@ def test_the_checksum_crc32_is_zlibs_digest(data, start):
     and running value: files checksummed by either read as the same."""
     import zlib
 
-    from timeline.core import checksum as CK
+    from timeline.core import checksum
 
-    assert CK._crc32 is not zlib.crc32  # the fast one is installed (pyproject's dependency)
-    assert CK._crc32(data, start) == zlib.crc32(data, start)
+    assert checksum._crc32 is not zlib.crc32  # the fast one is installed (pyproject's dependency)
+    assert checksum._crc32(data, start) == zlib.crc32(data, start)

@@ -121,6 +121,7 @@ def windows(rows: Rows):
     """Per (rank, launch): its group id per row, count, keys and window ``(lo, hi)`` ns
     (computed once per ``Rows``: the tables of a report share them)."""
     def make():
+        """The windows, from every row."""
         gid, n, (rank, launch) = GR.group_ids(rows.rank, rows.launch)
         lo, hi = GR.group_min_max(gid, n, rows.first, rows.last)
         return gid, n, rank, launch, lo, hi
@@ -131,6 +132,7 @@ def unit_groups(rows: Rows, name: str):
     """Per row its (launch, unit of level ``name``) group, their count, each group's
     window and unit (a unit holds its rank; once per ``Rows``)."""
     def make():
+        """The groups, from every row."""
         wid = windows(rows)[0]
         gid, n, (_, unit) = GR.group_ids(rows.launch, rows.unit[name])
         w = np.zeros(n, np.int64)
@@ -252,7 +254,8 @@ def level_table(rows: Rows, levels: list, per_level: dict) -> pa.Table:
             "level": _names([lv.name], np.zeros(cut.size, np.int64)), "units": R.arrow(count.astype(np.int64)),
             "mean_busy_ns": mean, "max_busy_ns": per[j], "max_over_mean": ratio,
             "busiest": _names(lv.names, unit[j]), "last_unit": _names(lv.names, unit[i]),
-            "last_end_ns": last[i] - lo[wi], "late_by_ns": last[i].astype(np.float64) - _medians(last, seg, cut, count)}))
+            "last_end_ns": last[i] - lo[wi],
+            "late_by_ns": last[i].astype(np.float64) - _medians(last, seg, cut, count)}))
     return pa.concat_tables(out)
 
 

@@ -89,7 +89,8 @@ class Suspect(NamedTuple):
     def slowdown(self) -> tuple:
         """``(factor, low, high)``: exp of the shift and of its interval's ends."""
         s = self.shift
-        return tuple(math.exp(x) if math.isfinite(x) else (math.inf if x > 0 else 0.0) for x in (s.estimate, s.lo, s.hi))
+        return tuple(math.exp(x) if math.isfinite(x) else (math.inf if x > 0 else 0.0 if x < 0 else math.nan)
+                     for x in (s.estimate, s.lo, s.hi))
 
 
 def _q(x: np.ndarray, mine: np.ndarray, others: np.ndarray, n_units: int) -> tuple:
@@ -113,12 +114,13 @@ def suspects(rows: CHP.Rows, levels: list, sp: tuple, level: float = ST.LEVEL) -
     (``sp``: ``speeds(rows)``)."""
     r, x = sp
     out = []
+    ok = ~np.isnan(x)
+    by_x = np.flatnonzero(ok)[np.argsort(x[ok], kind="stable")]  # one sort of the samples for every level
     for lv in levels:
         if lv.name == "slot":
             continue
         u = rows.unit[lv.name][r]
-        ok = ~np.isnan(x)
-        med = GR.group_quantiles(u[ok], len(lv.names), x[ok], [0.5])[0]
+        med = _unit_medians(u[by_x], x[by_x], len(lv.names))
         if np.isnan(med).all():
             continue
         top = int(np.nanargmax(med))
@@ -127,6 +129,14 @@ def suspects(rows: CHP.Rows, levels: list, sp: tuple, level: float = ST.LEVEL) -
         p, q = _q(x, mine, ok & (u != top), n_units)
         out.append(Suspect(lv.name, lv.names[top], top, float(med[top]), int(mine.sum()), p, q, n_units, level))
     return out
+
+
+def _unit_medians(unit: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
+    """Per unit of ``n`` the median of its samples ``x`` (NaN: none), ``x`` in ascending
+    order: a stable sort by unit keeps each unit's samples sorted (a radix sort of
+    16-bit unit numbers), so the medians need no sort of their own."""
+    o = np.argsort(unit.astype(np.int16) if n < 1 << 15 else unit, kind="stable")
+    return GR.grouped_quantiles(np.bincount(unit, minlength=n), x[o], [0.5], presorted=True)[0]
 
 
 def culprit(rows: CHP.Rows, levels: list, sp: tuple, found: list, measure: bool = True):
@@ -195,10 +205,56 @@ def _own(rec: np.ndarray, trace) -> np.ndarray:
     return np.maximum(d, 0.0)
 
 
-def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | None) -> list:
+def place_of(s: Suspect, levels: list) -> tuple:
+    """``(unit's name without its rank, rank)`` of a level's unit (``xcd3``, 1 for
+    ``r1.xcd3``): its place on the chip."""
+    lv = next(lv for lv in levels if lv.name == s.level)
+    rank = int(lv.rank[s.number])
+    return s.unit.removeprefix(f"r{rank}."), rank
+
+
+def peers(s: Suspect, rows: CHP.Rows, levels: list, sp: tuple) -> list:
+    """The culprit's place on the launch's other ranks (``xcd3`` of rank 4 beside
+    ``r1.xcd3``) where that unit is significantly slower too, each tested as a suspect
+    is (against its level's other units; adjusted over them) and ``measured``: a unit
+    slow on every rank is rebalanced on every rank, else the others still hold the
+    kernel's end."""
+    r, x = sp
+    lv = next(lv for lv in levels if lv.name == s.level)
+    place, rank = place_of(s, levels)
+    ok = ~np.isnan(x)
+    u = rows.unit[lv.name][r]
+    out = []
+    for k, name in enumerate(lv.names):
+        if k == s.number or name.removeprefix(f"r{int(lv.rank[k])}.") != place:
+            continue
+        mine = (u == k) & ok
+        if mine.sum() < 2:
+            continue
+        p, q = _q(x, mine, ok & (u != k), s.units)
+        t = Suspect(lv.name, name, k, float(np.median(x[mine])), int(mine.sum()), p, q, s.units, s.level_of_test)
+        if t.significant:
+            out.append(estimated(t, rows, sp))
+    return out
+
+
+def estimated(s: Suspect, rows: CHP.Rows, sp: tuple) -> Suspect:
+    """``s`` with its shift's estimate alone (Hodges–Lehmann, ``ST.hodges_lehmann``, of
+    the samples ``measured`` would test; no interval: its ends NaN): what a rebalancing
+    divides by, without the interval's bisection (a tenth of a second a unit)."""
+    r, x = sp
+    u = rows.unit[s.level][r]
+    ok = ~np.isnan(x)
+    a, b = _sample(x[ok & (u != s.number)], 1), _sample(x[ok & (u == s.number)], 2)
+    est = ST.hodges_lehmann(a, b)
+    return s._replace(shift=ST.Shift(est, math.nan, math.nan, s.level_of_test, s.p, a.size, b.size, a.size, b.size,
+                                     "samples"))
+
+
+def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | None, also: tuple = ()) -> list:
     """The module's two rebalancings of ``trace`` (one launch; ``rows`` its placed
-    rows): ``unit`` at the typical speed, ``stage`` spread evenly; ``Saving``s (an
-    ``AnalysisError`` where the trace has no task graph)."""
+    rows): ``unit`` (with its slow ``peers``, ``also``) at the typical speed, ``stage``
+    spread evenly; ``Saving``s (an ``AnalysisError`` where the trace has no task graph)."""
     from timeline.analysis import edges as E
     from timeline.analysis import whatif as W
 
@@ -212,14 +268,7 @@ def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | N
     at = task_rows(rows, g.tasks)
     out = []
     if unit is not None and unit.shift is not None:
-        f = unit.slowdown()[0]
-        on = np.unique(at[(rows.unit[unit.level] == unit.number) & (at >= 0)])
-        add = np.zeros_like(own)
-        add[on] = own[on] * (1.0 / f - 1.0)
-        meas, pred = _replayed(trace, g, plan, add)
-        out.append(Saving(f"{unit.unit} at the typical speed",
-                          f"its {on.size} tasks' own phases / {f:.3f} (its measured slowdown)", meas / 1e3,
-                          pred / 1e3, (meas - pred) / 1e3, fid))
+        out.append(_unit_saving(trace, g, plan, fid, own, [unit, *also], rows, at, levels))
     if stage is not None:
         s = trace.spec.stage_names.index(stage)
         fine = CHP.unit_level(levels).name
@@ -239,6 +288,29 @@ def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | N
                           "(work conserved, each CTA's task order kept)", meas / 1e3, pred / 1e3,
                           (meas - pred) / 1e3, fid))
     return out
+
+
+def _unit_saving(trace, g, plan, fid: float, own: np.ndarray, units: list, rows: CHP.Rows, at: np.ndarray,
+                 levels: list) -> Saving:
+    """The replay with each of ``units``' tasks' own phases divided by its measured
+    slowdown (the first: the culprit; the rest: its slow peers on other ranks)."""
+    add = np.zeros_like(own)
+    n, fs = 0, []
+    for unit in units:
+        f = unit.slowdown()[0]
+        on = np.unique(at[(rows.unit[unit.level] == unit.number) & (at >= 0)])
+        add[on] = own[on] * (1.0 / f - 1.0)
+        n, fs = n + on.size, fs + [f]
+    meas, pred = _replayed(trace, g, plan, add)
+    if len(units) == 1:
+        what = f"{units[0].unit} at the typical speed"
+        how = f"its {n} tasks' own phases / {fs[0]:.3f} (its measured slowdown)"
+    else:
+        ranks = sorted(place_of(u, levels)[1] for u in units)
+        what = f"{place_of(units[0], levels)[0]} at the typical speed on ranks {', '.join(map(str, ranks))}"
+        how = (f"each rank's unit's tasks' own phases / its measured slowdown ({min(fs):.3f} to {max(fs):.3f}), "
+               f"{n} tasks")
+    return Saving(what, how, meas / 1e3, pred / 1e3, (meas - pred) / 1e3, fid)
 
 
 def unit_culprit(trace, level: float = ST.LEVEL) -> dict | None:
@@ -262,4 +334,4 @@ def unit_culprit(trace, level: float = ST.LEVEL) -> dict | None:
                     "not a task, is the culprit"}
 
 
-__all__ = ["unit_culprit", "Saving", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]
+__all__ = ["unit_culprit", "Saving", "estimated", "peers", "place_of", "rebalance", "task_rows", "SAMPLE", "Suspect", "culprit", "measured", "speeds", "suspects"]

@@ -55,6 +55,9 @@ def _print_launch(d: dict) -> None:
     c = d["culprit"]
     print(f"  slow unit: {c['says']}" if c else "  slow unit: none significant at any level (" + ", ".join(
         f"{s['level']} {s['unit']} q={s['q_value']:.3g}" for s in d["suspects"]) + ")")
+    if d["culprit_peers"]:
+        print("  slow on other ranks too (Hodges-Lehmann estimates): " + ", ".join(
+            f"{p['unit']} {(p['slowdown'] - 1) * 100:+.1f} %" for p in d["culprit_peers"]))
     for s in d["rebalance"]:
         print(f"  rebalancing, {s['what']}: saves {s['saving_us']:.3f} µs ({s['measured_us']:.3f} -> "
               f"{s['predicted_us']:.3f}; replay fidelity ±{s['fidelity_us']:.3f} µs); {s['how']}")

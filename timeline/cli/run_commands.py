@@ -161,6 +161,10 @@ def _capture_name(name, path: str, inputs: int) -> str:
 def cmd_run_add(args) -> int:
     """``timeline run add RUN INPUT...``: each input appended as one capture; a trace
     file streamed block by block (``run.stream.append_stream``: bounded memory)."""
+    from timeline.run.jobs import start_server
+
+    if not (args.legacy or args.spec):
+        start_server(len(args.inputs), args.jobs)  # its imports beside this process's
     from timeline.core.tracestream import TraceStream
     from timeline.run.stream import append_stream
     from timeline.run.write import append

@@ -104,6 +104,25 @@ def column(table: pa.Table, name: str, fill=MISSING, dtype=None, codes: bool = F
     return out if dtype is None else np.ascontiguousarray(out, dtype=dtype)
 
 
+def rank_rows(rank: np.ndarray, ranks) -> dict:
+    """Per rank of ``ranks``, its rows: None (every row), a slice (the rows come sorted by
+    rank: one run each) or a boolean mask."""
+    if rank.size and bool((rank[1:] >= rank[:-1]).all()):
+        rs = list(ranks)
+        lo, hi = np.searchsorted(rank, rs, "left"), np.searchsorted(rank, rs, "right")
+        return {r: None if (a, b) == (0, rank.size) else slice(int(a), int(b)) for r, a, b in zip(rs, lo, hi)}
+    return {r: None if rank.size and (rank == r).all() else rank == r for r in ranks}
+
+
+def as_mask(rows, n: int):
+    """``rank_rows``' slice as a boolean mask of ``n`` rows (None and masks as they are)."""
+    if not isinstance(rows, slice):
+        return rows
+    m = np.zeros(n, dtype=bool)
+    m[rows] = True
+    return m
+
+
 def phase_matrix(tasks: pa.Table, phases) -> np.ndarray:
     """``(rows, phases)`` int64 ns of the task rows, ``MISSING`` where a phase was not
     written. Column-major (each phase contiguous): a reduction over a row's few

@@ -144,7 +144,7 @@ class Trace:
         number (``timeline.core.launchkey``)."""
         if self._keys is not None:
             return {la: self._keys.get(la, KY.LaunchKey(slot=la)) for la in self.launches}
-        named = _launch_headers(self.tasks)
+        named = GR.launch_headers(self.tasks)
         owners: dict = {}
         for la, k in named.items():
             owners.setdefault(k, []).append(la)
@@ -225,15 +225,20 @@ def retime(tasks: pa.Table, spec_of_rank: dict, origins: dict, offsets: dict) ->
     tick is 0. The one home of
     that formula: merge applies it, load checks a file against it. Raises
     ``SpanError`` where a tick lies outside its rank's exact span."""
-    rank = R.numpy(tasks.column("rank"))
     first = spec_of_rank[next(iter(spec_of_rank))]
-    of_rank = {r: None if rank.size and (rank == r).all() else rank == r for r in spec_of_rank}  # None: every row
+    of_rank = R.rank_rows(R.numpy(tasks.column("rank")), spec_of_rank)  # None: every row; a slice; a mask
     for p in first.phases + first.marks:
         tick = R.numpy(tasks.column(f"{p}_tick"))
         written = tick != 0
         ns = np.zeros(tick.shape, dtype=np.int64)
         for r, sp in spec_of_rank.items():
-            m = written if of_rank[r] is None else of_rank[r] & written
+            sel = of_rank[r]
+            if isinstance(sel, slice) and written[sel].all():  # one run of rows, every stamp written: no gather
+                ns[sel] = S.ticks_to_ns(tick[sel] - origins.get(r, 0), S.table_clock(sp), inplace=True) + \
+                    offsets.get(r, 0)
+                continue
+            sel = R.as_mask(sel, tick.size)
+            m = written if sel is None else sel & written
             if m.all():  # a rank's whole table, every stamp written: no gather, no scatter, no copy
                 ns = S.ticks_to_ns(tick - origins.get(r, 0), S.table_clock(sp), inplace=True)
                 ns += offsets.get(r, 0)
@@ -364,7 +369,7 @@ def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> 
     spec_of = {sp.rank: sp for sp in meta.specs}
     col = {n: R.numpy(tasks.column(n)) for n in ("rank", "launch", "stage_index", "task")}
     ranks = np.array(sorted(spec_of))
-    bad = ~np.isin(col["rank"], ranks)
+    bad = col["rank"] != ranks[0] if ranks.size == 1 else ~np.isin(col["rank"], ranks)  # one rank: a compare
     if bad.any():
         raise _refuse(where, f"rank column holds ranks its specs lack ({_first_bad(bad)}; specs: {list(ranks)})")
     names = meta.specs[0].stage_names
@@ -374,7 +379,8 @@ def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> 
     if bad.any():
         raise _refuse(where, f"stage_index outside 0..{len(names) - 1} ({_first_bad(bad)})")
     bad = (col["task"] < 0) | (col["task"] >= counts[si])
-    launches = np.array([spec_of[int(r)].launches for r in ranks])[np.searchsorted(ranks, col["rank"])]
+    launches = spec_of[int(ranks[0])].launches if ranks.size == 1 else \
+        np.array([spec_of[int(r)].launches for r in ranks])[np.searchsorted(ranks, col["rank"])]
     bad |= (col["launch"] < 0) | (col["launch"] >= launches)
     if bad.any():
         raise _refuse(where, f"a launch or task number past its spec's slots ({_first_bad(bad)})")
@@ -396,23 +402,6 @@ def _check_rows(tasks: pa.Table, meta: Meta, where: str, first_row: int = 0) -> 
         if not want.column(f"{p}_ns").equals(tasks.column(f"{p}_ns")):
             raise _refuse(where, f"column {p}_ns is not the time its {p}_tick column gives "
                           "(ns = (tick - origin) at the spec's clock + offset)")
-
-
-def _launch_headers(tasks: pa.Table) -> dict:
-    """``{launch: (step, layer)}``: each launch's largest step and layer header (None
-    where it has none). In numpy: a pyarrow ``group_by`` imports acero and pandas
-    (a third of a second of a fresh command)."""
-    launch = R.column(tasks, "launch", dtype=np.int64)
-    gid, n, (keys,) = GR.group_ids(launch)
-    out = {}
-    for c in ("step", "layer"):
-        ok = R.numpy(tasks.column(c).is_valid())
-        best = np.full(n, np.iinfo(np.int64).min)
-        np.maximum.at(best, gid[ok], R.column(tasks, c, fill=0, dtype=np.int64)[ok])
-        has = np.zeros(n, bool)
-        has[gid[ok]] = True
-        out[c] = [int(b) if h else None for b, h in zip(best.tolist(), has.tolist())]
-    return {int(la): (s, y) for la, s, y in zip(keys.tolist(), out["step"], out["layer"])}
 
 
 def file_notes(meta: Meta, where: str) -> list:

@@ -75,8 +75,12 @@ def _rank_doc(c: CHP.Chip, rank: int, with_units: bool) -> dict:
 
 
 def unit_says(s: RB.Suspect) -> str:
-    """``xcd3's tasks ran 9.0 % slower [8.1, 9.9] (95 %)`` of a measured suspect."""
+    """``xcd3's tasks ran 9.0 % slower [8.1, 9.9] (95 %)`` of a measured suspect (of an
+    ``estimated`` one: the estimate and its adjusted p)."""
     f, lo, hi = s.slowdown()
+    if math.isnan(lo):
+        return (f"{s.unit}'s tasks ran {(f - 1) * 100:.1f} % slower (Hodges–Lehmann estimate; q = {s.q:.3g}, "
+                f"{s.samples} own intervals against its level's other {s.units - 1} units)")
     return (f"{s.unit}'s tasks ran {(f - 1) * 100:.1f} % slower [{(lo - 1) * 100:.1f}, {(hi - 1) * 100:.1f}] "
             f"({s.level_of_test:.0%}, {s.samples} own intervals against its level's other {s.units - 1} units)")
 
@@ -88,7 +92,8 @@ def _suspect_doc(s: RB.Suspect) -> dict:
            "significant": s.significant}
     if s.shift is not None:
         f, lo, hi = s.slowdown()
-        out.update(slowdown=round(f, 5), low=round(lo, 5), high=round(hi, 5), says=unit_says(s))
+        out.update(slowdown=round(f, 5), low=None if math.isnan(lo) else round(lo, 5),
+                   high=None if math.isnan(hi) else round(hi, 5), says=unit_says(s))
     return out
 
 
@@ -102,18 +107,20 @@ def launch_doc(trace, key: str, why: str, kernel_ns: float, cmd: str, level: flo
     found = RB.suspects(rows, levels, sp, level)
     cul = RB.culprit(rows, levels, sp, found)
     target = cul or (RB.measured(found[-1], rows, sp) if found else None)
+    also = RB.peers(cul, rows, levels, sp) if cul is not None and len(ranks) > 1 else []
     tails = c.tail.to_pylist()
     stage = max(tails, key=lambda t: t["tail_ns"])["stage"] if tails else None
     out = {"launch": key, "why": why, "kernel_us": us(kernel_ns), "levels": list(c.level_names),
            "rows_unplaced": c.unplaced, "rows_untimed": c.untimed,
            "ranks": [_rank_doc(c, r, with_units) for r in ranks],
-           "culprit": _suspect_doc(cul) if cul else None, "suspects": [_suspect_doc(s) for s in found],
+           "culprit": _suspect_doc(cul) if cul else None, "culprit_peers": [_suspect_doc(s) for s in also],
+           "suspects": [_suspect_doc(s) for s in found],
            "rebalance": [], "rebalance_note": None, "reproduce": cmd}
     try:
         out["rebalance"] = [{"what": s.what, "how": s.how, "measured_us": round(s.measured_us, 3),
                              "predicted_us": round(s.predicted_us, 3), "saving_us": round(s.saving_us, 3),
                              "fidelity_us": round(s.fidelity_us, 3)}
-                            for s in RB.rebalance(trace, rows, levels, target, stage)]
+                            for s in RB.rebalance(trace, rows, levels, target, stage, tuple(also))]
     except AnalysisError as e:
         out["rebalance_note"] = str(e)
     if cul is None and target is not None and out["rebalance"]:
@@ -164,9 +171,7 @@ def slow_units(src, s, n: int, level: float) -> dict:
 
 def _on_chip(s: RB.Suspect, levels: list) -> tuple:
     """``(level, unit's name without its rank, rank)`` of a culprit."""
-    lv = next(lv for lv in levels if lv.name == s.level)
-    rank = int(lv.rank[s.number])
-    return s.level, s.unit.removeprefix(f"r{rank}."), rank
+    return (s.level, *RB.place_of(s, levels))
 
 
 def chip(src, sel: Selection = Selection(), ask: Ask = Ask(), *, source_text: str | None = None) -> dict:

@@ -20,11 +20,10 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
-from timeline.run import layout as RL
-from timeline.run import stream as RS
+# layout and stream (numpy, pyarrow) are imported where used: ``start_server`` runs before them
 
 __all__ = ["FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "cores", "default_jobs", "start_context",
-           "worker_threads"]
+           "start_server", "worker_threads"]
 
 
 class Job(NamedTuple):
@@ -56,6 +55,8 @@ def default_jobs(files: int) -> int:
     nor one for fewer than ``FILES_PER_WORKER`` files. On a 16-core host 8 jobs added the
     64 files of bench/run.py at 37.4 M intervals/s in 1.94 GiB, 16 jobs at 37.2 M/s in
     3.10 GiB (bench/results/run_16core_h100.txt)."""
+    from timeline.run import layout as RL
+
     by_memory = RL.memory_budget() // WORKER_BYTES
     return max(1, min(cores(), by_memory, -(-files // FILES_PER_WORKER)))
 
@@ -82,15 +83,32 @@ def start_context():
     return ctx
 
 
+def start_server(files: int, jobs: int | None) -> None:
+    """Start the fork server now where ``files`` trace files will likely take several
+    jobs (``jobs`` asked, or the default's cores and files), so its imports run while
+    this process makes its own (0.25 s of the command's start on 2 cores); a command
+    that then takes one job leaves it unused (it ends with the command)."""
+    if jobs == 1 or files < 2 or (jobs is None and (cores() < 2 or files <= FILES_PER_WORKER)):
+        return
+    from multiprocessing import forkserver
+
+    start_context()
+    forkserver.ensure_running()
+
+
 def _start_worker(threads: int) -> None:
-    """A worker's process settings: Arrow's CPU pool sized to its share of the cores, and
-    the command's own memory settings (``process.tune_process``: freed pages reused, no
+    """A worker's process settings: Arrow's CPU pool and the part encoders' pool
+    (``write.WRITER_THREADS``) sized to its share of the cores, not to the host (16
+    workers of 4 encoders each on 16 cores: 4x the threads of the cores), and the
+    command's own memory settings (``process.tune_process``: freed pages reused, no
     huge-page compaction), which a fresh process does not inherit."""
     import pyarrow as pa
 
     from timeline.core.process import tune_process
+    from timeline.run import write as RW
 
     pa.set_cpu_count(threads)
+    RW.WRITER_THREADS = min(RW.WRITER_THREADS, threads)
     tune_process()
 
 
@@ -100,6 +118,7 @@ def _stage(run_dir: str, job: Job, aid: str) -> tuple:
     the file's notes."""
     from timeline.core import launchkey as KY
     from timeline.core.tracestream import open_stream
+    from timeline.run import stream as RS
 
     stream = open_stream(job.path)
     if job.headers is not None:
@@ -115,6 +134,8 @@ def append_jobs(run_dir, jobs: list, workers: int, *, on_notes=None, on_added=No
     each. ``on_notes(job, notes)`` before a job's commit, ``on_added(job, added)``
     after it. The first error (in the jobs' order) is raised once every staged append
     after it is dropped."""
+    from timeline.run import layout as RL
+    from timeline.run import stream as RS
     aids = [RL.new_append_id() for _ in jobs]  # time-ordered: the records list in the files' order
     done: list = []
     seen: dict = {}  # the run's records, each read once however many appends are checked against it
@@ -138,6 +159,7 @@ def append_jobs(run_dir, jobs: list, workers: int, *, on_notes=None, on_added=No
 def _drop_after(pool, futures: list) -> None:
     """Cancel what has not started, wait for the workers, and discard every append
     that was staged but will not be committed (the failed one discarded itself)."""
+    from timeline.run import stream as RS
     for f in futures:
         f.cancel()
     pool.shutdown(wait=True, cancel_futures=True)
