@@ -25,7 +25,7 @@ import numpy as np
 from timeline.attach import jsonscan as J
 from timeline.attach.spill import Spilled, spill
 from timeline.export import perfetto as PF
-from timeline.export._rows import blob_offsets, serialize_rows
+from timeline.export._rows import serialize_rows
 
 __all__ = ["FRAMEWORK_SEQUENCE", "Flows", "Prepared", "Texts", "bind", "names_and_flows", "prepare", "prepare_spilled",
            "process_track", "serialize", "thread_track"]
@@ -223,30 +223,12 @@ class Texts(NamedTuple):
         return cls(data, np.fromiter(map(len, raws), np.int64, len(raws)))
 
     def text(self, i: int) -> str:
-        if type(self.data) is InPackets:  # its bytes alone, read from the spilled packets
-            place = self.data.place
-            return place._replace(offset=place.offset + int(self.data.at[i]), length=int(self.lens[i])).read().decode()
         at = int(self.lens[:i].sum())
-        return self.data[at:at + int(self.lens[i])].decode()
+        return self.loaded().data[at:at + int(self.lens[i])].decode()
 
     def loaded(self) -> "Texts":
-        """These texts with their bytes in memory (cut back out of their packets where
-        those were spilled: ``InPackets``)."""
-        if type(self.data) is not InPackets:
-            return self
-        packets = np.frombuffer(self.data.place.read(), np.uint8)
-        start = np.zeros(len(self.lens), np.int64)
-        np.cumsum(self.lens[:-1], out=start[1:])
-        at = np.arange(int(self.lens.sum())) + np.repeat(self.data.at - start, self.lens)
-        return self._replace(data=packets[at].tobytes())
-
-
-class InPackets(NamedTuple):
-    """Texts left in the spilled packets they were serialized into: ``place`` and
-    where each row's text starts in them (``Texts.loaded`` cuts them back out)."""
-
-    place: Spilled
-    at: np.ndarray
+        """These texts with their bytes in memory (read back where they were spilled)."""
+        return self._replace(data=self.data.read()) if type(self.data) is Spilled else self
 
 
 class Slices(NamedTuple):
@@ -276,10 +258,9 @@ def _fixed64(msgs: PF.Messages, field: int, ids: np.ndarray, have: np.ndarray) -
     msgs.cols.append((b, np.where(have, len(kb) + 8, 0)))
 
 
-def serialize(s: Slices, texts_at: bool = False):
+def serialize(s: Slices) -> bytes:
     """The packets of X events, column-wise (``perfetto.Messages``): per event its
-    begin (name, category, the ``args`` annotation, flows) and its end, adjacent
-    (``texts_at``: and where each row's name, category and ``args`` texts are in them)."""
+    begin (name, category, the ``args`` annotation, flows) and its end, adjacent."""
     n = len(s.ts)
     s = s._replace(name=s.name.loaded(), cat=s.cat.loaded(), args=s.args.loaded())
     da = PF.Messages(n).raw(PF.field_bytes(DA_NAME, b"args")).blob(DA_STRING, *s.args)
@@ -294,7 +275,7 @@ def serialize(s: Slices, texts_at: bool = False):
     stop = PF.Messages(n).varint(PF.F_TIMESTAMP, s.end).raw(seq).message(PF.F_TRACK_EVENT, te_end)
     rec = PF.Messages(n)
     rec.cols.extend(PF.packets(begin).cols + PF.packets(stop).cols)
-    return serialize_rows(rec) if not texts_at else (serialize_rows(rec), blob_offsets(rec, rec.length()))
+    return serialize_rows(rec)
 
 
 def _texts(values: list, dumps: bool) -> tuple:
@@ -402,12 +383,11 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         raws = [r if h else b"" for r, h in zip(raws, has_args.tolist())]
     s = Slices(ts[order] + shift_ns, end[order] + shift_ns, track[order], name, cat, has_cat, Texts.of_raw(raws),
                has_args, fo[order], has_o[order], fi[order], has_i[order])
-    data = serialize(s, texts_at=spill_to is not None) if len(xs) else b""
-    if spill_to is not None and data:  # the packets spilled, the texts left in them
-        data, at = data
-        data = spill(spill_to, [data])[0]
-        s = s._replace(name=s.name._replace(data=InPackets(data, at[0])), cat=s.cat._replace(data=InPackets(data, at[1])),
-                       args=s.args._replace(data=InPackets(data, at[2])))
+    data = serialize(s) if len(xs) else b""
+    if spill_to is not None and data:
+        data, *texts = spill(spill_to, [data, s.name.data, s.cat.data, s.args.data])
+        s = s._replace(name=s.name._replace(data=texts[0]), cat=s.cat._replace(data=texts[1]),
+                       args=s.args._replace(data=texts[2]))
     return Prepared(len(xs) + len(inst), skipped, no_ts, first, key_of, ts, order, s, data, instants)
 
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from timeline.export.perfetto import Blob, Messages
 
-__all__ = ["blob_offsets", "serialize_rows"]
+__all__ = ["serialize_rows"]
 
 EMPTY = pa.scalar(b"", pa.large_binary())
 
@@ -60,20 +60,6 @@ def _fixed(n: int, run: list):
         at += w
     fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(m.shape[1]), n, [None, pa.py_buffer(m)])
     return fixed.cast(pa.large_binary())
-
-
-def blob_offsets(msgs: Messages, sizes: np.ndarray) -> list:
-    """Where each ``Blob`` column's text of each row starts in ``serialize_rows(msgs)``
-    (``sizes``: the rows' byte lengths, ``msgs.length()``), one array per ``Blob``
-    column in column order: a row's start plus the bytes of the columns before it."""
-    at = np.zeros(msgs.n + 1, np.int64)
-    np.cumsum(np.broadcast_to(sizes, (msgs.n,)), out=at[1:])
-    pos, out = at[:-1], []
-    for b, c in msgs.cols:
-        if type(b) is Blob:
-            out.append(pos)
-        pos = pos + c
-    return out
 
 
 def serialize_rows(msgs: Messages) -> bytes:
