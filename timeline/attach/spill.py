@@ -25,6 +25,7 @@ class Spilled(NamedTuple):
     length: int
 
     def read(self) -> bytes:
+        """The bytes, read back from their file."""
         with open(self.path, "rb") as f:
             return os.pread(f.fileno(), self.length, self.offset)
 
@@ -57,4 +58,5 @@ class Folder:
         self._gone = weakref.finalize(self, shutil.rmtree, self.path, True)
 
     def remove(self) -> None:
+        """The folder and its files removed now (once; collection does it otherwise)."""
         self._gone()
