@@ -56,7 +56,3 @@ class Folder:
     def __init__(self, parent: str | None = None):
         self.path = tempfile.mkdtemp(prefix=".timeline-attach-", suffix=".spill", dir=parent)
         self._gone = weakref.finalize(self, shutil.rmtree, self.path, True)
-
-    def remove(self) -> None:
-        """The folder and its files removed now (once; collection does it otherwise)."""
-        self._gone()
