@@ -25,6 +25,7 @@ class Spilled(NamedTuple):
     length: int
 
     def read(self) -> bytes:
+        """The bytes, read back from their file."""
         with open(self.path, "rb") as f:
             return os.pread(f.fileno(), self.length, self.offset)
 
@@ -55,6 +56,3 @@ class Folder:
     def __init__(self, parent: str | None = None):
         self.path = tempfile.mkdtemp(prefix=".timeline-attach-", suffix=".spill", dir=parent)
         self._gone = weakref.finalize(self, shutil.rmtree, self.path, True)
-
-    def remove(self) -> None:
-        self._gone()

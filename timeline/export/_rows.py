@@ -23,6 +23,7 @@ EMPTY = pa.scalar(b"", pa.large_binary())
 
 
 def _offsets(counts: np.ndarray) -> np.ndarray:
+    """Arrow's offsets of rows of ``counts`` bytes: 0 then their running sum (int64)."""
     out = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=out[1:])
     return out
