@@ -143,8 +143,10 @@ class Cached:
     def __getattr__(self, name):
         return getattr(self._src, name)
 
-    def launch(self, key, ranks=None):
-        return self._load(key) if ranks is None else self._src.launch(key, ranks)
+    def launch(self, key, ranks=None, without=()):
+        """The page's cached launch (whole: it serves a read ``without`` columns too), or
+        ``src``'s for a selection of ranks."""
+        return self._load(key) if ranks is None else self._src.launch(key, ranks, without)
 
 
 __all__ = ["BYTES_PER_TASK", "Cached", "RunView", "SEP", "label", "launch_name", "parse_launch", "parse_name",

@@ -251,7 +251,8 @@ def read_parquet(path, *, where: tuple | None = None, columns=None, without=()) 
         st = f.metadata.row_group(g).column(at).statistics
         if st is None or not st.has_min_max or st.min <= value <= st.max:
             groups.append(g)
-    table = f.read_row_groups(groups, columns=names) if groups else R.empty(f.schema_arrow)
+    schema = f.schema_arrow if names is None else pa.schema([f.schema_arrow.field(c) for c in names])
+    table = f.read_row_groups(groups, columns=names) if groups else R.empty(schema)
     return nullable(table.filter(pc.equal(table.column(column), R.scalar(value, table.column(column).type))))
 
 
