@@ -19,7 +19,13 @@ samples = st.tuples(sizes, sizes, st.sampled_from(["normal", "ticks", "skewed"])
                     st.floats(-2.0, 2.0), st.sampled_from([0.9, 0.95, 0.99]), st.integers(0, 2**31))
 
 
-def _sides(n, m, kind, effect, seed):
+def _sides(case):
+    """``(a, b, level)`` of a drawn ``samples`` case."""
+    n, m, kind, effect, level, seed = case
+    return (*_drawn(n, m, kind, effect, seed), level)
+
+
+def _drawn(n, m, kind, effect, seed):
     rng = np.random.default_rng(seed)
     if kind == "ticks":  # a 100 MHz clock's 10 ns ticks: many differences tie
         return np.round(rng.normal(0, 3, n)) * 10, np.round(rng.normal(effect * 3, 3, m)) * 10
@@ -29,14 +35,14 @@ def _sides(n, m, kind, effect, seed):
 
 
 def _tol(a, b, s):
+    """Twice the value bisection's tolerance (``stats.shift``'s ``tol``): the two searches' ends agree within it."""
     return 2 * max(max(np.ptp(a), np.ptp(b), abs(s.estimate), 1.0) * 1e-7, 1e-3)
 
 
 @settings(max_examples=150, deadline=None)
 @given(samples)
 def test_the_ends_found_among_the_differences_are_the_ends_bisection_finds(case):
-    n, m, kind, effect, level, seed = case
-    a, b = _sides(n, m, kind, effect, seed)
+    a, b, level = _sides(case)
     fast = ST.shift(a, b, level=level)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ST, "_PAIRS_IN_MEMORY", 0)  # too many to make: bisection on the value
@@ -50,12 +56,11 @@ def test_the_ends_found_among_the_differences_are_the_ends_bisection_finds(case)
 @settings(max_examples=100, deadline=None)
 @given(samples)
 def test_the_interval_is_where_the_test_keeps_the_shift(case):
-    n, m, kind, effect, level, seed = case
-    a, b = _sides(n, m, kind, effect, seed)
+    a, b, level = _sides(case)
     s = ST.shift(a, b, level=level)
     if s.reason:
         return
-    method = "exact" if max(n, m) <= ST.EXACT_UNITS else "asymptotic"
+    method = ST._method(a.size, b.size)  # the module's rule: exact at EXACT_UNITS or fewer
     p = lambda d: scipy.stats.mannwhitneyu(b - d, a, alternative="two-sided", method=method).pvalue  # noqa: E731
     eps = _tol(a, b, s)
     for end, out in ((s.lo, -1), (s.hi, +1)):
@@ -70,8 +75,8 @@ def test_tests_made_together_give_each_its_own_p():
     tests += [(rng.normal(0, 1, 30), rng.normal(0, 1, 7), None, None), (np.array([]), rng.normal(0, 1, 5), None, None),
               (rng.normal(0, 1, 64), rng.normal(1, 1, 64), np.repeat(np.arange(8), 8), np.repeat(np.arange(8), 8))]
     one_by_one = [ST.pvalue(a, b, blocks_a=ba, blocks_b=bb) for a, b, ba, bb in tests]
-    method = lambda x, y: "exact" if max(x.size, y.size) <= ST.EXACT_UNITS else "asymptotic"  # noqa: E731
-    own = [scipy.stats.mannwhitneyu(ub, ua, alternative="two-sided", method=method(ua, ub)).pvalue if ua.size else 1.0
+    own = [scipy.stats.mannwhitneyu(ub, ua, alternative="two-sided", method=ST._method(ua.size, ub.size)).pvalue
+           if ua.size else 1.0
            for ua, ub in ((ST.units(a, ba), ST.units(b, bb)) for a, b, ba, bb in tests)]
     assert ST.pvalues(tests).tolist() == pytest.approx(one_by_one, rel=1e-12, abs=0)
     assert one_by_one == pytest.approx(own, rel=1e-12, abs=0)

@@ -22,7 +22,7 @@ from timeline.analysis import stats as ST
 
 TYPICAL_LAUNCHES = 9  # launches a side's per-task typical durations are the median of
 UNREAD = ("xcc", "se", "sh", "cu", "simd", "wave_slot", "sm", "hw_unit")  # where its tasks ran: a typical
-# launch's durations never read it, and reading a launch without it takes 0.75x the CPU (bench/verdicts.py)
+# launch's durations never read it (nullable by the tasks contract), so its launches are read without it
 MIN_LAUNCHES = 3  # fewer launches give no typical one
 
 

@@ -218,8 +218,8 @@ def hodges_lehmann(a, b) -> float:
 def _edge(a, b, inside: float, outside: float, alpha: float, method: str, tol: float) -> float:
     """The end of the interval between ``inside`` (a shift the test keeps) and
     ``outside`` (one it rejects): the difference b - a where the test turns (its p
-    changes only there), found by halving the sorted differences (about 10 tests for
-    24 x 24 units, against 40 by value); by bisection on the value to ``tol`` where
+    changes only there), found by halving the sorted differences (about log2 of their
+    number of tests: 10 for 24 x 24 units); by bisection on the value to ``tol`` where
     the differences are too many to make."""
     if a.size * b.size <= _PAIRS_IN_MEMORY:
         return _edge_at_differences(a, b, inside, outside, alpha, method)

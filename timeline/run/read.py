@@ -122,7 +122,7 @@ class Run:
         without one, and the start's ± ns on its append's axis), selected by rank / step
         / layer (an int or a list each), in (step, layer, rank, capture, launch) order.
         Reads the per-append launch parts and manifest records only, never a task row;
-        sorted once a run (each launch read asks: 6 ms a sort of 24,576 rows)."""
+        sorted once a run (each launch read asks for it)."""
         t = self._small.get(("launches", "sorted"))
         if t is None:
             t = self._small[("launches", "sorted")] = self._read_small("launches").sort_by(
@@ -134,8 +134,7 @@ class Run:
         """The per-launch stage report of every launch (one row per (rank, launch,
         stage): ``analysis.stage_report(by_launch=True)``'s columns with interval
         p50 / p90 / p99, keyed by step, layer, capture and append; ``columns``: those and
-        the ``KEY_COLUMNS`` alone, a third of the reading for a gate's spans); None in an
-        empty run."""
+        the ``KEY_COLUMNS`` alone, where a caller needs few); None in an empty run."""
         t = self._read_small("stages", None if columns is None else tuple(columns))
         return None if t is None else _select(t, rank=rank, step=step, layer=layer)
 
