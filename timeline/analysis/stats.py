@@ -7,8 +7,9 @@ interval, and when that difference is significant. The gate, explain's A/B verdi
   a rank) is the Hodges–Lehmann estimate: the median of every difference b - a. Its
   interval at ``level`` is the set of shifts d for which the Mann–Whitney test of
   ``b - d`` against ``a`` does not reject (``scipy.stats.mannwhitneyu``, exact for small
-  samples, normal with the tie correction otherwise), found among the differences b - a (where the test's p turns): distribution
-  free, and as wide as the data say, so it narrows as 1/sqrt(n) with more launches.
+  samples, normal with the tie correction otherwise), its ends found among the
+  differences b - a (where the test's p turns): distribution free, and as wide as the
+  data say, so it narrows as 1/sqrt(n) with more launches.
 - **Units.** Launches of one step of a run are not independent (its layers share the
   step's conditions): where both sides' launches carry step headers, steps hold
   several of them, and each side has enough steps for the test to reach the level (4
