@@ -147,6 +147,49 @@ def profile(files: list, scratch: Path) -> list:
     return out
 
 
+def aggregate_rows(files: list, sizes=(1 << 18, 1 << 17, 1 << 16, 1 << 15), repeat: int = 5) -> list:
+    """The per-launch aggregates of ``files`` (read once, held) taken ``stream.AGGREGATE_ROWS``
+    rows at a time for each of ``sizes``: the median CPU ms a file of ``repeat`` rounds
+    (the sizes taking turns) and the peak of Python-side allocations (tracemalloc: numpy's
+    arrays), the A/B behind ``AGGREGATE_ROWS``."""
+    import tracemalloc
+
+    import pyarrow as pa
+
+    import timeline.run.stream as RS
+    from timeline.core.tracestream import open_stream
+
+    held = []
+    for f in files:
+        stream = open_stream(f)
+        held.append((stream, pa.concat_tables([t for _, t, _ in stream.blocks()])))
+    was, cpu, peak = RS.AGGREGATE_ROWS, {n: [] for n in sizes}, {}
+    try:
+        for _ in range(repeat):
+            for n in sizes:
+                RS.AGGREGATE_ROWS = n
+                c0 = time.process_time()
+                for stream, tasks in held:
+                    agg = RS._Aggregates(stream, "c", "a")
+                    agg.add(tasks)
+                    agg.tables()
+                cpu[n].append((time.process_time() - c0) / len(held))
+        for n in sizes:
+            RS.AGGREGATE_ROWS = n
+            tracemalloc.start()
+            agg = RS._Aggregates(held[0][0], "c", "a")
+            agg.add(held[0][1])
+            peak[n] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+    finally:
+        RS.AGGREGATE_ROWS = was
+    out = [f"the aggregates taken AGGREGATE_ROWS rows at a time (the run writes {was:,}): CPU ms a file, median of "
+           f"{repeat} rounds over {len(held)} files; the peak of numpy's arrays for one file"]
+    for n in sizes:
+        out.append(f"    {n:>9,} rows  {sorted(cpu[n])[len(cpu[n]) // 2] * 1e3:6.1f} ms  {peak[n] / 2**20:6.1f} MiB")
+    return out
+
+
 def codecs(path: Path, repeat: int = 7) -> list:
     """One file's task part encoded with the run's options under each codec (and
     zstd's levels): the least CPU of ``repeat`` encodes and of reading it back, its
@@ -197,6 +240,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="add_profile_"))
     try:
         print("\n".join(profile([Path(f) for f in args.files], scratch)))
+        print("\n".join(aggregate_rows([Path(f) for f in args.files[1:9]])))
         if args.codecs:
             print("\n".join(codecs(Path(args.files[0]))))
     finally:

@@ -96,6 +96,9 @@ def start_server(files: int, jobs: int | None) -> None:
     forkserver.ensure_running()
 
 
+_THREADS = [0]  # a worker's share of the cores (``_start_worker``); 0 outside a worker
+
+
 def _start_worker(threads: int) -> None:
     """A worker's process settings: Arrow's CPU pool and the part encoders' pool
     (``write.WRITER_THREADS``) sized to its share of the cores, not to the host (16
@@ -109,13 +112,16 @@ def _start_worker(threads: int) -> None:
 
     pa.set_cpu_count(threads)
     RW.WRITER_THREADS = min(RW.WRITER_THREADS, threads)
+    _THREADS[0] = threads
     tune_process()
 
 
 def _stage(run_dir: str, job: Job, aid: str) -> tuple:
     """In a worker: ``job``'s file staged for the run (``stream.stage_stream``, the
     check against the run's captures left to the commit); the ``StagedAppend`` and
-    the file's notes."""
+    the file's notes. Read ahead on a thread (``TraceStream.prefetch``) only where the
+    worker's share of the cores is more than one: a reader thread beside it then has
+    no core of its own (its hand-offs cost CPU: bench/add_profile.py)."""
     from timeline.core import launchkey as KY
     from timeline.core.tracestream import open_stream
     from timeline.run import stream as RS
@@ -123,8 +129,9 @@ def _stage(run_dir: str, job: Job, aid: str) -> tuple:
     stream = open_stream(job.path)
     if job.headers is not None:
         stream = stream.with_headers(KY.Headers(*job.headers))
-    staged = RS.stage_stream(run_dir, stream.prefetch(), capture=job.capture, as_capture=job.as_capture, aid=aid,
-                             check=False)
+    if _THREADS[0] > 1:
+        stream = stream.prefetch()
+    staged = RS.stage_stream(run_dir, stream, capture=job.capture, as_capture=job.as_capture, aid=aid, check=False)
     return staged, list(stream.notes)
 
 
@@ -134,20 +141,24 @@ def append_jobs(run_dir, jobs: list, workers: int, *, on_notes=None, on_added=No
     each. ``on_notes(job, notes)`` before a job's commit, ``on_added(job, added)``
     after it. The first error (in the jobs' order) is raised once every staged append
     after it is dropped."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from timeline.run import layout as RL
     from timeline.run import stream as RS
+    from timeline.run import write as RW
     aids = [RL.new_append_id() for _ in jobs]  # time-ordered: the records list in the files' order
     done: list = []
     seen: dict = {}  # the run's records, each read once however many appends are checked against it
     with ProcessPoolExecutor(max_workers=workers, mp_context=start_context(),
-                             initializer=_start_worker, initargs=(worker_threads(workers),)) as pool:
+                             initializer=_start_worker, initargs=(worker_threads(workers),)) as pool, \
+            ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as renames:  # one for every commit, not one each
         futures = [pool.submit(_stage, str(run_dir), job, aid) for job, aid in zip(jobs, aids)]
         try:
             for job, future in zip(jobs, futures):
                 staged, notes = future.result()
                 if on_notes is not None:
                     on_notes(job, notes)
-                done.append(RS.commit(staged, seen))
+                done.append(RS.commit(staged, seen, renames))
                 if on_added is not None:
                     on_added(job, done[-1])
         except BaseException:

@@ -4,6 +4,7 @@ directory (``layout.staging_dir``), published only when the append commits."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,39 @@ class PartWriter:
 
 
 
+class Inline:
+    """The encoder pool of a process with one core's share (a ``run add --jobs`` worker
+    beside as many others as cores): each task run at once, in the caller's thread, its
+    ``Future`` done. A pool thread there has no core of its own to run on, and handing
+    the blocks between threads cost CPU (bench/add_profile.py)."""
+
+    def submit(self, fn, *args, **kwargs) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 (handed to the caller through the Future, as a pool would)
+            f.set_exception(e)
+        return f
+
+    def map(self, fn, *iterables):
+        return [fn(*a) for a in zip(*iterables)]
+
+    def shutdown(self, wait: bool = True, **kwargs) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+def encoder_pool(threads: int, pool_class):
+    """The pool a streamed append encodes its parts on: ``pool_class`` (a
+    ``ThreadPoolExecutor``) of ``threads``, or ``Inline`` for one thread."""
+    return Inline() if threads <= 1 else pool_class(max_workers=threads)
+
+
 def write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, aid) -> list:
     """A block's rows to their (rank, step) parts; the writes now due (and those of the
     partitions ``closed`` here: None, all), on the pool."""
@@ -120,4 +154,4 @@ def write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, po
     return jobs
 
 
-__all__ = ["BUFFER_ROWS", "PartWriter", "write_block"]
+__all__ = ["BUFFER_ROWS", "Inline", "PartWriter", "encoder_pool", "write_block"]

@@ -35,10 +35,11 @@ from timeline.run import aggregate as RA
 from timeline.run import captures as RC
 from timeline.run import layout as RL
 from timeline.run import write as RW
-from timeline.run.parts import write_block
+from timeline.run.parts import encoder_pool, write_block
 
 PENDING_ROWS = 1 << 20  # rows of unfinished launches held between blocks, or aggregated in one wave
-AGGREGATE_ROWS = 1 << 18  # rows whose aggregates are taken at once (their arrays: a few hundred bytes a row)
+AGGREGATE_ROWS = 1 << 17  # rows whose aggregates are taken at once: 1.06x the CPU of 1 << 18, half its numpy peak
+# (24 -> 13 MiB a 254k-row file: a worker's memory, --jobs 16); 1 << 16 1.27x (bench/add_profile.py)
 SMALL_TABLES = ("launches", "stages", "anomalies")
 
 
@@ -269,7 +270,7 @@ def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: 
     parts: dict = {}
     m = stream.meta
     fpr = RC.Fingerprint(m.specs, m.origins, m.offsets, stream.spec.phases, stream.spec.marks)
-    with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as pool:
+    with encoder_pool(RW.WRITER_THREADS, ThreadPoolExecutor) as pool:
         try:
             rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, (aid, capture, fpr), progress)
             for pairs, blocks in p.waves:
@@ -305,19 +306,23 @@ def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: 
                         Added([e["path"] for e in entries], rows, intervals), created)
 
 
-def commit(st: StagedAppend, seen: dict | None = None) -> Added:
+def commit(st: StagedAppend, seen: dict | None = None, pool=None) -> Added:
     """Publish a staged append: its deferred check against the run's captures (a
     ``RunError`` drops it, the run as it was; ``seen``: the run's records read before,
     ``layout.committed_records``), its parts renamed into the run, then the manifest
-    record that commits them (docs/RUN.md: a crash before it leaves none)."""
+    record that commits them (docs/RUN.md: a crash before it leaves none). ``pool``:
+    the threads that rename (a caller committing many appends keeps one), else a
+    pool of ``write.WRITER_THREADS`` made for this one."""
     if st.check is not None:
         try:
             RW.check_capture(st.run_dir, **st.check, seen=seen)
         except BaseException:
             discard(st)
             raise
-    with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as pool:
-        list(pool.map(RL.publish_staged, st.staged))  # the renames and directory fsyncs at once
+    if pool is None:
+        with ThreadPoolExecutor(max_workers=RW.WRITER_THREADS) as own:
+            return commit(st._replace(check=None), seen, own)
+    list(pool.map(RL.publish_staged, st.staged))  # the renames and directory fsyncs at once
     st.staging.rmdir()  # empty now: every part renamed out of it
     RL.write_json(RL.manifest_path(st.run_dir, st.record["append"]), st.record)
     return st.added
