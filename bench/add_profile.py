@@ -128,12 +128,8 @@ def profile(files: list, scratch: Path) -> list:
     ss, cs = pstats.Stats(stage), pstats.Stats(commit)
     n = len(rest)
     real = scratch / "real"
-    shutil.rmtree(real, ignore_errors=True)
-    RS.commit(RS.stage_stream(real, open_stream(files[0]), capture="warm", check=False))
-    c0, w0, seen = time.process_time(), time.perf_counter(), {}
-    for f in rest:
-        RS.commit(RS.stage_stream(real, open_stream(f).prefetch(), capture=Path(f).name, seen=seen))
-    cpu, wall = (time.process_time() - c0) / n, (time.perf_counter() - w0) / n
+    cpu, wall = unprofiled(files, real, prefetch=True)
+    one = unprofiled(files, scratch / "one", prefetch=False, threads=1)
     ivs = sum(e["rows"] for r in __import__("timeline.run.layout", fromlist=["x"]).committed_records(real)[1:]
               for e in r["parts"] if e["table"] == "tasks") / n
     out = [f"one file's `run add`, profiled (cProfile, the encoder pool inline) over {n} files of {ivs:,.0f} task rows "
@@ -144,7 +140,38 @@ def profile(files: list, scratch: Path) -> list:
     out += _table(cs, COMMIT, n, cs.total_tt)
     out.append(f"  unprofiled, the pools as `run add --jobs 1` runs them: {cpu * 1e3:.1f} ms CPU a file "
                f"({wall * 1e3:.1f} ms wall), stage + commit")
+    out.append(f"  unprofiled, as a `--jobs` worker with one core's share runs it (encodes inline, no reader thread; "
+               f"Arrow's pool 1 thread): {one[0] * 1e3:.1f} ms CPU a file ({one[1] * 1e3:.1f} ms wall)")
     return out
+
+
+def unprofiled(files: list, run: Path, *, prefetch: bool, threads: int | None = None) -> tuple:
+    """CPU and wall seconds a file of ``files[1:]`` appended to a new run at ``run``
+    (``files[0]`` first, to warm up), unprofiled: read ahead on a thread or not
+    (``prefetch``); ``threads``: the encoder pool and Arrow's CPU pool of that many
+    threads (1: encodes inline, as a ``--jobs`` worker with one core's share), else
+    as they are."""
+    import pyarrow as pa
+
+    import timeline.run.stream as RS
+    from timeline.core.tracestream import open_stream
+    from timeline.run import write as RW
+
+    was = RW.WRITER_THREADS, pa.cpu_count()
+    if threads is not None:
+        RW.WRITER_THREADS = threads
+        pa.set_cpu_count(threads)
+    try:
+        shutil.rmtree(run, ignore_errors=True)
+        RS.commit(RS.stage_stream(run, open_stream(files[0]), capture="warm", check=False))
+        c0, w0, seen = time.process_time(), time.perf_counter(), {}
+        for f in files[1:]:
+            stream = open_stream(f)
+            RS.commit(RS.stage_stream(run, stream.prefetch() if prefetch else stream, capture=Path(f).name, seen=seen))
+        return (time.process_time() - c0) / len(files[1:]), (time.perf_counter() - w0) / len(files[1:])
+    finally:
+        RW.WRITER_THREADS = was[0]
+        pa.set_cpu_count(was[1])
 
 
 def aggregate_rows(files: list, sizes=(1 << 18, 1 << 17, 1 << 16, 1 << 15), repeat: int = 5) -> list:

@@ -94,43 +94,101 @@ def cores_line() -> str:
     return f"{c['cpu_count']} cores (os.cpu_count), {c['affinity']} this process may use (its affinity)"
 
 
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and every process below it (``/proc``)."""
-    parent, rss = {}, {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+def _children(pid: int) -> list:
+    """The child processes of ``pid`` (``/proc/PID/task/TID/children`` of each of its
+    threads: only this tree is read, not every process of the host)."""
+    out = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
         try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            parent[int(d)], rss[int(d)] = int(fields[1]), int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except (OSError, ValueError):
             continue
-    total, seen = 0, {root}
-    frontier = [root]
+    return out
+
+
+def _tree(root: int) -> dict:
+    """``{pid: parent}`` of ``root`` and every process below it."""
+    tree, frontier = {root: None}, [root]
     while frontier:
         p = frontier.pop()
-        total += rss.get(p, 0)
-        kids = [c for c, pp in parent.items() if pp == p and c not in seen]
-        seen.update(kids)
-        frontier += kids
-    return total
+        for c in _children(p):
+            if c not in tree:
+                tree[c] = p
+                frontier.append(c)
+    return tree
+
+
+def _rss_cpu(pid: int):
+    """A process's resident bytes (``statm``) and CPU seconds so far (``stat``), or None."""
+    try:
+        rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        return rss, (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pss(pid: int) -> int:
+    """A process's proportional set size (bytes): its pages, a shared one counted as
+    its share (``smaps_rollup``), so the tree's sum counts each page once."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+PAGE, TICK = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
+PSS_EVERY = 5  # samples: PSS (``smaps_rollup``: about 1 ms a process) every 5th, RSS at each
+
+
+class TreeMemory:
+    """Peaks of a process tree sampled every 20 ms: the summed RSS (a page shared by
+    several processes counted in each), the summed PSS (counted once), the largest
+    process below the command's own (a worker, or the fork server), and the command
+    process's CPU seconds as last seen (the parent's part of ``run add --jobs``).
+    Only the tree's own ``/proc`` entries are read (a sample of every process of the
+    host took 2 ms of CPU: 10 % of a core, beside a command timed on 2)."""
+
+    def __init__(self, runner: int):
+        self.runner, self.rss, self.pss, self.child_rss, self.parent_cpu, self.samples = runner, 0, 0, 0, 0.0, 0
+
+    def sample(self) -> None:
+        tree = _tree(self.runner)
+        command = next((p for p, up in tree.items() if up == self.runner), None)
+        seen = {p: _rss_cpu(p) for p in tree if p != self.runner}
+        seen = {p: v for p, v in seen.items() if v is not None}
+        self.rss = max(self.rss, sum(v[0] for v in seen.values()))
+        self.child_rss = max([self.child_rss] + [v[0] for p, v in seen.items() if p != command])
+        if command in seen:
+            self.parent_cpu = seen[command][1]
+        if self.samples % PSS_EVERY == 0:
+            self.pss = max(self.pss, sum(_pss(p) for p in seen))
+        self.samples += 1
 
 
 def tree_child(argv: list, *, env: dict, cwd=ROOT, timeout: float = 1800) -> dict:
     """``argv`` under ``TREE_RUNNER``: wall seconds, CPU seconds of every process it
-    started, the tree's peak summed RSS (bytes), exit status, stdout, stderr's tail."""
+    started, the tree's peaks (``TreeMemory``: ``rss`` the summed RSS in bytes, ``pss``,
+    ``child_rss``; ``parent_cpu``), exit status, stdout, stderr's tail."""
     import tempfile
 
     t0 = time.perf_counter()
     out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     p = subprocess.Popen([sys.executable, "-c", TREE_RUNNER, *map(str, argv)], env=env, cwd=cwd, stdout=out, stderr=err)
-    peak, deadline = 0, time.monotonic() + timeout
+    mem, deadline = TreeMemory(p.pid), time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(p.pid, os.WNOHANG)
         if pid:
             break
-        peak = max(peak, _tree_rss(p.pid))
+        mem.sample()
         if time.monotonic() > deadline:
             p.kill()
         time.sleep(0.02)  # a bench sampling its child's memory, not a test
@@ -138,7 +196,8 @@ def tree_child(argv: list, *, env: dict, cwd=ROOT, timeout: float = 1800) -> dic
     p.returncode = os.waitstatus_to_exitcode(status)
     out.seek(0)
     err.seek(0)
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss": peak, "rc": p.returncode,
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss": mem.rss, "pss": mem.pss,
+            "child_rss": mem.child_rss, "parent_cpu": mem.parent_cpu, "rc": p.returncode,
             "out": out.read().decode(errors="replace"), "err": err.read().decode(errors="replace")[-2000:]}
 
 
@@ -157,13 +216,16 @@ def add_goal(jobs: int):
 
 def scaling(timeline, files: list, where: Path, env: dict) -> list:
     """``timeline run add RUN FILES --jobs N`` for each of ``job_counts`` (a fresh run
-    each): the lines of the scaling table."""
+    each): the lines of the scaling table, with the parent's CPU (its serial part: the
+    commits) and a worker's peak RSS beside the tree's."""
     import shutil
 
     counts, note = job_counts()
     lines = [f"`timeline run add` of {len(files)} trace files at 1..16 jobs ({cores_line()}); CPU: every process of "
-             "the command; peak RSS: the processes' sum",
-             f"  {'jobs':>4s}  {'wall':>7s}  {'cpu':>7s}  {'rate':>12s}  {'speedup':>7s}  {'peak RSS':>9s}  goal"]
+             "the command (parent: the command's own process); peak RSS: the processes' sum (a shared page counted in "
+             "each), PSS: each page once; worker: the largest process below the command",
+             f"  {'jobs':>4s}  {'wall':>7s}  {'cpu':>7s}  {'parent':>6s}  {'rate':>12s}  {'speedup':>7s}  {'peak RSS':>9s}  "
+             f"{'PSS':>9s}  {'worker':>8s}  goal"]
     base = None
     for j in counts:
         shutil.rmtree(where, ignore_errors=True)
@@ -177,10 +239,11 @@ def scaling(timeline, files: list, where: Path, env: dict) -> list:
         base = base or r["wall_s"]
         goal = add_goal(j)
         verdict = f">= {goal / 1e6:.0f} M/s: {'MET' if rate >= goal else 'NOT MET'}" if goal else ""
-        rss = f"{r['rss'] / 2**30:.2f} GiB"
-        lines.append(f"  {j:4d}  {r['wall_s']:6.2f}s  {r['cpu_s']:6.2f}s  {rate / 1e6:8.1f} M/s  {base / r['wall_s']:6.2f}x  "
-                     f"{rss:>9s}  {verdict}{'; ' if verdict else ''}RSS <= 2 GiB: "
-                     f"{'MET' if r['rss'] <= RSS_GOAL else 'NOT MET'}")
+        rss, pss = f"{r['rss'] / 2**30:.2f} GiB", f"{r['pss'] / 2**30:.2f} GiB"
+        worker = f"{r['child_rss'] / 2**20:.0f} MiB" if j > 1 else "-"
+        lines.append(f"  {j:4d}  {r['wall_s']:6.2f}s  {r['cpu_s']:6.2f}s  {r['parent_cpu']:5.2f}s  {rate / 1e6:8.1f} M/s  "
+                     f"{base / r['wall_s']:6.2f}x  {rss:>9s}  {pss:>9s}  {worker:>8s}  {verdict}{'; ' if verdict else ''}"
+                     f"RSS <= 2 GiB: {'MET' if r['rss'] <= RSS_GOAL else 'NOT MET'}")
     if note:
         lines.append(f"  ({note})")
     return lines
