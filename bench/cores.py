@@ -217,36 +217,49 @@ def add_goal(jobs: int):
 def scaling(timeline, files: list, where: Path, env: dict) -> list:
     """``timeline run add RUN FILES --jobs N`` for each of ``job_counts`` (a fresh run
     each): the lines of the scaling table, with the parent's CPU (its serial part: the
-    commits) and a worker's peak RSS beside the tree's."""
-    import shutil
-
+    commits) and a worker's peak RSS beside the tree's. Where the memory budget ran
+    fewer workers than asked, the same again with a budget that holds them all."""
     counts, note = job_counts()
     lines = [f"`timeline run add` of {len(files)} trace files at 1..16 jobs ({cores_line()}); CPU: every process of "
              "the command (parent: the command's own process); peak RSS: the processes' sum (a shared page counted in "
              "each), PSS: each page once; worker: the largest process below the command",
              f"  {'jobs':>4s}  {'wall':>7s}  {'cpu':>7s}  {'parent':>6s}  {'rate':>12s}  {'speedup':>7s}  {'peak RSS':>9s}  "
              f"{'PSS':>9s}  {'worker':>8s}  goal"]
-    base = None
+    base: list = []
     for j in counts:
-        shutil.rmtree(where, ignore_errors=True)
-        r = tree_child(timeline("run", "add", where, *files, "--jobs", j, "-q"), env=env)
-        shutil.rmtree(where, ignore_errors=True)
-        if r["rc"]:
-            lines.append(f"  {j:4d}  failed (rc {r['rc']}): {r['err'].strip().splitlines()[-1] if r['err'].strip() else ''}")
-            continue
-        n = int(re.search(r"([\d,]+) intervals", r["out"]).group(1).replace(",", ""))
-        rate = n / r["wall_s"]
-        base = base or r["wall_s"]
-        goal = add_goal(j)
-        verdict = f">= {goal / 1e6:.0f} M/s: {'MET' if rate >= goal else 'NOT MET'}" if goal else ""
-        rss, pss = f"{r['rss'] / 2**30:.2f} GiB", f"{r['pss'] / 2**30:.2f} GiB"
-        worker = f"{r['child_rss'] / 2**20:.0f} MiB" if j > 1 else "-"
-        lines.append(f"  {j:4d}  {r['wall_s']:6.2f}s  {r['cpu_s']:6.2f}s  {r['parent_cpu']:5.2f}s  {rate / 1e6:8.1f} M/s  "
-                     f"{base / r['wall_s']:6.2f}x  {rss:>9s}  {pss:>9s}  {worker:>8s}  {verdict}{'; ' if verdict else ''}"
-                     f"RSS <= 2 GiB: {'MET' if r['rss'] <= RSS_GOAL else 'NOT MET'}")
+        line, capped = _scaling_row(timeline, files, where, env, j, base)
+        lines.append(line)
+        if capped:
+            line, _ = _scaling_row(timeline, files, where, {**env, "TIMELINE_MEMORY_BUDGET": "8G"}, j, base)
+            lines.append(line + "; TIMELINE_MEMORY_BUDGET=8G: every worker asked")
     if note:
         lines.append(f"  ({note})")
     return lines
+
+
+def _scaling_row(timeline, files: list, where: Path, env: dict, j: int, base: list) -> tuple:
+    """One row of ``scaling`` (``base``: the first row's wall, set by it) and whether the
+    memory budget ran fewer workers than ``j``."""
+    import shutil
+
+    shutil.rmtree(where, ignore_errors=True)
+    r = tree_child(timeline("run", "add", where, *files, "--jobs", j, "-q"), env=env)
+    shutil.rmtree(where, ignore_errors=True)
+    if r["rc"]:
+        return f"  {j:4d}  failed (rc {r['rc']}): {r['err'].strip().splitlines()[-1] if r['err'].strip() else ''}", False
+    n = int(re.search(r"([\d,]+) intervals", r["out"]).group(1).replace(",", ""))
+    rate = n / r["wall_s"]
+    base += [] if base else [r["wall_s"]]
+    goal = add_goal(j)
+    verdict = [f">= {goal / 1e6:.0f} M/s: {'MET' if rate >= goal else 'NOT MET'}"] if goal else []
+    capped = re.search(r"--jobs \d+: (\d+) worker processes, what the memory budget holds", r["err"])
+    if capped:
+        verdict.append(f"ran {capped.group(1)} workers: what the memory budget holds")
+    verdict.append(f"RSS <= 2 GiB: {'MET' if r['rss'] <= RSS_GOAL else 'NOT MET'}")
+    worker = f"{r['child_rss'] / 2**20:.0f} MiB" if j > 1 else "-"
+    return (f"  {j:4d}  {r['wall_s']:6.2f}s  {r['cpu_s']:6.2f}s  {r['parent_cpu']:5.2f}s  {rate / 1e6:8.1f} M/s  "
+            f"{base[0] / r['wall_s']:6.2f}x  {r['rss'] / 2**30:5.2f} GiB  {r['pss'] / 2**30:5.2f} GiB  {worker:>8s}  "
+            + "; ".join(verdict)), bool(capped)
 
 
 def importtime_groups(stderr: str) -> dict:

@@ -137,17 +137,45 @@ def test_a_file_given_twice_is_refused_as_with_one_job(tmp_path, files):
 
 def test_default_jobs_a_worker_per_core_within_the_memory_budget(monkeypatch):
     """One worker per core this process may use, but no more than the memory budget
-    holds (2 GiB: 8) nor one for fewer than two files; each worker's Arrow pool its share
-    of the cores."""
+    holds (2 GiB: 12 beside the command's own process) nor one for fewer than two files;
+    each worker's Arrow pool its share of the cores."""
     monkeypatch.setattr(RJ, "cores", lambda: 16)
     monkeypatch.delenv("TIMELINE_MEMORY_BUDGET", raising=False)
-    assert [RJ.default_jobs(n) for n in (1, 2, 3, 8, 64)] == [1, 1, 2, 4, 8]
+    assert RJ.memory_jobs() == (2 * 2**30 - RJ.COMMAND_BYTES) // RJ.WORKER_BYTES == 12
+    assert [RJ.default_jobs(n) for n in (1, 2, 3, 8, 64)] == [1, 1, 2, 4, 12]
     monkeypatch.setenv("TIMELINE_MEMORY_BUDGET", "8G")
     assert RJ.default_jobs(64) == 16
     monkeypatch.setattr(RJ, "cores", lambda: 2)
     assert RJ.default_jobs(64) == 2
     monkeypatch.setattr(RJ, "cores", lambda: 16)
     assert [RJ.worker_threads(j) for j in (1, 4, 16, 64)] == [16, 4, 1, 1]
+
+
+def test_asked_jobs_are_cut_to_what_the_memory_budget_holds(monkeypatch):
+    """``--jobs N`` past the memory budget runs the workers it holds, and says so in a
+    note naming the variable that raises it; within it, N (at most one a file), no note."""
+    monkeypatch.setenv("TIMELINE_MEMORY_BUDGET", "2G")
+    assert RJ.workers(8, 64) == (8, None)
+    assert RJ.workers(8, 3) == (3, None)
+    n, note = RJ.workers(16, 64)
+    assert n == 12 and note.startswith("--jobs 16: 12 worker processes") and "TIMELINE_MEMORY_BUDGET" in note
+    monkeypatch.setenv("TIMELINE_MEMORY_BUDGET", "100M")
+    assert RJ.workers(None, 64) == (1, None) and RJ.workers(4, 64)[0] == 1
+
+
+def test_a_cut_jobs_note_on_stderr_and_the_same_run(tmp_path, files):
+    """A budget that holds two workers, ``--jobs 3`` asked: one note line on stderr, the
+    run the one-job run."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    budget = RJ.COMMAND_BYTES + 2 * RJ.WORKER_BYTES
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TIMELINE_MEMORY_BUDGET": str(budget)}
+    r1 = timeline("run", "add", one, *files, "--jobs", 1, "-q")
+    r2 = subprocess.run([sys.executable, "-m", "timeline", "run", "add", two, *map(str, files), "--jobs", "3", "-q"],
+                        env=env, capture_output=True, text=True, timeout=300)
+    assert r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr
+    notes = [ln for ln in r2.stderr.splitlines() if ln.startswith("note: --jobs 3: 2 worker processes")]
+    assert len(notes) == 1, r2.stderr
+    assert_same_run(one, two)
 
 
 def test_jobs_on_a_new_run_in_a_new_directory(tmp_path, files):

@@ -202,8 +202,9 @@ def cmd_run_add(args) -> int:
 
 
 def _jobs(args) -> int:
-    """Worker processes for ``run add``: ``--jobs`` or one per core (``jobs.default_jobs``);
-    1 where an input is not a trace file (raw buffers, ``--legacy``: read in this process)."""
+    """Worker processes for ``run add``: ``--jobs`` or one per core, within the memory
+    budget (``jobs.workers``: a note where it cut ``--jobs``); 1 where an input is not a
+    trace file (raw buffers, ``--legacy``: read in this process)."""
     from timeline.core.trace import file_format
     from timeline.run import jobs as RJ
 
@@ -211,7 +212,12 @@ def _jobs(args) -> int:
         return 1
     if not all(Path(p).is_file() and file_format(Path(p)) is not None for p in args.inputs):
         return 1  # a missing file or a raw buffer: refused or read in turn, as with one job
-    return min(args.jobs or RJ.default_jobs(len(args.inputs)), len(args.inputs))
+    n, note = RJ.workers(args.jobs, len(args.inputs))
+    if note:
+        import sys
+
+        print(f"note: {note}", file=sys.stderr)
+    return n
 
 
 def _add_in_jobs(args, jobs: int, bar) -> list:

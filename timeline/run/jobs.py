@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 # layout and stream (numpy, pyarrow) are imported where used: ``start_server`` runs before them
 
-__all__ = ["FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "cores", "default_jobs", "start_context",
-           "start_server", "worker_threads"]
+__all__ = ["COMMAND_BYTES", "FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "cores", "default_jobs",
+           "memory_jobs", "start_context", "start_server", "worker_threads", "workers"]
 
 
 class Job(NamedTuple):
@@ -45,20 +45,40 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-WORKER_BYTES = 1 << 28  # a worker's peak RSS for a 1 M-interval file: 0.24 GiB (16-core H100 host, 8 jobs: 1.94 GiB)
+WORKER_BYTES = 150 << 20  # a worker's peak RSS, 1 M-interval files, one core's share: 140 MiB (2-core VM, bench/run.py)
+COMMAND_BYTES = 170 << 20  # beside the workers: the command's own process and the fork server (85 + 80 MiB there)
 FILES_PER_WORKER = 2  # a worker's start (its imports) costs about two such files' CPU
+
+
+def memory_jobs() -> int:
+    """Workers the memory budget holds (``layout.memory_budget``, 2 GiB: 12 of
+    ``WORKER_BYTES`` beside ``COMMAND_BYTES``), so the command's processes together stay
+    within it (their summed RSS: a page they share counted in each). On a 16-core host
+    16 jobs took 2.92–3.10 GiB, each worker then with a reader and an encoder thread
+    beside it (bench/results/run_16core_h100.txt)."""
+    from timeline.run import layout as RL
+
+    return max(1, (RL.memory_budget() - COMMAND_BYTES) // WORKER_BYTES)
 
 
 def default_jobs(files: int) -> int:
     """``--jobs``' default: a worker per core this process may use, but no more than the
-    memory budget holds (``layout.memory_budget``, 2 GiB: 8 workers of ``WORKER_BYTES``)
-    nor one for fewer than ``FILES_PER_WORKER`` files. On a 16-core host 8 jobs added the
-    64 files of bench/run.py at 37.4 M intervals/s in 1.94 GiB, 16 jobs at 37.2 M/s in
-    3.10 GiB (bench/results/run_16core_h100.txt)."""
+    memory budget holds (``memory_jobs``) nor one for fewer than ``FILES_PER_WORKER``
+    files."""
+    return max(1, min(cores(), memory_jobs(), -(-files // FILES_PER_WORKER)))
+
+
+def workers(asked: int | None, files: int) -> tuple:
+    """The worker processes for ``files`` trace files: ``asked`` (``--jobs``) or
+    ``default_jobs``, at most one a file and no more than the memory budget holds
+    (``memory_jobs``); and the note saying so where the budget cut ``asked``, else None."""
     from timeline.run import layout as RL
 
-    by_memory = RL.memory_budget() // WORKER_BYTES
-    return max(1, min(cores(), by_memory, -(-files // FILES_PER_WORKER)))
+    n, held = min(asked or default_jobs(files), files), memory_jobs()
+    if n <= held:
+        return n, None
+    return held, (f"--jobs {asked}: {held} worker processes, what the memory budget holds ({RL.memory_budget() / 2**30:.3g} "
+                  f"GiB, {WORKER_BYTES >> 20} MiB a worker); set TIMELINE_MEMORY_BUDGET (bytes, or e.g. 4G) to run more")
 
 
 def worker_threads(jobs: int) -> int:
