@@ -387,6 +387,11 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    if getattr(args, "early", None):  # a command's own start before the shared imports below (run add: its workers')
+        import importlib
+
+        module, _, name = args.early.rpartition(":")
+        getattr(importlib.import_module(module), name)(args)
     from timeline.cli import commands
 
     tune_process()  # our own process: no compaction stalls, freed pages reused
