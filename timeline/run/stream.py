@@ -38,8 +38,8 @@ from timeline.run import write as RW
 from timeline.run.parts import encoder_pool, write_block
 
 PENDING_ROWS = 1 << 20  # rows of unfinished launches held between blocks, or aggregated in one wave
-AGGREGATE_ROWS = 1 << 17  # rows whose aggregates are taken at once: 1.06x the CPU of 1 << 18, half its numpy peak
-# (24 -> 13 MiB a 254k-row file: a worker's memory, --jobs 16); 1 << 16 1.27x (bench/add_profile.py)
+AGGREGATE_ROWS = 1 << 18  # rows whose aggregates are taken at once: 1 << 17 took 1.1x its CPU for half its numpy
+# peak (24 -> 13 MiB a 254k-row file), 1 << 16 1.2x (bench/add_profile.py)
 SMALL_TABLES = ("launches", "stages", "anomalies")
 
 
