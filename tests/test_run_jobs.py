@@ -89,6 +89,30 @@ def test_two_jobs_write_the_one_job_run(tmp_path, files):
     assert leftovers(two) == []
 
 
+def test_a_worker_leaves_each_fsync_to_the_commit_before_its_rename(tmp_path, files, monkeypatch):
+    """A worker's staging (``sync=False``) fsyncs no part; the commit fsyncs every one
+    before the rename that gives it its name, and the manifest record comes after all
+    of them: the run as crash-safe as when the worker fsynced them."""
+    from unittest import mock
+
+    from timeline.core.tracestream import open_stream
+    from timeline.run import stream as RS
+
+    run = tmp_path / "run"
+    events: list = []
+    real_fsync, real_rename, real_json = RL.fsync_file, os.rename, RL.write_json
+    monkeypatch.setattr(RL, "fsync_file", lambda p: (events.append(("fsync", Path(p).name)), real_fsync(p))[1])
+    staged = RS.stage_stream(run, open_stream(files[0]), capture="c", sync=False)
+    tmps = [st.tmp.name for st in staged.staged]
+    assert tmps and not any(st.synced for st in staged.staged) and not [e for e in events if e[1] in tmps]
+    with mock.patch.object(RL.os, "rename", lambda a, b: (events.append(("rename", Path(a).name)), real_rename(a, b))[1]), \
+            mock.patch.object(RS.RL, "write_json", lambda p, doc: (events.append(("record", None)), real_json(p, doc))[1]):
+        RS.commit(staged)
+    for name in tmps:
+        assert events.index(("fsync", name)) < events.index(("rename", name)) < events.index(("record", None))
+    assert len(RL.committed_records(run)) == 1
+
+
 def test_jobs_keep_the_slot_headers_given(tmp_path):
     """``--step`` reaches the workers: the run of ``--jobs 2 --step 7`` of files captured
     without slot headers is ``--jobs 1``'s."""

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 # layout and stream (numpy, pyarrow) are imported where used: ``start_server`` runs before them
 
-__all__ = ["COMMAND_BYTES", "FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "cores", "default_jobs",
-           "memory_jobs", "start_context", "start_server", "worker_threads", "workers"]
+__all__ = ["COMMAND_BYTES", "FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "cores",
+           "default_jobs", "memory_jobs", "start_context", "start_server", "worker_threads", "workers"]
 
 
 class Job(NamedTuple):
@@ -77,8 +77,9 @@ def workers(asked: int | None, files: int) -> tuple:
     n, held = min(asked or default_jobs(files), files), memory_jobs()
     if n <= held:
         return n, None
-    return held, (f"--jobs {asked}: {held} worker processes, what the memory budget holds ({RL.memory_budget() / 2**30:.3g} "
-                  f"GiB, {WORKER_BYTES >> 20} MiB a worker); set TIMELINE_MEMORY_BUDGET (bytes, or e.g. 4G) to run more")
+    budget = RL.memory_budget() / 2**30
+    return held, (f"--jobs {asked}: {held} worker processes, what the memory budget holds ({budget:.3g} GiB, "
+                  f"{WORKER_BYTES >> 20} MiB a worker); set TIMELINE_MEMORY_BUDGET (bytes, or e.g. 4G) to run more")
 
 
 def worker_threads(jobs: int) -> int:
@@ -151,7 +152,8 @@ def _stage(run_dir: str, job: Job, aid: str) -> tuple:
         stream = stream.with_headers(KY.Headers(*job.headers))
     if _THREADS[0] > 1:
         stream = stream.prefetch()
-    staged = RS.stage_stream(run_dir, stream, capture=job.capture, as_capture=job.as_capture, aid=aid, check=False)
+    staged = RS.stage_stream(run_dir, stream, capture=job.capture, as_capture=job.as_capture, aid=aid, check=False,
+                             sync=False)  # each part fsynced by the commit, the append's parts at once
     return staged, list(stream.notes)
 
 

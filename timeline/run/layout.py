@@ -182,18 +182,23 @@ def nullable(table: pa.Table) -> pa.Table:
 
 
 class Staged(NamedTuple):
-    """A part written and fsynced under its temporary name, not yet under its own
-    (``publish_staged``): its manifest entry says what it will be."""
+    """A part written under its temporary name, not yet under its own
+    (``publish_staged``): its manifest entry says what it will be; ``synced``: fsynced
+    already, else by its publish (a ``run add --jobs`` worker leaves the wait on the
+    disk to the commit, where the parts of an append are fsynced at once)."""
     tmp: Path
     final: Path
     entry: dict
+    synced: bool = True
 
 
-def finish_staged(run_dir: Path, rel: str, tmp: Path, rows: int) -> Staged:
-    """A written temporary file as a ``Staged`` part: its checksum and size, fsynced."""
+def finish_staged(run_dir: Path, rel: str, tmp: Path, rows: int, *, sync: bool = True) -> Staged:
+    """A written temporary file as a ``Staged`` part: its checksum and size, fsynced
+    (unless not ``sync``: then by ``publish_staged``)."""
     digest, size = file_digest(tmp), tmp.stat().st_size
-    fsync_file(tmp)
-    return Staged(tmp, run_dir / rel, {"path": rel, "rows": rows, "bytes": size, HASH: digest})
+    if sync:
+        fsync_file(tmp)
+    return Staged(tmp, run_dir / rel, {"path": rel, "rows": rows, "bytes": size, HASH: digest}, sync)
 
 
 def staged_name(staging: Path, rel: str) -> Path:
@@ -202,10 +207,10 @@ def staged_name(staging: Path, rel: str) -> Path:
 
 
 def stage_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = False, staging: Path | None = None,
-                  **options) -> Staged:
+                  sync: bool = True, **options) -> Staged:
     """Write ``table`` for ``run_dir/rel`` under a temporary name (beside it, or in
     ``staging``; ``required``: columns without a null stored REQUIRED,
-    ``declare_required``), fsynced, not yet published."""
+    ``declare_required``), fsynced (unless not ``sync``: by its publish), not yet published."""
     import pyarrow.parquet as pq
 
     final = run_dir / rel
@@ -213,14 +218,14 @@ def stage_parquet(run_dir: Path, rel: str, table: pa.Table, *, required: bool = 
         final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(final) if staging is None else staged_name(staging, rel)
     pq.write_table(declare_required(table) if required else table, str(tmp), **options)
-    return finish_staged(run_dir, rel, tmp, table.num_rows)
+    return finish_staged(run_dir, rel, tmp, table.num_rows, sync=sync)
 
 
 def publish_staged(staged: Staged) -> dict:
-    """Give a staged part its name (``publish``: a rename, within the run's filesystem);
-    its manifest entry."""
+    """Give a staged part its name (``publish``: fsynced first unless it was, then a
+    rename within the run's filesystem); its manifest entry."""
     staged.final.parent.mkdir(parents=True, exist_ok=True)
-    publish(staged.tmp, staged.final, synced=True)
+    publish(staged.tmp, staged.final, synced=staged.synced)
     return staged.entry
 
 

@@ -25,8 +25,8 @@ class PartWriter:
     partition's next part (``part-<append>-<k>``). ``due`` and ``write`` split the work:
     the caller takes the due rows, a pool thread encodes them (one at a time a part)."""
 
-    def __init__(self, run_dir: Path, rank: int, step, aid: str, options: dict):
-        self.run_dir, self.rank, self.step, self.aid = run_dir, rank, step, aid
+    def __init__(self, run_dir: Path, rank: int, step, aid: str, options: dict, sync: bool = True):
+        self.run_dir, self.rank, self.step, self.aid, self.sync = run_dir, rank, step, aid, sync
         self.options = {k: v for k, v in options.items() if k != "row_group_size"}
         self.held: list = []
         self.held_rows = 0
@@ -80,7 +80,7 @@ class PartWriter:
 
     def _finish(self) -> None:
         self.writer.close()
-        st = RL.finish_staged(self.run_dir, self.rel, self.tmp, self.rows)
+        st = RL.finish_staged(self.run_dir, self.rel, self.tmp, self.rows, sync=self.sync)
         self.staged.append(st._replace(entry={"table": "tasks", "rank": self.rank, "step": self.step, **st.entry}))
         self.writer, self.tmp, self.piece = None, None, self.piece + 1
 
@@ -127,15 +127,16 @@ def encoder_pool(threads: int, pool_class):
     return Inline() if threads <= 1 else pool_class(max_workers=threads)
 
 
-def write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, aid) -> list:
+def write_block(run_dir, tasks: pa.Table, keep, options, parts: dict, closed, pool, aid, sync: bool = True) -> list:
     """A block's rows to their (rank, step) parts; the writes now due (and those of the
-    partitions ``closed`` here: None, all), on the pool."""
+    partitions ``closed`` here: None, all), on the pool; ``sync``: each part fsynced
+    when written, else when published (``layout.Staged``)."""
     stored = tasks.select(keep)
     for rank, step, idx in RW.partition_groups(tasks):
         key = (rank, step)
         part = parts.get(key)
         if part is None:
-            part = parts[key] = PartWriter(run_dir, rank, step, aid, options)
+            part = parts[key] = PartWriter(run_dir, rank, step, aid, options, sync)
         rows = stored if idx is None else (stored.slice(idx.start, idx.stop - idx.start)
                                            if isinstance(idx, slice) else stored.take(R.arrow(idx)))
         part.add(rows, view=not isinstance(idx, np.ndarray))  # a take is a copy; the rest view the block

@@ -250,13 +250,14 @@ class StagedAppend(NamedTuple):
 
 def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: int = PENDING_ROWS,
                  as_capture: bool = False, aid: str | None = None, check: bool = True,
-                 seen: dict | None = None) -> StagedAppend:
+                 seen: dict | None = None, sync: bool = True) -> StagedAppend:
     """``append_stream``'s reading, checking and encoding of ``stream``, every part
     staged, nothing published: a ``StagedAppend`` (``aid``: the append's id, given where
     several appends are staged at once and must commit in order; ``check``: False
     leaves the check against the run's captures to ``commit``, which runs it against
     what was committed since; ``seen``: the run's records read before,
-    ``layout.committed_records``). A bad file raises, its staging removed."""
+    ``layout.committed_records``; ``sync``: False leaves each part's fsync to the
+    commit, which publishes it). A bad file raises, its staging removed."""
     run_dir = Path(run_dir)
     RW.check_dir(run_dir)
     RW.ensure_build(run_dir, stream.spec, create=False)  # another build: refused before any reading
@@ -272,7 +273,7 @@ def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: 
     fpr = RC.Fingerprint(m.specs, m.origins, m.offsets, stream.spec.phases, stream.spec.marks)
     with encoder_pool(RW.WRITER_THREADS, ThreadPoolExecutor) as pool:
         try:
-            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, (aid, capture, fpr), progress)
+            rows, firsts, prints, agg = _main_pass(run_dir, stream, p, parts, pool, (aid, capture, fpr, sync), progress)
             for pairs, blocks in p.waves:
                 agg.add(_wave_rows(stream, pairs, blocks, prints))
             launches, stages = agg.tables()
@@ -282,7 +283,7 @@ def stage_stream(run_dir, stream, *, capture=None, progress=None, pending_rows: 
                 RW.check_capture(run_dir, **keywords, seen=seen)
             anomalies = RW.keyed(stream.meta.anomalies, launches, capture, aid)
             small = [pool.submit(RL.stage_parquet, run_dir, RL.small_part_path(name, aid), table, staging=staging,
-                                 **RW.PARQUET_OPTIONS)
+                                 sync=sync, **RW.PARQUET_OPTIONS)
                      for name, table in zip(SMALL_TABLES, (launches, stages, anomalies))]
             small = [f.result() for f in small]
             RW.ensure_build(run_dir, stream.spec)  # created now if the run is new: the file is good
@@ -349,10 +350,10 @@ def _part_order(key) -> tuple:
 def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progress):
     """Every block once: checked, its rows to their parts, its finished launches
     aggregated (unless the plan has waves), digested by the capture's fingerprint;
-    ``append``: ``(append id, capture, captures.Fingerprint)``; ``(rows, {rank: first
+    ``append``: ``(append id, capture, captures.Fingerprint, sync)``; ``(rows, {rank: first
     tick}, {block: fingerprint} (with waves), aggregates)``.
     Raises after the last block when the file's checksum does not match."""
-    aid, capture, fpr = append
+    aid, capture, fpr, sync = append
     sp = stream.spec
     keep = RW.stored_task_columns(sp.phases, sp.marks)
     options = RW.task_part_options(sp.phases, sp.marks)
@@ -366,7 +367,7 @@ def _main_pass(run_dir, stream, p: Plan, parts: dict, pool, append: tuple, progr
         prints[b] = fp
         if not shared:
             fpr.update(tasks)
-        jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid)  # encoded meanwhile
+        jobs = write_block(run_dir, tasks, keep, options, parts, p.closed[b], pool, aid, sync)  # encoded meanwhile
         if not p.waves:
             agg.add(*pending.take_done(tasks, p.done[b]))
         _first_ticks(tasks, stream, firsts)
