@@ -164,6 +164,7 @@ def test_default_jobs_a_worker_per_core_within_the_memory_budget(monkeypatch):
     holds (2 GiB: 12 beside the command's own process) nor one for fewer than two files;
     each worker's Arrow pool its share of the cores."""
     monkeypatch.setattr(RJ, "cores", lambda: 16)
+    monkeypatch.setattr(RJ, "available_memory", lambda: 64 << 30)  # a host with room: the budget decides
     monkeypatch.delenv("TIMELINE_MEMORY_BUDGET", raising=False)
     assert RJ.memory_jobs() == (2 * 2**30 - RJ.COMMAND_BYTES) // RJ.WORKER_BYTES == 12
     assert [RJ.default_jobs(n) for n in (1, 2, 3, 8, 64)] == [1, 1, 2, 4, 12]
@@ -173,11 +174,16 @@ def test_default_jobs_a_worker_per_core_within_the_memory_budget(monkeypatch):
     assert RJ.default_jobs(64) == 2
     monkeypatch.setattr(RJ, "cores", lambda: 16)
     assert [RJ.worker_threads(j) for j in (1, 4, 16, 64)] == [16, 4, 1, 1]
+    monkeypatch.setattr(RJ, "available_memory", lambda: RJ.COMMAND_BYTES + 3 * RJ.WORKER_BYTES)  # a small host
+    assert RJ.default_jobs(64) == 3 and RJ.workers(8, 64)[0] == 3
+    monkeypatch.setattr(RJ, "available_memory", lambda: None)  # not Linux: the budget alone
+    assert RJ.default_jobs(64) == 16
 
 
 def test_asked_jobs_are_cut_to_what_the_memory_budget_holds(monkeypatch):
     """``--jobs N`` past the memory budget runs the workers it holds, and says so in a
     note naming the variable that raises it; within it, N (at most one a file), no note."""
+    monkeypatch.setattr(RJ, "available_memory", lambda: 64 << 30)
     monkeypatch.setenv("TIMELINE_MEMORY_BUDGET", "2G")
     assert RJ.workers(8, 64) == (8, None)
     assert RJ.workers(8, 3) == (3, None)

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 # layout and stream (numpy, pyarrow) are imported where used: ``start_server`` runs before them
 
-__all__ = ["COMMAND_BYTES", "FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "cores",
-           "default_jobs", "memory_jobs", "start_context", "start_server", "worker_threads", "workers"]
+__all__ = ["COMMAND_BYTES", "FILES_PER_WORKER", "Job", "PRELOAD", "WORKER_BYTES", "append_jobs", "available_memory",
+           "cores", "default_jobs", "memory_jobs", "start_context", "start_server", "worker_threads", "workers"]
 
 
 class Job(NamedTuple):
@@ -50,15 +50,29 @@ COMMAND_BYTES = 170 << 20  # beside the workers: the command's own process and t
 FILES_PER_WORKER = 2  # a worker's start (its imports) costs about two such files' CPU
 
 
+def available_memory() -> int | None:
+    """Bytes the host can give without swapping (``/proc/meminfo``'s MemAvailable), or
+    None where that cannot be read (not Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def memory_jobs() -> int:
     """Workers the memory budget holds (``layout.memory_budget``, 2 GiB: 12 of
-    ``WORKER_BYTES`` beside ``COMMAND_BYTES``), so the command's processes together stay
-    within it (their summed RSS: a page they share counted in each). On a 16-core host
-    16 jobs took 2.92–3.10 GiB, each worker then with a reader and an encoder thread
-    beside it (bench/results/run_16core_h100.txt)."""
+    ``WORKER_BYTES`` beside ``COMMAND_BYTES``), and the host's available memory if less,
+    so the command's processes together stay within both (their summed RSS: a page they
+    share counted in each). On a 16-core host 16 jobs took 2.92–3.10 GiB, each worker
+    then with a reader and an encoder thread beside it (bench/results/run_16core_h100.txt)."""
     from timeline.run import layout as RL
 
-    return max(1, (RL.memory_budget() - COMMAND_BYTES) // WORKER_BYTES)
+    room = min(RL.memory_budget(), available_memory() or RL.memory_budget())
+    return max(1, (room - COMMAND_BYTES) // WORKER_BYTES)
 
 
 def default_jobs(files: int) -> int:
