@@ -255,7 +255,7 @@ def _rate(ivs: float, seconds: float) -> str:
 def append_ab(args, base: Path, files: list, add_ivs: float) -> list:
     """The append of ``--before``'s tree beside this checkout's, in one run: the
     in-memory append of ``--ab-steps`` steps (a process per step and tree, the trees
-    taking turns) and ``timeline run add`` of step 0's files (``--ab-repeats`` each,
+    taking turns) and ``timeline run add`` of the files given (``--ab-repeats`` each,
     alternating); the lines to print."""
     return append_mem_ab(args, base) + run_add_ab(args, base, files, add_ivs)
 
@@ -291,16 +291,17 @@ def append_mem_ab(args, base: Path) -> list:
 
 def run_add_ab(args, base: Path, files: list, add_ivs: float) -> list:
     """``timeline run add`` of ``files`` by this checkout and, with ``--before``, by that
-    tree, alternating ``--ab-repeats`` times (a fresh process and run each): median wall
-    and CPU of each, their ratios and each one's peak RSS; the lines to print."""
+    tree, alternating ``--ab-repeats`` times (a fresh process and run each, its whole
+    process tree measured: ``cores.tree_child``): median wall and CPU of each, their
+    ratios and each one's peak RSS; the lines to print."""
     trees = {"after": str(ROOT)} if not args.before else {"before": str(Path(args.before).resolve()),
                                                           "after": str(ROOT)}
     cli = {k: [] for k in trees}
     for i in range(args.ab_repeats):
         for k in (list(trees) if i % 2 == 0 else list(trees)[::-1]):
             shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
-            r = child(timeline("run", "add", base / f"ab_cli_{k}", *files, "-q"), env={**ENV, "PYTHONPATH": trees[k]},
-                      cwd=trees[k])  # `python -m` puts its directory first on the path
+            r = cores.tree_child(timeline("run", "add", base / f"ab_cli_{k}", *files, "-q"),
+                                 env={**ENV, "PYTHONPATH": trees[k]}, cwd=trees[k])  # `python -m`: its directory first
             assert r["rc"] == 0, f"{k}: {r['err']}"
             cli[k].append(r)
             shutil.rmtree(base / f"ab_cli_{k}", ignore_errors=True)
@@ -309,10 +310,10 @@ def run_add_ab(args, base: Path, files: list, add_ivs: float) -> list:
     for k, rs in cli.items():
         walls, cpus = sorted(r["wall_s"] for r in rs), sorted(r["cpu_s"] for r in rs)
         med[k] = (walls[len(walls) // 2], cpus[len(cpus) // 2])
-        out.append(f"  `timeline run add` of step 0's {len(files)} trace files ({add_ivs:,.0f} intervals), {k:6s}: "
+        out.append(f"  `timeline run add` of {len(files)} trace files ({add_ivs:,.0f} intervals; --jobs default), {k:6s}: "
                    f"median {med[k][0]:.2f} s wall ({_rate(add_ivs, med[k][0])}), {med[k][1]:.2f} s CPU "
-                   f"({_rate(add_ivs, med[k][1])} per CPU-s), peak RSS {gib(max(r['rss'] for r in rs))}; runs (s): "
-                   + ", ".join(f"{r['wall_s']:.2f}" for r in rs))
+                   f"({_rate(add_ivs, med[k][1])} per CPU-s; every process), peak RSS {gib(max(r['rss'] for r in rs))}"
+                   f"; runs (s): " + ", ".join(f"{r['wall_s']:.2f}" for r in rs))
     if "before" in med:
         out.append(f"  `timeline run add`, after/before: {med['before'][0] / med['after'][0]:.2f}x wall, "
                    f"{med['before'][1] / med['after'][1]:.2f}x CPU")
@@ -647,7 +648,7 @@ def main() -> int:
     profile = (prof["out"].rstrip().splitlines() if prof["rc"] == 0 else
                [f"bench/add_profile.py failed (rc {prof['rc']}): {prof['err'].strip()[-300:]}"])
     if args.before:
-        ab = append_ab(args, base, files, add_ivs)
+        ab = append_ab(args, base, every, add_ivs * cfg["file_steps"])  # the 64 files of the goal's row
     from timeline.run import open_run
     from timeline.run.launchset import memory_bytes
 
