@@ -32,8 +32,8 @@ at start and end is printed, and every time is one run, not a best of several.
 ``--before DIR`` (a checkout's ``timeline``, e.g. ``b=$(mktemp -d) && git archive REV
 timeline | tar -x -C "$b"``) times the append both ways in one run: the in-memory append
 of ``--ab-steps`` steps by each tree in its own process (the same SYNTHETIC steps,
-trees taking turns), and ``timeline run add`` of step 0's trace files by each tree,
-alternating ``--ab-repeats`` times; wall and CPU seconds (all threads) of each, and
+trees taking turns), and ``timeline run add`` of the 64 trace files (the goal's row) by
+each tree, alternating ``--ab-repeats`` times; wall and CPU seconds (all threads) of each, and
 the ratios.
 """
 
