@@ -163,11 +163,16 @@ def start_run_add(args) -> None:
     """``run add``'s start, before the command line's shared imports (``parser.main``'s
     ``early``): the workers' fork server started where the inputs may take several jobs
     (``jobs.start_server``), so its imports (numpy, pyarrow: 0.3 s on the 2-core VM) run
-    beside this process's own instead of after them."""
+    beside this process's own instead of after them. Where it cannot start now (a host
+    that refuses the process or its socket), the pool starts it on first use, and says
+    why there in one line."""
     from timeline.run.jobs import start_server
 
     if not (args.legacy or args.spec):
-        start_server(len(args.inputs), args.jobs)
+        try:
+            start_server(len(args.inputs), args.jobs)
+        except OSError:
+            pass
 
 
 def cmd_run_add(args) -> int:
