@@ -113,6 +113,29 @@ def test_a_worker_leaves_each_fsync_to_the_commit_before_its_rename(tmp_path, fi
     assert len(RL.committed_records(run)) == 1
 
 
+EARLY = """
+import sys
+from timeline.run import jobs as RJ
+start = RJ.start_server
+def early(*a):
+    print("numpy imported at the fork server's start:", "numpy" in sys.modules, file=sys.stderr)
+    return start(*a)
+RJ.start_server = early
+from timeline.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_fork_server_starts_before_the_command_imports_numpy(tmp_path, files):
+    """``run add`` of several files starts its workers' fork server before the command
+    line's shared imports (numpy, pyarrow), so its imports run beside them."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", EARLY, "run", "add", str(tmp_path / "run"), *map(str, files), "-q"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "numpy imported at the fork server's start: False" in done.stderr
+
+
 def test_jobs_keep_the_slot_headers_given(tmp_path):
     """``--step`` reaches the workers: the run of ``--jobs 2 --step 7`` of files captured
     without slot headers is ``--jobs 1``'s."""
