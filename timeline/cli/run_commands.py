@@ -56,7 +56,7 @@ def register(subs, sub) -> None:
     a.add_argument("--jobs", type=integer(1, 4096), metavar="N",
                    help="trace files read, checked and encoded by N worker processes at once, committed in order "
                         "(default: a worker per core this process may use, as many as the memory budget holds, "
-                        "8 in 2 GiB, and one per 2 files)")
+                        "12 in 2 GiB, and one per 2 files; N is cut to what the budget holds, with a note)")
     i = sub(runs, "info", "timeline.cli.run_commands:cmd_run_info", "a run's appends, sizes and damaged parts", RUN_EPILOG)
     i.add_argument("run", metavar="RUN")
     i.add_argument("--json", action="store_true", help="machine-readable JSON on stdout")
