@@ -116,24 +116,42 @@ def test_a_worker_leaves_each_fsync_to_the_commit_before_its_rename(tmp_path, fi
 EARLY = """
 import sys
 from timeline.run import jobs as RJ
-start = RJ.start_server
-def early(*a):
-    print("numpy imported at the fork server's start:", "numpy" in sys.modules, file=sys.stderr)
-    return start(*a)
-RJ.start_server = early
+context = RJ.start_context
+def told():
+    ctx = context()
+    print("workers started by:", ctx.get_start_method(), file=sys.stderr)
+    return ctx
+RJ.start_context = told
 from timeline.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_the_fork_server_starts_before_the_command_imports_numpy(tmp_path, files):
-    """``run add`` of several files starts its workers' fork server before the command
-    line's shared imports (numpy, pyarrow), so its imports run beside them."""
+def test_the_command_forks_its_workers_before_any_pool_starts(tmp_path, files):
+    """``run add --jobs 2`` forks its workers from the command's own process (no thread
+    there but jemalloc's then: ``jobs.forkable``), no fork server started; the run is
+    the one-job run."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", EARLY, "run", "add", str(tmp_path / "run"), *map(str, files), "-q"],
+    one, two = tmp_path / "one", tmp_path / "two"
+    done = subprocess.run([sys.executable, "-c", EARLY, "run", "add", str(two), *map(str, files), "--jobs", "2", "-q"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "numpy imported at the fork server's start: False" in done.stderr
+    assert "workers started by: fork" in done.stderr
+    assert timeline("run", "add", one, *files, "--jobs", 1, "-q").returncode == 0
+    assert_same_run(one, two)
+
+
+def test_a_process_with_other_threads_starts_its_workers_from_a_fork_server(monkeypatch):
+    """A thread beside this one (a pool, a reader) that a fork would copy halfway: the
+    workers come from a fork server that imports what they need; jemalloc's background
+    thread alone does not count (jemalloc stops it around a fork); unknown threads (not
+    Linux): a fork server."""
+    monkeypatch.setattr(RJ, "threads", lambda: ["python", "jemalloc_bg_thd"])
+    assert RJ.forkable() and RJ.start_context().get_start_method() == "fork"
+    monkeypatch.setattr(RJ, "threads", lambda: ["python", "python"])
+    assert not RJ.forkable() and RJ.start_context().get_start_method() == "forkserver"
+    monkeypatch.setattr(RJ, "threads", lambda: None)
+    assert not RJ.forkable() and RJ.start_context().get_start_method() == "forkserver"
 
 
 def test_jobs_keep_the_slot_headers_given(tmp_path):
