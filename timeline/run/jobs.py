@@ -47,7 +47,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-WORKER_BYTES = 150 << 20  # a worker's peak RSS, 1 M-interval files, one core's share: 140 MiB (2-core VM, bench/run.py)
+WORKER_BYTES = 150 << 20  # a worker's peak RSS, 1 M-interval files, one core's share: 148 MiB (2-core VM, bench/run.py)
 COMMAND_BYTES = 170 << 20  # beside the workers: the command's own process and the fork server (85 + 80 MiB there)
 FILES_PER_WORKER = 2  # a worker's start (its imports) costs about two such files' CPU
 
