@@ -83,6 +83,53 @@ print(json.dumps({"import": t1 - t0, "open": t2 - t1, "first": t3 - t2, "second"
 """
 
 
+YARDSTICK = r"""
+import time
+import numpy as np
+a = np.random.default_rng(0).integers(0, 1 << 30, 1 << 21)
+t0 = time.process_time()
+for _ in range(4):
+    np.sort(a)
+    np.unique(a[: 1 << 18])
+    int(((a * 3 + 1) % 7).sum())
+    s = 0
+    for i in range(400_000):  # the interpreter's own speed
+        s += i * i % 7
+print(time.process_time() - t0)
+"""
+TWO_CORE_YARDSTICK_S = 0.87  # the 2-core VM's (bench/results/yardstick_cpu.txt, 2026-12-08)
+
+
+def yardstick(env: dict, runs: int = 3) -> float:
+    """One core's speed: the least CPU seconds of ``runs`` fresh processes doing a fixed
+    single-threaded workload (numpy sorts, uniques and arithmetic on 2 M values, and a
+    Python loop), so figures of hosts whose cores differ in speed read side by side."""
+    out = []
+    for _ in range(runs):
+        r = subprocess.run([sys.executable, "-c", YARDSTICK], env={**env, "OPENBLAS_NUM_THREADS": "1"}, cwd=ROOT,
+                           capture_output=True, text=True)
+        out.append(float(r.stdout.strip().splitlines()[-1]))
+    return min(out)
+
+
+def yardstick_line(y: float) -> str:
+    """The yardstick as bench/run.py prints it, beside the 2-core VM's."""
+    return (f"one core's yardstick (bench/cores.py's fixed single-threaded numpy + Python workload, least of 3): "
+            f"{y:.3f} s CPU; the 2-core VM's {TWO_CORE_YARDSTICK_S:.2f} s: this host's core at "
+            f"{TWO_CORE_YARDSTICK_S / y:.2f}x its speed")
+
+
+def warm_goal_normalized(name: str, wall: float, y: float) -> str:
+    """A warm command's ``warm_goal`` judged in yardsticks (its wall over this host's
+    yardstick against the goal over the 2-core VM's): the comparison of hosts whose
+    cores differ in speed."""
+    goal = warm_goal(name)
+    if goal is None:
+        return ""
+    return (f"normalized by one core's speed: {wall / y:.2f} yardsticks <= {goal / TWO_CORE_YARDSTICK_S:.2f}: "
+            f"{'MET' if wall / y <= goal / TWO_CORE_YARDSTICK_S else 'NOT MET'}")
+
+
 def cores() -> dict:
     """The host's cores (``os.cpu_count``) and those this process may run on (its
     affinity: a container's or ``taskset``'s limit)."""
@@ -338,3 +385,8 @@ class Tee:
     def flush(self):
         self.stream.flush()
         self.file.flush()
+
+
+if __name__ == "__main__":  # python bench/cores.py: this host's cores and one core's yardstick
+    print(f"bench/cores.py: {cores_line()}; load average {os.getloadavg()[0]:.1f}")
+    print(yardstick_line(yardstick(dict(os.environ))))
