@@ -71,8 +71,10 @@ def _print_launch(d: dict) -> None:
 
 def _import_stats() -> None:
     """``import scipy.stats``; a failure is left for the command's own import to say."""
+    import importlib
+
     try:
-        import scipy.stats  # noqa: F401 - imported for its first use, later
+        importlib.import_module("scipy.stats")
     except Exception:  # noqa: BLE001 - the main thread's import raises it where it is used
         pass
 
