@@ -88,6 +88,17 @@ def _depths(n: int, rounds: int, q: np.ndarray, q_sim: np.ndarray, t_at, t_ref, 
     return None
 
 
+def _longest_chain(q: np.ndarray, q_sim: np.ndarray) -> int:
+    """The most tasks of one CTA chain (each reading its predecessor ``q`` where
+    ``q_sim``), by pointer jumping: each task's chain head in log2(length) rounds."""
+    head = np.where(q_sim, q, np.arange(q.size))
+    while True:
+        up = head[head]
+        if np.array_equal(up, head):
+            return int(np.bincount(head).max())
+        head = up
+
+
 def schedule(p, groups: int, rounds: int | None = None) -> Schedule | None:
     """The ``Schedule`` of the plan ``p`` (``whatif.Plan``; ``groups``: its producer
     groups), or None where it has more levels than ``rounds`` (default: ``MAX_LEVELS``,
@@ -114,6 +125,8 @@ def schedule(p, groups: int, rounds: int | None = None) -> Schedule | None:
     key = s_group * (n + 1) + pos[s_task]
     done = np.searchsorted(key, g_ref * (n + 1) + pos[g_at]) - first[g_ref]  # members simulated before
     rounds = min(MAX_LEVELS, max(n // MIN_WIDTH, 1)) if rounds is None else rounds
+    if _longest_chain(q, q_sim) > rounds:  # a CTA's tasks read each other in turn: that many levels at least
+        return None
     depth = _depths(n, rounds, q, q_sim, t_at[t_sim], t_ref[t_sim], g_at, np.where(done > 0, first[g_ref] + done - 1, -1),
                     s_task, s_group)
     if depth is None:
