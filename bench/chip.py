@@ -17,7 +17,8 @@ its speed on a 10 M-interval trace, each figure beside its goal.
   imbalance, tail, stages) after the load (goal <= 1 s), the same process's imports, load
   and report together, and ``timeline chip FILE --across 0`` (the typical and the slowest
   launch, their slow unit and rebalancing: what the user waits for; goal <= 1 s, best of
-  ``--repeats``, the median and the CPU seconds beside), wall time and peak RSS; with
+  ``--repeats``, the median and the CPU seconds beside, and where one run's time goes),
+  wall time and peak RSS; with
   ``--before TREE`` (a checkout's ``timeline``, e.g. ``b=$(mktemp -d) && git archive REV
   timeline | tar -x -C "$b"``) that command by each tree in turn, ``--repeats`` times;
 - speed on a run of about 10^8 intervals (``--run RUN``, else ``DIR/chip_100m``, built
@@ -147,6 +148,34 @@ print(json.dumps({"import_s": t0 - t00, "load_s": t1 - t0, "chip_s": t2 - t1, "u
                   "launches": len(t.launches)}))
 """
 
+PARTS = r"""
+import contextlib, io, json, sys, time
+t00 = time.perf_counter()
+from timeline.cli import main
+from timeline.cli import common as C
+from timeline.query import chip as QCP, source as QS
+from timeline.analysis import chip_rebalance as RB
+spent = {}
+def timed(mod, name, part):
+    f = getattr(mod, name)
+    def g(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            spent[part] = spent.get(part, 0.0) + time.perf_counter() - t
+    setattr(mod, name, g)
+for mod, name, part in ((C, "source_of", "load"), (QS.Source, "select", "select"), (QCP, "launch_doc", "launches"),
+                        (RB, "suspects", "tests"), (RB, "culprit", "tests"), (RB, "peers", "tests"),
+                        (RB, "rebalance", "replays")):
+    timed(mod, name, part)
+t0 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main(["chip", sys.argv[1], "--across", "0", "--json"])
+spent.update(imports=t0 - t00, total=time.perf_counter() - t00, rc=rc)
+print(json.dumps(spent))
+"""
+
 RUN_BUILD = ["synth", "-q", "--chip", "--arch", "gfx942", "--profile", "dsv4", "--ranks", "8", "--steps", "26",
              "--launches", "32", "--seed", "7", "--slow-unit", "xcd3:+10%"]  # 832 launches x 8 ranks: 102 M intervals
 
@@ -172,6 +201,7 @@ def speed(d: Path, ranks: int, launches: int, repeats: int = 5, before: Path | N
         for name, (env, cwd) in trees.items():
             runs[name].append(child(timeline("chip", path.resolve(), "--across", "0", "--json"), env=env, cwd=cwd))
     cmd = runs["this tree"]
+    parts = json.loads(child([sys.executable, "-c", PARTS, str(path)])["out"])
     best = min(whole, key=lambda r: json.loads(r["out"])["chip_s"])
     w = json.loads(best["out"])
     fresh = min(json.loads(r["out"])["import_s"] + json.loads(r["out"])["load_s"] + json.loads(r["out"])["chip_s"]
@@ -188,6 +218,9 @@ def speed(d: Path, ranks: int, launches: int, repeats: int = 5, before: Path | N
             (f"`timeline chip FILE --across 0` whole command, fresh process (typical + slowest launch; named "
              f"{sorted(map(str, named))}), best of {repeats}", c["wall_s"], GOAL_S, "s"),
             *_spread(runs, trees),
+            ("  where its time goes (one more run, in process): imports {imports:.2f} s, the checked load (scipy.stats "
+             "importing beside it) {load:.2f}, the launches' times {select:.2f}, the two launches {launches:.2f} (their "
+             "tests {tests:.2f}, replays {replays:.2f})".format(**parts), parts["total"], None, "s"),
             ("peak RSS of the command", max(r["rss"] for r in cmd), GOAL_RSS, "B")]
 
 
