@@ -18,16 +18,16 @@ its speed on a 10 M-interval trace, each figure beside its goal.
   and report together, and ``timeline chip FILE --across 0`` (the typical and the slowest
   launch, their slow unit and rebalancing: what the user waits for; goal <= 1 s, best of
   ``--repeats``, the median and the CPU seconds beside, and where one run's time goes),
-  wall time and peak RSS; with
-  ``--before TREE`` (a checkout's ``timeline``, e.g. ``b=$(mktemp -d) && git archive REV
-  timeline | tar -x -C "$b"``) that command by each tree in turn, ``--repeats`` times;
+  wall time and peak RSS; with ``--before TREE`` (a checkout's ``timeline``, e.g.
+  ``b=$(mktemp -d) && git archive REV timeline | tar -x -C "$b"``) that command by each
+  tree in turn, ``--repeats`` times;
 - speed on a run of about 10^8 intervals (``--run RUN``, else ``DIR/chip_100m``, built
   where missing by ``timeline synth --chip --arch gfx942 --profile dsv4``: 8 ranks x 832
   launches, xcd3 10 % slower on every rank, 102 M intervals): ``timeline chip RUN
   --across 0`` (the typical and the slowest launch; goal <= 2 s warm, <= 1 GB) and the
   default (those and 16 launches' slow units), three times each, the first cold-ish.
 
-    PYTHONPATH=. python bench/chip.py --dir DIR              # everything; the committed run
+    PYTHONPATH=. python bench/chip.py --dir DIR --before TREE   # everything; the committed run
     PYTHONPATH=. python bench/chip.py --dir DIR --cases 10 --no-speed --no-run
     PYTHONPATH=. python bench/chip.py --dir DIR --no-accuracy --run RUN
     PYTHONPATH=. python bench/chip.py --dir DIR --no-accuracy --no-run --before TREE
