@@ -57,7 +57,23 @@ def hashable(v):
     return v if isinstance(v, (int, str, float, type(None))) else json.dumps(v)
 
 
+def _salt(rank: int, cat: str) -> int:
+    return int.from_bytes(hashlib.blake2b(repr((rank, cat)).encode(), digest_size=8).digest(), "little")
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer of each uint64: a bijection, so distinct ids stay distinct."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 def flow_id(rank: int, cat: str, fid) -> int:
+    """A flow's 64-bit id in the output: an integer id (int64) mixed with its (rank,
+    cat)'s hash (``mix64``: one id per (rank, cat, id), computed for a piece's flows at
+    once by ``_flow_ids``); any other id (a string, a float) hashed with them."""
+    if type(fid) is int and -2**63 <= fid < 2**63:
+        return int(mix64(np.array([fid], np.int64).view(np.uint64) ^ np.uint64(_salt(rank, cat)))[0])
     return int.from_bytes(hashlib.blake2b(repr((rank, cat, fid)).encode(), digest_size=8).digest(), "little")
 
 
@@ -156,16 +172,20 @@ def _flow_tracks(rank: int, evs: list) -> np.ndarray:
 
 
 def _flow_ids(rank: int, evs: list) -> np.ndarray:
-    """``flow_id`` of each flow event, each (cat, id) of the piece hashed once (a
-    flow's start and end are usually close in the file)."""
+    """``flow_id`` of each flow event: where every id is an int64 and every ``cat`` a
+    text (Kineto's), with numpy (each distinct cat hashed once); else one by one."""
     cats, ids = [e.cat for e in evs], [e.id for e in evs]
-    if not (set(map(type, cats)) <= {str} and set(map(type, ids)) <= MEMO_TYPES):
-        return np.array([flow_id(rank, str(e.cat), e.id) for e in evs], np.uint64)
-    keys = list(zip(cats, ids))
-    new = list(dict.fromkeys(keys))
-    digests = b"".join([hashlib.blake2b(repr((rank, c, i)).encode(), digest_size=8).digest() for c, i in new])
-    memo = dict(zip(new, np.frombuffer(digests, "<u8").tolist()))
-    return np.fromiter(map(memo.__getitem__, keys), np.uint64, len(keys))
+    if set(map(type, ids)) <= {int} and set(map(type, cats)) <= {str}:
+        try:
+            v = np.array(ids, np.int64).view(np.uint64)
+        except OverflowError:
+            v = None
+        if v is not None:
+            salts = {c: _salt(rank, c) for c in dict.fromkeys(cats)}
+            salt = (np.uint64(salts[cats[0]]) if len(salts) == 1
+                    else np.fromiter(map(salts.__getitem__, cats), np.uint64, len(cats)))
+            return mix64(v ^ salt)
+    return np.array([flow_id(rank, str(e.cat), e.id) for e in evs], np.uint64)
 
 
 def names_and_flows(evs: list, _shared, rank: int) -> tuple:
