@@ -230,7 +230,9 @@ slices = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.sampled_fr
 @settings(max_examples=300, deadline=None)
 @given(st.lists(slices, min_size=1, max_size=4))
 def test_nesting_is_the_stack_rule_across_pieces(pieces):
-    ref, mine = Stack(), nesting.Carried.new()
+    """Checked here, or with each piece's tracks that nest alone found where it was
+    decoded (``nesting.laminar``): the stack rule's rows, across pieces."""
+    ref, mine, given_ = Stack(), nesting.Carried.new(), nesting.Carried.new()
     for rows in pieces:
         if not rows:
             continue
@@ -238,8 +240,10 @@ def test_nesting_is_the_stack_rule_across_pieces(pieces):
         end = ts + dur
         order = np.lexsort((-dur, ts))
         ts, end, track = ts[order], end[order], track[order]
-        assert nesting.nest(ts, end, track, mine).tolist() == ref.bad(ts, end, track)
-        assert mine.ends == ref.ends and mine.last == ref.last
+        want = ref.bad(ts, end, track)
+        assert nesting.nest(ts, end, track, mine).tolist() == want
+        assert nesting.nest(ts, end, track, given_, nesting.laminar(ts, end, track)).tolist() == want
+        assert mine.ends == ref.ends and mine.last == ref.last and given_ == mine
 
 
 @pytest.mark.parametrize("workers", [0, 2])

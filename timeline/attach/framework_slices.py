@@ -23,6 +23,7 @@ import numpy as np
 
 from timeline.attach import framework_packets as FP
 from timeline.attach import jsonscan as J
+from timeline.attach import nesting
 from timeline.attach.framework_flows import (FRAMEWORK_SEQUENCE, PH_CODE, Flows, bind, hashable, hashable_key,
                                              int_pairs, names_and_flows, phases, process_track, thread_track, uuid_of)
 from timeline.attach.spill import Spilled, spill
@@ -127,6 +128,7 @@ class Prepared(NamedTuple):
     order: np.ndarray | None  # per slice written, its index in file order (None: the same order)
     cols: Columns  # each on its thread's track, the flows bound as if none were before
     layout: FP.Layout | None  # where the packets' fields are (None: no slice)
+    laminar: np.ndarray  # the tracks whose slices nest among themselves alone (nesting.laminar)
     data: bytes  # FP.serialize's bytes (or where they were spilled: Spilled)
     instants: list  # (pid, tid, ns on the file's axis, name, cat or None) of its instants
 
@@ -179,7 +181,8 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         data, layout = FP.serialize(s)
         if spill_to is not None:
             data = spill(spill_to, [data])[0]
-    return Prepared(len(xs) + len(inst), skipped, no_ts, first, order, cols, layout, data, _instants(inst))
+    return Prepared(len(xs) + len(inst), skipped, no_ts, first, order, cols, layout, nesting.laminar(*cols[:3]), data,
+                    _instants(inst))
 
 
 def _args(raws: list) -> tuple:

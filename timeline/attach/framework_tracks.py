@@ -178,7 +178,7 @@ def _slices(p: FS.Prepared, st: _State, desc: list, applied: int, unshifted: int
     flows = [FF.bind(f, used, track, ts) for f, used in ((st.meta.out, st.used_out), (st.meta.into, st.used_in))]
     if p.order is not None:
         flows = [(i[p.order], h[p.order]) for i, h in flows]
-    track = _nested(c.ts, c.end, c.track, st, desc, lambda i: FP.name_of(p.data, p.layout, i))
+    track = _nested(c.ts, c.end, c.track, st, desc, lambda i: FP.name_of(p.data, p.layout, i), p.laminar)
     new = (c.ts + unshifted, c.end + unshifted, track, *flows[0], *flows[1])
     return FP.patched(p.data, p.layout, tuple(c), new)
 
@@ -220,11 +220,13 @@ def _rest(st: _State, shift_ns: int) -> bytes:
 OVERLAP = " · overlapping"  # the child track of a thread's slices that overlap a slice without nesting in it
 
 
-def _nested(ts: np.ndarray, end: np.ndarray, track: np.ndarray, st: _State, desc: list, name_of) -> np.ndarray:
+def _nested(ts: np.ndarray, end: np.ndarray, track: np.ndarray, st: _State, desc: list, name_of,
+            laminar=None) -> np.ndarray:
     """The slices' tracks (sorted by start) with each slice that does not nest on its
-    thread's track (``nesting.nest``) moved to a child track of it (``OVERLAP``;
-    ``name_of(row)``: a slice's name, for a track of its own)."""
-    bad = nest(ts, end, track, st.carried)
+    thread's track (``nesting.nest``; ``laminar``: its tracks nesting alone) moved
+    to a child track of it (``OVERLAP``; ``name_of(row)``: a slice's name, for a
+    track of its own)."""
+    bad = nest(ts, end, track, st.carried, laminar)
     if not bad.size:
         return track
     track = track.copy()

@@ -146,7 +146,7 @@ class Messages:
 
     @staticmethod
     def _count(count, present):
-        if present is None:
+        if present is None or present.all():  # in every row: a width stays one number (a fixed column)
             return count
         return np.where(present, count, 0)
 
