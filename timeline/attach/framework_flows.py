@@ -22,6 +22,7 @@ FRAMEWORK_SEQUENCE = 2
 UUID_TOP = 1 << 62  # framework track uuids: above every uuid the timeline export makes
 PH_CODE = {"X": 1, "i": 2, "I": 2, "M": 3, "s": 4, "f": 5}  # the phases converted (M, s, f: in the first pass)
 MEMO_TYPES = {int, str, type(None)}  # values whose type and value give their repr (not bool / float)
+MISSING = -2**63  # a ts that is null (no number of µs reads as it)
 
 
 def uuid_of(*parts) -> int:
@@ -157,10 +158,11 @@ def _flow_tracks(rank: int, evs: list) -> np.ndarray:
     return np.fromiter(map(uuid.__getitem__, keys), np.int64, len(keys))
 
 
-def _flow_ids(rank: int, evs: list) -> np.ndarray:
-    """``flow_id`` of each flow event: where every id is an int64 and every ``cat`` a
-    text (Kineto's), with numpy (each distinct cat hashed once); else one by one."""
-    cats, ids = [e.cat for e in evs], [e.id for e in evs]
+def _flow_ids(rank: int, evs: list, ids: list) -> np.ndarray:
+    """``flow_id`` of each flow event (``ids``: their ``id``): where every id is an
+    int64 and every ``cat`` a text (Kineto's), with numpy (each distinct cat hashed
+    once); else one by one."""
+    cats = [e.cat for e in evs]
     if set(map(type, ids)) <= {int} and set(map(type, cats)) <= {str}:
         try:
             v = np.array(ids, np.int64).view(np.uint64)
@@ -186,17 +188,20 @@ def names_and_flows(evs: list, _shared, rank: int, code=None) -> tuple:
             names.append((e.name, e.pid, e.tid, str(args.get("labels" if e.name == "process_labels" else "name", ""))))
     flow = (code == PH_CODE["s"]) | (code == PH_CODE["f"])
     fl, start = J.take(evs, flow), code[flow] == PH_CODE["s"]
-    ts = [e.ts for e in fl]
-    if J.RAW_NONE in ts or None in [e.id for e in fl]:
-        keep = [e.id is not None and e.ts != J.RAW_NONE for e in fl]
-        fl, start = [e for e, k in zip(fl, keep) if k], start[np.array(keep, bool)]
-        ts = [e.ts for e in fl]
+    ids = [e.id for e in fl]
+    if None in ids:  # a flow end without an id, or (below) a ts: none
+        keep = np.array([i is not None for i in ids], bool)
+        fl, start, ids = J.take(fl, keep), start[keep], J.take(ids, keep)
+    ts = J.ns_array([e.ts for e in fl], "a flow's ts", null=MISSING)
+    if (ts == MISSING).any():
+        keep = ts != MISSING
+        fl, start, ids, ts = J.take(fl, keep), start[keep], J.take(ids, keep), ts[keep]
     if not fl:
         return names, [None, None]
     k = np.empty(len(fl), KEY)
     k["track"] = _flow_tracks(rank, fl)
-    k["ts"] = J.ns_array(ts, "a flow's ts")
-    ids = _flow_ids(rank, fl)
+    k["ts"] = ts
+    ids = _flow_ids(rank, fl, ids)
     flows = [(k[m], ids[m]) if m.any() else None for m in (start, ~start)]
     return names, flows
 
@@ -215,9 +220,14 @@ def int_pairs(pids: list, tids: list):
         p, t = np.array(pids, np.int64), np.array(tids, np.int64)
     except OverflowError:
         return None
-    up, pi = np.unique(p, return_inverse=True)
-    ut, ti = np.unique(t, return_inverse=True)
-    pair, at, inv = np.unique(pi * len(ut) + ti, return_index=True, return_inverse=True)
+    lo_p, lo_t = int(p.min()), int(t.min())
+    span = int(t.max()) - lo_t + 1
+    if (int(p.max()) - lo_p + 1) * span < 1 << 62:  # one key a pair: one sort
+        pair, at, inv = np.unique((p - lo_p) * span + (t - lo_t), return_index=True, return_inverse=True)
+    else:
+        up, pi = np.unique(p, return_inverse=True)
+        ut, ti = np.unique(t, return_inverse=True)
+        pair, at, inv = np.unique(pi * len(ut) + ti, return_index=True, return_inverse=True)
     renum = np.empty(len(pair), np.int64)
     renum[np.argsort(at, kind="stable")] = np.arange(len(pair))  # pairs renumbered by first appearance
     firsts = np.sort(at)

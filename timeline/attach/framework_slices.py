@@ -24,7 +24,7 @@ import numpy as np
 from timeline.attach import framework_packets as FP
 from timeline.attach import jsonscan as J
 from timeline.attach import nesting
-from timeline.attach.framework_flows import (FRAMEWORK_SEQUENCE, PH_CODE, Flows, bind, hashable, hashable_key,
+from timeline.attach.framework_flows import (FRAMEWORK_SEQUENCE, MISSING, PH_CODE, Flows, bind, hashable, hashable_key,
                                              int_pairs, names_and_flows, phases, process_track, thread_track, uuid_of)
 from timeline.attach.spill import Spilled, spill
 
@@ -48,16 +48,16 @@ class Texts(NamedTuple):
         return cls(b"".join(enc), np.fromiter(map(len, enc), np.int64, len(enc)))
 
     @classmethod
-    def of_raw(cls, raws: list) -> "Texts":
-        """From raw JSON texts (``msgspec.Raw``): their bytes as they are where they
-        are valid UTF-8 (as ``bytes.decode(..., "replace")`` leaves them), else each
-        through that decode."""
+    def of_raw(cls, raws: list, lens: np.ndarray | None = None) -> "Texts":
+        """From raw JSON texts (``msgspec.Raw``; ``lens``: their lengths, where known):
+        their bytes as they are where they are valid UTF-8 (as ``bytes.decode(...,
+        "replace")`` leaves them), else each through that decode."""
         data = b"".join(raws)
         try:
             data.isascii() or data.decode()
         except UnicodeDecodeError:
             return cls.of([bytes(r).decode("utf-8", "replace") for r in raws])
-        return cls(data, np.fromiter(map(len, raws), np.int64, len(raws)))
+        return cls(data, np.fromiter(map(len, raws), np.int64, len(raws)) if lens is None else lens)
 
 
 class Slices(NamedTuple):
@@ -81,8 +81,10 @@ def _texts(values: list, dumps: bool) -> tuple:
     """(``Texts``, present) of names (``dumps``: a non-text name as its JSON) or
     categories (a non-text category absent)."""
     n = len(values)
-    if set(map(type, values)) <= {str}:
-        return Texts.of(values), np.ones(n, bool)
+    try:
+        return Texts.of(values), np.ones(n, bool)  # every one a text (the join refuses any other)
+    except TypeError:
+        pass
     if dumps:
         return Texts.of([v if type(v) is str else json.dumps(v) for v in values]), np.ones(n, bool)
     has = np.fromiter((type(v) is str for v in values), bool, n)
@@ -153,14 +155,11 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
             skipped[ph] = skipped.get(ph, 0) + 1
     xs, inst = J.take(evs, code == PH_CODE["X"]), J.take(evs, code == PH_CODE["i"])
     inst = [e for e in inst if e.ts != J.RAW_NONE]
-    ts_x = [e.ts for e in xs]
-    no_ts = 0
-    if J.RAW_NONE in ts_x:
-        keep = [t != J.RAW_NONE for t in ts_x]
-        no_ts = len(keep) - sum(keep)
-        xs, ts_x = [e for e, k in zip(xs, keep) if k], [t for t, k in zip(ts_x, keep) if k]
+    ts, no_ts = J.ns_array([e.ts for e in xs], "a ts", null=MISSING), 0
+    if (ts == MISSING).any():  # an X event without ts: counted, not converted
+        keep = ts != MISSING
+        no_ts, xs, ts = int((~keep).sum()), J.take(xs, keep), ts[keep]
     first, key_of = _threads([e.pid for e in xs], [e.tid for e in xs])
-    ts = J.ns_array(ts_x, "a ts")
     end = ts + J.durations(xs, name)
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
     if len(xs) > 1 and (order[1:] < order[:-1]).any():  # not in file order already
@@ -186,12 +185,16 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
 
 
 def _args(raws: list) -> tuple:
-    """(``Texts``, present) of the ``args`` texts as the file has them."""
+    """(``Texts``, present) of the ``args`` texts as the file has them (absent: its
+    raw text ``null``, found among those of its length)."""
+    lens = np.fromiter(map(len, raws), np.int64, len(raws))
     has_args = np.ones(len(raws), bool)
-    if J.RAW_NONE in raws:
+    maybe = np.flatnonzero(lens == len(J.RAW_NONE)).tolist()
+    if maybe and J.RAW_NONE in [raws[i] for i in maybe]:
         has_args = np.fromiter((r != J.RAW_NONE for r in raws), bool, len(raws))
         raws = [r if h else b"" for r, h in zip(raws, has_args.tolist())]
-    return Texts.of_raw(raws), has_args
+        lens = np.where(has_args, lens, 0)
+    return Texts.of_raw(raws, lens), has_args
 
 
 class _Local(NamedTuple):

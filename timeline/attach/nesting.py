@@ -81,8 +81,14 @@ def laminar(ts: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
     uniq, code = np.unique(track, return_inverse=True)
     order = np.argsort(code, kind="stable")
     bounds = np.searchsorted(code[order], np.arange(len(uniq) + 1))
-    every = np.ones(len(uniq), bool)
-    return uniq[_laminar(ts, end, code, [order[bounds[c]:bounds[c + 1]] for c in range(len(uniq))], every)]
+    c, t, e = code[order], ts[order], end[order]
+    overlap = np.zeros(len(uniq), bool)  # a track whose slices follow one another (a GPU stream's) nests
+    overlap[c[1:][(c[1:] == c[:-1]) & (t[1:] < e[:-1])]] = True
+    ok = ~overlap
+    if overlap.any():
+        ok |= _laminar(ts, end, code, [order[bounds[k]:bounds[k + 1]] for k in np.flatnonzero(overlap).tolist()],
+                       overlap)
+    return uniq[ok]
 
 
 def _prefix(ts, end, rows, k, carried: Carried, bad: list) -> int:

@@ -55,9 +55,11 @@ def _fixed(n: int, run: list):
     if all(b.strides[0] == 0 for b, _ in run):
         return pa.scalar(b"".join(b[0, :w].tobytes() for b, w in run), pa.large_binary())
     m = np.empty((n, sum(w for _, w in run)), np.uint8)
+    m[:] = np.concatenate([b[0, :w] for b, w in run])  # the constants, every row at once
     at = 0
     for b, w in run:
-        m[:, at:at + w] = b[:, :w]
+        if b.strides[0]:  # a varint column: its own bytes
+            m[:, at:at + w] = b[:, :w]
         at += w
     fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(m.shape[1]), n, [None, pa.py_buffer(m)])
     return fixed.cast(pa.large_binary())
