@@ -185,6 +185,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", help="scratch folder (default: a temporary one)")
     ap.add_argument("--stages", default="whole,decode,read-1,read,attach,chrome,perfetto")
     ap.add_argument("--naive-mb", type=int, default=64, help="the side-by-side readers' file (MB, default 64; 0: none)")
+    ap.add_argument("--reuse", metavar="DIR", help="keep the --mb file in DIR (kineto-<MB>mb.json) and use it again on "
+                    "later runs, instead of writing it each run (the stages' outputs still go to a temporary folder)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stage:
@@ -207,9 +209,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
         d = Path(d)
         t = time.perf_counter()
-        g = generate(d / "kineto.json", a.mb)
+        g, how = reused(d / "kineto.json", a.mb, a.reuse)
         print(f"SYNTHETIC Kineto JSON: {g['bytes'] / 2**20:,.0f} MB, {g['events']:,} events "
-              f"(written in {time.perf_counter() - t:.1f} s); 16 instrumented launches of traces/h200_mono_demo.arrow")
+              f"({how} in {time.perf_counter() - t:.1f} s); 16 instrumented launches of traces/h200_mono_demo.arrow")
         print(HEADER)
         got = {}
         for s in a.stages.split(","):
@@ -218,6 +220,23 @@ def main(argv=None) -> int:
         if "perfetto" in got and "read" in got:
             print(verdict(got["perfetto"], got["read"]))
     return 0
+
+
+def reused(path: Path, mb: int, folder) -> tuple:
+    """The bench's Kineto JSON at ``path``: written there, or (``folder``: ``--reuse``)
+    linked from ``folder/kineto-<mb>mb.json``, written there first where it is not
+    yet (its counts beside it, ``.meta.json``); (``generate``'s counts, how it came)."""
+    if folder is None:
+        return generate(path, mb), "written"
+    keep = Path(folder) / f"kineto-{mb}mb.json"
+    meta = keep.with_name(keep.name + ".meta.json")
+    how = "reused"
+    if not (keep.exists() and meta.exists()):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps(generate(keep, mb)))
+        how = "written"
+    path.symlink_to(keep.resolve())
+    return json.loads(meta.read_text()), how
 
 
 PERFETTO_GOAL, RATIO_GOAL = 0.6, 1.5  # issue 48: M events/s of attach -o, and its wall time over the read's

@@ -219,4 +219,4 @@ def test_rows_patched_from_their_bytes_are_the_columns_serialized(n, data):
     for i, h in (flows(), flows()):
         new += [np.where(some, i, old[len(new)]), np.where(some, h, old[len(new) + 1])]
     want, _ = FP.serialize(FS.Slices(*new[:3], name, cat, has_cat, args, has_args, *new[3:]))
-    assert FP.patched(data_, layout, old, tuple(new)) == want
+    assert bytes(FP.patched(data_, layout, old, tuple(new))) == bytes(want)

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeline.attach.framework_flows import FRAMEWORK_SEQUENCE
+from timeline.attach.spill import Spilled
 from timeline.export import perfetto as PF
 from timeline.export._rows import serialize_rows
 
@@ -84,7 +85,8 @@ def _packets(te: PF.Messages, ts, end, track, widths: tuple) -> tuple:
 def serialize(s) -> tuple:
     """The packets of X events (``framework_slices.Slices``), column-wise
     (``perfetto.Messages``): per event its begin (name, category, the ``args``
-    annotation, flows) and its end, adjacent; (their bytes, their ``Layout``)."""
+    annotation, flows) and its end, adjacent; (their bytes, an Arrow buffer; their
+    ``Layout``)."""
     n = len(s.ts)
     da = PF.Messages(n).raw(PF.field_bytes(DA_NAME, b"args")).blob(DA_STRING, *s.args)
     te = (PF.Messages(n).raw(PF.field_varint(PF.TE_TYPE, PF.SLICE_BEGIN)).varint(PF.TE_TRACK_UUID, s.track)
@@ -96,7 +98,7 @@ def serialize(s) -> tuple:
     widths = _widths(s.ts, s.end, body)
     rec, begin, end = _packets(te, s.ts, s.end, s.track, widths)
     te_at = int(begin[0] - body[0]) if n else 0
-    return serialize_rows(rec), Layout(te_at, np.asarray(begin, np.int64), end, widths)
+    return serialize_rows(rec, copy=False), Layout(te_at, np.asarray(begin, np.int64), end, widths)
 
 
 def _widths(ts, end, body) -> tuple:
@@ -148,8 +150,8 @@ def patched(data, lay: Layout, old: tuple, new: tuple):
         changed |= o != n_
     if not changed.any():
         return data
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        data = data.read()  # a spill.Spilled
+    if type(data) is Spilled:
+        data = data.read()
     old_flows = old[4].astype(np.int64) + old[6]
     body = lay.begin - lay.te_at + FLOW_BYTES * (new[4].astype(np.int64) + new[6] - old_flows)
     widths = _widths(new[0], new[1], body)
@@ -172,8 +174,7 @@ def patched(data, lay: Layout, old: tuple, new: tuple):
 def name_of(data, lay: Layout, row: int) -> str:
     """Row ``row``'s slice name, read from its TrackEvent (after the track uuid: the
     name's key, its length, its bytes)."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        data = data.read()
+    data = memoryview(data.read() if type(data) is Spilled else data)
     at = int(lay.starts()[row]) + lay.te_at + TRACK_AT + TRACK_BYTES + len(PF.key(PF.TE_NAME, PF.LEN))
     n, shift = 0, 0
     while True:

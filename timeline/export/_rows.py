@@ -65,8 +65,9 @@ def _fixed(n: int, run: list):
     return fixed.cast(pa.large_binary())
 
 
-def serialize_rows(msgs: Messages) -> bytes:
-    """``msgs.serialize()``'s bytes (module docstring)."""
+def serialize_rows(msgs: Messages, copy: bool = True):
+    """``msgs.serialize()``'s bytes (module docstring); ``copy=False``: an Arrow buffer
+    of them (any bytes-like use; not copied out of Arrow's memory)."""
     n = msgs.n
     if not msgs.cols or not n:
         return b""
@@ -86,4 +87,5 @@ def serialize_rows(msgs: Messages) -> bytes:
         return b"".join(a.as_py() for a in arrays) * n
     joined = pc.binary_join_element_wise(*arrays, EMPTY)
     offsets = np.frombuffer(joined.buffers()[1], np.int64, n + 1, joined.offset * 8)
-    return joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pybytes()
+    out = joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    return out.to_pybytes() if copy else out
