@@ -151,12 +151,13 @@ def before(name: str, path: Path, out: Path) -> dict:
     return res
 
 
-def run_stage(s: str, d: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_stage(s: str, d: Path, root: Path = ROOT) -> dict:
+    """Stage ``s`` in a fresh process, with the code of the tree ``root`` (``--before``)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     if s == "read-1":
         env["TIMELINE_ATTACH_WORKERS"] = "1"
-    r = subprocess.run([sys.executable, __file__, "--stage", s, "--dir", str(d)], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run([sys.executable, str(root / "bench" / "attach.py"), "--stage", s, "--dir", str(d)],
+                       capture_output=True, text=True, env=env)
     if r.returncode:
         raise RuntimeError(f"{s}: failed\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -169,13 +170,13 @@ def row(s: str, res: dict, g: dict) -> str:
         err = abs(res["offset"] - g["offset"])
         check = f"offset error {err} ns <= bound {res['bound_ns']:.0f} ns: {err <= res['bound_ns']}"
     rate = n / res["wall_s"] / 1e6
-    return (f"{s:16s} {res['framework_events']:>11,} {res['timeline_events']:>10,} {res['wall_s']:>7.2f} {rate:>6.2f} "
+    return (f"{s:23s} {res['framework_events']:>11,} {res['timeline_events']:>10,} {res['wall_s']:>7.2f} {rate:>6.2f} "
             f"{g['bytes'] / res['wall_s'] / 1e6:>6.0f} {res['peak_mb']:>8,.0f} {res['worker_peak_mb']:>9,.0f}  "
             f"{'yes' if rate >= GOAL else 'no ':3s}  {check}")
 
 
 GOAL = 3.0  # M events/s (issue 42)
-HEADER = (f"{'stage':16s} {'fw events':>11s} {'tl events':>10s} {'wall s':>7s} {'Mev/s':>6s} {'MB/s':>6s} "
+HEADER = (f"{'stage':23s} {'fw events':>11s} {'tl events':>10s} {'wall s':>7s} {'Mev/s':>6s} {'MB/s':>6s} "
           f"{'peak MB':>8s} {'worker MB':>9s}  3M?")
 
 
@@ -187,12 +188,15 @@ def main(argv=None) -> int:
     ap.add_argument("--naive-mb", type=int, default=64, help="the side-by-side readers' file (MB, default 64; 0: none)")
     ap.add_argument("--reuse", metavar="DIR", help="keep the --mb file in DIR (kineto-<MB>mb.json) and use it again on "
                     "later runs, instead of writing it each run (the stages' outputs still go to a temporary folder)")
+    ap.add_argument("--before", metavar="REV", help="run each stage also with the code of git revision REV, just "
+                    "before its own run (an A/B under one machine load: rows 'STAGE before')")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stage:
         print(json.dumps(stage(a.stage, Path(a.dir) / "kineto.json", Path(a.dir))))
         return 0
-    print(f"# python bench/attach.py --mb {a.mb} --naive-mb {a.naive_mb} --stages {a.stages}   "
+    print(f"# python bench/attach.py --mb {a.mb} --naive-mb {a.naive_mb} --stages {a.stages}"
+          f"{' --before ' + a.before if a.before else ''}   "
           f"({os.cpu_count()} cores; workers: TIMELINE_ATTACH_WORKERS or the cores)")
     print("# MB/s: the JSON file's bytes per wall second; peak MB: the stage's process; worker MB: its largest worker")
     if a.naive_mb:
@@ -214,12 +218,24 @@ def main(argv=None) -> int:
               f"({how} in {time.perf_counter() - t:.1f} s); 16 instrumented launches of traces/h200_mono_demo.arrow")
         print(HEADER)
         got = {}
+        before = checkout(a.before, d) if a.before else None
         for s in a.stages.split(","):
+            if before is not None:  # the same stage with the code of --before, just before it: one machine load
+                print(row(f"{s} before", run_stage(s, d, before), g), flush=True)
             got[s] = run_stage(s, d)
             print(row(s, got[s], g), flush=True)
         if "perfetto" in got and "read" in got:
             print(verdict(got["perfetto"], got["read"]))
     return 0
+
+
+def checkout(rev: str, d: Path) -> Path:
+    """The project's files at git revision ``rev`` (``--before``), in ``d/before``."""
+    out = d / "before"
+    out.mkdir()
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=tar, check=True)
+    return out
 
 
 def reused(path: Path, mb: int, folder) -> tuple:
