@@ -81,14 +81,39 @@ def laminar(ts: np.ndarray, end: np.ndarray, track: np.ndarray) -> np.ndarray:
     uniq, code = np.unique(track, return_inverse=True)
     order = np.argsort(code, kind="stable")
     bounds = np.searchsorted(code[order], np.arange(len(uniq) + 1))
-    c, t, e = code[order], ts[order], end[order]
-    overlap = np.zeros(len(uniq), bool)  # a track whose slices follow one another (a GPU stream's) nests
-    overlap[c[1:][(c[1:] == c[:-1]) & (t[1:] < e[:-1])]] = True
-    ok = ~overlap
-    if overlap.any():
-        ok |= _laminar(ts, end, code, [order[bounds[k]:bounds[k + 1]] for k in np.flatnonzero(overlap).tolist()],
-                       overlap)
+    ok = _two_levels(code[order], ts[order], end[order], len(uniq))  # a GPU stream's, a host thread's calls in ops
+    if not ok.all():
+        rest = ~ok
+        ok |= _laminar(ts, end, code, [order[bounds[k]:bounds[k + 1]] for k in np.flatnonzero(rest).tolist()], rest)
     return uniq[ok]
+
+
+def _two_levels(c: np.ndarray, t: np.ndarray, e: np.ndarray, tracks: int) -> np.ndarray:
+    """Per track (rows grouped by track ``c``, each sorted by start then longest
+    first), whether its rows are slices one after another, each holding slices one
+    after another (two levels at most): those nest. A row starts a top slice where
+    every row before it on its track has ended; every other row must end within its
+    top slice and not start before the one before it ends (False: not shown so)."""
+    n = len(c)
+    first = np.ones(n, bool)
+    first[1:] = c[1:] != c[:-1]
+    lo, span = int(e.min()), int(e.max()) - int(e.min()) + 1
+    k = np.cumsum(first) - 1
+    if int(k[-1] + 1) * span >= 1 << 62:
+        return np.zeros(tracks, bool)
+    run = np.maximum.accumulate((e - lo) + k * span) - k * span + lo  # the latest end so far on the row's track
+    before = np.empty(n, np.int64)
+    before[1:] = run[:-1]
+    top = first.copy()
+    top[1:] |= t[1:] >= before[1:]
+    pos = np.arange(n)
+    top_at = np.maximum.accumulate(np.where(top, pos, 0))  # each row's top slice
+    inner = ~top
+    bad = inner & (e > e[top_at])
+    bad[1:] |= inner[1:] & inner[:-1] & (t[1:] < e[:-1])  # two inner rows in a row: one after the other
+    ok = np.ones(tracks, bool)
+    ok[c[bad]] = False
+    return ok
 
 
 def _prefix(ts, end, rows, k, carried: Carried, bad: list) -> int:
