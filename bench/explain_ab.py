@@ -199,7 +199,7 @@ def misset(d: Path, a: argparse.Namespace, noise: float) -> dict:
 
 def speed(d: Path, a: argparse.Namespace) -> dict:
     """Two big runs (explain_run's build), B with rank 3's ug compute +4 µs in every
-    launch; ``explain B --baseline A`` three times, fresh processes."""
+    launch; ``explain B --baseline A`` ``a.repeats`` times (3 unless given), fresh processes."""
     from explain_run import build  # bench/explain_run.py: the 100 M-interval run
 
     runs = {}
@@ -216,7 +216,7 @@ def speed(d: Path, a: argparse.Namespace) -> dict:
             part_.replace(meta)
         runs[name] = (run, json.loads(meta.read_text()))
     rows, note = [], compiled()
-    for i in range(3):
+    for i in range(getattr(a, "repeats", 3)):
         r = child(timeline("explain", runs["B"][0], "--baseline", runs["A"][0], "--json"))
         if r["rc"] != 0:
             raise SystemExit(f"error: explain B --baseline A exited {r['rc']}:\n{r['err']}")

@@ -263,7 +263,7 @@ def rebalance(trace, rows: CHP.Rows, levels: list, unit: Suspect, stage: str | N
                             "rebalancing would give back")
     g = E.edges(trace)
     plan = W.plan(trace, g)
-    fid = W.fidelity(trace, g).kernel_end_ns / 1e3
+    fid = W.fidelity(trace, g, plan).kernel_end_ns / 1e3
     own = _own(plan.rec, trace)
     at = task_rows(rows, g.tasks)
     out = []

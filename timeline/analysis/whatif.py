@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from timeline.analysis import edges as E
 from timeline.analysis import producers as PD
+from timeline.analysis import whatif_levels as WL
 from timeline.core import grouped as GR
 from timeline.core import rows as R
 from timeline.analysis import AnalysisError
@@ -133,7 +134,8 @@ class Plan(NamedTuple):
     ``suffix`` (its members in simulation order, the largest recorded end from each
     on: those not yet simulated), each task's CTA predecessor, whether data held its
     wait, its hand-off and own wait, its stage's shortest unheld wait and hand-off,
-    and the simulation order."""
+    the simulation order, and its levels (``whatif_levels.Schedule``; None: one task
+    at a time)."""
 
     rec: np.ndarray
     w0: int
@@ -156,6 +158,7 @@ class Plan(NamedTuple):
     floor: np.ndarray
     hmin: np.ndarray
     order: list
+    schedule: WL.Schedule | None = None
 
 
 def _by_key(key: np.ndarray, values: np.ndarray, n: int):
@@ -211,8 +214,9 @@ def plan(trace, g: E.Graph) -> Plan:
     hmin = np.where(np.isfinite(hmin), hmin, _per_stage_min(m.stage, handoff, ~held & fed))
     order = np.lexsort((np.arange(m.n), rec[:, 0], rec[:, w1])).tolist()
     goff, suffix = _suffix_max(pr, rec[:, -1], order)
-    return Plan(rec, w0, w1, dp, lo, hi, gref, glo, ghi, mgroup, mlo, mhi, goff, suffix, prev, held, handoff, own,
-                floor, hmin, order)
+    p = Plan(rec, w0, w1, dp, lo, hi, gref, glo, ghi, mgroup, mlo, mhi, goff, suffix, prev, held, handoff, own,
+             floor, hmin, order)
+    return p._replace(schedule=WL.schedule(p, pr.groups))
 
 
 def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | None = None,
@@ -228,7 +232,7 @@ def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | No
     g = g or E.edges(trace)
     m = g.tasks
     p = plan_ or plan(trace, g)
-    rec, w0, w1, dp, lo, hi, prev, held = p.rec, p.w0, p.w1, p.dp, p.lo, p.hi, p.prev, p.held
+    rec, w0, w1, prev, held = p.rec, p.w0, p.w1, p.prev, p.held
     handoff, own, floor, hmin = p.handoff, p.own, p.floor, p.hmin
     scale, add = _factors(trace, m, changes)
     end = rec[:, -1]
@@ -239,7 +243,23 @@ def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | No
     dur = np.maximum(np.diff(rec, axis=1) * scale + add, 0)  # no phase takes less than no time
     before = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, :w0], axis=1)), axis=1)  # start .. wait start
     after = np.concatenate((np.zeros((m.n, 1)), np.cumsum(dur[:, w1:], axis=1)), axis=1)  # wait end .. end
-    start, wait_end = np.zeros(m.n), np.zeros(m.n)
+    if p.schedule is not None:  # level by level (whatif_levels): the same values, many tasks a step
+        start, wait_end = WL.simulate(p.schedule, end.astype(np.float64), rec[:, 0].astype(np.float64),
+                                      (rec[:, 0] - end[np.maximum(prev, 0)]).astype(np.float64), before[:, -1],
+                                      after[:, -1], own, handoff, held, floor[m.stage], hmin[m.stage])
+    else:
+        start, wait_end = _loop(p, m.n, end, before, after, own, handoff, floor[m.stage], hmin[m.stage])
+    sim = np.zeros_like(rec, dtype=np.float64)
+    sim[:, :w0 + 1] = start[:, None] + before
+    sim[:, w1:] = wait_end[:, None] + after
+    return Replay(m, rec, sim, g)
+
+
+def _loop(p: Plan, n: int, end, before, after, own, handoff, floor, hmin) -> tuple:
+    """``replay``'s tasks one at a time in ``p.order``: ``(start, wait end)`` of each
+    (``floor``, ``hmin``: per task its stage's)."""
+    rec, dp, lo, hi, prev, held = p.rec, p.dp, p.lo, p.hi, p.prev, p.held
+    start, wait_end = np.zeros(n), np.zeros(n)
     sim_np = end.astype(np.float64)  # a producer not yet simulated counts with its recorded end
     sim_end = sim_np.tolist()  # the same, read one at a time (a list is faster there), numpy for many
     first_rec = rec[:, 0].astype(np.float64).tolist()
@@ -251,7 +271,7 @@ def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | No
     goff, suffix = p.goff.tolist(), p.suffix.tolist()
     gpos = [0] * len(goff)  # per group: its members simulated so far
     gsim = [-np.inf] * len(goff)  # per group: the largest simulated end of those
-    floor_l, hmin_l = floor[m.stage].tolist(), hmin[m.stage].tolist()
+    floor_l, hmin_l = floor.tolist(), hmin.tolist()
     dp_l = dp.tolist()
     for i in p.order:
         q = prev_l[i]
@@ -278,10 +298,7 @@ def replay(trace, changes=(), g: E.Graph | None = None, task_ns: np.ndarray | No
             gpos[k] += 1
             if e > gsim[k]:
                 gsim[k] = e
-    sim = np.zeros_like(rec, dtype=np.float64)
-    sim[:, :w0 + 1] = start[:, None] + before
-    sim[:, w1:] = wait_end[:, None] + after
-    return Replay(m, rec, sim, g)
+    return start, wait_end
 
 
 def _per_stage_min(stage, values, mask) -> np.ndarray:
@@ -309,9 +326,9 @@ class Fidelity(NamedTuple):
     kernel_end_ns: float
 
 
-def fidelity(trace, g: E.Graph | None = None) -> Fidelity:
-    """The unchanged replay against the recorded times."""
-    r = replay(trace, (), g)
+def fidelity(trace, g: E.Graph | None = None, plan_: Plan | None = None) -> Fidelity:
+    """The unchanged replay against the recorded times (``plan_``: as ``replay`` takes it)."""
+    r = replay(trace, (), g, plan_=plan_)
     err = np.abs(r.simulated[:, -1] - r.recorded[:, -1])
     gid, n, _ = GR.group_ids(r.tasks.launch)
     _, sim_end = _extent(gid, n, r.simulated[:, -1], r.simulated[:, -1])

@@ -250,7 +250,7 @@ def cmd_run_info(args) -> int:
     if args.verify or skip:
         for rec in run.records:
             for e in rec["parts"]:
-                why = RL.check_part(run.path, e, full=True)
+                why = RL.check_part(run.path, e, full=True, strong=bool(args.verify))
                 if why and (e["path"], why) not in run.damaged:
                     run.damaged.append((e["path"], why))
     size = sum(e["bytes"] for r in run.records for e in r["parts"])

@@ -19,9 +19,9 @@ from timeline.core import rows as R
 from timeline.core.filemeta import refuse
 
 try:  # ISA-L's CRC-32 (python-isal): zlib's polynomial and results, 6.6x its speed (28 against 4.2 GB/s here)
-    from isal.isal_zlib import crc32 as _crc32
+    from isal.isal_zlib import crc32
 except ImportError:  # pragma: no cover - a platform without its wheel: zlib's, the same digest
-    _crc32 = zlib.crc32
+    crc32 = zlib.crc32
 
 CHECKSUM_DIGESTS = ("crc32", "blake2b")  # what save writes first; blake2b: files written before crc32 was
 _ONES = b"\x01" * (1 << 20)  # the validity bytes of rows without a null
@@ -40,7 +40,7 @@ class _ColumnDigest:
             self._h.update(data)
         else:
             view = memoryview(data).cast("B")
-            self._crc, self._n = _crc32(view, self._crc), self._n + view.nbytes
+            self._crc, self._n = crc32(view, self._crc), self._n + view.nbytes
 
     def digest(self) -> bytes:
         if self._h is not None:
@@ -180,4 +180,4 @@ def checksum_digest(value: str, where: str) -> str:
     return digest
 
 
-__all__ = ["CHECKSUM_DIGESTS", "Checksum", "checksum_digest", "table_checksum"]
+__all__ = ["CHECKSUM_DIGESTS", "Checksum", "checksum_digest", "crc32", "table_checksum"]

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from timeline.errors import TimelineError
 from timeline.core import rows as R
+from timeline.core.checksum import crc32
 
 RUN_FORMAT = "mono-timeline-run"
 RUN_FORMAT_VERSION = 1
@@ -37,6 +38,7 @@ TABLES = ("tasks", "launches", "stages", "anomalies")
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Hive's name for a null partition value (DuckDB, polars, Arrow)
 TMP_PREFIX = "."  # temporary names start with a dot: Arrow, DuckDB globs and polars skip them
 HASH = "blake2b"
+PART_CRC = "crc32"  # a part's CRC-32 (hex), beside its blake2b where the part was written since: what a read checks
 RECORD_KEYS = ("append", "capture", "specs", "origins", "offsets", "parts")
 PART_KEYS = frozenset({"table", "path", "rows", "bytes", HASH})
 
@@ -71,11 +73,28 @@ def small_part_path(table: str, append: str) -> str:
 
 def file_digest(path) -> str:
     """blake2b-128 (hex) of a file's bytes."""
-    h = hashlib.blake2b(digest_size=16)
+    return file_digests(path)[HASH]
+
+
+def file_digests(path) -> dict:
+    """A file's checksums, in one pass over its bytes: ``crc32`` (ISA-L's CRC-32, hex:
+    what a read checks, several times blake2b's speed) and ``blake2b`` (128 bits, hex:
+    what releases before crc32 check, and ``run info --verify`` besides)."""
+    h, crc = hashlib.blake2b(digest_size=16), 0
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
-    return h.hexdigest()
+            crc = crc32(chunk, crc)
+    return {PART_CRC: f"{crc:08x}", HASH: h.hexdigest()}
+
+
+def _crc_of(path) -> str:
+    """``file_digests``' crc32 alone."""
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            crc = crc32(chunk, crc)
+    return f"{crc:08x}"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -191,9 +210,9 @@ class Staged(NamedTuple):
 
 def finish_staged(run_dir: Path, rel: str, tmp: Path, rows: int) -> Staged:
     """A written temporary file as a ``Staged`` part: its checksum and size, fsynced."""
-    digest, size = file_digest(tmp), tmp.stat().st_size
+    digests, size = file_digests(tmp), tmp.stat().st_size
     fsync_file(tmp)
-    return Staged(tmp, run_dir / rel, {"path": rel, "rows": rows, "bytes": size, HASH: digest})
+    return Staged(tmp, run_dir / rel, {"path": rel, "rows": rows, "bytes": size, **digests})
 
 
 def staged_name(staging: Path, rel: str) -> Path:
@@ -240,19 +259,20 @@ def read_parquet(path, *, where: tuple | None = None, columns=None, without=()) 
     import pyarrow.parquet as pq
 
     f = pq.ParquetFile(str(path))
+    schema, meta = f.schema_arrow, f.metadata  # each a property built anew on every access
     names = None if columns is None and not without else \
-        [c for c in f.schema_arrow.names if (columns is None or c in columns) and c not in without]
+        [c for c in schema.names if (columns is None or c in columns) and c not in without]
     if where is None:
         return nullable(f.read(columns=names))
     column, value = where
-    at = f.schema_arrow.get_field_index(column)
+    at = schema.get_field_index(column)
     groups = []
-    for g in range(f.metadata.num_row_groups):
-        st = f.metadata.row_group(g).column(at).statistics
+    for g in range(meta.num_row_groups):
+        st = meta.row_group(g).column(at).statistics
         if st is None or not st.has_min_max or st.min <= value <= st.max:
             groups.append(g)
-    schema = f.schema_arrow if names is None else pa.schema([f.schema_arrow.field(c) for c in names])
-    table = f.read_row_groups(groups, columns=names) if groups else R.empty(schema)
+    read = schema if names is None else pa.schema([schema.field(c) for c in names])
+    table = f.read_row_groups(groups, columns=names) if groups else R.empty(read)
     return nullable(table.filter(pc.equal(table.column(column), R.scalar(value, table.column(column).type))))
 
 
@@ -292,9 +312,11 @@ def committed_records(run_dir: Path, seen: dict | None = None) -> list:
     return out
 
 
-def check_part(run_dir: Path, entry: dict, *, full: bool) -> str | None:
+def check_part(run_dir: Path, entry: dict, *, full: bool, strong: bool = False) -> str | None:
     """Why the part ``entry`` (a manifest record's) is not the file that was written, or
-    None: missing, another size (truncated), and with ``full`` another checksum."""
+    None: missing, another size (truncated), and with ``full`` another checksum: its
+    crc32 where the entry has one (parts written before it: blake2b); ``strong``: every
+    checksum the entry has (``run info --verify``)."""
     p = Path(run_dir) / entry["path"]
     try:
         size = p.stat().st_size
@@ -302,9 +324,14 @@ def check_part(run_dir: Path, entry: dict, *, full: bool) -> str | None:
         return "it is missing"
     if size != entry["bytes"]:
         return f"it is {size} bytes, the manifest says {entry['bytes']} (truncated or replaced)"
-    if full and file_digest(p) != entry[HASH]:
-        return "its checksum does not match the manifest's (a damaged file)"
-    return None
+    if strong:
+        got = file_digests(p)
+        bad = any(got[k] != entry[k] for k in (PART_CRC, HASH) if k in entry)
+    elif full:
+        bad = _crc_of(p) != entry[PART_CRC] if PART_CRC in entry else file_digest(p) != entry[HASH]
+    else:
+        bad = False
+    return "its checksum does not match the manifest's (a damaged file)" if bad else None
 
 
 # -- the memory budget and the launches table -----------------------------------------------
@@ -340,6 +367,6 @@ def empty_launches() -> pa.Table:
     return pa.table({c: pa.array([], types.get(c, pa.int64())) for c in LAUNCH_COLUMNS})
 
 
-__all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
-           "Staged", "TABLES", "check_part", "committed_records", "declare_required", "empty_launches", "file_digest", "finish_staged", "fsync_file", "manifest_path", "memory_budget", "new_append_id", "nullable", "over_budget", "publish", "publish_staged", "read_json", "read_parquet",
+__all__ = ["BUILD_FILE", "DEFAULT_BUDGET", "LAUNCH_COLUMNS", "HASH", "PART_CRC", "MANIFEST_DIR", "NULL_PARTITION", "RUN_FORMAT", "RUN_FORMAT_VERSION", "RunError",
+           "Staged", "TABLES", "check_part", "committed_records", "declare_required", "empty_launches", "file_digest", "file_digests", "finish_staged", "fsync_file", "manifest_path", "memory_budget", "new_append_id", "nullable", "over_budget", "publish", "publish_staged", "read_json", "read_parquet",
            "small_part_path", "stage_parquet", "staged_name", "staging_dir", "step_dir", "tasks_part_path", "temp_name", "write_json", "write_parquet"]
