@@ -168,17 +168,21 @@ def _slices(p: FS.Prepared, st: _State, desc: list, applied: int, unshifted: int
     on its thread's track, each flow at its start not bound before, the shift in its
     times: ``applied`` is the shift they have, ``unshifted`` the one they lack), else
     with the rows that differ rebuilt with the tracks, flows and times as they are."""
-    for pid, tid in p.keys:
-        st.track_of(pid, tid, desc)
     c = p.cols
-    track, ts = c.track, c.ts - applied  # in file order, on the file's axis (bind's)
+    mine = c.track
+    for pid, tid in p.keys:  # the track a thread had in the pieces before (True == 1 as a key: the first one's)
+        u, w = st.track_of(pid, tid, desc), thread_track(st.rank, *FF.hashable_key((pid, tid)))
+        if u != w:
+            mine = np.where(c.track == w, u, mine)
+    track, ts = mine, c.ts - applied  # in file order, on the file's axis (bind's)
     if p.order is not None:
         track, ts = np.empty_like(track), np.empty_like(ts)
-        track[p.order], ts[p.order] = c.track, c.ts - applied
+        track[p.order], ts[p.order] = mine, c.ts - applied
     flows = [FF.bind(f, used, track, ts) for f, used in ((st.meta.out, st.used_out), (st.meta.into, st.used_in))]
     if p.order is not None:
         flows = [(i[p.order], h[p.order]) for i, h in flows]
-    track = _nested(c.ts, c.end, c.track, st, desc, lambda i: FP.name_of(p.data, p.layout, i), p.laminar)
+    laminar = p.laminar if mine is c.track else None  # checked here where a track was renamed
+    track = _nested(c.ts, c.end, mine, st, desc, lambda i: FP.name_of(p.data, p.layout, i), laminar)
     new = (c.ts + unshifted, c.end + unshifted, track, *flows[0], *flows[1])
     return FP.patched(p.data, p.layout, tuple(c), new)
 
