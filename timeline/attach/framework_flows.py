@@ -106,10 +106,15 @@ class Flows(NamedTuple):
             t = np.searchsorted(tracks, track)
             known = ((t < len(tracks)) & (tracks[np.minimum(t, len(tracks) - 1)] == track) & (ts >= self.lo)
                      & (ts < self.lo + self.span))
+            if not known.any():
+                return np.full(len(track), -1, np.int64)
             q = np.where(known, t * self.span + (ts - self.lo), -1)
-            i = np.searchsorted(mine, q)
-            j = np.minimum(i, len(mine) - 1)
-            return np.where(known & (mine[j] == q), j, -1)
+            lo = int(np.searchsorted(mine, q[known].min()))  # the flows in the queries' range only: a piece's
+            near = mine[lo:int(np.searchsorted(mine, q.max(), "right"))]  # times are a small part of the file's
+            if not len(near):
+                return np.full(len(track), -1, np.int64)
+            j = np.minimum(np.searchsorted(near, q), len(near) - 1)
+            return np.where(known & (near[j] == q), j + lo, -1)
         q = np.empty(len(track), KEY)
         q["track"], q["ts"] = track, ts
         i = np.searchsorted(self.keys, q)
