@@ -189,7 +189,7 @@ def test_rows_patched_from_their_bytes_are_the_columns_serialized(n, data):
     """``framework_packets.patched``: a piece's packets with some rows' flows and
     tracks changed, or every row's times shifted, rebuilt from their own bytes (no
     text), are the bytes ``serialize`` gives for the changed columns; unchanged
-    columns give the bytes themselves."""
+    columns give the bytes themselves; ``name_of`` reads a row's name back."""
     from timeline.attach import framework_packets as FP
     from timeline.attach import framework_slices as FS
 
@@ -213,6 +213,9 @@ def test_rows_patched_from_their_bytes_are_the_columns_serialized(n, data):
     has_cat, has_args = np.array(draw(st.booleans())), np.array(draw(st.booleans()))
     data_, layout = FP.serialize(FS.Slices(ts, end, track, name, cat, has_cat, args, has_args, *old[3:]))
     assert FP.patched(data_, layout, old, old) is data_
+    row = data.draw(st.integers(0, n - 1))  # a slice's name read back from its packet (a track of its own's key)
+    at = int(name.lens[:row].sum())
+    assert FP.name_of(data_, layout, row) == name.data[at:at + int(name.lens[row])].decode()
     some = np.array(draw(st.booleans()))
     shift = data.draw(st.sampled_from([0, 0, 7, 2**50]))
     new = [ts + shift, end + shift, np.where(some, np.array(draw(st.sampled_from(tracks)), np.int64), track)]
