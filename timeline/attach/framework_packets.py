@@ -37,14 +37,14 @@ class Layout(NamedTuple):
     """Where the fields of a piece's packets are."""
 
     te_at: int  # where a row's TrackEvent body begins, from the row's start (the same in every row)
-    begin: np.ndarray  # each row's begin packet's bytes
+    begin: np.ndarray  # each row's begin packet's bytes (int32)
     end: int  # each row's end packet's bytes (the same in every row)
     widths: tuple  # the varints' widths: (begin packet length, ts, TrackEvent length, end ts)
 
     def starts(self) -> np.ndarray:
         """Where each row begins in the piece's bytes, and where the last ends."""
         out = np.zeros(len(self.begin) + 1, np.int64)
-        np.cumsum(self.begin + self.end, out=out[1:])
+        np.cumsum(self.begin + self.end, dtype=np.int64, out=out[1:])
         return out
 
 
@@ -98,7 +98,7 @@ def serialize(s) -> tuple:
     widths = _widths(s.ts, s.end, body)
     rec, begin, end = _packets(te, s.ts, s.end, s.track, widths)
     te_at = int(begin[0] - body[0]) if n else 0
-    return serialize_rows(rec, copy=False), Layout(te_at, np.asarray(begin, np.int64), end, widths)
+    return serialize_rows(rec, copy=False), Layout(te_at, np.asarray(begin, np.int32), end, widths)
 
 
 def _widths(ts, end, body) -> tuple:

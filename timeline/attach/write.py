@@ -113,7 +113,7 @@ class _Behind:
     At most ``DEPTH`` parts wait; a write that failed is raised at the next one or at
     ``close``."""
 
-    DEPTH = 2
+    DEPTH = 1  # parts waiting beside the one being written (memory: a piece or two)
 
     def __init__(self, f):
         self.f, self.error = f, None
