@@ -137,7 +137,7 @@ def _rebuilt(data, lay: Layout, starts, rows, old_flows, new: tuple, widths: tup
     _fixed64(te, PF.TE_FLOW_IDS, fo, ho)
     _fixed64(te, PF.TE_TERMINATING_FLOW_IDS, fi, hi)
     rec, begin, end = _packets(te, ts, end, track, widths)
-    return serialize_rows(rec), begin + end
+    return serialize_rows(rec, copy=False), begin + end
 
 
 def patched(data, lay: Layout, old: tuple, new: tuple):
@@ -168,7 +168,7 @@ def patched(data, lay: Layout, old: tuple, new: tuple):
                                                                          pa.py_buffer(got)])
     out = pc.replace_with_mask(every, pa.array(changed), repl)
     first = np.frombuffer(out.buffers()[1], np.int64, len(changed) + 1, out.offset)
-    return out.buffers()[2].slice(int(first[0]), int(first[-1] - first[0])).to_pybytes()
+    return out.buffers()[2].slice(int(first[0]), int(first[-1] - first[0]))  # an Arrow buffer, not copied out
 
 
 def name_of(data, lay: Layout, row: int) -> str:
