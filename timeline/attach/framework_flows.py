@@ -45,6 +45,7 @@ def hashable(v):
 
 
 def _salt(rank: int, cat: str) -> int:
+    """A (rank, cat)'s 64-bit hash: what an integer flow id is mixed with."""
     return int.from_bytes(hashlib.blake2b(repr((rank, cat)).encode(), digest_size=8).digest(), "little")
 
 

@@ -122,6 +122,7 @@ class _Behind:
         self.t.start()
 
     def _run(self) -> None:
+        """The thread: each part in turn, until ``close``'s None."""
         while (part := self.q.get()) is not None:  # drains to the end even after an error: no put ever blocks
             if self.error is None:
                 try:
@@ -130,10 +131,12 @@ class _Behind:
                     self.error = e
 
     def _raise(self) -> None:
+        """A write that failed, raised in the caller's thread."""
         if self.error is not None:
             raise self.error
 
     def write(self, part) -> None:
+        """``part`` queued (waits while ``DEPTH`` parts do)."""
         self._raise()
         self.q.put(part)
 
