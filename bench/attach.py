@@ -151,12 +151,13 @@ def before(name: str, path: Path, out: Path) -> dict:
     return res
 
 
-def run_stage(s: str, d: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_stage(s: str, d: Path, root: Path = ROOT) -> dict:
+    """Stage ``s`` in a fresh process, with the code of the tree ``root`` (``--before``)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     if s == "read-1":
         env["TIMELINE_ATTACH_WORKERS"] = "1"
-    r = subprocess.run([sys.executable, __file__, "--stage", s, "--dir", str(d)], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run([sys.executable, str(root / "bench" / "attach.py"), "--stage", s, "--dir", str(d)],
+                       capture_output=True, text=True, env=env)
     if r.returncode:
         raise RuntimeError(f"{s}: failed\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -169,13 +170,13 @@ def row(s: str, res: dict, g: dict) -> str:
         err = abs(res["offset"] - g["offset"])
         check = f"offset error {err} ns <= bound {res['bound_ns']:.0f} ns: {err <= res['bound_ns']}"
     rate = n / res["wall_s"] / 1e6
-    return (f"{s:16s} {res['framework_events']:>11,} {res['timeline_events']:>10,} {res['wall_s']:>7.2f} {rate:>6.2f} "
+    return (f"{s:23s} {res['framework_events']:>11,} {res['timeline_events']:>10,} {res['wall_s']:>7.2f} {rate:>6.2f} "
             f"{g['bytes'] / res['wall_s'] / 1e6:>6.0f} {res['peak_mb']:>8,.0f} {res['worker_peak_mb']:>9,.0f}  "
             f"{'yes' if rate >= GOAL else 'no ':3s}  {check}")
 
 
 GOAL = 3.0  # M events/s (issue 42)
-HEADER = (f"{'stage':16s} {'fw events':>11s} {'tl events':>10s} {'wall s':>7s} {'Mev/s':>6s} {'MB/s':>6s} "
+HEADER = (f"{'stage':23s} {'fw events':>11s} {'tl events':>10s} {'wall s':>7s} {'Mev/s':>6s} {'MB/s':>6s} "
           f"{'peak MB':>8s} {'worker MB':>9s}  3M?")
 
 
@@ -185,12 +186,17 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", help="scratch folder (default: a temporary one)")
     ap.add_argument("--stages", default="whole,decode,read-1,read,attach,chrome,perfetto")
     ap.add_argument("--naive-mb", type=int, default=64, help="the side-by-side readers' file (MB, default 64; 0: none)")
+    ap.add_argument("--reuse", metavar="DIR", help="keep the --mb file in DIR (kineto-<MB>mb.json) and use it again on "
+                    "later runs, instead of writing it each run (the stages' outputs still go to a temporary folder)")
+    ap.add_argument("--before", metavar="REV", help="run each stage also with the code of git revision REV, just "
+                    "before its own run (an A/B under one machine load: rows 'STAGE before')")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stage:
         print(json.dumps(stage(a.stage, Path(a.dir) / "kineto.json", Path(a.dir))))
         return 0
-    print(f"# python bench/attach.py --mb {a.mb} --naive-mb {a.naive_mb} --stages {a.stages}   "
+    print(f"# python bench/attach.py --mb {a.mb} --naive-mb {a.naive_mb} --stages {a.stages}"
+          f"{' --before ' + a.before if a.before else ''}   "
           f"({os.cpu_count()} cores; workers: TIMELINE_ATTACH_WORKERS or the cores)")
     print("# MB/s: the JSON file's bytes per wall second; peak MB: the stage's process; worker MB: its largest worker")
     if a.naive_mb:
@@ -207,17 +213,46 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(dir=a.dir) as d:
         d = Path(d)
         t = time.perf_counter()
-        g = generate(d / "kineto.json", a.mb)
+        g, how = reused(d / "kineto.json", a.mb, a.reuse)
         print(f"SYNTHETIC Kineto JSON: {g['bytes'] / 2**20:,.0f} MB, {g['events']:,} events "
-              f"(written in {time.perf_counter() - t:.1f} s); 16 instrumented launches of traces/h200_mono_demo.arrow")
+              f"({how} in {time.perf_counter() - t:.1f} s); 16 instrumented launches of traces/h200_mono_demo.arrow")
         print(HEADER)
         got = {}
+        before = checkout(a.before, d) if a.before else None
         for s in a.stages.split(","):
+            if before is not None:  # the same stage with the code of --before, just before it: one machine load
+                print(row(f"{s} before", run_stage(s, d, before), g), flush=True)
             got[s] = run_stage(s, d)
             print(row(s, got[s], g), flush=True)
         if "perfetto" in got and "read" in got:
             print(verdict(got["perfetto"], got["read"]))
     return 0
+
+
+def checkout(rev: str, d: Path) -> Path:
+    """The project's files at git revision ``rev`` (``--before``), in ``d/before``."""
+    out = d / "before"
+    out.mkdir()
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=tar, check=True)
+    return out
+
+
+def reused(path: Path, mb: int, folder) -> tuple:
+    """The bench's Kineto JSON at ``path``: written there, or (``folder``: ``--reuse``)
+    linked from ``folder/kineto-<mb>mb.json``, written there first where it is not
+    yet (its counts beside it, ``.meta.json``); (``generate``'s counts, how it came)."""
+    if folder is None:
+        return generate(path, mb), "written"
+    keep = Path(folder) / f"kineto-{mb}mb.json"
+    meta = keep.with_name(keep.name + ".meta.json")
+    how = "reused"
+    if not (keep.exists() and meta.exists()):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        meta.write_text(json.dumps(generate(keep, mb)))
+        how = "written"
+    path.symlink_to(keep.resolve())
+    return json.loads(meta.read_text()), how
 
 
 PERFETTO_GOAL, RATIO_GOAL = 0.6, 1.5  # issue 48: M events/s of attach -o, and its wall time over the read's

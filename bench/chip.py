@@ -16,23 +16,31 @@ its speed on a 10 M-interval trace, each figure beside its goal.
   fresh processes: ``chip`` over every launch (the whole report: units at every level,
   imbalance, tail, stages) after the load (goal <= 1 s), the same process's imports, load
   and report together, and ``timeline chip FILE --across 0`` (the typical and the slowest
-  launch, their slow unit and rebalancing), wall time and peak RSS;
+  launch, their slow unit and rebalancing: what the user waits for; goal <= 1 s, best of
+  ``--repeats``, the median and the CPU seconds beside, and where one run's time goes),
+  wall time and peak RSS; with ``--before TREE`` (a checkout's ``timeline``, e.g.
+  ``b=$(mktemp -d) && git archive REV timeline | tar -x -C "$b"``) that command by each
+  tree in turn, ``--repeats`` times;
 - speed on a run of about 10^8 intervals (``--run RUN``, else ``DIR/chip_100m``, built
   where missing by ``timeline synth --chip --arch gfx942 --profile dsv4``: 8 ranks x 832
   launches, xcd3 10 % slower on every rank, 102 M intervals): ``timeline chip RUN
   --across 0`` (the typical and the slowest launch; goal <= 2 s warm, <= 1 GB) and the
   default (those and 16 launches' slow units), three times each, the first cold-ish.
 
-    PYTHONPATH=. python bench/chip.py --dir DIR              # everything; the committed run
+    PYTHONPATH=. python bench/chip.py --dir DIR --before TREE   # everything; the committed run
     PYTHONPATH=. python bench/chip.py --dir DIR --cases 10 --no-speed --no-run
     PYTHONPATH=. python bench/chip.py --dir DIR --no-accuracy --run RUN
+    PYTHONPATH=. python bench/chip.py --dir DIR --no-accuracy --no-run --before TREE
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -140,12 +148,41 @@ print(json.dumps({"import_s": t0 - t00, "load_s": t1 - t0, "chip_s": t2 - t1, "u
                   "launches": len(t.launches)}))
 """
 
+PARTS = r"""
+import contextlib, io, json, sys, time
+t00 = time.perf_counter()
+from timeline.cli import main
+from timeline.cli import common as C
+from timeline.query import chip as QCP, source as QS
+from timeline.analysis import chip_rebalance as RB
+spent = {}
+def timed(mod, name, part):
+    f = getattr(mod, name)
+    def g(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            spent[part] = spent.get(part, 0.0) + time.perf_counter() - t
+    setattr(mod, name, g)
+for mod, name, part in ((C, "source_of", "load"), (QS.Source, "select", "select"), (QCP, "launch_doc", "launches"),
+                        (RB, "suspects", "tests"), (RB, "culprit", "tests"), (RB, "peers", "tests"),
+                        (RB, "rebalance", "replays")):
+    timed(mod, name, part)
+t0 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    rc = main(["chip", sys.argv[1], "--across", "0", "--json"])
+spent.update(imports=t0 - t00, total=time.perf_counter() - t00, rc=rc)
+print(json.dumps(spent))
+"""
+
 RUN_BUILD = ["synth", "-q", "--chip", "--arch", "gfx942", "--profile", "dsv4", "--ranks", "8", "--steps", "26",
              "--launches", "32", "--seed", "7", "--slow-unit", "xcd3:+10%"]  # 832 launches x 8 ranks: 102 M intervals
 
 
-def speed(d: Path, ranks: int, launches: int) -> list:
-    """The speed lines (figure, goal, verdict) on a saved trace of ``ranks`` x ``launches``."""
+def speed(d: Path, ranks: int, launches: int, repeats: int = 5, before: Path | None = None) -> list:
+    """The speed lines (figure, goal, verdict) on a saved trace of ``ranks`` x ``launches``;
+    the whole command ``repeats`` times (with ``before``: by that tree too, in turn)."""
     path = d / "chip_10m.arrow"
     if not path.exists():
         b = child([sys.executable, "-c", BUILD, str(ranks), str(launches), str(path)], timeout=7200)
@@ -156,7 +193,15 @@ def speed(d: Path, ranks: int, launches: int) -> list:
     print(f"\nspeed: {path.name}: {intervals:,} intervals (gfx942, 304 CUs, {ranks} ranks x {launches} launches, "
           f"dsv4), {compiled()}")
     whole = [child([sys.executable, "-c", WHOLE, str(path)]) for _ in range(3)]
-    cmd = [child(timeline("chip", path, "--across", "0", "--json")) for _ in range(3)]
+    trees = {"this tree": (None, ROOT)}
+    if before is not None:  # run in the tree's folder: `python -m` puts the working directory first on the path
+        trees["before"] = (_env(before), before)
+    runs = {name: [] for name in trees}
+    for _ in range(repeats):  # the trees in turn: the shared machine's load falls on both alike
+        for name, (env, cwd) in trees.items():
+            runs[name].append(child(timeline("chip", path.resolve(), "--across", "0", "--json"), env=env, cwd=cwd))
+    cmd = runs["this tree"]
+    parts = json.loads(child([sys.executable, "-c", PARTS, str(path)])["out"])
     best = min(whole, key=lambda r: json.loads(r["out"])["chip_s"])
     w = json.loads(best["out"])
     fresh = min(json.loads(r["out"])["import_s"] + json.loads(r["out"])["load_s"] + json.loads(r["out"])["chip_s"]
@@ -170,9 +215,33 @@ def speed(d: Path, ranks: int, launches: int) -> list:
             ("  the same, the fresh process: its imports, the checked load and the report (best of 3)", fresh, None,
              "s"),
             ("peak RSS of that process (load included)", best["rss"], GOAL_RSS, "B"),
-            (f"`timeline chip FILE --across 0` whole command (typical + slowest launch; named {sorted(map(str, named))})",
-             c["wall_s"], None, "s"),
-            ("peak RSS of the command", c["rss"], GOAL_RSS, "B")]
+            (f"`timeline chip FILE --across 0` whole command, fresh process (typical + slowest launch; named "
+             f"{sorted(map(str, named))}), best of {repeats}", c["wall_s"], GOAL_S, "s"),
+            *_spread(runs, trees),
+            ("  where its time goes (one more run, in process): imports {imports:.2f} s, the checked load (scipy.stats "
+             "importing beside it) {load:.2f}, the launches' times {select:.2f}, the two launches {launches:.2f} (their "
+             "tests {tests:.2f}, replays {replays:.2f})".format(**parts), parts["total"], None, "s"),
+            ("peak RSS of the command", max(r["rss"] for r in cmd), GOAL_RSS, "B")]
+
+
+def _env(tree: Path) -> dict:
+    """The environment of a child of ``tree``'s ``timeline`` (byte-compiled first, as this tree's is)."""
+    if not (tree / "timeline" / "__init__.py").is_file():
+        raise SystemExit(f"--before {tree}: no timeline package there; give a folder holding a checkout's timeline/")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "timeline"], cwd=tree, check=True,
+                   stdout=subprocess.DEVNULL)
+    return {**os.environ, "PYTHONPATH": str(tree.resolve())}
+
+
+def _spread(runs: dict, trees: dict) -> list:
+    """Per tree: the command's median wall and CPU seconds (and its best, beside this tree's)."""
+    out = []
+    for name, rs in runs.items():
+        assert all(r["rc"] == 0 for r in rs), rs[-1]["err"]
+        wall, cpu = (statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s"))
+        best = f"best {min(r['wall_s'] for r in rs):.3f} s, " if name != "this tree" else ""
+        out.append((f"  {name}: median of {len(rs)} ({best}CPU {cpu:.3f} s)", wall, None, "s"))
+    return out
 
 
 def run_speed(d: Path, run: Path | None) -> list:
@@ -239,6 +308,9 @@ def main() -> int:
     ap.add_argument("--run", type=Path, help="a run of about 10^8 intervals to time (default: DIR/chip_100m, "
                     "built by `timeline synth` where missing)")
     ap.add_argument("--no-accuracy", action="store_true", help="leave out the 50 SYNTHETIC launches")
+    ap.add_argument("--repeats", type=int, default=5, help="runs of `timeline chip FILE --across 0` (default 5)")
+    ap.add_argument("--before", type=Path, help="a folder holding another checkout's timeline/: its command timed "
+                    "in turn with this tree's")
     a = ap.parse_args()
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -247,7 +319,7 @@ def main() -> int:
     if res:
         accuracy_lines(res)
     if not a.no_speed:
-        _lines(speed(d, a.ranks, a.launches))
+        _lines(speed(d, a.ranks, a.launches, a.repeats, a.before))
     if not a.no_run:
         _lines(run_speed(d, a.run))
     return 0

@@ -11,8 +11,10 @@ so every task of a level reads only finished tasks: the levels run in turn, a le
 tasks at once, each with the very values (and the same float operations, in the same
 order) the one-at-a-time loop gives it, so the two agree to the bit. The levels are
 found by relaxation (each round a task's level from its sources' levels), at most
-``MAX_LEVELS`` rounds; a trace with longer chains (a CTA running many tasks in order)
-has no ``Schedule`` and ``replay`` keeps its loop.
+``MAX_LEVELS`` rounds (and ``MIN_WIDTH`` tasks a level on average); a trace with longer
+chains (a CTA running many tasks in order: its chain's length, found first by pointer
+jumping, bounds the levels from below) has no ``Schedule`` and ``replay`` keeps its
+loop.
 """
 
 from __future__ import annotations
@@ -88,6 +90,17 @@ def _depths(n: int, rounds: int, q: np.ndarray, q_sim: np.ndarray, t_at, t_ref, 
     return None
 
 
+def _longest_chain(q: np.ndarray, q_sim: np.ndarray) -> int:
+    """The most tasks of one CTA chain (each reading its predecessor ``q`` where
+    ``q_sim``), by pointer jumping: each task's chain head in log2(length) rounds."""
+    head = np.where(q_sim, q, np.arange(q.size))
+    while True:
+        up = head[head]
+        if np.array_equal(up, head):
+            return int(np.bincount(head).max())
+        head = up
+
+
 def schedule(p, groups: int, rounds: int | None = None) -> Schedule | None:
     """The ``Schedule`` of the plan ``p`` (``whatif.Plan``; ``groups``: its producer
     groups), or None where it has more levels than ``rounds`` (default: ``MAX_LEVELS``,
@@ -114,8 +127,10 @@ def schedule(p, groups: int, rounds: int | None = None) -> Schedule | None:
     key = s_group * (n + 1) + pos[s_task]
     done = np.searchsorted(key, g_ref * (n + 1) + pos[g_at]) - first[g_ref]  # members simulated before
     rounds = min(MAX_LEVELS, max(n // MIN_WIDTH, 1)) if rounds is None else rounds
-    depth = _depths(n, rounds, q, q_sim, t_at[t_sim], t_ref[t_sim], g_at, np.where(done > 0, first[g_ref] + done - 1, -1),
-                    s_task, s_group)
+    if _longest_chain(q, q_sim) > rounds:  # a CTA's tasks read each other in turn: that many levels at least
+        return None
+    last = np.where(done > 0, first[g_ref] + done - 1, -1)  # the last member read, in member order
+    depth = _depths(n, rounds, q, q_sim, t_at[t_sim], t_ref[t_sim], g_at, last, s_task, s_group)
     if depth is None:
         return None
     slot = np.empty(at.size, np.int64)

@@ -25,6 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from timeline.attach import framework_flows as FF
+from timeline.attach import framework_packets as FP
 from timeline.attach import framework_slices as FS
 from timeline.attach import jsonscan as J
 from timeline.attach import pool as AP
@@ -35,9 +37,9 @@ from timeline.export import perfetto as PF
 __all__ = ["Converted", "FRAMEWORK_SEQUENCE", "Flows", "Meta", "copy_spilled", "flows_and_names", "meta_of", "packets",
            "prepared_packets", "process_track", "thread_track"]
 
-FRAMEWORK_SEQUENCE = FS.FRAMEWORK_SEQUENCE
-TE_CATEGORIES = FS.TE_CATEGORIES
-process_track, thread_track, Flows = FS.process_track, FS.thread_track, FS.Flows
+FRAMEWORK_SEQUENCE = FF.FRAMEWORK_SEQUENCE
+TE_CATEGORIES = FP.TE_CATEGORIES
+process_track, thread_track, Flows = FF.process_track, FF.thread_track, FF.Flows
 
 
 class Meta(NamedTuple):
@@ -46,14 +48,14 @@ class Meta(NamedTuple):
     process: dict  # pid -> name
     labels: dict  # pid -> labels
     thread: dict  # (pid, tid) -> name
-    out: FS.Flows  # flows leaving a slice (ph s)
-    into: FS.Flows  # flows entering one (ph f)
+    out: FF.Flows  # flows leaving a slice (ph s)
+    into: FF.Flows  # flows entering one (ph f)
 
 
 def flows_and_names(path, rank: int, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None) -> Meta:
     """First pass: the ``M`` names and the flow events (a ``Framework`` read with
     ``tracks_for=rank`` gathered them in its own pass: ``Framework.tracks``)."""
-    return meta_of(AP.map_pieces(path, J.Lean, FS.names_and_flows, (rank,), chunk_bytes=chunk_bytes, workers=workers))
+    return meta_of(AP.map_pieces(path, J.Lean, FF.names_and_flows, (rank,), chunk_bytes=chunk_bytes, workers=workers))
 
 
 def meta_of(parts) -> Meta:
@@ -63,15 +65,15 @@ def meta_of(parts) -> Meta:
     for names, fl in parts:
         for name, pid, tid, value in names:  # keyed as the tracks are (a list or object as its JSON)
             if name == "process_name":
-                process[FS.hashable(pid)] = value
+                process[FF.hashable(pid)] = value
             elif name == "process_labels":
-                labels[FS.hashable(pid)] = value
+                labels[FF.hashable(pid)] = value
             else:
-                thread[(FS.hashable(pid), FS.hashable(tid))] = value
+                thread[(FF.hashable(pid), FF.hashable(tid))] = value
         for ph, part in zip(("s", "f"), fl):
             if part is not None:
                 flows[ph].append(part)
-    return Meta(process, labels, thread, FS.Flows.of(flows["s"]), FS.Flows.of(flows["f"]))
+    return Meta(process, labels, thread, FF.Flows.of(flows["s"]), FF.Flows.of(flows["f"]))
 
 
 class Converted(NamedTuple):
@@ -101,7 +103,7 @@ class _State(NamedTuple):
     carried: Carried
 
     def track_of(self, pid, tid, desc: list) -> int:
-        key = (FS.hashable(pid), FS.hashable(tid))
+        key = (FF.hashable(pid), FF.hashable(tid))
         t = self.tracks.get(key)
         if t is None:
             t = self.tracks[key] = thread_track(self.rank, *key)
@@ -123,8 +125,8 @@ def packets(path, rank: int, shift_ns: int, meta: Meta, prefix: str = "", *, chu
 def prepared_packets(places: list, rank: int, shift_ns: int, meta: Meta, prefix: str = ""):
     """``packets`` of a file whose pieces the read prepared in its own pass at shift 0
     (``kineto.read_kineto(tracks_for=rank)``: ``places``, their ``Spilled`` pickles):
-    no decode pass of its own; a rank shifted onto another's axis has its slices
-    serialized again with the shift."""
+    no decode pass of its own; a rank shifted onto another's axis has its slices'
+    packets rebuilt with the shift (``framework_packets.patched``)."""
     return (yield from _converted(map(SP.load, places), rank, shift_ns, meta, prefix, shift_ns))
 
 
@@ -139,8 +141,8 @@ def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str, unshif
         skipped["X without ts"] += p.no_ts
         n += p.events
         desc = []
-        if len(p.ts):
-            out = _slices(p, st, desc, unshifted)
+        if len(p.cols.ts):
+            out = _slices(p, st, desc, shift_ns - unshifted, unshifted)
             if type(out) is SP.Spilled:
                 if desc:
                     yield b"".join(desc)
@@ -161,22 +163,28 @@ def _converted(pieces, rank: int, shift_ns: int, meta: Meta, prefix: str, unshif
     return Converted(n, skipped)
 
 
-def _slices(p: FS.Prepared, st: _State, desc: list, unshifted: int = 0) -> bytes:
+def _slices(p: FS.Prepared, st: _State, desc: list, applied: int, unshifted: int):
     """A piece's slices' packets: the worker's where its assumptions hold (each slice
     on its thread's track, each flow at its start not bound before, the shift in its
-    times), else serialized again with the tracks, flows and times as they are."""
-    uuids = np.array([st.track_of(pid, tid, desc) for pid, tid in p.keys], np.int64)
-    track = uuids[p.key_of]
-    fo, has_o = FS.bind(st.meta.out, st.used_out, track, p.ts)
-    fi, has_i = FS.bind(st.meta.into, st.used_in, track, p.ts)
-    s = p.slices
-    track = _nested(s.ts, s.end, track[p.order], st, desc, s.name)
-    fo, has_o, fi, has_i = fo[p.order], has_o[p.order], fi[p.order], has_i[p.order]
-    if (not unshifted and np.array_equal(track, s.track) and np.array_equal(has_o, s.has_out)
-            and np.array_equal(has_i, s.has_in) and np.array_equal(fo, s.out_id) and np.array_equal(fi, s.in_id)):
-        return p.data
-    return FS.serialize(s._replace(ts=s.ts + unshifted, end=s.end + unshifted, track=track, out_id=fo, has_out=has_o,
-                                   in_id=fi, has_in=has_i))
+    times: ``applied`` is the shift they have, ``unshifted`` the one they lack), else
+    with the rows that differ rebuilt with the tracks, flows and times as they are."""
+    c = p.cols
+    mine = c.track
+    for pid, tid in p.keys:  # the track a thread had in the pieces before (True == 1 as a key: the first one's)
+        u, w = st.track_of(pid, tid, desc), thread_track(st.rank, *FF.hashable_key((pid, tid)))
+        if u != w:
+            mine = np.where(c.track == w, u, mine)
+    track, ts = mine, c.ts - applied  # in file order, on the file's axis (bind's)
+    if p.order is not None:
+        track, ts = np.empty_like(track), np.empty_like(ts)
+        track[p.order], ts[p.order] = mine, c.ts - applied
+    flows = [FF.bind(f, used, track, ts) for f, used in ((st.meta.out, st.used_out), (st.meta.into, st.used_in))]
+    if p.order is not None:
+        flows = [(i[p.order], h[p.order]) for i, h in flows]
+    laminar = p.laminar if mine is c.track else None  # checked here where a track was renamed
+    track = _nested(c.ts, c.end, mine, st, desc, lambda i: FP.name_of(p.data, p.layout, i), laminar)
+    new = (c.ts + unshifted, c.end + unshifted, track, *flows[0], *flows[1])
+    return FP.patched(p.data, p.layout, tuple(c), new)
 
 
 def copy_spilled(f, part: SP.Spilled) -> None:
@@ -216,23 +224,25 @@ def _rest(st: _State, shift_ns: int) -> bytes:
 OVERLAP = " · overlapping"  # the child track of a thread's slices that overlap a slice without nesting in it
 
 
-def _nested(ts: np.ndarray, end: np.ndarray, track: np.ndarray, st: _State, desc: list,
-            names: FS.Texts) -> np.ndarray:
+def _nested(ts: np.ndarray, end: np.ndarray, track: np.ndarray, st: _State, desc: list, name_of,
+            laminar=None) -> np.ndarray:
     """The slices' tracks (sorted by start) with each slice that does not nest on its
-    thread's track (``nesting.nest``) moved to a child track of it (``OVERLAP``)."""
-    bad = nest(ts, end, track, st.carried)
+    thread's track (``nesting.nest``; ``laminar``: its tracks nesting alone) moved
+    to a child track of it (``OVERLAP``; ``name_of(row)``: a slice's name, for a
+    track of its own)."""
+    bad = nest(ts, end, track, st.carried, laminar)
     if not bad.size:
         return track
     track = track.copy()
     for i in bad.tolist():
-        track[i] = _overlap(int(ts[i]), int(end[i]), int(track[i]), st, desc, names.text(i))
+        track[i] = _overlap(int(ts[i]), int(end[i]), int(track[i]), st, desc, name_of(i))
     return track
 
 
 def _overlap(ts: int, end: int, track: int, st: _State, desc: list, name: str) -> int:
     """The track a slice that does not nest in ``track`` goes to: its "overlapping"
     child where it nests there, else a track of its own (a few; never dropped)."""
-    child = FS.uuid_of("o", track)
+    child = FF.uuid_of("o", track)
     if child not in st.seen:
         st.seen.add(child)
         desc.append(_descriptor(child, st.meta.thread.get("?", "") + OVERLAP.strip(" ·"), track))
@@ -243,7 +253,7 @@ def _overlap(ts: int, end: int, track: int, st: _State, desc: list, name: str) -
         ost.append(end)
         st.carried.last[child] = ts
         return child
-    solo = FS.uuid_of("solo", track, ts, end, name)
+    solo = FF.uuid_of("solo", track, ts, end, name)
     st.seen.add(solo)
     desc.append(_descriptor(solo, OVERLAP.strip(" ·"), track))
     return solo

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from timeline.attach import jsonscan as J
+from timeline.attach import framework_flows as FF
 from timeline.attach import framework_slices as FS
 from timeline.attach import pool as AP
 from timeline.attach import spill as SP
@@ -175,9 +176,12 @@ def _piece(evs: list, _shared, name: str, tracks_for: int | None = None, spill_t
     where its slices prepared for the Perfetto output are (``prepare_spilled``). Per
     piece the events are sorted by ``cat`` with numpy; only the kept ones are looked
     at field by field."""
-    tracks = None if tracks_for is None else FS.names_and_flows(evs, None, tracks_for)
-    if spill_to is not None:
-        tracks = (*tracks, FS.prepare_spilled(evs, tracks[1], tracks_for, name, spill_to))
+    tracks = None
+    if tracks_for is not None:
+        code = FF.phases(evs)  # once for both
+        tracks = FF.names_and_flows(evs, None, tracks_for, code)
+        if spill_to is not None:
+            tracks = (*tracks, FS.prepare_spilled(evs, tracks[1], tracks_for, name, spill_to, code))
     kind = _kinds(evs)
     table, launches, steps = None, None, ([], [], [])
     if kind.any():

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import gzip
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
 from timeline.attach import framework_tracks as FT
 from timeline.attach import jsonscan as J
 from timeline.attach import pool as AP
+from timeline.attach import spill as SP
 from timeline.attach.attach import Attached
 from timeline.attach.match import AttachError
 from timeline.core import rows as R
@@ -103,48 +106,99 @@ def _copy(src, dst, n) -> None:
             n -= k
 
 
+class _Behind:
+    """A file written by a thread of its own, in order: bytes, or a spilled range
+    (``spill.Spilled``, copied by the kernel: ``framework_tracks.copy_spilled``);
+    meanwhile the next piece is made (after the read, on the core its workers left).
+    At most ``DEPTH`` parts wait; a write that failed is raised at the next one or at
+    ``close``."""
+
+    DEPTH = 1  # parts waiting beside the one being written (memory: a piece or two)
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+        self.q = queue.Queue(maxsize=self.DEPTH)
+        self.t = threading.Thread(target=self._run, name="attach-writer", daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        """The thread: each part in turn, until ``close``'s None."""
+        while (part := self.q.get()) is not None:  # drains to the end even after an error: no put ever blocks
+            if self.error is None:
+                try:
+                    FT.copy_spilled(self.f, part) if type(part) is SP.Spilled else self.f.write(part)
+                except Exception as e:  # noqa: BLE001 - raised in the caller's thread by _raise
+                    self.error = e
+
+    def _raise(self) -> None:
+        """A write that failed, raised in the caller's thread."""
+        if self.error is not None:
+            raise self.error
+
+    def write(self, part) -> None:
+        """``part`` queued (waits while ``DEPTH`` parts do)."""
+        self._raise()
+        self.q.put(part)
+
+    def close(self, check: bool = True) -> None:
+        """Waits for the last part (``check``: raising a write that failed)."""
+        self.q.put(None)
+        self.t.join()
+        if check:
+            self._raise()
+
+
 def write_perfetto(att: Attached, path) -> Written:
     """The merged Perfetto protobuf trace (module docstring)."""
     path = _out(path)
     tmp = _atomic(path)
-    n_fw, skipped = 0, {}
     spill = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".spill", dir=path.parent)  # workers' packets
     try:
-        with open(tmp, "wb") as f:
-            for r in sorted(att.frameworks):
-                fw, shift = att.frameworks[r], att.axes[r].shift_ns
-                prefix = f"rank {r} · " if len(att.frameworks) > 1 else ""
-                if fw.format == "kineto":
-                    mine = fw.tracks is not None and fw.tracks[0] == r
-                    meta = fw.tracks[1] if mine else FT.flows_and_names(fw.path, r)
-                    if mine:  # prepared in the read's own pass
-                        gen = FT.prepared_packets(fw.tracks[2], r, shift, meta, prefix)
-                    else:
-                        gen = FT.packets(fw.path, r, shift, meta, prefix, spill_to=spill if AP.workers_for(fw.path) else None)
-                    while True:
-                        try:
-                            part = next(gen)
-                            if type(part) is bytes:
-                                f.write(part)
-                            else:
-                                FT.copy_spilled(f, part)
-                        except StopIteration as stop:
-                            n_fw += stop.value.events
-                            for k, v in stop.value.skipped.items():
-                                skipped[k] = skipped.get(k, 0) + v
-                            break
-                else:
-                    f.write(_activity_packets(att, r))
-                    n_fw += fw.activities.num_rows
-            parents = {(m["rank"], m["launch"]): FT.thread_track(m["rank"], m["device"], m["stream"])
-                       for m in att.matches.to_pylist()}
-            k = export_perfetto(att.trace, f, embed=XC.Embed(0, PID_OFFSET, _names(att), parents))
+        with open(tmp, "wb") as raw:
+            f = _Behind(raw)
+            try:
+                k, n_fw, skipped = _perfetto_parts(att, f, spill)
+            except BaseException:
+                f.close(check=False)
+                raise
+            f.close()
         os.replace(tmp, path)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
         if tmp.exists():
             tmp.unlink()
     return Written(str(path), n_fw, k, skipped)
+
+
+def _perfetto_parts(att: Attached, f, spill: str) -> tuple:
+    """``write_perfetto``'s parts written to ``f``, each rank's framework tracks then
+    the CTA tracks: (timeline slices, framework events, skipped)."""
+    n_fw, skipped = 0, {}
+    for r in sorted(att.frameworks):
+        fw, shift = att.frameworks[r], att.axes[r].shift_ns
+        prefix = f"rank {r} · " if len(att.frameworks) > 1 else ""
+        if fw.format == "kineto":
+            mine = fw.tracks is not None and fw.tracks[0] == r
+            meta = fw.tracks[1] if mine else FT.flows_and_names(fw.path, r)
+            if mine:  # prepared in the read's own pass
+                gen = FT.prepared_packets(fw.tracks[2], r, shift, meta, prefix)
+            else:
+                gen = FT.packets(fw.path, r, shift, meta, prefix, spill_to=spill if AP.workers_for(fw.path) else None)
+            while True:
+                try:
+                    f.write(next(gen))
+                except StopIteration as stop:
+                    n_fw += stop.value.events
+                    for k, v in stop.value.skipped.items():
+                        skipped[k] = skipped.get(k, 0) + v
+                    break
+        else:
+            f.write(_activity_packets(att, r))
+            n_fw += fw.activities.num_rows
+    parents = {(m["rank"], m["launch"]): FT.thread_track(m["rank"], m["device"], m["stream"])
+               for m in att.matches.to_pylist()}
+    k = export_perfetto(att.trace, f, embed=XC.Embed(0, PID_OFFSET, _names(att), parents))
+    return k, n_fw, skipped
 
 
 def write_chrome(att: Attached, path, rank: int | None = None) -> Written:

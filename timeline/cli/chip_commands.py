@@ -6,8 +6,11 @@ document ``timeline.chip/1``, docs/CLI.md)."""
 
 from __future__ import annotations
 
+import sys
+
 from timeline.cli.argtypes import integer
 
+SWITCH_S = 1e-4  # the thread switch interval while scipy.stats imports beside the reading (the default: 5 ms)
 HELP = "where on the chip time went: per XCD / SE / CU or SM busy, waiting, idle; imbalance; the tail; the slow unit"
 EPILOG = ("examples:\n"
           "  timeline chip run.arrow                       # the typical and the slowest launch, and the units slow across launches\n"
@@ -66,15 +69,52 @@ def _print_launch(d: dict) -> None:
     print(f"  reproduce: {d['reproduce']}")
 
 
+def _import_stats() -> None:
+    """``import scipy.stats``; a failure is left for the command's own import to say."""
+    import importlib
+
+    try:
+        importlib.import_module("scipy.stats")
+    except Exception:  # noqa: BLE001 - the main thread's import raises it where it is used
+        pass
+
+
+def stats_ahead():
+    """Start importing scipy.stats (its tests: half a second, the longest single part
+    of ``timeline chip`` on a 10 M-interval trace) on a thread while this one reads the
+    source; the interpreter switches threads every 0.1 ms meanwhile, so the reader,
+    back from Arrow's and numpy's work outside the GIL, waits that long for it, not 5
+    ms. Returns the function that waits for the import and restores the interval
+    (nothing to wait for where scipy.stats is imported already)."""
+    import threading
+
+    if "scipy.stats" in sys.modules:
+        return lambda: None
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_S)
+    t = threading.Thread(target=_import_stats, name="import scipy.stats")
+    t.start()
+
+    def done() -> None:
+        """Wait for the import; the switch interval as it was."""
+        t.join()
+        sys.setswitchinterval(interval)
+    return done
+
+
 def cmd_chip(args) -> int:
     """``timeline chip SRC``: the chip document, as JSON or text."""
     from timeline.cli.common import confidence_of, selection_of, source_of
     from timeline.cli.summary_commands import dump, source_cmd
     from timeline.query import chip as QCP
 
-    src = source_of(args.trace, args)
-    ask = QCP.Ask(launches=args.launch, across=args.across, level=confidence_of(args), units=args.units)
-    doc = QCP.chip(src, selection_of(args, launches=False), ask, source_text=source_cmd(args))
+    done = stats_ahead()
+    try:
+        src = source_of(args.trace, args)
+        ask = QCP.Ask(launches=args.launch, across=args.across, level=confidence_of(args), units=args.units)
+        doc = QCP.chip(src, selection_of(args, launches=False), ask, source_text=source_cmd(args))
+    finally:
+        done()
     if args.json:
         dump(doc)
         return 0
@@ -112,4 +152,4 @@ def synth_chip(args):
     return SCH.chip(args.arch, args.grid, args.waves, [SCH.parse_slow(t) for t in args.slow_unit or []])
 
 
-__all__ = ["EPILOG", "HELP", "add_parser", "cmd_chip", "synth_chip", "synth_options"]
+__all__ = ["EPILOG", "HELP", "SWITCH_S", "add_parser", "cmd_chip", "stats_ahead", "synth_chip", "synth_options"]

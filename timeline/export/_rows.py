@@ -55,16 +55,19 @@ def _fixed(n: int, run: list):
     if all(b.strides[0] == 0 for b, _ in run):
         return pa.scalar(b"".join(b[0, :w].tobytes() for b, w in run), pa.large_binary())
     m = np.empty((n, sum(w for _, w in run)), np.uint8)
+    m[:] = np.concatenate([b[0, :w] for b, w in run])  # the constants, every row at once
     at = 0
     for b, w in run:
-        m[:, at:at + w] = b[:, :w]
+        if b.strides[0]:  # a varint column: its own bytes
+            m[:, at:at + w] = b[:, :w]
         at += w
     fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(m.shape[1]), n, [None, pa.py_buffer(m)])
     return fixed.cast(pa.large_binary())
 
 
-def serialize_rows(msgs: Messages) -> bytes:
-    """``msgs.serialize()``'s bytes (module docstring)."""
+def serialize_rows(msgs: Messages, copy: bool = True):
+    """``msgs.serialize()``'s bytes (module docstring); ``copy=False``: an Arrow buffer
+    of them (any bytes-like use; not copied out of Arrow's memory)."""
     n = msgs.n
     if not msgs.cols or not n:
         return b""
@@ -84,4 +87,5 @@ def serialize_rows(msgs: Messages) -> bytes:
         return b"".join(a.as_py() for a in arrays) * n
     joined = pc.binary_join_element_wise(*arrays, EMPTY)
     offsets = np.frombuffer(joined.buffers()[1], np.int64, n + 1, joined.offset * 8)
-    return joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pybytes()
+    out = joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    return out.to_pybytes() if copy else out

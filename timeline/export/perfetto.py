@@ -88,18 +88,27 @@ def field_bytes(field: int, payload: bytes) -> bytes:
 
 
 # -- vectorized protobuf: n messages at once -----------------------------------------
-def varint_matrix(values) -> tuple:
-    """``(bytes, width)``: each uint64 (int64 taken as two's complement) as a varint
-    of one ``width`` for every row, the widest value's: ``bytes`` ``(n, width)``.
-    Narrower values are written overlong (continuation bits over zero groups), which
-    protobuf parsers read as the same value (the varint rule: groups until a byte
-    without the top bit). Why: rows of one width need no per-byte mask to pack."""
+def varint_width(values) -> int:
+    """The bytes of the widest value's varint (int64 taken as two's complement; 1 for none)."""
     v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
-    n = v.shape[0]
-    top = int(v.max()) if n else 0
+    top = int(v.max()) if v.size else 0
     width = 1
     while width < 10 and top >= 1 << (7 * width):
         width += 1
+    return width
+
+
+def varint_matrix(values, width: int | None = None) -> tuple:
+    """``(bytes, width)``: each uint64 (int64 taken as two's complement) as a varint
+    of one ``width`` for every row, the widest value's (or ``width``, where a caller
+    keeps the width of rows written before: at least the widest's): ``bytes``
+    ``(n, width)``. Narrower values are written overlong (continuation bits over zero
+    groups), which protobuf parsers read as the same value (the varint rule: groups
+    until a byte without the top bit). Why: rows of one width need no per-byte mask
+    to pack."""
+    v = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
+    n = v.shape[0]
+    width = max(width or 1, varint_width(v))
     out = np.empty((n, width), dtype=np.uint8)
     for k in range(width):
         byte = ((v >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
@@ -137,7 +146,7 @@ class Messages:
 
     @staticmethod
     def _count(count, present):
-        if present is None:
+        if present is None or present.all():  # in every row: a width stays one number (a fixed column)
             return count
         return np.where(present, count, 0)
 
@@ -147,8 +156,8 @@ class Messages:
         self.cols.append((b, self._count(len(data), present)))
         return self
 
-    def varint(self, field: int, values, present=None) -> "Messages":
-        b, c = varint_matrix(values)
+    def varint(self, field: int, values, present=None, width: int | None = None) -> "Messages":
+        b, c = varint_matrix(values, width)
         self.raw(key(field, VARINT), present)
         self.cols.append((b, self._count(c, present)))
         return self

@@ -46,27 +46,37 @@ def tail_says(t: dict) -> str:
     return f"the last {t['tail_ns'] / 1e3:.3f} µs ran on {t['units_busy']} of {t['units']} {what}{stage}"
 
 
-def _rank_doc(c: CHP.Chip, rank: int, with_units: bool) -> dict:
-    """One rank's figures of a launch's ``Chip``."""
-    pick = lambda tab: [r for r in tab.to_pylist() if r["rank"] == rank]  # noqa: E731 - a few rows
+def by_rank(c: CHP.Chip) -> dict:
+    """``{(table, rank): its rows as dicts}`` of a launch's ``Chip``'s tables (units,
+    levels, tail, stages), in table order: one ``to_pylist`` a table for every rank."""
+    out: dict = {}
+    for name in ("units", "levels", "tail", "stages"):
+        for r in getattr(c, name).to_pylist():
+            out.setdefault((name, r["rank"]), []).append(r)
+    return out
+
+
+def _rank_doc(c: CHP.Chip, rows: dict, rank: int, with_units: bool) -> dict:
+    """One rank's figures of a launch's ``Chip`` (``rows``: its ``by_rank``)."""
+    pick = lambda name: rows.get((name, rank), [])  # noqa: E731 - one rank's rows of a table
     fine = [n for n in c.level_names if n != "slot"][-1]
-    units = pick(c.units)
+    units = pick("units")
     base = [u for u in units if u["level"] == fine]
-    tail = pick(c.tail)[0]
+    tail = pick("tail")[0]
     out = {"rank": rank, "window_us": us(tail["window_ns"]),
            "busy_us": us(sum(u["busy_ns"] for u in base)), "wait_us": us(sum(u["wait_ns"] for u in base)),
            "idle_us": us(sum(u["idle_ns"] for u in base)),
            "levels": [{"level": r["level"], "units": r["units"], "mean_busy_us": us(r["mean_busy_ns"]),
                        "max_busy_us": us(r["max_busy_ns"]), "max_over_mean": round(r["max_over_mean"], 4),
                        "busiest": r["busiest"], "last_unit": r["last_unit"], "last_end_us": us(r["last_end_ns"]),
-                       "late_by_us": us(r["late_by_ns"])} for r in pick(c.levels)],
+                       "late_by_us": us(r["late_by_ns"])} for r in pick("levels")],
            "tail": {"from_us": us(tail["tail_from_ns"]), "tail_us": us(tail["tail_ns"]), "tasks": tail["tasks"],
                     "level": tail["level"], "units_busy": tail["units_busy"], "units": tail["units"],
                     "stage": tail["stage"], "stages": tail["stages"], "says": tail_says(tail)},
            "stages": [{"stage": r["stage"], "span_us": us(r["span_ns"]), "busiest": r["busiest"],
                        "busiest_us": us(r["busiest_ns"]), "mean_unit_us": us(r["mean_unit_ns"]),
                        "units": r["units"], "busiest_over_span": round(r["busiest_over_span"], 4)}
-                      for r in pick(c.stages)]}
+                      for r in pick("stages")]}
     if with_units:
         out["units"] = [{"level": u["level"], "unit": u["unit"], "units": u["units"], "busy_us": us(u["busy_ns"]),
                          "wait_us": us(u["wait_ns"]), "idle_us": us(u["idle_ns"]),
@@ -108,11 +118,12 @@ def launch_doc(trace, key: str, why: str, kernel_ns: float, cmd: str, level: flo
     cul = RB.culprit(rows, levels, sp, found)
     target = cul or (RB.measured(found[-1], rows, sp) if found else None)
     also = RB.peers(cul, rows, levels, sp) if cul is not None and len(ranks) > 1 else []
+    table_rows = by_rank(c)
     tails = c.tail.to_pylist()
     stage = max(tails, key=lambda t: t["tail_ns"])["stage"] if tails else None
     out = {"launch": key, "why": why, "kernel_us": us(kernel_ns), "levels": list(c.level_names),
            "rows_unplaced": c.unplaced, "rows_untimed": c.untimed,
-           "ranks": [_rank_doc(c, r, with_units) for r in ranks],
+           "ranks": [_rank_doc(c, table_rows, r, with_units) for r in ranks],
            "culprit": _suspect_doc(cul) if cul else None, "culprit_peers": [_suspect_doc(s) for s in also],
            "suspects": [_suspect_doc(s) for s in found],
            "rebalance": [], "rebalance_note": None, "reproduce": cmd}
@@ -193,4 +204,4 @@ def chip(src, sel: Selection = Selection(), ask: Ask = Ask(), *, source_text: st
     return {"schema": SCHEMA, **src.about(), "launches": docs, "slow_units": runwide, "reproduce": cmd}
 
 
-__all__ = ["ACROSS", "Ask", "SCHEMA", "chip", "launch_doc", "slow_units", "tail_says", "unit_says"]
+__all__ = ["ACROSS", "Ask", "SCHEMA", "by_rank", "chip", "launch_doc", "slow_units", "tail_says", "unit_says"]
