@@ -73,28 +73,21 @@ def small_part_path(table: str, append: str) -> str:
 
 def file_digest(path) -> str:
     """blake2b-128 (hex) of a file's bytes."""
-    return file_digests(path)[HASH]
+    return file_digests(path, (HASH,))[HASH]
 
 
-def file_digests(path) -> dict:
-    """A file's checksums, in one pass over its bytes: ``crc32`` (ISA-L's CRC-32, hex:
-    what a read checks, several times blake2b's speed) and ``blake2b`` (128 bits, hex:
-    what releases before crc32 check, and ``run info --verify`` besides)."""
-    h, crc = hashlib.blake2b(digest_size=16), 0
+def file_digests(path, kinds=(PART_CRC, HASH)) -> dict:
+    """A file's checksums of ``kinds``, in one pass over its bytes: ``crc32`` (ISA-L's
+    CRC-32, hex: what a read checks, several times blake2b's speed) and ``blake2b``
+    (128 bits, hex: what releases before crc32 check, and ``run info --verify`` besides)."""
+    h, crc = (hashlib.blake2b(digest_size=16) if HASH in kinds else None), 0
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
-            h.update(chunk)
-            crc = crc32(chunk, crc)
-    return {PART_CRC: f"{crc:08x}", HASH: h.hexdigest()}
-
-
-def _crc_of(path) -> str:
-    """``file_digests``' crc32 alone."""
-    crc = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            crc = crc32(chunk, crc)
-    return f"{crc:08x}"
+            if h is not None:
+                h.update(chunk)
+            if PART_CRC in kinds:
+                crc = crc32(chunk, crc)
+    return {**({PART_CRC: f"{crc:08x}"} if PART_CRC in kinds else {}), **({HASH: h.hexdigest()} if h else {})}
 
 
 def _fsync_dir(path: Path) -> None:
@@ -329,13 +322,10 @@ def check_part(run_dir: Path, entry: dict, *, full: bool, strong: bool = False) 
         return "it is missing"
     if size != entry["bytes"]:
         return f"it is {size} bytes, the manifest says {entry['bytes']} (truncated or replaced)"
-    if strong:
-        got = file_digests(p)
-        bad = any(got[k] != entry[k] for k in (PART_CRC, HASH) if k in entry)
-    elif full:
-        bad = _crc_of(p) != entry[PART_CRC] if PART_CRC in entry else file_digest(p) != entry[HASH]
-    else:
-        bad = False
+    kinds = [k for k in (PART_CRC, HASH) if k in entry]  # the fast one first
+    if not strong:
+        kinds = kinds[:1] if full else []
+    bad = bool(kinds) and any(v != entry[k] for k, v in file_digests(p, kinds).items())
     return "its checksum does not match the manifest's (a damaged file)" if bad else None
 
 
