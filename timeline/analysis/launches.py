@@ -87,7 +87,7 @@ def rank_rows(trace) -> pa.Table:
     anomalies, axis_pm_ns (its rank's alignment bound on the trace's axis: 0 on one
     clock, null where a merge assumed it), trace_launch (the trace's launch number)."""
     t = trace.tasks
-    first, last = R.extent(R.phase_matrix(t, trace.phases))
+    first, last = R.extent_of([R.column(t, f"{p}_ns", dtype=np.int64) for p in trace.phases], t.num_rows)
     ok = last >= first
     rank, launch = R.column(t, "rank", dtype=np.int64)[ok], R.column(t, "launch", dtype=np.int64)[ok]
     gid, n, (pr, pl) = GR.group_ids(rank, launch)
