@@ -144,10 +144,12 @@ def _instants(inst: list) -> list:
 
 
 def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framework trace",
-            spill_to: str | None = None, code=None) -> Prepared:
+            spill_to: str | None = None, code=None, seen: list | None = None) -> Prepared:
     """The piece's ``Prepared`` (``meta``: the flows to bind; ``name``: the file's, for
     a refusal; ``spill_to``: a folder where its packets are written, ``Spilled`` in
-    their place; ``code``: ``phases(evs)`` where the caller has it)."""
+    their place; ``code``: ``phases(evs)`` where the caller has it; ``seen``: a list
+    that receives the ``X`` events converted, their ts and end ns, in file order, so
+    that the read takes its times from there, not parsing them again)."""
     code, phs = code if code is not None else phases(evs)
     skipped = {}
     if not code.all():
@@ -161,6 +163,8 @@ def prepare(evs: list, meta, rank: int, shift_ns: int, name: str = "the framewor
         no_ts, xs, ts = int((~keep).sum()), J.take(xs, keep), ts[keep]
     first, key_of = _threads([e.pid for e in xs], [e.tid for e in xs])
     end = ts + J.durations(xs, name)
+    if seen is not None:
+        seen.append((xs, ts, end))
     order = np.lexsort((-(end - ts), ts))  # a parent before a child starting with it
     if len(xs) > 1 and (order[1:] < order[:-1]).any():  # not in file order already
         xs = list(operator.itemgetter(*order.tolist())(xs))
@@ -202,11 +206,12 @@ class _Local(NamedTuple):
     into: Flows
 
 
-def prepare_spilled(evs: list, flows: list, rank: int, name: str, folder: str, code=None) -> Spilled:
+def prepare_spilled(evs: list, flows: list, rank: int, name: str, folder: str, code=None,
+                    seen: list | None = None) -> Spilled:
     """In the read's own pass (``kineto.read_kineto(tracks_for=rank)``): the piece's
     ``Prepared`` at shift 0, its flows bound among the piece's own (``flows``: its
     ``names_and_flows``; the writer binds them over the file's and rebuilds the rows
     where that differs: ``framework_packets.patched``), pickled to this process's
-    spill file in ``folder``: where it is (``spill.load``)."""
+    spill file in ``folder``: where it is (``spill.load``); ``seen``: as ``prepare``'s."""
     local = _Local(*(Flows.of([f] if f is not None else []) for f in flows))
-    return spill(folder, [pickle.dumps(prepare(evs, local, rank, 0, name, folder, code), protocol=5)])[0]
+    return spill(folder, [pickle.dumps(prepare(evs, local, rank, 0, name, folder, code, seen), protocol=5)])[0]

@@ -117,11 +117,15 @@ def _grid(args: list, events: list, name: str) -> list:
     return [list(c) for c in zip(*grids)]
 
 
-def _activities(acts: list, name: str) -> "pa.Table":
-    """The device activity rows of a piece's kept events, column by column."""
+def _activities(acts: list, name: str, times: tuple | None = None) -> "pa.Table":
+    """The device activity rows of a piece's kept events, column by column (``times``:
+    their start and end ns, where the Perfetto conversion parsed them already)."""
     args = _args(acts)
-    start = J.ns_array([e.ts for e in acts], f"{name!r}: a ts")
-    dur = J.durations(acts, name)
+    if times is None:
+        start = J.ns_array([e.ts for e in acts], f"{name!r}: a ts")
+        end = start + J.durations(acts, name)
+    else:
+        start, end = times
     g = _grid(args, acts, name)
     names = [e.name for e in acts]
     if not set(map(type, names)) <= {str}:
@@ -137,7 +141,7 @@ def _activities(acts: list, name: str) -> "pa.Table":
         corr = [_maybe_int(c) for c in corr]
     cols = {"kind": [ACTIVITY_CATS[e.cat] for e in acts], "name": names,
             "device": _ints(device, "args.device", name), "stream": _ints(stream, "args.stream", name),
-            "start_ns": start, "end_ns": start + dur,
+            "start_ns": start, "end_ns": end,
             "correlation": corr, "grid_x": g[0], "grid_y": g[1], "grid_z": g[2]}
     return activity_table(cols, sort=False)
 
@@ -176,23 +180,34 @@ def _piece(evs: list, _shared, name: str, tracks_for: int | None = None, spill_t
     where its slices prepared for the Perfetto output are (``prepare_spilled``). Per
     piece the events are sorted by ``cat`` with numpy; only the kept ones are looked
     at field by field."""
-    tracks = None
+    tracks, code, seen = None, None, []
     if tracks_for is not None:
         code = FF.phases(evs)  # once for both
         tracks = FF.names_and_flows(evs, None, tracks_for, code)
         if spill_to is not None:
-            tracks = (*tracks, FS.prepare_spilled(evs, tracks[1], tracks_for, name, spill_to, code))
+            tracks = (*tracks, FS.prepare_spilled(evs, tracks[1], tracks_for, name, spill_to, code, seen))
     kind = _kinds(evs)
     table, launches, steps = None, None, ([], [], [])
     if kind.any():
-        acts = [e for e in J.take(evs, kind == ACTIVITY) if e.ph == "X"]
-        if acts:
-            table = _activities(acts, name)
+        table = _kept_activities(evs, kind, name, code, seen)
         calls = [e for e in J.take(evs, kind == LAUNCH) if e.ts != J.RAW_NONE]
         if calls:
             launches = _launches(calls, name)
         _steps(J.take(evs, kind == STEP), name, steps)
     return table, launches, steps, len(evs), tracks
+
+
+def _kept_activities(evs: list, kind: np.ndarray, name: str, code, seen: list):
+    """The activity table of a piece's ``X`` events of an activity category (None:
+    none); where the Perfetto conversion read every ``X`` event (``seen``:
+    ``framework_slices.prepare``'s, ``code``: ``phases``), their times taken from
+    there (the same ``ns_array`` / ``durations`` reading), not parsed again."""
+    if seen and len(seen[0][0]) == int((code[0] == FF.PH_CODE["X"]).sum()):  # no X event without ts
+        xs, ts, end = seen[0]
+        act = kind[code[0] == FF.PH_CODE["X"]] == ACTIVITY
+        return _activities(J.take(xs, act), name, (ts[act], end[act])) if act.any() else None
+    acts = [e for e in J.take(evs, kind == ACTIVITY) if e.ph == "X"]
+    return _activities(acts, name) if acts else None
 
 
 def read_kineto(path, *, chunk_bytes: int = J.CHUNK_BYTES, workers: int | None = None,
