@@ -182,8 +182,9 @@ def _slices(p: FS.Prepared, st: _State, desc: list, applied: int, unshifted: int
     if p.order is not None:
         flows = [(i[p.order], h[p.order]) for i, h in flows]
     laminar = p.laminar if mine is c.track else None  # checked here where a track was renamed
-    track = _nested(c.ts, c.end, mine, st, desc, lambda i: FP.name_of(p.data, p.layout, i), laminar)
-    new = (c.ts + unshifted, c.end + unshifted, track, *flows[0], *flows[1])
+    ts, end = c.ts + unshifted, c.end + unshifted  # as written: a track of its own is named by them (_overlap)
+    track = _nested(ts, end, mine, st, desc, lambda i: FP.name_of(p.data, p.layout, i), laminar)
+    new = (ts, end, track, *flows[0], *flows[1])
     return FP.patched(p.data, p.layout, tuple(c), new)
 
 

@@ -31,7 +31,8 @@ __all__ = ["CHUNK_BYTES", "Event", "HEAD_LIMIT", "Lean", "Piece", "args_of", "do
 
 RAW_NONE = msgspec.Raw(b"null")
 
-CHUNK_BYTES = 8 << 20  # bytes read at a time: bounds memory (a piece and one event)
+CHUNK_BYTES = 4 << 20  # bytes read at a time: bounds memory (a piece and one event); a piece's
+# events stay in the caches while each field is read (8 MB: read 4.57 -> 4.18 s, attach -o 9.76 -> 8.59 s a GB)
 HEAD_LIMIT = 64 << 20  # the text before traceEvents' array may be at most this long
 QUOTE, BACKSLASH = 34, 92
 OPEN_OBJ, CLOSE_OBJ, OPEN_ARR, CLOSE_ARR = 123, 125, 91, 93
