@@ -107,9 +107,9 @@ def _grid(args: list, events: list, name: str) -> list:
     if None in grids:
         grids = [NO_GRID if g is None else g for g in grids]
     if set(map(type, grids)) <= {list, tuple} and set(map(len, grids)) == {3}:
-        cols = [list(c) for c in zip(*grids)]
-        if all(set(map(type, c)) <= {int, type(None)} for c in cols):
-            return cols
+        flat = list(itertools.chain.from_iterable(grids))  # x, y, z, x, ...: the columns are its slices (in C)
+        if set(map(type, flat)) <= {int, type(None)}:
+            return [flat[0::3], flat[1::3], flat[2::3]]
     for g, e in zip(grids, events):
         if g is not NO_GRID and not (type(g) is list and len(g) == 3 and all(type(v) is int for v in g)):
             raise FrameworkTraceError(f"{_which(e, name)} has args.grid {msgspec.json.encode(g).decode()[:40]}, not "
