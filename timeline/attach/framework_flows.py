@@ -8,6 +8,7 @@ flow ends of a whole file, sorted for ``bind`` (which flow a slice starting at i
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from typing import NamedTuple
 
@@ -143,7 +144,7 @@ def phases(evs: list) -> tuple:
     """Each event's ``PH_CODE`` (0: a phase not converted) and the list of its ``ph``."""
     phs = [e.ph for e in evs]
     try:
-        return np.fromiter(map(PH_CODE.get, phs, [0] * len(phs)), np.int8, len(phs)), phs
+        return np.fromiter(map(PH_CODE.get, phs, itertools.repeat(0)), np.int8, len(phs)), phs
     except TypeError:  # an unhashable ph (a list): not a phase converted
         return np.array([PH_CODE.get(p, 0) if isinstance(p, str) else 0 for p in phs], np.int8), phs
 
@@ -169,13 +170,17 @@ def _flow_ids(rank: int, evs: list, ids: list) -> np.ndarray:
     int64 and every ``cat`` a text (Kineto's), with numpy (each distinct cat hashed
     once); else one by one."""
     cats = [e.cat for e in evs]
-    if set(map(type, ids)) <= {int} and set(map(type, cats)) <= {str}:
+    try:
+        distinct = dict.fromkeys(cats)  # a few; a list or object as cat: unhashable
+    except TypeError:
+        distinct = {None: None}
+    if set(map(type, ids)) <= {int} and all(type(c) is str for c in distinct):  # no other type equals a str
         try:
             v = np.array(ids, np.int64).view(np.uint64)
         except OverflowError:
             v = None
         if v is not None:
-            salts = {c: _salt(rank, c) for c in dict.fromkeys(cats)}
+            salts = {c: _salt(rank, c) for c in distinct}
             salt = (np.uint64(salts[cats[0]]) if len(salts) == 1
                     else np.fromiter(map(salts.__getitem__, cats), np.uint64, len(cats)))
             return mix64(v ^ salt)
