@@ -181,7 +181,8 @@ kept = st.fixed_dictionaries(
 @settings(max_examples=150, deadline=None)
 @given(st.lists(kept, min_size=1, max_size=60), st.integers(60, 600))
 def test_random_kept_events_read_as_they_did(tmp_path_factory, evs, chunk):
-    """The same tables, or the same refusal."""
+    """The same tables, or the same refusal; read for a Perfetto output too
+    (``tracks_for``), the same tables, or a refusal of the same type."""
     for e in evs:
         e["ts"] = e["ts"] / 8  # µs with 3 decimals at most (125 ns steps)
     path = tmp_path_factory.mktemp("k") / "t.json"
@@ -196,6 +197,11 @@ def test_random_kept_events_read_as_they_did(tmp_path_factory, evs, chunk):
     with old_chunks(chunk):
         old = outcome(lambda: attach_baseline.kineto.read_kineto(path, chunk_bytes=chunk))
     new = outcome(lambda: kineto.read_kineto(path, chunk_bytes=chunk, workers=0))
+    one = outcome(lambda: kineto.read_kineto(path, chunk_bytes=chunk, workers=0, tracks_for=0))  # the activities'
+    if hasattr(new, "_fields"):  # times taken from the Perfetto conversion's slices: the same tables
+        same_framework(one._replace(tracks=None), new)
+    else:
+        assert not hasattr(one, "_fields") and one[0] is new[0]
     if new[0] is FrameworkTraceError and "not [x, y, z] integers" in new[1]:
         return  # issue 48: a grid that is not three integers is refused (the old reader read it as no grid)
     if isinstance(old, tuple) and not hasattr(old, "_fields"):
