@@ -202,9 +202,10 @@ def _kept_activities(evs: list, kind: np.ndarray, name: str, code, seen: list):
     none); where the Perfetto conversion read every ``X`` event (``seen``:
     ``framework_slices.prepare``'s, ``code``: ``phases``), their times taken from
     there (the same ``ns_array`` / ``durations`` reading), not parsed again."""
-    if seen and len(seen[0][0]) == int((code[0] == FF.PH_CODE["X"]).sum()):  # no X event without ts
+    is_x = code[0] == FF.PH_CODE["X"] if seen else None
+    if seen and len(seen[0][0]) == int(is_x.sum()):  # no X event without ts
         xs, ts, end = seen[0]
-        act = kind[code[0] == FF.PH_CODE["X"]] == ACTIVITY
+        act = kind[is_x] == ACTIVITY
         return _activities(J.take(xs, act), name, (ts[act], end[act])) if act.any() else None
     acts = [e for e in J.take(evs, kind == ACTIVITY) if e.ph == "X"]
     return _activities(acts, name) if acts else None
